@@ -1,0 +1,20 @@
+"""Photon's shared core: event ids, clock, configuration, log reading and writing.
+
+Other rooms import only these names. This package never imports grpc or pysyncobj.
+"""
+from photon._clock import Clock, FakeClock, SystemClock
+from photon._config import (ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
+                            PhotonConfig, RegionConfig, RegistryConfig, describe_options, load_config,
+                            parse_config)
+from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
+                         parse_event_id)
+from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_log_files, parse_record,
+                          wait_until)
+
+__all__ = [
+    "BadEventId", "Clock", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
+    "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
+    "RegionConfig", "RegistryConfig", "RollingWriter", "SystemClock", "describe_options",
+    "format_event_id", "id_timestamp_us", "list_log_files", "load_config", "parse_config",
+    "parse_event_id", "parse_record", "wait_until",
+]

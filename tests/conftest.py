@@ -1,0 +1,72 @@
+"""Shared fixtures: free ports, processes stopped by pid on teardown (also on failure), conditions with
+deadlines instead of sleeps."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from photon import wait_until  # noqa: F401  (re-exported for tests)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Procs:
+    """Starts child processes and guarantees they are stopped (SIGTERM, then SIGKILL) by pid."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], **kw) -> subprocess.Popen:
+        kw.setdefault("cwd", REPO)
+        p = subprocess.Popen(argv, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def python(self, *args: str, **kw) -> subprocess.Popen:
+        return self.start([sys.executable, *args], **kw)
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)
+
+
+@pytest.fixture
+def procs():
+    p = Procs()
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+@pytest.fixture(scope="session")
+def session_procs():
+    p = Procs()
+    try:
+        yield p
+    finally:
+        p.stop_all()
