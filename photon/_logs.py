@@ -107,7 +107,7 @@ class LogTailer:
             f.seek(start)
             data = f.read(limit)
             last_nl = data.rfind(b"\n")
-            while last_nl < 0 and len(data) == limit:  # one line longer than the read size
+            while last_nl < 0 and len(data) >= limit:  # one line longer than the read size
                 more = f.read(limit)
                 if not more:
                     break

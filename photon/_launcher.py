@@ -1,0 +1,190 @@
+"""``photon run``: plans every process of a config, supervises them, and knows when the run caught up.
+
+Per region: one CacheEventStore, ``[joiner].per_region`` joiners and one dispatcher; the IdRegistry's
+replicas come from the registry room (re-planned every second, so replicas of shards added by a reshard
+are started too). Ports are chosen once and kept in ``<state_dir>/ports.json`` so restarts reuse them.
+``launcher.json`` in the first region's state dir lists every process with its pid (for operators and
+fault tests).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from photon._config import PhotonConfig
+from photon._supervisor import ProcessSpec, Supervisor
+
+EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def region_ports(config: PhotonConfig, region) -> dict:
+    """The region's service ports, chosen once and remembered in ``<state_dir>/ports.json``."""
+    path = Path(region.state_dir) / "ports.json"
+    want = config.joiner.per_region
+    try:
+        ports = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        ports = {}
+    es_host, j_host = config.eventstore.host, config.joiner.host
+    if not isinstance(ports.get("eventstore"), int) or not _port_free(es_host, ports["eventstore"]):
+        ports["eventstore"] = _free_port(es_host)
+    joiners = [p for p in ports.get("joiners", []) if isinstance(p, int)][:want]
+    joiners = [p if _port_free(j_host, p) else _free_port(j_host) for p in joiners]
+    while len(joiners) < want:
+        joiners.append(_free_port(j_host))
+    ports["joiners"] = joiners
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(ports))
+    return ports
+
+
+def plan_region(config: PhotonConfig, region, registry_endpoints: list[str]) -> list[ProcessSpec]:
+    ports = region_ports(config, region)
+    py, cfg = sys.executable, config.path
+    registry = ",".join(registry_endpoints)
+    es_addr = f"{config.eventstore.host}:{ports['eventstore']}"
+    specs = [ProcessSpec(f"{region.name}-eventstore", [py, "-m", "eventstore.main", "--config", cfg, "--region",
+                                                       region.name, "--port", str(ports["eventstore"])],
+                         "eventstore", region.name)]
+    joiner_addrs = []
+    for i, port in enumerate(ports["joiners"]):
+        name = f"{region.name}-j{i}"
+        joiner_addrs.append(f"{config.joiner.host}:{port}")
+        specs.append(ProcessSpec(name, [py, "-m", "joiner.main", "--config", cfg, "--region", region.name,
+                                        "--name", name, "--port", str(port), "--eventstore", es_addr,
+                                        "--registry", registry], "joiner", region.name))
+    specs.append(ProcessSpec(f"{region.name}-dispatcher", [py, "-m", "dispatcher.main", "--config", cfg,
+                                                           "--region", region.name, "--joiners",
+                                                           ",".join(joiner_addrs), "--registry", registry],
+                             "dispatcher", region.name))
+    return specs
+
+
+def launcher_state_file(config: PhotonConfig) -> Path:
+    return Path(config.regions[0].state_dir) / "launcher.json"
+
+
+@dataclass
+class RunOptions:
+    until_caught_up: bool = False
+    timeout_s: float | None = None
+    regions: list | None = None          # run only these regions' services (default: all)
+    stop_requested: list = field(default_factory=list)
+
+
+class Launcher:
+    """Runs the pipeline of one config until caught up, timed out, or told to stop."""
+
+    def __init__(self, config: PhotonConfig, options: RunOptions, echo=None) -> None:
+        import idregistry  # the registry room plans its own replicas
+        self.config = config
+        self.options = options
+        self._idregistry = idregistry
+        self.echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
+        self.supervisor = Supervisor(Path(config.regions[0].state_dir) / "logs", launcher_state_file(config),
+                                     env=self._child_env(), echo=self.echo)
+        self.started_at = time.monotonic()
+
+    @staticmethod
+    def _child_env() -> dict:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return env
+
+    def specs(self) -> list[ProcessSpec]:
+        specs = list(self._idregistry.registry_processes(self.config))
+        endpoints = self._idregistry.registry_endpoints(self.config)
+        for region in self.config.regions:
+            if self.options.regions is None or region.name in self.options.regions:
+                specs += plan_region(self.config, region, endpoints)
+        return specs
+
+    def run(self) -> int:
+        """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out)."""
+        for region in self.config.regions:
+            for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir, Path(region.state_dir)):
+                d.mkdir(parents=True, exist_ok=True)
+        self.supervisor.ensure(self.specs())
+        self.echo(f"started {len(self.supervisor.children)} processes "
+                  f"(list with pids: {launcher_state_file(self.config)})")
+        last_plan = time.monotonic()
+        code = EXIT_OK
+        watch = CatchUpWatch(self.config, self.options.regions)
+        try:
+            while not self.options.stop_requested:
+                self.supervisor.poll()
+                if time.monotonic() - last_plan >= 1.0:
+                    self.supervisor.ensure(self.specs())
+                    last_plan = time.monotonic()
+                if self.options.until_caught_up and watch.caught_up(self.supervisor):
+                    self.echo("caught up: every complete line is consumed and every event resolved")
+                    break
+                if self.options.timeout_s is not None and time.monotonic() - self.started_at > self.options.timeout_s:
+                    self.echo(f"timed out after {self.options.timeout_s:.0f} s; not caught up: {watch.lagging}")
+                    code = EXIT_TIMEOUT
+                    break
+                time.sleep(0.05)
+            else:
+                code = EXIT_INTERRUPTED if self.options.stop_requested[0] == signal.SIGINT else EXIT_OK
+        finally:
+            self.echo("stopping (dispatchers, then joiners rolling their output, then event stores and registry)")
+            self.supervisor.stop()
+        return code
+
+
+class CatchUpWatch:
+    """Caught up = every region's running dispatcher reports ``caught_up`` from a scan that started after
+    the previous check, twice in a row (so a line that arrived meanwhile is never missed)."""
+
+    def __init__(self, config: PhotonConfig, regions=None) -> None:
+        from dispatcher import read_status
+        self._read = read_status
+        self.regions = [r for r in config.regions if regions is None or r.name in regions]
+        self._streak = 0
+        self._since_us = time.time_ns() // 1000
+        self.lagging: list[str] = [r.name for r in self.regions]
+
+    def caught_up(self, supervisor: Supervisor) -> bool:
+        lagging, stale = [], False
+        for region in self.regions:
+            status = self._read(region.state_dir)
+            pid = supervisor.pid(f"{region.name}-dispatcher")
+            if status is None or status.get("pid") != pid or status.get("scan_at_us", 0) <= self._since_us:
+                stale = True          # no news since the last check: wait for a newer scan
+                if status is None or not status.get("caught_up"):
+                    lagging.append(region.name)
+            elif not status.get("caught_up"):
+                lagging.append(region.name)
+        self.lagging = lagging
+        if lagging:
+            self._streak = 0
+            self._since_us = time.time_ns() // 1000
+            return False
+        if stale:
+            return False
+        self._streak += 1
+        self._since_us = time.time_ns() // 1000
+        return self._streak >= 2

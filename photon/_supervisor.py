@@ -1,0 +1,150 @@
+"""Starting and supervising Photon's processes: restart what dies, stop everything in order.
+
+The supervisor is the only part of ``photon run`` that touches processes. Children run in their own
+session (so a Ctrl-C reaches the launcher alone, which then stops them in order) and get SIGTERM if the
+launcher itself dies. Each child's output goes to ``<log_dir>/<name>.log``.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STOP_ORDER = ("dispatcher", "joiner", "eventstore", "registry")
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to run: a unique name, its argv, its role (registry, eventstore, joiner, dispatcher)
+    and the region it belongs to."""
+    name: str
+    argv: list
+    role: str
+    region: str = ""
+
+
+@dataclass
+class _Child:
+    spec: object
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    backoff_s: float = 0.5
+    started_at: float = 0.0
+    events: list = field(default_factory=list)
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class Supervisor:
+    """Keeps every spec's process running. ``ensure(specs)`` adds specs not seen before; ``poll()``
+    restarts dead children with a growing delay (0.5 s doubling to 10 s); ``stop()`` stops by role in
+    :data:`STOP_ORDER`, SIGTERM first and SIGKILL after ``grace_s``."""
+
+    def __init__(self, log_dir: Path, state_file: Path, env: dict | None = None, echo=None) -> None:
+        self.log_dir = Path(log_dir)
+        self.state_file = Path(state_file)
+        self.env = env
+        self.children: dict[str, _Child] = {}
+        self.stopping = False
+        self._echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
+
+    def ensure(self, specs) -> None:
+        changed = False
+        for spec in specs:
+            if spec.name not in self.children:
+                self.children[spec.name] = _Child(spec)
+                self._start(self.children[spec.name])
+                changed = True
+        if changed:
+            self._write_state()
+
+    def poll(self) -> None:
+        if self.stopping:
+            return
+        now = time.monotonic()
+        changed = False
+        for child in self.children.values():
+            if child.proc is not None and child.proc.poll() is not None:
+                code = child.proc.returncode
+                self._echo(f"{child.spec.name} (pid {child.proc.pid}) {_describe_exit(code)}; "
+                           f"restarting in {child.backoff_s:.1f} s (see {self.log_dir / child.spec.name}.log)")
+                if now - child.started_at > 30:
+                    child.backoff_s = 0.5
+                child.next_start = now + child.backoff_s
+                child.backoff_s = min(10.0, child.backoff_s * 2)
+                child.proc = None
+                child.restarts += 1
+                changed = True
+            if child.proc is None and now >= child.next_start:
+                self._start(child)
+                changed = True
+        if changed:
+            self._write_state()
+
+    def pid(self, name: str) -> int | None:
+        child = self.children.get(name)
+        return child.proc.pid if child and child.proc and child.proc.poll() is None else None
+
+    def names(self, role: str) -> list[str]:
+        return [n for n, c in self.children.items() if c.spec.role == role]
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        self.stopping = True
+        roles = list(STOP_ORDER) + sorted({c.spec.role for c in self.children.values()} - set(STOP_ORDER))
+        for role in roles:
+            group = [c for c in self.children.values() if c.spec.role == role and c.proc is not None]
+            for c in group:
+                if c.proc.poll() is None:
+                    c.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for c in group:
+                try:
+                    c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self._echo(f"{c.spec.name} (pid {c.proc.pid}) did not stop in {grace_s:.0f} s; killing it")
+                    c.proc.kill()
+                    c.proc.wait(timeout=10)
+        self._write_state()
+
+    def _start(self, child: _Child) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{child.spec.name}.log", "ab")
+        try:
+            child.proc = subprocess.Popen(list(child.spec.argv), stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=_die_with_parent, env=self.env)
+        finally:
+            log.close()
+        child.started_at = time.monotonic()
+
+    def _write_state(self) -> None:
+        state = {"launcher_pid": os.getpid(), "processes": {
+            name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role, "region": c.spec.region,
+                   "restarts": c.restarts, "argv": list(c.spec.argv)}
+            for name, c in self.children.items()}}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, self.state_file)

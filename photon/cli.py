@@ -1,0 +1,171 @@
+"""The ``photon`` command line: gen, run, demo, status, config, registry."""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from photon._config import ConfigError, describe_options, load_config
+
+
+def _cmd_gen(args) -> int:
+    from photon._gen import GenOptions, generate
+    regions = tuple(r.strip() for r in args.regions.split(",") if r.strip())
+    opts = GenOptions(out=args.out, queries=args.queries, clicks_per_query=args.clicks_per_query,
+                      regions=regions, writers=args.writers, rotate_lines=args.rotate_lines,
+                      unjoinable_fraction=args.unjoinable, duplicate_fraction=args.duplicates,
+                      bad_line_fraction=args.bad_lines, seed=args.seed, unjoinable_after_s=args.unjoinable_after_s)
+    t0 = time.monotonic()
+    s = generate(opts)
+    print(f"wrote {s.queries} queries and {s.clicks_lines} click lines ({s.joinable_clicks} joinable, "
+          f"{s.unjoinable_clicks} unjoinable, {s.duplicate_click_lines} duplicated lines, "
+          f"{s.bad_query_lines + s.bad_click_lines} bad lines) for region(s) {', '.join(s.regions)} "
+          f"in {time.monotonic() - t0:.1f} s")
+    print(f"config: {s.config}")
+    print(f"truth:  {Path(args.out).resolve() / 'truth'}")
+    return 0
+
+
+def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) -> int:
+    from photon._launcher import Launcher, RunOptions
+    from photon._summary import build_summary, dumps, format_summary
+    opts = RunOptions(until_caught_up=until_caught_up, timeout_s=timeout_s, regions=regions)
+
+    def on_signal(signum, _frame):
+        opts.stop_requested.append(signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    launcher = Launcher(config, opts)
+    code = launcher.run()
+    summary = build_summary(config, time.monotonic() - launcher.started_at, regions)
+    summary["exit_code"] = code
+    print(format_summary(summary), flush=True)
+    if as_json:
+        print(dumps(summary), flush=True)
+    return code
+
+
+def _cmd_run(args) -> int:
+    config = load_config(args.config)
+    regions = args.regions.split(",") if args.regions else None
+    if regions:
+        for r in regions:
+            config.region(r)
+    return _run(config, args.until_caught_up, args.timeout, args.json, regions)
+
+
+def _cmd_demo(args) -> int:
+    from photon._gen import GenOptions, generate
+    out = Path(args.dir).resolve()
+    print(f"photon demo: generating {args.queries} queries (~{int(args.queries * 0.1)} clicks) for regions "
+          f"a and b under {out}", flush=True)
+    s = generate(GenOptions(out=str(out), queries=args.queries, regions=("a", "b"), unjoinable_after_s=5.0))
+    for sub in ("out", "state"):
+        import shutil
+        shutil.rmtree(out / sub, ignore_errors=True)
+    config = load_config(s.config)
+    print(f"photon demo: joining both regions' copies through one shared IdRegistry "
+          f"(expect {s.joinable_clicks} joined once in all, {s.unjoinable_clicks} unjoinable)", flush=True)
+    code = _run(config, True, args.timeout, args.json)
+    joined = set()
+    dups = 0
+    for region in config.regions:
+        for path in Path(region.joined_dir).rglob("*.jsonl"):
+            for line in path.read_bytes().splitlines():
+                cid = json.loads(line)["click_id"]
+                dups += cid in joined
+                joined.add(cid)
+    truth = set((out / "truth" / "joinable.txt").read_text().split())
+    print(f"photon demo: {len(joined & truth)}/{len(truth)} joinable clicks in the output, "
+          f"{dups} duplicates, {len(joined - truth)} unexpected")
+    return code if not dups and joined == truth else (code or 1)
+
+
+def _cmd_status(args) -> int:
+    from photon._launcher import launcher_state_file
+    from photon._summary import build_summary, format_summary
+    config = load_config(args.config)
+    path = launcher_state_file(config)
+    if path.exists():
+        state = json.loads(path.read_text())
+        print(f"launcher pid {state['launcher_pid']}")
+        for name, p in state["processes"].items():
+            print(f"  {name:<20} pid {p['pid']!s:<8} restarts {p['restarts']}")
+    print(format_summary(build_summary(config, 0.0)))
+    return 0
+
+
+def _cmd_config(args) -> int:
+    if args.check:
+        cfg = load_config(args.check)
+        print(f"{args.check}: OK ({len(cfg.regions)} region(s): {', '.join(r.name for r in cfg.regions)})")
+        return 0
+    print(describe_options())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="photon", description="Photon: exactly-once joining of log streams")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("gen", help="write a generated workload, its photon.toml and its truth files")
+    g.add_argument("--out", required=True, help="folder to write into")
+    g.add_argument("--queries", type=int, default=200_000)
+    g.add_argument("--clicks-per-query", type=float, default=0.1)
+    g.add_argument("--regions", default="a", help="comma-separated region names (each gets a full copy)")
+    g.add_argument("--writers", type=int, default=3, help="writer processes per stream")
+    g.add_argument("--rotate-lines", type=int, default=20_000, help="lines per log file before rotating")
+    g.add_argument("--unjoinable", type=float, default=0.02, help="fraction of clicks whose query never exists")
+    g.add_argument("--duplicates", type=float, default=0.01, help="fraction of clicks logged twice")
+    g.add_argument("--bad-lines", type=float, default=0.001, help="fraction of corrupt lines")
+    g.add_argument("--unjoinable-after-s", type=float, default=5.0, help="written to the config's [join]")
+    g.add_argument("--seed", type=int, default=7)
+    g.set_defaults(fn=_cmd_gen)
+
+    r = sub.add_parser("run", help="run the pipeline of a config")
+    r.add_argument("--config", required=True)
+    r.add_argument("--until-caught-up", action="store_true",
+                   help="exit 0 once every complete line is consumed and every event resolved")
+    r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
+    r.add_argument("--regions", default=None, help="run only these regions' services (comma-separated)")
+    r.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
+    r.set_defaults(fn=_cmd_run)
+
+    d = sub.add_parser("demo", help="generate a two-region workload and join it end to end")
+    d.add_argument("--dir", default="demo")
+    d.add_argument("--queries", type=int, default=100_000)
+    d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(fn=_cmd_demo)
+
+    s = sub.add_parser("status", help="processes and counters of a (running or finished) pipeline")
+    s.add_argument("--config", required=True)
+    s.set_defaults(fn=_cmd_status)
+
+    c = sub.add_parser("config", help="list every option with its default, or --check a config file")
+    c.add_argument("--check", metavar="FILE")
+    c.set_defaults(fn=_cmd_config)
+
+    reg = sub.add_parser("registry", help="IdRegistry commands (status, reshard)", add_help=False)
+    reg.add_argument("rest", nargs=argparse.REMAINDER)
+    reg.set_defaults(fn=lambda a: __import__("idregistry").registry_command(a.rest))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"photon: configuration error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+import os
+
+import orjson
+
+from photon import LogTailer, Quarantine, RollingWriter, parse_record
+
+
+def test_tailer_reads_only_complete_lines_and_resumes(tmp_path):
+    stream = tmp_path / "clicks"
+    (stream / "w0").mkdir(parents=True)
+    f = stream / "w0" / "c-0.jsonl"
+    f.write_bytes(b'{"a":1}\n{"a":2}\n{"a":')
+    t = LogTailer(stream)
+    chunks = t.poll()
+    assert [c.lines for c in chunks] == [[b'{"a":1}', b'{"a":2}']]
+    assert chunks[0].offsets == [0, 8] and chunks[0].end == 16
+    assert t.poll() == []                      # the half line is not written yet
+    with open(f, "ab") as fh:
+        fh.write(b'3}\n')
+    chunks = t.poll()
+    assert chunks[0].lines == [b'{"a":3}'] and chunks[0].offsets == [16]
+    # a new tailer from the persisted offsets re-reads nothing and misses nothing
+    (stream / "w1").mkdir()
+    (stream / "w1" / "c-0.jsonl").write_bytes(b'{"b":1}\n')
+    with open(f, "ab") as fh:
+        fh.write(b'{"a":4}\n')
+    t2 = LogTailer(stream, dict(t.offsets))
+    got = {c.file: c.lines for c in t2.poll()}
+    assert got == {os.path.join("w0", "c-0.jsonl"): [b'{"a":4}'], os.path.join("w1", "c-0.jsonl"): [b'{"b":1}']}
+    assert t2.pending_bytes() == 0
+
+
+def test_tailer_skips_inprogress_and_reports_shrunk_files(tmp_path):
+    (tmp_path / "x.jsonl.inprogress").write_bytes(b'{"a":1}\n')
+    (tmp_path / "y.jsonl").write_bytes(b'{"a":1}\n')
+    t = LogTailer(tmp_path, {"y.jsonl": 100})
+    assert t.poll() == []
+    assert t.shrunk == ["y.jsonl"]
+
+
+def test_tailer_reads_a_line_longer_than_its_read_size(tmp_path):
+    big = b'{"k":"' + b"x" * 5000 + b'"}'
+    (tmp_path / "f").write_bytes(big + b"\n" + b'{"k":1}\n')
+    t = LogTailer(tmp_path, read_bytes=1024)
+    lines = [line for c in t.poll() for line in c.lines]
+    lines += [line for c in t.poll() for line in c.lines]
+    assert lines == [big, b'{"k":1}']
+
+
+def test_parse_record_reasons():
+    assert parse_record(b'{"id":"x"}', ["id"]) == ({"id": "x"}, None)
+    assert "not valid JSON" in parse_record(b'{"id":', ["id"])[1]
+    assert "missing field 'id'" == parse_record(b'{"x":1}', ["id"])[1]
+    assert "not a JSON object" in parse_record(b'[1]', ["id"])[1]
+    assert "is int, not a string" in parse_record(b'{"id":1}', ["id"])[1]
+
+
+def test_quarantine_names_file_offset_reason_and_raw(tmp_path):
+    q = Quarantine(tmp_path / "q", "dispatcher-a")
+    q.add("w0/c-0.jsonl", 42, "not valid JSON", b"{broken")
+    q.close()
+    entry = orjson.loads((tmp_path / "q" / "dispatcher-a.jsonl").read_bytes())
+    assert entry["file"] == "w0/c-0.jsonl" and entry["offset"] == 42 and entry["raw"] == "{broken"
+    assert q.count == 1
+
+
+def test_rolling_writer_publishes_whole_files_and_recovers_orphans(tmp_path):
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, roll_bytes=30)
+    w.write_lines([b'{"n":1}', b'{"n":2}'])
+    assert [p.name.endswith(".inprogress") for p in tmp_path.iterdir()] == [True]
+    w.write_lines([b'{"n":3}' * 3])            # crosses roll_bytes: published
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".jsonl"]
+    w.write_lines([b'{"n":4}'])
+    w._f.close()                               # the writer dies without rolling
+    # a crash leaves an in-progress file with a torn last line; a successor publishes the whole lines
+    orphan = next(tmp_path.glob("*.inprogress"))
+    with open(orphan, "ab") as f:
+        f.write(b'{"n":5')
+    successor = RollingWriter(tmp_path, "a-j0")
+    published = successor.recover_orphans()
+    assert len(published) == 1 and published[0].read_bytes() == b'{"n":4}\n'
+    assert not list(tmp_path.glob("*.inprogress"))
+    other = RollingWriter(tmp_path, "a-j1")
+    assert other.recover_orphans() == []

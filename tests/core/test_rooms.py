@@ -1,0 +1,49 @@
+"""Rooms talk only through front doors: no private module of one room is imported by another, and the
+shared core stays free of grpc and pysyncobj."""
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOMS = ["photon", "idregistry", "eventstore", "dispatcher", "joiner", "millwheel"]
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            for a in node.names:
+                yield f"{node.module}.{a.name}"
+
+
+def _sources(room: str):
+    return [p for p in (REPO / room).rglob("*.py") if "_pb2" not in p.name]
+
+
+def test_no_room_imports_another_rooms_private_modules():
+    offences = []
+    for room in ROOMS + ["bench"]:
+        for path in _sources(room):
+            for name in _imports(path):
+                parts = name.split(".")
+                if parts[0] in ROOMS and parts[0] != room and any(p.startswith("_") for p in parts[1:]):
+                    offences.append(f"{path.relative_to(REPO)} imports {name}")
+    assert offences == []
+
+
+def test_core_is_free_of_grpc_and_pysyncobj():
+    offences = [f"{p.relative_to(REPO)} imports {n}" for p in _sources("photon") for n in _imports(p)
+                if n.split(".")[0] in ("grpc", "pysyncobj")]
+    assert offences == []
+
+
+def test_every_room_has_a_front_door_with_all():
+    for room in ROOMS:
+        init = REPO / room / "__init__.py"
+        assert init.exists(), room
+        tree = ast.parse(init.read_text())
+        names = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+        assert "__all__" in names, f"{room}/__init__.py has no __all__"
