@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class GenOptions:
     duplicate_fraction: float = 0.01
     bad_line_fraction: float = 0.001
     advertisers: int = 50
-    start_us: int = 1_763_712_000_000_000
+    start_us: int | None = None   # default: span_s before now, so ids are recent (not garbage collected)
     span_s: float = 600.0
     seed: int = 7
     unjoinable_after_s: float = 5.0
@@ -104,13 +105,14 @@ def generate(opts: GenOptions) -> GenSummary:
     q_writers = [_StreamWriter(first, "queries", w, opts.rotate_lines) for w in range(opts.writers)]
     c_writers = [_StreamWriter(first, "clicks", w, opts.rotate_lines) for w in range(opts.writers)]
     step = max(1, int(opts.span_s * 1e6 / max(1, opts.queries)))
+    start_us = opts.start_us if opts.start_us is not None else time.time_ns() // 1000 - int(opts.span_s * 1e6)
     joinable: list[str] = []
     unjoinable: list[str] = []
     dup_lines = bad_q = bad_c = click_lines = 0
     click_seq = [0] * opts.writers
     for i in range(opts.queries):
         w = i % opts.writers
-        t = opts.start_us + i * step
+        t = start_us + i * step
         qid = format_event_id(f"10.1.0.{w + 1}", 1000 + w, t)
         adv = f"adv-{rng.randrange(opts.advertisers)}"
         q_writers[w].add(orjson.dumps({"query_id": qid, "advertiser_id": adv, "country": rng.choice("ABCDE"),

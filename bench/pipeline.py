@@ -1,0 +1,208 @@
+"""Single-region pipeline benchmark: ``python -m bench.pipeline [--clicks N] [--rate R] [--json]``.
+
+Phase 1 (throughput): a backlog of ``--clicks`` clicks and ten queries per click is written, the pipeline
+is started, and the time until every joinable click is in the output gives clicks joined per second and
+queries read per second. Phase 2 (latency): a writer appends queries and their clicks at ``--rate`` clicks
+per second for ``--seconds``; each click line carries the wall time it was written, and the latency is
+``_photon.joined_at_us`` (stamped by the joiner just before it flushes the line) minus that time.
+Also printed: the registry's mean ids per replicated command and the peak RSS of each process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+
+from bench._common import emit, percentile
+from photon import IdGenerator, load_config, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_config(root: Path, joiners: int) -> Path:
+    cfg = root / "photon.toml"
+    cfg.write_text(f"""[join]
+unjoinable_after_s = 30
+[joiner]
+per_region = {joiners}
+[[regions]]
+name = "a"
+log_root = "logs"
+output_root = "out"
+state_dir = "state"
+""")
+    return cfg
+
+
+class Writer:
+    """Appends queries then clicks (10 queries per click) to files, as four writer processes would."""
+
+    def __init__(self, root: Path, writers: int = 2) -> None:
+        self.q = [open(self._path(root, "queries", w), "ab", buffering=0) for w in range(writers)]
+        self.c = [open(self._path(root, "clicks", w), "ab", buffering=0) for w in range(writers)]
+        self.seq = 0
+        self.qgen = [IdGenerator("10.1.0.1", 100 + w) for w in range(writers)]
+        self.cgen = [IdGenerator("10.2.0.1", 200 + w) for w in range(writers)]
+        self.click_ids: list[str] = []
+
+    @staticmethod
+    def _path(root: Path, stream: str, w: int) -> Path:
+        d = root / "logs" / stream / f"w{w}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"{stream}-{int(time.time())}.jsonl"
+
+    def batch(self, clicks: int) -> None:
+        qlines = [[] for _ in self.q]
+        clines = [[] for _ in self.c]
+        for i in range(clicks):
+            w = i % len(self.q)
+            qids = []
+            for _ in range(10):
+                self.seq += 1
+                qid = self.qgen[w].next_id()
+                qids.append(qid)
+                qlines[w].append(b'{"query_id":"%s","advertiser_id":"adv-%d","text":"q"}' % (qid.encode(), self.seq % 50))
+            cid = self.cgen[w].next_id()
+            self.click_ids.append(cid)
+            clines[w].append(b'{"click_id":"%s","query_id":"%s","ad_id":"ad-1","written_at_us":WRITTEN}'
+                             % (cid.encode(), qids[-1].encode()))
+        for f, lines in zip(self.q, qlines):
+            if lines:
+                f.write(b"\n".join(lines) + b"\n")
+        stamp = str(time.time_ns() // 1000).encode()
+        for f, lines in zip(self.c, clines):
+            if lines:
+                f.write(b"\n".join(lines).replace(b"WRITTEN", stamp) + b"\n")
+
+
+def joined_lines(out: Path) -> list[dict]:
+    rows = []
+    for p in (out / "joined").rglob("*.jsonl*"):
+        for line in p.read_bytes().splitlines():
+            if line:
+                rows.append(orjson.loads(line))
+    return rows
+
+
+def count_joined(out: Path) -> int:
+    n = 0
+    for p in (out / "joined").rglob("*.jsonl*"):
+        with open(p, "rb") as f:
+            n += f.read().count(b"\n")
+    return n
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, state_file: Path) -> None:
+        super().__init__(daemon=True)
+        self.state_file, self.peak, self.stopped = state_file, {}, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.5):
+            try:
+                procs = json.loads(self.state_file.read_text())["processes"]
+            except (OSError, ValueError, KeyError):
+                continue
+            for name, p in procs.items():
+                try:
+                    rss = psutil.Process(p["pid"]).memory_info().rss
+                except (psutil.Error, TypeError):
+                    continue
+                role = name.split("-")[1] if "-" in name else name
+                self.peak[role] = max(self.peak.get(role, 0), rss)
+
+
+def registry_batch_size(config) -> float | None:
+    try:
+        import idregistry
+        client = idregistry.connect(idregistry.registry_endpoints(config))
+        try:
+            stats = [s for s in client.status() if s.get("is_leader")]
+        finally:
+            client.close()
+        s = stats[0] if stats else {}
+        for key in ("mean_batch_size", "ids_per_command", "mean_ids_per_command"):
+            if key in s:
+                return round(float(s[key]), 1)
+    except Exception as e:  # noqa: BLE001 - a bench reports what it could not measure
+        print(f"(registry batch size unavailable: {e})", file=sys.stderr)
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clicks", type=int, default=20_000, help="backlog clicks in phase 1")
+    ap.add_argument("--rate", type=int, default=1000, help="clicks per second in phase 2")
+    ap.add_argument("--seconds", type=float, default=10.0, help="length of phase 2")
+    ap.add_argument("--joiners", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="photon-bench-"))
+    cfg_path = write_config(root, args.joiners)
+    config = load_config(cfg_path)
+    writer = Writer(root)
+    for _ in range(args.clicks // 1000):
+        writer.batch(1000)
+    writer.batch(args.clicks % 1000)
+    backlog = len(writer.click_ids)
+    launcher = subprocess.Popen([sys.executable, "-m", "photon.cli", "run", "--config", str(cfg_path)], cwd=ROOT,
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sampler = RssSampler(root / "state" / "launcher.json")
+    sampler.start()
+    figures: dict = {}
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: count_joined(root / "out") >= backlog, timeout=600, interval=0.1,
+                   message=f"{backlog} backlog clicks joined")
+        elapsed = time.monotonic() - t0
+        figures["clicks_per_s"] = round(backlog / elapsed, 1)
+        figures["queries_per_s"] = round(10 * backlog / elapsed, 1)
+        figures["backlog_clicks"] = backlog
+        figures["backlog_s_incl_startup"] = round(elapsed, 2)
+        # phase 2: steady rate, latency from line written to joined line flushed
+        start_seen = len(writer.click_ids)
+        end = time.monotonic() + args.seconds
+        per_tick = max(1, args.rate // 50)
+        next_t = time.monotonic()
+        while time.monotonic() < end:
+            writer.batch(per_tick)
+            next_t += per_tick / args.rate
+            time.sleep(max(0.0, next_t - time.monotonic()))
+        total = len(writer.click_ids)
+        wait_until(lambda: count_joined(root / "out") >= total, timeout=300, interval=0.1,
+                   message="phase-2 clicks joined")
+        steady = set(writer.click_ids[start_seen:])
+        lat = [(r["_photon"]["joined_at_us"] - r["written_at_us"]) / 1000 for r in joined_lines(root / "out")
+               if r["click_id"] in steady]
+        figures.update({"steady_clicks": len(lat), "steady_rate_clicks_per_s": args.rate,
+                        "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
+                        "join_p99_ms": round(percentile(lat, 99), 1)})
+        ids = [r["click_id"] for r in joined_lines(root / "out")]
+        figures["duplicates_in_output"] = len(ids) - len(set(ids))
+        figures["registry_ids_per_command"] = registry_batch_size(config)
+    finally:
+        sampler.stopped.set()
+        os.killpg(launcher.pid, signal.SIGTERM)
+        try:
+            launcher.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    for role, rss in sorted(sampler.peak.items()):
+        figures[f"peak_rss_mb_{role}"] = round(rss / 2**20, 1)
+    emit(figures, args.json, f"Photon single-region pipeline ({root})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
