@@ -106,6 +106,7 @@ class Launcher:
         self.supervisor = Supervisor(Path(config.regions[0].state_dir) / "logs", launcher_state_file(config),
                                      env=self._child_env(), echo=self.echo)
         self.started_at = time.monotonic()
+        self._region_specs: list[ProcessSpec] | None = None
 
     @staticmethod
     def _child_env() -> dict:
@@ -115,12 +116,16 @@ class Launcher:
         return env
 
     def specs(self) -> list[ProcessSpec]:
+        """The registry's replicas (re-planned each call: a reshard adds some) and the regions' services
+        (planned once: their ports are fixed for the run)."""
         specs = list(self._idregistry.registry_processes(self.config))
-        endpoints = self._idregistry.registry_endpoints(self.config)
-        for region in self.config.regions:
-            if self.options.regions is None or region.name in self.options.regions:
-                specs += plan_region(self.config, region, endpoints)
-        return specs
+        if self._region_specs is None:
+            endpoints = self._idregistry.registry_endpoints(self.config)
+            self._region_specs = []
+            for region in self.config.regions:
+                if self.options.regions is None or region.name in self.options.regions:
+                    self._region_specs += plan_region(self.config, region, endpoints)
+        return specs + self._region_specs
 
     def run(self) -> int:
         """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out)."""
