@@ -1,0 +1,61 @@
+"""The typed client of the event store service."""
+from __future__ import annotations
+
+import grpc
+import orjson
+
+from eventstore import eventstore_pb2 as pb
+from eventstore import eventstore_pb2_grpc as pb_grpc
+
+MAX_MESSAGE_BYTES = 64 << 20
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+
+
+class EventStoreUnavailable(RuntimeError):
+    """The event store could not answer (down, overloaded, timed out); the message names the address."""
+
+
+class EventStoreClient:
+    """Looks up primary events in a CacheEventStore at ``address`` (``host:port``).
+
+    Thread-safe; one channel per client. Calls do not retry: a failure raises
+    :class:`EventStoreUnavailable` at once, and the caller (the joiner) answers its events THROTTLED so the
+    dispatcher retries them later with backoff.
+    """
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.EventStoreStub(self._channel)
+
+    def lookup(self, ids: list[str]) -> list[bytes | None]:
+        """One result per id, in order: the primary event's raw log line, or None when not held."""
+        if not ids:
+            return []
+        try:
+            resp = self._stub.Lookup(pb.LookupRequest(ids=ids), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
+        raws = list(resp.raws)
+        if len(raws) != len(ids):
+            raise EventStoreUnavailable(f"event store {self.address} answered {len(raws)} results "
+                                        f"for {len(ids)} ids")
+        return [r or None for r in raws]
+
+    def status(self) -> dict:
+        try:
+            resp = self._stub.Status(pb.StatusRequest(), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
+        return orjson.loads(resp.json)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> EventStoreClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,19 @@
+"""gRPC adapter of the event store: proto in, store call, proto out. Nothing decides here."""
+from __future__ import annotations
+
+import orjson
+
+from eventstore import eventstore_pb2 as pb
+from eventstore import eventstore_pb2_grpc as pb_grpc
+
+
+class EventStoreServicer(pb_grpc.EventStoreServicer):
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def Lookup(self, request, context):
+        raws = self._store.lookup(list(request.ids))
+        return pb.LookupResponse(raws=[r if r is not None else b"" for r in raws])
+
+    def Status(self, request, context):
+        return pb.StatusResponse(json=orjson.dumps(self._store.status()).decode())
