@@ -1,0 +1,291 @@
+"""The dispatcher's shell: one loop thread that does the I/O around :class:`DispatcherState`.
+
+The loop thread alone touches the core, the tailer, the writers and the state files. Registry lookups run
+on a small thread pool and joiner requests are futures; both report back through an inbox queue, and the
+loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it rescans the logs every
+``[dispatcher].poll_interval_s``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from photon import Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock
+
+from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
+                               write_status)
+from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics, JoinAnswered, JoinFailed,
+                               LinesRead, Lookup, LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
+                               StopRequested, TimePassed, WriteUnjoinable)
+
+log = logging.getLogger("photon.dispatcher")
+
+STATUS_INTERVAL_S = 0.1
+SCAN_BYTES = 8 << 20
+JOIN_TIMEOUT_S = 30.0
+_DOWN_FOR_US = 500_000  # a joiner whose request failed is avoided this long (unless all are down)
+
+_LOOKUP_OK, _LOOKUP_FAILED, _JOIN_OK, _JOIN_FAILED = range(4)
+
+
+def _default_joiner_client(address: str):
+    from joiner import JoinerClient
+    return JoinerClient(address)
+
+
+def _default_registry_client(endpoints):
+    from idregistry import connect
+    return connect(endpoints)
+
+
+class _JoinerPool:
+    """Picks the least loaded joiner (fewest requests outstanding), round robin among equals, avoiding
+    for a moment a joiner whose last request failed."""
+
+    def __init__(self, addresses: list[str], factory) -> None:
+        if not addresses:
+            raise ValueError("the dispatcher needs at least one joiner address")
+        self.addresses = list(addresses)
+        self.clients = [factory(a) for a in self.addresses]
+        self.outstanding = [0] * len(self.addresses)
+        self.down_until = [0] * len(self.addresses)
+        self._next = 0
+
+    def pick(self, now_us: int) -> int:
+        n = len(self.addresses)
+        best = -1
+        for k in range(n):
+            i = (self._next + k) % n
+            if self.down_until[i] > now_us:
+                continue
+            if best < 0 or self.outstanding[i] < self.outstanding[best]:
+                best = i
+        if best < 0:  # all recently failed: try the one that failed longest ago
+            best = min(range(n), key=self.down_until.__getitem__)
+        self._next = (best + 1) % n
+        return best
+
+    def close(self) -> None:
+        for c in self.clients:
+            try:
+                c.close()
+            except Exception:  # closing a broken channel must not stop the shutdown
+                log.exception("closing joiner client")
+
+
+class Dispatcher:
+    """A running dispatcher for one region; made by :func:`serve`.
+
+    Lifecycle: construct (takes the state-folder lock, loads the checkpoint), :meth:`start`, then
+    :meth:`stop` (final checkpoint, unjoinable output rolled, status written). :meth:`statistics` may be
+    called from any thread at any time.
+    """
+
+    def __init__(self, config: PhotonConfig, region: str, joiners: list[str], registry=None, *,
+                 clock: Clock | None = None, joiner_client=None, registry_client=None,
+                 join_timeout_s: float = JOIN_TIMEOUT_S, status_interval_s: float = STATUS_INTERVAL_S,
+                 jitter=None) -> None:
+        self.region = config.region(region)
+        if "://" in self.region.log_root:
+            raise ValueError(f"dispatcher reads local logs only, got log_root {self.region.log_root!r}")
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.dir = dispatcher_dir(self.region.state_dir)
+        self._lock = ProcessLock(self.dir)
+        self._join_timeout_s = join_timeout_s
+        self._status_every_us = int(status_interval_s * 1_000_000)
+        self._poll_us = int(config.dispatcher.poll_interval_s * 1_000_000)
+        try:
+            snapshot = load_checkpoint(self.dir)
+            if registry_client is None and registry:
+                registry_client = _default_registry_client(registry)
+            self._registry = registry_client
+            self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
+                                        jitter=jitter, restore=snapshot)
+            self.tailer = LogTailer(Path(self.region.log_root) / config.join.foreign_stream,
+                                    offsets=self.core.offsets)
+            self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
+        except BaseException:
+            self._lock.release()
+            raise
+        name = f"dispatcher-{self.region.name}"
+        self.quarantine = Quarantine(self.region.quarantine_dir, name)
+        self.unjoinable = RollingWriter(self.region.unjoinable_dir, name)
+        self.unjoinable.recover_orphans()
+        self._lookup_pool = ThreadPoolExecutor(max_workers=config.dispatcher.max_in_flight,
+                                               thread_name_prefix=f"{name}-lookup")
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._batch_joiner: dict[int, int] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stats = self.core.statistics(pid=os.getpid())
+        self._pending_bytes = 0
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Dispatcher":
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        self._inbox.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        elif self._thread.ident is None:  # never started: still leave a final checkpoint behind
+            self._finish()
+
+    def statistics(self) -> DispatcherStatistics:
+        return self._stats
+
+    # ------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # noqa: BLE001  (reported in status and to the process)
+            self.error = e
+            log.exception("dispatcher loop failed")
+        finally:
+            self._finish()
+
+    def _loop(self) -> None:
+        core, clock, inbox = self.core, self.clock, self._inbox
+        self._execute(core.handle(TimePassed(clock.now_us())))  # re-send what the checkpoint held
+        next_scan = next_status = 0
+        found = False  # the latest scan found lines: scan again at once
+        while not self._stopping.is_set():
+            answers = []
+            try:
+                while True:
+                    answers.append(inbox.get_nowait())
+            except queue.Empty:
+                pass
+            now = clock.now_us()
+            events = [self._answer_event(a, now) for a in answers if a is not None]
+            scanned_lines = False
+            if core.wants_lines() and (found or now >= next_scan):
+                chunks = self.tailer.poll(SCAN_BYTES)
+                found = scanned_lines = bool(chunks)
+                now = clock.now_us()
+                events.append(LinesRead(chunks, now))
+                next_scan = now + self._poll_us
+            events.append(TimePassed(now))
+            self._execute(core.handle(*events))
+            if now >= next_status:
+                self._publish_status()
+                self.unjoinable.maybe_roll()
+                next_status = now + self._status_every_us
+            if not answers and not scanned_lines:
+                wake = min(next_scan, next_status) if core.wants_lines() else next_status
+                due = core.next_due_us()
+                if due is not None:
+                    wake = min(wake, due)
+                timeout = max(0, wake - clock.now_us()) / 1e6
+                try:
+                    inbox.put(inbox.get(timeout=timeout))  # wait for an answer, then handle it above
+                except queue.Empty:
+                    pass
+
+    def _answer_event(self, answer: tuple, now: int):
+        kind, batch_id, payload = answer
+        if kind == _LOOKUP_OK:
+            return LookupAnswered(batch_id, payload, now)
+        if kind == _LOOKUP_FAILED:
+            return LookupFailed(batch_id, payload, now)
+        j = self._batch_joiner.pop(batch_id)
+        self._joiners.outstanding[j] -= 1
+        if kind == _JOIN_OK:
+            return JoinAnswered(batch_id, payload, now)
+        self._joiners.down_until[j] = now + _DOWN_FOR_US
+        log.warning("joiner %s failed a request: %s", self._joiners.addresses[j], payload)
+        return JoinFailed(batch_id, payload, now)
+
+    def _execute(self, commands: list) -> None:
+        for cmd in commands:
+            kind = type(cmd)
+            if kind is SendBatch:
+                self._send(cmd)
+            elif kind is Lookup:
+                self._lookup(cmd)
+            elif kind is WriteUnjoinable:
+                self.unjoinable.write_lines(cmd.raws)
+            elif kind is QuarantineRecords:
+                for file, offset, reason, raw in cmd.records:
+                    self.quarantine.add(file, offset, reason, raw)
+            elif kind is Checkpoint:
+                save_checkpoint(self.dir, cmd.snapshot)
+            else:
+                raise TypeError(f"unknown dispatcher command {cmd!r}")
+
+    def _lookup(self, cmd: Lookup) -> None:
+        inbox, registry, batch_id = self._inbox, self._registry, cmd.batch_id
+
+        def run():
+            try:
+                inbox.put((_LOOKUP_OK, batch_id, registry.lookup(cmd.ids)))
+            except Exception as e:  # a lookup failure is transient: the batch is sent anyway
+                inbox.put((_LOOKUP_FAILED, batch_id, f"{type(e).__name__}: {e}"))
+
+        self._lookup_pool.submit(run)
+
+    def _send(self, cmd: SendBatch) -> None:
+        pool, inbox, batch_id = self._joiners, self._inbox, cmd.batch_id
+        j = pool.pick(self.clock.now_us())
+        pool.outstanding[j] += 1
+        self._batch_joiner[batch_id] = j
+
+        def done(fut):
+            try:
+                inbox.put((_JOIN_OK, batch_id, fut.result()))
+            except Exception as e:  # unavailable, timed out, cancelled: the whole request is retried
+                inbox.put((_JOIN_FAILED, batch_id, f"{type(e).__name__}: {e}"))
+
+        try:
+            fut = pool.clients[j].join_future(cmd.ids, cmd.ref_ids, cmd.raws, timeout=self._join_timeout_s)
+        except Exception as e:
+            inbox.put((_JOIN_FAILED, batch_id, f"{type(e).__name__}: {e}"))
+            return
+        fut.add_done_callback(done)
+
+    def _publish_status(self) -> None:
+        try:
+            self._pending_bytes = self.tailer.pending_bytes()
+        except OSError:
+            log.exception("measuring pending bytes")
+        self._stats = self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid())
+        write_status(self.dir, self._stats)
+
+    def _finish(self) -> None:
+        try:
+            self._execute(self.core.handle(StopRequested(self.clock.now_us())))
+            self.unjoinable.roll()
+            self.quarantine.close()
+            self._publish_status()
+        finally:
+            self._lookup_pool.shutdown(wait=False, cancel_futures=True)
+            self._joiners.close()
+            if self._registry is not None:
+                try:
+                    self._registry.close()
+                except Exception:
+                    log.exception("closing registry client")
+            self._lock.release()
+
+
+def serve(config: PhotonConfig, region: str, joiners: list[str], registry=None, **options) -> Dispatcher:
+    """Start the dispatcher of ``region`` feeding ``joiners`` (``host:port`` addresses), looking ids up in
+    the registry at ``registry`` (endpoints for ``idregistry.connect``; None: no lookups). Returns the
+    running :class:`Dispatcher`; call ``stop()`` to end it. Options: ``clock``, ``joiner_client``
+    (``address -> client``), ``registry_client`` (a connected client), ``join_timeout_s``,
+    ``status_interval_s``, ``jitter``."""
+    return Dispatcher(config, region, joiners, registry, **options).start()

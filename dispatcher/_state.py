@@ -1,0 +1,504 @@
+"""The dispatcher's deciding core: a pure object, facts in, instructions out.
+
+:class:`DispatcherState` owns everything the dispatcher decides: which lines are bad records, which ids are
+unresolved, what goes into the next registry lookup and joiner request, when an event is retried and when
+it is given up as unjoinable, and what a checkpoint holds. It has no sockets, threads or clock reads; the
+shell (``_shell.py``) feeds it events (past-tense facts) through :meth:`DispatcherState.handle` and carries
+out the commands it returns, **in order**.
+
+Lifecycle of one foreign event::
+
+    LinesRead ──► queued ──► Lookup ──► LookupAnswered ──► SendBatch ──► JoinAnswered ─┬─► resolved
+                    ▲          (present: duplicate prevented, resolved)                 │
+                    └──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
+
+*Unresolved* events (queued, in a lookup or joiner request, or waiting in the retry heap) are unique by id:
+a second copy of an unresolved id is parked beside the first and resolved the same way.
+
+Offset rule: :attr:`DispatcherState.offsets` holds, per file, the offset just past the last line fed in.
+Every line before it is resolved, quarantined, or unresolved and therefore inside the next checkpoint, so
+resuming at a checkpoint's offsets with its events re-queued loses nothing. The shell executes commands in
+order, so quarantine and unjoinable writes land before the checkpoint that moves offsets past them.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Union
+
+import orjson
+from tenacity import RetryCallState, wait_exponential
+
+from photon import BadEventId, DispatcherConfig, JoinConfig, parse_event_id
+
+CHECKPOINT_FORMAT = 1
+LATENCY_SAMPLES = 4096
+_MAX_ATTEMPT_TABLE = 64
+
+
+class Outcome(IntEnum):
+    """Per-event answer of a joiner (same numbering as ``joiner.Outcome``)."""
+    JOINED = 0
+    ALREADY_JOINED = 1
+    NOT_FOUND = 2
+    THROTTLED = 3
+    UNJOINABLE = 4
+
+
+# ---------------------------------------------------------------- events (facts)
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """Complete lines of one file: ``lines[i]`` (no ``\\n``) starts at ``offsets[i]``; ``end`` is just past
+    the last line's ``\\n`` (the shape of :class:`photon.LogChunk`)."""
+    file: str
+    offsets: list
+    lines: list
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinesRead:
+    """One scan of the logs finished at ``now_us`` and found ``chunks`` (empty: nothing new)."""
+    chunks: list
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class LookupAnswered:
+    batch_id: int
+    present: list
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class LookupFailed:
+    """The registry lookup of a batch failed; the batch is sent anyway (the joiner's commit decides)."""
+    batch_id: int
+    reason: str
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinAnswered:
+    batch_id: int
+    outcomes: list
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinFailed:
+    """The joiner request of a batch failed as a whole (unavailable, timeout): every event is retried."""
+    batch_id: int
+    reason: str
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimePassed:
+    now_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequested:
+    """The dispatcher is stopping: a final checkpoint is written whether or not anything changed."""
+    now_us: int
+
+
+Event = Union[LinesRead, LookupAnswered, LookupFailed, JoinAnswered, JoinFailed, TimePassed, StopRequested]
+
+
+# ---------------------------------------------------------------- commands (instructions)
+
+@dataclass(frozen=True, slots=True)
+class QuarantineRecords:
+    """Write each ``(file, offset, reason, raw)`` to the quarantine log."""
+    records: list
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """Ask the registry which ``ids`` are already joined; answer with LookupAnswered / LookupFailed."""
+    batch_id: int
+    ids: list
+
+
+@dataclass(frozen=True, slots=True)
+class SendBatch:
+    """Send one joiner request; answer with JoinAnswered / JoinFailed."""
+    batch_id: int
+    ids: list
+    ref_ids: list
+    raws: list
+
+
+@dataclass(frozen=True, slots=True)
+class WriteUnjoinable:
+    raws: list
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Persist ``snapshot`` (JSON-ready, see :meth:`DispatcherState.snapshot`) atomically."""
+    snapshot: dict
+
+
+Command = Union[QuarantineRecords, Lookup, SendBatch, WriteUnjoinable, Checkpoint]
+
+
+# ---------------------------------------------------------------- statistics
+
+@dataclass(frozen=True)
+class DispatcherStatistics:
+    """What a dispatcher has done so far (counters are cumulative across restarts, as checkpointed).
+
+    ``duplicates_prevented`` counts ids dropped by the registry lookup, answered ALREADY_JOINED, and
+    duplicate lines of an id that was still unresolved. ``caught_up`` is true iff the latest scan found
+    no new complete line, nothing is in flight, and nothing is queued or waiting for a retry.
+    """
+    events_read: int = 0
+    joined: int = 0
+    already_joined: int = 0
+    duplicates_prevented: int = 0
+    unjoinable: int = 0
+    bad_records: int = 0
+    retry_queue: int = 0
+    queued: int = 0
+    in_flight: int = 0
+    requests_in_flight: int = 0
+    attempts: int = 0
+    lookup_failures: int = 0
+    join_failures: int = 0
+    pending_bytes: int = 0
+    caught_up: bool = False
+    scan_at_us: int = 0
+    join_latency_ms: dict = field(default_factory=dict)
+    pid: int = 0
+
+
+_COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
+             "attempts", "lookup_failures", "join_failures")
+
+
+def backoff_table_us(initial_s: float, max_s: float) -> list[int]:
+    """Retry delay after the n-th attempt (index n-1), from tenacity's exponential wait: doubling from
+    ``initial_s``, capped at ``max_s``."""
+    wait = wait_exponential(multiplier=initial_s, max=max_s, exp_base=2)
+    state = RetryCallState(None, None, (), {})
+    table = []
+    for n in range(1, _MAX_ATTEMPT_TABLE + 1):
+        state.attempt_number = n
+        table.append(int(wait(state) * 1_000_000))
+    return table
+
+
+def percentiles_ms(samples_us, points=(50, 90, 99)) -> dict:
+    """``{"p50": ms, ...}`` of the samples (nearest rank), or ``{}`` when there are none."""
+    if not samples_us:
+        return {}
+    s = sorted(samples_us)
+    n = len(s)
+    return {f"p{p}": round(s[min(n - 1, max(0, -(-p * n // 100) - 1))] / 1000.0, 3) for p in points}
+
+
+# ---------------------------------------------------------------- the core
+
+_REF, _RAW, _FIRST_SEEN, _ATTEMPTS = range(4)  # fields of an unresolved event's record (a list)
+
+
+class DispatcherState:
+    """The dispatcher's decisions. Only :meth:`handle` changes state; see the module doc for the lifecycle.
+
+    ``lookups``: when false (no registry configured) batches go straight to the joiners.
+    ``jitter``: a ``random.Random``-like object; each retry delay is scaled by ``1 - 0.2 * jitter.random()``
+    (``None``: no jitter, fully deterministic).
+    ``restore``: a snapshot from a previous run (see :meth:`snapshot`): its offsets are resumed and its
+    unresolved events are queued to be sent again at the first :meth:`handle` call.
+    """
+
+    def __init__(self, join: JoinConfig, dispatcher: DispatcherConfig, *, lookups: bool = True,
+                 jitter=None, restore: dict | None = None) -> None:
+        self.join = join
+        self.config = dispatcher
+        self.lookups = lookups
+        self._jitter = jitter
+        self._delays_us = backoff_table_us(dispatcher.retry_initial_s, dispatcher.retry_max_s)
+        self._give_up_after_us = int(join.unjoinable_after_s * 1_000_000)
+        self._checkpoint_every_us = int(dispatcher.checkpoint_interval_s * 1_000_000)
+        self.offsets: dict[str, int] = {}
+        self._events: dict[str, list] = {}        # unresolved id -> [ref, raw, first_seen_us, attempts]
+        self._dups: dict[str, list[bytes]] = {}    # unresolved id -> raw lines of its later copies
+        self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
+        self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
+        self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
+        self._in_flight = 0
+        self._next_batch = 1
+        self._latencies: deque[int] = deque(maxlen=LATENCY_SAMPLES)
+        self._last_scan_empty = False
+        self._scan_at_us = 0
+        self._dirty = False
+        self._last_checkpoint_us = 0
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+        if restore is not None:
+            self._restore(restore)
+
+    # ------------------------------------------------------------ the one way in
+
+    def handle(self, *events: Event) -> list[Command]:
+        out: list[Command] = []
+        now = 0
+        for ev in events:
+            now = ev.now_us
+            kind = type(ev)
+            if kind is LinesRead:
+                self._on_lines(ev, out)
+            elif kind is LookupAnswered:
+                self._on_lookup(ev.batch_id, ev.present, out)
+            elif kind is LookupFailed:
+                self.counters["lookup_failures"] += 1
+                self._on_lookup(ev.batch_id, None, out)
+            elif kind is JoinAnswered:
+                self._on_answer(ev.batch_id, ev.outcomes, now, out)
+            elif kind is JoinFailed:
+                self.counters["join_failures"] += 1
+                self._on_answer(ev.batch_id, None, now, out)
+            elif kind is not TimePassed and kind is not StopRequested:
+                raise TypeError(f"DispatcherState cannot handle {ev!r}")
+        if events:
+            self._release_due(now)
+            self._pump(out)
+            final = type(events[-1]) is StopRequested
+            if final or (self._dirty and now - self._last_checkpoint_us >= self._checkpoint_every_us):
+                out.append(Checkpoint(self.snapshot(now)))
+                self._dirty = False
+                self._last_checkpoint_us = now
+        return out
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def caught_up(self) -> bool:
+        return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
+
+    def wants_lines(self) -> bool:
+        """Backpressure: true while fewer than ``max_in_flight`` full batches are queued."""
+        return len(self._queued) < self.config.batch_size * self.config.max_in_flight
+
+    def next_due_us(self) -> int | None:
+        """When the earliest retry falls due (the shell's wake-up hint), or None."""
+        return self._retry[0][0] if self._retry else None
+
+    def unresolved_ids(self) -> set[str]:
+        return set(self._events)
+
+    def statistics(self, pending_bytes: int = 0, pid: int = 0) -> DispatcherStatistics:
+        return DispatcherStatistics(
+            **self.counters, retry_queue=len(self._retry), queued=len(self._queued),
+            in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
+            caught_up=self.caught_up, scan_at_us=self._scan_at_us,
+            join_latency_ms=percentiles_ms(self._latencies), pid=pid)
+
+    def snapshot(self, now_us: int) -> dict:
+        """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting)::
+
+            {"format": 1, "written_at_us": int, "offsets": {file: offset},
+             "events": [[id, ref_id, raw_line, first_seen_us, attempts, [raw_of_later_copy, ...]], ...],
+             "counters": {name: int}}
+        """
+        dups = self._dups
+        events = [[i, r[_REF], r[_RAW].decode(), r[_FIRST_SEEN], r[_ATTEMPTS],
+                   [d.decode() for d in dups[i]] if i in dups else []]
+                  for i, r in self._events.items()]
+        return {"format": CHECKPOINT_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
+                "events": events, "counters": dict(self.counters)}
+
+    # ------------------------------------------------------------ transitions
+
+    def _on_lines(self, ev: LinesRead, out: list) -> None:
+        self._scan_at_us = ev.now_us
+        self._last_scan_empty = not ev.chunks
+        if not ev.chunks:
+            return
+        self._dirty = True
+        now = ev.now_us
+        idf, reff = self.join.foreign_id_field, self.join.foreign_ref_field
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        events, dups, queued = self._events, self._dups, self._queued
+        bad: list = []
+        read = 0
+        for chunk in ev.chunks:
+            file = chunk.file
+            read += len(chunk.lines)
+            for off, line in zip(chunk.offsets, chunk.lines):
+                try:
+                    rec = loads(line)
+                except decode_error as e:
+                    bad.append((file, off, f"not valid JSON: {e}", line))
+                    continue
+                if type(rec) is not dict:
+                    bad.append((file, off, f"not a JSON object but {type(rec).__name__}", line))
+                    continue
+                cid = rec.get(idf)
+                ref = rec.get(reff)
+                if type(cid) is not str or type(ref) is not str:
+                    bad.append((file, off, _field_problem(rec, idf, reff), line))
+                    continue
+                try:
+                    parse_event_id(cid)
+                    parse_event_id(ref)
+                except BadEventId as e:
+                    bad.append((file, off, str(e), line))
+                    continue
+                if cid in events:
+                    dups.setdefault(cid, []).append(line)
+                    continue
+                events[cid] = [ref, line, now, 0]
+                queued.append(cid)
+            self.offsets[file] = chunk.end
+        self.counters["events_read"] += read
+        if bad:
+            self.counters["bad_records"] += len(bad)
+            out.append(QuarantineRecords(bad))
+
+    def _on_lookup(self, batch_id: int, present: list | None, out: list) -> None:
+        ids = self._batches.get(batch_id)
+        if ids is None:
+            raise KeyError(f"lookup answer for unknown batch {batch_id}")
+        self._dirty = True
+        if present is not None and len(present) != len(ids):
+            present = None  # a malformed answer is no answer: send them all
+        if present is not None and any(present):
+            keep = []
+            for cid, known in zip(ids, present):
+                if known:
+                    self._resolve_duplicate(cid)
+                else:
+                    keep.append(cid)
+            self._in_flight -= len(ids) - len(keep)
+            ids = keep
+            if not ids:
+                del self._batches[batch_id]
+                return
+            self._batches[batch_id] = ids
+        self._send(batch_id, ids, out)
+
+    def _send(self, batch_id: int, ids: list[str], out: list) -> None:
+        events = self._events
+        refs, raws = [], []
+        for cid in ids:
+            r = events[cid]
+            r[_ATTEMPTS] += 1
+            refs.append(r[_REF])
+            raws.append(r[_RAW])
+        self.counters["attempts"] += len(ids)
+        out.append(SendBatch(batch_id, ids, refs, raws))
+
+    def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list) -> None:
+        ids = self._batches.pop(batch_id, None)
+        if ids is None:
+            raise KeyError(f"joiner answer for unknown batch {batch_id}")
+        self._dirty = True
+        self._in_flight -= len(ids)
+        if outcomes is not None and len(outcomes) != len(ids):
+            self.counters["join_failures"] += 1
+            outcomes = None  # a malformed answer: retry the whole batch
+        if outcomes is None:
+            for cid in ids:
+                self._schedule_retry(cid, now)
+            return
+        events, c, lat = self._events, self.counters, self._latencies
+        give_up: list[str] = []
+        for cid, outcome in zip(ids, outcomes):
+            if outcome == Outcome.JOINED:
+                lat.append(now - events[cid][_FIRST_SEEN])
+                c["joined"] += 1
+                self._resolved(cid)
+            elif outcome == Outcome.ALREADY_JOINED:
+                c["already_joined"] += 1
+                self._resolve_duplicate(cid)
+            elif outcome == Outcome.UNJOINABLE:
+                give_up.append(cid)
+            elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
+                give_up.append(cid)
+            else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
+                self._schedule_retry(cid, now)
+        if give_up:
+            self._give_up(give_up, out)
+
+    def _may_give_up(self, rec: list, now: int) -> bool:
+        return (rec[_ATTEMPTS] >= self.config.min_attempts
+                and now - rec[_FIRST_SEEN] >= self._give_up_after_us)
+
+    def _schedule_retry(self, cid: str, now: int) -> None:
+        attempts = self._events[cid][_ATTEMPTS]
+        delay = self._delays_us[min(max(attempts, 1), _MAX_ATTEMPT_TABLE) - 1]
+        if self._jitter is not None:
+            delay = int(delay * (1.0 - 0.2 * self._jitter.random()))
+        heapq.heappush(self._retry, (now + delay, cid))
+
+    def _give_up(self, ids: list[str], out: list) -> None:
+        raws = []
+        for cid in ids:
+            raws.append(self._events[cid][_RAW])
+            raws.extend(self._dups.get(cid, ()))
+            self._resolved(cid, dups_counter=None)
+        self.counters["unjoinable"] += len(raws)
+        out.append(WriteUnjoinable(raws))
+
+    def _resolve_duplicate(self, cid: str) -> None:
+        self.counters["duplicates_prevented"] += 1
+        self._resolved(cid)
+
+    def _resolved(self, cid: str, dups_counter: str | None = "duplicates_prevented") -> None:
+        del self._events[cid]
+        copies = self._dups.pop(cid, None)
+        if copies and dups_counter:
+            self.counters[dups_counter] += len(copies)
+
+    def _release_due(self, now: int) -> None:
+        heap = self._retry
+        while heap and heap[0][0] <= now:
+            self._queued.append(heapq.heappop(heap)[1])
+
+    def _pump(self, out: list) -> None:
+        size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
+        while queued and len(self._batches) < limit:
+            n = min(size, len(queued))
+            ids = [queued.popleft() for _ in range(n)]
+            batch_id = self._next_batch
+            self._next_batch += 1
+            self._batches[batch_id] = ids
+            self._in_flight += n
+            self._dirty = True
+            if self.lookups:
+                out.append(Lookup(batch_id, ids))
+            else:
+                self._send(batch_id, ids, out)
+
+    def _restore(self, snap: dict) -> None:
+        if snap.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"dispatcher checkpoint format {snap.get('format')!r} is not {CHECKPOINT_FORMAT}")
+        self.offsets = {str(k): int(v) for k, v in snap["offsets"].items()}
+        for cid, ref, raw, first_seen, attempts, dups in snap["events"]:
+            if cid in self._events:
+                continue
+            self._events[cid] = [ref, raw.encode(), int(first_seen), int(attempts)]
+            if dups:
+                self._dups[cid] = [d.encode() for d in dups]
+            self._queued.append(cid)
+        for name, value in snap.get("counters", {}).items():
+            if name in self.counters:
+                self.counters[name] = int(value)
+        self._last_checkpoint_us = int(snap.get("written_at_us", 0))
+
+
+def _field_problem(rec: dict, idf: str, reff: str) -> str:
+    for name in (idf, reff):
+        value = rec.get(name)
+        if value is None:
+            return f"missing field {name!r}"
+        if type(value) is not str:
+            return f"field {name!r} is {type(value).__name__}, not a string"
+    return "bad id fields"

@@ -1,0 +1,57 @@
+"""``python -m dispatcher.main --config C --region R --joiners HOST:PORT[,...] [--registry EP[,...]]``
+
+Runs one region's dispatcher until SIGTERM or SIGINT, then checkpoints, rolls the unjoinable output and
+exits 0 (1 if the dispatcher failed, 2 on a bad command line or configuration).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from photon import ConfigError, load_config
+
+from dispatcher._files import DispatcherLocked
+from dispatcher._shell import serve
+
+
+def _list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dispatcher.main", description=__doc__.split("\n")[2])
+    parser.add_argument("--config", required=True, help="photon.toml")
+    parser.add_argument("--region", required=True, help="the region whose foreign logs to dispatch")
+    parser.add_argument("--joiners", required=True, type=_list, help="HOST:PORT[,HOST:PORT...] of the joiners")
+    parser.add_argument("--registry", type=_list, default=[],
+                        help="IdRegistry endpoints EP[,EP...] (omitted: no lookups, the joiners' commits decide)")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.joiners:
+        parser.error("--joiners needs at least one HOST:PORT")
+    try:
+        config = load_config(args.config)
+        config.region(args.region)
+    except ConfigError as e:
+        print(f"dispatcher: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        dispatcher = serve(config, args.region, args.joiners, args.registry or None)
+    except DispatcherLocked as e:
+        print(f"dispatcher: {e}", file=sys.stderr)
+        return 1
+    while not stop.wait(0.2) and dispatcher.running:
+        pass
+    dispatcher.stop()
+    return 1 if dispatcher.error is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The threaded shell over real files, with the joiners and the registry replaced by the FAKES in dispatcher_fakes.py."""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from dispatcher import DispatcherLocked, DispatcherStatistics, read_status, serve
+from photon import wait_until
+from dispatcher_fakes import FakeJoinerClient, FakeJoinService, FakeRegistry
+from dispatcher_helpers import (append, append_lines, click_id, click_line, config, query_id,
+                                      read_jsonl_dir)
+
+
+@pytest.fixture
+def service():
+    s = FakeJoinService()
+    yield s
+    s.close()
+
+
+def start(cfg, service, registry=True, **kw):
+    return serve(cfg, "r1", ["127.0.0.1:1", "127.0.0.1:2"],
+                 registry_client=FakeRegistry(service) if registry else None,
+                 joiner_client=lambda a: FakeJoinerClient(a, service), **kw)
+
+
+def test_growing_files_half_lines_and_new_files_are_all_joined_once(tmp_path, service):
+    cfg = config(tmp_path)
+    clicks = tmp_path / "logs" / "clicks"
+    service.add_queries(query_id(n) for n in range(400))
+    append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(100)])
+    d = start(cfg, service)
+    try:
+        wait_until(lambda: len(service.joined) == 100, 20, message="first file joined")
+        # a line written in two halves is read only once complete
+        half = click_line(100)
+        append(clicks / "w1" / "c-0001.jsonl", half[:20])
+        wait_until(lambda: d.statistics().pending_bytes == 20, 10, message="half line pending")
+        assert not service.is_joined(click_id(100))
+        append(clicks / "w1" / "c-0001.jsonl", half[20:] + b"\n")
+        # new files at other depths, and a file that keeps growing
+        append_lines(clicks / "w2" / "deep" / "c-0001.jsonl", [click_line(n) for n in range(101, 200)])
+        append_lines(clicks / "w1" / "c-0002.jsonl", [click_line(n) for n in range(200, 300)])
+        append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(300, 400)])
+        wait_until(lambda: len(service.joined) == 400, 20, message="all 400 clicks joined")
+        wait_until(lambda: (read_status(cfg.regions[0].state_dir) or {}).get("caught_up"), 10,
+                   message="status caught_up")
+    finally:
+        d.stop()
+    assert max(service.joined.values()) == 1
+    assert service.max_concurrent <= 4 and max(service.request_sizes) <= 50
+    status = read_status(cfg.regions[0].state_dir)
+    assert status["joined"] == 400 and status["events_read"] == 400 and status["pending_bytes"] == 0
+    assert status["in_flight"] == 0 and status["retry_queue"] == 0 and status["bad_records"] == 0
+    assert set(status["join_latency_ms"]) == {"p50", "p90", "p99"}
+    assert set(status) >= {f for f in DispatcherStatistics.__dataclass_fields__}
+
+
+def test_waiting_clicks_join_late_or_become_unjoinable_and_bad_lines_are_quarantined(tmp_path, service):
+    cfg = config(tmp_path, unjoinable_after_s=0.6)
+    f = tmp_path / "logs" / "clicks" / "c.jsonl"
+    lines = [click_line(1), b"{oops", click_line(2), orjson.dumps({"click_id": click_id(3)}), click_line(4)]
+    append_lines(f, lines)
+    d = start(cfg, service)
+    try:
+        wait_until(lambda: d.statistics().retry_queue + d.statistics().in_flight == 3, 10,
+                   message="three clicks waiting for their queries")
+        service.add_queries([query_id(2)])  # query 2 arrives late: click 2 joins on a retry
+        wait_until(lambda: service.is_joined(click_id(2)), 10, message="late click joined")
+        wait_until(lambda: d.statistics().unjoinable == 2 and d.statistics().caught_up, 10,
+                   message="clicks 1 and 4 given up")
+    finally:
+        d.stop()
+    region = cfg.regions[0]
+    unjoinable = read_jsonl_dir(region.unjoinable_dir)
+    assert sorted(u["click_id"] for u in unjoinable) == [click_id(1), click_id(4)]
+    bad = read_jsonl_dir(region.quarantine_dir)
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln) + 1)
+    assert [(b["file"], b["offset"], b["raw"]) for b in bad] == [
+        ("c.jsonl", offsets[1], "{oops"), ("c.jsonl", offsets[3], lines[3].decode())]
+    assert "missing field 'query_id'" in bad[1]["reason"]
+    s = d.statistics()
+    assert (s.bad_records, s.joined, s.unjoinable, s.attempts >= 3 * 3) == (2, 1, 2, True)
+
+
+def test_restart_resumes_from_the_checkpoint_without_joining_twice(tmp_path, service):
+    cfg = config(tmp_path)
+    f = tmp_path / "logs" / "clicks" / "c.jsonl"
+    service.add_queries(query_id(n) for n in range(300))
+    append_lines(f, [click_line(n) for n in range(300)])
+    service.hold.clear()  # requests wait: the dispatcher stops with events in flight
+    d = start(cfg, service)
+    wait_until(lambda: d.statistics().in_flight > 0, 10, message="events in flight")
+    d.stop()
+    snap = orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
+    assert len(snap["events"]) == 300 and snap["offsets"] == {"c.jsonl": f.stat().st_size}
+    service.hold.set()  # the held requests now join (as if answered after the dispatcher stopped)
+    wait_until(lambda: len(service.joined) > 0, 10, message="held requests joined")
+    d = start(cfg, service)
+    try:
+        wait_until(lambda: d.statistics().caught_up, 20, message="caught up after restart")
+    finally:
+        d.stop()
+    assert len(service.joined) == 300 and max(service.joined.values()) == 1
+    s = d.statistics()
+    assert s.joined + s.duplicates_prevented >= 300
+
+
+def test_unavailable_joiners_and_registry_delay_but_lose_nothing(tmp_path, service):
+    cfg = config(tmp_path, unjoinable_after_s=0.2)
+    service.add_queries(query_id(n) for n in range(50))
+    service.unavailable = True
+    registry = FakeRegistry(service)
+    registry.failing = True
+    append_lines(tmp_path / "logs" / "clicks" / "c.jsonl", [click_line(n) for n in range(50)])
+    d = serve(cfg, "r1", ["127.0.0.1:1"], registry_client=registry,
+              joiner_client=lambda a: FakeJoinerClient(a, service))
+    try:
+        wait_until(lambda: d.statistics().join_failures >= 5, 10, message="repeated joiner failures")
+        assert d.statistics().unjoinable == 0 and d.statistics().lookup_failures >= 5
+        service.unavailable = False
+        registry.failing = False
+        wait_until(lambda: d.statistics().caught_up, 10, message="caught up once the joiner is back")
+    finally:
+        d.stop()
+    assert len(service.joined) == 50 and d.statistics().unjoinable == 0
+
+
+def test_throttled_requests_are_retried(tmp_path, service):
+    cfg = config(tmp_path)
+    service.add_queries(query_id(n) for n in range(10))
+    service.throttle_next = 3
+    append_lines(tmp_path / "logs" / "clicks" / "c.jsonl", [click_line(n) for n in range(10)])
+    d = start(cfg, service, registry=False)
+    try:
+        wait_until(lambda: d.statistics().caught_up, 10, message="caught up after throttling")
+    finally:
+        d.stop()
+    assert len(service.joined) == 10 and d.statistics().attempts == 40
+
+
+def test_a_second_dispatcher_on_the_same_state_is_refused(tmp_path, service):
+    cfg = config(tmp_path)
+    d = start(cfg, service)
+    try:
+        with pytest.raises(DispatcherLocked):
+            start(cfg, service)
+    finally:
+        d.stop()

@@ -1,0 +1,288 @@
+"""The pure core: facts in, commands out, time from a FakeClock."""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from dispatcher import DispatcherConfig, DispatcherState
+from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
+                               LookupAnswered, LookupFailed, Outcome, QuarantineRecords, SendBatch,
+                               StopRequested, TimePassed, WriteUnjoinable, backoff_table_us, percentiles_ms)
+from photon import FakeClock, JoinConfig, format_event_id
+
+S = 1_000_000
+
+
+def cid(n: int) -> str:
+    return format_event_id("10.0.0.1", 7, 1_763_712_000_000_000 + n)
+
+
+def qid(n: int) -> str:
+    return format_event_id("10.0.0.2", 9, 1_763_711_000_000_000 + n)
+
+
+def line(n: int, q: int | None = None, **extra) -> bytes:
+    return orjson.dumps({"click_id": cid(n), "query_id": qid(n if q is None else q), **extra})
+
+
+def chunk(lines: list[bytes], file: str = "w0/clicks-1.jsonl", start: int = 0) -> ChunkRead:
+    offsets, pos = [], start
+    for ln in lines:
+        offsets.append(pos)
+        pos += len(ln) + 1
+    return ChunkRead(file, offsets, lines, pos)
+
+
+def state(lookups=False, restore=None, **over) -> DispatcherState:
+    d = dict(batch_size=100, max_in_flight=4, retry_initial_s=0.25, retry_max_s=8.0, min_attempts=3,
+             checkpoint_interval_s=0.2)
+    d.update(over)
+    return DispatcherState(JoinConfig(unjoinable_after_s=60.0), DispatcherConfig(**d), lookups=lookups,
+                           restore=restore)
+
+
+def of(cmds, kind):
+    return [c for c in cmds if type(c) is kind]
+
+
+def test_idle_dispatcher_sends_a_lone_click_at_once():
+    clock = FakeClock()
+    st = state()
+    cmds = st.handle(LinesRead([chunk([line(1)])], clock.now_us()))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(1)] and send.ref_ids == [qid(1)] and send.raws == [line(1)]
+    assert st.statistics().in_flight == 1 and st.statistics().attempts == 1
+
+
+def test_batches_are_bounded_by_batch_size_and_max_in_flight():
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=3)
+    cmds = st.handle(LinesRead([chunk([line(i) for i in range(45)])], clock.now_us()))
+    sends = of(cmds, SendBatch)
+    assert [len(s.ids) for s in sends] == [10, 10, 10]
+    assert st.statistics().queued == 15 and st.statistics().requests_in_flight == 3
+    cmds = st.handle(JoinAnswered(sends[0].batch_id, [Outcome.JOINED] * 10, clock.advance(1000)))
+    assert [len(s.ids) for s in of(cmds, SendBatch)] == [10]
+    assert st.statistics().joined == 10
+
+
+def test_lookup_drops_present_ids_and_a_failed_lookup_sends_anyway():
+    clock = FakeClock()
+    st = state(lookups=True)
+    [lk] = of(st.handle(LinesRead([chunk([line(1), line(2), line(3)])], clock.now_us())), Lookup)
+    assert lk.ids == [cid(1), cid(2), cid(3)]
+    [send] = of(st.handle(LookupAnswered(lk.batch_id, [False, True, False], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(3)]
+    assert st.statistics().duplicates_prevented == 1 and st.statistics().in_flight == 2
+    [lk2] = of(st.handle(LinesRead([chunk([line(4)], start=1000)], clock.now_us())), Lookup)
+    [send2] = of(st.handle(LookupFailed(lk2.batch_id, "down", clock.now_us())), SendBatch)
+    assert send2.ids == [cid(4)]
+    assert st.statistics().lookup_failures == 1
+    # a batch whose ids are all present needs no joiner request
+    [lk3] = of(st.handle(LinesRead([chunk([line(5)], start=2000)], clock.now_us())), Lookup)
+    assert of(st.handle(LookupAnswered(lk3.batch_id, [True], clock.now_us())), SendBatch) == []
+    assert st.statistics().requests_in_flight == 2
+
+
+def test_backoff_grows_and_caps():
+    table = backoff_table_us(0.25, 8.0)
+    assert table[:7] == [250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 8_000_000]
+    assert set(table[5:]) == {8_000_000}
+    clock = FakeClock()
+    st = state(min_attempts=1000)
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], clock.now_us())), SendBatch)
+    delays = []
+    for _ in range(8):
+        now = clock.advance(1000)
+        assert of(st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], now)), SendBatch) == []
+        due = st.next_due_us()
+        delays.append(due - now)
+        assert st.statistics().retry_queue == 1
+        assert of(st.handle(TimePassed(clock.set(due - 1) or due - 1)), SendBatch) == []  # not yet
+        clock.set(due)
+        [send] = of(st.handle(TimePassed(due)), SendBatch)
+    assert delays == [250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 8_000_000, 8_000_000]
+    assert st.statistics().attempts == 9
+
+
+def test_jitter_shortens_delays_by_at_most_a_fifth():
+    class Rng:
+        def random(self):
+            return 0.999
+
+    st = DispatcherState(JoinConfig(), DispatcherConfig(retry_initial_s=1.0, retry_max_s=1.0),
+                         lookups=False, jitter=Rng())
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], 0)), SendBatch)
+    st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED], 10))
+    assert 800_000 <= st.next_due_us() - 10 < 1_000_000
+
+
+def _drive_not_found(st, clock, send, step_us):
+    """Answer NOT_FOUND after step_us, wait for the retry, return (give-up commands or None, send)."""
+    now = clock.advance(step_us)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], now))
+    if of(cmds, WriteUnjoinable):
+        return cmds, None
+    clock.set(st.next_due_us())
+    [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    return None, send
+
+
+def test_unjoinable_needs_both_enough_attempts_and_enough_age():
+    # many quick attempts: not given up before 60 s have passed
+    clock = FakeClock()
+    st = state(retry_initial_s=0.01, retry_max_s=0.01)
+    t0 = clock.now_us()
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], t0)), SendBatch)
+    gave_up = None
+    while gave_up is None:
+        gave_up, send = _drive_not_found(st, clock, send, 1000)
+    assert clock.now_us() - t0 >= 60 * S
+    assert st.statistics().attempts > 3
+    [w] = of(gave_up, WriteUnjoinable)
+    assert w.raws == [line(1)] and st.statistics().unjoinable == 1 and st.unresolved_ids() == set()
+
+    # old but too few attempts: a slow joiner answers NOT_FOUND after 70 s, twice; only the third gives up
+    clock = FakeClock()
+    st = state()
+    [send] = of(st.handle(LinesRead([chunk([line(2)])], clock.now_us())), SendBatch)
+    gave_up, send = _drive_not_found(st, clock, send, 70 * S)
+    assert gave_up is None
+    gave_up, send = _drive_not_found(st, clock, send, 70 * S)
+    assert gave_up is None
+    gave_up, _ = _drive_not_found(st, clock, send, 1)
+    assert of(gave_up, WriteUnjoinable)[0].raws == [line(2)]
+
+
+def test_throttled_and_failed_requests_retry_without_giving_up():
+    clock = FakeClock()
+    st = state(min_attempts=1)
+    [send] = of(st.handle(LinesRead([chunk([line(1), line(2)])], clock.now_us())), SendBatch)
+    cmds = st.handle(JoinFailed(send.batch_id, "unavailable", clock.advance(100 * S)))
+    assert of(cmds, WriteUnjoinable) == [] and st.statistics().retry_queue == 2
+    clock.set(st.next_due_us())
+    [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.UNJOINABLE], clock.advance(1)))
+    assert of(cmds, WriteUnjoinable)[0].raws == [line(2)]
+    assert st.unresolved_ids() == {cid(1)} and st.statistics().join_failures == 1
+
+
+def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
+    clock = FakeClock()
+    st = state(batch_size=10)
+    [send] = of(st.handle(LinesRead([chunk([line(1), line(2), line(1)])], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(2)]
+    # another copy arrives while the first is in flight: still not sent
+    assert of(st.handle(LinesRead([chunk([line(1, extra=1)], start=500)], clock.now_us())), SendBatch) == []
+    st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND, Outcome.JOINED], clock.advance(1)))
+    # and while it waits for its retry
+    assert of(st.handle(LinesRead([chunk([line(1)], start=900)], clock.now_us())), SendBatch) == []
+    clock.set(st.next_due_us())
+    [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    assert send.ids == [cid(1)]
+    st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(1)))
+    s = st.statistics()
+    assert (s.events_read, s.joined, s.duplicates_prevented) == (5, 2, 3)
+    # an unjoinable id takes its copies with it to the unjoinable output
+    [send] = of(st.handle(LinesRead([chunk([line(3), line(3, extra=2)], start=2000)], clock.now_us())),
+                SendBatch)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.UNJOINABLE], clock.advance(1)))
+    assert of(cmds, WriteUnjoinable)[0].raws == [line(3), line(3, extra=2)]
+    assert st.statistics().unjoinable == 2
+
+
+def test_bad_records_are_quarantined_with_their_offsets_and_the_good_ones_go_on():
+    clock = FakeClock()
+    st = state(batch_size=10)
+    lines = [line(1), b"{not json", b"[1, 2]", orjson.dumps({"query_id": qid(1)}),
+             orjson.dumps({"click_id": 5, "query_id": qid(1)}), orjson.dumps({"click_id": "nope", "query_id": qid(1)}),
+             orjson.dumps({"click_id": cid(9), "query_id": "10.0.0.2:9:123"}), b"", line(2)]
+    ch = chunk(lines, file="a/b/c.jsonl", start=100)
+    cmds = st.handle(LinesRead([ch], clock.now_us()))
+    [q] = of(cmds, QuarantineRecords)
+    assert [(f, o) for f, o, _, _ in q.records] == [("a/b/c.jsonl", ch.offsets[i]) for i in range(1, 8)]
+    reasons = [r for _, _, r, _ in q.records]
+    assert reasons[0].startswith("not valid JSON") and reasons[1] == "not a JSON object but list"
+    assert reasons[2] == "missing field 'click_id'" and reasons[3] == "field 'click_id' is int, not a string"
+    assert "'nope'" in reasons[4] and "10.0.0.2:9:123" in reasons[5]
+    assert [raw for *_, raw in q.records] == lines[1:8]
+    assert of(cmds, SendBatch)[0].ids == [cid(1), cid(2)]
+    s = st.statistics()
+    assert (s.events_read, s.bad_records) == (9, 7)
+    assert st.offsets == {"a/b/c.jsonl": ch.end}
+
+
+def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
+    clock = FakeClock()
+    st = state(batch_size=2, max_in_flight=2)
+    t0 = clock.now_us()
+    ch = chunk([line(i) for i in range(1, 7)] + [line(6)])
+    cmds = st.handle(LinesRead([ch], t0))
+    b1, b2 = of(cmds, SendBatch)
+    [cp] = of(cmds, Checkpoint)
+    assert len(cp.snapshot["events"]) == 6 and cp.snapshot["offsets"] == {"w0/clicks-1.jsonl": ch.end}
+    clock.advance(S)
+    cmds = st.handle(JoinAnswered(b1.batch_id, [Outcome.JOINED, Outcome.NOT_FOUND], clock.now_us()))
+    [b3] = of(cmds, SendBatch)  # ids 3, 4 in b2 still in flight, 2 waits for a retry, 5, 6 now in b3
+    [cp] = of(cmds, Checkpoint)
+    snap = orjson.loads(orjson.dumps(cp.snapshot))  # what the file holds
+    assert snap["format"] == 1 and snap["written_at_us"] == clock.now_us()
+    events = {e[0]: e for e in snap["events"]}
+    assert set(events) == {cid(i) for i in range(2, 7)}
+    assert events[cid(2)] == [cid(2), qid(2), line(2).decode(), t0, 1, []]
+    assert events[cid(6)] == [cid(6), qid(6), line(6).decode(), t0, 1, [line(6).decode()]]
+    assert snap["counters"]["joined"] == 1
+    # no change, no checkpoint; a change before the interval waits for it
+    assert of(st.handle(TimePassed(clock.advance(S))), Checkpoint) == []
+
+    resumed = state(batch_size=10, restore=snap)
+    assert resumed.offsets == {"w0/clicks-1.jsonl": ch.end}
+    [send] = of(resumed.handle(TimePassed(clock.advance(1))), SendBatch)
+    assert sorted(send.ids) == [cid(i) for i in range(2, 7)]
+    cmds = resumed.handle(JoinAnswered(send.batch_id, [Outcome.JOINED if i == cid(6) else Outcome.ALREADY_JOINED
+                                                       for i in send.ids], clock.advance(1)))
+    s = resumed.statistics()
+    assert (s.joined, s.already_joined, s.duplicates_prevented) == (2, 4, 5)
+    assert resumed.unresolved_ids() == set()
+    assert of(resumed.handle(StopRequested(clock.advance(1))), Checkpoint)[0].snapshot["events"] == []
+
+
+def test_checkpoints_come_at_most_once_per_interval():
+    clock = FakeClock()
+    st = state()
+    assert of(st.handle(LinesRead([chunk([line(1)])], clock.now_us())), Checkpoint)
+    assert of(st.handle(LinesRead([chunk([line(2)], start=100)], clock.advance(100_000))), Checkpoint) == []
+    assert of(st.handle(TimePassed(clock.advance(100_000))), Checkpoint)
+    assert of(st.handle(TimePassed(clock.advance(300_000))), Checkpoint) == []
+
+
+def test_caught_up_only_when_the_scan_was_empty_and_nothing_is_unresolved():
+    clock = FakeClock()
+    st = state()
+    assert not st.caught_up
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], clock.now_us())), SendBatch)
+    st.handle(LinesRead([], clock.advance(10)))
+    assert not st.caught_up and st.statistics().scan_at_us == clock.now_us()
+    st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], clock.advance(10)))
+    assert not st.caught_up and st.statistics().retry_queue == 1
+    clock.set(st.next_due_us())
+    [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(10)))
+    assert st.caught_up
+    st.handle(LinesRead([chunk([line(2)], start=100)], clock.advance(10)))
+    assert not st.caught_up
+
+
+def test_latency_percentiles():
+    assert percentiles_ms([]) == {}
+    assert percentiles_ms([i * 1000 for i in range(1, 101)]) == {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+    clock = FakeClock()
+    st = state()
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], clock.now_us())), SendBatch)
+    st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(12_000)))
+    assert st.statistics().join_latency_ms == {"p50": 12.0, "p90": 12.0, "p99": 12.0}
+
+
+def test_unknown_checkpoint_format_is_refused():
+    with pytest.raises(ValueError, match="format"):
+        state(restore={"format": 99, "offsets": {}, "events": []})
