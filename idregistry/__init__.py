@@ -1,0 +1,36 @@
+"""The IdRegistry: which event ids have been joined, replicated by Raft (pysyncobj), one group per shard.
+
+Front door for other rooms and the launcher:
+
+* :class:`RegistryClient` / :func:`connect` to look ids up and commit them (``memory://`` gives the
+  in-process :class:`InMemoryRegistry` twin for unit tests);
+* :func:`registry_processes` / :func:`registry_endpoints` for the launcher;
+* :func:`serve` to run one replica in this process; :func:`registry_command` for ``photon registry``.
+"""
+from __future__ import annotations
+
+from idregistry._cli import registry_command
+from idregistry._client import ClientStatistics, RegistryClient, RegistryUnavailable
+from idregistry._layout import ProcessSpec, registry_endpoints, registry_processes
+from idregistry._memory import InMemoryRegistry, shared_memory_registry
+from idregistry._serve import serve
+from idregistry._server import ReplicaSpec
+from idregistry._state import CommitResult
+from idregistry.config import RegistryConfig
+
+MEMORY_URL = "memory://"
+
+
+def connect(endpoints: list[str] | str) -> RegistryClient | InMemoryRegistry:
+    """A registry client for ``["host:port", ...]`` (or one ``"host:port"``, or a comma-separated list);
+    ``"memory://"`` returns the process-wide :class:`InMemoryRegistry`."""
+    if isinstance(endpoints, str):
+        if endpoints.startswith(MEMORY_URL):
+            return shared_memory_registry()
+        endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
+    return RegistryClient(list(endpoints))
+
+
+__all__ = ["ClientStatistics", "CommitResult", "InMemoryRegistry", "ProcessSpec", "RegistryClient", "RegistryConfig",
+           "RegistryUnavailable", "ReplicaSpec", "connect", "registry_command", "registry_endpoints",
+           "registry_processes", "serve"]

@@ -1,0 +1,145 @@
+"""Server-side batching: RPC handlers enqueue operations; one registry thread drains the queue into one
+replicated command and answers every request when Raft has applied it.
+
+Up to ``max_in_flight`` commands are handed to Raft at once (pipelining): while they travel, new requests
+pile up in the queue and leave together as the next command. There is no minimum batch size and no
+timer: an idle registry submits a lone request at once.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from idregistry._state import OP_COMMIT
+
+SUCCESS = 0
+
+
+class Rejected(Exception):
+    """Raft did not apply the command. ``overloaded`` is true when its queue was full (back off)."""
+
+    def __init__(self, reason: int, overloaded: bool) -> None:
+        super().__init__(f"replicated command failed (pysyncobj reason {reason})")
+        self.reason = reason
+        self.overloaded = overloaded
+
+
+class _Pending:
+    __slots__ = ("op", "size", "done", "result", "error")
+
+    def __init__(self, op, size: int) -> None:
+        self.op = op
+        self.size = size
+        self.done = threading.Event()
+        self.result = None
+        self.error: Exception | None = None
+
+
+@dataclass
+class BatcherStats:
+    commands: int = 0
+    ops: int = 0
+    ids: int = 0
+    in_flight: int = 0
+    batch_ids_histogram: Counter = field(default_factory=Counter)   # power-of-two bucket -> commands
+
+
+class Batcher:
+    """``run(op, size)`` blocks until ``op`` has been applied and returns its result, or raises
+    :class:`Rejected` / ``TimeoutError``. ``submit(ops, callback)`` replicates one command (the Raft
+    member's method); ``is_overloaded(reason)`` says whether a failure means "queue full"."""
+
+    def __init__(self, submit, is_overloaded, max_in_flight: int = 4, max_ids_per_command: int = 20000,
+                 name: str = "registry-batcher") -> None:
+        self._submit = submit
+        self._is_overloaded = is_overloaded
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._slots = threading.Semaphore(max_in_flight)
+        self._max_ids = max_ids_per_command
+        self._closed = False
+        self._lock = threading.Lock()
+        self.stats = BatcherStats()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, op, size: int, timeout: float = 10.0):
+        if self._closed:
+            raise Rejected(-1, overloaded=False)
+        p = _Pending(op, size)
+        self._queue.put(p)
+        if not p.done.wait(timeout):
+            raise TimeoutError(f"registry command not applied within {timeout} s")
+        if p.error is not None:
+            raise p.error
+        return p.result
+
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        while True:   # fail whatever is left so no handler waits for its timeout
+            try:
+                p = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if p is not None:
+                p.error = Rejected(-1, overloaded=False)
+                p.done.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._slots.acquire()
+            first = self._queue.get()
+            if first is None:
+                return
+            batch, ids = [first], first.size
+            while ids < self._max_ids:
+                try:
+                    p = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if p is None:
+                    self._closed = True
+                    break
+                batch.append(p)
+                ids += p.size
+            self._send(batch, ids)
+            if self._closed:
+                return
+
+    def _send(self, batch: list[_Pending], ids: int) -> None:
+        with self._lock:
+            self.stats.commands += 1
+            self.stats.ops += len(batch)
+            self.stats.ids += ids
+            self.stats.in_flight += 1
+            self.stats.batch_ids_histogram[1 << max(0, ids - 1).bit_length()] += 1
+
+        def done(results, error) -> None:
+            with self._lock:
+                self.stats.in_flight -= 1
+            self._slots.release()
+            if error == SUCCESS:
+                for p, r in zip(batch, results):
+                    p.result = r
+                    p.done.set()
+                return
+            failure = Rejected(error, overloaded=self._is_overloaded(error))
+            for p in batch:
+                p.error = failure
+                p.done.set()
+
+        try:
+            self._submit([p.op for p in batch], done)
+        except Exception:   # the Raft member is gone (shutting down)
+            done(None, -1)
+
+
+def op_size(op) -> int:
+    """How many ids an operation carries (for batch sizing)."""
+    return len(op[2]) if op[0] == OP_COMMIT else 1

@@ -1,0 +1,320 @@
+"""The registry client: routes ids to shards by the cached sharding config, sends commits to each shard's
+leader (following redirects), reads from any replica, and retries through tenacity.
+
+Thread-safe: one client may be shared by every thread of a process. Retrying a commit always reuses the
+caller's token, so a commit whose reply was lost is answered ``OK`` on retry, never ``ALREADY_EXISTS``.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import grpc
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+
+from idregistry import registry_pb2 as pb
+from idregistry import registry_pb2_grpc as pb_grpc
+from photon import BadEventId
+from idregistry._state import CommitResult, Sharding, validate_ids
+
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+             grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+             grpc.StatusCode.INTERNAL}
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20), ("grpc.max_send_message_length", 64 * 2**20),
+                   ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500),
+                   ("grpc.min_reconnect_backoff_ms", 50)]
+
+
+class RegistryUnavailable(Exception):
+    """No replica could answer within the client's retry budget."""
+
+
+class _Retry(Exception):
+    """One attempt failed in a way worth retrying (after a back-off)."""
+
+
+@dataclass(frozen=True)
+class ClientStatistics:
+    commits: int
+    ids_committed: int
+    ids_too_old: int
+    lookups: int
+    retries: int
+    redirects: int
+    sharding_refreshes: int
+    sharding_version: int
+
+
+class RegistryClient:
+    """``RegistryClient(["host:port", ...])``: any subset of replica addresses bootstraps it.
+
+    ``lookup`` and ``commit`` return one result per id, in order. ``commit`` never returns WRONG_SHARD:
+    it refreshes the sharding config and resends those ids. Raises :class:`RegistryUnavailable` when the
+    shard cannot be reached within ``retry_timeout_s``; ``ValueError`` for malformed ids.
+    """
+
+    def __init__(self, endpoints: list[str], retry_timeout_s: float = 30.0, rpc_timeout_s: float = 15.0) -> None:
+        if isinstance(endpoints, str):
+            endpoints = [endpoints]
+        if not endpoints:
+            raise ValueError("RegistryClient needs at least one registry endpoint")
+        self._bootstrap = list(endpoints)
+        self._retry_timeout_s = retry_timeout_s
+        self._rpc_timeout_s = rpc_timeout_s
+        self._lock = threading.Lock()
+        self._channels: dict[str, tuple[grpc.Channel, pb_grpc.RegistryStub]] = {}
+        self._leaders: dict[int, str] = {}
+        self._next_reader: dict[int, int] = defaultdict(int)
+        self._sharding: Sharding | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._counts = defaultdict(int)
+
+    # ---- plumbing ----------------------------------------------------------------------------------
+
+    def _stub(self, address: str) -> pb_grpc.RegistryStub:
+        with self._lock:
+            if self._closed:
+                raise RegistryUnavailable("registry client is closed")
+            entry = self._channels.get(address)
+            if entry is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                entry = self._channels[address] = (channel, pb_grpc.RegistryStub(channel))
+            return entry[1]
+
+    def _retrying(self) -> Retrying:
+        return Retrying(stop=stop_after_delay(self._retry_timeout_s), reraise=True,
+                        wait=wait_exponential_jitter(multiplier=0.02, max=1.0, jitter=0.05),
+                        retry=retry_if_exception_type(_Retry),
+                        before_sleep=lambda _: self._count("retries"))
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def _with_retries(self, attempt):
+        try:
+            for tried in self._retrying():
+                with tried:
+                    return attempt()
+        except _Retry as e:
+            raise RegistryUnavailable(f"registry unavailable after {self._retry_timeout_s} s: {e}") from None
+
+    def _rpc(self, address: str, method: str, request):
+        try:
+            return getattr(self._stub(address), method)(request, timeout=self._rpc_timeout_s)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise ValueError(e.details()) from None
+            if e.code() in RETRYABLE:
+                raise _Retry(f"{method} to {address}: {e.code().name} {e.details()}") from None
+            raise
+
+    # ---- the sharding config ------------------------------------------------------------------------
+
+    def sharding(self, refresh: bool = False) -> Sharding:
+        """The cached sharding config (fetched on first use and whenever a server says WRONG_SHARD)."""
+        if self._sharding is not None and not refresh:
+            return self._sharding
+        known = self._sharding
+        candidates = list(known.endpoints.get(0, [])) + self._bootstrap if known else list(self._bootstrap)
+
+        def fetch():
+            errors = []
+            for address in dict.fromkeys(candidates):
+                try:
+                    reply = self._rpc(address, "GetSharding", pb.ShardingRequest())
+                except _Retry as e:
+                    errors.append(str(e))
+                    continue
+                got = Sharding.from_dict(json.loads(reply.sharding_json))
+                if known is None or got.version >= known.version:
+                    return got
+            raise _Retry("; ".join(errors) or "no replica had a newer sharding config")
+
+        got = self._with_retries(fetch)
+        with self._lock:
+            if self._sharding is None or got.version >= self._sharding.version:
+                self._sharding = got
+            self._counts["sharding_refreshes"] += 1
+        return self._sharding
+
+    @staticmethod
+    def _check(ids: list[str]) -> None:
+        try:
+            validate_ids(ids)
+        except BadEventId as e:
+            raise ValueError(str(e)) from None
+
+    def _group(self, ids: list[str]) -> dict[int, list[int]]:
+        sharding = self.sharding()
+        groups: dict[int, list[int]] = defaultdict(list)
+        for n, event_id in enumerate(ids):
+            groups[sharding.shard_for(event_id)].append(n)
+        return groups
+
+    def _replicas(self, shard: int) -> list[str]:
+        sharding = self.sharding()
+        found = sharding.endpoints.get(shard)
+        if not found:
+            raise RegistryUnavailable(f"sharding config v{sharding.version} names no replicas for shard {shard}")
+        return list(found)
+
+    def _map_shards(self, fn, groups: dict[int, list[int]]):
+        if len(groups) <= 1:
+            return [fn(shard, idx) for shard, idx in groups.items()]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="registry-client")
+        return list(self._pool.map(lambda item: fn(*item), groups.items()))
+
+    # ---- reads -------------------------------------------------------------------------------------
+
+    def lookup(self, ids: list[str]) -> list[bool]:
+        """Whether each id is held; any replica may answer, so a just-committed id can read absent."""
+        self._check(ids)
+        out: list[bool] = [False] * len(ids)
+        pending = list(range(len(ids)))
+        for _ in range(10):
+            if not pending:
+                break
+            sub = [ids[i] for i in pending]
+            groups = self._group(sub)
+            moved: list[int] = []
+
+            def one(shard, idx, sub=sub):
+                reply = self._with_retries(lambda: self._lookup_once(shard, [sub[i] for i in idx]))
+                wrong = set(reply.wrong_shard)
+                for k, i in enumerate(idx):
+                    if k in wrong:
+                        moved.append(pending[i])
+                    else:
+                        out[pending[i]] = reply.present[k]
+
+            self._map_shards(one, groups)
+            if moved:
+                self.sharding(refresh=True)
+            pending = sorted(moved)
+        self._count("lookups")
+        return out
+
+    def _lookup_once(self, shard: int, ids: list[str]):
+        replicas = self._replicas(shard)
+        with self._lock:
+            start = self._next_reader[shard] = (self._next_reader[shard] + 1) % len(replicas)
+        errors = []
+        for k in range(len(replicas)):
+            address = replicas[(start + k) % len(replicas)]
+            try:
+                return self._rpc(address, "Lookup", pb.LookupRequest(ids=ids))
+            except _Retry as e:
+                errors.append(str(e))
+        raise _Retry("; ".join(errors))
+
+    # ---- leader calls ------------------------------------------------------------------------------
+
+    def _leader_call(self, shard: int, method: str, request):
+        """Send to the shard's leader, following redirects; ``_Retry`` when none answered."""
+        replicas = self._replicas(shard)
+        guess = self._leaders.get(shard)
+        order = ([guess] if guess else []) + [r for r in replicas if r != guess]
+        errors = []
+        tried = set()
+        while order:
+            address = order.pop(0)
+            if address in tried:
+                continue
+            tried.add(address)
+            try:
+                reply = self._rpc(address, method, request)
+            except _Retry as e:
+                errors.append(str(e))
+                continue
+            if not reply.redirect:
+                self._leaders[shard] = address
+                return reply
+            self._count("redirects")
+            if reply.redirect != "?" and reply.redirect not in tried:
+                order.insert(0, reply.redirect)
+            errors.append(f"{address} is not the leader of shard {shard}")
+        self._leaders.pop(shard, None)
+        raise _Retry("; ".join(errors) or f"no replica of shard {shard} answered")
+
+    def commit(self, ids: list[str], token: str) -> list[CommitResult]:
+        """Insert each id iff absent under ``token``: OK (inserted now or earlier with this token),
+        ALREADY_EXISTS (held under another token) or TOO_OLD (below the GC boundary: skip the event)."""
+        self._check(ids)
+        out: list[CommitResult | None] = [None] * len(ids)
+        pending = list(range(len(ids)))
+        for _ in range(20):
+            if not pending:
+                break
+            sub = [ids[i] for i in pending]
+            moved: list[int] = []
+
+            def one(shard, idx, sub=sub):
+                request = pb.CommitRequest(ids=[sub[i] for i in idx], token=token)
+                reply = self._with_retries(lambda: self._leader_call(shard, "Commit", request))
+                for k, i in enumerate(idx):
+                    code = reply.results[k]
+                    if code == CommitResult.WRONG_SHARD:
+                        moved.append(pending[i])
+                    else:
+                        out[pending[i]] = CommitResult(code)
+
+            self._map_shards(one, self._group(sub))
+            if moved:
+                self.sharding(refresh=True)
+            pending = sorted(moved)
+        if pending:
+            raise RegistryUnavailable(f"{len(pending)} ids kept landing on the wrong shard")
+        too_old = sum(1 for r in out if r == CommitResult.TOO_OLD)
+        with self._lock:
+            self._counts["commits"] += 1
+            self._counts["ids_committed"] += len(ids) - too_old
+            self._counts["ids_too_old"] += too_old
+        return out
+
+    # ---- seeing it ---------------------------------------------------------------------------------
+
+    def status(self) -> list[dict]:
+        """One dict per replica of every shard (``{"address", "error"}`` for one that did not answer)."""
+        sharding = self.sharding(refresh=True)
+        out = []
+        for shard in sorted(sharding.endpoints):
+            for replica, address in enumerate(sharding.endpoints[shard]):
+                try:
+                    reply = self._stub(address).Status(pb.StatusRequest(), timeout=2.0)
+                    out.append(json.loads(reply.status_json))
+                except grpc.RpcError as e:
+                    out.append({"shard": shard, "replica": replica, "address": address,
+                                "error": f"{e.code().name}: {e.details()}"})
+        return out
+
+    def statistics(self) -> ClientStatistics:
+        with self._lock:
+            c = dict(self._counts)
+        return ClientStatistics(commits=c.get("commits", 0), ids_committed=c.get("ids_committed", 0),
+                                ids_too_old=c.get("ids_too_old", 0), lookups=c.get("lookups", 0),
+                                retries=c.get("retries", 0), redirects=c.get("redirects", 0),
+                                sharding_refreshes=c.get("sharding_refreshes", 0),
+                                sharding_version=self._sharding.version if self._sharding else -1)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels, self._channels = list(self._channels.values()), {}
+            pool, self._pool = self._pool, None
+        for channel, _ in channels:
+            channel.close()
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

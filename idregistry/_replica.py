@@ -1,0 +1,136 @@
+"""One shard replica's Raft member: a pysyncobj group whose only replicated method applies a batch of
+registry operations to the :class:`~idregistry._state.ShardState`.
+
+pysyncobj settings (see docs/registry.md for the measurements behind them):
+
+* ``appendEntriesUseBatch=False``: the leader sends a new entry at once (a pipe wakes its poller) instead
+  of waiting for the next append-entries tick, so a commit costs one round trip, not a tick.
+* ``appendEntriesBatchSizeBytes`` large: one message carries every pending entry (pipelining), and
+  pysyncobj never splits an entry into chunks.
+* Journal (``journalFile``) and snapshots (``fullDumpFile``) in the replica's data dir; snapshots are
+  written by a forked child (``useFork``), so compaction never stalls the Raft thread.
+* ``commandsQueueSize`` bounded: a full queue fails the command with QUEUE_FULL, which clients see as
+  RESOURCE_EXHAUSTED and back off from.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from idregistry._state import ShardState
+
+# pysyncobj's failure reasons, grouped by what the caller should do about them.
+QUEUE_FULL_REASONS = frozenset({FAIL_REASON.QUEUE_FULL})
+
+
+@dataclass(frozen=True)
+class RaftSettings:
+    """The pysyncobj knobs the registry sets; defaults suit replicas on one LAN or one host."""
+    commands_queue: int = 256
+    append_entries_period_s: float = 0.1
+    raft_min_timeout_s: float = 1.0
+    raft_max_timeout_s: float = 2.0
+    connection_retry_s: float = 0.5
+    leader_fallback_s: float = 3.0
+    log_compaction_min_entries: int = 20000
+    log_compaction_min_time_s: float = 300.0
+
+    def conf(self, data_dir: Path) -> SyncObjConf:
+        return SyncObjConf(
+            appendEntriesUseBatch=False,
+            appendEntriesBatchSizeBytes=2 ** 26,
+            sendBufferSize=2 ** 22,
+            recvBufferSize=2 ** 22,
+            commandsQueueSize=self.commands_queue,
+            appendEntriesPeriod=self.append_entries_period_s,
+            raftMinTimeout=self.raft_min_timeout_s,
+            raftMaxTimeout=self.raft_max_timeout_s,
+            connectionTimeout=max(3.5, self.raft_max_timeout_s * 1.5),
+            connectionRetryTime=self.connection_retry_s,
+            leaderFallbackTimeout=self.leader_fallback_s,
+            logCompactionMinEntries=self.log_compaction_min_entries,
+            logCompactionMinTime=self.log_compaction_min_time_s,
+            journalFile=str(data_dir / "raft.journal"),
+            fullDumpFile=str(data_dir / "raft.snapshot"),
+            useFork=True,
+            dynamicMembershipChange=False,
+            commandsWaitLeader=False,
+        )
+
+
+class _StateConsumer(SyncObjConsumer):
+    """Holds the replicated state; pysyncobj snapshots the attributes set after ``__init__``."""
+
+    def __init__(self, state: ShardState, on_applied) -> None:
+        super().__init__()
+        self.state = state
+        self._on_applied = on_applied
+
+    def _serialize(self):
+        return {"state": self.state}
+
+    def _deserialize(self, data) -> None:
+        self.state = data["state"]
+
+    @replicated
+    def apply(self, ops):
+        results = self.state.apply(ops)
+        self._on_applied(ops)
+        return results
+
+
+class RaftReplica:
+    """A running Raft member of one shard. ``submit(ops, callback)`` replicates one command; the callback
+    runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
+
+    def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: ShardState,
+                 settings: RaftSettings | None = None, on_applied=None) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
+        self.self_addr = self_addr
+        self._consumer = _StateConsumer(state, on_applied or (lambda ops: None))
+        self.settings = settings or RaftSettings()
+        others = [p for p in peers if p != self_addr]
+        self._sync = SyncObj(self_addr, others, conf=self.settings.conf(data_dir), consumers=[self._consumer])
+        self._destroyed = threading.Event()
+
+    @property
+    def state(self) -> ShardState:
+        return self._consumer.state
+
+    def submit(self, ops, callback) -> None:
+        self._consumer.apply(ops, callback=callback)
+
+    def is_leader(self) -> bool:
+        return self._sync._isLeader()
+
+    def leader(self) -> str | None:
+        node = self._sync._getLeader()
+        return None if node is None else node.address
+
+    def raft_status(self) -> dict:
+        return self._sync.getStatus()
+
+    def journal_path(self) -> str:
+        return str(self.data_dir / "raft.journal")
+
+    def add_tick_callback(self, callback) -> None:
+        self._sync.addOnTickCallback(callback)
+
+    def destroy(self) -> None:
+        if not self._destroyed.is_set():
+            self._destroyed.set()
+            self._sync.destroy()
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's dirty pages (also those written through a shared mmap) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,318 @@
+"""The replicated state of one registry shard, and the pure batch resolution that changes it.
+
+Nothing here touches sockets, threads or clocks: the server hands in *operations* (already ordered by
+Raft) and gets decisions back. Every replica applies the same operations in the same order, so every
+replica holds the same state; that is the whole replication contract.
+
+Operations (tuples, the first item names the kind; they travel pickled inside one Raft command):
+
+* ``(OP_COMMIT, token, ids)``: insert each id iff absent. Result: ``bytes`` with one
+  :class:`CommitResult` per id. Within one command, operations apply in order, so the first writer of
+  an id wins; a later commit of the same id with the same token is ``OK`` (a retry), with another token
+  ``ALREADY_EXISTS``.
+* ``(OP_ADVANCE_GC, boundary_us)``: ids with a timestamp below the boundary are forgotten and answered
+  ``TOO_OLD``. The boundary never goes back: an older boundary is ignored. Result: the boundary in force.
+* ``(OP_CLEAR_TOKENS, ids)``: drop the tokens of ids known to be in the output (the ids stay).
+  Result: how many tokens were cleared.
+* ``(OP_DELETE, id, expected_token)``: remove the id only if its token still matches. Result: ``bool``.
+* ``(OP_SET_SHARDING, sharding)``: replace the sharding config (shard 0 holds the authoritative copy).
+  Result: ``None``.
+
+Storage: ids are kept per time bucket (``bucket_us`` wide), inside a bucket per ``<server_ip>:<pid>``
+prefix, as two parallel typed arrays sorted by timestamp offset (4 bytes) with a token number (4 bytes)
+each. Ids of one process are strictly increasing, so inserts are appends almost always; garbage
+collection drops whole buckets. That is about 8 bytes per held id plus a small per-(bucket, process) cost.
+"""
+from __future__ import annotations
+
+import enum
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+import mmh3
+
+from photon import BadEventId, id_timestamp_us
+
+OP_COMMIT = 0
+OP_ADVANCE_GC = 1
+OP_CLEAR_TOKENS = 2
+OP_DELETE = 3
+OP_SET_SHARDING = 4
+
+NO_TOKEN = 0                   # token number of an id whose token was cleared
+MAX_BUCKET_US = 3600 * 10**6   # offsets inside a bucket must fit in 32 bits
+TIMESTAMP_SUFFIX = 17          # ":" + 16 digits
+
+
+class CommitResult(enum.IntEnum):
+    """One per committed id. ``WRONG_SHARD`` never reaches callers of the client: it refreshes and retries."""
+    OK = 0
+    ALREADY_EXISTS = 1
+    TOO_OLD = 2
+    WRONG_SHARD = 3
+
+
+_OK = bytes([CommitResult.OK])
+_EXISTS = bytes([CommitResult.ALREADY_EXISTS])
+_TOO_OLD = bytes([CommitResult.TOO_OLD])
+
+
+def split_id(event_id: str) -> tuple[str, int]:
+    """``(prefix, timestamp_us)`` of an id; raises :class:`photon.BadEventId` naming it when malformed."""
+    ts = id_timestamp_us(event_id)
+    prefix = event_id[:-TIMESTAMP_SUFFIX]
+    if ":" not in prefix or not prefix.rpartition(":")[2].isdigit() or prefix.startswith(":"):
+        raise BadEventId(f"event id {event_id!r} is not <server_ip>:<process_id>:<timestamp_us>")
+    return prefix, ts
+
+
+def shard_of(event_id: str, n_shards: int) -> int:
+    """``mmh3(id) mod n``: the shard an id belongs to among ``n_shards``."""
+    return 0 if n_shards == 1 else mmh3.hash(event_id, signed=False) % n_shards
+
+
+def validate_ids(ids) -> None:
+    """Raise :class:`photon.BadEventId` naming the first malformed id."""
+    for event_id in ids:
+        split_id(event_id)
+
+
+def bucket_width_us(gc_after_s: float) -> int:
+    """Bucket width for a GC horizon: about an eighth of it, between 1 ms and an hour."""
+    return int(min(MAX_BUCKET_US, max(1000, gc_after_s * 1e6 / 8)))
+
+
+class _Run:
+    """The ids of one process inside one bucket: sorted offsets and their token numbers."""
+    __slots__ = ("offsets", "tokens")
+
+    def __init__(self) -> None:
+        self.offsets = array("I")
+        self.tokens = array("I")
+
+    def find(self, offset: int) -> int:
+        """Index of ``offset`` or -1."""
+        offsets = self.offsets
+        if offsets and offsets[-1] == offset:
+            return len(offsets) - 1
+        i = bisect_left(offsets, offset)
+        return i if i < len(offsets) and offsets[i] == offset else -1
+
+    def insert(self, offset: int, token: int) -> None:
+        offsets = self.offsets
+        if not offsets or offsets[-1] < offset:
+            offsets.append(offset)
+            self.tokens.append(token)
+        else:
+            i = bisect_left(offsets, offset)
+            offsets.insert(i, offset)
+            self.tokens.insert(i, token)
+
+    def remove(self, i: int) -> None:
+        del self.offsets[i]
+        del self.tokens[i]
+
+    def __getstate__(self):
+        return (self.offsets.tobytes(), self.tokens.tobytes())
+
+    def __setstate__(self, state) -> None:
+        self.offsets = array("I")
+        self.offsets.frombytes(state[0])
+        self.tokens = array("I")
+        self.tokens.frombytes(state[1])
+
+
+@dataclass
+class Sharding:
+    """The timestamp-based sharding config: ``epochs`` is ``[(start_us, n_shards), ...]`` by start time;
+    an epoch lasts until the next one starts. ``endpoints[shard]`` lists the gRPC addresses of its replicas.
+    ``version`` grows with every change."""
+    epochs: list = field(default_factory=lambda: [(0, 1)])
+    endpoints: dict = field(default_factory=dict)
+    version: int = 0
+
+    def shards_at(self, timestamp_us: int) -> int:
+        n = self.epochs[0][1]
+        for start, count in self.epochs:
+            if start > timestamp_us:
+                break
+            n = count
+        return n
+
+    def max_shards(self) -> int:
+        return max(n for _, n in self.epochs)
+
+    def shard_for(self, event_id: str) -> int:
+        """The shard holding ``event_id`` under this config (forever: epochs only ever start later)."""
+        return shard_of(event_id, self.shards_at(int(event_id[-16:])))
+
+    def wrong_shard(self, shard: int, ids) -> list[int]:
+        """Indexes of the ids that do not belong to ``shard``."""
+        if len(self.epochs) == 1 and self.epochs[0][1] == 1:
+            return [] if shard == 0 else list(range(len(ids)))
+        return [i for i, event_id in enumerate(ids) if self.shard_for(event_id) != shard]
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Sharding":
+        return cls(epochs=[(int(a), int(b)) for a, b in d["epochs"]], version=int(d["version"]),
+                   endpoints={int(k): list(v) for k, v in d.get("endpoints", {}).items()})
+
+    def as_dict(self) -> dict:
+        return {"epochs": [list(e) for e in self.epochs], "version": self.version,
+                "endpoints": {str(k): list(v) for k, v in self.endpoints.items()}}
+
+
+class ShardState:
+    """The ids one shard holds. Change it only through :meth:`apply`; read it with :meth:`lookup`.
+
+    Reads may run in other threads while :meth:`apply` runs (a read can miss an id being inserted at that
+    moment; it never sees a half-made entry), because every mutation is a single append/insert on an array
+    or a dict assignment.
+    """
+
+    def __init__(self, shard: int = 0, bucket_us: int = MAX_BUCKET_US) -> None:
+        if not 0 < bucket_us <= MAX_BUCKET_US:
+            raise ValueError(f"bucket_us must be in (0, {MAX_BUCKET_US}], got {bucket_us}")
+        self.shard = shard
+        self.bucket_us = bucket_us
+        self.buckets: dict[int, dict[str, _Run]] = {}
+        self.token_names: list[str] = [""]
+        self.token_numbers: dict[str, int] = {}
+        self.gc_boundary_us = 0
+        self.ids_held = 0
+        self.sharding = Sharding()
+        self.sharding_set = False
+
+    # ---- reads -------------------------------------------------------------------------------------
+
+    def _locate(self, event_id: str) -> tuple[_Run | None, int, int]:
+        """``(run, index or -1, timestamp)``; run is None when the bucket or process is unknown."""
+        prefix, ts = split_id(event_id)
+        bucket = self.buckets.get(ts // self.bucket_us)
+        run = bucket.get(prefix) if bucket is not None else None
+        if run is None:
+            return None, -1, ts
+        return run, run.find(ts % self.bucket_us), ts
+
+    def contains(self, event_id: str) -> bool:
+        run, i, ts = self._locate(event_id)
+        return i >= 0 and ts >= self.gc_boundary_us
+
+    def lookup(self, ids) -> list[bool]:
+        """Whether each id is held (ids below the GC boundary are reported absent)."""
+        return [self.contains(i) for i in ids]
+
+    def token_of(self, event_id: str) -> str | None:
+        """The token of a held id ("" once cleared), or None when absent."""
+        run, i, ts = self._locate(event_id)
+        if i < 0 or ts < self.gc_boundary_us:
+            return None
+        return self.token_names[run.tokens[i]]
+
+    def entries(self):
+        """Every held ``(id, token, timestamp_us)`` in bucket and process order (a snapshot per bucket)."""
+        for b in sorted(self.buckets):
+            base = b * self.bucket_us
+            for prefix, run in list(self.buckets.get(b, {}).items()):
+                offsets, tokens = array("I", run.offsets), array("I", run.tokens)
+                for off, tok in zip(offsets, tokens):
+                    ts = base + off
+                    if ts >= self.gc_boundary_us:
+                        yield f"{prefix}:{ts:016d}", self.token_names[tok], ts
+
+    def approx_bytes(self) -> int:
+        """Bytes held by the id arrays and their per-process/bucket overhead (not the interpreter)."""
+        total = 0
+        for bucket in self.buckets.values():
+            total += 64 + len(bucket) * 48
+            for prefix, run in bucket.items():
+                total += 49 + len(prefix) + 56 + 2 * (64 + run.offsets.buffer_info()[1] * 4)
+        return total
+
+    # ---- the one way to change it ------------------------------------------------------------------
+
+    def apply(self, ops) -> list:
+        """Apply one replicated command (a sequence of operations) in order; one result per operation."""
+        out = []
+        for op in ops:
+            kind = op[0]
+            if kind == OP_COMMIT:
+                out.append(self._commit(op[1], op[2]))
+            elif kind == OP_ADVANCE_GC:
+                out.append(self._advance_gc(op[1]))
+            elif kind == OP_CLEAR_TOKENS:
+                out.append(self._clear_tokens(op[1]))
+            elif kind == OP_DELETE:
+                out.append(self._delete(op[1], op[2]))
+            elif kind == OP_SET_SHARDING:
+                out.append(self._set_sharding(op[1]))
+            else:
+                raise ValueError(f"unknown registry operation {kind!r}")
+        return out
+
+    def _token_number(self, token: str) -> int:
+        n = self.token_numbers.get(token)
+        if n is None:
+            n = self.token_numbers[token] = len(self.token_names)
+            self.token_names.append(token)
+        return n
+
+    def _commit(self, token: str, ids) -> bytes:
+        number = self._token_number(token)
+        boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
+        results = bytearray()
+        for event_id in ids:
+            ts = int(event_id[-16:])
+            if ts < boundary:
+                results += _TOO_OLD
+                continue
+            prefix = event_id[:-TIMESTAMP_SUFFIX]
+            b = ts // width
+            bucket = buckets.get(b)
+            if bucket is None:
+                bucket = buckets[b] = {}
+            run = bucket.get(prefix)
+            if run is None:
+                run = bucket[prefix] = _Run()
+            off = ts - b * width
+            i = run.find(off)
+            if i < 0:
+                run.insert(off, number)
+                self.ids_held += 1
+                results += _OK
+            elif run.tokens[i] == number:
+                results += _OK
+            else:
+                results += _EXISTS
+        return bytes(results)
+
+    def _advance_gc(self, boundary_us: int) -> int:
+        if boundary_us > self.gc_boundary_us:
+            self.gc_boundary_us = boundary_us
+            last_dropped = boundary_us // self.bucket_us   # buckets wholly below the boundary
+            for b in [b for b in self.buckets if b < last_dropped]:
+                bucket = self.buckets.pop(b)
+                self.ids_held -= sum(len(run.offsets) for run in bucket.values())
+        return self.gc_boundary_us
+
+    def _clear_tokens(self, ids) -> int:
+        cleared = 0
+        for event_id in ids:
+            run, i, ts = self._locate(event_id)
+            if i >= 0 and run.tokens[i] != NO_TOKEN:
+                run.tokens[i] = NO_TOKEN
+                cleared += 1
+        return cleared
+
+    def _delete(self, event_id: str, expected_token: str) -> bool:
+        run, i, ts = self._locate(event_id)
+        if i < 0 or ts < self.gc_boundary_us or self.token_names[run.tokens[i]] != expected_token:
+            return False
+        run.remove(i)
+        self.ids_held -= 1
+        return True
+
+    def _set_sharding(self, sharding: Sharding) -> None:
+        self.sharding = sharding
+        self.sharding_set = True
