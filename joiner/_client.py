@@ -1,0 +1,87 @@
+"""The typed client of the joiner service."""
+from __future__ import annotations
+
+import concurrent.futures
+
+import grpc
+import orjson
+
+from joiner import joiner_pb2 as pb
+from joiner import joiner_pb2_grpc as pb_grpc
+from joiner._state import OUTCOMES, Outcome
+
+MAX_MESSAGE_BYTES = 64 << 20
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+
+
+class JoinerUnavailable(RuntimeError):
+    """The joiner could not answer (down, timed out, refused the request); the message names the address
+    and the gRPC status. The events' fate is unknown: retry them (a retry never duplicates output)."""
+
+
+class JoinerClient:
+    """Sends batches of foreign events to the joiner at ``address`` (``host:port``). Thread-safe.
+
+    ``ids[i]``, ``ref_ids[i]`` and ``raws[i]`` (the raw log line, no newline) describe the i-th event; the
+    answer is one :class:`Outcome` per event, in order. No retries inside: the dispatcher owns retrying.
+    """
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.JoinerStub(self._channel)
+
+    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], timeout: float = 30.0) -> list[Outcome]:
+        try:
+            resp = self._stub.Join(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws), timeout=timeout)
+        except grpc.RpcError as e:
+            raise self._unavailable(e) from None
+        return self._outcomes(resp, len(ids))
+
+    def join_future(self, ids: list[str], ref_ids: list[str], raws: list[bytes],
+                    timeout: float = 30.0) -> concurrent.futures.Future:
+        """Like :meth:`join` without blocking: the future resolves to the outcomes or raises
+        :class:`JoinerUnavailable`."""
+        result: concurrent.futures.Future = concurrent.futures.Future()
+        n = len(ids)
+        call = self._stub.Join.future(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws), timeout=timeout)
+
+        def done(call) -> None:
+            try:
+                outcomes = self._outcomes(call.result(), n)
+            except grpc.RpcError as e:
+                result.set_exception(self._unavailable(e))
+            except (JoinerUnavailable, grpc.FutureCancelledError) as e:
+                result.set_exception(e if isinstance(e, JoinerUnavailable)
+                                     else JoinerUnavailable(f"joiner {self.address}: call cancelled"))
+            else:
+                result.set_result(outcomes)
+
+        call.add_done_callback(done)
+        return result
+
+    def status(self) -> dict:
+        try:
+            resp = self._stub.Status(pb.StatusRequest(), timeout=10.0)
+        except grpc.RpcError as e:
+            raise self._unavailable(e) from None
+        return orjson.loads(resp.json)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> JoinerClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _outcomes(self, resp, n: int) -> list[Outcome]:
+        raw = resp.outcomes
+        if len(raw) != n:
+            raise JoinerUnavailable(f"joiner {self.address} answered {len(raw)} outcomes for {n} events")
+        return [OUTCOMES[o] for o in raw]
+
+    def _unavailable(self, e: grpc.RpcError) -> JoinerUnavailable:
+        return JoinerUnavailable(f"joiner {self.address}: {e.code().name}: {e.details()}")

@@ -1,0 +1,169 @@
+"""The joiner shell: carries out one :class:`~joiner._state.JoinBatch` per request against the event store,
+the registry and the output writer, and counts what happened.
+
+Order per request (the paper's): event store lookup -> adapter -> registry commit with this attempt's
+token -> write the OK lines (flushed) -> answer. A crash between commit and write loses those events from
+the output (they are registered but not written); the verification job finds them and the recovery job
+re-joins them. Writing before committing could duplicate a click, so it is never done.
+
+Tokens: ``<host:port>/<pid>/<start_us>/<seq>``, unique per join attempt (``seq`` numbers this process's
+requests). The registry treats a commit by the same token as idempotent, so the registry client may retry
+a commit with it; a new request for the same id carries a new token and gets ALREADY_EXISTS.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+from photon import Clock, RollingWriter
+
+from joiner._state import JoinBatch, Outcome, throttled
+
+log = logging.getLogger("photon.joiner")
+
+
+@dataclass(frozen=True, slots=True)
+class JoinerStats:
+    name: str
+    address: str
+    requests: int
+    requests_throttled: int
+    in_flight: int
+    max_in_flight: int
+    events: int
+    joined: int
+    already_joined: int
+    not_found: int
+    throttled: int
+    unjoinable: int
+    duplicates_in_request: int
+    adapter_errors: int
+    bad_ids: int
+    eventstore_errors: int
+    registry_errors: int
+    lines_written: int
+    bytes_written: int
+    files_rolled: int
+    orphans_recovered: int
+
+
+def make_token_prefix(address: str, pid: int, start_us: int) -> str:
+    """The part of every token that names this joiner process; the request number follows."""
+    return f"{address}/{pid}/{start_us}/"
+
+
+class Joiner:
+    """Joins batches of foreign events; thread-safe, one call to :meth:`join` per request.
+
+    ``store.lookup(ids) -> [raw | None]`` and ``registry.commit(ids, token) -> [CommitResult]`` may raise
+    anything on failure: the request's undecided events are then answered THROTTLED with nothing written.
+    At most ``max_in_flight`` requests are worked on at once; one more is answered all THROTTLED at once.
+    """
+
+    def __init__(self, *, name: str, address: str, store, registry, adapter, writer: RollingWriter,
+                 max_in_flight: int, clock: Clock, pid: int | None = None) -> None:
+        self.name = name
+        self.address = address
+        self.token_prefix = make_token_prefix(address, pid if pid is not None else os.getpid(), clock.now_us())
+        self._store, self._registry, self._adapter = store, registry, adapter
+        self._writer = writer
+        self._clock = clock
+        self._max_in_flight = max_in_flight
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._counts = [0] * len(Outcome)
+        self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
+                       adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, orphans_recovered=0)
+
+    def recover_orphans(self) -> int:
+        """Publish the in-progress output files a killed predecessor with this name left (torn last line
+        cut). Call once, before serving."""
+        published = self._writer.recover_orphans()
+        for p in published:
+            log.info("joiner %s: published orphaned output %s", self.name, p)
+        self._c["orphans_recovered"] += len(published)
+        return len(published)
+
+    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> bytearray:
+        """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns."""
+        batch = JoinBatch(ids, ref_ids, raws)
+        with self._lock:
+            self._c["requests"] += 1
+            if self._in_flight >= self._max_in_flight:
+                self._c["requests_throttled"] += 1
+                out = throttled(batch.n)
+                self._count(out)
+                return out
+            self._in_flight += 1
+        try:
+            out = self._join(batch, next(self._seq))
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        with self._lock:
+            self._count(out)
+            self._c["duplicates_in_request"] += batch.duplicates
+            self._c["adapter_errors"] += batch.adapter_errors
+            self._c["bad_ids"] += batch.bad_ids
+        return out
+
+    def _join(self, batch: JoinBatch, seq: int) -> bytearray:
+        refs = batch.ref_ids_to_look_up()
+        try:
+            primaries = self._store.lookup(refs) if refs else []
+            if len(primaries) != len(refs):
+                raise ValueError(f"event store answered {len(primaries)} results for {len(refs)} ids")
+        except Exception as e:
+            self._failed("eventstore_errors", "event store lookup", e)
+            batch.gave_up()
+            return batch.outcomes()
+        batch.primaries_found(primaries, self._adapter.bind(self._clock.now_us()))
+        if batch.first_error is not None:
+            log.warning("joiner %s: request %d: %d malformed id(s), %d adapter failure(s), answered UNJOINABLE; "
+                        "first: %s", self.name, seq, batch.bad_ids, batch.adapter_errors, batch.first_error)
+        ids = batch.ids_to_commit()
+        if ids:
+            token = f"{self.token_prefix}{seq}"
+            try:
+                results = self._registry.commit(ids, token)
+                lines = batch.commit_resolved(results)
+            except Exception as e:
+                self._failed("registry_errors", "registry commit", e)
+                batch.gave_up()
+                return batch.outcomes()
+            # Committed: write before answering JOINED. A crash from here until the flush loses these
+            # events from the output only (registered, not written): the verification job's case.
+            try:
+                self._writer.write_lines(lines)
+            except Exception:
+                log.critical("joiner %s: request %d: %d committed event(s) could not be written (token %s); "
+                             "the verification job will find them", self.name, seq, len(lines), token)
+                raise
+        return batch.outcomes()
+
+    def _failed(self, counter: str, what: str, e: Exception) -> None:
+        with self._lock:
+            self._c[counter] += 1
+        log.warning("joiner %s: %s failed, answering THROTTLED: %s: %s", self.name, what, type(e).__name__, e)
+
+    def _count(self, out: bytearray) -> None:
+        counts = self._counts
+        for o in range(len(counts)):
+            counts[o] += out.count(o)
+        self._c["events"] += len(out)
+
+    def statistics(self) -> JoinerStats:
+        w = self._writer.stats
+        with self._lock:
+            c, counts = dict(self._c), list(self._counts)
+            in_flight = self._in_flight
+        return JoinerStats(
+            name=self.name, address=self.address, in_flight=in_flight, max_in_flight=self._max_in_flight,
+            joined=counts[Outcome.JOINED], already_joined=counts[Outcome.ALREADY_JOINED],
+            not_found=counts[Outcome.NOT_FOUND], throttled=counts[Outcome.THROTTLED],
+            unjoinable=counts[Outcome.UNJOINABLE], lines_written=w.lines_written, bytes_written=w.bytes_written,
+            files_rolled=w.files_rolled, **c)

@@ -1,0 +1,118 @@
+"""Starting and stopping a joiner: gRPC server, output writer with its roll thread, and its clients."""
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+from concurrent import futures
+
+import grpc
+
+from eventstore import EventStoreClient
+from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock
+
+from joiner import joiner_pb2_grpc as pb_grpc
+from joiner._adapter import load_adapter
+from joiner._client import CHANNEL_OPTIONS
+from joiner._joiner import Joiner, JoinerStats
+from joiner._servicer import JoinerServicer
+
+log = logging.getLogger("photon.joiner")
+
+EXTRA_SERVER_THREADS = 4
+"""Threads beyond ``max_in_flight``: they answer requests over the limit THROTTLED at once."""
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class JoinerServer:
+    """A running joiner; :attr:`address` is ``host:port`` as bound.
+
+    :meth:`stop` is the clean shutdown: stop accepting requests, let those in flight finish (within
+    ``grace`` seconds), roll (publish) the output file, close the clients this server opened.
+    """
+
+    def __init__(self, joiner: Joiner, server: grpc.Server, writer: RollingWriter, host: str, port: int,
+                 owned: list) -> None:
+        self.joiner = joiner
+        self.host, self.port, self.address = host, port, f"{host}:{port}"
+        self._server = server
+        self._writer = writer
+        self._owned = owned
+        self._stop = threading.Event()
+        period = min(writer.roll_interval_s / 4, 0.25)
+        self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
+                                        daemon=True)
+        self._roller.start()
+
+    def _roll_loop(self, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                self._writer.maybe_roll()
+            except Exception:
+                log.exception("joiner %s: rolling the output file failed", self.joiner.name)
+
+    def statistics(self) -> JoinerStats:
+        return self.joiner.statistics()
+
+    def stop(self, grace: float = 10.0) -> None:
+        self._server.stop(grace).wait()
+        self._stop.set()
+        self._roller.join(timeout=10)
+        self._writer.roll()
+        for client in self._owned:
+            try:
+                client.close()
+            except Exception:
+                log.exception("joiner %s: closing %r failed", self.joiner.name, client)
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return self._server.wait_for_termination(timeout)
+
+
+def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry, port: int = 0,
+          host: str | None = None, clock: Clock | None = None) -> JoinerServer:
+    """Start joiner ``name`` of ``region`` on ``host:port`` (default ``[joiner].host``; port 0 picks one).
+
+    ``eventstore`` is an event store address (``host:port``) or an object with ``lookup(ids)`` (e.g.
+    :class:`eventstore.InMemoryEventStore`); ``registry`` is registry endpoints (a list, a comma-separated
+    string, or ``memory://``) or an object with ``commit(ids, token)``. Clients made here are closed by
+    :meth:`JoinerServer.stop`. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
+    killed predecessor of the same name left are published first. Only one process per name may run.
+    """
+    if not _NAME.match(name):
+        raise ConfigError(f"joiner name must be letters, digits, - and _, got {name!r}")
+    reg = config.region(region)
+    jc = config.joiner
+    adapter = load_adapter(jc.adapter, reg.name, name, config.join.nest_primary_as)
+    clock = clock or SystemClock()
+    host = host or jc.host
+    owned: list = []
+    try:
+        if isinstance(eventstore, str):
+            eventstore = EventStoreClient(eventstore)
+            owned.append(eventstore)
+        if isinstance(registry, (str, list)):
+            from idregistry import connect  # here, so that joiner clients never load the registry
+            registry = connect(registry)
+            owned.append(registry)
+        writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
+                               roll_bytes=int(jc.roll_mb * (1 << 20)))
+        server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS,
+                                                        thread_name_prefix=name),
+                             options=CHANNEL_OPTIONS)
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"joiner {name}: cannot bind {host}:{port}")
+    except BaseException:
+        for client in owned:
+            client.close()
+        raise
+    token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
+    joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=eventstore, registry=registry,
+                    adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock)
+    joiner.recover_orphans()
+    pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
+    server.start()
+    return JoinerServer(joiner, server, writer, host, bound, owned)

@@ -1,0 +1,94 @@
+"""Helpers of the joiner tests: ids and lines of queries and clicks, configs on temporary folders."""
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+from pathlib import Path
+
+import orjson
+
+from photon import format_event_id, parse_config
+
+BASE_US = 1_763_712_000_000_000
+
+
+def query_id(n: int) -> str:
+    return format_event_id("10.0.0.1", 4242, BASE_US + n)
+
+
+_click_pids = itertools.count(os.getpid() * 1000)
+
+
+def fresh_click_pid() -> int:
+    """A process id for click ids no other test of this process uses (the memory registry is shared)."""
+    return next(_click_pids)
+
+
+def click_id(n: int, pid: int = 77) -> str:
+    return format_event_id("10.0.0.2", pid, BASE_US + 1_000_000 + n)
+
+
+def query_line(n: int) -> bytes:
+    return orjson.dumps({"query_id": query_id(n), "q": f"shoes {n:06d}", "ad": n % 7})
+
+
+def click_line(n: int, query: int | None = None, pid: int = 77, **extra) -> bytes:
+    return orjson.dumps({"click_id": click_id(n, pid), "query_id": query_id(n if query is None else query),
+                         "pos": n % 3, **extra})
+
+
+def clicks(ns, query=None, pid: int = 77) -> tuple[list[str], list[str], list[bytes]]:
+    """Columns of a Join request for clicks ``ns`` (click n refers to query n unless ``query`` maps it)."""
+    query = query or {}
+    ids = [click_id(n, pid) for n in ns]
+    refs = [query_id(query.get(n, n)) for n in ns]
+    raws = [click_line(n, query.get(n, n), pid) for n in ns]
+    return ids, refs, raws
+
+
+def write_queries(root: Path, ns, name: str = "q.log") -> None:
+    """Appends queries ``ns`` to a primary log file of region a."""
+    d = root / "logs" / "queries"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / name, "ab") as f:
+        f.write(b"".join(query_line(n) + b"\n" for n in ns))
+
+
+def config_data(root: Path, **sections) -> dict:
+    return {**sections, "regions": [{"name": "a", "log_root": str(root / "logs"), "output_root": str(root / "out"),
+                                     "state_dir": str(root / "state")}]}
+
+
+def make_config(root: Path, **sections):
+    return parse_config(config_data(root, **sections), str(root / "photon.toml"), root)
+
+
+def write_config(root: Path, **sections) -> Path:
+    lines = []
+    for name, table in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in table.items()]
+    lines += ["[[regions]]", 'name = "a"', f'log_root = "{root / "logs"}"', f'output_root = "{root / "out"}"',
+              f'state_dir = "{root / "state"}"']
+    path = root / "photon.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_serving_address(proc, what: str) -> str:
+    """The ``host:port`` a service process prints once ready (``<what> ... serving on host:port``)."""
+    line = proc.stdout.readline().decode()
+    assert line.startswith(what) and " serving on " in line, f"{what} did not start: {line!r}"
+    return line.rsplit(" ", 1)[1].strip()
+
+
+def joined_lines(out_dir: Path, pattern: str = "*.jsonl") -> list[dict]:
+    """Every joined event in the published output files under ``out_dir``."""
+    return [orjson.loads(line) for f in sorted(out_dir.glob(pattern)) for line in f.read_bytes().splitlines()]

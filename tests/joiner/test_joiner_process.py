@@ -1,0 +1,97 @@
+"""The joiner's process entry: clean stop on SIGTERM, orphaned output published after SIGKILL."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+import eventstore
+from joiner import JoinerClient, Outcome
+from photon import wait_until
+
+from joiner_helpers import (click_id, clicks, free_port, joined_lines, make_config, read_serving_address,
+                            write_config, write_queries)
+
+J = Outcome.JOINED
+
+
+@pytest.fixture
+def pipes(procs):
+    """The ``procs`` fixture, also closing the pipes of its processes at teardown."""
+    try:
+        yield procs
+    finally:
+        for p in procs.procs:
+            for stream in (p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    write_queries(tmp_path, range(20))
+    srv = eventstore.serve(make_config(tmp_path), "a")
+    try:
+        wait_until(lambda: srv.statistics().events_indexed == 20, 10, message="queries indexed")
+        yield srv
+    finally:
+        srv.stop()
+
+
+def start_joiner(pipes, config, store, port=None, **kw):
+    port = port or free_port()
+    proc = pipes.python("-m", "joiner.main", "--config", str(config), "--region", "a", "--name", "a-j0",
+                        "--port", str(port), "--eventstore", store.address, "--registry", "memory://",
+                        stdout=subprocess.PIPE, **kw)
+    return proc, read_serving_address(proc, "joiner a-j0")
+
+
+def test_sigterm_finishes_rolls_and_exits_zero(pipes, tmp_path, store):
+    config = write_config(tmp_path, joiner={"roll_interval_s": 60.0})
+    proc, address = start_joiner(pipes, config, store)
+    with JoinerClient(address) as client:
+        assert client.join(*clicks(range(5))) == [J] * 5
+        assert client.status()["lines_written"] == 5
+    joined = tmp_path / "out" / "joined"
+    assert len(list(joined.glob("a-j0-*.jsonl.inprogress"))) == 1
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert not list(joined.glob("*.inprogress"))
+    assert sorted(e["click_id"] for e in joined_lines(joined)) == [click_id(n) for n in range(5)]
+
+
+def test_orphaned_output_of_a_killed_joiner_is_published_on_restart(pipes, tmp_path, store):
+    config = write_config(tmp_path, joiner={"roll_interval_s": 60.0})
+    proc, address = start_joiner(pipes, config, store)
+    with JoinerClient(address) as client:
+        assert client.join(*clicks(range(6))) == [J] * 6
+    joined = tmp_path / "out" / "joined"
+    [orphan] = joined.glob("a-j0-*.jsonl.inprogress")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    with open(orphan, "ab") as f:  # what a kill in the middle of a write leaves: a torn last line
+        f.write(b'{"click_id":"10.0.0.2:77:17637120010000')
+    assert not list(joined.glob("*.jsonl"))
+    proc2, address2 = start_joiner(pipes, config, store)
+    published = orphan.with_name(orphan.name[: -len(".inprogress")])
+    assert published.exists() and not orphan.exists()
+    assert published.read_bytes().endswith(b"}\n")
+    assert [e["click_id"] for e in joined_lines(joined)] == [click_id(n) for n in range(6)]
+    with JoinerClient(address2) as client:
+        assert client.status()["orphans_recovered"] == 1
+        # the new process has its own (empty) in-memory registry twin: new ids join and go to a new file
+        assert client.join(*clicks(range(6, 9))) == [J] * 3
+    proc2.send_signal(signal.SIGTERM)
+    assert proc2.wait(timeout=20) == 0
+    assert sorted(e["click_id"] for e in joined_lines(joined)) == [click_id(n) for n in range(9)]
+
+
+def test_bad_adapter_stops_startup_with_a_message_naming_the_key(pipes, tmp_path, store):
+    config = write_config(tmp_path, joiner={"adapter": "nowhere_module:fn"})
+    proc = pipes.python("-m", "joiner.main", "--config", str(config), "--region", "a", "--name", "a-j0",
+                        "--eventstore", store.address, "--registry", "memory://",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and b"[joiner].adapter = 'nowhere_module:fn'" in err
