@@ -1,0 +1,22 @@
+"""MillWheel: keyed computations with per-key persistent state, timers, low watermarks and exactly-once
+delivery (MillWheel paper §3-§6), on one machine with several worker threads.
+
+Write a :class:`Computation`, wire it into a :class:`Topology` with injectors, run it with
+:class:`Runtime` (or :func:`serve`). See docs/millwheel.md.
+"""
+from millwheel._config import MillWheelConfigError, RuntimeConfig
+from millwheel._injectors import FileInjector, Injector, JoinedInjector, ListInjector, Poll
+from millwheel._model import STRONG, WALL, WATERMARK, WEAK, Computation, Context, Record, Timer
+from millwheel._runtime import ComputationStatistics, Runtime, RuntimeStatistics, serve
+from millwheel._sinks import FileSink
+from millwheel._store import MemoryStore, SQLiteStore, StaleSequencer, Store, open_store
+from millwheel._topology import Topology, TopologyError
+from millwheel._watermarks import END_OF_TIME
+
+__all__ = [
+    "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "Computation", "ComputationStatistics",
+    "Context", "FileInjector", "FileSink", "Injector", "JoinedInjector", "ListInjector",
+    "MemoryStore", "MillWheelConfigError", "Poll", "Record", "Runtime", "RuntimeConfig",
+    "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology", "TopologyError",
+    "open_store", "serve",
+]

@@ -1,0 +1,41 @@
+"""A Bloom filter over record ids: the dedup fast path (paper §6.1.1).
+
+``might_contain`` false means the id was certainly never added, so the store need not be asked; true
+means "ask the store" (the truth). No deletion: the shell rebuilds the filter from the store when it
+has filled past its design capacity, which also drops ids garbage collected since.
+"""
+from __future__ import annotations
+
+import math
+
+import mmh3
+
+
+class BloomFilter:
+    def __init__(self, capacity: int = 1_000_000, false_positive_rate: float = 0.01) -> None:
+        if capacity <= 0 or not 0 < false_positive_rate < 1:
+            raise ValueError("capacity must be positive and false_positive_rate in (0, 1)")
+        self.capacity = capacity
+        self.bits = max(64, int(-capacity * math.log(false_positive_rate) / (math.log(2) ** 2)))
+        self.hashes = max(1, round(self.bits / capacity * math.log(2)))
+        self._array = bytearray((self.bits + 7) // 8)
+        self.count = 0
+
+    def _positions(self, item: str):
+        h1, h2 = mmh3.hash64(item, signed=False)
+        for i in range(self.hashes):
+            yield (h1 + i * h2) % self.bits
+
+    def add(self, item: str) -> None:
+        arr = self._array
+        for p in self._positions(item):
+            arr[p >> 3] |= 1 << (p & 7)
+        self.count += 1
+
+    def might_contain(self, item: str) -> bool:
+        arr = self._array
+        return all(arr[p >> 3] & (1 << (p & 7)) for p in self._positions(item))
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.capacity

@@ -1,0 +1,57 @@
+"""Runtime configuration: every option declared once, typed, with a default and a docstring."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+
+class MillWheelConfigError(ValueError):
+    """An unknown option or a bad value; the message names the option."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    store: str = "memory://"
+    """State store URL: ``sqlite:///path/state.db`` (durable) or ``memory://`` (tests)."""
+    threads: int = 2
+    """Worker threads; key intervals are spread over them."""
+    intervals: int = 16
+    """Key intervals per computation (``mmh3(key) mod intervals``); each has one writer and a sequencer."""
+    max_batch: int = 1000
+    """Most deliveries a worker takes into one batch (one store transaction)."""
+    max_in_flight: int = 20000
+    """Most unacked productions an injector keeps outstanding before it waits (backpressure)."""
+    injector_batch: int = 2000
+    """Most records an injector reads per poll."""
+    retry_delay_us: int = 2_000_000
+    """A delivery not acked within this delay is sent again."""
+    weak_checkpoint_delay_us: int = 100_000
+    """A weak production not acked within this delay is checkpointed so the input can be acked."""
+    dedup_retention_us: int = 600_000_000
+    """Dedup ids are kept at least this long after production, and until no sender can retry them."""
+    gc_interval_us: int = 5_000_000
+    """How often dedup ids are garbage collected and watermarks persisted."""
+    tick_us: int = 5_000
+    """How often watermarks are recomputed and due timers looked for when nothing else happens."""
+    cache_keys: int = 100_000
+    """Per-worker state cache size in keys."""
+    bloom_capacity: int = 1_000_000
+    """Ids per dedup Bloom filter before it is rebuilt from the store."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise MillWheelConfigError(f"millwheel option {f.name!r} must be a positive integer, "
+                                           f"not {value!r}")
+        if not isinstance(self.store, str) or not self.store.startswith(("sqlite://", "memory://")):
+            raise MillWheelConfigError(f"millwheel option 'store' must be a sqlite:// or memory:// URL, "
+                                       f"not {self.store!r}")
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> "RuntimeConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise MillWheelConfigError(f"unknown millwheel option(s) {unknown}; known: {sorted(known)}")
+        return cls(**options)

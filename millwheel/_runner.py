@@ -1,0 +1,177 @@
+"""The pure key runner: records and timer firings of one key in, one key checkpoint and productions out.
+
+No threads, sockets, clocks or I/O: the shell passes in the key's stored state and timers, the set of
+record ids the dedup check found already committed, the computation's input low watermark and the time.
+:func:`run_key` returns a :class:`KeyResult` that the shell turns into one atomic store write.
+
+Order inside one call: records first (in delivery order), then due timers in increasing
+``(timestamp, tag)`` order, including timers that user code set during this call and that are already
+due. A ``(tag, timestamp)`` fires at most once per call.
+
+Production ids are derived from the id of what caused them (``<record id>/<n>`` or
+``<computation>/<key>/<tag>/<timestamp>/<n>``), so a deterministic computation re-run after a crash
+produces the same ids and its consumers drop the repeats. A timer re-set to a ``(tag, timestamp)`` that
+already fired therefore produces records the consumers see as repeats.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from millwheel._model import DOMAINS, WALL, WATERMARK, Computation, Production, Record, Timer
+from millwheel._store import KEEP
+
+_UNREAD = object()
+
+
+@dataclass(slots=True)
+class KeyInput:
+    computation: str
+    key: str
+    records: list[Record]
+    state: bytes | None
+    timers: dict[str, tuple[int, str]]
+    duplicates: set[str]
+    input_watermark_us: int
+    now_us: int
+    produces: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class KeyResult:
+    """What the shell commits for the key (state ``KEEP`` when unchanged) and then sends."""
+    key: str
+    state: Any = KEEP
+    timers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    timers_set: list[tuple[str, int, str]] = field(default_factory=list)
+    timers_deleted: list[str] = field(default_factory=list)
+    processed: list[tuple[str, str, int]] = field(default_factory=list)
+    productions: list[Production] = field(default_factory=list)
+    fired: list[Timer] = field(default_factory=list)
+    records_processed: int = 0
+    duplicates_dropped: int = 0
+    late_records: int = 0
+
+
+class UndeclaredStream(ValueError):
+    """User code produced to a stream its computation does not declare."""
+
+
+class _KeyContext:
+    """The :class:`millwheel.Context` given to user code for one key."""
+
+    def __init__(self, comp: Computation, inp: KeyInput) -> None:
+        self._comp = comp
+        self._inp = inp
+        self.key = inp.key
+        self.input_watermark_us = inp.input_watermark_us
+        self.now_us = inp.now_us
+        self._raw = inp.state
+        self._state: Any = _UNREAD
+        self.timer_map: dict[str, tuple[int, str]] = dict(inp.timers)
+        self.productions: list[Production] = []
+        self._source = ""
+        self._default_ts = 0
+        self._n = 0
+
+    def _begin(self, source_id: str, default_ts: int) -> None:
+        self._source, self._default_ts, self._n = source_id, default_ts, 0
+
+    @property
+    def state(self) -> Any:
+        if self._state is _UNREAD:
+            self._state = None if self._raw is None else self._comp.decode_state(self._raw)
+        return self._state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._state = value
+
+    def set_timer(self, tag: str, timestamp_us: int, domain: str = WATERMARK) -> None:
+        if domain not in DOMAINS:
+            raise ValueError(f"timer domain must be WATERMARK or WALL, not {domain!r}")
+        if not isinstance(timestamp_us, int):
+            raise TypeError(f"timer timestamp must be integer microseconds, not {timestamp_us!r}")
+        self.timer_map[str(tag)] = (timestamp_us, domain)
+
+    def delete_timer(self, tag: str) -> None:
+        self.timer_map.pop(tag, None)
+
+    def timers(self) -> dict[str, tuple[int, str]]:
+        return dict(self.timer_map)
+
+    def produce(self, stream: str, value: Any, timestamp_us: int | None = None, key: str | None = None) -> None:
+        if stream not in self._inp.produces:
+            raise UndeclaredStream(f"computation {self._inp.computation!r} produced to stream {stream!r}, "
+                                   f"which it does not declare (it declares {list(self._inp.produces)})")
+        pid = f"{self._source}/{self._n}"
+        self._n += 1
+        ts = self._default_ts if timestamp_us is None else timestamp_us
+        self.productions.append(Production(pid, stream, self.key if key is None else str(key), value, ts,
+                                           self.now_us, self._inp.computation))
+
+    def final_state(self) -> Any:
+        """``KEEP`` if user code never read or wrote the state, else the state's new encoding (``None``
+        to delete); an encoding equal to the stored one is ``KEEP``."""
+        if self._state is _UNREAD:
+            return KEEP
+        if self._state is None:
+            return None if self._raw is not None else KEEP
+        data = self._comp.encode_state(self._state)
+        return KEEP if data == self._raw else data
+
+
+def run_key(comp: Computation, inp: KeyInput) -> KeyResult:
+    """Process one key's records then its due timers; see the module docstring."""
+    ctx = _KeyContext(comp, inp)
+    out = KeyResult(inp.key)
+    batch_ids: set[str] = set()
+    for rec in inp.records:
+        if comp.exactly_once:
+            if rec.id in inp.duplicates or rec.id in batch_ids:
+                out.duplicates_dropped += 1
+                continue
+            batch_ids.add(rec.id)
+        if rec.timestamp_us < inp.input_watermark_us:
+            rec = replace(rec, is_late=True)
+            out.late_records += 1
+        ctx._begin(rec.id, rec.timestamp_us)
+        comp.process_record(ctx, rec)
+        out.records_processed += 1
+        if comp.exactly_once:
+            out.processed.append((rec.id, rec.sender, rec.produced_at_us))
+    _fire_due_timers(comp, ctx, inp, out)
+    out.state = ctx.final_state()
+    out.timers = ctx.timer_map
+    out.productions = ctx.productions
+    for tag, spec in ctx.timer_map.items():
+        if inp.timers.get(tag) != spec:
+            out.timers_set.append((tag, spec[0], spec[1]))
+    out.timers_deleted = [tag for tag in inp.timers if tag not in ctx.timer_map]
+    return out
+
+
+def due(ts: int, domain: str, input_watermark_us: int, now_us: int) -> bool:
+    return ts <= (input_watermark_us if domain == WATERMARK else now_us)
+
+
+def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: KeyResult) -> None:
+    fired: set[tuple[str, int]] = set()
+    while True:
+        nxt = None
+        for tag, (ts, domain) in ctx.timer_map.items():
+            if (tag, ts) not in fired and due(ts, domain, inp.input_watermark_us, inp.now_us):
+                if nxt is None or (ts, tag) < (nxt[1], nxt[0]):
+                    nxt = (tag, ts, domain)
+        if nxt is None:
+            return
+        tag, ts, domain = nxt
+        fired.add((tag, ts))
+        del ctx.timer_map[tag]
+        timer = Timer(ts, inp.key, tag, domain)
+        ctx._begin(f"{inp.computation}/{inp.key}/{tag}/{ts}", ts)
+        comp.process_timer(ctx, timer)
+        out.fired.append(timer)
+
+
+__all__ = ["KeyInput", "KeyResult", "run_key", "due", "UndeclaredStream", "WALL", "WATERMARK"]

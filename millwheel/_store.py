@@ -1,0 +1,386 @@
+"""The state store behind one interface: SQLite (embedded, on disk) and an in-memory twin.
+
+Everything the runtime persists goes through :meth:`Store.commit`: a list of :class:`Write`, one per key
+checkpoint (state, timer changes, processed record ids, new productions, productions now acked). Each
+write carries the writer's *sequencer* for the key's interval; a write whose sequencer is not the
+interval's current one is rejected (:class:`StaleSequencer`) and nothing of the batch is written, so a
+zombie worker that lost its interval can never change state, timers or productions (paper §6.2).
+Claiming an interval (:meth:`Store.claim`) bumps its sequencer and so fences every older writer.
+
+SQLite commits a whole batch of key checkpoints in one transaction (each key's write is atomic; batching
+across keys amortizes the commit). WAL journal with ``synchronous=NORMAL`` by default: durable across a
+process crash, not a power loss; ``?synchronous=FULL`` in the URL for that.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+from urllib.parse import parse_qs, urlparse
+
+
+class StaleSequencer(RuntimeError):
+    """A write carried an old sequencer: another writer has claimed the interval since."""
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = _Keep()
+"""``Write.state`` value meaning: leave the key's state as it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredProduction:
+    id: str
+    stream: str
+    key: str
+    value: bytes
+    timestamp_us: int
+    produced_at_us: int
+
+
+@dataclass(slots=True)
+class Write:
+    """One atomic checkpoint of one key (``key=None``: no per-key part, e.g. acked productions only)."""
+    computation: str
+    interval: int
+    sequencer: int
+    key: str | None = None
+    state: bytes | None | _Keep = KEEP
+    timers_set: list[tuple[str, int, str]] = field(default_factory=list)
+    timers_deleted: list[str] = field(default_factory=list)
+    processed: list[tuple[str, str, int]] = field(default_factory=list)
+    productions: list[StoredProduction] = field(default_factory=list)
+    productions_done: list[str] = field(default_factory=list)
+
+
+class Store:
+    """The interface. Thread-safe. See the module docstring for the contract."""
+
+    def claim(self, computation: str, interval: int) -> int:
+        """Make the caller the interval's single writer; returns its new sequencer."""
+        raise NotImplementedError
+
+    def commit(self, writes: list[Write]) -> None:
+        raise NotImplementedError
+
+    def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
+        """State of each key that has one."""
+        raise NotImplementedError
+
+    def read_timers(self, computation: str, intervals: Iterable[int]) -> list[tuple[str, str, int, str]]:
+        """``(key, tag, timestamp_us, domain)`` of every timer of keys in the intervals."""
+        raise NotImplementedError
+
+    def seen(self, computation: str, ids: Iterable[str]) -> set[str]:
+        """The ids among ``ids`` whose records this computation has committed (dedup truth)."""
+        raise NotImplementedError
+
+    def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:
+        raise NotImplementedError
+
+    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+        """Forget ids from ``sender`` produced before ``floor_us`` (no sender can retry them any more);
+        the floor only rises. Returns how many were deleted."""
+        raise NotImplementedError
+
+    def gc_floors(self, computation: str) -> dict[str, int]:
+        raise NotImplementedError
+
+    def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
+        raise NotImplementedError
+
+    def read_watermarks(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def save_watermarks(self, watermarks: dict[str, int]) -> None:
+        """Persist published watermarks; a stored value never decreases."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def open_store(url: str) -> Store:
+    """``sqlite:///path/to.db[?synchronous=FULL]`` (or a plain path) or ``memory://``."""
+    if url.startswith("memory://"):
+        return MemoryStore()
+    parsed = urlparse(url)
+    if parsed.scheme in ("sqlite", ""):
+        path = parsed.path if parsed.scheme else url
+        sync = parse_qs(parsed.query).get("synchronous", ["NORMAL"])[0].upper()
+        return SQLiteStore(path, synchronous=sync)
+    raise ValueError(f"store url {url!r}: scheme must be sqlite:// or memory://")
+
+
+class MemoryStore(Store):
+    """The in-process twin: same contract, nothing survives the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq: dict[tuple[str, int], int] = {}
+        self._state: dict[tuple[str, str], bytes] = {}
+        self._timers: dict[tuple[str, str], dict[str, tuple[int, str, int]]] = {}
+        self._dedup: dict[str, dict[str, tuple[str, int, int]]] = {}
+        self._floors: dict[tuple[str, str], int] = {}
+        self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
+        self._wms: dict[str, int] = {}
+
+    def claim(self, computation: str, interval: int) -> int:
+        with self._lock:
+            seq = self._seq.get((computation, interval), 0) + 1
+            self._seq[(computation, interval)] = seq
+            return seq
+
+    def commit(self, writes: list[Write]) -> None:
+        with self._lock:
+            _check_sequencers(writes, lambda c, i: self._seq.get((c, i), 0))
+            for w in writes:
+                self._apply(w)
+
+    def _apply(self, w: Write) -> None:
+        if w.key is not None:
+            sk = (w.computation, w.key)
+            if w.state is None:
+                self._state.pop(sk, None)
+            elif not isinstance(w.state, _Keep):
+                self._state[sk] = bytes(w.state)
+            timers = self._timers.setdefault(sk, {})
+            for tag in w.timers_deleted:
+                timers.pop(tag, None)
+            for tag, ts, domain in w.timers_set:
+                timers[tag] = (ts, domain, w.interval)
+            dedup = self._dedup.setdefault(w.computation, {})
+            for rid, sender, produced_at in w.processed:
+                dedup[rid] = (sender, produced_at, w.interval)
+        prods = self._prods.setdefault((w.computation, w.interval), {})
+        for p in w.productions:
+            prods[p.id] = p
+        for pid in w.productions_done:
+            prods.pop(pid, None)
+
+    def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
+        with self._lock:
+            return {k: self._state[(computation, k)] for k in keys if (computation, k) in self._state}
+
+    def read_timers(self, computation: str, intervals: Iterable[int]) -> list[tuple[str, str, int, str]]:
+        wanted = set(intervals)
+        with self._lock:
+            return [(key, tag, ts, domain) for (c, key), timers in self._timers.items() if c == computation
+                    for tag, (ts, domain, iv) in timers.items() if iv in wanted]
+
+    def seen(self, computation: str, ids: Iterable[str]) -> set[str]:
+        with self._lock:
+            dedup = self._dedup.get(computation, {})
+            return {i for i in ids if i in dedup}
+
+    def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:
+        wanted = set(intervals)
+        with self._lock:
+            return [i for i, (_, _, iv) in self._dedup.get(computation, {}).items() if iv in wanted]
+
+    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+        with self._lock:
+            floor = max(floor_us, self._floors.get((computation, sender), 0))
+            self._floors[(computation, sender)] = floor
+            dedup = self._dedup.get(computation, {})
+            old = [i for i, (s, at, _) in dedup.items() if s == sender and at < floor]
+            for i in old:
+                del dedup[i]
+            return len(old)
+
+    def gc_floors(self, computation: str) -> dict[str, int]:
+        with self._lock:
+            return {s: f for (c, s), f in self._floors.items() if c == computation}
+
+    def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
+        with self._lock:
+            return sorted(self._prods.get((sender, interval), {}).values(), key=lambda p: p.produced_at_us)
+
+    def read_watermarks(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._wms)
+
+    def save_watermarks(self, watermarks: dict[str, int]) -> None:
+        with self._lock:
+            for name, wm in watermarks.items():
+                self._wms[name] = max(wm, self._wms.get(name, wm))
+
+
+def _check_sequencers(writes: list[Write], current) -> None:
+    stale = sorted({(w.computation, w.interval, w.sequencer) for w in writes
+                    if current(w.computation, w.interval) != w.sequencer})
+    if stale:
+        c, i, s = stale[0]
+        raise StaleSequencer(f"write to {c!r} interval {i} with sequencer {s} rejected: current is "
+                             f"{current(c, i)} ({len(stale)} stale interval(s) in the batch)")
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sequencers (computation TEXT, interval INTEGER, seq INTEGER NOT NULL,
+    PRIMARY KEY (computation, interval)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS state (computation TEXT, key TEXT, value BLOB NOT NULL,
+    PRIMARY KEY (computation, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timers (computation TEXT, key TEXT, tag TEXT, ts INTEGER NOT NULL,
+    domain TEXT NOT NULL, interval INTEGER NOT NULL, PRIMARY KEY (computation, key, tag)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS timers_by_interval ON timers (computation, interval);
+CREATE TABLE IF NOT EXISTS dedup (computation TEXT, id TEXT, sender TEXT NOT NULL,
+    produced_at INTEGER NOT NULL, interval INTEGER NOT NULL, PRIMARY KEY (computation, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedup_by_sender ON dedup (computation, sender, produced_at);
+CREATE TABLE IF NOT EXISTS gc_floors (computation TEXT, sender TEXT, floor INTEGER NOT NULL,
+    PRIMARY KEY (computation, sender)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval INTEGER, id TEXT, stream TEXT NOT NULL,
+    key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL, produced_at INTEGER NOT NULL,
+    PRIMARY KEY (sender, interval, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+
+class SQLiteStore(Store):
+    """The default store: one SQLite file, one connection guarded by a lock, one transaction per
+    :meth:`commit` (a batch of key checkpoints)."""
+
+    def __init__(self, path: str | Path, synchronous: str = "NORMAL") -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be OFF, NORMAL or FULL, not {synchronous!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.executescript(SCHEMA)
+
+    def _seq(self, computation: str, interval: int) -> int:
+        row = self._db.execute("SELECT seq FROM sequencers WHERE computation=? AND interval=?",
+                               (computation, interval)).fetchone()
+        return row[0] if row else 0
+
+    def claim(self, computation: str, interval: int) -> int:
+        with self._lock, self._tx():
+            seq = self._seq(computation, interval) + 1
+            self._db.execute("INSERT OR REPLACE INTO sequencers VALUES (?, ?, ?)", (computation, interval, seq))
+            return seq
+
+    def _tx(self):
+        return _Transaction(self._db)
+
+    def commit(self, writes: list[Write]) -> None:
+        if not writes:
+            return
+        with self._lock, self._tx():
+            _check_sequencers(writes, self._seq)
+            for w in writes:
+                self._apply(w)
+
+    def _apply(self, w: Write) -> None:
+        db, c = self._db, w.computation
+        if w.key is not None:
+            if w.state is None:
+                db.execute("DELETE FROM state WHERE computation=? AND key=?", (c, w.key))
+            elif not isinstance(w.state, _Keep):
+                db.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", (c, w.key, w.state))
+            if w.timers_deleted:
+                db.executemany("DELETE FROM timers WHERE computation=? AND key=? AND tag=?",
+                               [(c, w.key, t) for t in w.timers_deleted])
+            if w.timers_set:
+                db.executemany("INSERT OR REPLACE INTO timers VALUES (?, ?, ?, ?, ?, ?)",
+                               [(c, w.key, t, ts, d, w.interval) for t, ts, d in w.timers_set])
+            if w.processed:
+                db.executemany("INSERT OR REPLACE INTO dedup VALUES (?, ?, ?, ?, ?)",
+                               [(c, i, s, at, w.interval) for i, s, at in w.processed])
+        if w.productions:
+            db.executemany("INSERT OR REPLACE INTO productions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(c, w.interval, p.id, p.stream, p.key, p.value, p.timestamp_us, p.produced_at_us)
+                            for p in w.productions])
+        if w.productions_done:
+            db.executemany("DELETE FROM productions WHERE sender=? AND interval=? AND id=?",
+                           [(c, w.interval, i) for i in w.productions_done])
+
+    def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        keys = list(keys)
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                part = keys[i:i + 500]
+                q = f"SELECT key, value FROM state WHERE computation=? AND key IN ({','.join('?' * len(part))})"
+                out.update(self._db.execute(q, (computation, *part)).fetchall())
+        return out
+
+    def read_timers(self, computation: str, intervals: Iterable[int]) -> list[tuple[str, str, int, str]]:
+        ivs = list(intervals)
+        if not ivs:
+            return []
+        with self._lock:
+            q = (f"SELECT key, tag, ts, domain FROM timers WHERE computation=? "
+                 f"AND interval IN ({','.join('?' * len(ivs))})")
+            return [tuple(r) for r in self._db.execute(q, (computation, *ivs)).fetchall()]
+
+    def seen(self, computation: str, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        out: set[str] = set()
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                part = ids[i:i + 500]
+                q = f"SELECT id FROM dedup WHERE computation=? AND id IN ({','.join('?' * len(part))})"
+                out.update(r[0] for r in self._db.execute(q, (computation, *part)))
+        return out
+
+    def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:
+        ivs = list(intervals)
+        if not ivs:
+            return []
+        with self._lock:
+            q = f"SELECT id FROM dedup WHERE computation=? AND interval IN ({','.join('?' * len(ivs))})"
+            return [r[0] for r in self._db.execute(q, (computation, *ivs))]
+
+    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+        with self._lock, self._tx():
+            row = self._db.execute("SELECT floor FROM gc_floors WHERE computation=? AND sender=?",
+                                   (computation, sender)).fetchone()
+            floor = max(floor_us, row[0] if row else 0)
+            self._db.execute("INSERT OR REPLACE INTO gc_floors VALUES (?, ?, ?)", (computation, sender, floor))
+            cur = self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<?",
+                                   (computation, sender, floor))
+            return cur.rowcount
+
+    def gc_floors(self, computation: str) -> dict[str, int]:
+        with self._lock:
+            return dict(self._db.execute("SELECT sender, floor FROM gc_floors WHERE computation=?",
+                                         (computation,)).fetchall())
+
+    def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
+        with self._lock:
+            rows = self._db.execute("SELECT id, stream, key, value, ts, produced_at FROM productions "
+                                    "WHERE sender=? AND interval=? ORDER BY produced_at", (sender, interval))
+            return [StoredProduction(*r) for r in rows.fetchall()]
+
+    def read_watermarks(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._db.execute("SELECT name, wm FROM watermarks").fetchall())
+
+    def save_watermarks(self, watermarks: dict[str, int]) -> None:
+        with self._lock, self._tx():
+            self._db.executemany(
+                "INSERT INTO watermarks VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET wm=max(wm, excluded.wm)",
+                list(watermarks.items()))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")

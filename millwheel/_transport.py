@@ -1,0 +1,256 @@
+"""Moving records between senders and consumers, and knowing what is still unfinished.
+
+* :class:`Transport` is the boundary a later multi-process runtime replaces; :class:`LocalTransport`
+  hands deliveries to in-process worker inboxes. Senders keep every production until each consumer has
+  acked it and send it again after ``retry_delay_us`` (doubling), so a transport may lose or repeat.
+* :class:`Tracker` is the runtime's bookkeeping of unfinished work, for acks and for watermarks: records
+  delivered and not yet committed (per consumer), productions not yet acked by every consumer (per
+  sender) and pending watermark timers (per computation). Adding new work is always done before the
+  work that caused it is removed, so a low watermark never sees a gap.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from millwheel._model import Delivery
+from millwheel._store import StoredProduction
+from millwheel._watermarks import TimestampBag
+
+
+class Inbox:
+    """A worker's queue: deliveries and control messages, with a condition to wait on."""
+
+    def __init__(self) -> None:
+        self._items: deque = deque()
+        self.cond = threading.Condition()
+
+    def put_many(self, items: Iterable) -> None:
+        with self.cond:
+            self._items.extend(items)
+            self.cond.notify()
+
+    def wake(self) -> None:
+        with self.cond:
+            self.cond.notify()
+
+    def take(self, limit: int, timeout_s: float) -> list:
+        with self.cond:
+            if not self._items:
+                self.cond.wait(timeout_s)
+            n = min(limit, len(self._items))
+            return [self._items.popleft() for _ in range(n)]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Transport:
+    def send(self, deliveries: list[Delivery]) -> None:
+        raise NotImplementedError
+
+
+class LocalTransport(Transport):
+    """Delivers to the inbox that ``route(consumer, interval)`` names (the owner of the interval)."""
+
+    def __init__(self, route: Callable[[str, int], Inbox]) -> None:
+        self._route = route
+
+    def send(self, deliveries: list[Delivery]) -> None:
+        by_inbox: dict[int, tuple[Inbox, list]] = {}
+        for d in deliveries:
+            inbox = self._route(d.consumer, d.interval)
+            by_inbox.setdefault(id(inbox), (inbox, []))[1].append(d)
+        for inbox, items in by_inbox.values():
+            inbox.put_many(items)
+
+
+@dataclass(slots=True)
+class Outstanding:
+    """A production some consumer has not acked yet."""
+    sender: str
+    interval: int
+    prod: StoredProduction
+    left: dict[str, Delivery]
+    stored: bool
+    first_sent_us: int
+    retry_after_us: int
+    backoff_us: int
+    groups: list = field(default_factory=list)
+
+
+COMMITTED = "\0committed"
+"""The member of :attr:`AckGroup.waiting` that the weak sender's own commit removes."""
+
+
+@dataclass(slots=True)
+class AckGroup:
+    """Upstream deliveries of a weak computation: acked once its state is committed and each of its
+    productions is acked downstream or checkpointed (paper Figure 11)."""
+    deliveries: list[Delivery]
+    waiting: set[str] = field(default_factory=lambda: {COMMITTED})
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Control message to a sender's owner: these stored productions are acked by every consumer."""
+    sender: str
+    interval: int
+    ids: tuple[str, ...]
+
+
+class Tracker:
+    """Thread-safe bookkeeping of unfinished work; see the module docstring."""
+
+    def __init__(self, transport: Transport, owner_inbox: Callable[[str, int], Inbox]) -> None:
+        self._lock = threading.Lock()
+        self._transport = transport
+        self._owner = owner_inbox
+        self.work: dict[str, TimestampBag] = {}
+        self.outstanding: dict[str, Outstanding] = {}
+        self.per_sender: dict[str, int] = {}
+        self.in_flight = 0
+        self.acked_total = 0
+
+    def _bag(self, name: str) -> TimestampBag:
+        bag = self.work.get(name)
+        if bag is None:
+            bag = self.work[name] = TimestampBag()
+        return bag
+
+    def oldest(self) -> dict[str, int | None]:
+        with self._lock:
+            return {name: bag.min() for name, bag in self.work.items()}
+
+    def outstanding_count(self, sender: str | None = None) -> int:
+        if sender is None:
+            return len(self.outstanding)
+        return self.per_sender.get(sender, 0)
+
+    def oldest_produced_at(self) -> dict[str, int]:
+        with self._lock:
+            out: dict[str, int] = {}
+            for o in self.outstanding.values():
+                if o.prod.produced_at_us < out.get(o.sender, 1 << 63):
+                    out[o.sender] = o.prod.produced_at_us
+            return out
+
+    def change_holds(self, name: str, add: Iterable[int], remove: Iterable[int]) -> None:
+        with self._lock:
+            bag = self._bag(name)
+            for ts in add:
+                bag.add(ts)
+            for ts in remove:
+                bag.remove(ts)
+
+    def register(self, sender: str, productions: list[tuple[StoredProduction, int, bool, list[Delivery]]],
+                 now_us: int, retry_delay_us: int, group: AckGroup | None = None) -> list[Delivery]:
+        """Register productions ``(production, sender interval, stored?, deliveries)`` of one sender as
+        outstanding and return the deliveries to send. A production with no consumer is done at once;
+        one already outstanding (replayed) is not registered twice."""
+        out: list[Delivery] = []
+        done: dict[tuple[str, int], list[str]] = {}
+        with self._lock:
+            for prod, interval, stored, deliveries in productions:
+                if prod.id in self.outstanding:
+                    continue
+                if not deliveries:
+                    if stored:
+                        done.setdefault((sender, interval), []).append(prod.id)
+                    continue
+                o = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
+                                stored, now_us, now_us + retry_delay_us, retry_delay_us)
+                self.outstanding[prod.id] = o
+                self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
+                self._bag(sender).add(prod.timestamp_us)
+                for d in deliveries:
+                    self._bag(d.consumer).add(d.record.timestamp_us)
+                self.in_flight += len(deliveries)
+                if group is not None:
+                    group.waiting.add(prod.id)
+                    o.groups.append(group)
+                out.extend(deliveries)
+        self._after(done, [])
+        return out
+
+    def send(self, deliveries: list[Delivery]) -> None:
+        self._transport.send(deliveries)
+
+    def release(self, group: AckGroup, member: str = COMMITTED) -> None:
+        with self._lock:
+            group.waiting.discard(member)
+            ready = not group.waiting
+        if ready:
+            self.acked(group.deliveries)
+
+    def acked(self, deliveries: list[Delivery]) -> None:
+        """The consumers committed (or dropped as duplicates) these deliveries."""
+        done: dict[tuple[str, int], list[str]] = {}
+        released: list[AckGroup] = []
+        with self._lock:
+            for d in deliveries:
+                self._bag(d.consumer).remove(d.record.timestamp_us)
+                self.in_flight -= 1
+                o = self.outstanding.get(d.record.id)
+                if o is None or d.consumer not in o.left:
+                    continue
+                del o.left[d.consumer]
+                if not o.left:
+                    self._finish(d.record.id, o, done, released)
+            self.acked_total += len(deliveries)
+        self._after(done, released)
+
+    def _finish(self, pid: str, o: Outstanding, done: dict, released: list) -> None:
+        del self.outstanding[pid]
+        self.per_sender[o.sender] -= 1
+        self._bag(o.sender).remove(o.prod.timestamp_us)
+        if o.stored:
+            done.setdefault((o.sender, o.interval), []).append(pid)
+        for g in o.groups:
+            g.waiting.discard(pid)
+            if not g.waiting:
+                released.append(g)
+
+    def _after(self, done: dict, released: list[AckGroup]) -> None:
+        for (sender, interval), ids in done.items():
+            self._owner(sender, interval).put_many([Done(sender, interval, tuple(ids))])
+        for g in released:
+            self.acked(g.deliveries)
+
+    def mark_stored(self, pids: Iterable[str]) -> None:
+        """Weak productions were checkpointed: their upstream deliveries need not wait any longer."""
+        released: list[AckGroup] = []
+        with self._lock:
+            for pid in pids:
+                o = self.outstanding.get(pid)
+                if o is None:
+                    continue
+                o.stored = True
+                for g in o.groups:
+                    g.waiting.discard(pid)
+                    if not g.waiting:
+                        released.append(g)
+                o.groups = []
+        self._after({}, released)
+
+    def unstored_older_than(self, owned: set[tuple[str, int]], before_us: int) -> list[tuple[str, Outstanding]]:
+        with self._lock:
+            return [(pid, o) for pid, o in self.outstanding.items() if not o.stored
+                    and o.first_sent_us < before_us and (o.sender, o.interval) in owned]
+
+    def due_retries(self, now_us: int) -> int:
+        """Send again every delivery not acked within its retry delay (the delay doubles per attempt)."""
+        out: list[Delivery] = []
+        with self._lock:
+            for o in self.outstanding.values():
+                if o.retry_after_us <= now_us:
+                    out.extend(o.left.values())
+                    o.backoff_us *= 2
+                    o.retry_after_us = now_us + o.backoff_us
+            for d in out:
+                self._bag(d.consumer).add(d.record.timestamp_us)
+            self.in_flight += len(out)
+        self._transport.send(out)
+        return len(out)

@@ -1,0 +1,1 @@
+"""Example topologies runnable with ``millwheel run examples.<name> --input DIR --out DIR``."""

@@ -1,0 +1,65 @@
+"""Helpers for MillWheel tests: Photon-shaped joined output and the batch answer to compare with."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from photon import format_event_id, id_timestamp_us
+
+WINDOW_US = 60_000_000
+BASE_US = 1_763_712_000_000_000
+
+
+def joined_event(click_ts: int, advertiser: str, n: int) -> dict:
+    qid = format_event_id("10.0.0.5", 12, click_ts - 1_000_000)
+    cid = format_event_id("10.0.0.7", 31 + n % 3, click_ts)
+    return {"click_id": cid, "query_id": qid, "ad_id": f"ad-{n % 11}",
+            "query": {"query_id": qid, "advertiser_id": advertiser, "text": f"query {n}"},
+            "_photon": {"region": "a", "joiner": "a-j0", "joined_at_us": click_ts + 200_000}}
+
+
+def write_joined(root: Path, n_clicks: int, n_files: int, advertisers: int = 20, minutes: int = 10,
+                 seed: int = 7, bad_every: int = 0) -> list[dict]:
+    """Write ``n_clicks`` joined clicks over ``minutes`` minutes into ``n_files`` whole files under
+    ``root/joined/<day>/``; clicks are in time order within a file, files overlap in time. Returns the
+    events written (bad lines excluded)."""
+    rng = random.Random(seed)
+    events = []
+    for n in range(n_clicks):
+        ts = BASE_US + rng.randrange(minutes * WINDOW_US)
+        adv = f"adv-{min(int(rng.expovariate(0.3)), advertisers - 1)}"
+        events.append(joined_event(ts, adv, n))
+    per_file: list[list[dict]] = [[] for _ in range(n_files)]
+    for i, e in enumerate(events):
+        per_file[i % n_files].append(e)
+    out = root / "joined" / "2025-11-21"
+    out.mkdir(parents=True, exist_ok=True)
+    line_no = 0
+    for f, evs in enumerate(per_file):
+        evs.sort(key=lambda e: e["click_id"][-16:])
+        lines = []
+        for e in evs:
+            line_no += 1
+            if bad_every and line_no % bad_every == 0:
+                lines.append(b"{not json")
+            lines.append(orjson.dumps(e))
+        (out / f"joined-a-j{f % 3}-{f:04d}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return events
+
+
+def batch_windows(events: list[dict]) -> dict[tuple[str, int], int]:
+    """What the windows must say: clicks per (advertiser, minute window by click id timestamp)."""
+    c: Counter = Counter()
+    for e in events:
+        ts = id_timestamp_us(e["click_id"])
+        c[(e["query"]["advertiser_id"], ts - ts % WINDOW_US)] += 1
+    return dict(c)
+
+
+def read_windows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
