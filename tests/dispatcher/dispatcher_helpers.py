@@ -1,13 +1,14 @@
 """Small builders for dispatcher tests: a region config under a tmp folder and click/query lines."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
 
 from photon import format_event_id, load_config
 
-START = 1_763_712_000_000_000
+START = time.time_ns() // 1000 - 600_000_000  # recent: the registry refuses ids older than its GC horizon
 
 
 def click_id(n: int, writer: int = 1) -> str:

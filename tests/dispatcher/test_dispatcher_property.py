@@ -42,6 +42,7 @@ class Harness:
         self.now = START
         self.joined: dict[str, int] = {}       # model registry: id -> times committed (must stay <= 1)
         self.unjoinable: set[str] = set()
+        self.refused: set[str] = set()         # ids the model joiner refuses for good (UNJOINABLE)
         self.checkpoint = None
         self.start(None)
 
@@ -126,6 +127,8 @@ class Harness:
                 r = rng.random()
                 if i in self.joined:
                     out.append(Outcome.ALREADY_JOINED)
+                elif i in self.refused:
+                    out.append(Outcome.UNJOINABLE)
                 elif r < known_fraction:
                     self.joined[i] = self.joined.get(i, 0) + 1
                     out.append(Outcome.JOINED)
@@ -134,6 +137,7 @@ class Harness:
                 elif r < 0.98:
                     out.append(Outcome.NOT_FOUND)
                 else:
+                    self.refused.add(i)
                     out.append(Outcome.UNJOINABLE)
             self.apply(self.core.handle(JoinAnswered(bid, out, self.now)))
 
@@ -149,7 +153,7 @@ class Harness:
         self.start(self.checkpoint)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n_lines=st.integers(0, 60), lookups=st.booleans(),
        batch_size=st.integers(1, 7), max_in_flight=st.integers(1, 4),
        actions=st.lists(st.sampled_from(["read", "answer", "answer", "tick", "crash", "stop"]), max_size=80))
@@ -183,4 +187,5 @@ def test_random_interleavings_never_lose_or_double_resolve(seed, n_lines, lookup
     good = {orjson.loads(ln)["click_id"] for ln in h.lines if not ln.startswith(b"{broken")}
     assert all(n == 1 for n in h.joined.values()), "a click was committed twice"
     assert set(h.joined) | h.unjoinable == good, "a click was lost"
-    assert not (set(h.joined) & h.unjoinable)
+    # (a click given up after NOT_FOUND may still join later through another copy of its line)
+    assert not (set(h.joined) & h.refused)
