@@ -25,25 +25,26 @@ def fresh_click_pid() -> int:
     return next(_click_pids)
 
 
-def click_id(n: int, pid: int = 77) -> str:
-    return format_event_id("10.0.0.2", pid, BASE_US + 1_000_000 + n)
+def click_id(n: int, pid: int = 77, base_us: int = BASE_US) -> str:
+    return format_event_id("10.0.0.2", pid, base_us + 1_000_000 + n)
 
 
 def query_line(n: int) -> bytes:
     return orjson.dumps({"query_id": query_id(n), "q": f"shoes {n:06d}", "ad": n % 7})
 
 
-def click_line(n: int, query: int | None = None, pid: int = 77, **extra) -> bytes:
-    return orjson.dumps({"click_id": click_id(n, pid), "query_id": query_id(n if query is None else query),
+def click_line(n: int, query: int | None = None, pid: int = 77, base_us: int = BASE_US, **extra) -> bytes:
+    return orjson.dumps({"click_id": click_id(n, pid, base_us), "query_id": query_id(n if query is None else query),
                          "pos": n % 3, **extra})
 
 
-def clicks(ns, query=None, pid: int = 77) -> tuple[list[str], list[str], list[bytes]]:
-    """Columns of a Join request for clicks ``ns`` (click n refers to query n unless ``query`` maps it)."""
+def clicks(ns, query=None, pid: int = 77, base_us: int = BASE_US) -> tuple[list[str], list[str], list[bytes]]:
+    """Columns of a Join request for clicks ``ns`` (click n refers to query n unless ``query`` maps it);
+    click n's id has the timestamp ``base_us`` + 1 s + n."""
     query = query or {}
-    ids = [click_id(n, pid) for n in ns]
+    ids = [click_id(n, pid, base_us) for n in ns]
     refs = [query_id(query.get(n, n)) for n in ns]
-    raws = [click_line(n, query.get(n, n), pid) for n in ns]
+    raws = [click_line(n, query.get(n, n), pid, base_us) for n in ns]
     return ids, refs, raws
 
 

@@ -1,0 +1,77 @@
+"""Every component real and in its own process: a 3-replica Raft registry cluster, the event store and two
+joiners of one region fed the same clicks at the same time. Each click is joined exactly once."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+import idregistry
+from eventstore import EventStoreClient
+from joiner import JoinerClient, Outcome
+from photon import load_config, wait_until
+
+from joiner_helpers import click_id, clicks, free_port, joined_lines, read_serving_address, write_config, write_queries
+
+J, AJ, NF = Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND
+NOW_US = time.time_ns() // 1000  # the real registry answers TOO_OLD for ids older than its GC horizon
+
+
+@pytest.fixture
+def pipes(procs):
+    try:
+        yield procs
+    finally:
+        for p in procs.procs:
+            for stream in (p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+def start_service(pipes, what: str, *args: str) -> tuple[subprocess.Popen, str]:
+    proc = pipes.python("-m", *args, "--port", str(free_port()), stdout=subprocess.PIPE)
+    return proc, read_serving_address(proc, what)
+
+
+@pytest.mark.timeout(120)
+def test_two_joiners_on_a_real_registry_cluster_join_each_click_once(pipes, tmp_path):
+    config_path = write_config(tmp_path, joiner={"roll_interval_s": 0.3})
+    config = load_config(config_path)
+    for spec in idregistry.registry_processes(config):
+        pipes.start(spec.argv)
+    endpoints = idregistry.registry_endpoints(config)
+    registry = idregistry.connect(endpoints)
+    try:
+        wait_until(lambda: any(s.get("is_leader") for s in registry.status()), 60, message="a registry leader")
+        write_queries(tmp_path, range(150))
+        _, store = start_service(pipes, "eventstore a", "eventstore.main", "--config", str(config_path),
+                                 "--region", "a")
+        common = ["--config", str(config_path), "--region", "a", "--eventstore", store,
+                  "--registry", ",".join(endpoints)]
+        j0, a0 = start_service(pipes, "joiner a-j0", "joiner.main", "--name", "a-j0", *common)
+        j1, a1 = start_service(pipes, "joiner a-j1", "joiner.main", "--name", "a-j1", *common)
+        c0, c1 = JoinerClient(a0), JoinerClient(a1)
+        with EventStoreClient(store) as es:
+            wait_until(lambda: es.status()["events_indexed"] == 150, 20, message="event store has read the queries")
+        batch = clicks(range(200), base_us=NOW_US)  # clicks 150..199 have no query yet
+        f0, f1 = c0.join_future(*batch, timeout=60), c1.join_future(*batch, timeout=60)
+        r0, r1 = f0.result(timeout=90), f1.result(timeout=90)
+        for n in range(150):
+            assert sorted([r0[n], r1[n]]) == [J, AJ], (n, r0[n], r1[n])
+        assert r0[150:] == [NF] * 50 and r1[150:] == [NF] * 50
+        assert c0.join(*clicks(range(150), base_us=NOW_US)) == [AJ] * 150
+        # a click far older than the registry's garbage-collection horizon can never be joined
+        assert c1.join(*clicks([7])) == [Outcome.UNJOINABLE]
+        for proc in (j0, j1):
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        c0.close()
+        c1.close()
+        out = Counter(e["click_id"] for e in joined_lines(tmp_path / "out" / "joined"))
+        assert out == Counter({click_id(n, base_us=NOW_US): 1 for n in range(150)})
+        assert registry.lookup([click_id(n, base_us=NOW_US) for n in range(200)]) == [True] * 150 + [False] * 50
+    finally:
+        registry.close()
