@@ -23,15 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default=None, help="address to bind (default: [eventstore].host)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()  # a SIGTERM during startup stops the process right after it
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         config = load_config(args.config)
         server = serve(config, args.region, port=args.port, host=args.host)
     except (ConfigError, OSError) as e:
         print(f"eventstore: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     print(f"eventstore {args.region} serving on {server.address}", flush=True)
     while not stop.wait(1.0):
         pass

@@ -48,15 +48,15 @@ class JoinerClient:
         call = self._stub.Join.future(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws), timeout=timeout)
 
         def done(call) -> None:
-            try:
-                outcomes = self._outcomes(call.result(), n)
-            except grpc.RpcError as e:
-                result.set_exception(self._unavailable(e))
-            except (JoinerUnavailable, grpc.FutureCancelledError) as e:
-                result.set_exception(e if isinstance(e, JoinerUnavailable)
-                                     else JoinerUnavailable(f"joiner {self.address}: call cancelled"))
+            if call.cancelled():
+                result.set_exception(JoinerUnavailable(f"joiner {self.address}: call cancelled"))
+            elif call.exception() is not None:
+                result.set_exception(self._unavailable(call.exception()))
             else:
-                result.set_result(outcomes)
+                try:
+                    result.set_result(self._outcomes(call.result(), n))
+                except JoinerUnavailable as e:
+                    result.set_exception(e)
 
         call.add_done_callback(done)
         return result

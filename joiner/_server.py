@@ -5,7 +5,9 @@ import logging
 import re
 import socket
 import threading
+import time
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 
@@ -17,6 +19,7 @@ from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
 from joiner._joiner import Joiner, JoinerStats
 from joiner._servicer import JoinerServicer
+from joiner._status import STATUS_INTERVAL_S, status_path, write_status
 
 log = logging.getLogger("photon.joiner")
 
@@ -29,17 +32,21 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 class JoinerServer:
     """A running joiner; :attr:`address` is ``host:port`` as bound.
 
-    :meth:`stop` is the clean shutdown: stop accepting requests, let those in flight finish (within
-    ``grace`` seconds), roll (publish) the output file, close the clients this server opened.
+    A background thread rolls the output file on time and rewrites the status file (see
+    :func:`joiner.read_status`) about once a second. :meth:`stop` is the clean shutdown: stop accepting
+    requests, let those in flight finish (within ``grace`` seconds), roll (publish) the output file, write
+    the final status, close the clients this server opened.
     """
 
     def __init__(self, joiner: Joiner, server: grpc.Server, writer: RollingWriter, host: str, port: int,
-                 owned: list) -> None:
+                 owned: list, status_file: Path, clock: Clock) -> None:
         self.joiner = joiner
         self.host, self.port, self.address = host, port, f"{host}:{port}"
         self._server = server
         self._writer = writer
         self._owned = owned
+        self._status_file = status_file
+        self._clock = clock
         self._stop = threading.Event()
         period = min(writer.roll_interval_s / 4, 0.25)
         self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
@@ -47,11 +54,21 @@ class JoinerServer:
         self._roller.start()
 
     def _roll_loop(self, period: float) -> None:
+        next_status = 0.0
         while not self._stop.wait(period):
             try:
                 self._writer.maybe_roll()
             except Exception:
                 log.exception("joiner %s: rolling the output file failed", self.joiner.name)
+            if time.monotonic() >= next_status:
+                next_status = time.monotonic() + STATUS_INTERVAL_S
+                self._write_status()
+
+    def _write_status(self) -> None:
+        try:
+            write_status(self._status_file, self.joiner.statistics(), self._clock.now_us())
+        except OSError:
+            log.exception("joiner %s: writing %s failed", self.joiner.name, self._status_file)
 
     def statistics(self) -> JoinerStats:
         return self.joiner.statistics()
@@ -61,6 +78,7 @@ class JoinerServer:
         self._stop.set()
         self._roller.join(timeout=10)
         self._writer.roll()
+        self._write_status()
         for client in self._owned:
             try:
                 client.close()
@@ -78,7 +96,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     ``eventstore`` is an event store address (``host:port``) or an object with ``lookup(ids)`` (e.g.
     :class:`eventstore.InMemoryEventStore`); ``registry`` is registry endpoints (a list, a comma-separated
     string, or ``memory://``) or an object with ``commit(ids, token)``. Clients made here are closed by
-    :meth:`JoinerServer.stop`. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
+    :meth:`JoinerServer.stop`. Statistics go to ``<state_dir>/joiners/<name>.json`` too. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
     killed predecessor of the same name left are published first. Only one process per name may run.
     """
     if not _NAME.match(name):
@@ -115,4 +133,4 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     server.start()
-    return JoinerServer(joiner, server, writer, host, bound, owned)
+    return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)

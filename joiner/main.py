@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--registry", required=True, help="registry endpoints, comma-separated (or memory://)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()  # a SIGTERM during startup stops the process right after it
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         config = load_config(args.config)
         server = serve(config, args.region, args.name, eventstore=args.eventstore, registry=args.registry,
@@ -35,9 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as e:
         print(f"joiner {args.name}: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     print(f"joiner {args.name} serving on {server.address}", flush=True)
     while not stop.wait(1.0):
         pass

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import eventstore
-from joiner import JoinerClient, Outcome
+from joiner import JoinerClient, Outcome, read_status
 from photon import wait_until
 
 from joiner_helpers import (click_id, clicks, free_port, joined_lines, make_config, read_serving_address,
@@ -60,6 +60,8 @@ def test_sigterm_finishes_rolls_and_exits_zero(pipes, tmp_path, store):
     assert proc.wait(timeout=20) == 0
     assert not list(joined.glob("*.inprogress"))
     assert sorted(e["click_id"] for e in joined_lines(joined)) == [click_id(n) for n in range(5)]
+    status = read_status(tmp_path / "state")["a-j0"]
+    assert status["pid"] == proc.pid and status["joined"] == 5 and status["files_rolled"] == 1
 
 
 def test_orphaned_output_of_a_killed_joiner_is_published_on_restart(pipes, tmp_path, store):
