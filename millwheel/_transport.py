@@ -219,13 +219,16 @@ class Tracker:
         for g in released:
             self.acked(g.deliveries)
 
-    def mark_stored(self, pids: Iterable[str]) -> None:
-        """Weak productions were checkpointed: their upstream deliveries need not wait any longer."""
+    def mark_stored(self, checkpointed: list[tuple[str, Outstanding]]) -> None:
+        """Weak productions were checkpointed: their upstream deliveries need not wait any longer. One
+        acked while its checkpoint was being written is deleted again by its owner."""
         released: list[AckGroup] = []
+        done: dict[tuple[str, int], list[str]] = {}
         with self._lock:
-            for pid in pids:
+            for pid, written in checkpointed:
                 o = self.outstanding.get(pid)
                 if o is None:
+                    done.setdefault((written.sender, written.interval), []).append(pid)
                     continue
                 o.stored = True
                 for g in o.groups:
@@ -233,7 +236,7 @@ class Tracker:
                     if not g.waiting:
                         released.append(g)
                 o.groups = []
-        self._after({}, released)
+        self._after(done, released)
 
     def unstored_older_than(self, owned: set[tuple[str, int]], before_us: int) -> list[tuple[str, Outstanding]]:
         with self._lock:

@@ -286,7 +286,7 @@ class Worker:
             by_iv.setdefault((o.sender, o.interval), []).append(o.prod)
         for (name, interval), prods in by_iv.items():
             writes.append(Write(name, interval, self.comps[name].seqs[interval], productions=prods))
-        return lambda: self.rt.tracker.mark_stored(pid for pid, _ in late)
+        return lambda: self.rt.tracker.mark_stored(late)
 
 
 def encode_value(value) -> bytes:

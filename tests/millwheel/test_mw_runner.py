@@ -1,0 +1,99 @@
+"""The pure key runner: dedup, timer order, late flags, state changes, productions."""
+from __future__ import annotations
+
+import pytest
+
+from millwheel import WALL, WATERMARK, Computation, Record
+from millwheel._runner import KeyInput, UndeclaredStream, run_key
+from millwheel._store import KEEP
+
+
+class Recorder(Computation):
+    """Counts records in state, logs what it saw, sets the timers records ask for."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def process_record(self, ctx, record):
+        self.seen.append(("record", record.id, record.is_late))
+        ctx.state = (ctx.state or 0) + 1
+        for tag, ts, domain in record.value.get("timers", []):
+            ctx.set_timer(tag, ts, domain)
+        if record.value.get("emit"):
+            ctx.produce("out", {"from": record.id})
+
+    def process_timer(self, ctx, timer):
+        self.seen.append(("timer", timer.tag, timer.timestamp_us))
+        if timer.tag == "chain":
+            ctx.set_timer("chained", timer.timestamp_us - 5)  # already due: fires in this same call
+        ctx.produce("out", {"timer": timer.tag})
+
+
+def rec(i: str, ts: int = 100, **value) -> Record:
+    return Record("k", value, ts, id=i, sender="up", produced_at_us=1)
+
+
+def inp(records, state=None, timers=None, dups=(), wm=0, now=0) -> KeyInput:
+    return KeyInput("c", "k", records, state, dict(timers or {}), set(dups), wm, now, ("out",))
+
+
+def test_same_record_twice_changes_state_once():
+    comp = Recorder()
+    res = run_key(comp, inp([rec("r1"), rec("r1"), rec("r2")]))
+    assert res.state == b"2" and res.duplicates_dropped == 1
+    assert [p[0] for p in res.processed] == ["r1", "r2"]
+    again = run_key(comp, inp([rec("r1")], state=res.state, dups={"r1"}))
+    assert again.state is KEEP and again.duplicates_dropped == 1 and again.processed == []
+
+
+def test_exactly_once_off_lets_duplicates_through():
+    comp = Recorder()
+    comp.exactly_once = False
+    res = run_key(comp, inp([rec("r1"), rec("r1")], dups={"r1"}))
+    assert res.state == b"2" and res.processed == []
+
+
+def test_timers_fire_in_increasing_order_including_ones_set_while_firing():
+    comp = Recorder()
+    timers = {"late": (90, WATERMARK), "early": (10, WATERMARK), "chain": (50, WATERMARK),
+              "future": (500, WATERMARK), "wall": (20, WALL)}
+    res = run_key(comp, inp([], state=b"0", timers=timers, wm=100, now=30))
+    assert [s[1] for s in comp.seen] == ["early", "wall", "chain", "chained", "late"]
+    # pending timers fire in timestamp order; one set in the past while firing fires right after
+    assert [t.timestamp_us for t in res.fired] == [10, 20, 50, 45, 90]
+    assert res.timers == {"future": (500, WATERMARK)}
+    assert sorted(res.timers_deleted) == ["chain", "early", "late", "wall"]
+    assert res.timers_set == []
+
+
+def test_late_records_are_flagged_not_dropped():
+    comp = Recorder()
+    res = run_key(comp, inp([rec("old", ts=10), rec("new", ts=200)], wm=100))
+    assert comp.seen == [("record", "old", True), ("record", "new", False)]
+    assert res.late_records == 1 and res.records_processed == 2
+
+
+def test_productions_get_deterministic_ids_and_default_timestamps():
+    a = run_key(Recorder(), inp([rec("r1", ts=70, emit=True)]))
+    b = run_key(Recorder(), inp([rec("r1", ts=70, emit=True)]))
+    assert [p.id for p in a.productions] == [p.id for p in b.productions] == ["r1/0"]
+    assert a.productions[0].timestamp_us == 70 and a.productions[0].key == "k"
+
+
+def test_undeclared_stream_is_refused():
+    class Bad(Recorder):
+        def process_record(self, ctx, record):
+            ctx.produce("elsewhere", 1)
+    with pytest.raises(UndeclaredStream, match="elsewhere"):
+        run_key(Bad(), inp([rec("r")]))
+
+
+def test_unchanged_state_is_not_rewritten_and_none_deletes():
+    class Reader(Recorder):
+        def process_record(self, ctx, record):
+            if record.value.get("clear"):
+                ctx.state = None
+            else:
+                _ = ctx.state
+    assert run_key(Reader(), inp([rec("r")], state=b"5")).state is KEEP
+    assert run_key(Reader(), inp([rec("r", clear=True)], state=b"5")).state is None
