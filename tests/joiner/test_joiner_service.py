@@ -170,3 +170,33 @@ def test_unreachable_joiner_raises_unavailable():
     with pytest.raises(JoinerUnavailable):
         client.join_future(*clicks([1]), timeout=5).result(timeout=10)
     client.close()
+
+
+def test_nothing_is_written_before_the_commit_and_stop_finishes_in_flight_requests(stack):
+    reg = FakeRegistry()
+    reg.gate = threading.Event()
+    s = stack(reg, roll_interval_s=60.0)
+    write_queries(s.root, range(3))
+    s.wait_queries(3)
+    pending = s.client.join_future(*clicks(range(3)))
+    wait_until(lambda: reg.waiting == 1, 10, message="request inside the registry commit")
+    assert s.client.status()["in_flight"] == 1
+    assert not s.joined_dir.exists() or not any(f.stat().st_size for f in s.joined_dir.iterdir())
+    stopping = threading.Thread(target=s.server.stop)
+    stopping.start()
+
+    def refused() -> bool:
+        try:
+            s.client.join(*clicks([9]), timeout=2)
+        except JoinerUnavailable:
+            return True
+        return False
+
+    wait_until(refused, 10, message="the stopping joiner refusing new requests")
+    assert not pending.done()
+    reg.gate.set()
+    assert pending.result(timeout=10) == [J, J, J]
+    stopping.join(timeout=20)
+    assert not stopping.is_alive()
+    assert not list(s.joined_dir.glob("*.inprogress"))
+    assert sorted(e["click_id"] for e in joined_lines(s.joined_dir)) == [click_id(n) for n in range(3)]
