@@ -190,6 +190,8 @@ class Runtime:
         self._wake_all()
 
     def _wake_all(self) -> None:
+        with self._gen_cond:
+            self._gen_cond.notify_all()
         for w in self.workers:
             w.inbox.wake()
         for s in self.injectors.values():
