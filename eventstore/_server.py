@@ -51,7 +51,10 @@ def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = N
     server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=f"eventstore-{region}"),
                          options=CHANNEL_OPTIONS)
     pb_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:
+        raise OSError(f"eventstore {region}: cannot bind {host}:{port}: {e}") from None
     if bound == 0:
         raise OSError(f"eventstore {region}: cannot bind {host}:{port}")
     store.start()

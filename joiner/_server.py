@@ -96,8 +96,10 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     ``eventstore`` is an event store address (``host:port``) or an object with ``lookup(ids)`` (e.g.
     :class:`eventstore.InMemoryEventStore`); ``registry`` is registry endpoints (a list, a comma-separated
     string, or ``memory://``) or an object with ``commit(ids, token)``. Clients made here are closed by
-    :meth:`JoinerServer.stop`. Statistics go to ``<state_dir>/joiners/<name>.json`` too. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
-    killed predecessor of the same name left are published first. Only one process per name may run.
+    :meth:`JoinerServer.stop`. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
+    killed predecessor of the same name left are published first, so only one process per name may run.
+    Statistics also go to ``<state_dir>/joiners/<name>.json``. Raises ConfigError (bad name, region or
+    adapter) or OSError (port not free).
     """
     if not _NAME.match(name):
         raise ConfigError(f"joiner name must be letters, digits, - and _, got {name!r}")
@@ -106,31 +108,45 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     adapter = load_adapter(jc.adapter, reg.name, name, config.join.nest_primary_as)
     clock = clock or SystemClock()
     host = host or jc.host
-    owned: list = []
-    try:
-        if isinstance(eventstore, str):
-            eventstore = EventStoreClient(eventstore)
-            owned.append(eventstore)
-        if isinstance(registry, (str, list)):
-            from idregistry import connect  # here, so that joiner clients never load the registry
-            registry = connect(registry)
-            owned.append(registry)
-        writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
-                               roll_bytes=int(jc.roll_mb * (1 << 20)))
-        server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS,
-                                                        thread_name_prefix=name),
-                             options=CHANNEL_OPTIONS)
-        bound = server.add_insecure_port(f"{host}:{port}")
-        if bound == 0:
-            raise OSError(f"joiner {name}: cannot bind {host}:{port}")
-    except BaseException:
-        for client in owned:
-            client.close()
-        raise
+    server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS, thread_name_prefix=name),
+                         options=CHANNEL_OPTIONS)
+    bound = bind(server, host, port, f"joiner {name}")
+    store, registry, owned = _open_clients(eventstore, registry)
+    writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
+                           roll_bytes=int(jc.roll_mb * (1 << 20)))
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
-    joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=eventstore, registry=registry,
+    joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock)
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     server.start()
     return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)
+
+
+def bind(server: grpc.Server, host: str, port: int, what: str) -> int:
+    """Bind ``host:port`` (0: a free port) and return the port; OSError naming ``what`` if it is taken."""
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:
+        raise OSError(f"{what}: cannot bind {host}:{port}: {e}") from None
+    if bound == 0:
+        raise OSError(f"{what}: cannot bind {host}:{port}")
+    return bound
+
+
+def _open_clients(eventstore, registry) -> tuple[object, object, list]:
+    """The event store and registry clients (made from addresses when given addresses) and those made."""
+    owned: list = []
+    if isinstance(eventstore, str):
+        eventstore = EventStoreClient(eventstore)
+        owned.append(eventstore)
+    if isinstance(registry, (str, list)):
+        from idregistry import connect  # here, so that joiner clients never load the registry
+        try:
+            registry = connect(registry)
+        except BaseException:
+            for client in owned:
+                client.close()
+            raise
+        owned.append(registry)
+    return eventstore, registry, owned

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -97,3 +98,16 @@ def test_bad_adapter_stops_startup_with_a_message_naming_the_key(pipes, tmp_path
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and b"[joiner].adapter = 'nowhere_module:fn'" in err
+
+
+def test_port_in_use_stops_startup_with_a_message(pipes, tmp_path, store):
+    config = write_config(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = pipes.python("-m", "joiner.main", "--config", str(config), "--region", "a", "--name", "a-j0",
+                            "--port", str(port), "--eventstore", store.address, "--registry", "memory://",
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and f"cannot bind 127.0.0.1:{port}".encode() in err
