@@ -25,7 +25,8 @@ from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics
 log = logging.getLogger("photon.dispatcher")
 
 STATUS_INTERVAL_S = 0.1
-SCAN_BYTES = 8 << 20
+MIN_SCAN_BYTES = 16 << 10
+MAX_SCAN_BYTES = 8 << 20
 JOIN_TIMEOUT_S = 30.0
 _DOWN_FOR_US = 500_000  # a joiner whose request failed is avoided this long (unless all are down)
 
@@ -124,6 +125,7 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stats = self.core.statistics(pid=os.getpid())
         self._pending_bytes = 0
+        self._line_bytes = 256.0  # running estimate of a line's size, for read-ahead budgets
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -173,9 +175,12 @@ class Dispatcher:
             now = clock.now_us()
             events = [self._answer_event(a, now) for a in answers if a is not None]
             scanned_lines = False
-            if core.wants_lines() and (found or now >= next_scan):
-                chunks = self.tailer.poll(SCAN_BYTES)
+            wanted = core.lines_wanted()
+            if wanted and (found or now >= next_scan):
+                chunks = self.tailer.poll(self._scan_budget(wanted))
                 found = scanned_lines = bool(chunks)
+                if found:
+                    self._learn_line_size(chunks)
                 now = clock.now_us()
                 events.append(LinesRead(chunks, now))
                 next_scan = now + self._poll_us
@@ -195,6 +200,16 @@ class Dispatcher:
                     inbox.put(inbox.get(timeout=timeout))  # wait for an answer, then handle it above
                 except queue.Empty:
                     pass
+
+    def _scan_budget(self, lines_wanted: int) -> int:
+        """Bytes to read for about ``lines_wanted`` lines (read ahead is bounded, so a large backlog
+        stays in the files and not in memory or in every checkpoint)."""
+        return min(MAX_SCAN_BYTES, max(MIN_SCAN_BYTES, int(lines_wanted * self._line_bytes)))
+
+    def _learn_line_size(self, chunks) -> None:
+        n = sum(len(c.lines) for c in chunks)
+        size = sum(c.end - c.offsets[0] for c in chunks)
+        self._line_bytes = 0.8 * self._line_bytes + 0.2 * (size / n)
 
     def _answer_event(self, answer: tuple, now: int):
         kind, batch_id, payload = answer

@@ -282,9 +282,13 @@ class DispatcherState:
     def caught_up(self) -> bool:
         return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
 
+    def lines_wanted(self) -> int:
+        """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
+        batches wait queued behind the requests in flight (0: read nothing now)."""
+        return max(0, self.config.batch_size * self.config.max_in_flight - len(self._queued))
+
     def wants_lines(self) -> bool:
-        """Backpressure: true while fewer than ``max_in_flight`` full batches are queued."""
-        return len(self._queued) < self.config.batch_size * self.config.max_in_flight
+        return self.lines_wanted() > 0
 
     def next_due_us(self) -> int | None:
         """When the earliest retry falls due (the shell's wake-up hint), or None."""
