@@ -90,16 +90,20 @@ class Joiner:
 
     def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> bytearray:
         """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns."""
-        batch = JoinBatch(ids, ref_ids, raws)
+        n = len(ids)
+        if len(ref_ids) != n or len(raws) != n:
+            raise ValueError(f"a join request needs one ref_id and one raw line per id: got {n} ids, "
+                             f"{len(ref_ids)} ref_ids, {len(raws)} raws")
         with self._lock:
             self._c["requests"] += 1
-            if self._in_flight >= self._max_in_flight:
+            if self._in_flight >= self._max_in_flight:  # refused before any per-event work
                 self._c["requests_throttled"] += 1
-                out = throttled(batch.n)
+                out = throttled(n)
                 self._count(out)
                 return out
             self._in_flight += 1
         try:
+            batch = JoinBatch(ids, ref_ids, raws)
             out = self._join(batch, next(self._seq))
         finally:
             with self._lock:

@@ -124,6 +124,17 @@ def test_malformed_ids_are_unjoinable_and_never_looked_up_or_committed():
     assert list(b.outcomes()) == [J, U, U]
 
 
+@pytest.mark.parametrize("bad", ["::1:5:1763712000000000", "a:1:176371200000000", "a:1:17637120000000000", "a::1763712000000000",
+                                 "a:1:1763712000000000\n", ""])
+def test_ids_the_registry_would_refuse_never_reach_it(bad):
+    ids, refs, raws = clicks(range(2))
+    ids[0] = bad
+    b = JoinBatch(ids, refs, raws)
+    b.ref_ids_to_look_up()
+    b.primaries_found([query_line(1)], concat)
+    assert b.ids_to_commit() == [ids[1]]
+
+
 def test_mismatched_answers_are_refused():
     with pytest.raises(ValueError, match="one ref_id and one raw"):
         JoinBatch(["a"], [], [])
