@@ -95,6 +95,8 @@ class Dispatcher:
             raise ValueError(f"dispatcher reads local logs only, got log_root {self.region.log_root!r}")
         self.config = config
         self.clock = clock or SystemClock()
+        self._wall0 = self.clock.now_us()
+        self._mono0 = self.clock.monotonic_us()
         self.dir = dispatcher_dir(self.region.state_dir)
         self._lock = ProcessLock(self.dir)
         self._join_timeout_s = join_timeout_s
@@ -161,8 +163,8 @@ class Dispatcher:
             self._finish()
 
     def _loop(self) -> None:
-        core, clock, inbox = self.core, self.clock, self._inbox
-        self._execute(core.handle(TimePassed(clock.now_us())))  # re-send what the checkpoint held
+        core, now_us, inbox = self.core, self._now_us, self._inbox
+        self._execute(core.handle(TimePassed(now_us())))  # re-send what the checkpoint held
         next_scan = next_status = 0
         found = False  # the latest scan found lines: scan again at once
         while not self._stopping.is_set():
@@ -172,7 +174,7 @@ class Dispatcher:
                     answers.append(inbox.get_nowait())
             except queue.Empty:
                 pass
-            now = clock.now_us()
+            now = now_us()
             events = [self._answer_event(a, now) for a in answers if a is not None]
             scanned_lines = False
             wanted = core.lines_wanted()
@@ -181,7 +183,7 @@ class Dispatcher:
                 found = scanned_lines = bool(chunks)
                 if found:
                     self._learn_line_size(chunks)
-                now = clock.now_us()
+                now = now_us()
                 events.append(LinesRead(chunks, now))
                 next_scan = now + self._poll_us
             events.append(TimePassed(now))
@@ -195,11 +197,16 @@ class Dispatcher:
                 due = core.next_due_us()
                 if due is not None:
                     wake = min(wake, due)
-                timeout = max(0, wake - clock.now_us()) / 1e6
+                timeout = max(0, wake - now_us()) / 1e6
                 try:
                     inbox.put(inbox.get(timeout=timeout))  # wait for an answer, then handle it above
                 except queue.Empty:
                     pass
+
+    def _now_us(self) -> int:
+        """Wall time that never goes backwards: the wall clock at start plus monotonic time since, so a
+        stepped system clock cannot stall retries or make times run backwards."""
+        return self._wall0 + self.clock.monotonic_us() - self._mono0
 
     def _scan_budget(self, lines_wanted: int) -> int:
         """Bytes to read for about ``lines_wanted`` lines (read ahead is bounded, so a large backlog
@@ -255,7 +262,7 @@ class Dispatcher:
 
     def _send(self, cmd: SendBatch) -> None:
         pool, inbox, batch_id = self._joiners, self._inbox, cmd.batch_id
-        j = pool.pick(self.clock.now_us())
+        j = pool.pick(self._now_us())
         pool.outstanding[j] += 1
         self._batch_joiner[batch_id] = j
 
@@ -282,7 +289,7 @@ class Dispatcher:
 
     def _finish(self) -> None:
         try:
-            self._execute(self.core.handle(StopRequested(self.clock.now_us())))
+            self._execute(self.core.handle(StopRequested(self._now_us())))
             self.unjoinable.roll()
             self.quarantine.close()
             self._publish_status()
