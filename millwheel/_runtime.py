@@ -58,6 +58,7 @@ class InjectorShell:
         self.inbox = Inbox()
         self.estimate = 0
         self.caught_up = False
+        self.busy = False
         self.injected = 0
         self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
 
@@ -90,6 +91,16 @@ class InjectorShell:
             self.inbox.take(0, cfg.tick_us / 1e6)
             return
         now = rt.clock.now_us()
+        self.busy = True
+        try:
+            prods = self._inject(now, done)
+        finally:
+            self.busy = False
+        if not prods:
+            self.inbox.take(0, max(cfg.tick_us, 20_000) / 1e6)
+
+    def _inject(self, now: int, done: list[str]) -> list[StoredProduction]:
+        rt, cfg = self.rt, self.rt.config
         poll = self.injector.poll(cfg.injector_batch, now)
         stream = rt.topology.injectors[self.name].produces
         prods = []
@@ -108,8 +119,7 @@ class InjectorShell:
         self.injected += len(prods)
         self.estimate = max(self.estimate, poll.watermark_us)
         self.caught_up = poll.caught_up and not prods
-        if not prods:
-            self.inbox.take(0, max(cfg.tick_us, 20_000) / 1e6)
+        return prods
 
 
 class Runtime:
@@ -295,12 +305,13 @@ class Runtime:
         """Every injector has caught up, nothing is in flight or unacked, and no timer is due."""
         if self.error is not None or not all(s.caught_up for s in self.injectors.values()):
             return False
-        if self.tracker.in_flight or self.tracker.outstanding_count():
-            return False
-        if any(len(w.inbox) for w in self.workers):
-            return False
         now = self.clock.now_us()
-        return not any(w.has_due(self.input_watermarks, now) for w in self.workers)
+        if any(w.has_due(self.input_watermarks, now) for w in self.workers):
+            return False
+        # read after has_due: a worker that popped a due timer is busy until its productions are registered
+        if any(w.busy or len(w.inbox) for w in self.workers) or any(s.busy for s in self.injectors.values()):
+            return False
+        return not (self.tracker.in_flight or self.tracker.outstanding_count())
 
     def wait_ticks(self, n: int = 1, timeout_s: float = 10.0) -> None:
         with self._gen_cond:

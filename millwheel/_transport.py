@@ -78,19 +78,6 @@ class Outstanding:
     first_sent_us: int
     retry_after_us: int
     backoff_us: int
-    groups: list = field(default_factory=list)
-
-
-COMMITTED = "\0committed"
-"""The member of :attr:`AckGroup.waiting` that the weak sender's own commit removes."""
-
-
-@dataclass(slots=True)
-class AckGroup:
-    """Upstream deliveries of a weak computation: acked once its state is committed and each of its
-    productions is acked downstream or checkpointed (paper Figure 11)."""
-    deliveries: list[Delivery]
-    waiting: set[str] = field(default_factory=lambda: {COMMITTED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +133,7 @@ class Tracker:
                 bag.remove(ts)
 
     def register(self, sender: str, productions: list[tuple[StoredProduction, int, bool, list[Delivery]]],
-                 now_us: int, retry_delay_us: int, group: AckGroup | None = None) -> list[Delivery]:
+                 now_us: int, retry_delay_us: int) -> list[Delivery]:
         """Register productions ``(production, sender interval, stored?, deliveries)`` of one sender as
         outstanding and return the deliveries to send. A production with no consumer is done at once;
         one already outstanding (replayed) is not registered twice."""
@@ -160,35 +147,23 @@ class Tracker:
                     if stored:
                         done.setdefault((sender, interval), []).append(prod.id)
                     continue
-                o = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
-                                stored, now_us, now_us + retry_delay_us, retry_delay_us)
-                self.outstanding[prod.id] = o
+                self.outstanding[prod.id] = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
+                                                        stored, now_us, now_us + retry_delay_us, retry_delay_us)
                 self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
                 self._bag(sender).add(prod.timestamp_us)
                 for d in deliveries:
                     self._bag(d.consumer).add(d.record.timestamp_us)
                 self.in_flight += len(deliveries)
-                if group is not None:
-                    group.waiting.add(prod.id)
-                    o.groups.append(group)
                 out.extend(deliveries)
-        self._after(done, [])
+        self._after(done)
         return out
 
     def send(self, deliveries: list[Delivery]) -> None:
         self._transport.send(deliveries)
 
-    def release(self, group: AckGroup, member: str = COMMITTED) -> None:
-        with self._lock:
-            group.waiting.discard(member)
-            ready = not group.waiting
-        if ready:
-            self.acked(group.deliveries)
-
     def acked(self, deliveries: list[Delivery]) -> None:
         """The consumers committed (or dropped as duplicates) these deliveries."""
         done: dict[tuple[str, int], list[str]] = {}
-        released: list[AckGroup] = []
         with self._lock:
             for d in deliveries:
                 self._bag(d.consumer).remove(d.record.timestamp_us)
@@ -198,50 +173,34 @@ class Tracker:
                     continue
                 del o.left[d.consumer]
                 if not o.left:
-                    self._finish(d.record.id, o, done, released)
+                    del self.outstanding[d.record.id]
+                    self.per_sender[o.sender] -= 1
+                    self._bag(o.sender).remove(o.prod.timestamp_us)
+                    if o.stored:
+                        done.setdefault((o.sender, o.interval), []).append(d.record.id)
             self.acked_total += len(deliveries)
-        self._after(done, released)
+        self._after(done)
 
-    def _finish(self, pid: str, o: Outstanding, done: dict, released: list) -> None:
-        del self.outstanding[pid]
-        self.per_sender[o.sender] -= 1
-        self._bag(o.sender).remove(o.prod.timestamp_us)
-        if o.stored:
-            done.setdefault((o.sender, o.interval), []).append(pid)
-        for g in o.groups:
-            g.waiting.discard(pid)
-            if not g.waiting:
-                released.append(g)
-
-    def _after(self, done: dict, released: list[AckGroup]) -> None:
+    def _after(self, done: dict) -> None:
         for (sender, interval), ids in done.items():
             self._owner(sender, interval).put_many([Done(sender, interval, tuple(ids))])
-        for g in released:
-            self.acked(g.deliveries)
 
-    def mark_stored(self, checkpointed: list[tuple[str, Outstanding]]) -> None:
-        """Weak productions were checkpointed: their upstream deliveries need not wait any longer. One
-        acked while its checkpoint was being written is deleted again by its owner."""
-        released: list[AckGroup] = []
+    def unacked(self, pids: Iterable[str]) -> list[StoredProduction]:
+        with self._lock:
+            return [self.outstanding[p].prod for p in pids if p in self.outstanding]
+
+    def mark_stored(self, sender: str, interval: int, pids: Iterable[str]) -> None:
+        """These weak productions were checkpointed; one acked while its checkpoint was being written
+        is deleted again by its owner."""
         done: dict[tuple[str, int], list[str]] = {}
         with self._lock:
-            for pid, written in checkpointed:
+            for pid in pids:
                 o = self.outstanding.get(pid)
                 if o is None:
-                    done.setdefault((written.sender, written.interval), []).append(pid)
-                    continue
-                o.stored = True
-                for g in o.groups:
-                    g.waiting.discard(pid)
-                    if not g.waiting:
-                        released.append(g)
-                o.groups = []
-        self._after(done, released)
-
-    def unstored_older_than(self, owned: set[tuple[str, int]], before_us: int) -> list[tuple[str, Outstanding]]:
-        with self._lock:
-            return [(pid, o) for pid, o in self.outstanding.items() if not o.stored
-                    and o.first_sent_us < before_us and (o.sender, o.interval) in owned]
+                    done.setdefault((sender, interval), []).append(pid)
+                else:
+                    o.stored = True
+        self._after(done)
 
     def due_retries(self, now_us: int) -> int:
         """Send again every delivery not acked within its retry delay (the delay doubles per attempt)."""

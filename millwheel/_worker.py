@@ -20,13 +20,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import orjson
-
 from millwheel._bloom import BloomFilter
-from millwheel._model import STRONG, WATERMARK, WEAK, Computation, Delivery
+from millwheel._model import WATERMARK, WEAK, Computation, Delivery
 from millwheel._runner import KeyInput, KeyResult, run_key
 from millwheel._store import KEEP, StoredProduction, Write
-from millwheel._transport import AckGroup, Done, Inbox
+from millwheel._transport import Done, Inbox
 
 if TYPE_CHECKING:
     from millwheel._runtime import Runtime
@@ -87,6 +85,10 @@ class Worker:
         self.inbox = Inbox()
         self.comps: dict[str, CompState] = {}
         self._lock = threading.Lock()
+        self.busy = False
+        self._deferred: list[Delivery] = []
+        self._locked: set[tuple[str, str]] = set()
+        self._pending_weak: list = []
         self.thread = threading.Thread(target=self._main, name=f"millwheel-worker-{index}", daemon=True)
 
     # ---- ownership and recovery ---------------------------------------------------------------
@@ -132,36 +134,45 @@ class Worker:
 
     def step(self, items: list) -> None:
         rt = self.rt
-        now = rt.clock.now_us()
-        by_comp: dict[str, list[Delivery]] = {}
-        writes: list[Write] = []
-        for item in items:
-            if isinstance(item, Delivery):
-                by_comp.setdefault(item.consumer, []).append(item)
-            elif isinstance(item, Done):
-                seq = self.comps[item.sender].seqs[item.interval]
-                writes.append(Write(item.sender, item.interval, seq, productions_done=list(item.ids)))
-        with self._lock:
-            comps = list(self.comps.values())
-        after = []
-        for cs in comps:
-            after.append(self._run_comp(cs, by_comp.pop(cs.name, []), now, writes))
-        after.append(self._checkpoint_weak(comps, now, writes))
-        rt.store.commit(writes)
-        for fn in after:
-            if fn is not None:
-                fn()
-        if by_comp:  # deliveries for a computation this worker does not own (yet): put back
-            self.inbox.put_many([d for ds in by_comp.values() for d in ds])
+        self.busy = True
+        try:
+            now = rt.clock.now_us()
+            by_comp: dict[str, list[Delivery]] = {}
+            writes: list[Write] = []
+            for item in self._deferred + items:
+                if isinstance(item, Delivery):
+                    by_comp.setdefault(item.consumer, []).append(item)
+                elif isinstance(item, Done):
+                    seq = self.comps[item.sender].seqs[item.interval]
+                    writes.append(Write(item.sender, item.interval, seq, productions_done=list(item.ids)))
+            self._deferred = []
+            with self._lock:
+                comps = list(self.comps.values())
+            after = [self._run_comp(cs, by_comp.pop(cs.name, []), now, writes) for cs in comps]
+            after.extend(self._weak_ready(now, writes))
+            rt.store.commit(writes)
+            for fn in after:
+                if fn is not None:
+                    fn()
+            # deliveries for a computation this worker does not own yet: keep them for the next step
+            self._deferred.extend(d for ds in by_comp.values() for d in ds)
+        finally:
+            self.busy = False
 
     def _due_keys(self, cs: CompState, input_wm: int, now: int) -> set[str]:
+        """Keys with a due timer; a key whose weak checkpoint is pending keeps its timers for later."""
         keys: set[str] = set()
         for domain, bound in (("watermark", input_wm), ("wall", now)):
-            heap = cs.heaps[domain]
+            heap, kept = cs.heaps[domain], []
             while heap and heap[0][0] <= bound:
                 ts, key, tag = heapq.heappop(heap)
                 if cs.timers.get(key, {}).get(tag) == (ts, domain):
-                    keys.add(key)
+                    if (cs.name, key) in self._locked:
+                        kept.append((ts, key, tag))
+                    else:
+                        keys.add(key)
+            for entry in kept:
+                heapq.heappush(heap, entry)
         return keys
 
     def has_due(self, input_wms: dict[str, int], now: int) -> bool:
@@ -203,6 +214,12 @@ class Worker:
     def _run_comp(self, cs: CompState, deliveries: list[Delivery], now: int, writes: list[Write]):
         rt = self.rt
         input_wm = rt.input_watermarks.get(cs.name, 0)
+        weak = cs.computation.productions == WEAK
+        if weak and self._locked:  # a key whose weak checkpoint is pending waits for it
+            held = [d for d in deliveries if (cs.name, d.record.key) in self._locked]
+            if held:
+                self._deferred.extend(held)
+                deliveries = [d for d in deliveries if (cs.name, d.record.key) not in self._locked]
         due = self._due_keys(cs, input_wm, now)
         if not deliveries and not due:
             return None
@@ -213,9 +230,7 @@ class Worker:
         for key in due:
             by_key.setdefault(key, [])
         states = self._states(cs, by_key)
-        results: list[tuple[KeyResult, list[Delivery], dict]] = []
-        weak = cs.computation.productions == WEAK
-        groups = []
+        results: list[_KeyDone] = []
         for key, ds in by_key.items():
             old_timers = cs.timers.get(key, {})
             inp = KeyInput(cs.name, key, [d.record for d in ds], states[key], old_timers, dups, input_wm, now,
@@ -223,27 +238,59 @@ class Worker:
             res = run_key(cs.computation, inp)
             interval = rt.interval_of(key)
             prods = [rt.encode(p) for p in res.productions]
-            writes.append(Write(cs.name, interval, cs.seqs[interval], key, res.state, res.timers_set,
-                                res.timers_deleted, res.processed, [] if weak else prods))
-            if weak:  # paper Figure 11: send first, persist after, ack upstream when safe
-                group = AckGroup(ds)
-                out = rt.tracker.register(cs.name, [(p, interval, False, rt.route(p, cs.name)) for p in prods],
-                                          now, rt.config.retry_delay_us, group)
-                rt.tracker.send(out)
-                groups.append(group)
-            results.append((res, ds, {"interval": interval, "prods": prods, "old_timers": old_timers}))
-        rt.count(cs.name, results)
-        return lambda: self._after_commit(cs, results, groups, now)
+            write = Write(cs.name, interval, cs.seqs[interval], key, res.state, res.timers_set,
+                          res.timers_deleted, res.processed, [] if weak else prods)
+            results.append(_KeyDone(res, ds, interval, prods, old_timers, write))
+        rt.count(cs.name, [(r.res, None, None) for r in results])
+        if weak:
+            self._send_weak(cs, results, now)
+            return None
+        writes.extend(r.write for r in results)
+        return lambda: self._after_commit(cs, results, now)
 
-    def _after_commit(self, cs: CompState, results, groups: list[AckGroup], now: int) -> None:
+    def _send_weak(self, cs: CompState, results: list["_KeyDone"], now: int) -> None:
+        """Paper Figure 11: weak productions go out before anything is persisted; the keys' checkpoints
+        wait (the keys are locked) until every production is acked or the delay has passed."""
         rt = self.rt
-        add, remove, acks, sends = [], [], [], []
-        for res, ds, extra in results:
-            key = res.key
+        out = []
+        for r in results:
+            out.extend(rt.tracker.register(cs.name, [(p, r.interval, False, rt.route(p, cs.name))
+                                                     for p in r.prods], now, rt.config.retry_delay_us))
+            self._locked.add((cs.name, r.res.key))
+        rt.tracker.send(out)
+        self._pending_weak.append((cs, results, now + rt.config.weak_checkpoint_delay_us))
+
+    def _weak_ready(self, now: int, writes: list[Write]) -> list:
+        """Checkpoints of weak keys whose productions are all acked, or whose delay has passed: the
+        productions still unacked are checkpointed in the key's atomic write."""
+        after, waiting = [], []
+        for cs, results, deadline in self._pending_weak:
+            unacked = {r.res.key: self.rt.tracker.unacked(p.id for p in r.prods) for r in results}
+            if now < deadline and any(unacked.values()):
+                waiting.append((cs, results, deadline))
+                continue
+            for r in results:
+                r.write.productions = unacked[r.res.key]
+                writes.append(r.write)
+            after.append(lambda cs=cs, results=results, unacked=unacked: self._weak_committed(cs, results, unacked))
+        self._pending_weak = waiting
+        return after
+
+    def _weak_committed(self, cs: CompState, results: list["_KeyDone"], unacked: dict) -> None:
+        for r in results:
+            if unacked[r.res.key]:
+                self.rt.tracker.mark_stored(cs.name, r.interval, [p.id for p in unacked[r.res.key]])
+            self._locked.discard((cs.name, r.res.key))
+        self._after_commit(cs, results, self.rt.clock.now_us(), weak=True)
+
+    def _after_commit(self, cs: CompState, results: list["_KeyDone"], now: int, weak: bool = False) -> None:
+        rt = self.rt
+        add, remove, acks, out = [], [], [], []
+        for r in results:
+            res, key = r.res, r.res.key
             if not isinstance(res.state, type(KEEP)):
                 cs.cache.put(key, res.state)
-            old = extra["old_timers"]
-            for tag, (ts, domain) in old.items():
+            for tag, (ts, domain) in r.old_timers.items():
                 if domain == WATERMARK and res.timers.get(tag) != (ts, domain):
                     remove.append(ts)
             for tag, ts, domain in res.timers_set:
@@ -257,37 +304,25 @@ class Worker:
             if cs.bloom is not None:
                 for rid, _, _ in res.processed:
                     cs.bloom.add(rid)
-            if cs.computation.productions == STRONG:
-                sends.append((extra["prods"], extra["interval"]))
-                acks.extend(ds)
+            acks.extend(r.deliveries)
+            if not weak:
+                out.extend(rt.tracker.register(cs.name, [(p, r.interval, True, rt.route(p, cs.name))
+                                                         for p in r.prods], now, rt.config.retry_delay_us))
         rt.tracker.change_holds(cs.name, add, remove)
-        out = []
-        for prods, interval in sends:
-            out.extend(rt.tracker.register(cs.name, [(p, interval, True, rt.route(p, cs.name)) for p in prods],
-                                           now, rt.config.retry_delay_us))
-        rt.tracker.acked(acks)
-        for g in groups:
-            rt.tracker.release(g)
+        rt.tracker.acked(acks)  # the senders are acked, then the productions are sent
         rt.tracker.send(out)
-        cs.cache.evict(lambda k: k in cs.timers)
+        cs.cache.evict(lambda k: k in cs.timers or (cs.name, k) in self._locked)
         if cs.bloom is not None and cs.bloom.full:
             self._rebuild_bloom(cs)
 
-    def _checkpoint_weak(self, comps: list[CompState], now: int, writes: list[Write]):
-        """Weak productions unacked for longer than the delay are checkpointed (paper Figure 11)."""
-        owned = {(cs.name, i) for cs in comps if cs.computation.productions == WEAK for i in cs.seqs}
-        if not owned:
-            return None
-        late = self.rt.tracker.unstored_older_than(owned, now - self.rt.config.weak_checkpoint_delay_us)
-        if not late:
-            return None
-        by_iv: dict[tuple[str, int], list[StoredProduction]] = {}
-        for pid, o in late:
-            by_iv.setdefault((o.sender, o.interval), []).append(o.prod)
-        for (name, interval), prods in by_iv.items():
-            writes.append(Write(name, interval, self.comps[name].seqs[interval], productions=prods))
-        return lambda: self.rt.tracker.mark_stored(late)
 
+@dataclass(slots=True)
+class _KeyDone:
+    """One key's runner result waiting for (or past) its commit."""
+    res: KeyResult
+    deliveries: list[Delivery]
+    interval: int
+    prods: list[StoredProduction]
+    old_timers: dict
+    write: Write
 
-def encode_value(value) -> bytes:
-    return orjson.dumps(value)

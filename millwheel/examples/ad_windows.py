@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from millwheel import Computation, FileSink, JoinedInjector, Record, Topology
+from millwheel import WEAK, Computation, FileSink, JoinedInjector, Record, Topology
 
 WINDOW_US = 60_000_000
 ALPHA = 0.2          # weight of the newest window in the model
@@ -54,7 +54,12 @@ class ClickWindows(Computation):
 
 class SpikeDetector(Computation):
     """An exponentially weighted mean and variance of clicks per window per advertiser; a window more
-    than ``THRESHOLD`` deviations away is a spike or a dip. Windows with no clicks count as zeros."""
+    than ``THRESHOLD`` deviations away is a spike or a dip. Windows with no clicks count as zeros.
+
+    It is deterministic, so it uses weak productions (paper §6.1.2): alerts go out before its state is
+    persisted; after a crash it recomputes the same alerts with the same ids and the sink drops repeats.
+    """
+    productions = WEAK
 
     def process_record(self, ctx, record: Record) -> None:
         w = record.value

@@ -83,3 +83,5 @@ def test_sigkill_at_random_points_then_restart_matches_batch(tmp_path, procs):
         _, err = p.communicate(timeout=90)
         assert p.returncode == 0, err.decode()
     assert as_counts(read_windows(out / "windows.jsonl")) == expected
+    alerts = Counter((a["advertiser_id"], a["window_start_us"]) for a in read_windows(out / "anomalies.jsonl"))
+    assert alerts and max(alerts.values()) == 1
