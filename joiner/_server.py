@@ -48,7 +48,7 @@ class JoinerServer:
         self._status_file = status_file
         self._clock = clock
         self._stop = threading.Event()
-        period = min(writer.roll_interval_s / 4, 0.25)
+        period = min(writer.roll_interval_s / 10, 0.1)  # a file is published <= 1.1 intervals old
         self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
                                         daemon=True)
         self._roller.start()
