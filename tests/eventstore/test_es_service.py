@@ -14,7 +14,7 @@ from es_helpers import free_port, query_id, query_line, read_serving_address, wr
 
 @pytest.fixture
 def server(region_config, queries_dir):
-    srv = serve(region_config(eventstore={"cache_mb": 1.0}), "a", port=0)
+    srv = serve(region_config(eventstore={"cache_mb": 2.0}), "a", port=0)
     try:
         yield srv
     finally:
@@ -38,7 +38,7 @@ def test_lookup_over_grpc_while_the_logs_grow(server, queries_dir):
         assert client.lookup([]) == []
         status = client.status()
         assert status["region"] == "a" and status["entries"] == 3 and status["files"] == 2
-        assert status["reader_alive"] is True and status["max_bytes"] == 1 << 20
+        assert status["reader_alive"] is True and status["max_bytes"] == 2 << 20
     finally:
         client.close()
 
