@@ -10,9 +10,11 @@ Front door for other rooms and the launcher:
 from __future__ import annotations
 
 from idregistry._cli import registry_command
-from idregistry._client import ClientStatistics, RegistryClient, RegistryUnavailable
+from idregistry._client import (ClientStatistics, RegistryClient, RegistryStatistics, RegistryUnavailable,
+                                ShardStatistics)
 from idregistry._layout import ProcessSpec, registry_endpoints, registry_processes
 from idregistry._memory import InMemoryRegistry, shared_memory_registry
+from idregistry._probe import measure_state_memory
 from idregistry._serve import serve
 from idregistry._server import ReplicaSpec
 from idregistry._state import CommitResult
@@ -32,5 +34,5 @@ def connect(endpoints: list[str] | str) -> RegistryClient | InMemoryRegistry:
 
 
 __all__ = ["ClientStatistics", "CommitResult", "InMemoryRegistry", "ProcessSpec", "RegistryClient", "RegistryConfig",
-           "RegistryUnavailable", "ReplicaSpec", "connect", "registry_command", "registry_endpoints",
-           "registry_processes", "serve"]
+           "RegistryStatistics", "RegistryUnavailable", "ReplicaSpec", "ShardStatistics", "connect",
+           "measure_state_memory", "registry_command", "registry_endpoints", "registry_processes", "serve"]

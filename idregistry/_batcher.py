@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from idregistry._state import OP_COMMIT
 
 SUCCESS = 0
+QUEUE_FULL = 1   # pysyncobj's FAIL_REASON.QUEUE_FULL; also used when the batcher's own queue is full
 
 
 class Rejected(Exception):
@@ -43,6 +44,7 @@ class BatcherStats:
     ops: int = 0
     ids: int = 0
     in_flight: int = 0
+    refused: int = 0
     batch_ids_histogram: Counter = field(default_factory=Counter)   # power-of-two bucket -> commands
 
 
@@ -52,12 +54,14 @@ class Batcher:
     member's method); ``is_overloaded(reason)`` says whether a failure means "queue full"."""
 
     def __init__(self, submit, is_overloaded, max_in_flight: int = 4, max_ids_per_command: int = 20000,
-                 name: str = "registry-batcher") -> None:
+                 max_queued_ids: int = 200000, name: str = "registry-batcher") -> None:
         self._submit = submit
         self._is_overloaded = is_overloaded
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._slots = threading.Semaphore(max_in_flight)
         self._max_ids = max_ids_per_command
+        self._max_queued = max_queued_ids
+        self._queued_ids = 0
         self._closed = False
         self._lock = threading.Lock()
         self.stats = BatcherStats()
@@ -67,6 +71,11 @@ class Batcher:
     def run(self, op, size: int, timeout: float = 10.0):
         if self._closed:
             raise Rejected(-1, overloaded=False)
+        with self._lock:
+            if self._queued_ids and self._queued_ids + size > self._max_queued:
+                self.stats.refused += 1
+                raise Rejected(QUEUE_FULL, overloaded=True)
+            self._queued_ids += size
         p = _Pending(op, size)
         self._queue.put(p)
         if not p.done.wait(timeout):
@@ -77,6 +86,9 @@ class Batcher:
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
+
+    def queued_ids(self) -> int:
+        return self._queued_ids
 
     def close(self) -> None:
         self._closed = True
@@ -114,6 +126,7 @@ class Batcher:
 
     def _send(self, batch: list[_Pending], ids: int) -> None:
         with self._lock:
+            self._queued_ids -= ids
             self.stats.commands += 1
             self.stats.ops += len(batch)
             self.stats.ids += ids

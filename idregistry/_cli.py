@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
-from photon import ConfigError, load_config
+from photon import ConfigError, SystemClock, load_config, wait_until
 from idregistry._client import RegistryClient, RegistryUnavailable
-from idregistry._layout import registry_endpoints
+from idregistry._layout import read_layout, registry_endpoints
 
 
 def _status(args) -> int:
@@ -36,6 +37,50 @@ def _status(args) -> int:
     return 0
 
 
+def _reshard(args) -> int:
+    config = load_config(args.config)
+    skew = config.registry.max_clock_skew_s
+    effective_in = args.effective_in if args.effective_in is not None else 2 * skew
+    if args.shards < 1:
+        print(f"--shards must be >= 1, got {args.shards}", file=sys.stderr)
+        return 2
+    if effective_in <= skew:
+        print(f"--effective-in must be more than the clock-skew bound max_clock_skew_s = {skew} s "
+              f"(ids up to now + {skew} s may already exist), got {effective_in}", file=sys.stderr)
+        return 2
+    layout, addresses = read_layout(config, grow_to=args.shards)   # the launcher starts new shards' replicas
+    endpoints = {shard: [g for _, g in pairs] for shard, pairs in addresses.items()}
+    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.wait)
+    try:
+        def leaders_up() -> bool:
+            for shard in range(args.shards):
+                rows = [client.replica_status(a) for a in endpoints[shard]]
+                if not any(r.get("is_leader") for r in rows):
+                    return False
+            return True
+        try:
+            wait_until(leaders_up, args.wait, interval=0.2, message="a leader in every shard")
+        except TimeoutError:
+            print(f"not every shard of {args.shards} has a leader after {args.wait} s: new shards' replicas are "
+                  f"started by the launcher (`photon run`); is it running?", file=sys.stderr)
+            return 1
+        start_us = SystemClock().now_us() + int(effective_in * 1e6)
+        try:
+            sharding = client.reshard(start_us, args.shards, endpoints)
+        except ValueError as e:
+            print(str(e), file=sys.stderr)
+            return 1
+        print(f"from {start_us} us (in {effective_in:g} s, at {time.strftime('%H:%M:%S', time.gmtime(start_us / 1e6))} "
+              f"UTC) ids map to {args.shards} shards; sharding config v{sharding.version}: "
+              f"{json.dumps(sharding.as_dict()['epochs'])}")
+        return 0
+    except RegistryUnavailable as e:
+        print(f"registry unavailable: {e}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+
+
 def registry_command(argv: list[str]) -> int:
     """Run ``photon registry <argv>``; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="photon registry", description="IdRegistry commands")
@@ -45,6 +90,14 @@ def registry_command(argv: list[str]) -> int:
     st.add_argument("--json", action="store_true", help="print the raw status dicts as JSON")
     st.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the registry")
     st.set_defaults(fn=_status)
+    rs = sub.add_parser("reshard", help="change the number of shards from a time later than now + the skew bound")
+    rs.add_argument("--config", "-c", required=True, help="photon.toml")
+    rs.add_argument("--shards", type=int, required=True, help="shard count of the new epoch")
+    rs.add_argument("--effective-in", type=float, default=None,
+                    help="seconds from now when the new count applies (default: twice max_clock_skew_s; must "
+                         "be more than max_clock_skew_s)")
+    rs.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the new shards' leaders")
+    rs.set_defaults(fn=_reshard)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -48,6 +48,28 @@ class ClientStatistics:
     sharding_version: int
 
 
+@dataclass(frozen=True)
+class ShardStatistics:
+    shard: int
+    leader: str                       # gRPC address of the leader ("" when none is known)
+    replicas_up: int
+    term: int = 0
+    commit_index: int = 0
+    queue_depth: int = 0
+    batch_ids_histogram: tuple = ()   # ((ids per command rounded up to a power of two, commands), ...)
+    commands_per_s: float = 0.0
+    ids_per_s: float = 0.0
+    ids_held: int = 0
+    bytes_held: int = 0
+    gc_boundary_us: int = 0
+
+
+@dataclass(frozen=True)
+class RegistryStatistics:
+    shards: tuple
+    client: ClientStatistics
+
+
 class RegistryClient:
     """``RegistryClient(["host:port", ...])``: any subset of replica addresses bootstraps it.
 
@@ -278,6 +300,73 @@ class RegistryClient:
             self._counts["ids_too_old"] += too_old
         return out
 
+    def clear_tokens(self, ids: list[str]) -> int:
+        """Drop the tokens of ids known to be in the output (the ids stay held); returns how many were
+        cleared. A cleared id can no longer be deleted by recovery."""
+        self._check(ids)
+        cleared = 0
+        pending = list(ids)
+        for _ in range(20):
+            if not pending:
+                return cleared
+            moved: list[str] = []
+            counts: list[int] = []
+
+            def one(shard, idx, sub=pending):
+                request = pb.ClearTokensRequest(ids=[sub[i] for i in idx])
+                reply = self._with_retries(lambda: self._leader_call(shard, "ClearTokens", request))
+                counts.append(reply.cleared)
+                moved.extend(request.ids[k] for k in reply.wrong_shard)
+
+            self._map_shards(one, self._group(pending))
+            cleared += sum(counts)
+            if moved:
+                self.sharding(refresh=True)
+            pending = moved
+        raise RegistryUnavailable(f"{len(pending)} ids kept landing on the wrong shard")
+
+    def delete(self, event_id: str, expected_token: str) -> bool:
+        """Remove ``event_id`` only if it is held with ``expected_token`` (recovery of a lost output);
+        False when it is absent or held under another (or a cleared) token."""
+        self._check([event_id])
+        request = pb.DeleteRequest(id=event_id, expected_token=expected_token)
+        for _ in range(20):
+            shard = self.sharding().shard_for(event_id)
+            reply = self._with_retries(lambda: self._leader_call(shard, "Delete", request))
+            if not reply.wrong_shard:
+                return reply.deleted
+            self.sharding(refresh=True)
+        raise RegistryUnavailable(f"{event_id} kept landing on the wrong shard")
+
+    def export(self, shard: int):
+        """Iterate over ``(id, token, timestamp_us)`` of every id ``shard`` holds, read from its leader's
+        copy (ids committed during the export may or may not appear)."""
+        def find_leader() -> str:
+            for address in self._replicas(shard):
+                reply = self._rpc(address, "Status", pb.StatusRequest())
+                leader = json.loads(reply.status_json).get("leader")
+                if leader:
+                    return leader
+            raise _Retry(f"shard {shard} has no leader")
+
+        address = self._leaders.get(shard) or self._with_retries(find_leader)
+        stream = self._stub(address).Export(pb.ExportRequest(), timeout=3600)
+        try:
+            for chunk in stream:
+                yield from zip(chunk.ids, chunk.tokens, chunk.timestamps_us)
+        except grpc.RpcError as e:
+            raise RegistryUnavailable(f"export of shard {shard} broke off: {e.code().name} {e.details()}") from None
+
+    def reshard(self, start_us: int, shards: int, endpoints: dict[int, list[str]]) -> Sharding:
+        """Ask shard 0's leader to map ids from ``start_us`` on to ``shards`` shards. ``endpoints`` names
+        the replicas of every shard of the new epoch. Raises ``ValueError`` with the reason if refused."""
+        request = pb.ReshardRequest(start_us=start_us, shards=shards,
+                                    endpoints_json=json.dumps({str(k): v for k, v in endpoints.items()}))
+        reply = self._with_retries(lambda: self._leader_call(0, "Reshard", request))
+        if reply.error:
+            raise ValueError(f"reshard refused: {reply.error}")
+        return self.sharding(refresh=True)
+
     # ---- seeing it ---------------------------------------------------------------------------------
 
     def status(self) -> list[dict]:
@@ -294,7 +383,34 @@ class RegistryClient:
                                 "error": f"{e.code().name}: {e.details()}"})
         return out
 
-    def statistics(self) -> ClientStatistics:
+    def replica_status(self, address: str, timeout: float = 2.0) -> dict:
+        """The status dict of the replica at ``address`` (which need not be in the sharding config yet)."""
+        try:
+            return json.loads(self._stub(address).Status(pb.StatusRequest(), timeout=timeout).status_json)
+        except grpc.RpcError as e:
+            return {"address": address, "error": f"{e.code().name}: {e.details()}"}
+
+    def statistics(self) -> "RegistryStatistics":
+        """Per shard, as its leader reports it (or the first replica that answered), plus this client's
+        counters."""
+        rows = self.status()
+        shards = []
+        for shard in sorted({r["shard"] for r in rows}):
+            mine = [r for r in rows if r["shard"] == shard and "error" not in r]
+            best = next((r for r in mine if r.get("is_leader")), mine[0] if mine else None)
+            if best is None:
+                shards.append(ShardStatistics(shard=shard, leader="", replicas_up=0))
+                continue
+            shards.append(ShardStatistics(
+                shard=shard, leader=best["address"] if best.get("is_leader") else best.get("leader", ""),
+                replicas_up=len(mine), term=best["term"], commit_index=best["commit_index"],
+                queue_depth=best["queue_depth"],
+                batch_ids_histogram=tuple((int(k), v) for k, v in best["batch_ids_histogram"].items()),
+                commands_per_s=best["commands_per_s"], ids_per_s=best["ids_per_s"], ids_held=best["ids_held"],
+                bytes_held=best["bytes_held"], gc_boundary_us=best["gc_boundary_us"]))
+        return RegistryStatistics(shards=tuple(shards), client=self.client_statistics())
+
+    def client_statistics(self) -> ClientStatistics:
         with self._lock:
             c = dict(self._counts)
         return ClientStatistics(commits=c.get("commits", 0), ids_committed=c.get("ids_committed", 0),

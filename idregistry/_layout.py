@@ -99,7 +99,9 @@ def replica_specs(config: PhotonConfig) -> list[ReplicaSpec]:
                 shard=shard, replica=replica, raft_peers=[r for r, _ in pairs], grpc_peers=[g for _, g in pairs],
                 data_dir=config.registry_data_dir / f"shard-{shard}" / f"replica-{replica}",
                 initial_sharding=initial, gc_after_s=reg.gc_after_s, max_clock_skew_s=reg.max_clock_skew_s,
-                fsync=reg.fsync, fsync_interval_ms=reg.fsync_interval_ms))
+                fsync=reg.fsync, fsync_interval_ms=reg.fsync_interval_ms, max_in_flight=reg.max_in_flight,
+                max_ids_per_command=reg.max_ids_per_command, max_queued_ids=reg.max_queued_ids,
+                snapshot_after_commands=reg.snapshot_after_commands, simulated_rtt_ms=reg.simulated_rtt_ms))
     return specs
 
 

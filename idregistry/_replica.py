@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.transport import TCPTransport
 
 from idregistry._state import ShardState
 
@@ -38,9 +41,12 @@ class RaftSettings:
     leader_fallback_s: float = 3.0
     log_compaction_min_entries: int = 20000
     log_compaction_min_time_s: float = 300.0
+    simulated_rtt_ms: float = 0.0
 
     def conf(self, data_dir: Path) -> SyncObjConf:
         return SyncObjConf(
+            # with a simulated round trip, delayed messages are delivered from the tick: tick often
+            autoTickPeriod=0.002 if self.simulated_rtt_ms else 0.05,
             appendEntriesUseBatch=False,
             appendEntriesBatchSizeBytes=2 ** 26,
             sendBufferSize=2 ** 22,
@@ -60,6 +66,56 @@ class RaftSettings:
             dynamicMembershipChange=False,
             commandsWaitLeader=False,
         )
+
+
+class _PipelinedTransport(TCPTransport):
+    """pysyncobj's TCP transport, keeping the leader's pipeline intact.
+
+    pysyncobj's leader advances a follower's next index as it sends (so entries stream without waiting
+    for acknowledgements), but on each acknowledgement it moves the next index back to just after the
+    acknowledged entry. Every later send then repeats entries already on the wire, and the follower
+    truncates and re-appends them (logging "truncating already-applied log entries"). A successful
+    acknowledgement proves nothing was lost on the ordered connection, so the next index is kept where
+    it was; a follower that really misses entries answers with a reset, which still moves it back."""
+
+    def _onMessageReceived(self, node, message) -> None:
+        if message.get("type") == "next_node_idx" and message.get("success") and not message.get("reset"):
+            next_index = getattr(self._syncObj, "_SyncObj__raftNextIndex", None)
+            before = next_index.get(node) if next_index is not None else None
+            super()._onMessageReceived(node, message)
+            if before is not None and next_index.get(node, before) < before:
+                next_index[node] = before
+            return
+        super()._onMessageReceived(node, message)
+
+
+class _DelayedTransport(_PipelinedTransport):
+    """pysyncobj's TCP transport, delivering every message from another replica half a simulated round
+    trip late (benchmarks of replicas spread over distant regions, on one host). Delivery happens in the
+    Raft thread's tick, so nothing else about pysyncobj's threading changes."""
+
+    one_way_s = 0.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._delayed: deque = deque()
+        super().__init__(*args, **kwargs)
+
+    def _onMessageReceived(self, node, message) -> None:
+        self._delayed.append((time.monotonic() + self.one_way_s, node, message))
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        now = time.monotonic()
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now:
+            _, node, message = delayed.popleft()
+            super()._onMessageReceived(node, message)
+
+
+def _transport_class(rtt_ms: float):
+    if not rtt_ms:
+        return _PipelinedTransport
+    return type("DelayedTransport", (_DelayedTransport,), {"one_way_s": rtt_ms / 2000.0})
 
 
 class _StateConsumer(SyncObjConsumer):
@@ -95,7 +151,8 @@ class RaftReplica:
         self._consumer = _StateConsumer(state, on_applied or (lambda ops: None))
         self.settings = settings or RaftSettings()
         others = [p for p in peers if p != self_addr]
-        self._sync = SyncObj(self_addr, others, conf=self.settings.conf(data_dir), consumers=[self._consumer])
+        self._sync = SyncObj(self_addr, others, conf=self.settings.conf(data_dir), consumers=[self._consumer],
+                             transportClass=_transport_class(self.settings.simulated_rtt_ms))
         self._destroyed = threading.Event()
 
     @property

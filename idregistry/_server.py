@@ -1,9 +1,15 @@
-"""One registry replica process: a Raft member of one shard, its batcher, and the housekeeping that only a
-leader does (publishing the initial sharding config, advancing the GC boundary).
+"""One registry replica process: a Raft member of one shard, its batcher, its lease on the sharding config,
+and the housekeeping only a leader does (publishing the initial sharding config, advancing the GC boundary).
 
 :class:`ReplicaServer` is the domain face the gRPC servicer calls; it raises :class:`NotLeader` when a
-request must go to the leader, :class:`photon.BadEventId` for malformed ids, and
-:class:`~idregistry._batcher.Rejected` / ``TimeoutError`` when Raft did not apply a command.
+request must go to the leader, :class:`photon.BadEventId` for malformed ids, :class:`ShardingUnknown`
+when it cannot judge which shard an id belongs to, and :class:`~idregistry._batcher.Rejected` /
+``TimeoutError`` when Raft did not apply a command.
+
+The sharding lease: a replica judges an id against a copy of the sharding config fetched (from shard 0's
+leader, after a read barrier) at local time ``f``. Changes only ever start later than the proposer's
+now + S (S = the clock-skew bound), so that copy is right for every id whose timestamp is below ``f + S``;
+for a later id the replica refetches first.
 """
 from __future__ import annotations
 
@@ -15,11 +21,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from photon import Clock, SystemClock
-from idregistry._batcher import Batcher, op_size
+from idregistry import registry_pb2 as pb
+from idregistry import registry_pb2_grpc as pb_grpc
+from idregistry._batcher import Batcher
 from idregistry._replica import QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path
-from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE, OP_SET_SHARDING,
-                               CommitResult, Sharding, ShardState, bucket_width_us, validate_ids)
+from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
+                               OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardState, bucket_width_us,
+                               validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -35,7 +46,11 @@ class NotLeader(Exception):
 
 
 class ShardingUnknown(Exception):
-    """This replica has no sharding config fresh enough to judge the ids it was sent."""
+    """This replica has no sharding config fresh enough to judge the ids it was sent (retry later)."""
+
+
+class FutureId(ValueError):
+    """An id whose timestamp is further ahead of this replica's clock than the clock-skew bound."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +68,9 @@ class ReplicaSpec:
     fsync_interval_ms: float = 5.0
     max_in_flight: int = 4
     max_ids_per_command: int = 20000
-    raft: RaftSettings = field(default_factory=RaftSettings)
+    max_queued_ids: int = 200000
+    snapshot_after_commands: int = 20000
+    simulated_rtt_ms: float = 0.0
 
     @property
     def raft_address(self) -> str:
@@ -63,6 +80,17 @@ class ReplicaSpec:
     def grpc_address(self) -> str:
         return self.grpc_peers[self.replica]
 
+    def raft_settings(self) -> RaftSettings:
+        return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
+                            log_compaction_min_entries=self.snapshot_after_commands,
+                            simulated_rtt_ms=self.simulated_rtt_ms)
+
+
+@dataclass(frozen=True)
+class _Lease:
+    sharding: Sharding
+    valid_below_us: int     # ids with a timestamp below this may be judged with `sharding`
+
 
 class ReplicaServer:
     """Start with the spec; ``close()`` stops the batcher and leaves the Raft group."""
@@ -70,14 +98,21 @@ class ReplicaServer:
     def __init__(self, spec: ReplicaSpec, clock: Clock | None = None) -> None:
         self.spec = spec
         self.clock = clock or SystemClock()
+        self._skew_us = int(spec.max_clock_skew_s * 1e6)
         self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
         self._journal_dirty = False
+        self._fsyncs = 0
+        self._fsync_s = 0.0
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft, on_applied=self._on_applied)
+                                spec.raft_settings(), on_applied=self._on_applied)
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
-                               name=f"registry-batcher-{spec.shard}")
+                               max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}")
+        self._lease: _Lease | None = None
+        self._lease_lock = threading.Lock()
+        self._meta_channels: dict[str, pb_grpc.RegistryStub] = {}
+        self._meta_leader = ""
         self._started = time.monotonic()
         self._stop = threading.Event()
         self._rates = _Rates()
@@ -91,17 +126,14 @@ class ReplicaServer:
     def state(self) -> ShardState:
         return self.raft.state
 
-    def sharding(self) -> Sharding:
-        state = self.state
-        return state.sharding if state.sharding_set else self.spec.initial_sharding
-
     def _require_leader(self) -> None:
         if not self.raft.is_leader():
             leader = self.raft.leader()
             raise NotLeader(self._raft_to_grpc.get(leader, "") if leader else "")
 
     def lookup(self, ids: list[str]) -> tuple[list[bool], list[int]]:
-        """``(present per id, indexes of ids of another shard)``; answered from this replica's copy."""
+        """``(present per id, indexes of ids of another shard)``; answered from this replica's copy.
+        A stale answer only costs a wasted join, so lookups never wait for a fresh sharding lease."""
         validate_ids(ids)
         wrong = self.sharding().wrong_shard(self.spec.shard, ids)
         return self.state.lookup(ids), wrong
@@ -110,7 +142,7 @@ class ReplicaServer:
         """One :class:`CommitResult` byte per id, decided by the leader after replication."""
         self._require_leader()
         validate_ids(ids)
-        wrong = self.sharding().wrong_shard(self.spec.shard, ids)
+        wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
         if not wrong:
             return self.batcher.run((OP_COMMIT, token, list(ids)), len(ids))
         wrong_set = set(wrong)
@@ -121,7 +153,7 @@ class ReplicaServer:
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
         self._require_leader()
         validate_ids(ids)
-        wrong = set(self.sharding().wrong_shard(self.spec.shard, ids))
+        wrong = set(self._judge(ids).wrong_shard(self.spec.shard, ids))
         mine = [i for n, i in enumerate(ids) if n not in wrong]
         cleared = self.batcher.run((OP_CLEAR_TOKENS, mine), len(mine)) if mine else 0
         return cleared, sorted(wrong)
@@ -130,43 +162,137 @@ class ReplicaServer:
         """True when deleted, False when absent or the token differs, None for an id of another shard."""
         self._require_leader()
         validate_ids([event_id])
-        if self.sharding().wrong_shard(self.spec.shard, [event_id]):
+        if self._judge([event_id]).wrong_shard(self.spec.shard, [event_id]):
             return None
         return self.batcher.run((OP_DELETE, event_id, expected_token), 1)
 
     def export(self):
         return self.state.entries()
 
-    # ---- housekeeping (leader decisions, fsync policy, rates) -------------------------------------
+    def reshard(self, start_us: int, shards: int, endpoints: dict) -> str | None:
+        """Add a sharding epoch (shard 0's leader only). Returns why it was refused, or None."""
+        if self.spec.shard != 0:
+            return f"reshard must be sent to shard 0, not shard {self.spec.shard}"
+        self._require_leader()
+        self._ensure_sharding_initialised()
+        return self.batcher.run((OP_ADD_EPOCH, int(start_us), int(shards), endpoints, self.clock.now_us(),
+                                 self._skew_us), 1)
+
+    # ---- the sharding config -----------------------------------------------------------------------
+
+    def sharding(self) -> Sharding:
+        """The newest config this replica knows (for routing hints; judging uses the lease)."""
+        lease = self._lease
+        state = self.state
+        if self.spec.shard == 0 and state.sharding_set:
+            if lease is None or state.sharding.version >= lease.sharding.version:
+                return state.sharding
+        return lease.sharding if lease is not None else self.spec.initial_sharding
+
+    def authoritative_sharding(self) -> Sharding:
+        """Shard 0's leader only: the config after a read barrier (every committed change applied)."""
+        if self.spec.shard != 0:
+            raise NotLeader("")
+        self._require_leader()
+        self._ensure_sharding_initialised()
+        self.batcher.run((OP_NOOP,), 1)
+        return self.state.sharding
+
+    def _ensure_sharding_initialised(self) -> None:
+        if not self.state.sharding_set:
+            self.batcher.run((OP_INIT_SHARDING, self.spec.initial_sharding), 1)
+
+    def _judge(self, ids: list[str]) -> Sharding:
+        """A config valid for every id of ``ids`` (refreshing the lease if needed)."""
+        newest = max(int(i[-16:]) for i in ids) if ids else 0
+        lease = self._lease
+        if lease is not None and newest < lease.valid_below_us:
+            return lease.sharding
+        asked_at = self.clock.now_us()
+        lease = self._refresh_lease(asked_at)
+        if newest < lease.valid_below_us:
+            return lease.sharding
+        raise FutureId(f"an id is timestamped {newest} us, more than the clock-skew bound "
+                       f"({self.spec.max_clock_skew_s} s) ahead of this server's clock")
+
+    def _refresh_lease(self, newer_than_us: int = 0) -> _Lease:
+        with self._lease_lock:
+            lease = self._lease
+            if lease is not None and lease.valid_below_us - self._skew_us >= newer_than_us:
+                return lease          # another thread refreshed while we waited
+            asked_at = self.clock.now_us()
+            sharding = self._fetch_sharding()
+            lease = self._lease = _Lease(sharding, asked_at + self._skew_us)
+            return lease
+
+    def _fetch_sharding(self) -> Sharding:
+        if self.spec.shard == 0 and self.raft.is_leader():
+            return self.authoritative_sharding()
+        replicas = list(self.spec.initial_sharding.endpoints.get(0, []))
+        order = ([self._meta_leader] if self._meta_leader else []) + [r for r in replicas if r != self._meta_leader]
+        errors = []
+        while order:
+            address = order.pop(0)
+            stub = self._meta_channels.get(address)
+            if stub is None:
+                stub = self._meta_channels[address] = pb_grpc.RegistryStub(grpc.insecure_channel(address))
+            try:
+                reply = stub.GetSharding(pb.ShardingRequest(authoritative=True), timeout=2.0)
+            except grpc.RpcError as e:
+                errors.append(f"{address}: {e.code().name}")
+                continue
+            if reply.redirect:
+                if reply.redirect != "?" and reply.redirect not in order:
+                    order.insert(0, reply.redirect)
+                continue
+            self._meta_leader = address
+            return Sharding.from_dict(json.loads(reply.sharding_json))
+        raise ShardingUnknown(f"shard {self.spec.shard}: cannot reach shard 0's leader for the sharding config "
+                              f"({'; '.join(errors) or 'no leader'})")
+
+    # ---- housekeeping (leader decisions, lease refresh, fsync policy, rates) ----------------------
 
     def _on_applied(self, ops) -> None:
         if self.spec.fsync == FSYNC_BATCH:
-            fsync_path(self.raft.journal_path())
+            self._fsync()
         elif self.spec.fsync == FSYNC_INTERVAL:
             self._journal_dirty = True
 
+    def _fsync(self) -> None:
+        t = time.perf_counter()
+        fsync_path(self.raft.journal_path())
+        self._fsync_s += time.perf_counter() - t
+        self._fsyncs += 1
+
     def _housekeeping(self) -> None:
-        interval = self.spec.fsync_interval_ms / 1000 if self.spec.fsync == FSYNC_INTERVAL else 0.2
-        last_leader_work = 0.0
-        while not self._stop.wait(min(interval, 0.2)):
+        fsync_every = self.spec.fsync_interval_ms / 1000 if self.spec.fsync == FSYNC_INTERVAL else 0.05
+        refresh_every = min(1.0, self.spec.max_clock_skew_s / 4)
+        last = {"leader": 0.0, "lease": 0.0}
+        while not self._stop.wait(min(fsync_every, 0.05)):
             if self._journal_dirty:
                 self._journal_dirty = False
-                fsync_path(self.raft.journal_path())
+                self._fsync()
             now = time.monotonic()
-            if now - last_leader_work >= 0.2:
-                last_leader_work = now
+            if now - last["leader"] >= 0.2:
+                last["leader"] = now
                 self._rates.sample(self.batcher.stats, now)
-                try:
-                    self._leader_work()
-                except Exception:   # a lost leadership mid-way: the next round retries
-                    log.debug("leader housekeeping failed", exc_info=True)
+                self._quietly(self._leader_work)
+            if now - last["lease"] >= refresh_every:
+                last["lease"] = now
+                self._quietly(lambda: self._refresh_lease(self.clock.now_us()))
+
+    def _quietly(self, fn) -> None:
+        try:
+            fn()
+        except Exception:   # lost leadership or an unreachable shard 0: the next round retries
+            log.debug("registry housekeeping step failed", exc_info=True)
 
     def _leader_work(self) -> None:
         if not self.raft.is_leader():
             return
         state = self.state
-        if self.spec.shard == 0 and not state.sharding_set:
-            self.batcher.run((OP_SET_SHARDING, self.spec.initial_sharding), 1)
+        if self.spec.shard == 0:
+            self._ensure_sharding_initialised()
         boundary = self.clock.now_us() - int(self.spec.gc_after_s * 1e6)
         if boundary - state.gc_boundary_us >= min(state.bucket_us // 4, 1_000_000):
             self.batcher.run((OP_ADVANCE_GC, boundary), 1)
@@ -178,17 +304,23 @@ class ReplicaServer:
         state = self.state
         stats = self.batcher.stats
         leader = self.raft.leader()
+        lease = self._lease
         return {
             "shard": self.spec.shard, "replica": self.spec.replica, "address": self.spec.grpc_address,
             "raft_address": self.spec.raft_address, "pid": os.getpid(),
             "is_leader": self.raft.is_leader(), "leader": self._raft_to_grpc.get(leader, "") if leader else "",
             "term": raft["raft_term"], "commit_index": raft["commit_idx"], "last_applied": raft["last_applied"],
             "log_len": raft["log_len"], "ids_held": state.ids_held, "bytes_held": state.approx_bytes(),
-            "gc_boundary_us": state.gc_boundary_us, "queue_depth": self.batcher.queue_depth(),
+            "gc_boundary_us": state.gc_boundary_us, "bucket_us": state.bucket_us,
+            "queue_depth": self.batcher.queue_depth(), "queued_ids": self.batcher.queued_ids(),
             "in_flight": stats.in_flight, "commands": stats.commands, "ids_committed": stats.ids,
+            "refused_overloaded": stats.refused,
             "batch_ids_histogram": {str(k): v for k, v in sorted(stats.batch_ids_histogram.items())},
             "commands_per_s": round(self._rates.commands_per_s, 1), "ids_per_s": round(self._rates.ids_per_s, 1),
-            "sharding": self.sharding().as_dict(), "fsync": self.spec.fsync,
+            "sharding": self.sharding().as_dict(),
+            "sharding_lease_until_us": lease.valid_below_us if lease else 0,
+            "fsync": self.spec.fsync, "fsyncs": self._fsyncs,
+            "fsync_ms_mean": round(1000 * self._fsync_s / self._fsyncs, 3) if self._fsyncs else 0.0,
             "uptime_s": round(time.monotonic() - self._started, 3),
         }
 
@@ -217,15 +349,16 @@ class _Rates:
             self.ids_per_s = (stats.ids - i0) / (now - t0)
 
 
+_SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
+                "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
+                "snapshot_after_commands", "simulated_rtt_ms")
+
+
 def spec_to_json(spec: ReplicaSpec) -> str:
-    return json.dumps({
-        "shard": spec.shard, "replica": spec.replica, "raft_peers": list(spec.raft_peers),
-        "grpc_peers": list(spec.grpc_peers), "data_dir": str(spec.data_dir),
-        "initial_sharding": spec.initial_sharding.as_dict(), "gc_after_s": spec.gc_after_s,
-        "max_clock_skew_s": spec.max_clock_skew_s, "fsync": spec.fsync,
-        "fsync_interval_ms": spec.fsync_interval_ms, "max_in_flight": spec.max_in_flight,
-        "max_ids_per_command": spec.max_ids_per_command,
-    })
+    d = {name: getattr(spec, name) for name in _SPEC_FIELDS}
+    d["data_dir"] = str(spec.data_dir)
+    d["initial_sharding"] = spec.initial_sharding.as_dict()
+    return json.dumps(d, sort_keys=True)
 
 
 def spec_from_json(text: str) -> ReplicaSpec:
@@ -233,7 +366,3 @@ def spec_from_json(text: str) -> ReplicaSpec:
     d["data_dir"] = Path(d["data_dir"])
     d["initial_sharding"] = Sharding.from_dict(d["initial_sharding"])
     return ReplicaSpec(**d)
-
-
-__all__ = ["FSYNC_BATCH", "FSYNC_INTERVAL", "FSYNC_NONE", "NotLeader", "ReplicaServer", "ReplicaSpec",
-           "ShardingUnknown", "op_size", "spec_from_json", "spec_to_json"]

@@ -12,7 +12,7 @@ from photon import BadEventId
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Rejected
-from idregistry._server import NotLeader, ReplicaServer, ShardingUnknown
+from idregistry._server import FutureId, NotLeader, ReplicaServer, ShardingUnknown
 
 EXPORT_CHUNK = 5000
 
@@ -21,7 +21,7 @@ EXPORT_CHUNK = 5000
 def _errors(context):
     try:
         yield
-    except BadEventId as e:
+    except (BadEventId, FutureId) as e:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     except Rejected as e:
         code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.overloaded else grpc.StatusCode.UNAVAILABLE
@@ -79,7 +79,14 @@ class RegistryServicer(pb_grpc.RegistryServicer):
             yield pb.ExportChunk(ids=ids, tokens=tokens, timestamps_us=stamps)
 
     def GetSharding(self, request, context):
-        return pb.ShardingReply(sharding_json=json.dumps(self.server.sharding().as_dict()))
+        with _errors(context):
+            if not request.authoritative:
+                return pb.ShardingReply(sharding_json=json.dumps(self.server.sharding().as_dict()))
+            try:
+                sharding = self.server.authoritative_sharding()
+            except NotLeader as e:
+                return pb.ShardingReply(redirect=e.leader or "?")
+            return pb.ShardingReply(sharding_json=json.dumps(sharding.as_dict()))
 
     def Reshard(self, request, context):
         with _errors(context):

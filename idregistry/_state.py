@@ -15,8 +15,12 @@ Operations (tuples, the first item names the kind; they travel pickled inside on
 * ``(OP_CLEAR_TOKENS, ids)``: drop the tokens of ids known to be in the output (the ids stay).
   Result: how many tokens were cleared.
 * ``(OP_DELETE, id, expected_token)``: remove the id only if its token still matches. Result: ``bool``.
-* ``(OP_SET_SHARDING, sharding)``: replace the sharding config (shard 0 holds the authoritative copy).
-  Result: ``None``.
+* ``(OP_INIT_SHARDING, sharding)``: set the sharding config if none is set yet (shard 0 holds the
+  authoritative copy). Result: ``None``.
+* ``(OP_ADD_EPOCH, start_us, n_shards, endpoints, now_us, skew_us)``: from ``start_us`` on, ids map to
+  ``n_shards`` shards. Refused (result: the reason, a string) unless ``start_us > now_us + skew_us`` and
+  later than every existing epoch; ``now_us`` is the proposing leader's clock. Result: ``None`` if done.
+* ``(OP_NOOP,)``: nothing; a read barrier (once applied, everything committed before it is applied too).
 
 Storage: ids are kept per time bucket (``bucket_us`` wide), inside a bucket per ``<server_ip>:<pid>``
 prefix, as two parallel typed arrays sorted by timestamp offset (4 bytes) with a token number (4 bytes)
@@ -26,6 +30,7 @@ collection drops whole buckets. That is about 8 bytes per held id plus a small p
 from __future__ import annotations
 
 import enum
+import sys
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -38,7 +43,9 @@ OP_COMMIT = 0
 OP_ADVANCE_GC = 1
 OP_CLEAR_TOKENS = 2
 OP_DELETE = 3
-OP_SET_SHARDING = 4
+OP_INIT_SHARDING = 4
+OP_ADD_EPOCH = 5
+OP_NOOP = 6
 
 NO_TOKEN = 0                   # token number of an id whose token was cleared
 MAX_BUCKET_US = 3600 * 10**6   # offsets inside a bucket must fit in 32 bits
@@ -53,13 +60,14 @@ class CommitResult(enum.IntEnum):
     WRONG_SHARD = 3
 
 
-_OK = bytes([CommitResult.OK])
-_EXISTS = bytes([CommitResult.ALREADY_EXISTS])
-_TOO_OLD = bytes([CommitResult.TOO_OLD])
+EXISTS_CODE = int(CommitResult.ALREADY_EXISTS)
+TOO_OLD_CODE = int(CommitResult.TOO_OLD)
 
 
 def split_id(event_id: str) -> tuple[str, int]:
     """``(prefix, timestamp_us)`` of an id; raises :class:`photon.BadEventId` naming it when malformed."""
+    if not isinstance(event_id, str):
+        raise BadEventId(f"event id must be a string, got {type(event_id).__name__}: {event_id!r}")
     ts = id_timestamp_us(event_id)
     prefix = event_id[:-TIMESTAMP_SUFFIX]
     if ":" not in prefix or not prefix.rpartition(":")[2].isdigit() or prefix.startswith(":"):
@@ -73,9 +81,15 @@ def shard_of(event_id: str, n_shards: int) -> int:
 
 
 def validate_ids(ids) -> None:
-    """Raise :class:`photon.BadEventId` naming the first malformed id."""
+    """Raise :class:`photon.BadEventId` naming the first malformed id (fast path of :func:`split_id`)."""
     for event_id in ids:
-        split_id(event_id)
+        if (type(event_id) is not str or len(event_id) < 20 or event_id[-17] != ":"
+                or not event_id[-16:].isdigit()):
+            split_id(event_id)        # raises with the precise reason
+            continue
+        ip, sep, pid = event_id[:-17].rpartition(":")
+        if not (sep and ip and pid.isdigit()):
+            split_id(event_id)
 
 
 def bucket_width_us(gc_after_s: float) -> int:
@@ -222,12 +236,15 @@ class ShardState:
                         yield f"{prefix}:{ts:016d}", self.token_names[tok], ts
 
     def approx_bytes(self) -> int:
-        """Bytes held by the id arrays and their per-process/bucket overhead (not the interpreter)."""
-        total = 0
-        for bucket in self.buckets.values():
-            total += 64 + len(bucket) * 48
-            for prefix, run in bucket.items():
-                total += 49 + len(prefix) + 56 + 2 * (64 + run.offsets.buffer_info()[1] * 4)
+        """Bytes of the objects holding the ids (dicts, prefix strings, runs and their arrays, as
+        ``sys.getsizeof`` counts them, including spare capacity), tokens table included."""
+        total = sys.getsizeof(self.buckets) + sys.getsizeof(self.token_names) + sys.getsizeof(self.token_numbers)
+        total += sum(sys.getsizeof(t) for t in self.token_names)
+        for bucket in list(self.buckets.values()):
+            total += sys.getsizeof(bucket)
+            for prefix, run in list(bucket.items()):
+                total += (sys.getsizeof(prefix) + sys.getsizeof(run) + sys.getsizeof(run.offsets)
+                          + sys.getsizeof(run.tokens))
         return total
 
     # ---- the one way to change it ------------------------------------------------------------------
@@ -245,8 +262,12 @@ class ShardState:
                 out.append(self._clear_tokens(op[1]))
             elif kind == OP_DELETE:
                 out.append(self._delete(op[1], op[2]))
-            elif kind == OP_SET_SHARDING:
-                out.append(self._set_sharding(op[1]))
+            elif kind == OP_INIT_SHARDING:
+                out.append(self._init_sharding(op[1]))
+            elif kind == OP_ADD_EPOCH:
+                out.append(self._add_epoch(*op[1:]))
+            elif kind == OP_NOOP:
+                out.append(None)
             else:
                 raise ValueError(f"unknown registry operation {kind!r}")
         return out
@@ -259,32 +280,44 @@ class ShardState:
         return n
 
     def _commit(self, token: str, ids) -> bytes:
+        # The hot path of the registry (it runs on every replica for every id): kept flat on purpose.
         number = self._token_number(token)
         boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
-        results = bytearray()
-        for event_id in ids:
+        results = bytearray(len(ids))          # zero == CommitResult.OK
+        last_key = None
+        run = None
+        added = 0
+        for n, event_id in enumerate(ids):
             ts = int(event_id[-16:])
             if ts < boundary:
-                results += _TOO_OLD
+                results[n] = TOO_OLD_CODE
                 continue
-            prefix = event_id[:-TIMESTAMP_SUFFIX]
             b = ts // width
-            bucket = buckets.get(b)
-            if bucket is None:
-                bucket = buckets[b] = {}
-            run = bucket.get(prefix)
-            if run is None:
-                run = bucket[prefix] = _Run()
+            key = (b, event_id[:-TIMESTAMP_SUFFIX])
+            if key != last_key:
+                bucket = buckets.get(b)
+                if bucket is None:
+                    bucket = buckets[b] = {}
+                run = bucket.get(key[1])
+                if run is None:
+                    run = bucket[key[1]] = _Run()
+                last_key = key
             off = ts - b * width
-            i = run.find(off)
-            if i < 0:
-                run.insert(off, number)
-                self.ids_held += 1
-                results += _OK
-            elif run.tokens[i] == number:
-                results += _OK
+            offsets = run.offsets
+            if not offsets or offsets[-1] < off:          # the usual case: a process's next id
+                offsets.append(off)
+                run.tokens.append(number)
+                added += 1
+                continue
+            i = bisect_left(offsets, off)
+            if i < len(offsets) and offsets[i] == off:
+                if run.tokens[i] != number:
+                    results[n] = EXISTS_CODE
             else:
-                results += _EXISTS
+                offsets.insert(i, off)
+                run.tokens.insert(i, number)
+                added += 1
+        self.ids_held += added
         return bytes(results)
 
     def _advance_gc(self, boundary_us: int) -> int:
@@ -313,6 +346,27 @@ class ShardState:
         self.ids_held -= 1
         return True
 
-    def _set_sharding(self, sharding: Sharding) -> None:
-        self.sharding = sharding
-        self.sharding_set = True
+    def _init_sharding(self, sharding: Sharding) -> None:
+        if not self.sharding_set:
+            self.sharding = sharding
+            self.sharding_set = True
+
+    def _add_epoch(self, start_us: int, n_shards: int, endpoints: dict, now_us: int, skew_us: int) -> str | None:
+        current = self.sharding
+        if not self.sharding_set:
+            return "the sharding config is not initialised yet"
+        if n_shards < 1:
+            return f"a shard count must be >= 1, got {n_shards}"
+        if start_us <= now_us + skew_us:
+            return (f"the change must start later than now + the clock-skew bound "
+                    f"({start_us} <= {now_us} + {skew_us} us)")
+        if start_us <= current.epochs[-1][0]:
+            return f"the change must start after the last epoch (which starts at {current.epochs[-1][0]} us)"
+        merged = dict(current.endpoints)
+        merged.update({int(k): list(v) for k, v in endpoints.items()})
+        missing = [k for k in range(n_shards) if not merged.get(k)]
+        if missing:
+            return f"no replica addresses for shards {missing}"
+        self.sharding = Sharding(epochs=[*current.epochs, (start_us, n_shards)], endpoints=merged,
+                                 version=current.version + 1)
+        return None

@@ -91,6 +91,15 @@ class RegistryConfig:
     fsync: str = opt("batch", "journal fsync policy", choices=["none", "batch", "interval"])
     fsync_interval_ms: float = opt(5.0, "with fsync = \"interval\": at most this long between fsyncs",
                                    check=_positive)
+    max_in_flight: int = opt(4, "replicated commands a shard leader keeps in flight to Raft at once",
+                             check=_positive)
+    max_ids_per_command: int = opt(20000, "most ids one replicated command carries", check=_positive)
+    max_queued_ids: int = opt(200000, "ids a shard leader lets wait for Raft; beyond it clients get "
+                                      "RESOURCE_EXHAUSTED and back off", check=_positive)
+    snapshot_after_commands: int = opt(20000, "snapshot (forked) after this many journal entries",
+                                       check=_positive)
+    simulated_rtt_ms: float = opt(0.0, "benchmarks only: delay every message between replicas by this round trip",
+                                  check=_non_negative)
 
 
 @dataclass(frozen=True)

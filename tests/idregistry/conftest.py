@@ -8,17 +8,20 @@ import subprocess
 
 import pytest
 
-from photon import parse_config, wait_until
+import json
+
+from photon import load_config, wait_until
 from tests.conftest import Procs
 import idregistry
 
 
 def make_config(root, **registry):
-    return parse_config({
-        "registry": registry,
-        "regions": [{"name": "local", "log_root": str(root / "logs"), "output_root": str(root / "out"),
-                     "state_dir": str(root / "state")}],
-    }, path=str(root / "photon.toml"), base=root)
+    """Write ``<root>/photon.toml`` with these ``[registry]`` options and one region; load it."""
+    lines = ["[registry]"] + [f"{key} = {json.dumps(value)}" for key, value in registry.items()]
+    lines += ["", "[[regions]]", 'name = "local"', f'log_root = "{root / "logs"}"',
+              f'output_root = "{root / "out"}"', f'state_dir = "{root / "state"}"', ""]
+    (root / "photon.toml").write_text("\n".join(lines))
+    return load_config(root / "photon.toml")
 
 
 class Cluster:
@@ -61,20 +64,39 @@ class Cluster:
     def wait_all_up(self, timeout: float = 30.0) -> None:
         def up():
             rows = self.client.status()
-            return all("error" not in r for r in rows) and len({r["commit_index"] for r in rows
-                                                                 if r["shard"] == 0}) >= 1
-        wait_until(up, timeout, message="every replica answering")
+            shards = {r["shard"] for r in rows}
+            leaders = {r["shard"] for r in rows if r.get("is_leader")}
+            return all("error" not in r for r in rows) and leaders == shards
+        wait_until(up, timeout, message="every replica answering and a leader in every shard")
+
+
+def _start_cluster(root, procs: Procs, **registry) -> Cluster:
+    c = Cluster(make_config(root, **registry), procs)
+    c.start_missing()
+    c.client = idregistry.RegistryClient(c.endpoints(), retry_timeout_s=30.0)
+    c.wait_leader()
+    c.wait_all_up()
+    return c
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory, session_procs):
-    root = tmp_path_factory.mktemp("registry")
-    c = Cluster(make_config(root), session_procs)
-    c.start_missing()
-    c.client = idregistry.RegistryClient(c.endpoints(), retry_timeout_s=30.0)
+    """Three replicas of one shard, default timings; snapshots every 50 commands so that restarts load a
+    snapshot plus a journal tail."""
+    c = _start_cluster(tmp_path_factory.mktemp("registry"), session_procs, snapshot_after_commands=50)
     try:
-        c.wait_leader()
-        c.wait_all_up()
+        yield c
+    finally:
+        c.client.close()
+
+
+@pytest.fixture(scope="session")
+def fast_cluster(tmp_path_factory, session_procs):
+    """Three replicas of one shard with short horizons: ids are garbage collected after 3 s, the clock-skew
+    bound is 1 s (so reshards can take effect 2 s ahead), and a leader lets at most 5,000 ids queue."""
+    c = _start_cluster(tmp_path_factory.mktemp("registry-fast"), session_procs, gc_after_s=3.0,
+                       max_clock_skew_s=1.0, max_queued_ids=5000)
+    try:
         yield c
     finally:
         c.client.close()

@@ -1,0 +1,261 @@
+"""IdRegistry benchmark: a real cluster (replica processes on 127.0.0.1), clients in their own processes.
+
+    python -m bench.registry --shards 1 --replicas 3 [--rtt-ms 100] [--clients 2] [--json]
+
+Phases: *light* (one client thread, one small commit at a time: latency without load), *peak* (every
+client process and thread committing batches of fresh ids as fast as answers come: ids/s), *half*
+(the same clients paced to half the peak rate: latency under moderate load), *race* (two clients commit
+the same ids under different tokens: each id must be accepted exactly once). Then the bytes per held id
+of a shard holding ``--memory-ids`` ids, measured in-process on the shard's state object.
+
+Prints a table, or with ``--json`` one JSON object on its last line (ids_per_s, commit_p50_ms,
+commit_p99_ms, ids_per_command, raft_commands_per_s, bytes_per_id, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from photon import parse_config, wait_until
+import idregistry
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+# ---- the client worker (its own process) -------------------------------------------------------------
+
+def worker(args) -> None:
+    """Commit batches of ids from ``--threads`` threads until ``--duration`` has passed; print results."""
+    client = idregistry.RegistryClient(args.endpoints.split(","), retry_timeout_s=60.0)
+    client.sharding()
+    start_at = args.start_at
+    stop_at = start_at + args.duration
+    per_thread_rate = args.rate / args.threads if args.rate else 0.0
+    lock = threading.Lock()
+    out = {"ok": 0, "exists": 0, "too_old": 0, "latencies_ms": [], "ok_ids": []}
+
+    def run(t: int) -> None:
+        prefix = f"10.{args.seed % 250}.{t}.9:{7000 + args.seed}:"
+        ts = args.base_us           # the same sequence in every racing client
+        lat, ok, exists, ok_ids = [], 0, 0, []
+        sent = 0
+        while time.time() < start_at:
+            time.sleep(0.001)
+        began = time.perf_counter()
+        while time.time() < stop_at:
+            ids = []
+            for _ in range(args.batch):
+                ids.append(f"{prefix}{ts:016d}")
+                ts += 1
+            t0 = time.perf_counter()
+            results = client.commit(ids, args.token)
+            lat.append((time.perf_counter() - t0) * 1000)
+            for event_id, r in zip(ids, results):
+                if r == idregistry.CommitResult.OK:
+                    ok += 1
+                    if args.keep_ids:
+                        ok_ids.append(event_id)
+                else:
+                    exists += 1
+            sent += len(ids)
+            if per_thread_rate:
+                ahead = sent / per_thread_rate - (time.perf_counter() - began)
+                if ahead > 0:
+                    time.sleep(ahead)   # pacing a load generator, not waiting for a condition
+        with lock:
+            out["ok"] += ok
+            out["exists"] += exists
+            out["latencies_ms"].extend(lat)
+            out["ok_ids"].extend(ok_ids)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(args.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.close()
+    print(json.dumps(out))
+
+
+# ---- the driver -------------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args) -> None:
+        self.args = args
+        self.tmp = tempfile.TemporaryDirectory(prefix="photon-bench-registry-")
+        root = Path(self.tmp.name)
+        self.config = parse_config({
+            "registry": {"shards": args.shards, "replicas": args.replicas, "simulated_rtt_ms": args.rtt_ms,
+                         "fsync": args.fsync, "max_in_flight": args.in_flight},
+            "regions": [{"name": "bench", "log_root": str(root / "logs"), "output_root": str(root / "out"),
+                         "state_dir": str(root / "state")}],
+        }, path=str(root / "photon.toml"), base=root)
+        self.procs: list[subprocess.Popen] = []
+        self.seed = 0
+        self.base_us = int(time.time() * 1e6)
+
+    def start(self) -> None:
+        for spec in idregistry.registry_processes(self.config):
+            self.procs.append(subprocess.Popen(spec.argv, start_new_session=True))
+        self.endpoints = idregistry.registry_endpoints(self.config)
+        self.client = idregistry.RegistryClient(self.endpoints)
+
+        def leaders() -> bool:
+            rows = self.client.status()
+            return len({r["shard"] for r in rows if r.get("is_leader")}) == self.args.shards
+        wait_until(leaders, 60, interval=0.1, message="a leader in every shard")
+
+    def stop(self) -> None:
+        self.client.close()
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.tmp.cleanup()
+
+    def leader_counters(self) -> tuple[int, int]:
+        rows = [r for r in self.client.status() if r.get("is_leader")]
+        return sum(r["commands"] for r in rows), sum(r["ids_committed"] for r in rows)
+
+    def held(self) -> int:
+        return sum(r["ids_held"] for r in self.client.status() if r.get("is_leader"))
+
+    def run_clients(self, clients: int, threads: int, batch: int, duration: float, rate: float = 0.0,
+                    race: bool = False) -> list[dict]:
+        start_at = time.time() + 1.5
+        self.base_us = int(time.time() * 1e6)   # fresh seeds (id prefixes) keep phases apart
+        procs = []
+        for c in range(clients):
+            seed = self.seed if race else self.seed + c
+            argv = [sys.executable, "-m", "bench.registry", "--worker", "--endpoints", ",".join(self.endpoints),
+                    "--threads", str(threads), "--batch", str(batch), "--duration", str(duration),
+                    "--rate", str(rate / clients), "--seed", str(seed), "--token", f"bench-{c}",
+                    "--start-at", str(start_at), "--base-us", str(self.base_us)]
+            if race:
+                argv.append("--keep-ids")
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True))
+        self.seed += clients + 1
+        outs = []
+        for p in procs:
+            stdout, _ = p.communicate(timeout=duration + 120)
+            if p.returncode != 0:
+                raise RuntimeError(f"bench client exited with {p.returncode}")
+            outs.append(json.loads(stdout.decode().strip().splitlines()[-1]))
+        return outs
+
+    def measure(self) -> dict:
+        a = self.args
+        figures: dict = {"shards": a.shards, "replicas": a.replicas, "rtt_ms": a.rtt_ms, "clients": a.clients,
+                         "threads_per_client": a.threads, "ids_per_rpc": a.batch, "fsync": a.fsync}
+        # light: one thread, small commits one at a time
+        light = self.run_clients(1, 1, a.light_batch, a.light_duration)
+        figures["light_commit_p50_ms"] = round(_pct(light[0]["latencies_ms"], 50), 2)
+        figures["light_commit_p99_ms"] = round(_pct(light[0]["latencies_ms"], 99), 2)
+        accepted = light[0]["ok"]
+        # peak
+        c0, i0 = self.leader_counters()
+        t0 = time.monotonic()
+        peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
+        c1, i1 = self.leader_counters()
+        elapsed = time.monotonic() - t0 - 1.5
+        ok = sum(o["ok"] for o in peak)
+        accepted += ok
+        lat = [x for o in peak for x in o["latencies_ms"]]
+        figures["ids_per_s"] = round(ok / a.duration)
+        figures["commit_p50_ms"] = round(_pct(lat, 50), 2)
+        figures["commit_p99_ms"] = round(_pct(lat, 99), 2)
+        figures["ids_per_command"] = round((i1 - i0) / max(1, c1 - c0), 1)
+        figures["raft_commands_per_s"] = round((c1 - c0) / max(elapsed, a.duration), 1)
+        # half the peak rate
+        if a.half_duration > 0:
+            half = self.run_clients(a.clients, a.threads, a.batch, a.half_duration, rate=figures["ids_per_s"] / 2)
+            hl = [x for o in half for x in o["latencies_ms"]]
+            accepted += sum(o["ok"] for o in half)
+            figures["half_rate_ids_per_s"] = round(sum(o["ok"] for o in half) / a.half_duration)
+            figures["half_rate_commit_p50_ms"] = round(_pct(hl, 50), 2)
+            figures["half_rate_commit_p99_ms"] = round(_pct(hl, 99), 2)
+        # race: two clients, the same ids, different tokens
+        race = self.run_clients(2, 2, a.batch, a.race_duration, race=True)
+        seen: dict[str, int] = {}
+        for o in race:
+            for event_id in o["ok_ids"]:
+                seen[event_id] = seen.get(event_id, 0) + 1
+        accepted += len(seen)
+        figures["race_ids"] = len(seen)
+        figures["duplicates"] = sum(1 for n in seen.values() if n > 1)
+        held = self.held()
+        figures["ids_held"] = held
+        figures["accepted_equals_held"] = accepted == held
+        return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.registry", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--rtt-ms", type=float, default=0.0, help="simulated round trip between replicas")
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    parser.add_argument("--threads", type=int, default=8, help="threads per client process")
+    parser.add_argument("--batch", type=int, default=500, help="ids per commit RPC")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds of the peak phase")
+    parser.add_argument("--half-duration", type=float, default=6.0, help="seconds of the half-rate phase")
+    parser.add_argument("--light-duration", type=float, default=3.0)
+    parser.add_argument("--light-batch", type=int, default=10)
+    parser.add_argument("--race-duration", type=float, default=3.0)
+    parser.add_argument("--in-flight", type=int, default=4, help="replicated commands in flight per shard")
+    parser.add_argument("--fsync", default="batch", choices=["none", "batch", "interval"])
+    parser.add_argument("--memory-ids", type=int, default=5_000_000, help="0 skips the bytes-per-id figure")
+    parser.add_argument("--json", action="store_true")
+    # worker mode (internal)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoints", help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--token", default="bench", help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--base-us", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--keep-ids", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    bench = Bench(args)
+    try:
+        bench.start()
+        figures = bench.measure()
+    finally:
+        bench.stop()
+    if args.memory_ids:
+        mem = idregistry.measure_state_memory(args.memory_ids)
+        figures["bytes_per_id"] = mem["bytes_per_id"]
+        figures["rss_bytes_per_id"] = mem["rss_bytes_per_id"]
+        figures["memory_ids"] = mem["ids"]
+        figures["bytes_per_id_measured"] = "in-process, on one shard's state object, tokens cleared"
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key:>28}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
