@@ -11,12 +11,13 @@ from millwheel._runtime import ComputationStatistics, Runtime, RuntimeStatistics
 from millwheel._sinks import FileSink
 from millwheel._store import MemoryStore, SQLiteStore, StaleSequencer, Store, open_store
 from millwheel._topology import Topology, TopologyError
+from millwheel._transport import LocalTransport, Transport
 from millwheel._watermarks import END_OF_TIME
 
 __all__ = [
     "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "Computation", "ComputationStatistics",
-    "Context", "FileInjector", "FileSink", "Injector", "JoinedInjector", "ListInjector",
+    "Context", "FileInjector", "FileSink", "Injector", "JoinedInjector", "ListInjector", "LocalTransport",
     "MemoryStore", "MillWheelConfigError", "Poll", "Record", "Runtime", "RuntimeConfig",
-    "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology", "TopologyError",
+    "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology", "TopologyError", "Transport",
     "open_store", "serve",
 ]

@@ -25,7 +25,7 @@ from millwheel._injectors import Injector
 from millwheel._model import Computation, Delivery, Production, Record
 from millwheel._store import Store, StoredProduction, Write, open_store
 from millwheel._topology import Topology
-from millwheel._transport import Done, Inbox, LocalTransport, Tracker
+from millwheel._transport import Done, Inbox, LocalTransport, Tracker, Transport
 from millwheel._watermarks import compute_watermarks
 from millwheel._worker import Worker
 
@@ -126,13 +126,14 @@ class Runtime:
     """Runs a topology; see the module docstring for the lifecycle."""
 
     def __init__(self, topology: Topology, config: RuntimeConfig | None = None, clock: Clock | None = None,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, transport: Transport | None = None) -> None:
         self.topology = topology
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
         self.store = store or open_store(self.config.store)
         self.workers = [Worker(i, self) for i in range(self.config.threads)]
-        self.transport = LocalTransport(self._consumer_inbox)
+        self.transport = transport or LocalTransport()
+        self.transport.bind(self._consumer_inbox)
         self.tracker = Tracker(self.transport, self._owner_inbox)
         self.injectors: dict[str, InjectorShell] = {}
         self.low_watermarks: dict[str, int] = {}
@@ -272,7 +273,8 @@ class Runtime:
         try:
             while not self.stopping.wait(cfg.tick_us / 1e6):
                 self._recompute()
-                self.tracker.due_retries(self.clock.now_us())
+                if self.transport.may_lose:
+                    self.tracker.due_retries(self.clock.now_us())
                 if time.monotonic() - last_gc >= cfg.gc_interval_us / 1e6:
                     last_gc = time.monotonic()
                     self.store.save_watermarks(self.low_watermarks)

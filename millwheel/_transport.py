@@ -2,10 +2,11 @@
 
 * :class:`Transport` is the boundary a later multi-process runtime replaces; :class:`LocalTransport`
   hands deliveries to in-process worker inboxes. Senders keep every production until each consumer has
-  acked it and send it again after ``retry_delay_us`` (doubling), so a transport may lose or repeat.
+  acked it; over a transport that may lose deliveries they send it again after ``retry_delay_us``
+  (doubling), so deliveries may be lost or repeated.
 * :class:`Tracker` is the runtime's bookkeeping of unfinished work, for acks and for watermarks: records
-  delivered and not yet committed (per consumer), productions not yet acked by every consumer (per
-  sender) and pending watermark timers (per computation). Adding new work is always done before the
+  received and not yet committed (per consumer), productions not yet acked by every consumer (per
+  sender; this covers records in transit) and pending watermark timers (per computation). Adding new work is always done before the
   work that caused it is removed, so a low watermark never sees a gap.
 """
 from __future__ import annotations
@@ -48,15 +49,21 @@ class Inbox:
 
 
 class Transport:
+    """Carries deliveries to the owner of the consumer's key interval. ``may_lose``: a transport that
+    can lose deliveries makes senders retry every unacked one after ``retry_delay_us`` (doubling);
+    receivers drop the repeats by id."""
+    may_lose = True
+
+    def bind(self, route: Callable[[str, int], Inbox]) -> None:
+        self._route = route
+
     def send(self, deliveries: list[Delivery]) -> None:
         raise NotImplementedError
 
 
 class LocalTransport(Transport):
-    """Delivers to the inbox that ``route(consumer, interval)`` names (the owner of the interval)."""
-
-    def __init__(self, route: Callable[[str, int], Inbox]) -> None:
-        self._route = route
+    """In-process and lossless: delivers straight into the owning worker's inbox, in order."""
+    may_lose = False
 
     def send(self, deliveries: list[Delivery]) -> None:
         by_inbox: dict[int, tuple[Inbox, list]] = {}
@@ -151,15 +158,20 @@ class Tracker:
                                                         stored, now_us, now_us + retry_delay_us, retry_delay_us)
                 self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
                 self._bag(sender).add(prod.timestamp_us)
-                for d in deliveries:
-                    self._bag(d.consumer).add(d.record.timestamp_us)
-                self.in_flight += len(deliveries)
                 out.extend(deliveries)
         self._after(done)
         return out
 
     def send(self, deliveries: list[Delivery]) -> None:
         self._transport.send(deliveries)
+
+    def received(self, deliveries: list[Delivery]) -> None:
+        """Deliveries reached their consumer: they are its work until it acks them. (In transit, the
+        sender's outstanding production holds the watermark instead.)"""
+        with self._lock:
+            for d in deliveries:
+                self._bag(d.consumer).add(d.record.timestamp_us)
+            self.in_flight += len(deliveries)
 
     def acked(self, deliveries: list[Delivery]) -> None:
         """The consumers committed (or dropped as duplicates) these deliveries."""
@@ -211,8 +223,5 @@ class Tracker:
                     out.extend(o.left.values())
                     o.backoff_us *= 2
                     o.retry_after_us = now_us + o.backoff_us
-            for d in out:
-                self._bag(d.consumer).add(d.record.timestamp_us)
-            self.in_flight += len(out)
         self._transport.send(out)
         return len(out)

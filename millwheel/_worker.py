@@ -136,6 +136,7 @@ class Worker:
         rt = self.rt
         self.busy = True
         try:
+            rt.tracker.received([d for d in items if isinstance(d, Delivery)])
             now = rt.clock.now_us()
             by_comp: dict[str, list[Delivery]] = {}
             writes: list[Write] = []

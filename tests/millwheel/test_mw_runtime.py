@@ -2,13 +2,14 @@
 zombie fencing, watermarks, weak productions, adding computations while running."""
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
 
-from millwheel import (END_OF_TIME, WEAK, Computation, Injector, ListInjector, Poll, Runtime, RuntimeConfig,
-                       StaleSequencer, Topology)
-from photon import FakeClock, wait_until
+from millwheel import (END_OF_TIME, WEAK, Computation, Injector, ListInjector, LocalTransport, Poll, Runtime,
+                       RuntimeConfig, StaleSequencer, Topology)
+from photon import SystemClock, wait_until
 
 
 class Count(Computation):
@@ -81,25 +82,49 @@ def counts(rt: Runtime, keys=7) -> dict:
     return {k: orjson.loads(v)["n"] for k, v in raw.items()}
 
 
+class LossyTransport(LocalTransport):
+    """Loses a fifth of the deliveries and sends a tenth twice (seeded)."""
+    may_lose = True
+
+    def __init__(self, seed: int = 5) -> None:
+        self.rng = random.Random(seed)
+        self.lost = self.repeated = 0
+        self.lock = threading.Lock()
+
+    def send(self, deliveries):
+        kept = []
+        with self.lock:
+            for d in deliveries:
+                r = self.rng.random()
+                if r < 0.2:
+                    self.lost += 1
+                    continue
+                kept.append(d)
+                if r > 0.9:
+                    kept.append(d)
+                    self.repeated += 1
+        super().send(kept)
+
+
 @pytest.mark.timeout(60)
-def test_retried_deliveries_are_processed_exactly_once(tmp_path):
+def test_lost_and_repeated_deliveries_are_processed_exactly_once(tmp_path):
     recs = records(3000)
-    clock = FakeClock()
-    rt = Runtime(topo(ListInjector(recs)), config(tmp_path, retry_delay_us=1, max_batch=50), clock=clock).start()
-    stop = threading.Event()
-    ticker = threading.Thread(target=lambda: [clock.advance(1000) for _ in iter(lambda: stop.wait(0.001), True)])
-    ticker.start()
+    lossy = LossyTransport()
+    rt = Runtime(topo(ListInjector(recs)), config(tmp_path, retry_delay_us=20_000, max_batch=50),
+                 clock=SystemClock(), transport=lossy).start()
     try:
         rt.run_until_idle(45)
         stats = rt.statistics().computations
         assert counts(rt) == {f"k{i}": sum(1 for r in recs if r[0] == f"k{i}") for i in range(7)}
-        assert stats["count"].duplicates_dropped > 0, "retries should have produced repeats"
+        assert lossy.lost > 100 and lossy.repeated > 100
+        assert stats["count"].duplicates_dropped >= lossy.repeated // 2
         assert stats["count"].records_processed == 3000
+        import orjson
+        reports = orjson.loads(rt.store.read_states("collect", ["all"])["all"])
+        assert len({(r["key"], r["at"]) for r in reports}) == len(reports)
         assert rt.statistics().outstanding_productions == 0
         assert rt.store.pending_productions("in", 0) == []
     finally:
-        stop.set()
-        ticker.join()
         rt.stop()
 
 
