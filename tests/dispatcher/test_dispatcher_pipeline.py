@@ -27,7 +27,7 @@ NEVER = range(N_TOTAL, N_TOTAL + 5)  # their queries never arrive
 
 @pytest.fixture
 def pipeline(tmp_path, procs):
-    path = write_config(tmp_path, unjoinable_after_s=1.5,
+    path = write_config(tmp_path, unjoinable_after_s=4.0,
                         extra="\n[registry]\nreplicas = 1\n\n[joiner]\nmax_in_flight = 4\n")
     cfg = load_config(path)
     for spec in idregistry.registry_processes(cfg):
@@ -86,18 +86,29 @@ def test_sigkill_and_restart_join_every_click_exactly_once(pipeline, procs, tmp_
     append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(7500, N_TOTAL)])
     append_lines(clicks / "w3" / "c-0001.jsonl", [click_line(n) for n in NEVER] + [click_line(5)])  # 5: again
 
+    def checkpoint():
+        return orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
+
+    # the second run is killed while late clicks wait in its retry queue (saved in its checkpoint)
     d2 = start_dispatcher(procs, path, joiners, endpoints)
-    wait_until(lambda: status().get("pid") == d2.pid and status().get("retry_queue", 0) > 0, 60,
-               message="the late clicks waiting for their queries")
+    late_ids = {click_id(n) for n in LATE}
+    wait_until(lambda: late_ids & {e[0] for e in checkpoint()["events"] if e[4] >= 1}, 60,
+               message="late clicks, tried once, saved in the checkpoint")
+    os.kill(d2.pid, signal.SIGKILL)
+    d2.wait(timeout=10)
+    saved = {e[0]: e for e in checkpoint()["events"]}
+    assert any(saved[i][4] >= 1 for i in late_ids & set(saved))
     for n in LATE:
         store.put(query_id(n), query_line(n))
-    wait_until(lambda: status().get("pid") == d2.pid and status().get("caught_up"), 90,
+
+    d3 = start_dispatcher(procs, path, joiners, endpoints)
+    wait_until(lambda: status().get("pid") == d3.pid and status().get("caught_up"), 90,
                message="the restarted dispatcher caught up")
     s = status()
     assert s["in_flight"] == 0 and s["retry_queue"] == 0 and s["pending_bytes"] == 0
     assert s["duplicates_prevented"] >= 1 and s["bad_records"] == 1
-    os.kill(d2.pid, signal.SIGTERM)
-    assert d2.wait(timeout=20) == 0
+    os.kill(d3.pid, signal.SIGTERM)
+    assert d3.wait(timeout=20) == 0
 
     for j in joiners:
         j.stop(grace=5)  # publishes the joiners' last output files
@@ -110,6 +121,6 @@ def test_sigkill_and_restart_join_every_click_exactly_once(pipeline, procs, tmp_
     bad = read_jsonl_dir(region.quarantine_dir)
     assert {b["raw"] for b in bad} == {"{garbage"} and {b["file"] for b in bad} == {"w1/c-0001.jsonl"}
     assert all(client.lookup([click_id(n) for n in range(0, N_TOTAL, 100)]))
-    final = orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
+    final = checkpoint()
     assert final["events"] == [] and sum(final["offsets"].values()) == sum(
         p.stat().st_size for p in clicks.rglob("*.jsonl"))
