@@ -134,14 +134,11 @@ class FileInjector(Injector):
         return Poll(records, position, self._estimate, caught_up and not buf)
 
     def _fill(self) -> bool:
-        """Read what is available; True if everything available has been read."""
-        budget = 4 * self.read_bytes
-        read = 0
-        for chunk in self._tailer.poll(max_bytes=budget):
-            read += chunk.end - chunk.offsets[0]
+        """Read what is available; True if nothing is left unread (not even a line still being written)."""
+        for chunk in self._tailer.poll(max_bytes=4 * self.read_bytes):
             for offset, line in zip(chunk.offsets, chunk.lines):
                 self._parse(chunk.file, offset, offset + len(line) + 1, line)
-        return read < budget
+        return self._tailer.pending_bytes() == 0
 
     def _parse(self, file: str, offset: int, end: int, line: bytes) -> None:
         event, reason = parse_record(line, self._required)
