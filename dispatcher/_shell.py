@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -108,7 +109,8 @@ class Dispatcher:
                 registry_client = _default_registry_client(registry)
             self._registry = registry_client
             self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
-                                        jitter=jitter, restore=snapshot)
+                                        jitter=jitter if jitter is not None else random.Random(),
+                                        restore=snapshot)
             self.tailer = LogTailer(Path(self.region.log_root) / config.join.foreign_stream,
                                     offsets=self.core.offsets)
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
@@ -309,5 +311,6 @@ def serve(config: PhotonConfig, region: str, joiners: list[str], registry=None, 
     the registry at ``registry`` (endpoints for ``idregistry.connect``; None: no lookups). Returns the
     running :class:`Dispatcher`; call ``stop()`` to end it. Options: ``clock``, ``joiner_client``
     (``address -> client``), ``registry_client`` (a connected client), ``join_timeout_s``,
-    ``status_interval_s``, ``jitter``."""
+    ``status_interval_s``, ``jitter`` (an object with ``random()`` scaling each retry delay by
+    ``1 - 0.2 * jitter.random()``; default a fresh ``random.Random``)."""
     return Dispatcher(config, region, joiners, registry, **options).start()
