@@ -7,6 +7,7 @@ loop wakes as soon as an answer arrives (no fixed waits). When nothing happens i
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -129,6 +130,7 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stats = self.core.statistics(pid=os.getpid())
         self._pending_bytes = 0
+        self._scan_wall_us = 0
         self._line_bytes = 256.0  # running estimate of a line's size, for read-ahead budgets
         self.error: BaseException | None = None
 
@@ -182,6 +184,7 @@ class Dispatcher:
             wanted = core.lines_wanted()
             if wanted and (found or now >= next_scan):
                 chunks = self.tailer.poll(self._scan_budget(wanted))
+                self._scan_wall_us = self.clock.now_us()
                 found = scanned_lines = bool(chunks)
                 if found:
                     self._learn_line_size(chunks)
@@ -286,7 +289,10 @@ class Dispatcher:
             self._pending_bytes = self.tailer.pending_bytes()
         except OSError:
             log.exception("measuring pending bytes")
-        self._stats = self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid())
+        # scan_at_us is compared with other processes' wall clocks: report the system's, not the core's
+        self._stats = dataclasses.replace(
+            self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid()),
+            scan_at_us=self._scan_wall_us)
         write_status(self.dir, self._stats)
 
     def _finish(self) -> None:

@@ -1,6 +1,8 @@
 """The threaded shell over real files, with the joiners and the registry replaced by the FAKES in dispatcher_fakes.py."""
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -149,5 +151,25 @@ def test_a_second_dispatcher_on_the_same_state_is_refused(tmp_path, service):
     try:
         with pytest.raises(DispatcherLocked):
             start(cfg, service)
+    finally:
+        d.stop()
+
+
+def test_an_idle_dispatcher_keeps_scanning_and_sends_a_lone_click(tmp_path, service):
+    cfg = config(tmp_path)
+    state_dir = cfg.regions[0].state_dir
+    service.add_queries([query_id(1)])
+    d = start(cfg, service)
+    try:
+        since = time.time_ns() // 1000
+        wait_until(lambda: (s := read_status(state_dir)) and s["caught_up"] and s["scan_at_us"] > since, 10,
+                   message="a fresh caught-up status")
+        assert read_status(state_dir)["scan_at_us"] <= time.time_ns() // 1000  # the system's wall clock
+        append_lines(tmp_path / "logs" / "clicks" / "c.jsonl", [click_line(1)])
+        wait_until(lambda: service.is_joined(click_id(1)), 5, message="the lone click joined")
+        assert service.request_sizes == [1]
+        since = time.time_ns() // 1000
+        wait_until(lambda: (s := read_status(state_dir)) and s["caught_up"] and s["scan_at_us"] > since, 10,
+                   message="caught up again after the click")
     finally:
         d.stop()
