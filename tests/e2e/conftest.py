@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -31,12 +30,16 @@ class Pipeline:
         return self
 
     def wait(self, timeout: float) -> int:
-        return self.proc.wait(timeout=timeout)
+        code = self.proc.wait(timeout=timeout)
+        self.log.close()
+        return code
 
     def stop(self) -> int:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(timeout=60)
+        code = self.proc.wait(timeout=60)
+        self.log.close()
+        return code
 
     def processes(self) -> dict:
         path = Path(self.config.regions[0].state_dir) / "launcher.json"
@@ -57,13 +60,24 @@ class Pipeline:
         return read_status(self.config.region(region).state_dir) or {}
 
     def joined(self, include_inprogress: bool = False) -> list[dict]:
+        """Joined rows of every region. With ``include_inprogress``, files still being written count too;
+        a file renamed while we read is read once, under whichever name it has."""
         rows = []
         for region in self.config.regions:
-            pattern = "*.jsonl*" if include_inprogress else "*.jsonl"
-            for p in sorted(region.joined_dir.rglob(pattern)):
-                for line in p.read_bytes().splitlines():
-                    if line:
-                        rows.append(orjson.loads(line))
+            files = {}
+            for p in sorted(region.joined_dir.rglob("*.jsonl*")):
+                if p.name.endswith(".jsonl"):
+                    files[p.name] = p
+                elif include_inprogress and p.name.endswith(".jsonl.inprogress"):
+                    files.setdefault(p.name[: -len(".inprogress")], p)
+            for name, p in sorted(files.items()):
+                try:
+                    data = p.read_bytes()
+                except FileNotFoundError:      # published meanwhile
+                    data = p.with_name(name).read_bytes()
+                if include_inprogress and not data.endswith(b"\n"):
+                    data = data[: data.rfind(b"\n") + 1]
+                rows += [orjson.loads(line) for line in data.splitlines() if line]
         return rows
 
     def joined_ids(self, include_inprogress: bool = False) -> Counter:
@@ -85,7 +99,7 @@ def subprocess_stdout():
     return subprocess.STDOUT
 
 
-def truth(root: Path, name: str) -> set[str]:
+def _truth(root: Path, name: str) -> set[str]:
     return set((root / "truth" / f"{name}.txt").read_text().split())
 
 
@@ -111,5 +125,6 @@ def pipeline(procs):
 
 
 @pytest.fixture
-def py():
-    return sys.executable
+def truth():
+    """``truth(root, "joinable" | "unjoinable")``: the click ids ``photon gen`` expects."""
+    return _truth

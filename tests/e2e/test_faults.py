@@ -9,8 +9,6 @@ import pytest
 from photon import wait_until
 from photon._gen import GenOptions, generate
 
-from .conftest import truth
-
 
 def _leader_pid(client) -> int | None:
     leaders = [r for r in client.status() if r.get("is_leader")]
@@ -18,7 +16,7 @@ def _leader_pid(client) -> int | None:
 
 
 @pytest.mark.timeout(300)
-def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline):
+def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth):
     import idregistry
     generate(GenOptions(out=str(tmp_path), queries=60_000, unjoinable_fraction=0.0, duplicate_fraction=0.01,
                         bad_line_fraction=0.0, seed=9))
