@@ -13,7 +13,6 @@ import os
 import queue
 import random
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from photon import Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock
@@ -30,6 +29,7 @@ STATUS_INTERVAL_S = 0.1
 MIN_SCAN_BYTES = 16 << 10
 MAX_SCAN_BYTES = 8 << 20
 JOIN_TIMEOUT_S = 30.0
+LOOKUP_TIMEOUT_S = 2.0
 _DOWN_FOR_US = 500_000  # a joiner whose request failed is avoided this long (unless all are down)
 
 _LOOKUP_OK, _LOOKUP_FAILED, _JOIN_OK, _JOIN_FAILED = range(4)
@@ -90,7 +90,8 @@ class Dispatcher:
 
     def __init__(self, config: PhotonConfig, region: str, joiners: list[str], registry=None, *,
                  clock: Clock | None = None, joiner_client=None, registry_client=None,
-                 join_timeout_s: float = JOIN_TIMEOUT_S, status_interval_s: float = STATUS_INTERVAL_S,
+                 join_timeout_s: float = JOIN_TIMEOUT_S, lookup_timeout_s: float = LOOKUP_TIMEOUT_S,
+                 status_interval_s: float = STATUS_INTERVAL_S,
                  jitter=None) -> None:
         self.region = config.region(region)
         if "://" in self.region.log_root:
@@ -122,10 +123,14 @@ class Dispatcher:
         self.quarantine = Quarantine(self.region.quarantine_dir, name)
         self.unjoinable = RollingWriter(self.region.unjoinable_dir, name)
         self.unjoinable.recover_orphans()
-        self._lookup_pool = ThreadPoolExecutor(max_workers=config.dispatcher.max_in_flight,
-                                               thread_name_prefix=f"{name}-lookup")
+        self._lookup_tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._lookup_workers = [threading.Thread(target=self._lookup_worker, name=f"{name}-lookup-{k}",
+                                                 daemon=True)
+                                for k in range(config.dispatcher.max_in_flight)]
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._batch_joiner: dict[int, int] = {}
+        self._lookups_started: dict[int, int] = {}  # batch in a registry lookup -> when it was asked
+        self._lookup_deadline_us = int(lookup_timeout_s * 1_000_000)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stats = self.core.statistics(pid=os.getpid())
@@ -137,6 +142,8 @@ class Dispatcher:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> "Dispatcher":
+        for w in self._lookup_workers:
+            w.start()
         self._thread.start()
         return self
 
@@ -179,7 +186,9 @@ class Dispatcher:
             except queue.Empty:
                 pass
             now = now_us()
-            events = [self._answer_event(a, now) for a in answers if a is not None]
+            events = [ev for a in answers if a is not None and (ev := self._answer_event(a, now)) is not None]
+            if self._lookups_started:
+                self._expire_lookups(now, events)
             scanned_lines = False
             wanted = core.lines_wanted()
             if wanted and (found or now >= next_scan):
@@ -202,6 +211,8 @@ class Dispatcher:
                 due = core.next_due_us()
                 if due is not None:
                     wake = min(wake, due)
+                if self._lookups_started:
+                    wake = min(wake, min(self._lookups_started.values()) + self._lookup_deadline_us)
                 timeout = max(0, wake - now_us()) / 1e6
                 try:
                     inbox.put(inbox.get(timeout=timeout))  # wait for an answer, then handle it above
@@ -225,9 +236,11 @@ class Dispatcher:
 
     def _answer_event(self, answer: tuple, now: int):
         kind, batch_id, payload = answer
-        if kind == _LOOKUP_OK:
-            return LookupAnswered(batch_id, payload, now)
-        if kind == _LOOKUP_FAILED:
+        if kind == _LOOKUP_OK or kind == _LOOKUP_FAILED:
+            if self._lookups_started.pop(batch_id, None) is None:
+                return None  # answered after its deadline: the batch was already sent without it
+            if kind == _LOOKUP_OK:
+                return LookupAnswered(batch_id, payload, now)
             return LookupFailed(batch_id, payload, now)
         j = self._batch_joiner.pop(batch_id)
         self._joiners.outstanding[j] -= 1
@@ -254,16 +267,32 @@ class Dispatcher:
             else:
                 raise TypeError(f"unknown dispatcher command {cmd!r}")
 
+    def _lookup_worker(self) -> None:
+        """Runs registry lookups (daemon threads: a hung registry call never delays the process's exit)."""
+        while (task := self._lookup_tasks.get()) is not None:
+            task()
+
+    def _expire_lookups(self, now: int, events: list) -> None:
+        """A lookup slower than its deadline counts as failed: the batch goes to the joiners without it
+        (their registry commit decides), so a hung registry cannot hold every batch slot."""
+        for batch_id, started in list(self._lookups_started.items()):
+            if now - started >= self._lookup_deadline_us:
+                del self._lookups_started[batch_id]
+                events.append(LookupFailed(batch_id, "lookup timed out", now))
+
     def _lookup(self, cmd: Lookup) -> None:
-        inbox, registry, batch_id = self._inbox, self._registry, cmd.batch_id
+        inbox, registry, batch_id, started = self._inbox, self._registry, cmd.batch_id, self._lookups_started
+        started[batch_id] = self._now_us()
 
         def run():
+            if batch_id not in started:
+                return  # expired while queued behind slower lookups
             try:
                 inbox.put((_LOOKUP_OK, batch_id, registry.lookup(cmd.ids)))
             except Exception as e:  # a lookup failure is transient: the batch is sent anyway
                 inbox.put((_LOOKUP_FAILED, batch_id, f"{type(e).__name__}: {e}"))
 
-        self._lookup_pool.submit(run)
+        self._lookup_tasks.put(run)
 
     def _send(self, cmd: SendBatch) -> None:
         pool, inbox, batch_id = self._joiners, self._inbox, cmd.batch_id
@@ -302,7 +331,8 @@ class Dispatcher:
             self.quarantine.close()
             self._publish_status()
         finally:
-            self._lookup_pool.shutdown(wait=False, cancel_futures=True)
+            for _ in self._lookup_workers:
+                self._lookup_tasks.put(None)
             self._joiners.close()
             if self._registry is not None:
                 try:
@@ -317,6 +347,7 @@ def serve(config: PhotonConfig, region: str, joiners: list[str], registry=None, 
     the registry at ``registry`` (endpoints for ``idregistry.connect``; None: no lookups). Returns the
     running :class:`Dispatcher`; call ``stop()`` to end it. Options: ``clock``, ``joiner_client``
     (``address -> client``), ``registry_client`` (a connected client), ``join_timeout_s``,
+    ``lookup_timeout_s`` (a slower lookup counts as failed: the batch is sent without it),
     ``status_interval_s``, ``jitter`` (an object with ``random()`` scaling each retry delay by
     ``1 - 0.2 * jitter.random()``; default a fresh ``random.Random``)."""
     return Dispatcher(config, region, joiners, registry, **options).start()

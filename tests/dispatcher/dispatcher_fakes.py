@@ -101,12 +101,15 @@ class FakeRegistry:
         self.service = service
         self.lookups = 0
         self.failing = False
+        self.answering = threading.Event()   # cleared: lookups hang until it is set again
+        self.answering.set()
 
     def lookup(self, ids):
         self.lookups += 1
+        self.answering.wait(30)
         if self.failing:
             raise ConnectionError("fake registry unavailable")
         return [self.service.is_joined(i) for i in ids]
 
     def close(self) -> None:
-        pass
+        self.answering.set()

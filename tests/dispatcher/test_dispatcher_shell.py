@@ -173,3 +173,24 @@ def test_an_idle_dispatcher_keeps_scanning_and_sends_a_lone_click(tmp_path, serv
                    message="caught up again after the click")
     finally:
         d.stop()
+
+
+def test_a_hung_registry_delays_batches_by_the_lookup_deadline_only(tmp_path, service):
+    cfg = config(tmp_path)
+    service.add_queries(query_id(n) for n in range(300))
+    registry = FakeRegistry(service)
+    registry.answering.clear()
+    append_lines(tmp_path / "logs" / "clicks" / "c.jsonl", [click_line(n) for n in range(300)])
+    d = serve(cfg, "r1", ["127.0.0.1:1"], registry_client=registry, lookup_timeout_s=0.2,
+              joiner_client=lambda a: FakeJoinerClient(a, service))
+    try:
+        wait_until(lambda: d.statistics().caught_up, 20, message="caught up without registry answers")
+        assert len(service.joined) == 300 and d.statistics().lookup_failures >= 6
+        registry.answering.set()  # the late answers are ignored: nothing is resolved twice
+        append_lines(tmp_path / "logs" / "clicks" / "c.jsonl", [click_line(5)])
+        wait_until(lambda: d.statistics().duplicates_prevented == 1 and d.statistics().caught_up, 10,
+                   message="the repeated click dropped by the lookup")
+    finally:
+        registry.close()
+        d.stop()
+    assert max(service.joined.values()) == 1 and d.statistics().joined == 300
