@@ -11,8 +11,9 @@ class MillWheelConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    store: str = "memory://"
-    """State store URL: ``sqlite:///path/state.db`` (durable) or ``memory://`` (tests)."""
+    store: str = "sqlite:///millwheel-state.db"
+    """State store URL: ``sqlite:///relative.db`` / ``sqlite:////absolute.db`` (durable, the default) or
+    ``memory://`` (nothing survives the process; for tests)."""
     threads: int = 2
     """Worker threads; key intervals are spread over them."""
     intervals: int = 16
@@ -44,8 +45,8 @@ class RuntimeConfig:
             if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise MillWheelConfigError(f"millwheel option {f.name!r} must be a positive integer, "
                                            f"not {value!r}")
-        if not isinstance(self.store, str) or not self.store.startswith(("sqlite://", "memory://")):
-            raise MillWheelConfigError(f"millwheel option 'store' must be a sqlite:// or memory:// URL, "
+        if not isinstance(self.store, str) or not self.store.startswith(("sqlite:///", "memory://")):
+            raise MillWheelConfigError(f"millwheel option 'store' must be a sqlite:/// or memory:// URL, "
                                        f"not {self.store!r}")
 
     @classmethod

@@ -188,7 +188,7 @@ class Runtime:
     def count(self, name: str, results) -> None:
         with self._count_lock:
             c = self._per_comp.setdefault(name, Counter())
-            for res, _, _ in results:
+            for res in results:
                 c["records"] += res.records_processed
                 c["duplicates"] += res.duplicates_dropped
                 c["late"] += res.late_records

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 
 class StaleSequencer(RuntimeError):
@@ -107,15 +107,17 @@ class Store:
 
 
 def open_store(url: str) -> Store:
-    """``sqlite:///path/to.db[?synchronous=FULL]`` (or a plain path) or ``memory://``."""
+    """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (append ``?synchronous=FULL``
+    to survive power loss), or ``memory://``."""
     if url.startswith("memory://"):
         return MemoryStore()
-    parsed = urlparse(url)
-    if parsed.scheme in ("sqlite", ""):
-        path = parsed.path if parsed.scheme else url
-        sync = parse_qs(parsed.query).get("synchronous", ["NORMAL"])[0].upper()
+    if url.startswith("sqlite:///"):
+        path, _, query = url[len("sqlite:///"):].partition("?")
+        sync = parse_qs(query).get("synchronous", ["NORMAL"])[0].upper()
+        if not path:
+            raise ValueError(f"store url {url!r} names no file")
         return SQLiteStore(path, synchronous=sync)
-    raise ValueError(f"store url {url!r}: scheme must be sqlite:// or memory://")
+    raise ValueError(f"store url {url!r}: scheme must be sqlite:/// or memory://")
 
 
 class MemoryStore(Store):

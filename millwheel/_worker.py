@@ -242,7 +242,6 @@ class Worker:
             write = Write(cs.name, interval, cs.seqs[interval], key, res.state, res.timers_set,
                           res.timers_deleted, res.processed, [] if weak else prods)
             results.append(_KeyDone(res, ds, interval, prods, old_timers, write))
-        rt.count(cs.name, [(r.res, None, None) for r in results])
         if weak:
             self._send_weak(cs, results, now)
             return None
@@ -310,6 +309,7 @@ class Worker:
                 out.extend(rt.tracker.register(cs.name, [(p, r.interval, True, rt.route(p, cs.name))
                                                          for p in r.prods], now, rt.config.retry_delay_us))
         rt.tracker.change_holds(cs.name, add, remove)
+        rt.count(cs.name, [r.res for r in results])
         rt.tracker.acked(acks)  # the senders are acked, then the productions are sent
         rt.tracker.send(out)
         cs.cache.evict(lambda k: k in cs.timers or (cs.name, k) in self._locked)
