@@ -126,7 +126,8 @@ class DispatcherConfig:
     """``[dispatcher]``: tails the foreign logs and feeds the joiners."""
     batch_size: int = opt(500, "foreign events per joiner request", check=_positive)
     max_in_flight: int = opt(4, "joiner requests outstanding at once", check=_positive)
-    retry_initial_s: float = opt(0.25, "first retry delay for NOT_FOUND / THROTTLED", check=_positive)
+    retry_initial_s: float = opt(0.05, "first retry delay for NOT_FOUND / THROTTLED (doubles per attempt)",
+                                 check=_positive)
     retry_max_s: float = opt(8.0, "longest retry delay", check=_positive)
     min_attempts: int = opt(3, "attempts before an event may be declared unjoinable", check=_positive)
     checkpoint_interval_s: float = opt(0.2, "how often offsets and the retry queue are persisted",

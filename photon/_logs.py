@@ -274,3 +274,23 @@ def wait_until(predicate, timeout: float, interval: float = 0.02, message: str =
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+def read_output_lines(directory: str | Path, include_inprogress: bool = False) -> list[bytes]:
+    """Every complete line of the rolled output files below ``directory`` (with ``include_inprogress``,
+    of the files still being written too). A file published (renamed) while it is read is read once,
+    under whichever name it has by then."""
+    files: dict[Path, Path] = {}
+    for p in sorted(Path(directory).rglob("*.jsonl*")):
+        if p.name.endswith(".jsonl"):
+            files[p] = p
+        elif include_inprogress and p.name.endswith(".jsonl" + INPROGRESS):
+            files.setdefault(p.with_name(p.name[: -len(INPROGRESS)]), p)
+    lines: list[bytes] = []
+    for final, p in sorted(files.items()):
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:          # published meanwhile
+            data = final.read_bytes()
+        lines += [line for line in data[: data.rfind(b"\n") + 1].split(b"\n") if line]
+    return lines

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from photon import load_config, wait_until
+from photon import load_config, read_output_lines, wait_until
 
 
 class Pipeline:
@@ -64,20 +64,7 @@ class Pipeline:
         a file renamed while we read is read once, under whichever name it has."""
         rows = []
         for region in self.config.regions:
-            files = {}
-            for p in sorted(region.joined_dir.rglob("*.jsonl*")):
-                if p.name.endswith(".jsonl"):
-                    files[p.name] = p
-                elif include_inprogress and p.name.endswith(".jsonl.inprogress"):
-                    files.setdefault(p.name[: -len(".inprogress")], p)
-            for name, p in sorted(files.items()):
-                try:
-                    data = p.read_bytes()
-                except FileNotFoundError:      # published meanwhile
-                    data = p.with_name(name).read_bytes()
-                if include_inprogress and not data.endswith(b"\n"):
-                    data = data[: data.rfind(b"\n") + 1]
-                rows += [orjson.loads(line) for line in data.splitlines() if line]
+            rows += [orjson.loads(line) for line in read_output_lines(region.joined_dir, include_inprogress)]
         return rows
 
     def joined_ids(self, include_inprogress: bool = False) -> Counter:
