@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from millwheel import WALL, WATERMARK, Computation, Record
 from millwheel._runner import KeyInput, UndeclaredStream, run_key
@@ -97,3 +99,18 @@ def test_unchanged_state_is_not_rewritten_and_none_deletes():
                 _ = ctx.state
     assert run_key(Reader(), inp([rec("r")], state=b"5")).state is KEEP
     assert run_key(Reader(), inp([rec("r", clear=True)], state=b"5")).state is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 30), max_size=12), max_size=15))
+def test_any_mix_of_repeats_changes_state_once_per_id(batches):
+    """Batches of deliveries with arbitrary repeats, each run against what earlier batches committed
+    (the store's dedup truth): the count equals the number of distinct ids."""
+    comp, state, committed = Recorder(), None, set()
+    for batch in batches:
+        res = run_key(comp, inp([rec(f"r{i}") for i in batch], state=state, dups=set(committed)))
+        if res.state is not KEEP:
+            state = res.state
+        committed.update(rid for rid, _, _ in res.processed)
+    distinct = len({i for b in batches for i in b})
+    assert (int(state) if state is not None else 0) == distinct == len(committed)
