@@ -29,8 +29,8 @@ from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
 from idregistry._replica import QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
-                               OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardState, bucket_width_us,
-                               validate_ids)
+                               OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardingLease, ShardState,
+                               bucket_width_us, validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -86,12 +86,6 @@ class ReplicaSpec:
                             simulated_rtt_ms=self.simulated_rtt_ms)
 
 
-@dataclass(frozen=True)
-class _Lease:
-    sharding: Sharding
-    valid_below_us: int     # ids with a timestamp below this may be judged with `sharding`
-
-
 class ReplicaServer:
     """Start with the spec; ``close()`` stops the batcher and leaves the Raft group."""
 
@@ -109,7 +103,7 @@ class ReplicaServer:
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
                                max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}")
-        self._lease: _Lease | None = None
+        self._lease: ShardingLease | None = None
         self._lease_lock = threading.Lock()
         self._meta_channels: dict[str, pb_grpc.RegistryStub] = {}
         self._meta_leader = ""
@@ -204,25 +198,24 @@ class ReplicaServer:
 
     def _judge(self, ids: list[str]) -> Sharding:
         """A config valid for every id of ``ids`` (refreshing the lease if needed)."""
-        newest = max(int(i[-16:]) for i in ids) if ids else 0
         lease = self._lease
-        if lease is not None and newest < lease.valid_below_us:
+        if lease is not None and lease.covers(ids):
             return lease.sharding
-        asked_at = self.clock.now_us()
-        lease = self._refresh_lease(asked_at)
-        if newest < lease.valid_below_us:
+        lease = self._refresh_lease(self.clock.now_us())
+        if lease.covers(ids):
             return lease.sharding
+        newest = ShardingLease.newest(ids)
         raise FutureId(f"an id is timestamped {newest} us, more than the clock-skew bound "
                        f"({self.spec.max_clock_skew_s} s) ahead of this server's clock")
 
-    def _refresh_lease(self, newer_than_us: int = 0) -> _Lease:
+    def _refresh_lease(self, newer_than_us: int = 0) -> ShardingLease:
         with self._lease_lock:
             lease = self._lease
             if lease is not None and lease.valid_below_us - self._skew_us >= newer_than_us:
                 return lease          # another thread refreshed while we waited
             asked_at = self.clock.now_us()
             sharding = self._fetch_sharding()
-            lease = self._lease = _Lease(sharding, asked_at + self._skew_us)
+            lease = self._lease = ShardingLease.fetched(sharding, asked_at, self._skew_us)
             return lease
 
     def _fetch_sharding(self) -> Sharding:

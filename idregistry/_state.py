@@ -177,6 +177,28 @@ class Sharding:
                 "endpoints": {str(k): list(v) for k, v in self.endpoints.items()}}
 
 
+@dataclass(frozen=True)
+class ShardingLease:
+    """A copy of the sharding config and the ids it may judge.
+
+    Fetched (from shard 0's leader, after a read barrier) at local time ``asked_at_us``: every change
+    committed after that starts later than its proposer's now + S (S = the clock-skew bound), so the copy
+    maps every id timestamped below ``asked_at_us + S`` exactly as the newest config does."""
+    sharding: Sharding
+    valid_below_us: int
+
+    @classmethod
+    def fetched(cls, sharding: Sharding, asked_at_us: int, skew_us: int) -> "ShardingLease":
+        return cls(sharding, asked_at_us + skew_us)
+
+    @staticmethod
+    def newest(ids) -> int:
+        return max(int(i[-16:]) for i in ids) if ids else 0
+
+    def covers(self, ids) -> bool:
+        return self.newest(ids) < self.valid_below_us
+
+
 class ShardState:
     """The ids one shard holds. Change it only through :meth:`apply`; read it with :meth:`lookup`.
 

@@ -1,0 +1,89 @@
+"""Tokens (ClearTokens, Delete, Export) and durability (a whole shard restarted) on a real cluster."""
+from __future__ import annotations
+
+import pytest
+
+from photon import IdGenerator, wait_until
+import idregistry
+from idregistry import CommitResult
+
+OK, EXISTS = CommitResult.OK, CommitResult.ALREADY_EXISTS
+GEN = IdGenerator("10.8.8.8", 5151)
+
+
+def fresh_ids(n: int) -> list[str]:
+    return [GEN.next_id() for _ in range(n)]
+
+
+def sees(client, ids: list[str], expected: list[bool]) -> None:
+    """Lookups may be answered by a follower a heartbeat behind: wait until it has applied the change."""
+    wait_until(lambda: client.lookup(ids) == expected, 10, message=f"lookups to read {expected}")
+
+
+def test_delete_only_with_the_matching_token(cluster):
+    a, b = fresh_ids(2)
+    client = cluster.client
+    assert client.commit([a, b], "joiner-1") == [OK, OK]
+    assert client.delete(a, "joiner-2") is False            # wrong token: refused
+    assert client.delete(fresh_ids(1)[0], "joiner-1") is False   # absent
+    sees(client, [a], [True])
+    assert client.delete(a, "joiner-1") is True
+    sees(client, [a, b], [False, True])
+    assert client.commit([a], "recovery") == [OK]           # recovery re-joins it under a new token
+    assert client.commit([a], "joiner-1") == [EXISTS]
+
+
+def test_clear_tokens_keeps_ids_and_blocks_deletes(cluster):
+    ids = fresh_ids(30)
+    client = cluster.client
+    client.commit(ids, "joiner-1")
+    assert client.clear_tokens(ids[:20] + fresh_ids(3)) == 20
+    assert client.clear_tokens(ids[:20]) == 0
+    sees(client, ids, [True] * 30)
+    assert client.delete(ids[0], "joiner-1") is False        # its token is gone: it is known to be output
+    assert client.delete(ids[25], "joiner-1") is True
+    assert client.commit(ids[:20], "joiner-2") == [EXISTS] * 20
+
+
+def test_export_streams_every_entry_with_token_and_timestamp(cluster):
+    ids = fresh_ids(12_000)                                 # more than one export chunk
+    client = cluster.client
+    for start in range(0, len(ids), 3000):
+        client.commit(ids[start:start + 3000], "joiner-x")
+    client.clear_tokens(ids[:10])
+    exported = {event_id: (token, ts) for event_id, token, ts in client.export(0)}
+    assert len(exported) == sum(r["ids_held"] for r in cluster.status() if r["is_leader"])
+    for event_id in ids[:10]:
+        assert exported[event_id] == ("", idregistry_ts(event_id))
+    for event_id in ids[10:]:
+        assert exported[event_id] == ("joiner-x", idregistry_ts(event_id))
+
+
+def idregistry_ts(event_id: str) -> int:
+    from photon import id_timestamp_us
+    return id_timestamp_us(event_id)
+
+
+@pytest.mark.timeout(120)
+def test_restarting_every_replica_of_the_shard_loses_no_committed_id(cluster):
+    client = cluster.client
+    committed = []
+    for _ in range(120):                                    # > 50 commands: a snapshot plus a journal tail
+        ids = fresh_ids(25)
+        assert client.commit(ids, "joiner-before") == [OK] * 25
+        committed.extend(ids)
+    wait_until(lambda: len({r["commit_index"] for r in cluster.status()}) == 1, 20,
+               message="every replica to apply the last commit")
+    held_before = max(r["ids_held"] for r in cluster.status())
+    for name in list(cluster.running):
+        cluster.kill(name)                                  # SIGKILL: no clean shutdown
+    cluster.start_missing()
+    cluster.wait_leader(timeout=60)
+    cluster.wait_all_up(timeout=60)
+    wait_until(lambda: min(r["ids_held"] for r in cluster.status()) >= held_before, 30,
+               message="every restarted replica to hold every id again")
+    assert client.commit(committed, "joiner-after") == [EXISTS] * len(committed)
+    assert client.commit(committed[-25:], "joiner-before") == [OK] * 25
+    for address in cluster.endpoints():
+        with idregistry.RegistryClient([address]) as one:
+            assert one.lookup(committed) == [True] * len(committed)
