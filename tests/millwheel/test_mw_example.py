@@ -38,6 +38,7 @@ def test_run_until_idle_prints_and_writes_every_window_once(tmp_path, procs):
     p = procs.python(*run_argv(tmp_path / "in", out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 0, stderr.decode()
+    assert b"windows: 3000 processed, 0 duplicates, 0 late" in stderr, stderr.decode()
     written = read_windows(out / "windows.jsonl")
     assert as_counts(written) == batch_windows(events)
     printed = [orjson.loads(line) for line in stdout.splitlines() if line.startswith(b"{")]
