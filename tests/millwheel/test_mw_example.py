@@ -16,7 +16,6 @@ import pytest
 from mw_helpers import batch_windows, read_windows, write_joined
 from photon import wait_until
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 
 def run_argv(inp, out):

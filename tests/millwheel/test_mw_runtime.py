@@ -131,7 +131,8 @@ def test_lost_and_repeated_deliveries_are_processed_exactly_once(tmp_path):
 @pytest.mark.timeout(60)
 def test_timers_survive_a_restart_and_fire_in_order(tmp_path):
     recs = records(700, start=1_000_000, step=10)  # timestamps 1.000000 s .. 1.006990 s
-    held = Runtime(topo(ListInjector(recs, estimate=lambda rest, now: 0)), config(tmp_path)).start()
+    below_first_timer = lambda rest, now: min([r[2] for r in rest] + [1_000_999])  # noqa: E731
+    held = Runtime(topo(ListInjector(recs, estimate=below_first_timer)), config(tmp_path)).start()
     try:
         wait_until(lambda: held.statistics().computations["count"].records_processed == 700, 30,
                    message="all records counted")
@@ -139,8 +140,11 @@ def test_timers_survive_a_restart_and_fire_in_order(tmp_path):
         assert held.statistics().computations["count"].timers_fired == 0
     finally:
         held.stop()
+    before = dict(held.low_watermarks)
+    assert before["count"] == 1_000_999 and held.statistics().computations["count"].late_records == 0
     rt = Runtime(topo(ListInjector(recs, estimate=lambda rest, now: END_OF_TIME)), config(tmp_path)).start()
     try:
+        assert all(rt.low_watermarks[name] >= wm for name, wm in before.items())  # not back across a restart
         rt.run_until_idle(30)
         import orjson
         reports = orjson.loads(rt.store.read_states("collect", ["all"])["all"])
