@@ -69,6 +69,25 @@ def test_retry_with_the_same_token_is_idempotent(cluster):
     assert cluster.client.commit(mixed, "joiner-b") == [EXISTS] * 5 + [OK] * 5
 
 
+def test_retry_after_a_lost_response_is_ok(cluster):
+    """The reply of a commit is lost (the caller gave up before it came); the commit itself went through.
+    The retry with the same token is OK; another joiner's commit of the same ids is refused."""
+    from idregistry import registry_pb2, registry_pb2_grpc
+    import grpc
+
+    ids = fresh_ids(20000)                 # takes tens of ms to replicate: longer than the caller waits
+    leader = cluster.wait_leader()["address"]
+    with grpc.insecure_channel(leader) as channel:
+        grpc.channel_ready_future(channel).result(timeout=10)
+        stub = registry_pb2_grpc.RegistryStub(channel)
+        with pytest.raises(grpc.RpcError) as lost:
+            stub.Commit(registry_pb2.CommitRequest(ids=ids, token="joiner-lost"), timeout=0.003)
+        assert lost.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_until(lambda: cluster.client.lookup(ids[-1:]) == [True], 10, message="the lost commit to apply")
+    assert cluster.client.commit(ids, "joiner-lost") == [OK] * len(ids)
+    assert cluster.client.commit(ids[:100], "joiner-other") == [EXISTS] * 100
+
+
 def test_lookup_is_answered_by_every_replica(cluster):
     ids = fresh_ids(20)
     absent = fresh_ids(5)
@@ -103,10 +122,22 @@ def test_commit_answers_at_once_when_idle(cluster):
 def test_leader_sigkill_under_load_accepts_no_id_twice(cluster):
     leader = cluster.wait_leader()
     ids = fresh_ids(3000)
+    solo_ids = fresh_ids(3000)          # committed by one writer only: any ALREADY_EXISTS is a wrong refusal
     oks: list[Counter] = [Counter(), Counter()]
     progress = [0, 0]
+    solo_results: list[CommitResult] = []
     errors: list[BaseException] = []
     stop = threading.Event()
+
+    def solo() -> None:
+        client = idregistry.RegistryClient(cluster.endpoints(), retry_timeout_s=60.0)
+        try:
+            for start in range(0, len(solo_ids), 20):
+                solo_results.extend(client.commit(solo_ids[start:start + 20], "solo"))
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            client.close()
 
     def worker(k: int) -> None:
         client = idregistry.RegistryClient(cluster.endpoints(), retry_timeout_s=60.0)
@@ -124,7 +155,7 @@ def test_leader_sigkill_under_load_accepts_no_id_twice(cluster):
         finally:
             client.close()
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)] + [threading.Thread(target=solo)]
     for t in threads:
         t.start()
     try:
@@ -146,6 +177,7 @@ def test_leader_sigkill_under_load_accepts_no_id_twice(cluster):
     both = oks[0] + oks[1]
     assert set(both) == set(ids)
     assert [i for i, n in both.items() if n != 1] == [], "ids accepted twice across the failover"
+    assert solo_results == [OK] * len(solo_ids), "a retried commit was refused as ALREADY_EXISTS"
     cluster.wait_all_up()
     restarted = cluster.name_of(leader)
     address = next(r["address"] for r in cluster.client.status() if cluster.name_of(r) == restarted)

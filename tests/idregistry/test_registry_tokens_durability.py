@@ -59,6 +59,23 @@ def test_export_streams_every_entry_with_token_and_timestamp(cluster):
         assert exported[event_id] == ("joiner-x", idregistry_ts(event_id))
 
 
+def test_status_command_and_statistics(cluster, capsys):
+    client = cluster.client
+    client.commit(fresh_ids(10), "joiner-s")
+    assert idregistry.registry_command(["status", "--config", cluster.config.path]) == 0
+    out = capsys.readouterr().out
+    assert out.count("leader") == 1 and out.count("follower") == 2
+    assert idregistry.registry_command(["status", "--config", cluster.config.path, "--json"]) == 0
+    rows = __import__("json").loads(capsys.readouterr().out)
+    assert len(rows) == 3
+    stats = client.statistics()
+    (shard,) = stats.shards
+    assert shard.shard == 0 and shard.replicas_up == 3 and shard.leader in cluster.endpoints()
+    assert shard.ids_held >= 10 and shard.bytes_held > 0 and shard.commit_index > 0
+    assert sum(n for _, n in shard.batch_ids_histogram) > 0
+    assert stats.client.commits > 0
+
+
 def idregistry_ts(event_id: str) -> int:
     from photon import id_timestamp_us
     return id_timestamp_us(event_id)
@@ -75,6 +92,9 @@ def test_restarting_every_replica_of_the_shard_loses_no_committed_id(cluster):
     wait_until(lambda: len({r["commit_index"] for r in cluster.status()}) == 1, 20,
                message="every replica to apply the last commit")
     held_before = max(r["ids_held"] for r in cluster.status())
+    data = cluster.config.registry_data_dir / "shard-0"
+    wait_until(lambda: all((data / f"replica-{r}" / "raft.snapshot").exists() for r in range(3)), 30,
+               message="every replica to have written a snapshot")
     for name in list(cluster.running):
         cluster.kill(name)                                  # SIGKILL: no clean shutdown
     cluster.start_missing()
