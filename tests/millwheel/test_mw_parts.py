@@ -149,3 +149,11 @@ def test_topology_rejects_duplicate_names_and_non_computations():
     with pytest.raises(TopologyError, match="not a millwheel.Computation"):
         t.add_computation("c", lambda: object(), consumes=["s"])
     assert END_OF_TIME > 0
+
+
+def test_cli_rejects_unknown_options_with_a_clear_message(tmp_path, capsys):
+    from millwheel.cli import main
+    rc = main(["run", "examples.ad_windows", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+               "--option", "bogus=1"])
+    assert rc == 2
+    assert "unknown millwheel option(s) ['bogus']" in capsys.readouterr().err
