@@ -107,10 +107,10 @@ class Worker:
         rt.tracker.change_holds(name, holds, ())
         if cs.computation.exactly_once:
             self._rebuild_bloom(cs)
+        with self._lock:
+            self.comps[name] = cs  # before the replay: acks of replayed productions come back here
         for interval in intervals:
             rt.replay(name, interval, rt.store.pending_productions(name, interval))
-        with self._lock:
-            self.comps[name] = cs
 
     def _rebuild_bloom(self, cs: CompState) -> None:
         ids = self.rt.store.dedup_ids(cs.name, cs.seqs)

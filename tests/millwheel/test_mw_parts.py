@@ -157,3 +157,15 @@ def test_cli_rejects_unknown_options_with_a_clear_message(tmp_path, capsys):
                "--option", "bogus=1"])
     assert rc == 2
     assert "unknown millwheel option(s) ['bogus']" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_serve_until_idle_runs_a_topology_to_completion():
+    from millwheel import serve
+    from test_mw_runtime import Collect
+    t = Topology()
+    t.add_injector("in", ListInjector([("a", {"n": i}, 1_000 + i) for i in range(20)]), produces="s")
+    t.add_computation("c", Collect, consumes={"s": lambda r: "all"})
+    rt = serve(t, RuntimeConfig(store="memory://"), until_idle=True)
+    assert rt.statistics().computations["c"].records_processed == 20
+    assert rt.statistics().injector_watermarks_us["in"] == END_OF_TIME
