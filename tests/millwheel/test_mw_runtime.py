@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from millwheel import (END_OF_TIME, WEAK, Computation, Injector, ListInjector, LocalTransport, Poll, Runtime,
+from millwheel import (END_OF_TIME, WALL, WEAK, Computation, Injector, ListInjector, LocalTransport, Poll, Runtime,
                        RuntimeConfig, StaleSequencer, Topology)
-from photon import SystemClock, wait_until
+from photon import FakeClock, SystemClock, wait_until
 
 
 class Count(Computation):
@@ -258,5 +258,41 @@ def test_a_failing_computation_stops_the_runtime_loudly(tmp_path):
     try:
         with pytest.raises(RuntimeError, match="user bug"):
             rt.run_until_idle(20)
+    finally:
+        rt.stop()
+
+
+class WallReminder(Computation):
+    """Sets a wall-time timer one second after each record's arrival (by the injected clock)."""
+
+    def process_record(self, ctx, record):
+        ctx.set_timer("remind", ctx.now_us + 1_000_000, WALL)
+
+    def process_timer(self, ctx, timer):
+        ctx.state = {"fired_at": ctx.now_us, "due": timer.timestamp_us, "domain": timer.domain}
+
+
+@pytest.mark.timeout(30)
+def test_wall_timers_fire_when_the_injected_clock_reaches_them(tmp_path):
+    clock = FakeClock()
+    inj = QueueInjector()
+    t = Topology()
+    t.add_injector("in", inj, produces="nums")
+    t.add_computation("remind", WallReminder, consumes=["nums"])
+    rt = Runtime(t, config(tmp_path), clock=clock).start()
+    try:
+        start = clock.now_us()
+        inj.push([("k", {}, 5)])
+        wait_until(lambda: rt.store.read_timers("remind", range(8)) != [], 30, message="timer set")
+        rt.wait_ticks(3)
+        assert rt.statistics().computations["remind"].timers_fired == 0  # the clock has not moved
+        clock.advance(999_999)
+        rt.wait_ticks(3)
+        assert rt.statistics().computations["remind"].timers_fired == 0
+        clock.advance(1)
+        wait_until(lambda: rt.statistics().computations["remind"].timers_fired == 1, 30, message="wall timer")
+        import orjson
+        fired = orjson.loads(rt.store.read_states("remind", ["k"])["k"])
+        assert fired == {"fired_at": start + 1_000_000, "due": start + 1_000_000, "domain": WALL}
     finally:
         rt.stop()
