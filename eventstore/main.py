@@ -5,12 +5,9 @@ Prints ``eventstore <region> serving on <host:port>`` once ready; stops cleanly 
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
 import sys
-import threading
 
-from photon import ConfigError, load_config
+from photon import load_config, run_service
 
 from eventstore._server import serve
 
@@ -22,22 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port to bind (0: a free port, printed on start)")
     p.add_argument("--host", default=None, help="address to bind (default: [eventstore].host)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = threading.Event()  # a SIGTERM during startup stops the process right after it
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        config = load_config(args.config)
-        server = serve(config, args.region, port=args.port, host=args.host)
-    except (ConfigError, OSError) as e:
-        print(f"eventstore: {e}", file=sys.stderr)
-        return 2
-    print(f"eventstore {args.region} serving on {server.address}", flush=True)
-    while not stop.wait(1.0):
-        pass
-    server.stop()
-    logging.getLogger("photon.eventstore").info("eventstore %s stopped: %s", args.region, server.statistics())
-    return 0
+    return run_service(f"eventstore {args.region}", lambda: serve(load_config(args.config), args.region, port=args.port, host=args.host))
 
 
 if __name__ == "__main__":

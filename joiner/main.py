@@ -7,12 +7,9 @@ finishes those in flight, rolls (publishes) its output file and exits 0.
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
 import sys
-import threading
 
-from photon import ConfigError, load_config
+from photon import load_config, run_service
 
 from joiner._server import serve
 
@@ -27,23 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eventstore", required=True, help="the region's event store, host:port")
     p.add_argument("--registry", required=True, help="registry endpoints, comma-separated (or memory://)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = threading.Event()  # a SIGTERM during startup stops the process right after it
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        config = load_config(args.config)
-        server = serve(config, args.region, args.name, eventstore=args.eventstore, registry=args.registry,
-                       port=args.port, host=args.host)
-    except (ConfigError, OSError) as e:
-        print(f"joiner {args.name}: {e}", file=sys.stderr)
-        return 2
-    print(f"joiner {args.name} serving on {server.address}", flush=True)
-    while not stop.wait(1.0):
-        pass
-    server.stop()
-    logging.getLogger("photon.joiner").info("joiner %s stopped: %s", args.name, server.statistics())
-    return 0
+    return run_service(f"joiner {args.name}", lambda: serve(load_config(args.config), args.region, args.name, eventstore=args.eventstore, registry=args.registry, port=args.port, host=args.host))
 
 
 if __name__ == "__main__":

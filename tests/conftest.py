@@ -52,6 +52,10 @@ class Procs:
                 except ProcessLookupError:
                     pass
                 p.wait(timeout=10)
+        for p in self.procs:
+            for stream in (p.stdout, p.stderr, p.stdin):
+                if stream is not None:
+                    stream.close()
 
 
 @pytest.fixture
@@ -61,6 +65,12 @@ def procs():
         yield p
     finally:
         p.stop_all()
+
+
+@pytest.fixture
+def pipes(procs):
+    """``procs`` under the name tests that read their processes' pipes use (pipes are closed at teardown)."""
+    return procs
 
 
 @pytest.fixture(scope="session")

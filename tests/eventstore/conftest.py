@@ -24,14 +24,3 @@ def queries_dir(tmp_path) -> Path:
     d.mkdir(parents=True)
     return d
 
-
-@pytest.fixture
-def pipes(procs):
-    """The ``procs`` fixture, also closing the pipes of its processes at teardown."""
-    try:
-        yield procs
-    finally:
-        for p in procs.procs:
-            for stream in (p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()

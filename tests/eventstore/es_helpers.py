@@ -5,7 +5,7 @@ import socket
 from pathlib import Path
 
 import orjson
-from photon import format_event_id, parse_config
+from photon import format_event_id
 
 
 def query_id(n: int) -> str:

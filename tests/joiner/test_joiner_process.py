@@ -18,17 +18,6 @@ from joiner_helpers import (click_id, clicks, free_port, joined_lines, make_conf
 J = Outcome.JOINED
 
 
-@pytest.fixture
-def pipes(procs):
-    """The ``procs`` fixture, also closing the pipes of its processes at teardown."""
-    try:
-        yield procs
-    finally:
-        for p in procs.procs:
-            for stream in (p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()
-
 
 @pytest.fixture
 def store(tmp_path):

@@ -20,17 +20,6 @@ J, AJ, NF = Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND
 NOW_US = time.time_ns() // 1000  # the real registry answers TOO_OLD for ids older than its GC horizon
 
 
-@pytest.fixture
-def pipes(procs):
-    try:
-        yield procs
-    finally:
-        for p in procs.procs:
-            for stream in (p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()
-
-
 def start_service(pipes, what: str, *args: str) -> tuple[subprocess.Popen, str]:
     proc = pipes.python("-m", *args, "--port", str(free_port()), stdout=subprocess.PIPE)
     return proc, read_serving_address(proc, what)

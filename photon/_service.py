@@ -1,0 +1,35 @@
+"""The process shell every Photon service shares: start, say where it serves, run until signalled, stop."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Callable
+
+from photon._config import ConfigError
+
+
+def run_service(name: str, start: Callable[[], object]) -> int:
+    """Start a service and keep it running until SIGTERM or SIGINT.
+
+    ``start()`` returns a server with ``.address``, ``.stop()`` and ``.statistics()``. Once it is up,
+    ``<name> serving on <address>`` is printed (callers wait for that line). A configuration error or a
+    port in use makes the process exit 2 with a message naming the cause; a clean stop exits 0. A signal
+    that arrives during startup stops the service right after it has started.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        server = start()
+    except (ConfigError, OSError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    print(f"{name} serving on {server.address}", flush=True)
+    while not stop.wait(1.0):
+        pass
+    server.stop()
+    logging.getLogger("photon").info("%s stopped: %s", name, server.statistics())
+    return 0
