@@ -113,14 +113,14 @@ class Dispatcher:
             self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
                                         jitter=jitter if jitter is not None else random.Random(),
                                         restore=snapshot)
+            self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}")
             self.tailer = LogTailer(Path(self.region.log_root) / config.join.foreign_stream,
-                                    offsets=self.core.offsets)
+                                    offsets=self.core.offsets, quarantine=self.quarantine)
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
         except BaseException:
             self._lock.release()
             raise
         name = f"dispatcher-{self.region.name}"
-        self.quarantine = Quarantine(self.region.quarantine_dir, name)
         self.unjoinable = RollingWriter(self.region.unjoinable_dir, name)
         self.unjoinable.recover_orphans()
         self._lookup_tasks: queue.SimpleQueue = queue.SimpleQueue()

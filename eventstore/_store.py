@@ -57,8 +57,8 @@ class CacheEventStore:
         self.region = region
         self.cache = EventCache(max_bytes)
         self._id_field = id_field
-        self._tailer = LogTailer(primary_root)
         self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}")
+        self._tailer = LogTailer(primary_root, quarantine=self._quarantine)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"eventstore-{region}-reader", daemon=True)
         self._lines_read = 0

@@ -57,12 +57,14 @@ class LogTailer:
     ``poll()`` returns chunks of lines read since the last call and advances :attr:`offsets` (the *read*
     positions). The caller decides what is durable: it persists offsets of lines it has resolved, and a
     new tailer started from those offsets resumes exactly there. A file that shrank below its offset
-    (a violated contract: files only grow) is reported in :attr:`shrunk` and read from its new end on.
+    (a violated contract: files only grow) is reported in :attr:`shrunk` and, given a ``quarantine``,
+    there too (file, old offset, reason), then read from its new end on.
     """
 
     def __init__(self, root: str | Path, offsets: Mapping[str, int] | None = None,
-                 read_bytes: int = 4 << 20) -> None:
+                 read_bytes: int = 4 << 20, quarantine: "Quarantine | None" = None) -> None:
         self.root = Path(root)
+        self.quarantine = quarantine
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = read_bytes
         self.shrunk: list[str] = []
@@ -100,6 +102,9 @@ class LogTailer:
             return None
         if size < start:
             self.shrunk.append(rel)
+            if self.quarantine is not None:
+                self.quarantine.add(rel, start, f"file shrank from {start} to {size} bytes (log files must only "
+                                                f"grow); reading on from its new end", b"")
             self.offsets[rel] = start = size
         if size == start:
             return None

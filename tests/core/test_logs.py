@@ -31,11 +31,20 @@ def test_tailer_reads_only_complete_lines_and_resumes(tmp_path):
 
 
 def test_tailer_skips_inprogress_and_reports_shrunk_files(tmp_path):
-    (tmp_path / "x.jsonl.inprogress").write_bytes(b'{"a":1}\n')
-    (tmp_path / "y.jsonl").write_bytes(b'{"a":1}\n')
-    t = LogTailer(tmp_path, {"y.jsonl": 100})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "x.jsonl.inprogress").write_bytes(b'{"a":1}\n')
+    (logs / "y.jsonl").write_bytes(b'{"a":1}\n')
+    q = Quarantine(tmp_path / "q", "reader")
+    t = LogTailer(logs, {"y.jsonl": 100}, quarantine=q)
     assert t.poll() == []
     assert t.shrunk == ["y.jsonl"]
+    q.close()
+    entry = orjson.loads((tmp_path / "q" / "reader.jsonl").read_bytes())
+    assert entry["file"] == "y.jsonl" and entry["offset"] == 100 and "shrank from 100 to 8" in entry["reason"]
+    with open(logs / "y.jsonl", "ab") as f:
+        f.write(b'{"a":2}\n')
+    assert [c.lines for c in t.poll()] == [[b'{"a":2}']]
 
 
 def test_tailer_reads_a_line_longer_than_its_read_size(tmp_path):
