@@ -1,0 +1,48 @@
+"""The photon command line as a user meets it: clear errors and exit codes."""
+import subprocess
+import sys
+
+import pytest
+
+from photon._gen import GenOptions, generate
+
+
+def photon(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "photon.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.timeout(60)
+def test_bad_config_exits_2_naming_the_key(tmp_path):
+    cfg = tmp_path / "photon.toml"
+    cfg.write_text('[join]\nunjoinable_after_s = "soon"\n[[regions]]\nname = "a"\nlog_root = "l"\n'
+                   'output_root = "o"\nstate_dir = "s"\n')
+    r = photon("run", "--config", str(cfg), "--until-caught-up")
+    assert r.returncode == 2
+    assert "[join].unjoinable_after_s must be float" in r.stderr and str(cfg) in r.stderr
+    r = photon("run", "--config", str(tmp_path / "missing.toml"))
+    assert r.returncode == 2 and "missing.toml does not exist" in r.stderr
+    r = photon("run", "--config", str(cfg).replace("photon", "x"), "--regions", "zz")
+    assert r.returncode == 2
+
+
+@pytest.mark.timeout(120)
+def test_timeout_exits_3_naming_the_region_not_caught_up(tmp_path, procs):
+    generate(GenOptions(out=str(tmp_path), queries=200, unjoinable_fraction=1.0, duplicate_fraction=0.0,
+                        bad_line_fraction=0.0, unjoinable_after_s=600.0, seed=4))
+    r = photon("run", "--config", str(tmp_path / "photon.toml"), "--until-caught-up", "--timeout", "8",
+               "--json", timeout=100)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "timed out after 8 s; not caught up: ['a']" in r.stderr
+    assert '"exit_code": 3' in r.stdout.strip().splitlines()[-1]
+    assert "retry" in r.stdout
+
+
+@pytest.mark.timeout(60)
+def test_gen_and_config_check(tmp_path):
+    r = photon("gen", "--out", str(tmp_path), "--queries", "1000", "--regions", "a,b")
+    assert r.returncode == 0 and "for region(s) a, b" in r.stdout
+    r = photon("config", "--check", str(tmp_path / "photon.toml"))
+    assert r.returncode == 0 and "2 region(s): a, b" in r.stdout
+    r = photon("config")
+    assert "unjoinable_after_s" in r.stdout and "[registry]" in r.stdout
