@@ -164,7 +164,8 @@ class Bench:
     def measure(self) -> dict:
         a = self.args
         figures: dict = {"shards": a.shards, "replicas": a.replicas, "rtt_ms": a.rtt_ms, "clients": a.clients,
-                         "threads_per_client": a.threads, "ids_per_rpc": a.batch, "fsync": a.fsync}
+                         "threads_per_client": a.threads, "ids_per_rpc": a.batch, "fsync": a.fsync,
+                         "max_in_flight": a.in_flight}
         # light: one thread, small commits one at a time
         light = self.run_clients(1, 1, a.light_batch, a.light_duration)
         figures["light_commit_p50_ms"] = round(_pct(light[0]["latencies_ms"], 50), 2)
@@ -184,6 +185,9 @@ class Bench:
         figures["commit_p99_ms"] = round(_pct(lat, 99), 2)
         figures["ids_per_command"] = round((i1 - i0) / max(1, c1 - c0), 1)
         figures["raft_commands_per_s"] = round((c1 - c0) / max(elapsed, a.duration), 1)
+        leader = next(r for r in self.client.status() if r.get("is_leader"))
+        figures["leader_fsyncs"] = leader["fsyncs"]
+        figures["leader_fsync_ms_mean"] = leader["fsync_ms_mean"]
         # half the peak rate
         if a.half_duration > 0:
             half = self.run_clients(a.clients, a.threads, a.batch, a.half_duration, rate=figures["ids_per_s"] / 2)
@@ -213,14 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--rtt-ms", type=float, default=0.0, help="simulated round trip between replicas")
     parser.add_argument("--clients", type=int, default=2, help="client processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per client process")
-    parser.add_argument("--batch", type=int, default=500, help="ids per commit RPC")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads per client process (default 4; 16 with --rtt-ms)")
+    parser.add_argument("--batch", type=int, default=None, help="ids per commit RPC (default 500; 1000 with --rtt-ms)")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of the peak phase")
     parser.add_argument("--half-duration", type=float, default=6.0, help="seconds of the half-rate phase")
     parser.add_argument("--light-duration", type=float, default=3.0)
     parser.add_argument("--light-batch", type=int, default=10)
     parser.add_argument("--race-duration", type=float, default=3.0)
-    parser.add_argument("--in-flight", type=int, default=4, help="replicated commands in flight per shard")
+    parser.add_argument("--in-flight", type=int, default=None,
+                        help="replicated commands in flight per shard (default 4; 16 with --rtt-ms)")
     parser.add_argument("--fsync", default="batch", choices=["none", "batch", "interval"])
     parser.add_argument("--memory-ids", type=int, default=5_000_000, help="0 skips the bytes-per-id figure")
     parser.add_argument("--json", action="store_true")
@@ -234,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-us", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--keep-ids", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    far = args.rtt_ms > 0      # a long round trip needs more ids in flight to keep the pipeline full
+    args.threads = args.threads or (16 if far else 4)
+    args.batch = args.batch or (1000 if far else 500)
+    args.in_flight = args.in_flight or (16 if far else 4)
     if args.worker:
         worker(args)
         return 0

@@ -51,16 +51,19 @@ class BatcherStats:
 class Batcher:
     """``run(op, size)`` blocks until ``op`` has been applied and returns its result, or raises
     :class:`Rejected` / ``TimeoutError``. ``submit(ops, callback)`` replicates one command (the Raft
-    member's method); ``is_overloaded(reason)`` says whether a failure means "queue full"."""
+    member's method); ``is_overloaded(reason)`` says whether a failure means "queue full";
+    ``deliver(answer)`` runs ``answer()`` (which wakes the waiting requests) when the results may be told,
+    at once by default."""
 
     def __init__(self, submit, is_overloaded, max_in_flight: int = 4, max_ids_per_command: int = 20000,
-                 max_queued_ids: int = 200000, name: str = "registry-batcher") -> None:
+                 max_queued_ids: int = 200000, deliver=None, name: str = "registry-batcher") -> None:
         self._submit = submit
         self._is_overloaded = is_overloaded
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._slots = threading.Semaphore(max_in_flight)
         self._max_ids = max_ids_per_command
         self._max_queued = max_queued_ids
+        self._deliver = deliver or (lambda answer: answer())
         self._queued_ids = 0
         self._closed = False
         self._lock = threading.Lock()
@@ -138,9 +141,11 @@ class Batcher:
                 self.stats.in_flight -= 1
             self._slots.release()
             if error == SUCCESS:
-                for p, r in zip(batch, results):
-                    p.result = r
-                    p.done.set()
+                def answer() -> None:
+                    for p, r in zip(batch, results):
+                        p.result = r
+                        p.done.set()
+                self._deliver(answer)      # e.g. once the journal holding the command is on disk
                 return
             failure = Rejected(error, overloaded=self._is_overloaded(error))
             for p in batch:

@@ -94,15 +94,16 @@ class ReplicaServer:
         self.clock = clock or SystemClock()
         self._skew_us = int(spec.max_clock_skew_s * 1e6)
         self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
-        self._journal_dirty = False
-        self._fsyncs = 0
-        self._fsync_s = 0.0
+        self._syncer = None if spec.fsync == FSYNC_NONE else _Syncer(
+            lambda: self.raft.journal_path(),
+            interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
                                 spec.raft_settings(), on_applied=self._on_applied)
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
-                               max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}")
+                               max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}",
+                               deliver=self._syncer.after_next_sync if spec.fsync == FSYNC_BATCH else None)
         self._lease: ShardingLease | None = None
         self._lease_lock = threading.Lock()
         self._meta_channels: dict[str, pb_grpc.RegistryStub] = {}
@@ -246,25 +247,13 @@ class ReplicaServer:
     # ---- housekeeping (leader decisions, lease refresh, fsync policy, rates) ----------------------
 
     def _on_applied(self, ops) -> None:
-        if self.spec.fsync == FSYNC_BATCH:
-            self._fsync()
-        elif self.spec.fsync == FSYNC_INTERVAL:
-            self._journal_dirty = True
-
-    def _fsync(self) -> None:
-        t = time.perf_counter()
-        fsync_path(self.raft.journal_path())
-        self._fsync_s += time.perf_counter() - t
-        self._fsyncs += 1
+        if self._syncer is not None:
+            self._syncer.mark_dirty()
 
     def _housekeeping(self) -> None:
-        fsync_every = self.spec.fsync_interval_ms / 1000 if self.spec.fsync == FSYNC_INTERVAL else 0.05
         refresh_every = min(1.0, self.spec.max_clock_skew_s / 4)
         last = {"leader": 0.0, "lease": 0.0}
-        while not self._stop.wait(min(fsync_every, 0.05)):
-            if self._journal_dirty:
-                self._journal_dirty = False
-                self._fsync()
+        while not self._stop.wait(0.05):
             now = time.monotonic()
             if now - last["leader"] >= 0.2:
                 last["leader"] = now
@@ -312,8 +301,8 @@ class ReplicaServer:
             "commands_per_s": round(self._rates.commands_per_s, 1), "ids_per_s": round(self._rates.ids_per_s, 1),
             "sharding": self.sharding().as_dict(),
             "sharding_lease_until_us": lease.valid_below_us if lease else 0,
-            "fsync": self.spec.fsync, "fsyncs": self._fsyncs,
-            "fsync_ms_mean": round(1000 * self._fsync_s / self._fsyncs, 3) if self._fsyncs else 0.0,
+            "fsync": self.spec.fsync, "fsyncs": self._syncer.fsyncs if self._syncer else 0,
+            "fsync_ms_mean": self._syncer.mean_ms() if self._syncer else 0.0,
             "uptime_s": round(time.monotonic() - self._started, 3),
         }
 
@@ -321,7 +310,72 @@ class ReplicaServer:
         self._stop.set()
         self.batcher.close()
         self.raft.destroy()
+        if self._syncer is not None:
+            self._syncer.close()
         self._housekeeper.join(timeout=2)
+
+
+class _Syncer:
+    """Flushes the Raft journal to disk off the Raft thread, grouping fsyncs.
+
+    ``mark_dirty()`` after a command was applied; ``after_next_sync(fn)`` runs ``fn`` once an fsync that
+    started after the call has finished (the "batch" policy tells clients OK only then). With
+    ``interval_s`` the journal is flushed at most that often and nothing waits for it ("interval")."""
+
+    def __init__(self, path, interval_s: float = 0.0) -> None:
+        self._path = path
+        self._interval_s = interval_s
+        self._cond = threading.Condition()
+        self._dirty = False
+        self._waiting: list = []
+        self._closed = False
+        self._closing = threading.Event()
+        self.fsyncs = 0
+        self._seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="registry-fsync", daemon=True)
+        self._thread.start()
+
+    def mark_dirty(self) -> None:
+        with self._cond:
+            self._dirty = True
+            self._cond.notify()
+
+    def after_next_sync(self, fn) -> None:
+        with self._cond:
+            self._waiting.append(fn)
+            self._dirty = True
+            self._cond.notify()
+
+    def mean_ms(self) -> float:
+        return round(1000 * self._seconds / self.fsyncs, 3) if self.fsyncs else 0.0
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._dirty and not self._closed:
+                    self._cond.wait(0.5)
+                if self._closed and not self._waiting:
+                    return
+                self._dirty = False
+                waiting, self._waiting = self._waiting, []
+            t = time.perf_counter()
+            try:
+                fsync_path(self._path())
+            except OSError:
+                log.exception("fsync of the Raft journal failed")
+            self._seconds += time.perf_counter() - t
+            self.fsyncs += 1
+            for fn in waiting:
+                fn()
+            if self._interval_s:
+                self._closing.wait(self._interval_s)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._closing.set()
+        self._thread.join(timeout=2)
 
 
 class _Rates:

@@ -72,8 +72,8 @@ def test_overloaded_leader_answers_resource_exhausted_and_clients_back_off(fast_
         gen = IdGenerator("10.4.4.4", 100 + k)
         client = idregistry.RegistryClient(fast_cluster.endpoints(), retry_timeout_s=60)
         try:
-            for _ in range(6):
-                ids = [gen.next_id() for _ in range(2000)]
+            for _ in range(4):
+                ids = [gen.next_id() for _ in range(5000)]
                 results.append(client.commit(ids, f"j{k}"))
         except BaseException as e:
             errors.append(e)
@@ -81,14 +81,14 @@ def test_overloaded_leader_answers_resource_exhausted_and_clients_back_off(fast_
             client.close()
 
     refused_before = sum(r["refused_overloaded"] for r in fast_cluster.status())
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(12)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=100)
     assert not errors, errors
-    assert len(results) == 48 and all(r == [OK] * 2000 for r in results)
-    # 8 clients x 2,000 ids against a 5,000-id queue: some requests were turned away and retried
+    assert len(results) == 48 and all(r == [OK] * 5000 for r in results)
+    # 12 clients x 5,000 ids against a 5,000-id queue: requests were turned away and retried
     assert sum(r["refused_overloaded"] for r in fast_cluster.status()) > refused_before
 
 
