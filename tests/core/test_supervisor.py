@@ -32,6 +32,11 @@ def supervisor(tmp_path):
     sup.stop(grace_s=5)
 
 
+def _ready(tmp_path, name) -> int:
+    log = tmp_path / "logs" / f"{name}.log"
+    return log.read_text().count("ready") if log.exists() else 0
+
+
 def _spec(tmp_path, name, role):
     return ProcessSpec(name, [sys.executable, "-c", CHILD, name, str(tmp_path / "stopped.txt")], role, "a")
 
@@ -42,14 +47,14 @@ def test_killed_child_is_restarted_and_stop_goes_in_role_order(tmp_path, supervi
     supervisor.ensure([_spec(tmp_path, n, r) for n, r in roles])
     first = supervisor.pid("j0")
     assert first and all(supervisor.pid(n) for n, _ in roles)
+    wait_until(lambda: all(_ready(tmp_path, n) == 1 for n, _ in roles), 20, message="children ready")
     os.kill(first, signal.SIGKILL)
 
     def restarted():
         supervisor.poll()
         return supervisor.pid("j0") not in (None, first)
     wait_until(restarted, 20, message="j0 restarted")
-    ready = lambda name: (tmp_path / "logs" / f"{name}.log").read_text().count("ready")  # noqa: E731
-    wait_until(lambda: ready("j0") == 2 and all(ready(n) for n, _ in roles), 20, message="children ready")
+    wait_until(lambda: _ready(tmp_path, "j0") == 2, 20, message="restarted j0 ready")
     assert any("j0" in m and "killed by SIGKILL" in m for m in supervisor.messages)
     import json
     state = json.loads((tmp_path / "launcher.json").read_text())
