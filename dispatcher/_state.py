@@ -31,7 +31,7 @@ from typing import Union
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
-from photon import BadEventId, DispatcherConfig, JoinConfig, parse_event_id
+from photon import BadEventId, DispatcherConfig, JoinConfig, is_event_id, parse_event_id
 
 CHECKPOINT_FORMAT = 1
 LATENCY_SAMPLES = 4096
@@ -349,12 +349,13 @@ class DispatcherState:
                 if type(cid) is not str or type(ref) is not str:
                     bad.append((file, off, _field_problem(rec, idf, reff), line))
                     continue
-                try:
-                    parse_event_id(cid)
-                    parse_event_id(ref)
-                except BadEventId as e:
-                    bad.append((file, off, str(e), line))
-                    continue
+                if not (is_event_id(cid) and is_event_id(ref)):
+                    try:
+                        parse_event_id(cid)
+                        parse_event_id(ref)
+                    except BadEventId as e:
+                        bad.append((file, off, str(e), line))
+                        continue
                 if cid in events:
                     dups.setdefault(cid, []).append(line)
                     continue

@@ -10,8 +10,9 @@ import threading
 from dataclasses import dataclass
 
 import cachetools
+import orjson
 
-from photon import BadEventId, LogChunk, parse_event_id, parse_record
+from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 
 # Bytes charged per cached event on top of its raw line's length. Measured with tracemalloc on CPython 3.11
 # for 100K events with 28-character ids: about 200 bytes in the cache's data, size and LRU-order dicts,
@@ -115,16 +116,23 @@ def index_primary_lines(chunk: LogChunk, id_field: str) -> tuple[list[tuple[str,
     good: list[tuple[str, bytes]] = []
     bad: list[BadRecord] = []
     required = (id_field,)
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
     for offset, raw in zip(chunk.offsets, chunk.lines):
+        try:  # the fast path: a well-formed line
+            event_id = loads(raw)[id_field]
+            if type(event_id) is str and is_event_id(event_id):
+                good.append((event_id, raw))
+                continue
+        except (decode_error, KeyError, TypeError, IndexError):
+            pass
         event, reason = parse_record(raw, required)
         if event is None:
             bad.append(BadRecord(chunk.file, offset, reason, raw))
             continue
-        event_id = event[id_field]
         try:
-            parse_event_id(event_id)
+            parse_event_id(event[id_field])
+            reason = "id does not parse"
         except BadEventId as e:
-            bad.append(BadRecord(chunk.file, offset, str(e), raw))
-            continue
-        good.append((event_id, raw))
+            reason = str(e)
+        bad.append(BadRecord(chunk.file, offset, reason, raw))
     return good, bad

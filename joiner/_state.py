@@ -17,8 +17,9 @@ without an OK commit. Lines are handed out only by :meth:`commit_resolved`, only
 from __future__ import annotations
 
 import enum
-import re
 from typing import Callable
+
+from photon import is_event_id
 
 
 class Outcome(enum.IntEnum):
@@ -43,7 +44,6 @@ COMMIT_OUTCOME = {0: _JOINED, 1: _ALREADY, 2: _UNJOINABLE, 3: _THROTTLED}
 
 # An event id as both photon.parse_event_id and the registry accept it (``<ip>:<pid>:<16 digits>``, the ip
 # not starting with ':'), checked with one regex match (~0.3 us) instead of a full parse (~1.3 us).
-_is_event_id = re.compile(r"[^:\n].*:[0-9]+:[0-9]{16}\Z").match
 
 Build = Callable[[bytes, bytes], "bytes | None"]
 """``build(foreign_raw, primary_raw) -> joined line | None`` (None: unjoinable); see joiner._adapter."""
@@ -86,7 +86,7 @@ class JoinBatch:
                 dups.append((i, j))
                 continue
             first.append(i)
-            if _is_event_id(event_id) is None or _is_event_id(ref_ids[i]) is None:
+            if is_event_id(event_id) is None or is_event_id(ref_ids[i]) is None:
                 out[i] = _UNJOINABLE
                 self.bad_ids += 1
                 if self.first_error is None:

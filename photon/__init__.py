@@ -7,7 +7,7 @@ from photon._config import (ConfigError, DispatcherConfig, EventStoreConfig, Joi
                             PhotonConfig, RegionConfig, RegistryConfig, describe_options, load_config,
                             parse_config)
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
-                         parse_event_id)
+                         is_event_id, parse_event_id)
 from photon._service import run_service
 from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_log_files, parse_record,
                           read_output_lines, wait_until)
@@ -16,6 +16,6 @@ __all__ = [
     "BadEventId", "Clock", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "RollingWriter", "SystemClock", "describe_options",
-    "format_event_id", "id_timestamp_us", "list_log_files", "load_config", "parse_config",
+    "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "parse_event_id", "parse_record", "read_output_lines", "run_service", "wait_until",
 ]

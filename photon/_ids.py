@@ -7,6 +7,7 @@ timestamp is the event's time for sharding, garbage collection and log-file-map 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from dataclasses import dataclass
@@ -14,6 +15,12 @@ from dataclasses import dataclass
 from photon._clock import Clock, SystemClock
 
 TIMESTAMP_DIGITS = 16
+
+
+_ID_RE = re.compile(r"[^:\n][^\n]*:[0-9]+:[0-9]{%d}\Z" % TIMESTAMP_DIGITS)
+is_event_id = _ID_RE.match
+"""``is_event_id(text)`` is truthy iff ``text`` follows the id format (the hot-path check; use
+:func:`parse_event_id` for the reason an id is bad)."""
 
 
 class BadEventId(ValueError):
@@ -41,12 +48,12 @@ def parse_event_id(text: str) -> EventId:
     if not isinstance(text, str):
         raise BadEventId(f"event id must be a string, got {type(text).__name__}: {text!r}")
     parts = text.rsplit(":", 2)
-    if len(parts) != 3 or not parts[0]:
+    if len(parts) != 3 or not parts[0] or "\n" in parts[0] or parts[0].startswith(":"):
         raise BadEventId(f"event id {text!r} is not <server_ip>:<process_id>:<timestamp_us>")
     ip, pid, ts = parts
-    if not pid.isdigit():
+    if not (pid.isascii() and pid.isdigit()):
         raise BadEventId(f"event id {text!r}: process id {pid!r} is not a number")
-    if len(ts) != TIMESTAMP_DIGITS or not ts.isdigit():
+    if len(ts) != TIMESTAMP_DIGITS or not (ts.isascii() and ts.isdigit()):
         raise BadEventId(f"event id {text!r}: timestamp {ts!r} is not {TIMESTAMP_DIGITS} digits")
     return EventId(ip, int(pid), int(ts))
 

@@ -3,7 +3,8 @@ import threading
 import pytest
 from hypothesis import given, strategies as st
 
-from photon import BadEventId, FakeClock, IdGenerator, format_event_id, id_timestamp_us, parse_event_id
+from photon import (BadEventId, FakeClock, IdGenerator, format_event_id, id_timestamp_us, is_event_id,
+                    parse_event_id)
 
 
 def test_format_is_zero_padded_to_16_digits():
@@ -18,7 +19,7 @@ def test_parse_inverts_format(ip, pid, ts):
     assert id_timestamp_us(str(eid)) == ts
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "1.2.3.4:12", "1.2.3.4:x:1763712000123456",
+@pytest.mark.parametrize("bad", ["", "abc", "1.2.3.4:12", "1.2.3.4:x:1763712000123456", "a\nb:1:1763712000123456",
                                  "1.2.3.4:12:17637120001234", ":12:1763712000123456", "1.2.3.4:12:17637120001234567"])
 def test_bad_ids_are_rejected_naming_the_text(bad):
     with pytest.raises(BadEventId) as e:
@@ -65,3 +66,26 @@ def test_fake_clock_refuses_to_go_back():
         clock.set(99)
     with pytest.raises(ValueError):
         clock.advance(-1)
+
+
+_parts = st.text(alphabet="0123456789.:ab\n٣", max_size=6)
+_digits = st.text(alphabet="0123456789٣", min_size=14, max_size=17)
+
+
+@given(st.one_of(st.text(alphabet="0123456789.:ab\n٣", max_size=40),
+                 st.tuples(_parts, _parts, _digits).map(":".join)))
+def test_fast_check_agrees_with_the_parser(text):
+    try:
+        parse_event_id(text)
+        parsed = True
+    except BadEventId:
+        parsed = False
+    assert bool(is_event_id(text)) == parsed
+
+
+def test_fast_check_on_real_ids():
+    assert is_event_id("10.1.2.3:4242:1763712000123456")
+    assert not is_event_id("10.1.2.3:4242:176371200012345")
+    assert not is_event_id(":4242:1763712000123456")
+    assert not is_event_id("::1:4242:1763712000123456")      # IPv6 server addresses go in brackets
+    assert is_event_id("[::1]:4242:1763712000123456")
