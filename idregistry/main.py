@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
-# pysyncobj writes snapshots from a forked child that never touches gRPC: no fork handlers needed
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-from idregistry._serve import serve  # noqa: E402  (after the environment is set)
-from idregistry._server import spec_from_json  # noqa: E402
+from idregistry._serve import serve
+from idregistry._server import spec_from_json
 
 
 def main(argv: list[str] | None = None) -> int:
