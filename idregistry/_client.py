@@ -138,31 +138,32 @@ class RegistryClient:
     # ---- the sharding config ------------------------------------------------------------------------
 
     def sharding(self, refresh: bool = False) -> Sharding:
-        """The cached sharding config (fetched on first use and whenever a server says WRONG_SHARD)."""
+        """The cached sharding config. Fetched from any replica on first use; ``refresh=True`` (done
+        whenever a server says WRONG_SHARD) asks shard 0's leader, which answers after a read barrier."""
         if self._sharding is not None and not refresh:
             return self._sharding
-        known = self._sharding
-        candidates = list(known.endpoints.get(0, [])) + self._bootstrap if known else list(self._bootstrap)
-
-        def fetch():
-            errors = []
-            for address in dict.fromkeys(candidates):
-                try:
-                    reply = self._rpc(address, "GetSharding", pb.ShardingRequest())
-                except _Retry as e:
-                    errors.append(str(e))
-                    continue
-                got = Sharding.from_dict(json.loads(reply.sharding_json))
-                if known is None or got.version >= known.version:
-                    return got
-            raise _Retry("; ".join(errors) or "no replica had a newer sharding config")
-
-        got = self._with_retries(fetch)
+        if self._sharding is None:
+            got = self._with_retries(self._fetch_any)
+        else:
+            request = pb.ShardingRequest(authoritative=True)
+            reply = self._with_retries(lambda: self._leader_call(0, "GetSharding", request))
+            got = Sharding.from_dict(json.loads(reply.sharding_json))
         with self._lock:
             if self._sharding is None or got.version >= self._sharding.version:
                 self._sharding = got
             self._counts["sharding_refreshes"] += 1
         return self._sharding
+
+    def _fetch_any(self) -> Sharding:
+        errors = []
+        for address in self._bootstrap:
+            try:
+                reply = self._rpc(address, "GetSharding", pb.ShardingRequest())
+            except _Retry as e:
+                errors.append(str(e))
+                continue
+            return Sharding.from_dict(json.loads(reply.sharding_json))
+        raise _Retry("; ".join(errors))
 
     @staticmethod
     def _check(ids: list[str]) -> None:

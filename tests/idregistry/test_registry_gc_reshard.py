@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from photon import IdGenerator, wait_until
+from photon import IdGenerator, SystemClock, wait_until
 import idregistry
 from idregistry import CommitResult
 
@@ -166,6 +166,9 @@ def test_reshard_up_and_down_while_committing_accepts_no_id_twice(fast_cluster, 
     assert idregistry.registry_command(["reshard", "--config", fast_cluster.config.path, "--shards", "3",
                                         "--effective-in", "0.5"]) == 2        # not beyond the skew bound
     assert "max_clock_skew_s" in capsys.readouterr().err
+    endpoints = {0: fast_cluster.endpoints()}
+    with pytest.raises(ValueError, match="later than now"):                    # shard 0 refuses it too
+        fast_cluster.client.reshard(SystemClock().now_us() + 500_000, 1, endpoints)
     with Racers(fast_cluster) as racers:
         wait_until(lambda: min(racers.done) >= 5, 30, message="commits flowing")
         assert reshard(fast_cluster, 3, 2.0) == 0
