@@ -63,6 +63,14 @@ class InMemoryRegistry:
                      "term": 0, "commit_index": 0, "ids_held": s.ids_held, "gc_boundary_us": s.gc_boundary_us,
                      "bytes_held": s.approx_bytes()}]
 
+    def statistics(self):
+        from idregistry._client import ClientStatistics, RegistryStatistics, ShardStatistics
+        with self._lock:
+            s = self._state
+            shard = ShardStatistics(shard=0, leader="memory://", replicas_up=1, ids_held=s.ids_held,
+                                    bytes_held=s.approx_bytes(), gc_boundary_us=s.gc_boundary_us)
+        return RegistryStatistics(shards=(shard,), client=ClientStatistics(0, 0, 0, 0, 0, 0, 0, 1))
+
     def close(self) -> None:
         """Does not drop the ids: ``connect("memory://")`` hands every caller the same registry."""
 

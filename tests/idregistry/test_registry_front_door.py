@@ -28,6 +28,15 @@ def check_conformance(registry, gen: IdGenerator) -> None:
                      "ids_held"} <= set(rows[0])
     with pytest.raises(ValueError):
         registry.commit(["bad"], "t1")
+    assert registry.delete(a, "t2") is False
+    assert registry.clear_tokens([b]) == 1
+    assert registry.delete(b, "t1") is False
+    assert registry.delete(a, "t1") is True
+    wait_until(lambda: registry.lookup([a, b]) == [False, True], 10, message="the delete visible")
+    exported = {event_id: token for event_id, token, _ in registry.export(0)}
+    assert exported[b] == "" and exported[c] == "t2" and a not in exported
+    stats = registry.statistics()
+    assert stats.shards[0].ids_held >= 2
 
 
 @pytest.mark.parametrize("kind", ["memory", "grpc"])
