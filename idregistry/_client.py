@@ -154,16 +154,23 @@ class RegistryClient:
             self._counts["sharding_refreshes"] += 1
         return self._sharding
 
-    def _fetch_any(self) -> Sharding:
-        errors = []
-        for address in self._bootstrap:
+    def _fetch_any(self, newest: bool = False) -> Sharding:
+        """The config from the first bootstrap replica that answers (``newest``: the newest any of
+        them, or of shard 0's known replicas, has)."""
+        errors, found = [], []
+        known = list(self._sharding.endpoints.get(0, [])) if self._sharding else []
+        for address in dict.fromkeys(self._bootstrap + known):
             try:
                 reply = self._rpc(address, "GetSharding", pb.ShardingRequest())
             except _Retry as e:
                 errors.append(str(e))
                 continue
-            return Sharding.from_dict(json.loads(reply.sharding_json))
-        raise _Retry("; ".join(errors))
+            found.append(Sharding.from_dict(json.loads(reply.sharding_json)))
+            if not newest:
+                break
+        if not found:
+            raise _Retry("; ".join(errors))
+        return max(found, key=lambda s: s.version)
 
     @staticmethod
     def _check(ids: list[str]) -> None:
@@ -371,8 +378,17 @@ class RegistryClient:
     # ---- seeing it ---------------------------------------------------------------------------------
 
     def status(self) -> list[dict]:
-        """One dict per replica of every shard (``{"address", "error"}`` for one that did not answer)."""
-        sharding = self.sharding(refresh=True)
+        """One dict per replica of every shard (``{"address", "error"}`` for one that did not answer).
+        Works without a leader: the sharding config comes from whichever replicas answer."""
+        if self._sharding is None:
+            self.sharding()                   # bootstrap, with retries
+        try:
+            sharding = self._fetch_any(newest=True)
+            with self._lock:
+                if sharding.version > self._sharding.version:
+                    self._sharding = sharding
+        except _Retry:
+            sharding = self._sharding
         out = []
         for shard in sorted(sharding.endpoints):
             for replica, address in enumerate(sharding.endpoints[shard]):
