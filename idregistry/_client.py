@@ -335,7 +335,9 @@ class RegistryClient:
 
     def delete(self, event_id: str, expected_token: str) -> bool:
         """Remove ``event_id`` only if it is held with ``expected_token`` (recovery of a lost output);
-        False when it is absent or held under another (or a cleared) token."""
+        False when it is absent or held under another (or a cleared) token. Not idempotent: if a delete's
+        reply is lost and the client retries, the retry answers False because the id is already gone;
+        callers that must know can ``lookup`` the id afterwards."""
         self._check([event_id])
         request = pb.DeleteRequest(id=event_id, expected_token=expected_token)
         for _ in range(20):
@@ -351,17 +353,29 @@ class RegistryClient:
         copy (ids committed during the export may or may not appear)."""
         def find_leader() -> str:
             for address in self._replicas(shard):
-                reply = self._rpc(address, "Status", pb.StatusRequest())
+                try:
+                    reply = self._rpc(address, "Status", pb.StatusRequest())
+                except _Retry:
+                    continue
                 leader = json.loads(reply.status_json).get("leader")
                 if leader:
                     return leader
             raise _Retry(f"shard {shard} has no leader")
 
-        address = self._leaders.get(shard) or self._with_retries(find_leader)
-        stream = self._stub(address).Export(pb.ExportRequest(), timeout=3600)
+        def first_chunk():
+            address = self._leaders.get(shard) or find_leader()
+            stream = self._stub(address).Export(pb.ExportRequest(), timeout=3600)
+            try:
+                return stream, next(stream, None)
+            except grpc.RpcError as e:
+                self._leaders.pop(shard, None)
+                raise _Retry(f"export of shard {shard} from {address}: {e.code().name}") from None
+
+        stream, chunk = self._with_retries(first_chunk)
         try:
-            for chunk in stream:
+            while chunk is not None:
                 yield from zip(chunk.ids, chunk.tokens, chunk.timestamps_us)
+                chunk = next(stream, None)
         except grpc.RpcError as e:
             raise RegistryUnavailable(f"export of shard {shard} broke off: {e.code().name} {e.details()}") from None
 
