@@ -87,3 +87,22 @@ def test_replica_stops_cleanly_on_sigterm(tmp_path, procs):
         assert client.commit([IdGenerator("10.1.1.1", 1).next_id()], "t") == [OK]
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=15) == 0
+
+
+@pytest.mark.timeout(90)
+def test_simulated_round_trip_delays_every_commit_by_one_round_trip(tmp_path, procs):
+    import time
+
+    from conftest import Cluster
+    cluster = Cluster(make_config(tmp_path, simulated_rtt_ms=60.0), procs)
+    cluster.start_missing()
+    with RegistryClient(cluster.endpoints()) as client:
+        cluster.client = client
+        cluster.wait_leader()
+        gen = IdGenerator("10.5.5.5", 55)
+        latencies = []
+        for _ in range(5):
+            t = time.perf_counter()
+            assert client.commit([gen.next_id()], "t") == [OK]
+            latencies.append(time.perf_counter() - t)
+    assert 0.06 <= sorted(latencies)[2] < 0.25     # one replica round trip (60 ms) plus processing
