@@ -43,7 +43,7 @@ class RaftSettings:
     raft_max_timeout_s: float = 2.0
     connection_retry_s: float = 0.5
     leader_fallback_s: float = 3.0
-    log_compaction_min_entries: int = 20000
+    log_compaction_min_entries: int = 2000
     log_compaction_min_time_s: float = 300.0
     simulated_rtt_ms: float = 0.0
 

@@ -69,7 +69,7 @@ class ReplicaSpec:
     max_in_flight: int = 4
     max_ids_per_command: int = 20000
     max_queued_ids: int = 200000
-    snapshot_after_commands: int = 20000
+    snapshot_after_commands: int = 2000
     simulated_rtt_ms: float = 0.0
 
     @property

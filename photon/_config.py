@@ -96,7 +96,7 @@ class RegistryConfig:
     max_ids_per_command: int = opt(20000, "most ids one replicated command carries", check=_positive)
     max_queued_ids: int = opt(200000, "ids a shard leader lets wait for Raft; beyond it clients get "
                                       "RESOURCE_EXHAUSTED and back off", check=_positive)
-    snapshot_after_commands: int = opt(20000, "snapshot (forked) after this many journal entries",
+    snapshot_after_commands: int = opt(2000, "snapshot the state after this many journal entries",
                                        check=_positive)
     simulated_rtt_ms: float = opt(0.0, "benchmarks only: delay every message between replicas by this round trip",
                                   check=_non_negative)
