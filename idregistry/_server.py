@@ -8,8 +8,10 @@ when it cannot judge which shard an id belongs to, and :class:`~idregistry._batc
 
 The sharding lease: a replica judges an id against a copy of the sharding config fetched (from shard 0's
 leader, after a read barrier) at local time ``f``. Changes only ever start later than the proposer's
-now + S (S = the clock-skew bound), so that copy is right for every id whose timestamp is below ``f + S``;
-for a later id the replica refetches first.
+now + S (S = the clock-skew bound), so that copy is right for every id whose timestamp is below
+``f + S - G``, where G = min(S/2, 1 s) absorbs disagreement between the registry servers' own clocks; for a
+later id the replica refetches first, and an id still past the lease (at most G ahead of the horizon) is
+answered UNAVAILABLE so the client retries a moment later.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_
 log = logging.getLogger("idregistry.server")
 
 FSYNC_NONE, FSYNC_BATCH, FSYNC_INTERVAL = "none", "batch", "interval"
+SERVER_CLOCK_GUARD_US = 1_000_000   # registry servers' clocks may disagree by this much (or S/2 if smaller)
 
 
 class NotLeader(Exception):
@@ -93,6 +96,7 @@ class ReplicaServer:
         self.spec = spec
         self.clock = clock or SystemClock()
         self._skew_us = int(spec.max_clock_skew_s * 1e6)
+        self._lease_us = self._skew_us - min(self._skew_us // 2, SERVER_CLOCK_GUARD_US)
         self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
         self._syncer = None if spec.fsync == FSYNC_NONE else _Syncer(
             lambda: self.raft.journal_path(),
@@ -202,21 +206,25 @@ class ReplicaServer:
         lease = self._lease
         if lease is not None and lease.covers(ids):
             return lease.sharding
-        lease = self._refresh_lease(self.clock.now_us())
+        now = self.clock.now_us()
+        lease = self._refresh_lease(now)
         if lease.covers(ids):
             return lease.sharding
         newest = ShardingLease.newest(ids)
-        raise FutureId(f"an id is timestamped {newest} us, more than the clock-skew bound "
-                       f"({self.spec.max_clock_skew_s} s) ahead of this server's clock")
+        if newest > now + self._skew_us:
+            raise FutureId(f"an id is timestamped {newest} us, more than the clock-skew bound "
+                           f"({self.spec.max_clock_skew_s} s) ahead of this server's clock")
+        raise ShardingUnknown(f"an id timestamped {newest} us is past this replica's sharding lease "
+                              f"({lease.valid_below_us} us); retry in a moment")
 
     def _refresh_lease(self, newer_than_us: int = 0) -> ShardingLease:
         with self._lease_lock:
             lease = self._lease
-            if lease is not None and lease.valid_below_us - self._skew_us >= newer_than_us:
+            if lease is not None and lease.valid_below_us - self._lease_us >= newer_than_us:
                 return lease          # another thread refreshed while we waited
             asked_at = self.clock.now_us()
             sharding = self._fetch_sharding()
-            lease = self._lease = ShardingLease.fetched(sharding, asked_at, self._skew_us)
+            lease = self._lease = ShardingLease.fetched(sharding, asked_at, self._lease_us)
             return lease
 
     def _fetch_sharding(self) -> Sharding:
@@ -224,9 +232,12 @@ class ReplicaServer:
             return self.authoritative_sharding()
         replicas = list(self.spec.initial_sharding.endpoints.get(0, []))
         order = ([self._meta_leader] if self._meta_leader else []) + [r for r in replicas if r != self._meta_leader]
-        errors = []
+        errors, tried = [], set()
         while order:
             address = order.pop(0)
+            if address in tried:
+                continue
+            tried.add(address)
             stub = self._meta_channels.get(address)
             if stub is None:
                 stub = self._meta_channels[address] = pb_grpc.RegistryStub(grpc.insecure_channel(address))
@@ -236,7 +247,7 @@ class ReplicaServer:
                 errors.append(f"{address}: {e.code().name}")
                 continue
             if reply.redirect:
-                if reply.redirect != "?" and reply.redirect not in order:
+                if reply.redirect != "?" and reply.redirect not in tried:
                     order.insert(0, reply.redirect)
                 continue
             self._meta_leader = address
@@ -251,7 +262,7 @@ class ReplicaServer:
             self._syncer.mark_dirty()
 
     def _housekeeping(self) -> None:
-        refresh_every = min(1.0, self.spec.max_clock_skew_s / 4)
+        refresh_every = min(1.0, self._lease_us / 4e6)
         last = {"leader": 0.0, "lease": 0.0}
         while not self._stop.wait(0.05):
             now = time.monotonic()

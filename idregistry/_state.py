@@ -183,13 +183,14 @@ class ShardingLease:
 
     Fetched (from shard 0's leader, after a read barrier) at local time ``asked_at_us``: every change
     committed after that starts later than its proposer's now + S (S = the clock-skew bound), so the copy
-    maps every id timestamped below ``asked_at_us + S`` exactly as the newest config does."""
+    maps every id timestamped below ``asked_at_us + S`` exactly as the newest config does, as long as the
+    two clocks agree; ``horizon_us`` is S less what the servers' clocks may disagree by."""
     sharding: Sharding
     valid_below_us: int
 
     @classmethod
-    def fetched(cls, sharding: Sharding, asked_at_us: int, skew_us: int) -> "ShardingLease":
-        return cls(sharding, asked_at_us + skew_us)
+    def fetched(cls, sharding: Sharding, asked_at_us: int, horizon_us: int) -> "ShardingLease":
+        return cls(sharding, asked_at_us + horizon_us)
 
     @staticmethod
     def newest(ids) -> int:
