@@ -47,3 +47,13 @@ def test_every_room_has_a_front_door_with_all():
         tree = ast.parse(init.read_text())
         names = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
         assert "__all__" in names, f"{room}/__init__.py has no __all__"
+
+
+PURE_CORES = ["dispatcher/_state.py", "joiner/_state.py", "idregistry/_state.py", "millwheel/_runner.py",
+              "millwheel/_watermarks.py"]
+
+
+def test_deciding_cores_touch_no_clock_socket_or_thread():
+    offences = [f"{core} imports {name}" for core in PURE_CORES for name in _imports(REPO / core)
+                if name.split(".")[0] in ("time", "socket", "threading", "grpc", "pysyncobj", "subprocess")]
+    assert offences == []
