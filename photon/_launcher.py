@@ -91,6 +91,7 @@ class RunOptions:
     until_caught_up: bool = False
     timeout_s: float | None = None
     regions: list | None = None          # run only these regions' services (default: all)
+    progress_every_s: float = 5.0
     stop_requested: list = field(default_factory=list)
 
 
@@ -135,7 +136,7 @@ class Launcher:
         self.supervisor.ensure(self.specs())
         self.echo(f"started {len(self.supervisor.children)} processes "
                   f"(list with pids: {launcher_state_file(self.config)})")
-        last_plan = time.monotonic()
+        last_plan = last_progress = time.monotonic()
         code = EXIT_OK
         watch = CatchUpWatch(self.config, self.options.regions)
         try:
@@ -144,6 +145,9 @@ class Launcher:
                 if time.monotonic() - last_plan >= 1.0:
                     self.supervisor.ensure(self.specs())
                     last_plan = time.monotonic()
+                if time.monotonic() - last_progress >= self.options.progress_every_s:
+                    self.echo(watch.progress())
+                    last_progress = time.monotonic()
                 if self.options.until_caught_up and watch.caught_up(self.supervisor):
                     self.echo("caught up: every complete line is consumed and every event resolved")
                     break
@@ -171,6 +175,16 @@ class CatchUpWatch:
         self._streak = 0
         self._since_us = time.time_ns() // 1000
         self.lagging: list[str] = [r.name for r in self.regions]
+
+    def progress(self) -> str:
+        """One line per run: what each region's dispatcher has read and resolved so far."""
+        parts = []
+        for region in self.regions:
+            st = self._read(region.state_dir) or {}
+            parts.append(f"{region.name}: read {st.get('events_read', 0)}, joined {st.get('joined', 0)}, "
+                         f"unjoinable {st.get('unjoinable', 0)}, waiting {st.get('retry_queue', 0)}, "
+                         f"unread {st.get('pending_bytes', 0) / 2**20:.1f} MB")
+        return "progress: " + "; ".join(parts)
 
     def caught_up(self, supervisor: Supervisor) -> bool:
         lagging, stale = [], False

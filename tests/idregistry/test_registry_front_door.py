@@ -10,7 +10,7 @@ from photon import IdGenerator, wait_until
 import idregistry
 from idregistry import CommitResult, InMemoryRegistry, RegistryClient
 
-from conftest import make_config
+from registry_helpers import make_config
 
 OK, EXISTS = CommitResult.OK, CommitResult.ALREADY_EXISTS
 
@@ -93,7 +93,7 @@ def test_replica_stops_cleanly_on_sigterm(tmp_path, procs):
 def test_simulated_round_trip_delays_every_commit_by_one_round_trip(tmp_path, procs):
     import time
 
-    from conftest import Cluster
+    from registry_helpers import Cluster
     cluster = Cluster(make_config(tmp_path, simulated_rtt_ms=60.0), procs)
     cluster.start_missing()
     with RegistryClient(cluster.endpoints()) as client:
