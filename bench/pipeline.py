@@ -29,12 +29,13 @@ from photon import IdGenerator, load_config, read_output_lines, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_config(root: Path, joiners: int) -> Path:
+def write_config(root: Path, joiners: int, extra: str = "") -> Path:
     cfg = root / "photon.toml"
     cfg.write_text(f"""[join]
 unjoinable_after_s = 30
 [joiner]
 per_region = {joiners}
+{extra}
 [[regions]]
 name = "a"
 log_root = "logs"
@@ -159,10 +160,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=int, default=1000, help="clicks per second in phase 2")
     ap.add_argument("--seconds", type=float, default=10.0, help="length of phase 2")
     ap.add_argument("--joiners", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="extra photon.toml option, e.g. dispatcher.max_in_flight=8 (repeatable)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="photon-bench-"))
-    cfg_path = write_config(root, args.joiners)
+    extra = []
+    for item in args.set:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        extra.append(f"[{section}]\n{name} = {value}")
+    cfg_path = write_config(root, args.joiners, "\n".join(extra))
     config = load_config(cfg_path)
     writer = Writer(root)
     backlog_lines = writer.format(args.clicks)          # formatted now, written once the pipeline is up
