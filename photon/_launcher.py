@@ -8,6 +8,7 @@ fault tests).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -129,7 +130,9 @@ class Launcher:
         return specs + self._region_specs
 
     def run(self) -> int:
-        """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out)."""
+        """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out).
+        Raises :class:`AlreadyRunning` when another launcher runs one of these regions."""
+        self._locks = lock_state_dirs(self.config, self.options.regions)
         for region in self.config.regions:
             for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir, Path(region.state_dir)):
                 d.mkdir(parents=True, exist_ok=True)
@@ -162,6 +165,38 @@ class Launcher:
             self.echo("stopping (dispatchers, then joiners rolling their output, then event stores and registry)")
             self.supervisor.stop()
         return code
+
+
+class AlreadyRunning(RuntimeError):
+    """Another ``photon run`` holds a region's state dir."""
+
+
+def lock_state_dirs(config: PhotonConfig, regions=None) -> list:
+    """Take an exclusive lock on every region's state dir for the life of this process, so two launchers
+    can never run the same region's services (their joiners would share output names)."""
+    held = []
+    for region in config.regions:
+        if regions is not None and region.name not in regions:
+            continue
+        path = Path(region.state_dir) / "launcher.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip() or "unknown"
+            f.close()
+            for g in held:
+                g.close()
+            raise AlreadyRunning(f"region {region.name!r} is already run by another photon run (pid {owner}) "
+                                 f"using {region.state_dir}; stop it first") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        held.append(f)
+    return held
 
 
 class CatchUpWatch:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from photon._config import ConfigError, describe_options, load_config
+from photon._launcher import AlreadyRunning
 
 
 def _cmd_gen(args) -> int:
@@ -170,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"photon: configuration error: {e}", file=sys.stderr)
         return 2
+    except AlreadyRunning as e:
+        print(f"photon: {e}", file=sys.stderr)
+        return 4
     except KeyboardInterrupt:
         return 130
 

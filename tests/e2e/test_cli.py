@@ -46,3 +46,14 @@ def test_gen_and_config_check(tmp_path):
     assert r.returncode == 0 and "2 region(s): a, b" in r.stdout
     r = photon("config")
     assert "unjoinable_after_s" in r.stdout and "[registry]" in r.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_second_run_on_the_same_state_is_refused(tmp_path, pipeline):
+    generate(GenOptions(out=str(tmp_path), queries=100, seed=4))
+    p = pipeline(tmp_path / "photon.toml").start()
+    p.wait_for_process("a-dispatcher")
+    r = photon("run", "--config", str(tmp_path / "photon.toml"), "--until-caught-up", "--timeout", "30")
+    assert r.returncode == 4
+    assert f"already run by another photon run (pid {p.proc.pid})" in r.stderr
+    assert p.proc.poll() is None                     # the first run is untouched
