@@ -34,6 +34,20 @@ def test_no_room_imports_another_rooms_private_modules():
     assert offences == []
 
 
+def test_names_taken_from_another_room_are_in_its_all():
+    import importlib
+    offences = []
+    for room in ROOMS + ["bench"]:
+        for path in _sources(room):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in ROOMS \
+                        and node.module != room:
+                    exported = set(importlib.import_module(node.module).__all__)
+                    offences += [f"{path.relative_to(REPO)} takes {a.name} from {node.module}"
+                                 for a in node.names if a.name not in exported]
+    assert offences == []
+
+
 def test_core_is_free_of_grpc_and_pysyncobj():
     offences = [f"{p.relative_to(REPO)} imports {n}" for p in _sources("photon") for n in _imports(p)
                 if n.split(".")[0] in ("grpc", "pysyncobj")]
