@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 from photon import Clock, RollingWriter
@@ -44,6 +45,7 @@ class JoinerStats:
     bad_ids: int
     eventstore_errors: int
     registry_errors: int
+    commit_retries: int
     lines_written: int
     bytes_written: int
     files_rolled: int
@@ -64,7 +66,8 @@ class Joiner:
     """
 
     def __init__(self, *, name: str, address: str, store, registry, adapter, writer: RollingWriter,
-                 max_in_flight: int, clock: Clock, pid: int | None = None) -> None:
+                 max_in_flight: int, clock: Clock, pid: int | None = None,
+                 commit_patience_s: float = 300.0) -> None:
         self.name = name
         self.address = address
         self.token_prefix = make_token_prefix(address, pid if pid is not None else os.getpid(), clock.now_us())
@@ -72,12 +75,15 @@ class Joiner:
         self._writer = writer
         self._clock = clock
         self._max_in_flight = max_in_flight
+        self._commit_patience_s = commit_patience_s
+        self.stopping = threading.Event()
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self._in_flight = 0
         self._counts = [0] * len(Outcome)
         self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
-                       adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, orphans_recovered=0)
+                       adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
+                       orphans_recovered=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -133,7 +139,7 @@ class Joiner:
         if ids:
             token = f"{self.token_prefix}{seq}"
             try:
-                results = self._registry.commit(ids, token)
+                results = self._commit_patiently(ids, token, seq)
                 lines = batch.commit_resolved(results)
             except Exception as e:
                 self._failed("registry_errors", "registry commit", e)
@@ -148,6 +154,37 @@ class Joiner:
                              "the verification job will find them", self.name, seq, len(lines), token)
                 raise
         return batch.outcomes()
+
+    def _commit_patiently(self, ids: list[str], token: str, seq: int):
+        """Commit ``ids`` under ``token`` until the registry answers.
+
+        A failed commit may still have gone through (the reply was lost, or the leader died after
+        replicating it). Answering THROTTLED then would leave those ids registered under this token and
+        never written, so the same token (idempotent) is retried for up to ``commit_patience_s``. The
+        dispatcher may meanwhile resend the events to another joiner: that attempt's new token gets
+        ALREADY_EXISTS if this commit went through, so either this joiner writes them or the other does,
+        never both. Malformed ids (ValueError) are not retried; nor is anything once the joiner stops.
+        """
+        deadline = time.monotonic() + self._commit_patience_s
+        attempt = 0
+        while True:
+            try:
+                return self._registry.commit(ids, token)
+            except ValueError:
+                raise
+            except Exception as e:
+                attempt += 1
+                if time.monotonic() >= deadline or self.stopping.is_set():
+                    if attempt > 1 or self._commit_patience_s > 0:
+                        log.critical("joiner %s: request %d: gave up committing %d id(s) under token %s after %d "
+                                     "attempts; any that did commit are for the verification job",
+                                     self.name, seq, len(ids), token, attempt)
+                    raise
+                with self._lock:
+                    self._c["commit_retries"] += 1
+                log.warning("joiner %s: request %d: commit failed (%s: %s); retrying with the same token",
+                            self.name, seq, type(e).__name__, e)
+                self.stopping.wait(min(1.0, 0.05 * 2 ** min(attempt, 5)))
 
     def _failed(self, counter: str, what: str, e: Exception) -> None:
         with self._lock:

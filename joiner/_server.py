@@ -74,6 +74,7 @@ class JoinerServer:
         return self.joiner.statistics()
 
     def stop(self, grace: float = 10.0) -> None:
+        self.joiner.stopping.set()      # a commit retrying after failures gives up instead of holding the stop
         self._server.stop(grace).wait()
         self._stop.set()
         self._roller.join(timeout=10)
@@ -116,7 +117,8 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
                            roll_bytes=int(jc.roll_mb * (1 << 20)))
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
-                    adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock)
+                    adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,
+                    commit_patience_s=jc.commit_patience_s)
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     server.start()

@@ -116,6 +116,10 @@ class JoinerConfig:
     max_in_flight: int = opt(8, "batches a joiner works on at once; more are answered THROTTLED",
                              check=_positive)
     adapter: str = opt("", "\"module:callable\" building the joined event (default: DESIGN joined format)")
+    commit_patience_s: float = opt(300.0, "how long a joiner retries a registry commit with the same token after "
+                                          "failures whose outcome is unknown, before giving the events up "
+                                          "(they may then be registered but not written: the verification "
+                                          "job's case)", check=_non_negative)
     roll_interval_s: float = opt(1.0, "roll (publish) an output file at least this often", check=_positive)
     roll_mb: float = opt(64.0, "roll an output file once it reaches this size", check=_positive)
     host: str = opt("127.0.0.1", "address joiners bind to")

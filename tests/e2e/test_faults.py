@@ -41,16 +41,23 @@ def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth):
         restarts = {n: v["restarts"] for n, v in p.processes().items()}
         assert restarts["a-j0"] >= 1
         assert max(v for n, v in restarts.items() if p.processes()[n]["role"] == "registry") >= 1
-        missing = sorted(joinable - set(p.joined_ids(include_inprogress=True)))
-        # the loss window: committed to the registry, killed before the output was flushed
-        if missing:
-            assert all(client.lookup(missing)), "a joinable click is neither joined nor registered"
-            if hasattr(client, "export"):
-                tokens = {}
-                for shard in range(p.config.registry.shards):
-                    tokens.update({i: t for i, t, _ in client.export(shard) if i in set(missing)})
-                assert all(f"/{joiner_pid}/" in tokens[m] for m in missing), \
-                    f"lost clicks not under the killed joiner's token: {[(m, tokens.get(m)) for m in missing]}"
+        seen: dict = {}
+
+        def settled() -> bool:
+            """Every joinable click is joined or registered under the killed joiner's token (a joiner
+            still retrying a commit may write after the dispatcher caught up)."""
+            missing = joinable - set(p.joined_ids(include_inprogress=True))
+            tokens = {}
+            for shard in range(len(client.sharding().endpoints)):
+                tokens.update({i: t for i, t, _ in client.export(shard) if i in missing})
+            seen.update(missing=missing, tokens=tokens)
+            return set(tokens) == missing and all(f"/{joiner_pid}/" in tokens[m] for m in missing)
+        try:
+            wait_until(settled, 60, interval=0.5, message="the loss window settled")
+        except TimeoutError:
+            pytest.fail(f"clicks neither joined nor registered under the killed joiner a-j0 (pid {joiner_pid}): "
+                        f"{[(m, seen['tokens'].get(m)) for m in sorted(seen['missing'])][:10]}")
+        missing = sorted(seen["missing"])
         print(f"clicks in the loss window (registered under the killed joiner a-j0 pid {joiner_pid}): "
               f"{len(missing)}: {missing[:20]}")
         assert len(missing) <= 2 * p.config.dispatcher.batch_size * p.config.dispatcher.max_in_flight

@@ -9,7 +9,7 @@ import pytest
 
 import joiner
 from joiner import JoinerClient, JoinerUnavailable, Outcome
-from photon import ConfigError, wait_until
+from photon import ConfigError, read_output_lines, wait_until
 
 from fake_registry import FakeRegistry, FakeRegistryDown
 from joiner_helpers import (BASE_US, click_id, click_line, clicks, free_port, fresh_click_pid, joined_lines,
@@ -95,7 +95,7 @@ def test_over_max_in_flight_is_throttled_at_once(stack):
 def test_registry_failure_is_throttled_and_writes_nothing(stack):
     reg = FakeRegistry()
     reg.fail_with = FakeRegistryDown("no leader")
-    s = stack(reg)
+    s = stack(reg, commit_patience_s=0)
     write_queries(s.root, range(3))
     s.wait_queries(3)
     ids, refs, raws = clicks(range(4))
@@ -105,6 +105,37 @@ def test_registry_failure_is_throttled_and_writes_nothing(stack):
     assert not list(s.joined_dir.glob("*"))
     reg.fail_with = None
     assert s.client.join(ids, refs, raws) == [J, J, J, NF]
+
+
+class FlakyRegistry(FakeRegistry):
+    """Commits (really: the ids are registered) but fails to answer the first ``lost_replies`` times, as
+    when a leader dies after replicating a command."""
+
+    def __init__(self, lost_replies: int) -> None:
+        super().__init__()
+        self.lost_replies = lost_replies
+
+    def commit(self, ids, token):
+        results = super().commit(ids, token)
+        if self.lost_replies:
+            self.lost_replies -= 1
+            raise FakeRegistryDown("reply lost")
+        return results
+
+
+def test_a_commit_whose_reply_is_lost_is_retried_with_its_token_and_written(stack):
+    reg = FlakyRegistry(lost_replies=2)
+    s = stack(reg)
+    write_queries(s.root, range(2))
+    s.wait_queries(2)
+    ids, refs, raws = clicks(range(2))
+    assert s.client.join(ids, refs, raws) == [J, J]
+    assert [t for _, t in reg.commits] == [reg.commits[0][1]] * 3      # one token, three tries
+    assert s.client.status()["commit_retries"] == 2
+    s.server.joiner._writer.roll()
+    assert sorted(orjson.loads(x)["click_id"] for x in read_output_lines(s.joined_dir)) == sorted(ids)
+    # the dispatcher's own retry of the same clicks (new request, new token) is refused: no duplicate
+    assert s.client.join(ids, refs, raws) == [AJ, AJ]
 
 
 def test_event_store_down_is_throttled_and_commits_nothing(stack):
