@@ -97,6 +97,13 @@ def _cmd_status(args) -> int:
         for name, p in state["processes"].items():
             print(f"  {name:<20} pid {p['pid']!s:<8} restarts {p['restarts']}")
     print(format_summary(build_summary(config, 0.0)))
+    from joiner import read_status as joiner_status
+    for region in config.regions:
+        for name, j in sorted(joiner_status(region.state_dir).items()):
+            print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
+                  f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
+                  f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
+                  f"in flight {j.get('in_flight', 0)}")
     return 0
 
 
