@@ -36,6 +36,9 @@ def test_timeout_exits_3_naming_the_region_not_caught_up(tmp_path, procs):
     assert "timed out after 8 s; not caught up: ['a']" in r.stderr
     assert '"exit_code": 3' in r.stdout.strip().splitlines()[-1]
     assert "retry" in r.stdout
+    status = photon("status", "--config", str(tmp_path / "photon.toml"))
+    assert status.returncode == 0
+    assert "a-dispatcher" in status.stdout and "joiner a-j0" in status.stdout and "not found" in status.stdout
 
 
 @pytest.mark.timeout(60)
