@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import PhotonConfig
+from photon import PhotonConfig, bind_port
 
 from eventstore import eventstore_pb2_grpc as pb_grpc
 from eventstore._client import CHANNEL_OPTIONS
@@ -51,12 +51,7 @@ def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = N
     server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=f"eventstore-{region}"),
                          options=CHANNEL_OPTIONS)
     pb_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as e:
-        raise OSError(f"eventstore {region}: cannot bind {host}:{port}: {e}") from None
-    if bound == 0:
-        raise OSError(f"eventstore {region}: cannot bind {host}:{port}")
+    bound = bind_port(server, host, port, f"eventstore {region}")
     store.start()
     server.start()
     return EventStoreServer(store, server, host, bound)

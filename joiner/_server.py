@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from eventstore import EventStoreClient
-from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock
+from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port
 
 from joiner import joiner_pb2_grpc as pb_grpc
 from joiner._adapter import load_adapter
@@ -111,7 +111,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     host = host or jc.host
     server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS, thread_name_prefix=name),
                          options=CHANNEL_OPTIONS)
-    bound = bind(server, host, port, f"joiner {name}")
+    bound = bind_port(server, host, port, f"joiner {name}")
     store, registry, owned = _open_clients(eventstore, registry)
     writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
                            roll_bytes=int(jc.roll_mb * (1 << 20)))
@@ -123,17 +123,6 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     server.start()
     return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)
-
-
-def bind(server: grpc.Server, host: str, port: int, what: str) -> int:
-    """Bind ``host:port`` (0: a free port) and return the port; OSError naming ``what`` if it is taken."""
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as e:
-        raise OSError(f"{what}: cannot bind {host}:{port}: {e}") from None
-    if bound == 0:
-        raise OSError(f"{what}: cannot bind {host}:{port}")
-    return bound
 
 
 def _open_clients(eventstore, registry) -> tuple[object, object, list]:

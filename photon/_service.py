@@ -33,3 +33,15 @@ def run_service(name: str, start: Callable[[], object]) -> int:
     server.stop()
     logging.getLogger("photon").info("%s stopped: %s", name, server.statistics())
     return 0
+
+
+def bind_port(server, host: str, port: int, what: str) -> int:
+    """Bind a gRPC server (anything with ``add_insecure_port``) to ``host:port`` (0: a free port) and
+    return the port; ``OSError`` naming ``what`` and the address when it is taken or invalid."""
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:
+        raise OSError(f"{what}: cannot bind {host}:{port}: {e}") from None
+    if bound == 0:
+        raise OSError(f"{what}: cannot bind {host}:{port}")
+    return bound
