@@ -30,7 +30,7 @@ def _cmd_gen(args) -> int:
     return 0
 
 
-def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) -> int:
+def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) -> tuple[int, dict]:
     from photon._launcher import Launcher, RunOptions
     from photon._summary import build_summary, dumps, format_summary
     opts = RunOptions(until_caught_up=until_caught_up, timeout_s=timeout_s, regions=regions)
@@ -47,7 +47,7 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) 
     print(format_summary(summary), flush=True)
     if as_json:
         print(dumps(summary), flush=True)
-    return code
+    return code, summary
 
 
 def _cmd_run(args) -> int:
@@ -56,7 +56,7 @@ def _cmd_run(args) -> int:
     if regions:
         for r in regions:
             config.region(r)
-    return _run(config, args.until_caught_up, args.timeout, args.json, regions)
+    return _run(config, args.until_caught_up, args.timeout, args.json, regions)[0]
 
 
 def _cmd_demo(args) -> int:
@@ -71,7 +71,7 @@ def _cmd_demo(args) -> int:
     config = load_config(s.config)
     print(f"photon demo: joining both regions' copies through one shared IdRegistry "
           f"(expect {s.joinable_clicks} joined once in all, {s.unjoinable_clicks} unjoinable)", flush=True)
-    code = _run(config, True, args.timeout, args.json)
+    code, summary = _run(config, True, args.timeout, False)
     joined = set()
     dups = 0
     for region in config.regions:
@@ -83,6 +83,10 @@ def _cmd_demo(args) -> int:
     truth = set((out / "truth" / "joinable.txt").read_text().split())
     print(f"photon demo: {len(joined & truth)}/{len(truth)} joinable clicks in the output, "
           f"{dups} duplicates, {len(joined - truth)} unexpected")
+    if args.json:
+        summary["demo"] = {"joinable": len(truth), "joined": len(joined & truth), "duplicates": dups,
+                           "unexpected": len(joined - truth)}
+        print(json.dumps(summary, sort_keys=True), flush=True)
     return code if not dups and joined == truth else (code or 1)
 
 

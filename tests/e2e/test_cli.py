@@ -60,3 +60,15 @@ def test_a_second_run_on_the_same_state_is_refused(tmp_path, pipeline):
     assert r.returncode == 4
     assert f"already run by another photon run (pid {p.proc.pid})" in r.stderr
     assert p.proc.poll() is None                     # the first run is untouched
+
+
+@pytest.mark.timeout(300)
+def test_demo_joins_two_regions_exactly_once(tmp_path):
+    r = photon("demo", "--dir", str(tmp_path / "demo"), "--queries", "5000", "--json", timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["demo"]["duplicates"] == 0 and result["demo"]["unexpected"] == 0
+    assert result["demo"]["joined"] == result["demo"]["joinable"] > 0
+    assert set(result["regions"]) == {"a", "b"}
+    assert "photon demo: " in r.stdout and "Photon run summary" in r.stdout
