@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from photon._config import PhotonConfig
+from photon._config import ConfigError, PhotonConfig
 from photon._supervisor import ProcessSpec, Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
@@ -129,9 +129,27 @@ class Launcher:
                     self._region_specs += plan_region(self.config, region, endpoints)
         return specs + self._region_specs
 
+    def check_inputs(self) -> None:
+        """Name every stream folder that does not exist. Logs may appear later, so this is a warning,
+        except with ``until_caught_up``, where catching up on nothing would hide a mistyped path."""
+        missing = []
+        for region in self.config.regions:
+            if self.options.regions is not None and region.name not in self.options.regions:
+                continue
+            for key in ("primary_stream", "foreign_stream"):
+                folder = Path(region.log_root) / getattr(self.config.join, key)
+                if not folder.is_dir():
+                    missing.append(f"region {region.name}: [join].{key} folder {folder} does not exist "
+                                   f"(log_root = {region.log_root})")
+        if missing and self.options.until_caught_up:
+            raise ConfigError(f"{self.config.path}: " + "; ".join(missing))
+        for m in missing:
+            self.echo(f"warning: {m}; waiting for it to appear")
+
     def run(self) -> int:
         """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out).
         Raises :class:`AlreadyRunning` when another launcher runs one of these regions."""
+        self.check_inputs()
         self._locks = lock_state_dirs(self.config, self.options.regions)
         for region in self.config.regions:
             for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir, Path(region.state_dir)):

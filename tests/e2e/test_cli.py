@@ -24,6 +24,10 @@ def test_bad_config_exits_2_naming_the_key(tmp_path):
     assert r.returncode == 2 and "missing.toml does not exist" in r.stderr
     r = photon("run", "--config", str(cfg).replace("photon", "x"), "--regions", "zz")
     assert r.returncode == 2
+    cfg.write_text('[[regions]]\nname = "a"\nlog_root = "no-such-logs"\noutput_root = "o"\nstate_dir = "s"\n')
+    r = photon("run", "--config", str(cfg), "--until-caught-up")
+    assert r.returncode == 2
+    assert f"[join].foreign_stream folder {tmp_path / 'no-such-logs' / 'clicks'} does not exist" in r.stderr
 
 
 @pytest.mark.timeout(120)
