@@ -34,6 +34,9 @@ from tenacity import RetryCallState, wait_exponential
 from photon import BadEventId, DispatcherConfig, JoinConfig, is_event_id, parse_event_id
 
 CHECKPOINT_FORMAT = 1
+CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
+"""Unresolved events per ``checkpoint_interval_s`` between checkpoints (about 15 ms of serializing and
+writing, measured: 100K events are 23 MB, 24 ms to encode and 78 ms to write and fsync)."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
 
@@ -270,7 +273,7 @@ class DispatcherState:
             self._release_due(now)
             self._pump(out)
             final = type(events[-1]) is StopRequested
-            if final or (self._dirty and now - self._last_checkpoint_us >= self._checkpoint_every_us):
+            if final or (self._dirty and now - self._last_checkpoint_us >= self.checkpoint_interval_us()):
                 out.append(Checkpoint(self.snapshot(now)))
                 self._dirty = False
                 self._last_checkpoint_us = now
@@ -281,6 +284,13 @@ class DispatcherState:
     @property
     def caught_up(self) -> bool:
         return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
+
+    def checkpoint_interval_us(self) -> int:
+        """A checkpoint rewrites every unresolved event, so with a long retry queue (primaries running
+        late) checkpoints are spaced out: one ``checkpoint_interval_s`` per
+        :data:`CHECKPOINT_EVENTS_PER_INTERVAL` unresolved events. Their cost stays a small share of the
+        time; a crash then re-reads a little more, and loses nothing (offsets only move with a checkpoint)."""
+        return self._checkpoint_every_us * max(1, len(self._events) // CHECKPOINT_EVENTS_PER_INTERVAL)
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full

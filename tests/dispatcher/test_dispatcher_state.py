@@ -256,6 +256,19 @@ def test_checkpoints_come_at_most_once_per_interval():
     assert of(st.handle(TimePassed(clock.advance(300_000))), Checkpoint) == []
 
 
+def test_checkpoints_are_spaced_out_in_proportion_to_what_they_hold():
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=1)
+    every = st.checkpoint_interval_us()
+    lines = [line(i) for i in range(1, 25_001)]             # 25,000 unresolved: 2 intervals per checkpoint
+    assert of(st.handle(LinesRead([chunk(lines)], clock.now_us())), Checkpoint)
+    assert st.checkpoint_interval_us() == 2 * every
+    # a change 1.5 intervals after the last checkpoint: a fixed interval would write now; this waits
+    assert of(st.handle(LinesRead([chunk([line(30_000)], start=10**7)], clock.advance(every * 3 // 2))),
+              Checkpoint) == []
+    assert of(st.handle(TimePassed(clock.advance(every))), Checkpoint)
+
+
 def test_caught_up_only_when_the_scan_was_empty_and_nothing_is_unresolved():
     clock = FakeClock()
     st = state()
