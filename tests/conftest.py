@@ -10,8 +10,6 @@ import sys
 
 import pytest
 
-from photon import wait_until  # noqa: F401  (re-exported for tests)
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
