@@ -24,6 +24,7 @@ import orjson
 import psutil
 
 from bench._common import emit, percentile
+from dispatcher import read_status
 from photon import IdGenerator, load_config, read_output_lines, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,8 +189,13 @@ def main(argv=None) -> int:
         t_start = time.monotonic()
         writer.write(backlog_lines)
         backlog = args.clicks
-        wait_until(lambda: count_joined(root / "out") >= backlog + 1, timeout=600, interval=0.05,
-                   message=f"{backlog} backlog clicks joined")
+        def backlog_joined() -> bool:
+            status = read_status(config.regions[0].state_dir) or {}
+            if status.get("unjoinable"):
+                raise SystemExit(f"{status['unjoinable']} backlog clicks became unjoinable: their queries fell out of "
+                                 f"the event store's cache; lower --clicks or raise eventstore.cache_mb with --set")
+            return count_joined(root / "out") >= backlog + 1
+        wait_until(backlog_joined, timeout=600, interval=0.05, message=f"{backlog} backlog clicks joined")
         elapsed = time.monotonic() - t_start
         figures["clicks_per_s"] = round(backlog / elapsed, 1)
         figures["queries_per_s"] = round(10 * backlog / elapsed, 1)
