@@ -12,6 +12,8 @@ from pathlib import Path
 
 import orjson
 
+from photon import write_atomic
+
 CHECKPOINT_FILE = "checkpoint.json"
 STATUS_FILE = "status.json"
 LOCK_FILE = "dispatcher.lock"
@@ -23,22 +25,6 @@ class DispatcherLocked(RuntimeError):
 
 def dispatcher_dir(state_dir: str | Path) -> Path:
     return Path(state_dir) / "dispatcher"
-
-
-def write_atomic(path: Path, data: bytes, *, durable: bool) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if durable:
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def save_checkpoint(directory: Path, snapshot: dict) -> None:

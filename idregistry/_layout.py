@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from photon import PhotonConfig
+from photon import PhotonConfig, write_atomic
 from idregistry._server import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
@@ -51,9 +50,7 @@ def _locked_layout(data_dir: Path):
         before = json.dumps(layout, sort_keys=True)
         yield layout
         if json.dumps(layout, sort_keys=True) != before:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(layout, indent=1, sort_keys=True))
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(layout, indent=1, sort_keys=True).encode(), durable=True)
 
 
 def _addresses(config: PhotonConfig, layout: dict, shards: int) -> dict[int, list[tuple[str, str]]]:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import orjson
 
+from photon import write_atomic
+
 STATUS_INTERVAL_S = 1.0
 
 
@@ -18,9 +20,7 @@ def status_path(state_dir: str | Path, name: str) -> Path:
 
 def write_status(path: Path, stats, now_us: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(orjson.dumps({**dataclasses.asdict(stats), "pid": os.getpid(), "written_at_us": now_us}))
-    os.replace(tmp, path)
+    write_atomic(path, orjson.dumps({**dataclasses.asdict(stats), "pid": os.getpid(), "written_at_us": now_us}))
 
 
 def read_status(state_dir: str | Path) -> dict[str, dict]:

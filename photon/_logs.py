@@ -29,6 +29,25 @@ class LogChunk:
     end: int
 
 
+def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
+    """Replace ``path`` with ``data`` so readers see the old file or the new one, never a torn one
+    (temp file + rename). ``durable``: also fsync the file and its folder, so it survives a power loss."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def list_log_files(root: Path) -> list[str]:
     """Every file below ``root`` (any depth), as paths relative to ``root``, sorted; in-progress files of
     a writer that publishes by renaming are skipped."""

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from photon._logs import write_atomic
+
 STOP_ORDER = ("dispatcher", "joiner", "eventstore", "registry")
 _PR_SET_PDEATHSIG = 1
 
@@ -145,6 +147,4 @@ class Supervisor:
                    "restarts": c.restarts, "argv": list(c.spec.argv)}
             for name, c in self.children.items()}}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        os.replace(tmp, self.state_file)
+        write_atomic(self.state_file, json.dumps(state, indent=1).encode())

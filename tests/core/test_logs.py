@@ -91,3 +91,12 @@ def test_rolling_writer_publishes_whole_files_and_recovers_orphans(tmp_path):
     assert not list(tmp_path.glob("*.inprogress"))
     other = RollingWriter(tmp_path, "a-j1")
     assert other.recover_orphans() == []
+
+
+def test_write_atomic_replaces_whole_files_and_leaves_no_temp(tmp_path):
+    from photon import write_atomic
+    target = tmp_path / "status.json"
+    write_atomic(target, b'{"n":1}')
+    write_atomic(target, b'{"n":2}', durable=True)
+    assert target.read_bytes() == b'{"n":2}'
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
