@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import fcntl
 import json
-import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from photon import PhotonConfig, write_atomic
+from photon import PhotonConfig, free_port, write_atomic
 from idregistry._server import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
@@ -32,12 +31,6 @@ class ProcessSpec:
     argv: list
     role: str
     region: str
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -66,7 +59,7 @@ def _addresses(config: PhotonConfig, layout: dict, shards: int) -> dict[int, lis
         else:
             known = ports.get(str(shard))
             if not known or len(known) != reg.replicas:
-                known = ports[str(shard)] = [[_free_port(host), _free_port(host)] for _ in range(reg.replicas)]
+                known = ports[str(shard)] = [[free_port(host), free_port(host)] for _ in range(reg.replicas)]
             pairs = [tuple(p) for p in known]
         out[shard] = [(f"{host}:{raft}", f"{host}:{grpc}") for raft, grpc in pairs]
     return out

@@ -8,12 +8,12 @@ from photon._config import (ConfigError, DispatcherConfig, EventStoreConfig, Joi
                             parse_config)
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
-from photon._service import bind_port, run_service
+from photon._service import bind_port, free_port, run_service
 from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_log_files, parse_record,
                           read_output_lines, wait_until, write_atomic)
 
 __all__ = [
-    "BadEventId", "Clock", "bind_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
+    "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",

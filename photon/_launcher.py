@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from photon._config import ConfigError, PhotonConfig
+from photon._service import free_port
 from photon._supervisor import ProcessSpec, Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
@@ -34,12 +35,6 @@ def _port_free(host: str, port: int) -> bool:
             return False
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def region_ports(config: PhotonConfig, region) -> dict:
     """The region's service ports, chosen once and remembered in ``<state_dir>/ports.json``."""
     path = Path(region.state_dir) / "ports.json"
@@ -50,11 +45,11 @@ def region_ports(config: PhotonConfig, region) -> dict:
         ports = {}
     es_host, j_host = config.eventstore.host, config.joiner.host
     if not isinstance(ports.get("eventstore"), int) or not _port_free(es_host, ports["eventstore"]):
-        ports["eventstore"] = _free_port(es_host)
+        ports["eventstore"] = free_port(es_host)
     joiners = [p for p in ports.get("joiners", []) if isinstance(p, int)][:want]
-    joiners = [p if _port_free(j_host, p) else _free_port(j_host) for p in joiners]
+    joiners = [p if _port_free(j_host, p) else free_port(j_host) for p in joiners]
     while len(joiners) < want:
-        joiners.append(_free_port(j_host))
+        joiners.append(free_port(j_host))
     ports["joiners"] = joiners
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ports))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 from typing import Callable
@@ -45,3 +46,10 @@ def bind_port(server, host: str, port: int, what: str) -> int:
     if bound == 0:
         raise OSError(f"{what}: cannot bind {host}:{port}")
     return bound
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it); callers bind it soon after."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

@@ -1,7 +1,6 @@
 """Helpers of the event store tests: query ids and lines, a photon.toml on temporary folders."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import orjson
@@ -38,7 +37,3 @@ def read_serving_address(proc, what: str) -> str:
     return line.rsplit(" ", 1)[1].strip()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

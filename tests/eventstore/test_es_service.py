@@ -7,9 +7,9 @@ import subprocess
 import pytest
 
 from eventstore import EventStoreClient, EventStoreUnavailable, serve
-from photon import wait_until
+from photon import free_port, wait_until
 
-from es_helpers import free_port, query_id, query_line, read_serving_address, write_photon_toml
+from es_helpers import query_id, query_line, read_serving_address, write_photon_toml
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 from pathlib import Path
 
 import orjson
@@ -75,12 +74,6 @@ def write_config(root: Path, **sections) -> Path:
     path = root / "photon.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_serving_address(proc, what: str) -> str:

@@ -10,9 +10,9 @@ import pytest
 
 import eventstore
 from joiner import JoinerClient, Outcome, read_status
-from photon import wait_until
+from photon import free_port, wait_until
 
-from joiner_helpers import (click_id, clicks, free_port, joined_lines, make_config, read_serving_address,
+from joiner_helpers import (click_id, clicks, joined_lines, make_config, read_serving_address,
                             write_config, write_queries)
 
 J = Outcome.JOINED

@@ -12,9 +12,9 @@ import pytest
 import idregistry
 from eventstore import EventStoreClient
 from joiner import JoinerClient, Outcome
-from photon import load_config, wait_until
+from photon import free_port, load_config, wait_until
 
-from joiner_helpers import click_id, clicks, free_port, joined_lines, read_serving_address, write_config, write_queries
+from joiner_helpers import click_id, clicks, joined_lines, read_serving_address, write_config, write_queries
 
 J, AJ, NF = Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND
 NOW_US = time.time_ns() // 1000  # the real registry answers TOO_OLD for ids older than its GC horizon

@@ -9,10 +9,10 @@ import pytest
 
 import joiner
 from joiner import JoinerClient, JoinerUnavailable, Outcome
-from photon import ConfigError, read_output_lines, wait_until
+from photon import ConfigError, free_port, read_output_lines, wait_until
 
 from fake_registry import FakeRegistry, FakeRegistryDown
-from joiner_helpers import (BASE_US, click_id, click_line, clicks, free_port, fresh_click_pid, joined_lines,
+from joiner_helpers import (BASE_US, click_id, click_line, clicks, fresh_click_pid, joined_lines,
                             make_config, query_line, write_queries)
 
 J, AJ, NF, T, U = Outcome
