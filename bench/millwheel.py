@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench._common import percentile
 from millwheel import STRONG, WEAK, Computation, Injector, Poll, Runtime, RuntimeConfig, Topology
 from photon import SystemClock
 
@@ -123,11 +124,6 @@ def run_lag(tmp: Path, rate: int, seconds: float, threads: int) -> dict[str, flo
     return {name: stats.median(v) / 1000 for name, v in lags.items()}
 
 
-def pct(values: list[int], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] / 1000 if s else float("nan")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
@@ -141,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(d)
         for guarantees, tag in ((False, "eo_off"), (True, "eo_on")):
             delays, _ = run_delay(tmp, guarantees, args.rate, int(args.rate * args.seconds), args.threads)
-            figures[f"delay_p50_ms_{tag}"] = round(pct(delays, 0.5), 2)
-            figures[f"delay_p95_ms_{tag}"] = round(pct(delays, 0.95), 2)
+            figures[f"delay_p50_ms_{tag}"] = round(percentile(delays, 50) / 1000, 2)
+            figures[f"delay_p95_ms_{tag}"] = round(percentile(delays, 95) / 1000, 2)
             print(f"record delay, exactly-once + strong productions {tag[3:]}: median "
                   f"{figures[f'delay_p50_ms_{tag}']} ms, p95 {figures[f'delay_p95_ms_{tag}']} ms "
                   f"({len(delays)} records at {args.rate}/s)")

@@ -24,15 +24,9 @@ import threading
 import time
 from pathlib import Path
 
+from bench._common import percentile
 from photon import parse_config, wait_until
 import idregistry
-
-
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p / 100 * len(values)))]
 
 
 # ---- the client worker (its own process) -------------------------------------------------------------
@@ -168,8 +162,8 @@ class Bench:
                          "max_in_flight": a.in_flight}
         # light: one thread, small commits one at a time
         light = self.run_clients(1, 1, a.light_batch, a.light_duration)
-        figures["light_commit_p50_ms"] = round(_pct(light[0]["latencies_ms"], 50), 2)
-        figures["light_commit_p99_ms"] = round(_pct(light[0]["latencies_ms"], 99), 2)
+        figures["light_commit_p50_ms"] = round(percentile(light[0]["latencies_ms"], 50), 2)
+        figures["light_commit_p99_ms"] = round(percentile(light[0]["latencies_ms"], 99), 2)
         accepted = light[0]["ok"]
         # peak
         c0, i0 = self.leader_counters()
@@ -181,8 +175,8 @@ class Bench:
         accepted += ok
         lat = [x for o in peak for x in o["latencies_ms"]]
         figures["ids_per_s"] = round(ok / a.duration)
-        figures["commit_p50_ms"] = round(_pct(lat, 50), 2)
-        figures["commit_p99_ms"] = round(_pct(lat, 99), 2)
+        figures["commit_p50_ms"] = round(percentile(lat, 50), 2)
+        figures["commit_p99_ms"] = round(percentile(lat, 99), 2)
         figures["ids_per_command"] = round((i1 - i0) / max(1, c1 - c0), 1)
         figures["raft_commands_per_s"] = round((c1 - c0) / max(elapsed, a.duration), 1)
         leader = next(r for r in self.client.status() if r.get("is_leader"))
@@ -194,8 +188,8 @@ class Bench:
             hl = [x for o in half for x in o["latencies_ms"]]
             accepted += sum(o["ok"] for o in half)
             figures["half_rate_ids_per_s"] = round(sum(o["ok"] for o in half) / a.half_duration)
-            figures["half_rate_commit_p50_ms"] = round(_pct(hl, 50), 2)
-            figures["half_rate_commit_p99_ms"] = round(_pct(hl, 99), 2)
+            figures["half_rate_commit_p50_ms"] = round(percentile(hl, 50), 2)
+            figures["half_rate_commit_p99_ms"] = round(percentile(hl, 99), 2)
         # race: two clients, the same ids, different tokens
         race = self.run_clients(2, 2, a.batch, a.race_duration, race=True)
         seen: dict[str, int] = {}
