@@ -92,33 +92,35 @@ class LogTailer:
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
         chunks: list[LogChunk] = []
         budget = max_bytes
+        sizes: dict[str, int] = {}
         for rel in list_log_files(self.root):
-            if budget <= 0:
-                break
-            chunk = self._read(rel, min(budget, self.read_bytes))
+            if budget <= 0:       # nothing more is read now, but pending_bytes() must still count it
+                try:
+                    sizes[rel] = os.path.getsize(self.root / rel)
+                except FileNotFoundError:
+                    pass
+                continue
+            chunk = self._read(rel, min(budget, self.read_bytes), sizes)
             if chunk is not None:
                 chunks.append(chunk)
                 budget -= chunk.end - chunk.offsets[0]
+        self._sizes = sizes       # replaced whole: readers on other threads never see it half-built
         return chunks
 
     def pending_bytes(self) -> int:
-        """Bytes present in the files beyond the read offsets (including an unterminated last line)."""
-        total = 0
-        for rel in list_log_files(self.root):
-            try:
-                size = os.path.getsize(self.root / rel)
-            except FileNotFoundError:
-                continue
-            total += max(0, size - self.offsets.get(rel, 0))
-        return total
+        """Bytes beyond the read offsets (including an unterminated last line) as of the last
+        :meth:`poll`, which already looked at every file: no second walk of the stream."""
+        offsets = self.offsets
+        return sum(max(0, size - offsets.get(rel, 0)) for rel, size in self._sizes.items())
 
-    def _read(self, rel: str, limit: int) -> LogChunk | None:
+    def _read(self, rel: str, limit: int, sizes: dict[str, int]) -> LogChunk | None:
         start = self.offsets.get(rel, 0)
         path = self.root / rel
         try:
             size = os.path.getsize(path)
         except FileNotFoundError:
             return None
+        sizes[rel] = size
         if size < start:
             self.shrunk.append(rel)
             if self.quarantine is not None:

@@ -100,3 +100,16 @@ def test_write_atomic_replaces_whole_files_and_leaves_no_temp(tmp_path):
     write_atomic(target, b'{"n":2}', durable=True)
     assert target.read_bytes() == b'{"n":2}'
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_pending_bytes_counts_files_the_poll_budget_left_unread(tmp_path):
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_bytes(b'{"k":1}\n' * 100)
+    (tmp_path / "c.jsonl").write_bytes(b'{"k":1}\n{"half"')
+    t = LogTailer(tmp_path, read_bytes=1 << 20)
+    chunks = t.poll(max_bytes=800)                      # the whole budget goes to a.jsonl
+    assert [c.file for c in chunks] == ["a.jsonl"]
+    assert t.pending_bytes() == 800 + 8 + 7             # all of b, c's complete line and its half line
+    while t.poll():
+        pass
+    assert t.pending_bytes() == 7                      # only the line still being written
