@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
+import orjson
+
 from photon._config import ConfigError, describe_options, load_config
 from photon._launcher import AlreadyRunning
+from photon._logs import read_output_lines
 
 
 def _cmd_gen(args) -> int:
@@ -66,20 +70,15 @@ def _cmd_demo(args) -> int:
           f"a and b under {out}", flush=True)
     s = generate(GenOptions(out=str(out), queries=args.queries, regions=("a", "b"), unjoinable_after_s=5.0))
     for sub in ("out", "state"):
-        import shutil
         shutil.rmtree(out / sub, ignore_errors=True)
     config = load_config(s.config)
     print(f"photon demo: joining both regions' copies through one shared IdRegistry "
           f"(expect {s.joinable_clicks} joined once in all, {s.unjoinable_clicks} unjoinable)", flush=True)
     code, summary = _run(config, True, args.timeout, False)
-    joined = set()
-    dups = 0
-    for region in config.regions:
-        for path in Path(region.joined_dir).rglob("*.jsonl"):
-            for line in path.read_bytes().splitlines():
-                cid = json.loads(line)["click_id"]
-                dups += cid in joined
-                joined.add(cid)
+    ids = [orjson.loads(line)[config.join.foreign_id_field]
+           for region in config.regions for line in read_output_lines(region.joined_dir)]
+    joined = set(ids)
+    dups = len(ids) - len(joined)
     truth = set((out / "truth" / "joinable.txt").read_text().split())
     print(f"photon demo: {len(joined & truth)}/{len(truth)} joinable clicks in the output, "
           f"{dups} duplicates, {len(joined - truth)} unexpected")

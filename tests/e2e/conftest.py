@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +27,7 @@ class Pipeline:
     def start(self, *extra: str):
         self.log = open(self.config_path.parent / "launcher.log", "ab")
         self.proc = self.procs.python("-m", "photon.cli", "run", "--config", str(self.config_path), *extra,
-                                      stdout=self.log, stderr=subprocess_stdout())
+                                      stdout=self.log, stderr=subprocess.STDOUT)
         return self
 
     def wait(self, timeout: float) -> int:
@@ -79,11 +80,6 @@ class Pipeline:
 
     def output_text(self) -> str:
         return (self.config_path.parent / "launcher.log").read_text(errors="replace")
-
-
-def subprocess_stdout():
-    import subprocess
-    return subprocess.STDOUT
 
 
 def _truth(root: Path, name: str) -> set[str]:
