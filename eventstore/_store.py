@@ -18,7 +18,7 @@ from pathlib import Path
 
 from photon import LogTailer, Quarantine
 
-from eventstore._state import EventCache, index_primary_lines
+from eventstore._state import CacheStats, EventCache, index_primary_lines
 
 log = logging.getLogger("photon.eventstore")
 
@@ -30,17 +30,9 @@ POLL_MAX_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
-class EventStoreStats:
+class EventStoreStats(CacheStats):
+    """The cache's statistics plus the primary reader's."""
     region: str
-    entries: int
-    bytes: int
-    max_bytes: int
-    evictions: int
-    too_large: int
-    lookups: int
-    lookup_ids: int
-    hits: int
-    misses: int
     lines_read: int
     events_indexed: int
     bad_records: int
@@ -94,11 +86,9 @@ class CacheEventStore:
                 self._stop.wait(1.0)
 
     def statistics(self) -> EventStoreStats:
-        c = self.cache.statistics()
         return EventStoreStats(
-            region=self.region, entries=c.entries, bytes=c.bytes, max_bytes=c.max_bytes,
-            evictions=c.evictions, too_large=c.too_large, lookups=c.lookups, lookup_ids=c.lookup_ids,
-            hits=c.hits, misses=c.misses, lines_read=self._lines_read, events_indexed=self._events_indexed,
+            **dataclasses.asdict(self.cache.statistics()), region=self.region, lines_read=self._lines_read,
+            events_indexed=self._events_indexed,
             bad_records=self._quarantine.count, files=len(self._tailer.offsets),
             pending_bytes=self._tailer.pending_bytes(), reader_alive=self._thread.is_alive())
 
