@@ -15,9 +15,15 @@ import orjson
 from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 
 # Bytes charged per cached event on top of its raw line's length. Measured with tracemalloc on CPython 3.11
-# for 100K events with 28-character ids: about 200 bytes in the cache's data, size and LRU-order dicts,
-# 79 for the id string and 33 for the bytes object's header.
-ENTRY_OVERHEAD_BYTES = 310
+# for 100K events with 28-character ids (tests/eventstore/test_es_cache.py checks it): about 60 bytes in
+# each of the id index and the event's block, 79 for the id string and 33 for the bytes object's header.
+ENTRY_OVERHEAD_BYTES = 190
+
+BLOCK_EVENTS = 1024
+"""At most this many events share one block of the LRU (see :class:`EventCache`)."""
+
+BLOCKS_PER_CACHE = 64
+"""A block is also kept under ``1/BLOCKS_PER_CACHE`` of the byte bound, so an eviction frees a small part."""
 
 
 def entry_size(raw: bytes) -> int:
@@ -39,34 +45,54 @@ class CacheStats:
     misses: int
 
 
-class _CountingLRU(cachetools.LRUCache):
-    """An LRU that counts what it evicts to stay within its byte bound."""
+class _Block:
+    """Events put together: their raw lines by id, and the bytes the block was charged when cached."""
+    __slots__ = ("key", "events", "charged", "live_bytes")
 
-    def __init__(self, maxsize: int) -> None:
-        super().__init__(maxsize, getsizeof=entry_size)
-        self.evictions = 0
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.events: dict[str, bytes] = {}
+        self.charged = 0        # what the LRU counts for this block (fixed once cached)
+        self.live_bytes = 0     # the part still held: replaced events leave the block
+
+
+class _BlockLRU(cachetools.LRUCache):
+    """The cachetools LRU of blocks; evicting a block drops its events from the id index."""
+
+    def __init__(self, maxsize: int, on_evict) -> None:
+        super().__init__(maxsize, getsizeof=lambda block: block.charged)
+        self._on_evict = on_evict
 
     def popitem(self):
-        item = super().popitem()
-        self.evictions += 1
-        return item
+        key, block = super().popitem()
+        self._on_evict(block)
+        return key, block
 
 
 class EventCache:
     """Recent primary events by id, as raw log-line bytes, bounded by :func:`entry_size` bytes in total.
 
-    ``put`` of an id already held replaces it (and marks it recently used). An event larger than the whole
-    bound is not stored (counted in ``too_large``). ``lookup`` returns one result per id, in order, and
-    marks hits recently used.
+    Events are held in blocks: each ``put_many`` call fills blocks of up to :data:`BLOCK_EVENTS` events,
+    and a cachetools LRU of blocks enforces the byte bound. Recency is kept per block: a lookup hit marks
+    its block recently used, and the least recently used block is evicted whole. Working per block rather
+    than per event takes the LRU's bookkeeping (a few microseconds an operation) off the indexing path;
+    a single ``put`` is a block of one, so it behaves exactly as a per-event LRU.
+
+    ``put`` of an id already held replaces it (the new bytes, in the new block). An event larger than the
+    whole bound is not stored (counted in ``too_large``). ``lookup`` returns one result per id, in order.
     """
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes <= 0:
             raise ValueError(f"cache size must be > 0 bytes, got {max_bytes}")
         self.max_bytes = max_bytes
-        self._lru = _CountingLRU(max_bytes)
+        self._block_bytes = max(1, max_bytes // BLOCKS_PER_CACHE)
+        self._where: dict[str, _Block] = {}
+        self._lru = _BlockLRU(max_bytes, self._evicted)
+        self._next_key = 0
+        self._dead_bytes = 0       # charged to cached blocks for events since replaced
         self._lock = threading.Lock()
-        self._puts = self._too_large = 0
+        self._puts = self._too_large = self._evictions = 0
         self._lookups = self._lookup_ids = self._hits = 0
 
     def put(self, event_id: str, raw: bytes) -> None:
@@ -74,18 +100,71 @@ class EventCache:
 
     def put_many(self, events: list[tuple[str, bytes]]) -> None:
         with self._lock:
-            lru = self._lru
+            block = None
+            overhead, limit, max_bytes = ENTRY_OVERHEAD_BYTES, self._block_bytes, self.max_bytes
             for event_id, raw in events:
-                try:
-                    lru[event_id] = raw
-                except ValueError:  # larger than the whole cache
+                size = len(raw) + overhead
+                if size > max_bytes:
                     self._too_large += 1
+                    continue
+                if block is not None and (len(block.events) >= BLOCK_EVENTS or block.charged + size > limit):
+                    self._cache(block)
+                    block = None
+                if block is None:
+                    block = _Block(self._next_key)
+                    self._next_key += 1
+                old = self._where.get(event_id)
+                if old is not None:
+                    self._forget(old, event_id)
+                block.events[event_id] = raw
+                block.charged += size
+                self._where[event_id] = block
+            if block is not None:
+                self._cache(block)
             self._puts += len(events)
+
+    def _cache(self, block: _Block) -> None:
+        block.live_bytes = block.charged
+        if block.events:
+            self._lru[block.key] = block      # may evict older blocks (see _evicted)
+
+    def _forget(self, block: _Block, event_id: str) -> None:
+        """An id put again: its old bytes leave their block. A cached block stays charged in full until it
+        goes (those bytes are counted as dead); one still being filled is simply charged less."""
+        size = len(block.events.pop(event_id)) + ENTRY_OVERHEAD_BYTES
+        if block.key not in self._lru:
+            block.charged -= size
+            return
+        block.live_bytes -= size
+        if block.events:
+            self._dead_bytes += size
+        else:                                 # nothing live left: drop the block and its dead bytes
+            self._dead_bytes -= block.charged - size
+            del self._lru[block.key]
+
+    def _evicted(self, block: _Block) -> None:
+        where = self._where
+        for event_id in block.events:
+            if where.get(event_id) is block:
+                del where[event_id]
+        self._evictions += len(block.events)
+        self._dead_bytes -= block.charged - block.live_bytes
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         with self._lock:
-            get = self._lru.get
-            out = [get(i) for i in ids]
+            where = self._where.get
+            out: list[bytes | None] = []
+            touched: dict[int, None] = {}
+            for event_id in ids:
+                block = where(event_id)
+                if block is None:
+                    out.append(None)
+                else:
+                    out.append(block.events[event_id])
+                    touched[block.key] = None
+            touch = self._lru.__getitem__
+            for key in touched:      # once per block, in first-hit order
+                touch(key)
             self._lookups += 1
             self._lookup_ids += len(ids)
             self._hits += len(out) - out.count(None)
@@ -93,10 +172,10 @@ class EventCache:
 
     def statistics(self) -> CacheStats:
         with self._lock:
-            return CacheStats(entries=len(self._lru), bytes=int(self._lru.currsize), max_bytes=self.max_bytes,
-                              puts=self._puts, evictions=self._lru.evictions, too_large=self._too_large,
-                              lookups=self._lookups, lookup_ids=self._lookup_ids, hits=self._hits,
-                              misses=self._lookup_ids - self._hits)
+            return CacheStats(entries=len(self._where), bytes=int(self._lru.currsize) - self._dead_bytes,
+                              max_bytes=self.max_bytes, puts=self._puts, evictions=self._evictions,
+                              too_large=self._too_large, lookups=self._lookups, lookup_ids=self._lookup_ids,
+                              hits=self._hits, misses=self._lookup_ids - self._hits)
 
 
 @dataclass(frozen=True, slots=True)
