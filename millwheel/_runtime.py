@@ -90,10 +90,10 @@ class InjectorShell:
                 rt.store.commit([Write(self.name, 0, self.seq, productions_done=done)])
             self.inbox.take(0, cfg.tick_us / 1e6)
             return
-        now = rt.clock.now_us()
         self.busy = True
         try:
-            prods = self._inject(now, done)
+            with rt.tracker.producing(rt.clock.now_us) as now:
+                prods = self._inject(now, done)
         finally:
             self.busy = False
         if not prods:
@@ -288,8 +288,10 @@ class Runtime:
     def _gc_dedup(self) -> None:
         """Forget dedup ids no sender can retry: older than each sender's oldest unacked production, and
         older than the retention."""
-        now = self.clock.now_us()
-        oldest = self.tracker.oldest_produced_at()
+        now = self.clock.now_us()      # read before the snapshot: a step that starts later stamps later
+        oldest, producing = self.tracker.oldest_produced_at()
+        if producing is not None:
+            now = min(now, producing)
         senders = list(self.topology.computations) + list(self.topology.injectors)
         for consumer in list(self.topology.computations):
             for sender in senders:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from millwheel._model import Delivery
 from millwheel._store import StoredProduction
@@ -107,6 +108,7 @@ class Tracker:
         self.per_sender: dict[str, int] = {}
         self.in_flight = 0
         self.acked_total = 0
+        self._producing = TimestampBag()   # production times of steps still making their productions
 
     def _bag(self, name: str) -> TimestampBag:
         bag = self.work.get(name)
@@ -123,13 +125,29 @@ class Tracker:
             return len(self.outstanding)
         return self.per_sender.get(sender, 0)
 
-    def oldest_produced_at(self) -> dict[str, int]:
+    @contextmanager
+    def producing(self, now_us: Callable[[], int]) -> Iterator[int]:
+        """Read the production time for one step of a sender (``now_us()``, inside the lock) and hold it
+        until the step's productions are registered: a production computed and being stored is not yet
+        outstanding, and dedup GC must not pass it meanwhile (see :meth:`oldest_produced_at`)."""
+        with self._lock:
+            now = now_us()
+            self._producing.add(now)
+        try:
+            yield now
+        finally:
+            with self._lock:
+                self._producing.remove(now)
+
+    def oldest_produced_at(self) -> tuple[dict[str, int], int | None]:
+        """The production time of each sender's oldest outstanding production, and the oldest production
+        time of any step still producing (which may become any sender's)."""
         with self._lock:
             out: dict[str, int] = {}
             for o in self.outstanding.values():
                 if o.prod.produced_at_us < out.get(o.sender, 1 << 63):
                     out[o.sender] = o.prod.produced_at_us
-            return out
+            return out, self._producing.min()
 
     def change_holds(self, name: str, add: Iterable[int], remove: Iterable[int]) -> None:
         with self._lock:

@@ -137,26 +137,26 @@ class Worker:
         self.busy = True
         try:
             rt.tracker.received([d for d in items if isinstance(d, Delivery)])
-            now = rt.clock.now_us()
-            by_comp: dict[str, list[Delivery]] = {}
-            writes: list[Write] = []
-            for item in self._deferred + items:
-                if isinstance(item, Delivery):
-                    by_comp.setdefault(item.consumer, []).append(item)
-                elif isinstance(item, Done):
-                    seq = self.comps[item.sender].seqs[item.interval]
-                    writes.append(Write(item.sender, item.interval, seq, productions_done=list(item.ids)))
-            self._deferred = []
-            with self._lock:
-                comps = list(self.comps.values())
-            after = [self._run_comp(cs, by_comp.pop(cs.name, []), now, writes) for cs in comps]
-            after.extend(self._weak_ready(now, writes))
-            rt.store.commit(writes)
-            for fn in after:
-                if fn is not None:
-                    fn()
-            # deliveries for a computation this worker does not own yet: keep them for the next step
-            self._deferred.extend(d for ds in by_comp.values() for d in ds)
+            with rt.tracker.producing(rt.clock.now_us) as now:   # until its productions are registered
+                by_comp: dict[str, list[Delivery]] = {}
+                writes: list[Write] = []
+                for item in self._deferred + items:
+                    if isinstance(item, Delivery):
+                        by_comp.setdefault(item.consumer, []).append(item)
+                    elif isinstance(item, Done):
+                        seq = self.comps[item.sender].seqs[item.interval]
+                        writes.append(Write(item.sender, item.interval, seq, productions_done=list(item.ids)))
+                self._deferred = []
+                with self._lock:
+                    comps = list(self.comps.values())
+                after = [self._run_comp(cs, by_comp.pop(cs.name, []), now, writes) for cs in comps]
+                after.extend(self._weak_ready(now, writes))
+                rt.store.commit(writes)
+                for fn in after:
+                    if fn is not None:
+                        fn()
+                # deliveries for a computation this worker does not own yet: keep them for the next step
+                self._deferred.extend(d for ds in by_comp.values() for d in ds)
         finally:
             self.busy = False
 

@@ -133,6 +133,41 @@ def test_dedup_ids_are_collected_once_no_sender_can_retry_and_older_repeats_are_
         rt.stop()
 
 
+@pytest.mark.timeout(60)
+def test_dedup_gc_never_passes_productions_still_being_stored(tmp_path):
+    """A production is stamped, then stored, then registered as outstanding. A dedup GC that runs while the
+    store is slow must not raise the floor past it, or its first delivery would be dropped as a repeat."""
+    import threading
+    from millwheel._store import SQLiteStore
+    from test_mw_runtime import QueueInjector, records, topo
+
+    class SlowInjectorCommits(SQLiteStore):
+        def __init__(self, path):
+            super().__init__(path)
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def commit(self, writes):
+            if any(w.computation == "in" and w.productions for w in writes):
+                self.entered.set()
+                self.release.wait(30)
+            return super().commit(writes)
+
+    store = SlowInjectorCommits(str(tmp_path / "s.db"))
+    inj = QueueInjector()
+    cfg = RuntimeConfig(threads=2, intervals=4, dedup_retention_us=1, gc_interval_us=20_000)
+    rt = Runtime(topo(inj), cfg, store=store).start()
+    try:
+        inj.push(records(40), estimate=0)
+        assert store.entered.wait(30)
+        wait_until(lambda: rt.store.gc_floors("count").get("in", 0) > 0, 30, message="a dedup GC round")
+        store.release.set()
+        wait_until(lambda: rt.statistics().computations["count"].records_processed == 40, 30, message="counted")
+        assert rt.statistics().computations["count"].duplicates_dropped == 0
+    finally:
+        store.release.set()
+        rt.stop()
+
+
 def test_config_rejects_unknown_and_bad_options():
     with pytest.raises(MillWheelConfigError, match="threads"):
         RuntimeConfig(threads=0)
