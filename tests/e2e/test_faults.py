@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -15,23 +17,61 @@ def _leader_pid(client) -> int | None:
     return leaders[0]["pid"] if leaders else None
 
 
+class ClickFeeder:
+    """Holds back the tail of every click file and appends it in small chunks of whole lines, so clicks
+    are still being written (and joined) when the test kills things, however fast the machine is."""
+
+    def __init__(self, clicks_root: Path, keep_fraction: float, lines_per_chunk: int = 50,
+                 pause_s: float = 0.02) -> None:
+        self.held: dict[Path, list[bytes]] = {}
+        for path in sorted(clicks_root.rglob("*.jsonl")):
+            lines = path.read_bytes().splitlines(keepends=True)
+            keep = int(len(lines) * keep_fraction)
+            path.write_bytes(b"".join(lines[:keep]))
+            self.held[path] = lines[keep:]
+        self.chunk, self.pause_s = lines_per_chunk, pause_s
+        self.chunks_written = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="click-feeder", daemon=True)
+
+    def _run(self) -> None:
+        while any(self.held.values()) and not self.stop.is_set():
+            for path, lines in self.held.items():
+                if lines:
+                    with open(path, "ab") as f:
+                        f.write(b"".join(lines[:self.chunk]))
+                    del lines[:self.chunk]
+            self.chunks_written += 1
+            self.stop.wait(self.pause_s)       # pacing the writer, not waiting on a condition
+
+    @property
+    def done(self) -> bool:
+        return not any(self.held.values())
+
+
 @pytest.mark.timeout(300)
 def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth):
     import idregistry
     generate(GenOptions(out=str(tmp_path), queries=60_000, unjoinable_fraction=0.0, duplicate_fraction=0.01,
                         bad_line_fraction=0.0, seed=9))
     joinable = truth(tmp_path, "joinable")
+    feeder = ClickFeeder(tmp_path / "logs" / "a" / "clicks", keep_fraction=0.3)
     p = pipeline(tmp_path / "photon.toml").start()
     client = idregistry.connect(idregistry.registry_endpoints(p.config))
     try:
         joiner_pid = p.wait_for_process("a-j0")
         wait_until(lambda: len(p.joined_ids(include_inprogress=True)) >= len(joinable) // 10, 120, interval=0.05,
                    message="a tenth of the clicks joined")
-        assert len(p.joined_ids(include_inprogress=True)) < len(joinable), "the run finished before the kill"
+        feeder.thread.start()
+        wait_until(lambda: feeder.chunks_written >= 3, 30, message="clicks being written")
+        assert not feeder.done, "the click feeder finished before the kill"
         os.kill(joiner_pid, signal.SIGKILL)
         wait_until(lambda: _leader_pid(client), 30, message="a registry leader")
         leader_pid = _leader_pid(client)
         os.kill(leader_pid, signal.SIGKILL)
+
+        feeder.thread.join(timeout=120)
+        assert feeder.done, "the click feeder did not finish"
 
         def caught_up():
             st = p.dispatcher_status()
@@ -62,6 +102,7 @@ def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth):
               f"{len(missing)}: {missing[:20]}")
         assert len(missing) <= 2 * p.config.dispatcher.batch_size * p.config.dispatcher.max_in_flight
     finally:
+        feeder.stop.set()
         client.close()
     assert p.stop() == 0
     assert set(p.joined_ids()) | set(missing) == joinable
