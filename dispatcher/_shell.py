@@ -13,6 +13,7 @@ import os
 import queue
 import random
 import threading
+from collections import Counter
 from pathlib import Path
 
 from photon import Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock
@@ -114,6 +115,7 @@ class Dispatcher:
                                         jitter=jitter if jitter is not None else random.Random(),
                                         restore=snapshot)
             self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}")
+            self.quarantine.skip_known(self.core.offsets)   # lines past the checkpoint are read again
             self.tailer = LogTailer(Path(self.region.log_root) / config.join.foreign_stream,
                                     offsets=self.core.offsets, quarantine=self.quarantine)
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
@@ -123,6 +125,11 @@ class Dispatcher:
         name = f"dispatcher-{self.region.name}"
         self.unjoinable = RollingWriter(self.region.unjoinable_dir, name)
         self.unjoinable.recover_orphans()
+        # clicks given up after the checkpoint are given up again (their lines are read again): lines an
+        # earlier run wrote since then are not written twice (a second before it: file times are coarse)
+        since_us = int(snapshot.get("written_at_us", 0)) - 1_000_000 if snapshot else 0
+        self._unjoinable_written = Counter(self.unjoinable.lines_written_since(since_us))
+        self.unjoinable_repeats_skipped = 0
         self._lookup_tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._lookup_workers = [threading.Thread(target=self._lookup_worker, name=f"{name}-lookup-{k}",
                                                  daemon=True)
@@ -258,7 +265,7 @@ class Dispatcher:
             elif kind is Lookup:
                 self._lookup(cmd)
             elif kind is WriteUnjoinable:
-                self.unjoinable.write_lines(cmd.raws)
+                self.unjoinable.write_lines(self._not_written_before(cmd.raws))
             elif kind is QuarantineRecords:
                 for file, offset, reason, raw in cmd.records:
                     self.quarantine.add(file, offset, reason, raw)
@@ -266,6 +273,20 @@ class Dispatcher:
                 save_checkpoint(self.dir, cmd.snapshot)
             else:
                 raise TypeError(f"unknown dispatcher command {cmd!r}")
+
+    def _not_written_before(self, raws: list[bytes]) -> list[bytes]:
+        written = self._unjoinable_written
+        if not written:
+            return raws
+        out = []
+        for raw in raws:
+            if written[raw] > 0:
+                written[raw] -= 1
+                self.unjoinable_repeats_skipped += 1
+            else:
+                out.append(raw)
+        written += Counter()   # drops the used-up lines, so the check above ends once all are met
+        return out
 
     def _lookup_worker(self) -> None:
         """Runs registry lookups (daemon threads: a hung registry call never delays the process's exit)."""

@@ -50,6 +50,7 @@ class CacheEventStore:
         self.cache = EventCache(max_bytes)
         self._id_field = id_field
         self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}")
+        self._quarantine.skip_known()      # the reader starts at offset 0: bad lines it quarantined before
         self._tailer = LogTailer(primary_root, quarantine=self._quarantine)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"eventstore-{region}-reader", daemon=True)

@@ -159,13 +159,43 @@ class Quarantine:
     def __init__(self, directory: str | Path, name: str) -> None:
         self.path = Path(directory) / f"{name}.jsonl"
         self.count = 0
+        self.repeats_skipped = 0
+        self._known: set[tuple[str, int]] = set()
         self._f = None
         self._lock = threading.Lock()
+
+    def skip_known(self, resume_offsets: Mapping[str, int] | None = None) -> int:
+        """Call before a restarted reader reads again from ``resume_offsets`` (file -> byte offset; a file
+        not named is read from 0): the entries this quarantine already holds at or past those offsets will
+        be reported again, and :meth:`add` skips them (once each) instead of writing them twice.
+        Returns how many entries are remembered."""
+        resume = resume_offsets or {}
+        known: set[tuple[str, int]] = set()
+        if self.path.exists():
+            with open(self.path, "r+b") as f:
+                data = f.read()
+                if data and not data.endswith(b"\n"):   # a crash tore the last entry: cut it off
+                    f.truncate(data.rfind(b"\n") + 1)
+            for line in data[: data.rfind(b"\n") + 1].splitlines():
+                try:
+                    entry = orjson.loads(line)
+                    key = (entry["file"], int(entry["offset"]))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue   # not an entry this class wrote: leave it be
+                if key[1] >= resume.get(key[0], 0):
+                    known.add(key)
+        with self._lock:
+            self._known = known
+        return len(known)
 
     def add(self, file: str, offset: int, reason: str, raw: bytes) -> None:
         entry = {"file": file, "offset": offset, "reason": reason,
                  "raw": raw.decode("utf-8", errors="replace"), "at_us": time.time_ns() // 1000}
         with self._lock:
+            if self._known and (file, offset) in self._known:
+                self._known.discard((file, offset))
+                self.repeats_skipped += 1
+                return
             if self._f is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._f = open(self.path, "ab")
@@ -246,6 +276,21 @@ class RollingWriter:
             os.replace(p, final)
             published.append(final)
         return published
+
+    def lines_written_since(self, since_us: int) -> list[bytes]:
+        """The lines of this prefix's published files last modified at or after ``since_us`` (wall clock,
+        µs): what an earlier run wrote since then, for a restarted writer that may be asked to write
+        them again. Call after :meth:`recover_orphans`."""
+        out: list[bytes] = []
+        if not self.dir.is_dir():
+            return out
+        for p in sorted(self.dir.glob(f"{self.prefix}-*.jsonl")):
+            try:
+                if p.stat().st_mtime_ns // 1000 >= since_us:
+                    out.extend(p.read_bytes().splitlines())
+            except FileNotFoundError:   # removed meanwhile by whoever consumes the output
+                continue
+        return out
 
     def write_lines(self, lines: list[bytes]) -> None:
         if not lines:

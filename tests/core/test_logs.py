@@ -73,6 +73,41 @@ def test_quarantine_names_file_offset_reason_and_raw(tmp_path):
     assert q.count == 1
 
 
+def test_a_restarted_quarantine_skips_what_it_already_holds_past_the_resume_offsets(tmp_path):
+    q = Quarantine(tmp_path, "dispatcher-a")
+    for file, offset in (("c-0", 10), ("c-0", 90), ("c-1", 5)):
+        q.add(file, offset, "bad", b"{x")
+    q.close()
+    with open(q.path, "ab") as f:
+        f.write(b'{"file": "c-1", "off')         # the process died in the middle of an entry
+    q = Quarantine(tmp_path, "dispatcher-a")
+    assert q.skip_known({"c-0": 50}) == 2            # c-0@90 (past 50) and c-1@5 (c-1 is read from 0)
+    for file, offset in (("c-0", 90), ("c-1", 5), ("c-0", 90), ("c-2", 0)):
+        q.add(file, offset, "bad", b"{x")
+    q.close()
+    entries = [orjson.loads(line) for line in q.path.read_bytes().splitlines()]
+    assert [(e["file"], e["offset"]) for e in entries] == [
+        ("c-0", 10), ("c-0", 90), ("c-1", 5), ("c-0", 90), ("c-2", 0)]   # a second report of c-0@90 is new
+    assert (q.count, q.repeats_skipped) == (2, 2)
+
+
+def test_rolling_writer_lists_the_lines_an_earlier_run_wrote_since_a_time(tmp_path):
+    w = RollingWriter(tmp_path, "dispatcher-a", roll_interval_s=3600)
+    w.write_lines([b'{"n":1}'])
+    w.roll()
+    old = next(tmp_path.glob("*.jsonl"))
+    os.utime(old, ns=(1_000_000_000, 1_000_000_000))     # written long ago
+    w.write_lines([b'{"n":2}', b'{"n":3}'])
+    w._f.close()                                         # died without rolling
+    other = RollingWriter(tmp_path, "a-j0")
+    other.write_lines([b'{"n":9}'])
+    other.roll()
+    again = RollingWriter(tmp_path, "dispatcher-a")
+    again.recover_orphans()
+    assert again.lines_written_since(2_000_000) == [b'{"n":2}', b'{"n":3}']
+    assert sorted(again.lines_written_since(0)) == [b'{"n":1}', b'{"n":2}', b'{"n":3}']
+
+
 def test_rolling_writer_publishes_whole_files_and_recovers_orphans(tmp_path):
     w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, roll_bytes=30)
     w.write_lines([b'{"n":1}', b'{"n":2}'])

@@ -194,3 +194,37 @@ def test_a_hung_registry_delays_batches_by_the_lookup_deadline_only(tmp_path, se
         registry.close()
         d.stop()
     assert max(service.joined.values()) == 1 and d.statistics().joined == 300
+
+
+def test_output_written_after_the_last_checkpoint_is_not_written_again_after_a_crash(tmp_path, service):
+    """A dispatcher that dies after writing unjoinable clicks and quarantine entries, but before its next
+    checkpoint, reads those lines again when restarted; it must not write them twice."""
+    cfg = config(tmp_path, unjoinable_after_s=0.3)
+    region = cfg.regions[0]
+    f = tmp_path / "logs" / "clicks" / "c.jsonl"
+    checkpoint = tmp_path / "state" / "dispatcher" / "checkpoint.json"
+
+    def run_until(unjoinable: int):
+        d = start(cfg, service)
+        try:
+            wait_until(lambda: d.statistics().unjoinable == unjoinable and d.statistics().caught_up, 20,
+                       message=f"{unjoinable} clicks given up")
+        finally:
+            d.stop()
+        return d
+
+    append_lines(f, [click_line(1), b"{bad one"])
+    run_until(1)
+    before_crash = checkpoint.read_bytes()
+    append_lines(f, [click_line(2), b"{bad two"])
+    run_until(2)
+    checkpoint.write_bytes(before_crash)   # as if the run that wrote click 2 died before checkpointing it
+    d = run_until(2)
+    assert sorted(u["click_id"] for u in read_jsonl_dir(region.unjoinable_dir)) == [click_id(1), click_id(2)]
+    assert sorted(b["raw"] for b in read_jsonl_dir(region.quarantine_dir)) == ["{bad one", "{bad two"]
+    assert (d.unjoinable_repeats_skipped, d.quarantine.repeats_skipped) == (1, 1)
+    checkpoint.unlink()                    # as if it died before its first checkpoint: all is read again
+    d = run_until(2)
+    assert sorted(u["click_id"] for u in read_jsonl_dir(region.unjoinable_dir)) == [click_id(1), click_id(2)]
+    assert sorted(b["raw"] for b in read_jsonl_dir(region.quarantine_dir)) == ["{bad one", "{bad two"]
+    assert (d.unjoinable_repeats_skipped, d.quarantine.repeats_skipped) == (2, 2)

@@ -91,3 +91,14 @@ def test_cache_bound_holds_while_reading_more_than_fits(tmp_path, queries_dir):
     assert s.events_indexed == 1000 and s.bytes <= 20_000 and 0 < s.entries < 1000
     assert s.evictions == 1000 - s.entries
     assert store.lookup([query_id(999), query_id(0)]) == [query_line(999), None]
+
+
+def test_a_restarted_store_reads_from_the_start_without_quarantining_again(tmp_path, queries_dir):
+    (queries_dir / "q.log").write_bytes(query_line(1) + b"\n{broken\n" + query_line(2) + b"\n")
+    for _ in range(2):
+        store = make_store(tmp_path, queries_dir)
+        store.read_once()
+        assert store.lookup([query_id(1), query_id(2)]) == [query_line(1), query_line(2)]
+        store.close()
+    entries = (tmp_path / "out" / "quarantine" / "eventstore-a.jsonl").read_bytes().splitlines()
+    assert [orjson.loads(e)["raw"] for e in entries] == ["{broken"]
