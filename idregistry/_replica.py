@@ -30,6 +30,8 @@ from pysyncobj.transport import TCPTransport
 
 from idregistry._state import ShardState
 
+JOURNAL_FILE = "raft.journal"
+
 # pysyncobj's failure reasons, grouped by what the caller should do about them.
 QUEUE_FULL_REASONS = frozenset({FAIL_REASON.QUEUE_FULL})
 
@@ -66,7 +68,7 @@ class RaftSettings:
             leaderFallbackTimeout=self.leader_fallback_s,
             logCompactionMinEntries=self.log_compaction_min_entries,
             logCompactionMinTime=self.log_compaction_min_time_s,
-            journalFile=str(data_dir / "raft.journal"),
+            journalFile=str(data_dir / JOURNAL_FILE),
             fullDumpFile=str(data_dir / "raft.snapshot"),
             useFork=False,
             dynamicMembershipChange=False,
@@ -159,12 +161,55 @@ class _StateConsumer(SyncObjConsumer):
         return results
 
 
+class _AckAfterSyncObj(SyncObj):
+    """pysyncobj's SyncObj whose followers acknowledge appended entries only once they are on disk.
+
+    pysyncobj's follower answers an ``append_entries`` as soon as the entries are in its journal's page
+    cache. With ``ack_after_sync`` (the registry's fsync thread: ``fn`` runs after an fsync that started
+    after the call), every acknowledgement waits in order for such an fsync; acknowledgements that need
+    none (refusals) still wait behind earlier ones, so none overtakes another. The fsync thread wakes the
+    Raft thread through pysyncobj's own pipe, and the waiting acknowledgements are sent from the tick.
+    So an entry counts towards a majority only once it is on that member's disk."""
+
+    def __init__(self, *args, ack_after_sync=None, **kwargs) -> None:
+        self._ack_after_sync = ack_after_sync
+        self._acks: deque = deque()      # (seq, needs_sync, node, reset, next_idx, success), in order
+        self._ack_seq = 0
+        self._synced_seq = 0
+        super().__init__(*args, **kwargs)
+        if ack_after_sync is not None:
+            self.addOnTickCallback(self._send_synced_acks)
+
+    def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
+        if self._ack_after_sync is None or (not success and not self._acks):
+            return SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, nextNodeIdx, success)
+        if nextNodeIdx is None:    # what the log holds now, as pysyncobj would have sent it now
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        self._ack_seq += 1
+        seq = self._ack_seq
+        self._acks.append((seq, success, node, reset, nextNodeIdx, success))
+        if success:
+            self._ack_after_sync(lambda: self._synced(seq))
+
+    def _synced(self, seq: int) -> None:
+        """In the fsync thread: every acknowledgement up to ``seq`` is on disk; wake the Raft thread."""
+        if seq > self._synced_seq:
+            self._synced_seq = seq
+        self._SyncObj__pipeNotifier.notify()
+
+    def _send_synced_acks(self) -> None:
+        acks, synced = self._acks, self._synced_seq
+        while acks and (acks[0][0] <= synced or not acks[0][1]):
+            _, _, node, reset, next_idx, success = acks.popleft()
+            SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, next_idx, success)
+
+
 class RaftReplica:
     """A running Raft member of one shard. ``submit(ops, callback)`` replicates one command; the callback
     runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
     def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: ShardState,
-                 settings: RaftSettings | None = None, on_applied=None) -> None:
+                 settings: RaftSettings | None = None, on_applied=None, ack_after_sync=None) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
         self.self_addr = self_addr
@@ -172,8 +217,9 @@ class RaftReplica:
         self.settings = settings or RaftSettings()
         others = [p for p in peers if p != self_addr]
         conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
-        self._sync = SyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
-                             transportClass=_transport_class(self.settings.simulated_rtt_ms))
+        self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
+                                      transportClass=_transport_class(self.settings.simulated_rtt_ms),
+                                      ack_after_sync=ack_after_sync)
         self._destroyed = threading.Event()
 
     @property
@@ -194,7 +240,7 @@ class RaftReplica:
         return self._sync.getStatus()
 
     def journal_path(self) -> str:
-        return str(self.data_dir / "raft.journal")
+        return str(self.data_dir / JOURNAL_FILE)
 
     def add_tick_callback(self, callback) -> None:
         self._sync.addOnTickCallback(callback)

@@ -29,7 +29,7 @@ from photon import Clock, SystemClock
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
-from idregistry._replica import QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path
+from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardingLease, ShardState,
                                bucket_width_us, validate_ids)
@@ -99,11 +99,12 @@ class ReplicaServer:
         self._lease_us = self._skew_us - min(self._skew_us // 2, SERVER_CLOCK_GUARD_US)
         self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
         self._syncer = None if spec.fsync == FSYNC_NONE else _Syncer(
-            lambda: self.raft.journal_path(),
+            lambda: str(Path(spec.data_dir) / JOURNAL_FILE),
             interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft_settings(), on_applied=self._on_applied)
+                                spec.raft_settings(), on_applied=self._on_applied,
+                                ack_after_sync=self._syncer.after_next_sync if spec.fsync == FSYNC_BATCH else None)
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
                                max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}",
@@ -377,7 +378,10 @@ class _Syncer:
             self._seconds += time.perf_counter() - t
             self.fsyncs += 1
             for fn in waiting:
-                fn()
+                try:
+                    fn()
+                except Exception:   # one failing waiter must not stop the fsyncs every other one needs
+                    log.exception("a callback after the journal fsync failed")
             if self._interval_s:
                 self._closing.wait(self._interval_s)
 

@@ -107,3 +107,58 @@ def test_restarting_every_replica_of_the_shard_loses_no_committed_id(cluster):
     for address in cluster.endpoints():
         with idregistry.RegistryClient([address]) as one:
             assert one.lookup(committed) == [True] * len(committed)
+
+
+@pytest.mark.timeout(60)
+def test_followers_acknowledge_entries_only_after_their_fsync(tmp_path):
+    """With the "batch" fsync policy a follower holds its acknowledgement until its journal is on disk, so
+    an entry counts towards the majority only once it is durable there. Three real pysyncobj members on
+    127.0.0.1 in this process; the followers' fsync thread is replaced by a gate the test opens."""
+    import threading
+    from photon import free_port
+    from idregistry._replica import RaftReplica, RaftSettings
+    from idregistry._state import OP_COMMIT, ShardState
+
+    gate_open = threading.Event()
+    held: list = []
+    lock = threading.Lock()
+
+    def after_sync(fn) -> None:          # the fsync thread's contract: fn runs after a later fsync
+        with lock:
+            if not gate_open.is_set():
+                held.append(fn)
+                return
+        fn()
+
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    replicas = [RaftReplica(a, addresses, tmp_path / f"r{k}", ShardState(0), RaftSettings(),
+                            ack_after_sync=after_sync) for k, a in enumerate(addresses)]
+    try:
+        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, message="a leader")
+        gate_open.set()                  # let the election's own acknowledgements through
+        for fn in held:
+            fn()
+        held.clear()
+        leader = next(r for r in replicas if r.is_leader())
+        followers = [r for r in replicas if r is not leader]
+        wait_until(lambda: all(f.raft_status()["log_len"] == leader.raft_status()["log_len"] for f in followers),
+                   30, message="the followers in step")
+        with lock:
+            gate_open.clear()
+        before = leader.raft_status()["log_len"]
+        done = threading.Event()
+        leader.submit([(OP_COMMIT, "j", ["10.9.9.9:1:1763712000000001"])], lambda res, err: done.set())
+        wait_until(lambda: leader.raft_status()["log_len"] > before and len(held) >= 2 and all(
+            f.raft_status()["log_len"] == leader.raft_status()["log_len"] for f in followers), 30,
+                   message="the entry appended by both followers, their acknowledgements held")
+        assert not done.wait(1.0), "committed before any follower had the entry on disk"
+        with lock:
+            gate_open.set()
+            release, held[:] = list(held), []
+        for fn in release:
+            fn()
+        assert done.wait(30), "not committed once the followers' fsync finished"
+        assert leader.state.contains("10.9.9.9:1:1763712000000001")
+    finally:
+        for r in replicas:
+            r.destroy()
