@@ -132,10 +132,9 @@ SNAPSHOT_FORMAT = 1
 class _StateConsumer(SyncObjConsumer):
     """Holds the replicated state; snapshots go through :meth:`write_snapshot` / :meth:`read_snapshot`."""
 
-    def __init__(self, state: ShardState, on_applied) -> None:
+    def __init__(self, state: ShardState) -> None:
         super().__init__()
         self.state = state
-        self._on_applied = on_applied
 
     def write_snapshot(self, path: str, raft_data) -> None:
         """pysyncobj's serializer hook: called in the Raft thread (so the state is between commands) with
@@ -156,9 +155,29 @@ class _StateConsumer(SyncObjConsumer):
 
     @replicated
     def apply(self, ops):
-        results = self.state.apply(ops)
-        self._on_applied(ops)
-        return results
+        return self.state.apply(ops)
+
+
+class _NotifyingJournal:
+    """pysyncobj's journal, telling ``on_append`` after every entry written to it (so the fsync thread
+    starts flushing as soon as an entry is in, while it is still being replicated)."""
+
+    def __init__(self, journal, on_append) -> None:
+        self._journal = journal
+        self._on_append = on_append
+
+    def add(self, *entry) -> None:
+        self._journal.add(*entry)
+        self._on_append()
+
+    def __len__(self) -> int:
+        return len(self._journal)
+
+    def __getitem__(self, item):
+        return self._journal[item]
+
+    def __getattr__(self, name):
+        return getattr(self._journal, name)
 
 
 class _AckAfterSyncObj(SyncObj):
@@ -171,12 +190,14 @@ class _AckAfterSyncObj(SyncObj):
     Raft thread through pysyncobj's own pipe, and the waiting acknowledgements are sent from the tick.
     So an entry counts towards a majority only once it is on that member's disk."""
 
-    def __init__(self, *args, ack_after_sync=None, **kwargs) -> None:
+    def __init__(self, *args, ack_after_sync=None, on_append=None, **kwargs) -> None:
         self._ack_after_sync = ack_after_sync
         self._acks: deque = deque()      # (seq, needs_sync, node, reset, next_idx, success), in order
         self._ack_seq = 0
         self._synced_seq = 0
         super().__init__(*args, **kwargs)
+        if on_append is not None:
+            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append)
         if ack_after_sync is not None:
             self.addOnTickCallback(self._send_synced_acks)
 
@@ -209,17 +230,17 @@ class RaftReplica:
     runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
     def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: ShardState,
-                 settings: RaftSettings | None = None, on_applied=None, ack_after_sync=None) -> None:
+                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
         self.self_addr = self_addr
-        self._consumer = _StateConsumer(state, on_applied or (lambda ops: None))
+        self._consumer = _StateConsumer(state)
         self.settings = settings or RaftSettings()
         others = [p for p in peers if p != self_addr]
         conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
         self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                       transportClass=_transport_class(self.settings.simulated_rtt_ms),
-                                      ack_after_sync=ack_after_sync)
+                                      ack_after_sync=ack_after_sync, on_append=on_append)
         self._destroyed = threading.Event()
 
     @property

@@ -102,13 +102,14 @@ class ReplicaServer:
             lambda: str(Path(spec.data_dir) / JOURNAL_FILE),
             interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
+        batch = spec.fsync == FSYNC_BATCH
         self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft_settings(), on_applied=self._on_applied,
-                                ack_after_sync=self._syncer.after_next_sync if spec.fsync == FSYNC_BATCH else None)
+                                spec.raft_settings(), ack_after_sync=self._syncer.after_sync if batch else None,
+                                on_append=self._syncer.appended if self._syncer else None)
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
                                max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}",
-                               deliver=self._syncer.after_next_sync if spec.fsync == FSYNC_BATCH else None)
+                               deliver=self._syncer.after_sync if batch else None)
         self._lease: ShardingLease | None = None
         self._lease_lock = threading.Lock()
         self._meta_channels: dict[str, pb_grpc.RegistryStub] = {}
@@ -258,10 +259,6 @@ class ReplicaServer:
 
     # ---- housekeeping (leader decisions, lease refresh, fsync policy, rates) ----------------------
 
-    def _on_applied(self, ops) -> None:
-        if self._syncer is not None:
-            self._syncer.mark_dirty()
-
     def _housekeeping(self) -> None:
         refresh_every = min(1.0, self._lease_us / 4e6)
         last = {"leader": 0.0, "lease": 0.0}
@@ -330,16 +327,21 @@ class ReplicaServer:
 class _Syncer:
     """Flushes the Raft journal to disk off the Raft thread, grouping fsyncs.
 
-    ``mark_dirty()`` after a command was applied; ``after_next_sync(fn)`` runs ``fn`` once an fsync that
-    started after the call has finished (the "batch" policy tells clients OK only then). With
-    ``interval_s`` the journal is flushed at most that often and nothing waits for it ("interval")."""
+    ``appended()`` after an entry was written to the journal (the thread starts an fsync as soon as it is
+    free). ``after_sync(fn)`` runs ``fn`` once every entry written before the call is on disk: at once if
+    a finished fsync already covered them, else after the fsync that does. The leader answers clients this
+    way ("batch"): its fsync of an entry runs while the entry is being replicated, so by the time the
+    followers' acknowledgements are in it is usually done. With ``interval_s`` the journal is flushed at
+    most that often and nothing waits for it ("interval")."""
 
     def __init__(self, path, interval_s: float = 0.0) -> None:
         self._path = path
         self._interval_s = interval_s
         self._cond = threading.Condition()
         self._dirty = False
-        self._waiting: list = []
+        self._appended = 0          # entries written so far
+        self._synced = 0            # entries on disk (the count an fsync started with, once it finished)
+        self._waiting: list[tuple[int, object]] = []
         self._closed = False
         self._closing = threading.Event()
         self.fsyncs = 0
@@ -347,16 +349,21 @@ class _Syncer:
         self._thread = threading.Thread(target=self._run, name="registry-fsync", daemon=True)
         self._thread.start()
 
-    def mark_dirty(self) -> None:
+    def appended(self) -> None:
         with self._cond:
+            self._appended += 1
             self._dirty = True
             self._cond.notify()
 
-    def after_next_sync(self, fn) -> None:
+    def after_sync(self, fn) -> None:
         with self._cond:
-            self._waiting.append(fn)
-            self._dirty = True
-            self._cond.notify()
+            need = self._appended
+            if self._synced < need:
+                self._waiting.append((need, fn))
+                self._dirty = True
+                self._cond.notify()
+                return
+        fn()
 
     def mean_ms(self) -> float:
         return round(1000 * self._seconds / self.fsyncs, 3) if self.fsyncs else 0.0
@@ -369,7 +376,7 @@ class _Syncer:
                 if self._closed and not self._waiting:
                     return
                 self._dirty = False
-                waiting, self._waiting = self._waiting, []
+                covering = self._appended
             t = time.perf_counter()
             try:
                 fsync_path(self._path())
@@ -377,7 +384,13 @@ class _Syncer:
                 log.exception("fsync of the Raft journal failed")
             self._seconds += time.perf_counter() - t
             self.fsyncs += 1
-            for fn in waiting:
+            with self._cond:
+                self._synced = max(self._synced, covering)
+                ready = [fn for need, fn in self._waiting if need <= covering]
+                self._waiting = [(need, fn) for need, fn in self._waiting if need > covering]
+                if self._waiting:
+                    self._dirty = True
+            for fn in ready:
                 try:
                     fn()
                 except Exception:   # one failing waiter must not stop the fsyncs every other one needs
