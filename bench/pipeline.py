@@ -30,14 +30,16 @@ from photon import IdGenerator, load_config, read_output_lines, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_config(root: Path, joiners: int, extra: str = "") -> Path:
+def write_config(root: Path, joiners: int, settings: dict[str, dict[str, str]] | None = None) -> Path:
+    """The bench's photon.toml; ``settings`` (section -> key -> TOML value) adds to or overrides it."""
+    sections: dict[str, dict[str, str]] = {"join": {"unjoinable_after_s": "30"},
+                                           "joiner": {"per_region": str(joiners)}}
+    for section, values in (settings or {}).items():
+        sections.setdefault(section, {}).update(values)
+    tables = "".join(f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+                     for section, values in sections.items())
     cfg = root / "photon.toml"
-    cfg.write_text(f"""[join]
-unjoinable_after_s = 30
-[joiner]
-per_region = {joiners}
-{extra}
-[[regions]]
+    cfg.write_text(f"""{tables}[[regions]]
 name = "a"
 log_root = "logs"
 output_root = "out"
@@ -166,12 +168,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="photon-bench-"))
-    extra = []
+    settings: dict[str, dict[str, str]] = {}
     for item in args.set:
-        key, _, value = item.partition("=")
-        section, _, name = key.partition(".")
-        extra.append(f"[{section}]\n{name} = {value}")
-    cfg_path = write_config(root, args.joiners, "\n".join(extra))
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (eq and dot and section and name and value):
+            ap.error(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. dispatcher.max_in_flight=8")
+        settings.setdefault(section, {})[name] = value
+    cfg_path = write_config(root, args.joiners, settings)
     config = load_config(cfg_path)
     writer = Writer(root)
     backlog_lines = writer.format(args.clicks)          # formatted now, written once the pipeline is up
