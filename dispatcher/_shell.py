@@ -125,8 +125,9 @@ class Dispatcher:
         name = f"dispatcher-{self.region.name}"
         self.unjoinable = RollingWriter(self.region.unjoinable_dir, name)
         self.unjoinable.recover_orphans()
-        # clicks given up after the checkpoint are given up again (their lines are read again): lines an
-        # earlier run wrote since then are not written twice (a second before it: file times are coarse)
+        # lines after the checkpoint are read again, and their clicks may be given up again: unjoinable
+        # lines an earlier run wrote since then are not written twice (from a second before the
+        # checkpoint: file times are coarse)
         since_us = int(snapshot.get("written_at_us", 0)) - 1_000_000 if snapshot else 0
         self._unjoinable_written = Counter(self.unjoinable.lines_written_since(since_us))
         self.unjoinable_repeats_skipped = 0
