@@ -184,8 +184,8 @@ class _AckAfterSyncObj(SyncObj):
     """pysyncobj's SyncObj whose followers acknowledge appended entries only once they are on disk.
 
     pysyncobj's follower answers an ``append_entries`` as soon as the entries are in its journal's page
-    cache. With ``ack_after_sync`` (the registry's fsync thread: ``fn`` runs after an fsync that started
-    after the call), every acknowledgement waits in order for such an fsync; acknowledgements that need
+    cache. With ``ack_after_sync`` (the registry's fsync thread: ``fn`` runs once every entry written
+    before the call is on disk), every acknowledgement waits in order for that; acknowledgements that need
     none (refusals) still wait behind earlier ones, so none overtakes another. The fsync thread wakes the
     Raft thread through pysyncobj's own pipe, and the waiting acknowledgements are sent from the tick.
     So an entry counts towards a majority only once it is on that member's disk."""
