@@ -29,6 +29,8 @@ class EventStoreClient:
         self.timeout = timeout
         self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.EventStoreStub(self._channel)
+        self.read_through_us: int | None = None
+        """From the latest lookup: the time up to which the store had read its logs (None: not reported)."""
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         """One result per id, in order: the primary event's raw log line, or None when not held."""
@@ -39,6 +41,8 @@ class EventStoreClient:
         except grpc.RpcError as e:
             raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
         raws = list(resp.raws)
+        if resp.HasField("read_through_us"):
+            self.read_through_us = resp.read_through_us
         if len(raws) != len(ids):
             raise EventStoreUnavailable(f"event store {self.address} answered {len(raws)} results "
                                         f"for {len(ids)} ids")

@@ -13,7 +13,8 @@ class EventStoreServicer(pb_grpc.EventStoreServicer):
 
     def Lookup(self, request, context):
         raws = self._store.lookup(list(request.ids))
-        return pb.LookupResponse(raws=[r if r is not None else b"" for r in raws])
+        return pb.LookupResponse(raws=[r if r is not None else b"" for r in raws],
+                                 read_through_us=getattr(self._store, "read_through_us", None))
 
     def Status(self, request, context):
         return pb.StatusResponse(json=orjson.dumps(self._store.status()).decode())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ POLL_MAX_BYTES = 8 << 20
 class EventStoreStats(CacheStats):
     """The cache's statistics plus the primary reader's."""
     region: str
+    read_through_us: int
     lines_read: int
     events_indexed: int
     bad_records: int
@@ -56,6 +58,9 @@ class CacheEventStore:
         self._thread = threading.Thread(target=self._run, name=f"eventstore-{region}-reader", daemon=True)
         self._lines_read = 0
         self._events_indexed = 0
+        self.read_through_us = 0
+        """Wall time (µs) up to which the store has read everything: every complete line the logs held at
+        that moment is indexed. 0 until the first pass that reached the end of every file."""
 
     def start(self) -> None:
         self._thread.start()
@@ -67,6 +72,7 @@ class CacheEventStore:
         """One pass over the logs: index every new complete line; returns the number of lines read.
         The reader thread calls this in a loop; tests may call it directly on a store never started."""
         lines = 0
+        started_us = time.time_ns() // 1000
         for chunk in self._tailer.poll(POLL_MAX_BYTES):
             good, bad = index_primary_lines(chunk, self._id_field)
             self.cache.put_many(good)
@@ -75,6 +81,8 @@ class CacheEventStore:
             lines += len(chunk.lines)
             self._events_indexed += len(good)
         self._lines_read += lines
+        if self._tailer.caught_up:
+            self.read_through_us = started_us
         return lines
 
     def _run(self) -> None:
@@ -88,7 +96,8 @@ class CacheEventStore:
 
     def statistics(self) -> EventStoreStats:
         return EventStoreStats(
-            **dataclasses.asdict(self.cache.statistics()), region=self.region, lines_read=self._lines_read,
+            **dataclasses.asdict(self.cache.statistics()), region=self.region,
+            read_through_us=self.read_through_us, lines_read=self._lines_read,
             events_indexed=self._events_indexed,
             bad_records=self._quarantine.count, files=len(self._tailer.offsets),
             pending_bytes=self._tailer.pending_bytes(), reader_alive=self._thread.is_alive())

@@ -50,6 +50,7 @@ class JoinerStats:
     bytes_written: int
     files_rolled: int
     orphans_recovered: int
+    not_found_store_behind: int   # answered THROTTLED, not NOT_FOUND: the event store was catching up
 
 
 def make_token_prefix(address: str, pid: int, start_us: int) -> str:
@@ -62,12 +63,15 @@ class Joiner:
 
     ``store.lookup(ids) -> [raw | None]`` and ``registry.commit(ids, token) -> [CommitResult]`` may raise
     anything on failure: the request's undecided events are then answered THROTTLED with nothing written.
+    A store with a ``read_through_us`` attribute (the time up to which it has read its logs; None: not
+    known) that is more than ``store_behind_s`` behind the clock has its "not held" answers taken as
+    "not yet": those events are answered THROTTLED, not NOT_FOUND.
     At most ``max_in_flight`` requests are worked on at once; one more is answered all THROTTLED at once.
     """
 
     def __init__(self, *, name: str, address: str, store, registry, adapter, writer: RollingWriter,
                  max_in_flight: int, clock: Clock, pid: int | None = None,
-                 commit_patience_s: float = 300.0) -> None:
+                 commit_patience_s: float = 300.0, store_behind_s: float = 5.0) -> None:
         self.name = name
         self.address = address
         self.token_prefix = make_token_prefix(address, pid if pid is not None else os.getpid(), clock.now_us())
@@ -76,6 +80,7 @@ class Joiner:
         self._clock = clock
         self._max_in_flight = max_in_flight
         self._commit_patience_s = commit_patience_s
+        self._store_behind_us = int(store_behind_s * 1_000_000)
         self.stopping = threading.Event()
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
@@ -83,7 +88,7 @@ class Joiner:
         self._counts = [0] * len(Outcome)
         self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
-                       orphans_recovered=0)
+                       orphans_recovered=0, not_found_store_behind=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -131,7 +136,13 @@ class Joiner:
             self._failed("eventstore_errors", "event store lookup", e)
             batch.gave_up()
             return batch.outcomes()
-        batch.primaries_found(primaries, self._adapter.bind(self._clock.now_us()))
+        now = self._clock.now_us()
+        batch.primaries_found(primaries, self._adapter.bind(now))
+        read_through = getattr(self._store, "read_through_us", None)
+        if read_through is not None and now - read_through > self._store_behind_us:
+            deferred = batch.defer_not_found()
+            with self._lock:
+                self._c["not_found_store_behind"] += deferred
         if batch.first_error is not None:
             log.warning("joiner %s: request %d: %d malformed id(s), %d adapter failure(s), answered UNJOINABLE; "
                         "first: %s", self.name, seq, batch.bad_ids, batch.adapter_errors, batch.first_error)

@@ -118,7 +118,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,
-                    commit_patience_s=jc.commit_patience_s)
+                    commit_patience_s=jc.commit_patience_s, store_behind_s=jc.store_behind_s)
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     server.start()

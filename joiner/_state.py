@@ -158,6 +158,16 @@ class JoinBatch:
         self._commit_idx, self._commit_lines = [], []
         return write
 
+    def defer_not_found(self) -> int:
+        """The event store was catching up: a primary it did not hold may still come. Every NOT_FOUND
+        becomes THROTTLED (retried, and never counted towards giving up). Returns how many."""
+        out, n = self._out, 0
+        for i in self._first:
+            if out[i] == _NOT_FOUND:
+                out[i] = _THROTTLED
+                n += 1
+        return n
+
     def gave_up(self) -> None:
         """The event store or registry failed: every undecided event becomes THROTTLED (retryable) and
         the built lines are dropped unwritten."""

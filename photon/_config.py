@@ -120,6 +120,10 @@ class JoinerConfig:
                                           "failures whose outcome is unknown, before giving the events up "
                                           "(they may then be registered but not written: the verification "
                                           "job's case)", check=_non_negative)
+    store_behind_s: float = opt(5.0, "an event store whose logs are read only up to longer ago than this is "
+                                     "catching up: a primary it does not hold may still come, so the click "
+                                     "is answered THROTTLED (retried, never given up) instead of NOT_FOUND",
+                                check=_positive)
     roll_interval_s: float = opt(1.0, "roll (publish) an output file at least this often", check=_positive)
     roll_mb: float = opt(64.0, "roll an output file once it reaches this size", check=_positive)
     host: str = opt("127.0.0.1", "address joiners bind to")

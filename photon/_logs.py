@@ -87,16 +87,22 @@ class LogTailer:
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = read_bytes
         self.shrunk: list[str] = []
+        self.caught_up = False
+        """True when the last :meth:`poll` read every complete line the files held when it looked at them
+        (no file left for lack of budget or cut at the read size)."""
         self._sizes: dict[str, int] = {}
+        self._cut = False
 
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
         chunks: list[LogChunk] = []
         budget = max_bytes
         sizes: dict[str, int] = {}
+        self._cut = False
         for rel in list_log_files(self.root):
             if budget <= 0:       # nothing more is read now, but pending_bytes() must still count it
                 try:
                     sizes[rel] = os.path.getsize(self.root / rel)
+                    self._cut = self._cut or sizes[rel] > self.offsets.get(rel, 0)
                 except FileNotFoundError:
                     pass
                 continue
@@ -105,6 +111,7 @@ class LogTailer:
                 chunks.append(chunk)
                 budget -= chunk.end - chunk.offsets[0]
         self._sizes = sizes       # replaced whole: readers on other threads never see it half-built
+        self.caught_up = not self._cut
         return chunks
 
     def pending_bytes(self) -> int:
@@ -139,6 +146,8 @@ class LogTailer:
                     break
                 data += more
                 last_nl = data.rfind(b"\n")
+        if start + len(data) < size:
+            self._cut = True      # stopped at the read size: complete lines may follow
         if last_nl < 0:
             return None
         lines = data[:last_nl].split(b"\n")

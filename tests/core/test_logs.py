@@ -64,6 +64,24 @@ def test_parse_record_reasons():
     assert "is int, not a string" in parse_record(b'{"id":1}', ["id"])[1]
 
 
+def test_tailer_says_when_a_poll_read_every_complete_line(tmp_path):
+    complete = b"".join(b'{"n":%d}\n' % n for n in range(100))
+    (tmp_path / "a.jsonl").write_bytes(complete + b'{"half')
+    (tmp_path / "b.jsonl").write_bytes(b'{"b":1}\n' * 50)
+    t = LogTailer(tmp_path, read_bytes=256)
+    t.poll()
+    assert not t.caught_up                 # a.jsonl was cut at the read size
+    while not t.caught_up:
+        t.poll()
+    assert t.offsets["a.jsonl"] == len(complete)
+    assert t.pending_bytes() == len(b'{"half')   # an unterminated last line does not hold it back
+    t = LogTailer(tmp_path, read_bytes=1 << 20)
+    t.poll(max_bytes=100)
+    assert not t.caught_up                 # the budget ran out before b.jsonl
+    t.poll(max_bytes=1 << 20)
+    assert t.caught_up
+
+
 def test_quarantine_names_file_offset_reason_and_raw(tmp_path):
     q = Quarantine(tmp_path / "q", "dispatcher-a")
     q.add("w0/c-0.jsonl", 42, "not valid JSON", b"{broken")

@@ -43,6 +43,21 @@ def test_lookup_over_grpc_while_the_logs_grow(server, queries_dir):
         client.close()
 
 
+def test_lookups_say_up_to_when_the_store_has_read_its_logs(server, queries_dir):
+    import time
+    client = EventStoreClient(server.address)
+    try:
+        assert client.read_through_us is None                  # nothing asked yet
+        before_us = time.time_ns() // 1000
+        (queries_dir / "q.log").write_bytes(query_line(1) + b"\n")
+        wait_until(lambda: client.lookup([query_id(1)]) == [query_line(1)] and client.read_through_us >= before_us,
+                   10, message="query 1 served by a store that has read past it")
+        assert client.read_through_us <= time.time_ns() // 1000
+        assert client.status()["read_through_us"] >= client.read_through_us
+    finally:
+        client.close()
+
+
 def test_large_batch_lookup(server, queries_dir):
     (queries_dir / "q.log").write_bytes(b"".join(query_line(n) + b"\n" for n in range(3000)))
     with EventStoreClient(server.address) as client:

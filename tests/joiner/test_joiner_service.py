@@ -48,6 +48,19 @@ def test_join_not_found_then_found_and_never_twice(stack):
                message="status file with 15 joined")
 
 
+def test_a_store_catching_up_makes_not_found_throttled(stack):
+    """The event store reports with every lookup up to when it has read its logs. A store behind by more
+    than [joiner].store_behind_s (here any lag at all) may still read a missing query: not NOT_FOUND."""
+    import idregistry
+    s = stack(idregistry.connect("memory://"), store_behind_s=1e-6)
+    write_queries(s.root, range(3))
+    s.wait_queries(3)
+    ids, refs, raws = clicks(range(5), pid=fresh_click_pid())
+    assert s.client.join(ids, refs, raws) == [J] * 3 + [T] * 2
+    st = s.client.status()
+    assert (st["not_found"], st["throttled"], st["not_found_store_behind"]) == (0, 2, 2)
+
+
 def test_click_logged_twice_in_one_request_is_joined_once(stack):
     reg = FakeRegistry()
     s = stack(reg)

@@ -152,3 +152,13 @@ def test_empty_request():
     assert b.ref_ids_to_look_up() == []
     b.primaries_found([], concat)
     assert b.ids_to_commit() == [] and list(b.outcomes()) == []
+
+
+def test_not_found_deferred_while_the_store_catches_up_and_copies_follow():
+    ids, refs, raws = clicks([1, 2, 2, 3], query=None)
+    b = JoinBatch(ids, refs, raws)
+    assert b.ref_ids_to_look_up() == [query_id(1), query_id(2), query_id(3)]
+    b.primaries_found([query_line(1), None, None], concat)
+    assert b.defer_not_found() == 2                      # the copy of click 2 is not counted twice
+    assert b.commit_resolved([R.OK]) == [concat(raws[0], query_line(1))]
+    assert list(b.outcomes()) == [J, T, T, T]
