@@ -1,6 +1,8 @@
 """The typed client of the event store service."""
 from __future__ import annotations
 
+import threading
+
 import grpc
 import orjson
 
@@ -29,8 +31,13 @@ class EventStoreClient:
         self.timeout = timeout
         self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.EventStoreStub(self._channel)
-        self.read_through_us: int | None = None
-        """From the latest lookup: the time up to which the store had read its logs (None: not reported)."""
+        self._last = threading.local()
+
+    @property
+    def read_through_us(self) -> int | None:
+        """From this thread's latest lookup: the time up to which the store had read its logs when it
+        answered (None: not reported, or no lookup yet)."""
+        return getattr(self._last, "read_through_us", None)
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         """One result per id, in order: the primary event's raw log line, or None when not held."""
@@ -41,8 +48,7 @@ class EventStoreClient:
         except grpc.RpcError as e:
             raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
         raws = list(resp.raws)
-        if resp.HasField("read_through_us"):
-            self.read_through_us = resp.read_through_us
+        self._last.read_through_us = resp.read_through_us if resp.HasField("read_through_us") else None
         if len(raws) != len(ids):
             raise EventStoreUnavailable(f"event store {self.address} answered {len(raws)} results "
                                         f"for {len(ids)} ids")
