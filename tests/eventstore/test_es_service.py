@@ -9,7 +9,8 @@ import pytest
 from eventstore import EventStoreClient, EventStoreUnavailable, serve
 from photon import free_port, wait_until
 
-from es_helpers import query_id, query_line, read_serving_address, write_photon_toml
+from es_helpers import query_id, query_line
+from service_helpers import read_serving_address, write_photon_toml
 
 
 @pytest.fixture

@@ -64,25 +64,6 @@ def make_config(root: Path, **sections):
     return parse_config(config_data(root, **sections), str(root / "photon.toml"), root)
 
 
-def write_config(root: Path, **sections) -> Path:
-    lines = []
-    for name, table in sections.items():
-        lines.append(f"[{name}]")
-        lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in table.items()]
-    lines += ["[[regions]]", 'name = "a"', f'log_root = "{root / "logs"}"', f'output_root = "{root / "out"}"',
-              f'state_dir = "{root / "state"}"']
-    path = root / "photon.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def read_serving_address(proc, what: str) -> str:
-    """The ``host:port`` a service process prints once ready (``<what> ... serving on host:port``)."""
-    line = proc.stdout.readline().decode()
-    assert line.startswith(what) and " serving on " in line, f"{what} did not start: {line!r}"
-    return line.rsplit(" ", 1)[1].strip()
-
-
 def joined_lines(out_dir: Path, pattern: str = "*.jsonl") -> list[dict]:
     """Every joined event in the published output files under ``out_dir``."""
     return [orjson.loads(line) for f in sorted(out_dir.glob(pattern)) for line in f.read_bytes().splitlines()]

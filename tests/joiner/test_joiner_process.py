@@ -12,8 +12,8 @@ import eventstore
 from joiner import JoinerClient, Outcome, read_status
 from photon import free_port, wait_until
 
-from joiner_helpers import (click_id, clicks, joined_lines, make_config, read_serving_address,
-                            write_config, write_queries)
+from joiner_helpers import click_id, clicks, joined_lines, make_config, write_queries
+from service_helpers import read_serving_address, write_photon_toml
 
 J = Outcome.JOINED
 
@@ -39,7 +39,7 @@ def start_joiner(pipes, config, store, port=None, **kw):
 
 
 def test_sigterm_finishes_rolls_and_exits_zero(pipes, tmp_path, store):
-    config = write_config(tmp_path, joiner={"roll_interval_s": 60.0})
+    config = write_photon_toml(tmp_path, joiner={"roll_interval_s": 60.0})
     proc, address = start_joiner(pipes, config, store)
     with JoinerClient(address) as client:
         assert client.join(*clicks(range(5))) == [J] * 5
@@ -55,7 +55,7 @@ def test_sigterm_finishes_rolls_and_exits_zero(pipes, tmp_path, store):
 
 
 def test_orphaned_output_of_a_killed_joiner_is_published_on_restart(pipes, tmp_path, store):
-    config = write_config(tmp_path, joiner={"roll_interval_s": 60.0})
+    config = write_photon_toml(tmp_path, joiner={"roll_interval_s": 60.0})
     proc, address = start_joiner(pipes, config, store)
     with JoinerClient(address) as client:
         assert client.join(*clicks(range(6))) == [J] * 6
@@ -81,7 +81,7 @@ def test_orphaned_output_of_a_killed_joiner_is_published_on_restart(pipes, tmp_p
 
 
 def test_bad_adapter_stops_startup_with_a_message_naming_the_key(pipes, tmp_path, store):
-    config = write_config(tmp_path, joiner={"adapter": "nowhere_module:fn"})
+    config = write_photon_toml(tmp_path, joiner={"adapter": "nowhere_module:fn"})
     proc = pipes.python("-m", "joiner.main", "--config", str(config), "--region", "a", "--name", "a-j0",
                         "--eventstore", store.address, "--registry", "memory://",
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -90,7 +90,7 @@ def test_bad_adapter_stops_startup_with_a_message_naming_the_key(pipes, tmp_path
 
 
 def test_port_in_use_stops_startup_with_a_message(pipes, tmp_path, store):
-    config = write_config(tmp_path)
+    config = write_photon_toml(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

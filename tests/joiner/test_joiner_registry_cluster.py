@@ -14,7 +14,8 @@ from eventstore import EventStoreClient
 from joiner import JoinerClient, Outcome
 from photon import free_port, load_config, wait_until
 
-from joiner_helpers import click_id, clicks, joined_lines, read_serving_address, write_config, write_queries
+from joiner_helpers import click_id, clicks, joined_lines, write_queries
+from service_helpers import read_serving_address, write_photon_toml
 
 J, AJ, NF = Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND
 NOW_US = time.time_ns() // 1000  # the real registry answers TOO_OLD for ids older than its GC horizon
@@ -27,7 +28,7 @@ def start_service(pipes, what: str, *args: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.mark.timeout(120)
 def test_two_joiners_on_a_real_registry_cluster_join_each_click_once(pipes, tmp_path):
-    config_path = write_config(tmp_path, joiner={"roll_interval_s": 0.3})
+    config_path = write_photon_toml(tmp_path, joiner={"roll_interval_s": 0.3})
     config = load_config(config_path)
     for spec in idregistry.registry_processes(config):
         pipes.start(spec.argv)
