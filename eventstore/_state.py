@@ -101,7 +101,8 @@ class EventCache:
     def put_many(self, events: list[tuple[str, bytes]]) -> None:
         with self._lock:
             block = None
-            overhead, limit, max_bytes = ENTRY_OVERHEAD_BYTES, self._block_bytes, self.max_bytes
+            where, overhead = self._where, ENTRY_OVERHEAD_BYTES
+            limit, max_bytes = self._block_bytes, self.max_bytes
             for event_id, raw in events:
                 size = len(raw) + overhead
                 if size > max_bytes:
@@ -113,12 +114,12 @@ class EventCache:
                 if block is None:
                     block = _Block(self._next_key)
                     self._next_key += 1
-                old = self._where.get(event_id)
+                old = where.get(event_id)
                 if old is not None:
                     self._forget(old, event_id)
                 block.events[event_id] = raw
                 block.charged += size
-                self._where[event_id] = block
+                where[event_id] = block
             if block is not None:
                 self._cache(block)
             self._puts += len(events)

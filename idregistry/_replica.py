@@ -192,7 +192,7 @@ class _AckAfterSyncObj(SyncObj):
 
     def __init__(self, *args, ack_after_sync=None, on_append=None, **kwargs) -> None:
         self._ack_after_sync = ack_after_sync
-        self._acks: deque = deque()      # (seq, needs_sync, node, reset, next_idx, success), in order
+        self._acks: deque = deque()      # (seq, node, reset, next_idx, success), in order; success needs a sync
         self._ack_seq = 0
         self._synced_seq = 0
         super().__init__(*args, **kwargs)
@@ -208,7 +208,7 @@ class _AckAfterSyncObj(SyncObj):
             nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
         self._ack_seq += 1
         seq = self._ack_seq
-        self._acks.append((seq, success, node, reset, nextNodeIdx, success))
+        self._acks.append((seq, node, reset, nextNodeIdx, success))
         if success:
             self._ack_after_sync(lambda: self._synced(seq))
 
@@ -220,8 +220,8 @@ class _AckAfterSyncObj(SyncObj):
 
     def _send_synced_acks(self) -> None:
         acks, synced = self._acks, self._synced_seq
-        while acks and (acks[0][0] <= synced or not acks[0][1]):
-            _, _, node, reset, next_idx, success = acks.popleft()
+        while acks and (acks[0][0] <= synced or not acks[0][4]):
+            _, node, reset, next_idx, success = acks.popleft()
             SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, next_idx, success)
 
 
