@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     writer = Writer(root)
     backlog_lines = writer.format(args.clicks)          # formatted now, written once the pipeline is up
     launcher_log = open(root / "launcher.log", "ab")
-    launcher = subprocess.Popen([sys.executable, "-m", "photon.cli", "run", "--config", str(cfg_path)], cwd=ROOT,
+    launcher = subprocess.Popen([sys.executable, "-m", "photon.app.cli", "run", "--config", str(cfg_path)], cwd=ROOT,
                                 start_new_session=True, stdout=launcher_log, stderr=subprocess.STDOUT)
     sampler = RssSampler(root / "state" / "launcher.json")
     sampler.start()

@@ -25,13 +25,12 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Union
 
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
-from photon import BadEventId, DispatcherConfig, JoinConfig, is_event_id, parse_event_id
+from photon import BadEventId, Outcome, DispatcherConfig, JoinConfig, is_event_id, parse_event_id
 
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
@@ -39,15 +38,6 @@ CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
 writing, measured: 100K events are 23 MB, 24 ms to encode and 78 ms to write and fsync)."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
-
-
-class Outcome(IntEnum):
-    """Per-event answer of a joiner (same numbering as ``joiner.Outcome``)."""
-    JOINED = 0
-    ALREADY_JOINED = 1
-    NOT_FOUND = 2
-    THROTTLED = 3
-    UNJOINABLE = 4
 
 
 # ---------------------------------------------------------------- events (facts)

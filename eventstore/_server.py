@@ -11,7 +11,7 @@ from photon import PhotonConfig, bind_port
 from eventstore import eventstore_pb2_grpc as pb_grpc
 from eventstore._client import CHANNEL_OPTIONS
 from eventstore._servicer import EventStoreServicer
-from eventstore._store import CacheEventStore, EventStoreStats
+from eventstore._shell import CacheEventStore, EventStoreStatistics
 
 SERVER_THREADS = 16
 
@@ -27,7 +27,7 @@ class EventStoreServer:
         self.address = f"{host}:{port}"
         self._server = server
 
-    def statistics(self) -> EventStoreStats:
+    def statistics(self) -> EventStoreStatistics:
         return self.store.statistics()
 
     def stop(self, grace: float = 5.0) -> None:

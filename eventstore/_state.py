@@ -32,7 +32,7 @@ def entry_size(raw: bytes) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class CacheStats:
+class CacheStatistics:
     entries: int
     bytes: int
     max_bytes: int
@@ -171,9 +171,9 @@ class EventCache:
             self._hits += len(out) - out.count(None)
         return out
 
-    def statistics(self) -> CacheStats:
+    def statistics(self) -> CacheStatistics:
         with self._lock:
-            return CacheStats(entries=len(self._where), bytes=int(self._lru.currsize) - self._dead_bytes,
+            return CacheStatistics(entries=len(self._where), bytes=int(self._lru.currsize) - self._dead_bytes,
                               max_bytes=self.max_bytes, puts=self._puts, evictions=self._evictions,
                               too_large=self._too_large, lookups=self._lookups, lookup_ids=self._lookup_ids,
                               hits=self._hits, misses=self._lookup_ids - self._hits)

@@ -4,7 +4,8 @@ Front door for other rooms and the launcher:
 
 * :class:`RegistryClient` / :func:`connect` to look ids up and commit them (``memory://`` gives the
   in-process :class:`InMemoryRegistry` twin for unit tests);
-* :func:`registry_processes` / :func:`registry_endpoints` for the launcher;
+* :func:`registry_processes` (its replicas, as :class:`photon.ProcessSpec`) / :func:`registry_endpoints`
+  for the launcher;
 * :func:`serve` to run one replica in this process; :func:`registry_command` for ``photon registry``.
 """
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 from idregistry._cli import registry_command
 from idregistry._client import (ClientStatistics, RegistryClient, RegistryStatistics, RegistryUnavailable,
                                 ShardStatistics)
-from idregistry._layout import ProcessSpec, registry_endpoints, registry_processes
+from idregistry._layout import registry_endpoints, registry_processes
 from idregistry._memory import InMemoryRegistry, shared_memory_registry
 from idregistry._probe import measure_state_memory
-from idregistry._serve import serve
-from idregistry._server import ReplicaSpec
+from idregistry._server import serve
+from idregistry._shell import ReplicaSpec
 from idregistry._state import CommitResult
 from idregistry.config import RegistryConfig
 
@@ -33,6 +34,6 @@ def connect(endpoints: list[str] | str) -> RegistryClient | InMemoryRegistry:
     return RegistryClient(list(endpoints))
 
 
-__all__ = ["ClientStatistics", "CommitResult", "InMemoryRegistry", "ProcessSpec", "RegistryClient", "RegistryConfig",
+__all__ = ["ClientStatistics", "CommitResult", "InMemoryRegistry", "RegistryClient", "RegistryConfig",
            "RegistryStatistics", "RegistryUnavailable", "ReplicaSpec", "ShardStatistics", "connect",
            "measure_state_memory", "registry_command", "registry_endpoints", "registry_processes", "serve"]

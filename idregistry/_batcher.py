@@ -39,7 +39,7 @@ class _Pending:
 
 
 @dataclass
-class BatcherStats:
+class BatcherStatistics:
     commands: int = 0
     ops: int = 0
     ids: int = 0
@@ -67,7 +67,7 @@ class Batcher:
         self._queued_ids = 0
         self._closed = False
         self._lock = threading.Lock()
-        self.stats = BatcherStats()
+        self.stats = BatcherStatistics()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 

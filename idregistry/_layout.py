@@ -14,23 +14,13 @@ import fcntl
 import json
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from photon import PhotonConfig, free_port, write_atomic
-from idregistry._server import ReplicaSpec, spec_to_json
+from photon import PhotonConfig, ProcessSpec, free_port, write_atomic
+from idregistry._shell import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
 LAYOUT_FILE = "layout.json"
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    """One process the launcher keeps running: start ``argv`` once per ``name``; restart it if it dies."""
-    name: str
-    argv: list
-    role: str
-    region: str
 
 
 @contextmanager
@@ -109,7 +99,8 @@ def registry_processes(config: PhotonConfig) -> list[ProcessSpec]:
             name=f"registry-s{spec.shard}-r{spec.replica}",
             argv=[sys.executable, "-m", "idregistry.main", "--spec", spec_to_json(spec)],
             role="registry",
-            region=regions[spec.replica] if regions else default_region))
+            region=regions[spec.replica] if regions else default_region,
+            address=spec.grpc_peers[spec.replica]))
     return out
 
 

@@ -1,443 +1,55 @@
-"""One registry replica process: a Raft member of one shard, its batcher, its lease on the sharding config,
-and the housekeeping only a leader does (publishing the initial sharding config, advancing the GC boundary).
-
-:class:`ReplicaServer` is the domain face the gRPC servicer calls; it raises :class:`NotLeader` when a
-request must go to the leader, :class:`photon.BadEventId` for malformed ids, :class:`ShardingUnknown`
-when it cannot judge which shard an id belongs to, and :class:`~idregistry._batcher.Rejected` /
-``TimeoutError`` when Raft did not apply a command.
-
-The sharding lease: a replica judges an id against a copy of the sharding config fetched (from shard 0's
-leader, after a read barrier) at local time ``f``. Changes only ever start later than the proposer's
-now + S (S = the clock-skew bound), so that copy is right for every id whose timestamp is below
-``f + S - G``, where G = min(S/2, 1 s) absorbs disagreement between the registry servers' own clocks; for a
-later id the replica refetches first, and an id still past the lease (at most G ahead of the horizon) is
-answered UNAVAILABLE so the client retries a moment later.
-"""
+"""Running one replica process: the Raft member, its gRPC server, and a clean stop on SIGTERM/SIGINT."""
 from __future__ import annotations
 
-import json
+import gc
 import logging
-import os
+import signal
+import sys
 import threading
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from concurrent import futures
 
 import grpc
 
-from photon import Clock, SystemClock
-from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
-from idregistry._batcher import Batcher
-from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path
-from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
-                               OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardingLease, ShardState,
-                               bucket_width_us, validate_ids)
+from idregistry._shell import ReplicaServer, ReplicaSpec
+from idregistry._servicer import RegistryServicer
 
-log = logging.getLogger("idregistry.server")
+log = logging.getLogger("idregistry")
 
-FSYNC_NONE, FSYNC_BATCH, FSYNC_INTERVAL = "none", "batch", "interval"
-SERVER_CLOCK_GUARD_US = 1_000_000   # registry servers' clocks may disagree by this much (or S/2 if smaller)
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20), ("grpc.max_send_message_length", 64 * 2**20),
+                ("grpc.so_reuseport", 0)]
 
 
-class NotLeader(Exception):
-    """This replica cannot decide; ``leader`` is the leader's gRPC address ("" when unknown)."""
+def serve(spec: ReplicaSpec, stop: threading.Event | None = None, workers: int = 32) -> None:
+    """Run one registry replica until ``stop`` is set (or SIGTERM/SIGINT when run in the main thread).
 
-    def __init__(self, leader: str) -> None:
-        super().__init__(f"not the leader (leader: {leader or 'unknown'})")
-        self.leader = leader
-
-
-class ShardingUnknown(Exception):
-    """This replica has no sharding config fresh enough to judge the ids it was sent (retry later)."""
-
-
-class FutureId(ValueError):
-    """An id whose timestamp is further ahead of this replica's clock than the clock-skew bound."""
-
-
-@dataclass(frozen=True)
-class ReplicaSpec:
-    """Everything one replica process needs to know (built by ``registry_processes``)."""
-    shard: int
-    replica: int
-    raft_peers: list        # Raft addresses of this shard's replicas, by replica number
-    grpc_peers: list        # gRPC addresses of this shard's replicas, by replica number
-    data_dir: Path
-    initial_sharding: Sharding = field(default_factory=Sharding)
-    gc_after_s: float = 3 * 86400.0
-    max_clock_skew_s: float = 60.0
-    fsync: str = FSYNC_BATCH
-    fsync_interval_ms: float = 5.0
-    max_in_flight: int = 4
-    max_ids_per_command: int = 20000
-    max_queued_ids: int = 200000
-    snapshot_after_commands: int = 2000
-    simulated_rtt_ms: float = 0.0
-
-    @property
-    def raft_address(self) -> str:
-        return self.raft_peers[self.replica]
-
-    @property
-    def grpc_address(self) -> str:
-        return self.grpc_peers[self.replica]
-
-    def raft_settings(self) -> RaftSettings:
-        return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
-                            log_compaction_min_entries=self.snapshot_after_commands,
-                            simulated_rtt_ms=self.simulated_rtt_ms)
-
-
-class ReplicaServer:
-    """Start with the spec; ``close()`` stops the batcher and leaves the Raft group."""
-
-    def __init__(self, spec: ReplicaSpec, clock: Clock | None = None) -> None:
-        self.spec = spec
-        self.clock = clock or SystemClock()
-        self._skew_us = int(spec.max_clock_skew_s * 1e6)
-        self._lease_us = self._skew_us - min(self._skew_us // 2, SERVER_CLOCK_GUARD_US)
-        self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
-        self._syncer = None if spec.fsync == FSYNC_NONE else _Syncer(
-            lambda: str(Path(spec.data_dir) / JOURNAL_FILE),
-            interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
-        state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
-        batch = spec.fsync == FSYNC_BATCH
-        self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft_settings(), ack_after_sync=self._syncer.after_sync if batch else None,
-                                on_append=self._syncer.appended if self._syncer else None)
-        self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
-                               max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
-                               max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}",
-                               deliver=self._syncer.after_sync if batch else None)
-        self._lease: ShardingLease | None = None
-        self._lease_lock = threading.Lock()
-        self._meta_channels: dict[str, pb_grpc.RegistryStub] = {}
-        self._meta_leader = ""
-        self._started = time.monotonic()
-        self._stop = threading.Event()
-        self._rates = _Rates()
-        self._housekeeper = threading.Thread(target=self._housekeeping, name="registry-housekeeping",
-                                             daemon=True)
-        self._housekeeper.start()
-
-    # ---- requests ----------------------------------------------------------------------------------
-
-    @property
-    def state(self) -> ShardState:
-        return self.raft.state
-
-    def _require_leader(self) -> None:
-        if not self.raft.is_leader():
-            leader = self.raft.leader()
-            raise NotLeader(self._raft_to_grpc.get(leader, "") if leader else "")
-
-    def lookup(self, ids: list[str]) -> tuple[list[bool], list[int]]:
-        """``(present per id, indexes of ids of another shard)``; answered from this replica's copy.
-        A stale answer only costs a wasted join, so lookups never wait for a fresh sharding lease."""
-        validate_ids(ids)
-        wrong = self.sharding().wrong_shard(self.spec.shard, ids)
-        return self.state.lookup(ids), wrong
-
-    def commit(self, token: str, ids: list[str]) -> bytes:
-        """One :class:`CommitResult` byte per id, decided by the leader after replication."""
-        self._require_leader()
-        validate_ids(ids)
-        wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
-        if not wrong:
-            return self.batcher.run((OP_COMMIT, token, list(ids)), len(ids))
-        wrong_set = set(wrong)
-        mine = [i for n, i in enumerate(ids) if n not in wrong_set]
-        decided = iter(self.batcher.run((OP_COMMIT, token, mine), len(mine)) if mine else b"")
-        return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
-
-    def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
-        self._require_leader()
-        validate_ids(ids)
-        wrong = set(self._judge(ids).wrong_shard(self.spec.shard, ids))
-        mine = [i for n, i in enumerate(ids) if n not in wrong]
-        cleared = self.batcher.run((OP_CLEAR_TOKENS, mine), len(mine)) if mine else 0
-        return cleared, sorted(wrong)
-
-    def delete(self, event_id: str, expected_token: str) -> bool | None:
-        """True when deleted, False when absent or the token differs, None for an id of another shard."""
-        self._require_leader()
-        validate_ids([event_id])
-        if self._judge([event_id]).wrong_shard(self.spec.shard, [event_id]):
-            return None
-        return self.batcher.run((OP_DELETE, event_id, expected_token), 1)
-
-    def export(self):
-        return self.state.entries()
-
-    def reshard(self, start_us: int, shards: int, endpoints: dict) -> str | None:
-        """Add a sharding epoch (shard 0's leader only). Returns why it was refused, or None."""
-        if self.spec.shard != 0:
-            return f"reshard must be sent to shard 0, not shard {self.spec.shard}"
-        self._require_leader()
-        self._ensure_sharding_initialised()
-        return self.batcher.run((OP_ADD_EPOCH, int(start_us), int(shards), endpoints, self.clock.now_us(),
-                                 self._skew_us), 1)
-
-    # ---- the sharding config -----------------------------------------------------------------------
-
-    def sharding(self) -> Sharding:
-        """The newest config this replica knows (for routing hints; judging uses the lease)."""
-        lease = self._lease
-        state = self.state
-        if self.spec.shard == 0 and state.sharding_set:
-            if lease is None or state.sharding.version >= lease.sharding.version:
-                return state.sharding
-        return lease.sharding if lease is not None else self.spec.initial_sharding
-
-    def authoritative_sharding(self) -> Sharding:
-        """Shard 0's leader only: the config after a read barrier (every committed change applied)."""
-        if self.spec.shard != 0:
-            raise NotLeader("")
-        self._require_leader()
-        self._ensure_sharding_initialised()
-        self.batcher.run((OP_NOOP,), 1)
-        return self.state.sharding
-
-    def _ensure_sharding_initialised(self) -> None:
-        if not self.state.sharding_set:
-            self.batcher.run((OP_INIT_SHARDING, self.spec.initial_sharding), 1)
-
-    def _judge(self, ids: list[str]) -> Sharding:
-        """A config valid for every id of ``ids`` (refreshing the lease if needed)."""
-        lease = self._lease
-        if lease is not None and lease.covers(ids):
-            return lease.sharding
-        now = self.clock.now_us()
-        lease = self._refresh_lease(now)
-        if lease.covers(ids):
-            return lease.sharding
-        newest = ShardingLease.newest(ids)
-        if newest > now + self._skew_us:
-            raise FutureId(f"an id is timestamped {newest} us, more than the clock-skew bound "
-                           f"({self.spec.max_clock_skew_s} s) ahead of this server's clock")
-        raise ShardingUnknown(f"an id timestamped {newest} us is past this replica's sharding lease "
-                              f"({lease.valid_below_us} us); retry in a moment")
-
-    def _refresh_lease(self, newer_than_us: int = 0) -> ShardingLease:
-        with self._lease_lock:
-            lease = self._lease
-            if lease is not None and lease.valid_below_us - self._lease_us >= newer_than_us:
-                return lease          # another thread refreshed while we waited
-            asked_at = self.clock.now_us()
-            sharding = self._fetch_sharding()
-            lease = self._lease = ShardingLease.fetched(sharding, asked_at, self._lease_us)
-            return lease
-
-    def _fetch_sharding(self) -> Sharding:
-        if self.spec.shard == 0 and self.raft.is_leader():
-            return self.authoritative_sharding()
-        replicas = list(self.spec.initial_sharding.endpoints.get(0, []))
-        order = ([self._meta_leader] if self._meta_leader else []) + [r for r in replicas if r != self._meta_leader]
-        errors, tried = [], set()
-        while order:
-            address = order.pop(0)
-            if address in tried:
-                continue
-            tried.add(address)
-            stub = self._meta_channels.get(address)
-            if stub is None:
-                stub = self._meta_channels[address] = pb_grpc.RegistryStub(grpc.insecure_channel(address))
-            try:
-                reply = stub.GetSharding(pb.ShardingRequest(authoritative=True), timeout=2.0)
-            except grpc.RpcError as e:
-                errors.append(f"{address}: {e.code().name}")
-                continue
-            if reply.redirect:
-                if reply.redirect != "?" and reply.redirect not in tried:
-                    order.insert(0, reply.redirect)
-                continue
-            self._meta_leader = address
-            return Sharding.from_dict(json.loads(reply.sharding_json))
-        raise ShardingUnknown(f"shard {self.spec.shard}: cannot reach shard 0's leader for the sharding config "
-                              f"({'; '.join(errors) or 'no leader'})")
-
-    # ---- housekeeping (leader decisions, lease refresh, fsync policy, rates) ----------------------
-
-    def _housekeeping(self) -> None:
-        refresh_every = min(1.0, self._lease_us / 4e6)
-        last = {"leader": 0.0, "lease": 0.0}
-        while not self._stop.wait(0.05):
-            now = time.monotonic()
-            if now - last["leader"] >= 0.2:
-                last["leader"] = now
-                self._rates.sample(self.batcher.stats, now)
-                self._quietly(self._leader_work)
-            if now - last["lease"] >= refresh_every:
-                last["lease"] = now
-                self._quietly(lambda: self._refresh_lease(self.clock.now_us()))
-
-    def _quietly(self, fn) -> None:
-        try:
-            fn()
-        except Exception:   # lost leadership or an unreachable shard 0: the next round retries
-            log.debug("registry housekeeping step failed", exc_info=True)
-
-    def _leader_work(self) -> None:
-        if not self.raft.is_leader():
-            return
-        state = self.state
-        if self.spec.shard == 0:
-            self._ensure_sharding_initialised()
-        boundary = self.clock.now_us() - int(self.spec.gc_after_s * 1e6)
-        if boundary - state.gc_boundary_us >= min(state.bucket_us // 4, 1_000_000):
-            self.batcher.run((OP_ADVANCE_GC, boundary), 1)
-
-    # ---- seeing it ---------------------------------------------------------------------------------
-
-    def status(self) -> dict:
-        raft = self.raft.raft_status()
-        state = self.state
-        stats = self.batcher.stats
-        leader = self.raft.leader()
-        lease = self._lease
-        return {
-            "shard": self.spec.shard, "replica": self.spec.replica, "address": self.spec.grpc_address,
-            "raft_address": self.spec.raft_address, "pid": os.getpid(),
-            "is_leader": self.raft.is_leader(), "leader": self._raft_to_grpc.get(leader, "") if leader else "",
-            "term": raft["raft_term"], "commit_index": raft["commit_idx"], "last_applied": raft["last_applied"],
-            "log_len": raft["log_len"], "ids_held": state.ids_held, "bytes_held": state.approx_bytes(),
-            "gc_boundary_us": state.gc_boundary_us, "bucket_us": state.bucket_us,
-            "queue_depth": self.batcher.queue_depth(), "queued_ids": self.batcher.queued_ids(),
-            "in_flight": stats.in_flight, "commands": stats.commands, "ids_committed": stats.ids,
-            "refused_overloaded": stats.refused,
-            "batch_ids_histogram": {str(k): v for k, v in sorted(stats.batch_ids_histogram.items())},
-            "commands_per_s": round(self._rates.commands_per_s, 1), "ids_per_s": round(self._rates.ids_per_s, 1),
-            "sharding": self.sharding().as_dict(),
-            "sharding_lease_until_us": lease.valid_below_us if lease else 0,
-            "fsync": self.spec.fsync, "fsyncs": self._syncer.fsyncs if self._syncer else 0,
-            "fsync_ms_mean": self._syncer.mean_ms() if self._syncer else 0.0,
-            "uptime_s": round(time.monotonic() - self._started, 3),
-        }
-
-    def close(self) -> None:
-        self._stop.set()
-        self.batcher.close()
-        self.raft.destroy()
-        if self._syncer is not None:
-            self._syncer.close()
-        self._housekeeper.join(timeout=2)
-
-
-class _Syncer:
-    """Flushes the Raft journal to disk off the Raft thread, grouping fsyncs.
-
-    ``appended()`` after an entry was written to the journal (the thread starts an fsync as soon as it is
-    free). ``after_sync(fn)`` runs ``fn`` once every entry written before the call is on disk: at once if
-    a finished fsync already covered them, else after the fsync that does. The leader answers clients this
-    way ("batch"): its fsync of an entry runs while the entry is being replicated, so by the time the
-    followers' acknowledgements are in it is usually done. With ``interval_s`` the journal is flushed at
-    most that often and nothing waits for it ("interval")."""
-
-    def __init__(self, path, interval_s: float = 0.0) -> None:
-        self._path = path
-        self._interval_s = interval_s
-        self._cond = threading.Condition()
-        self._dirty = False
-        self._appended = 0          # entries written so far
-        self._synced = 0            # entries on disk (the count an fsync started with, once it finished)
-        self._waiting: list[tuple[int, object]] = []
-        self._closed = False
-        self._closing = threading.Event()
-        self.fsyncs = 0
-        self._seconds = 0.0
-        self._thread = threading.Thread(target=self._run, name="registry-fsync", daemon=True)
-        self._thread.start()
-
-    def appended(self) -> None:
-        with self._cond:
-            self._appended += 1
-            self._dirty = True
-            self._cond.notify()
-
-    def after_sync(self, fn) -> None:
-        with self._cond:
-            need = self._appended
-            if self._synced < need:
-                self._waiting.append((need, fn))
-                self._dirty = True
-                self._cond.notify()
-                return
-        fn()
-
-    def mean_ms(self) -> float:
-        return round(1000 * self._seconds / self.fsyncs, 3) if self.fsyncs else 0.0
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._dirty and not self._closed:
-                    self._cond.wait(0.5)
-                if self._closed and not self._waiting:
-                    return
-                self._dirty = False
-                covering = self._appended
-            t = time.perf_counter()
-            try:
-                fsync_path(self._path())
-            except OSError:
-                log.exception("fsync of the Raft journal failed")
-            self._seconds += time.perf_counter() - t
-            self.fsyncs += 1
-            with self._cond:
-                self._synced = max(self._synced, covering)
-                ready = [fn for need, fn in self._waiting if need <= covering]
-                self._waiting = [(need, fn) for need, fn in self._waiting if need > covering]
-                if self._waiting:
-                    self._dirty = True
-            for fn in ready:
-                try:
-                    fn()
-                except Exception:   # one failing waiter must not stop the fsyncs every other one needs
-                    log.exception("a callback after the journal fsync failed")
-            if self._interval_s:
-                self._closing.wait(self._interval_s)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._closing.set()
-        self._thread.join(timeout=2)
-
-
-class _Rates:
-    """Commands/s and ids/s over the last few seconds, from the batcher's counters."""
-
-    def __init__(self) -> None:
-        self._samples: list[tuple[float, int, int]] = []
-        self.commands_per_s = 0.0
-        self.ids_per_s = 0.0
-
-    def sample(self, stats, now: float) -> None:
-        self._samples.append((now, stats.commands, stats.ids))
-        while len(self._samples) > 2 and now - self._samples[0][0] > 5.0:
-            self._samples.pop(0)
-        t0, c0, i0 = self._samples[0]
-        if now > t0:
-            self.commands_per_s = (stats.commands - c0) / (now - t0)
-            self.ids_per_s = (stats.ids - i0) / (now - t0)
-
-
-_SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
-                "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
-                "snapshot_after_commands", "simulated_rtt_ms")
-
-
-def spec_to_json(spec: ReplicaSpec) -> str:
-    d = {name: getattr(spec, name) for name in _SPEC_FIELDS}
-    d["data_dir"] = str(spec.data_dir)
-    d["initial_sharding"] = spec.initial_sharding.as_dict()
-    return json.dumps(d, sort_keys=True)
-
-
-def spec_from_json(text: str) -> ReplicaSpec:
-    d = json.loads(text)
-    d["data_dir"] = Path(d["data_dir"])
-    d["initial_sharding"] = Sharding.from_dict(d["initial_sharding"])
-    return ReplicaSpec(**d)
+    Binds the replica's Raft and gRPC addresses from ``spec``; returns after both are shut down.
+    """
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    replica = ReplicaServer(spec)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="registry-rpc"),
+                         options=GRPC_OPTIONS)
+    pb_grpc.add_RegistryServicer_to_server(RegistryServicer(replica), server)
+    if server.add_insecure_port(spec.grpc_address) == 0:
+        replica.close()
+        raise OSError(f"registry shard {spec.shard} replica {spec.replica}: cannot bind {spec.grpc_address}")
+    server.start()
+    # Requests allocate many short-lived lists of strings; the state itself lives in typed arrays the
+    # collector never scans. Fewer, later collections keep tail latency down.
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    # The Raft thread must get the GIL back quickly after each socket wakeup, or every commit waits for
+    # whichever handler thread holds it (5 ms by default).
+    sys.setswitchinterval(0.001)
+    log.info("registry shard %d replica %d serving gRPC on %s, Raft on %s", spec.shard, spec.replica,
+             spec.grpc_address, spec.raft_address)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop(grace=1.0).wait(2.0)
+        replica.close()
+        log.info("registry shard %d replica %d stopped", spec.shard, spec.replica)

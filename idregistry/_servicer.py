@@ -1,4 +1,4 @@
-"""The gRPC adapter: proto in, :class:`~idregistry._server.ReplicaServer` call, proto out. Nothing decides
+"""The gRPC adapter: proto in, :class:`~idregistry._shell.ReplicaServer` call, proto out. Nothing decides
 here; errors map to status codes (malformed ids: INVALID_ARGUMENT, Raft queue full: RESOURCE_EXHAUSTED,
 no quorum or not applied in time: UNAVAILABLE)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from photon import BadEventId
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Rejected
-from idregistry._server import FutureId, NotLeader, ReplicaServer, ShardingUnknown
+from idregistry._shell import FutureId, NotLeader, ReplicaServer, ShardingUnknown
 
 EXPORT_CHUNK = 5000
 

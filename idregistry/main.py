@@ -8,8 +8,8 @@ import argparse
 import logging
 import sys
 
-from idregistry._serve import serve
-from idregistry._server import spec_from_json
+from idregistry._server import serve
+from idregistry._shell import spec_from_json
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock,
 from joiner import joiner_pb2_grpc as pb_grpc
 from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
-from joiner._joiner import Joiner, JoinerStats
+from joiner._shell import Joiner, JoinerStatistics
 from joiner._servicer import JoinerServicer
 from joiner._status import STATUS_INTERVAL_S, status_path, write_status
 
@@ -70,7 +70,7 @@ class JoinerServer:
         except OSError:
             log.exception("joiner %s: writing %s failed", self.joiner.name, self._status_file)
 
-    def statistics(self) -> JoinerStats:
+    def statistics(self) -> JoinerStatistics:
         return self.joiner.statistics()
 
     def stop(self, grace: float = 10.0) -> None:

@@ -16,23 +16,11 @@ without an OK commit. Lines are handed out only by :meth:`commit_resolved`, only
 """
 from __future__ import annotations
 
-import enum
 from typing import Callable
 
-from photon import is_event_id
+from photon import OUTCOMES, Outcome, is_event_id
 
 
-class Outcome(enum.IntEnum):
-    """What happened to one foreign event (same numbers as the ``Outcome`` enum of joiner.proto)."""
-    JOINED = 0
-    ALREADY_JOINED = 1
-    NOT_FOUND = 2
-    THROTTLED = 3
-    UNJOINABLE = 4
-
-
-OUTCOMES = tuple(Outcome)
-"""``OUTCOMES[n]`` is the :class:`Outcome` numbered ``n`` (a tuple index, cheaper than ``Outcome(n)``)."""
 
 _JOINED, _ALREADY, _NOT_FOUND, _THROTTLED, _UNJOINABLE = (int(o) for o in Outcome)
 _PENDING = 255

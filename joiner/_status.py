@@ -1,4 +1,4 @@
-"""The joiners' status files: ``<state_dir>/joiners/<name>.json``, the latest :class:`JoinerStats` of each
+"""The joiners' status files: ``<state_dir>/joiners/<name>.json``, the latest :class:`JoinerStatistics` of each
 joiner of a region (plus ``pid`` and ``written_at_us``), rewritten atomically about once a second and at
 a clean stop, so ``photon status`` can show counters of running and finished joiners alike."""
 from __future__ import annotations

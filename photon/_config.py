@@ -20,8 +20,8 @@ class ConfigError(ValueError):
 def opt(default: Any, doc: str, *, check=None, choices=None):
     """Declare an option: its default, what it means, and optionally a check ``value -> error or None``."""
     meta = {"doc": doc, "check": check, "choices": choices}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -145,6 +145,17 @@ class DispatcherConfig:
 
 
 @dataclass(frozen=True)
+class SparkConfig:
+    """``[spark]``: the Spark session of the batch jobs (verify, recover, sql, compact, build-map)."""
+    master: str = opt("local[*]", "Spark master URL: local[*] (all cores of this machine), local[N], or "
+                                  "spark://host:port of a standalone cluster")
+    driver_memory: str = opt("2g", "memory of the Spark driver JVM (spark.driver.memory), e.g. 2g")
+    shuffle_partitions: int = opt(8, "spark.sql.shuffle.partitions of the jobs", check=_positive)
+    local_dir: str = opt("", "scratch folder for Spark (spark.local.dir; default: the system's temp folder)")
+    conf: dict = opt({}, "extra Spark settings, e.g. conf = { \"spark.executor.memory\" = \"4g\" }")
+
+
+@dataclass(frozen=True)
 class PhotonConfig:
     join: JoinConfig = field(default_factory=JoinConfig)
     regions: list = field(default_factory=list)
@@ -152,6 +163,7 @@ class PhotonConfig:
     eventstore: EventStoreConfig = field(default_factory=EventStoreConfig)
     joiner: JoinerConfig = field(default_factory=JoinerConfig)
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -168,7 +180,7 @@ class PhotonConfig:
 
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
-             "joiner": JoinerConfig, "dispatcher": DispatcherConfig}
+             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig}
 _PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir"}
 
 
@@ -177,6 +189,11 @@ def _check_type(where: str, value: Any, typ: type) -> Any:
         return float(value)
     if typ is bool and isinstance(value, bool):
         return value
+    if typ is dict and isinstance(value, dict):
+        bad = [k for k, v in value.items() if not isinstance(v, (str, int, float, bool))]
+        if bad:
+            raise ConfigError(f"{where}.{bad[0]} must be a string, number or boolean")
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     if typ in (int, float, str, list) and isinstance(value, typ) and not isinstance(value, bool):
         return value
     raise ConfigError(f"{where} must be {typ.__name__}, got {type(value).__name__} {value!r}")

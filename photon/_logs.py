@@ -237,7 +237,7 @@ def parse_record(raw: bytes, required: Iterable[str]) -> tuple[dict | None, str 
 
 
 @dataclass
-class RollingWriterStats:
+class RollingWriterStatistics:
     files_rolled: int = 0
     lines_written: int = 0
     bytes_written: int = 0
@@ -259,7 +259,7 @@ class RollingWriter:
         self.prefix = prefix
         self.roll_interval_s = roll_interval_s
         self.roll_bytes = roll_bytes
-        self.stats = RollingWriterStats()
+        self.stats = RollingWriterStatistics()
         self._start_us = time.time_ns() // 1000
         self._seq = 0
         self._f = None

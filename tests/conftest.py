@@ -72,3 +72,19 @@ def session_procs():
         yield p
     finally:
         p.stop_all()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One real local SparkSession for the whole test session (it takes seconds to start), built the way
+    Photon's jobs build it (quiet log, UI off), with two local cores."""
+    from photon import parse_config
+    from photon.app import spark_session
+    cfg = parse_config({"regions": [{"name": "t", "log_root": "/nonexistent", "output_root": "/nonexistent",
+                                     "state_dir": "/nonexistent"}],
+                        "spark": {"master": "local[2]", "shuffle_partitions": 4, "driver_memory": "1g"}})
+    session = spark_session(cfg, "photon-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

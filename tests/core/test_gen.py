@@ -3,7 +3,7 @@ import json
 import orjson
 
 from photon import load_config, parse_event_id
-from photon._gen import GenOptions, generate
+from photon.app import GenOptions, generate
 
 
 def test_gen_writes_logs_config_and_truth(tmp_path):

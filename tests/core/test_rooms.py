@@ -1,5 +1,6 @@
-"""Rooms talk only through front doors: no private module of one room is imported by another, and the
-shared core stays free of grpc and pysyncobj."""
+"""Rooms talk only through front doors, and only downwards: no private module of one room is imported by
+another, each layer imports only layers below it (also inside functions and through ``__import__`` or
+``importlib``), and the base stays free of grpc and pysyncobj."""
 import ast
 from pathlib import Path
 
@@ -23,6 +24,95 @@ def _sources(room: str):
     return [p for p in (REPO / room).rglob("*.py") if "_pb2" not in p.name]
 
 
+# Layers, bottom up. A module may import its own layer's room and any room of a lower layer. ``photon``
+# is the base (every module of the photon package but the launcher layer, ``photon/app``).
+LAYERS = [["photon"], ["idregistry", "eventstore"], ["joiner"], ["dispatcher"], ["photon.app"]]
+SIDE_ROOMS = {"millwheel": ["photon"]}      # millwheel stands on the base only
+SERVICE_ROOMS = ["idregistry", "eventstore", "joiner", "dispatcher", "millwheel"]
+
+
+def _unit_of(path: Path) -> str:
+    rel = path.relative_to(REPO).parts
+    return "photon.app" if rel[:2] == ("photon", "app") else rel[0]
+
+
+def _unit_of_module(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[:2] == ["photon", "app"]:
+        return "photon.app"
+    return parts[0] if parts[0] in ROOMS else None
+
+
+def _allowed(unit: str) -> set[str]:
+    if unit in SIDE_ROOMS:
+        return {unit, *SIDE_ROOMS[unit]}
+    for i, layer in enumerate(LAYERS):
+        if unit in layer:
+            return {u for lower in LAYERS[:i] for u in lower} | set(layer)
+    return {u for layer in LAYERS for u in layer}      # bench and tests may use anything
+
+
+def _dynamic_imports(path: Path):
+    """Room names passed as string literals to ``__import__``, ``importlib.import_module`` or
+    ``import_module`` (a room imported behind the layering test's back)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+        if name not in ("__import__", "import_module"):
+            continue
+        for arg in node.args[:1]:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                yield arg.value
+
+
+def layering_offences(paths, unit_of=_unit_of) -> list[str]:
+    offences = []
+    for path in paths:
+        unit = unit_of(path)
+        allowed = _allowed(unit)
+        for name in _imports(path):
+            target = _unit_of_module(name)
+            if target is not None and target not in allowed:
+                offences.append(f"{path.name} ({unit}) imports {name} ({target}, a higher layer)")
+        for name in _dynamic_imports(path):
+            target = _unit_of_module(name)
+            if target is not None and target != unit:
+                offences.append(f"{path.name} imports room {name!r} dynamically; import it at the "
+                                f"top of the module (if its layer allows it)")
+    return offences
+
+
+def test_each_layer_imports_only_layers_below_it():
+    paths = [p for room in ROOMS for p in _sources(room)]
+    assert layering_offences(paths) == []
+
+
+def test_the_layering_check_catches_upward_and_dynamic_imports(tmp_path):
+    """The check itself can fail: an upward import inside a function and a room named in ``__import__``
+    are both reported."""
+    probe = tmp_path / "_probe.py"
+    probe.write_text("def f():\n    import dispatcher\n    return __import__('joiner')\n")
+    found = layering_offences([probe], unit_of=lambda _: "photon")
+    assert any("imports dispatcher" in o for o in found)
+    assert any("'joiner' dynamically" in o for o in found)
+
+
+def test_base_imports_no_service_room():
+    base = [p for p in _sources("photon") if _unit_of(p) == "photon"]
+    offences = [f"{p.relative_to(REPO)} imports {n}" for p in base for n in _imports(p)
+                if n.split(".")[0] in SERVICE_ROOMS or n.startswith("photon.app")]
+    assert offences == []
+
+
+def test_one_process_spec_type():
+    """Every room plans its processes with the base's ProcessSpec; nobody defines another."""
+    offences = [f"{p.relative_to(REPO)} defines ProcessSpec" for room in ROOMS for p in _sources(room)
+                if p.name != "_process.py" and "class ProcessSpec" in p.read_text()]
+    assert offences == []
+
+
 def test_no_room_imports_another_rooms_private_modules():
     offences = []
     for room in ROOMS + ["bench"]:
@@ -31,6 +121,23 @@ def test_no_room_imports_another_rooms_private_modules():
                 parts = name.split(".")
                 if parts[0] in ROOMS and parts[0] != room and any(p.startswith("_") for p in parts[1:]):
                     offences.append(f"{path.relative_to(REPO)} imports {name}")
+    assert offences == []
+
+
+TEST_HOMES = {"core": "photon", "app": "photon", "idregistry": "idregistry", "eventstore": "eventstore", "joiner": "joiner",
+              "dispatcher": "dispatcher", "millwheel": "millwheel"}
+
+
+def test_tests_import_private_modules_of_their_own_room_only():
+    """A room's own tests may reach into its private modules; every other test uses front doors (or a
+    room's public ``testing`` module)."""
+    offences = []
+    for path in (REPO / "tests").rglob("*.py"):
+        home = TEST_HOMES.get(path.relative_to(REPO / "tests").parts[0])
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] in ROOMS and parts[0] != home and any(p.startswith("_") for p in parts[1:]):
+                offences.append(f"{path.relative_to(REPO)} imports {name}")
     assert offences == []
 
 
@@ -49,7 +156,8 @@ def test_names_taken_from_another_room_are_in_its_all():
 
 
 def test_core_is_free_of_grpc_and_pysyncobj():
-    offences = [f"{p.relative_to(REPO)} imports {n}" for p in _sources("photon") for n in _imports(p)
+    offences = [f"{p.relative_to(REPO)} imports {n}" for p in _sources("photon") if _unit_of(p) == "photon"
+                for n in _imports(p)
                 if n.split(".")[0] in ("grpc", "pysyncobj")]
     assert offences == []
 

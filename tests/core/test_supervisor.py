@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from photon import wait_until
-from photon._supervisor import ProcessSpec, Supervisor
+from photon import ProcessSpec
+from photon.app import Supervisor
 
 CHILD = textwrap.dedent("""
     import signal, sys, time

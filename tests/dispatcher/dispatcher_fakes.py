@@ -11,7 +11,10 @@ import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
-OUT_JOINED, OUT_ALREADY, OUT_NOT_FOUND, OUT_THROTTLED, OUT_UNJOINABLE = range(5)
+from photon import Outcome
+
+OUT_JOINED, OUT_ALREADY, OUT_NOT_FOUND, OUT_THROTTLED, OUT_UNJOINABLE = (
+    Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND, Outcome.THROTTLED, Outcome.UNJOINABLE)
 
 
 class FakeJoinerUnavailable(Exception):

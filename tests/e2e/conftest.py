@@ -26,7 +26,7 @@ class Pipeline:
 
     def start(self, *extra: str):
         self.log = open(self.config_path.parent / "launcher.log", "ab")
-        self.proc = self.procs.python("-m", "photon.cli", "run", "--config", str(self.config_path), *extra,
+        self.proc = self.procs.python("-m", "photon.app.cli", "run", "--config", str(self.config_path), *extra,
                                       stdout=self.log, stderr=subprocess.STDOUT)
         return self
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from photon import IdGenerator, wait_until
-from photon._gen import GenOptions, generate
+from photon.app import GenOptions, generate
 
 SOAK_S = float(os.environ.get("PHOTON_SOAK_S", "30"))       # CI runs 30 s; set it for a longer soak
 SOAK_SEED = int(os.environ.get("PHOTON_SOAK_SEED", "1234"))  # which processes die, and when

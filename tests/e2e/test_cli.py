@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from photon._gen import GenOptions, generate
+from photon.app import GenOptions, generate
 
 
 def photon(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "photon.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "photon.app.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from photon import wait_until
-from photon._gen import GenOptions, generate
+from photon.app import GenOptions, generate
 
 
 def _leader_pid(client) -> int | None:

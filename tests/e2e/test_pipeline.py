@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from photon import IdGenerator, wait_until
-from photon._gen import GenOptions, generate
+from photon.app import GenOptions, generate
 
 
 def _click_id(line: bytes):

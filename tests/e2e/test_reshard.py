@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from photon import IdGenerator, wait_until
-from photon._gen import GenOptions, generate
+from photon.app import GenOptions, generate
 
 
 @pytest.mark.timeout(240)
@@ -36,7 +36,7 @@ def test_reshard_up_while_clicks_flow(tmp_path, pipeline):
     try:
         write_some(200)
         wait_until(lambda: set(p.joined_ids(include_inprogress=True)) == expected, 60, message="first clicks")
-        reshard = subprocess.Popen([sys.executable, "-m", "photon.cli", "registry", "reshard", "--config", str(cfg),
+        reshard = subprocess.Popen([sys.executable, "-m", "photon.app.cli", "registry", "reshard", "--config", str(cfg),
                                     "--shards", "2", "--effective-in", "3"], stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 90

@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 
 from eventstore._state import index_primary_lines
-from eventstore._store import CacheEventStore
+from eventstore._shell import CacheEventStore
 from photon import LogChunk
 
 from es_helpers import query_id, query_line

@@ -8,12 +8,11 @@ import threading
 
 from photon import id_timestamp_us
 
+from idregistry import CommitResult
 
-class FakeCommitResult(enum.IntEnum):
-    OK = 0
-    ALREADY_EXISTS = 1
-    TOO_OLD = 2
-    WRONG_SHARD = 3
+
+FakeCommitResult = enum.IntEnum("FakeCommitResult", {r.name: int(r) for r in CommitResult})
+"""The registry's own numbering, taken from ``idregistry.CommitResult`` so the fake cannot drift."""
 
 
 class FakeRegistryDown(Exception):

@@ -162,3 +162,10 @@ def test_not_found_deferred_while_the_store_catches_up_and_copies_follow():
     assert b.defer_not_found() == 2                      # the copy of click 2 is not counted twice
     assert b.commit_resolved([R.OK]) == [concat(raws[0], query_line(1))]
     assert list(b.outcomes()) == [J, T, T, T]
+
+
+def test_outcome_numbers_are_the_protos():
+    """One vocabulary: joiner.proto's Outcome enum has exactly the base's Outcome names and numbers."""
+    from joiner import joiner_pb2
+    from photon import Outcome
+    assert dict(joiner_pb2.Outcome.items()) == {o.name: int(o) for o in Outcome}

@@ -1,81 +1,41 @@
 """``photon run``: plans every process of a config, supervises them, and knows when the run caught up.
 
-Per region: one CacheEventStore, ``[joiner].per_region`` joiners and one dispatcher; the IdRegistry's
-replicas come from the registry room (re-planned every second, so replicas of shards added by a reshard
-are started too). Ports are chosen once and kept in ``<state_dir>/ports.json`` so restarts reuse them.
+Every service room plans its own processes (``<room>.plan_processes``): per region one CacheEventStore,
+``[joiner].per_region`` joiners and one dispatcher; the IdRegistry's replicas come from
+``idregistry.registry_processes`` (re-planned every second, so replicas of shards added by a reshard are
+started too). Rooms keep their ports in ``<state_dir>/ports.json`` so restarts reuse them.
 ``launcher.json`` in the first region's state dir lists every process with its pid (for operators and
 fault tests).
 """
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from photon._config import ConfigError, PhotonConfig
-from photon._service import free_port
-from photon._supervisor import ProcessSpec, Supervisor
+import dispatcher
+import eventstore
+import idregistry
+import joiner
+from photon import ConfigError, PhotonConfig, ProcessSpec
+from photon.app._supervisor import Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def region_ports(config: PhotonConfig, region) -> dict:
-    """The region's service ports, chosen once and remembered in ``<state_dir>/ports.json``."""
-    path = Path(region.state_dir) / "ports.json"
-    want = config.joiner.per_region
-    try:
-        ports = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        ports = {}
-    es_host, j_host = config.eventstore.host, config.joiner.host
-    if not isinstance(ports.get("eventstore"), int) or not _port_free(es_host, ports["eventstore"]):
-        ports["eventstore"] = free_port(es_host)
-    joiners = [p for p in ports.get("joiners", []) if isinstance(p, int)][:want]
-    joiners = [p if _port_free(j_host, p) else free_port(j_host) for p in joiners]
-    while len(joiners) < want:
-        joiners.append(free_port(j_host))
-    ports["joiners"] = joiners
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(ports))
-    return ports
-
-
-def plan_region(config: PhotonConfig, region, registry_endpoints: list[str]) -> list[ProcessSpec]:
-    ports = region_ports(config, region)
-    py, cfg = sys.executable, config.path
-    registry = ",".join(registry_endpoints)
-    es_addr = f"{config.eventstore.host}:{ports['eventstore']}"
-    specs = [ProcessSpec(f"{region.name}-eventstore", [py, "-m", "eventstore.main", "--config", cfg, "--region",
-                                                       region.name, "--port", str(ports["eventstore"])],
-                         "eventstore", region.name)]
-    joiner_addrs = []
-    for i, port in enumerate(ports["joiners"]):
-        name = f"{region.name}-j{i}"
-        joiner_addrs.append(f"{config.joiner.host}:{port}")
-        specs.append(ProcessSpec(name, [py, "-m", "joiner.main", "--config", cfg, "--region", region.name,
-                                        "--name", name, "--port", str(port), "--eventstore", es_addr,
-                                        "--registry", registry], "joiner", region.name))
-    specs.append(ProcessSpec(f"{region.name}-dispatcher", [py, "-m", "dispatcher.main", "--config", cfg,
-                                                           "--region", region.name, "--joiners",
-                                                           ",".join(joiner_addrs), "--registry", registry],
-                             "dispatcher", region.name))
-    return specs
+def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]) -> list[ProcessSpec]:
+    """A region's service processes, each planned by its own room: the event store, then the joiners
+    (given the store's address), then the dispatcher (given the joiners' addresses)."""
+    stores = eventstore.plan_processes(config, region)
+    joiners = joiner.plan_processes(config, region, eventstore=[s.address for s in stores],
+                                    registry=registry_endpoints)
+    feeders = dispatcher.plan_processes(config, region, joiners=[j.address for j in joiners],
+                                        registry=registry_endpoints)
+    return stores + joiners + feeders
 
 
 def launcher_state_file(config: PhotonConfig) -> Path:
@@ -95,10 +55,8 @@ class Launcher:
     """Runs the pipeline of one config until caught up, timed out, or told to stop."""
 
     def __init__(self, config: PhotonConfig, options: RunOptions, echo=None) -> None:
-        import idregistry  # the registry room plans its own replicas
         self.config = config
         self.options = options
-        self._idregistry = idregistry
         self.echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
         self.supervisor = Supervisor(Path(config.regions[0].state_dir) / "logs", launcher_state_file(config),
                                      env=self._child_env(), echo=self.echo)
@@ -108,20 +66,20 @@ class Launcher:
     @staticmethod
     def _child_env() -> dict:
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
 
     def specs(self) -> list[ProcessSpec]:
         """The registry's replicas (re-planned each call: a reshard adds some) and the regions' services
         (planned once: their ports are fixed for the run)."""
-        specs = list(self._idregistry.registry_processes(self.config))
+        specs = list(idregistry.registry_processes(self.config))
         if self._region_specs is None:
-            endpoints = self._idregistry.registry_endpoints(self.config)
+            endpoints = idregistry.registry_endpoints(self.config)
             self._region_specs = []
             for region in self.config.regions:
                 if self.options.regions is None or region.name in self.options.regions:
-                    self._region_specs += plan_region(self.config, region, endpoints)
+                    self._region_specs += plan_region(self.config, region.name, endpoints)
         return specs + self._region_specs
 
     def check_inputs(self) -> None:
@@ -217,8 +175,7 @@ class CatchUpWatch:
     the previous check, twice in a row (so a line that arrived meanwhile is never missed)."""
 
     def __init__(self, config: PhotonConfig, regions=None) -> None:
-        from dispatcher import read_status
-        self._read = read_status
+        self._read = dispatcher.read_status
         self.regions = [r for r in config.regions if regions is None or r.name in regions]
         self._streak = 0
         self._since_us = time.time_ns() // 1000

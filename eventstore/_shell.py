@@ -19,7 +19,7 @@ from pathlib import Path
 
 from photon import LogTailer, Quarantine
 
-from eventstore._state import CacheStats, EventCache, index_primary_lines
+from eventstore._state import CacheStatistics, EventCache, index_primary_lines
 
 log = logging.getLogger("photon.eventstore")
 
@@ -31,7 +31,7 @@ POLL_MAX_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
-class EventStoreStats(CacheStats):
+class EventStoreStatistics(CacheStatistics):
     """The cache's statistics plus the primary reader's."""
     region: str
     read_through_us: int
@@ -94,8 +94,8 @@ class CacheEventStore:
                 log.exception("eventstore %s: primary reader pass failed; retrying", self.region)
                 self._stop.wait(1.0)
 
-    def statistics(self) -> EventStoreStats:
-        return EventStoreStats(
+    def statistics(self) -> EventStoreStatistics:
+        return EventStoreStatistics(
             **dataclasses.asdict(self.cache.statistics()), region=self.region,
             read_through_us=self.read_through_us, lines_read=self._lines_read,
             events_indexed=self._events_indexed,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import orjson
 
-from photon._config import PhotonConfig
+import dispatcher
+from photon import PhotonConfig
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
             "retry_queue", "in_flight")
@@ -36,7 +37,6 @@ def count_output_lines(directory: Path) -> int:
 
 
 def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
-    from dispatcher import read_status
     out = {"elapsed_s": round(elapsed_s, 2), "regions": {}}
     totals = dict.fromkeys(COUNTERS, 0)
     totals["quarantined"] = 0
@@ -44,7 +44,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
     for region in config.regions:
         if regions is not None and region.name not in regions:
             continue
-        status = read_status(region.state_dir) or {}
+        status = dispatcher.read_status(region.state_dir) or {}
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
         entry["quarantined"] = count_quarantined(region)
         entry["joined_output_lines"] = count_output_lines(region.joined_dir)

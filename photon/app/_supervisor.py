@@ -16,20 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from photon._logs import write_atomic
+from photon import write_atomic
 
 STOP_ORDER = ("dispatcher", "joiner", "eventstore", "registry")
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    """One process to run: a unique name, its argv, its role (registry, eventstore, joiner, dispatcher)
-    and the region it belongs to."""
-    name: str
-    argv: list
-    role: str
-    region: str = ""
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""The ``photon`` command line: gen, run, demo, status, config, registry."""
+"""The ``photon`` command line: gen, run, demo, status, config, registry.
+
+It lives in the launcher layer (:mod:`photon.app`), above every room, and imports them directly."""
 from __future__ import annotations
 
 import argparse
@@ -11,13 +13,15 @@ from pathlib import Path
 
 import orjson
 
-from photon._config import ConfigError, describe_options, load_config
-from photon._launcher import AlreadyRunning
-from photon._logs import read_output_lines
+import idregistry
+import joiner
+from photon import ConfigError, describe_options, load_config, read_output_lines
+from photon.app._gen import GenOptions, generate
+from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file
+from photon.app._summary import build_summary, dumps, format_summary
 
 
 def _cmd_gen(args) -> int:
-    from photon._gen import GenOptions, generate
     regions = tuple(r.strip() for r in args.regions.split(",") if r.strip())
     opts = GenOptions(out=args.out, queries=args.queries, clicks_per_query=args.clicks_per_query,
                       regions=regions, writers=args.writers, rotate_lines=args.rotate_lines,
@@ -35,8 +39,6 @@ def _cmd_gen(args) -> int:
 
 
 def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) -> tuple[int, dict]:
-    from photon._launcher import Launcher, RunOptions
-    from photon._summary import build_summary, dumps, format_summary
     opts = RunOptions(until_caught_up=until_caught_up, timeout_s=timeout_s, regions=regions)
 
     def on_signal(signum, _frame):
@@ -64,7 +66,6 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from photon._gen import GenOptions, generate
     out = Path(args.dir).resolve()
     print(f"photon demo: generating {args.queries} queries (~{int(args.queries * 0.1)} clicks) for regions "
           f"a and b under {out}", flush=True)
@@ -90,8 +91,6 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    from photon._launcher import launcher_state_file
-    from photon._summary import build_summary, format_summary
     config = load_config(args.config)
     path = launcher_state_file(config)
     if path.exists():
@@ -100,9 +99,8 @@ def _cmd_status(args) -> int:
         for name, p in state["processes"].items():
             print(f"  {name:<20} pid {p['pid']!s:<8} restarts {p['restarts']}")
     print(format_summary(build_summary(config, 0.0)))
-    from joiner import read_status as joiner_status
     for region in config.regions:
-        for name, j in sorted(joiner_status(region.state_dir).items()):
+        for name, j in sorted(joiner.read_status(region.state_dir).items()):
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
                   f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
                   f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
@@ -163,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     reg = sub.add_parser("registry", help="IdRegistry commands (status, reshard)", add_help=False)
     reg.add_argument("rest", nargs=argparse.REMAINDER)
-    reg.set_defaults(fn=lambda a: __import__("idregistry").registry_command(a.rest))
+    reg.set_defaults(fn=lambda a: idregistry.registry_command(a.rest))
     return p
 
 
@@ -171,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["registry"]:           # the registry room parses its own subcommands
         try:
-            return __import__("idregistry").registry_command(argv[1:])
+            return idregistry.registry_command(argv[1:])
         except ConfigError as e:
             print(f"photon: configuration error: {e}", file=sys.stderr)
             return 2

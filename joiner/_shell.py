@@ -27,7 +27,7 @@ log = logging.getLogger("photon.joiner")
 
 
 @dataclass(frozen=True, slots=True)
-class JoinerStats:
+class JoinerStatistics:
     name: str
     address: str
     requests: int
@@ -208,12 +208,12 @@ class Joiner:
             counts[o] += out.count(o)
         self._c["events"] += len(out)
 
-    def statistics(self) -> JoinerStats:
+    def statistics(self) -> JoinerStatistics:
         w = self._writer.stats
         with self._lock:
             c, counts = dict(self._c), list(self._counts)
             in_flight = self._in_flight
-        return JoinerStats(
+        return JoinerStatistics(
             name=self.name, address=self.address, in_flight=in_flight, max_in_flight=self._max_in_flight,
             joined=counts[Outcome.JOINED], already_joined=counts[Outcome.ALREADY_JOINED],
             not_found=counts[Outcome.NOT_FOUND], throttled=counts[Outcome.THROTTLED],

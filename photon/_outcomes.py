@@ -1,0 +1,25 @@
+"""What happened to one foreign event in a join attempt: the one vocabulary the joiner answers in and the
+dispatcher decides on. joiner.proto's ``Outcome`` enum carries the same numbers (a test ties them)."""
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(enum.IntEnum):
+    """The joiner's answer for one foreign event.
+
+    * ``JOINED``: committed in the registry under this attempt's token and written to the output;
+    * ``ALREADY_JOINED``: the registry already holds the id (joined before, elsewhere or by a retry);
+    * ``NOT_FOUND``: its primary event is not (yet) in the event store: retry later;
+    * ``THROTTLED``: not decided (a store, the registry or the output is unavailable): retry soon;
+    * ``UNJOINABLE``: can never be joined (the adapter refused it, or its id is older than the registry keeps).
+    """
+    JOINED = 0
+    ALREADY_JOINED = 1
+    NOT_FOUND = 2
+    THROTTLED = 3
+    UNJOINABLE = 4
+
+
+OUTCOMES = tuple(Outcome)
+"""``OUTCOMES[n]`` is the :class:`Outcome` numbered ``n`` (a tuple index, cheaper than ``Outcome(n)``)."""

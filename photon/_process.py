@@ -1,0 +1,61 @@
+"""What a service room hands the launcher: the processes it wants running, and the ports it keeps.
+
+Each service room plans its own processes (``<room>.plan_processes(...)``) as :class:`ProcessSpec` values;
+the launcher layer only starts, supervises and stops them, so a room's command line lives in that room.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from photon._logs import write_atomic
+from photon._service import free_port
+
+PORTS_FILE = "ports.json"
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to keep running: a unique ``name``, its ``argv``, its ``role`` (registry, eventstore,
+    joiner, dispatcher), the ``region`` it belongs to, and the ``address`` (``host:port``) it serves at,
+    empty for a process that serves nothing (the dispatcher)."""
+    name: str
+    argv: list
+    role: str
+    region: str = ""
+    address: str = ""
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def remembered_ports(state_dir: str | Path, key: str, host: str, count: int) -> list[int]:
+    """``count`` ports for ``key`` (e.g. ``"joiners"``), chosen free once and remembered in
+    ``<state_dir>/ports.json`` so that a restarted launcher gives the same processes the same ports.
+
+    A remembered port that something else has taken since is replaced by a free one. Call it before the
+    processes start: a port of a process that is running is not free."""
+    path = Path(state_dir) / PORTS_FILE
+    try:
+        ports = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        ports = {}
+    known = ports.get(key)
+    known = [known] if isinstance(known, int) else known if isinstance(known, list) else []
+    chosen = [p if isinstance(p, int) and _port_free(host, p) else free_port(host) for p in known[:count]]
+    while len(chosen) < count:
+        chosen.append(free_port(host))
+    if chosen != known:
+        ports[key] = chosen
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(ports, sort_keys=True).encode(), durable=True)
+    return chosen

@@ -1,0 +1,128 @@
+"""The one place that builds Photon's Spark session, shows job progress and turns Spark errors into one line.
+
+Every batch job (``photon verify``, ``recover``, ``sql``, ``compact``, ``eventstore build-map``) calls
+:func:`spark_session` with the run's :class:`photon.PhotonConfig`; the ``[spark]`` section chooses the master
+(``local[*]`` by default, any ``spark://`` master otherwise), the driver memory and extra settings. Spark's own
+log is quiet (errors only, see ``log4j2-quiet.properties``); :func:`spark_error` gives a readable line, with
+the Java stack only when asked. Nothing is downloaded: only the jars the pyspark wheel ships are used.
+
+A session is one per process (Spark's rule); :func:`spark_session` returns the running one if there is one,
+so tests can share a single session across many jobs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from photon import PhotonConfig
+
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+PROGRESS_INTERVAL_S = 0.5
+
+
+def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False):
+    """The process's SparkSession, built from ``config.spark`` on first use (later calls return it).
+
+    ``verbose`` keeps Spark's own warnings on (``--verbose`` of the CLI)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    spark_cfg = config.spark if config is not None else None
+    builder = SparkSession.builder.appName(app_name)
+    builder = builder.master(spark_cfg.master if spark_cfg else "local[*]")
+    java_opts = "" if verbose else f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+    settings = {
+        "spark.driver.memory": spark_cfg.driver_memory if spark_cfg else "2g",
+        "spark.sql.shuffle.partitions": str(spark_cfg.shuffle_partitions if spark_cfg else 8),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
+    }
+    if spark_cfg and spark_cfg.local_dir:
+        settings["spark.local.dir"] = spark_cfg.local_dir
+    settings.update(spark_cfg.conf if spark_cfg else {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    # Executors (and local[*] workers) must run this interpreter with Photon importable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return session
+
+
+def spark_error(exc: BaseException, verbose: bool = False) -> str:
+    """One readable line for a Spark failure (an analysis error, a failed task, a Java exception); the full
+    Java stack only with ``verbose``."""
+    text = str(exc)
+    if verbose:
+        return text
+    try:
+        from py4j.protocol import Py4JJavaError
+    except ImportError:        # pragma: no cover - py4j ships with pyspark
+        Py4JJavaError = ()
+    if Py4JJavaError and isinstance(exc, Py4JJavaError):
+        text = str(exc.java_exception.toString())
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    for marker in ("\n\tat ", "JVM stacktrace:"):
+        first = first.split(marker)[0]
+    return first
+
+
+class Progress:
+    """Shows a running job's stages and tasks on a terminal, one line rewritten in place, from Spark's status
+    tracker. Silent when ``enabled`` is false (``--json``, or output that is not a terminal)."""
+
+    def __init__(self, session, label: str, enabled: bool | None = None, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.label = label
+        self._tracker = session.sparkContext.statusTracker()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark-progress", daemon=True)
+        self._shown = False
+
+    def line(self) -> str | None:
+        """``label: stage N (done/total tasks)[, ...]`` for the stages running now, or None."""
+        parts = []
+        for stage_id in sorted(self._tracker.getActiveStageIds()):
+            info = self._tracker.getStageInfo(stage_id)
+            if info is not None:
+                parts.append(f"stage {stage_id} ({info.numCompletedTasks}/{info.numTasks} tasks)")
+        return f"{self.label}: " + ", ".join(parts) if parts else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(PROGRESS_INTERVAL_S):
+            text = self.line()
+            if text:
+                self.stream.write("\r\033[K" + text)
+                self.stream.flush()
+                self._shown = True
+
+    def __enter__(self) -> "Progress":
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        if self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+@contextmanager
+def progress(session, label: str, enabled: bool | None = None):
+    """``with progress(spark, "verify"): ...`` shows stages and tasks while the block runs."""
+    with Progress(session, label, enabled) as p:
+        yield p
