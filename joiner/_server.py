@@ -17,6 +17,7 @@ from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock,
 from joiner import joiner_pb2_grpc as pb_grpc
 from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
+from joiner._lost import LostLedger
 from joiner._shell import Joiner, JoinerStatistics
 from joiner._servicer import JoinerServicer
 from joiner._status import STATUS_INTERVAL_S, status_path, write_status
@@ -118,7 +119,8 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,
-                    commit_patience_s=jc.commit_patience_s, store_behind_s=jc.store_behind_s)
+                    commit_patience_s=jc.commit_patience_s, store_behind_s=jc.store_behind_s,
+                    ledger=LostLedger(reg.state_dir, reg.name, name), writer_probe_s=jc.writer_probe_s)
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     server.start()

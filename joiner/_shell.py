@@ -6,6 +6,12 @@ token -> write the OK lines (flushed) -> answer. A crash between commit and writ
 the output (they are registered but not written); the verification job finds them and the recovery job
 re-joins them. Writing before committing could duplicate a click, so it is never done.
 
+A failed output write (``ENOSPC``, ``EIO``) after an OK commit is never a silent loss: the ids go into the
+lost-ids ledger (``joiner._lost``, fsynced) before the answer, those events answer ALREADY_JOINED (the
+registry holds them; the recovery job writes them), and from then on the joiner answers every request
+THROTTLED before touching the event store or the registry until a probe write to its output folder
+succeeds again (tried at most once per ``writer_probe_s``).
+
 Tokens: ``<host:port>/<pid>/<start_us>/<seq>``, unique per join attempt (``seq`` numbers this process's
 requests). The registry treats a commit by the same token as idempotent, so the registry client may retry
 a commit with it; a new request for the same id carries a new token and gets ALREADY_EXISTS.
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 
 from photon import Clock, RollingWriter
 
+from joiner._lost import LostLedger
 from joiner._state import JoinBatch, Outcome, throttled
 
 log = logging.getLogger("photon.joiner")
@@ -51,6 +58,15 @@ class JoinerStatistics:
     files_rolled: int
     orphans_recovered: int
     not_found_store_behind: int   # answered THROTTLED, not NOT_FOUND: the event store was catching up
+    write_failures: int = 0        # output writes that failed after an OK commit
+    lost_ids: int = 0              # ids put into the lost-ids ledger (registered, not written)
+    requests_throttled_writer: int = 0   # requests refused at the door while the output writer failed
+    writer_error: str = ""         # why the output writer is failing now ("" when it works)
+
+
+PROBE_MIN_BYTES = 64 << 10
+"""The smallest probe write that tells a failed output folder works again (a full tmpfs may still take a
+few bytes into a partly used page)."""
 
 
 def make_token_prefix(address: str, pid: int, start_us: int) -> str:
@@ -71,7 +87,8 @@ class Joiner:
 
     def __init__(self, *, name: str, address: str, store, registry, adapter, writer: RollingWriter,
                  max_in_flight: int, clock: Clock, pid: int | None = None,
-                 commit_patience_s: float = 300.0, store_behind_s: float = 5.0) -> None:
+                 commit_patience_s: float = 300.0, store_behind_s: float = 5.0,
+                 ledger: LostLedger | None = None, writer_probe_s: float = 1.0) -> None:
         self.name = name
         self.address = address
         self.token_prefix = make_token_prefix(address, pid if pid is not None else os.getpid(), clock.now_us())
@@ -81,6 +98,11 @@ class Joiner:
         self._max_in_flight = max_in_flight
         self._commit_patience_s = commit_patience_s
         self._store_behind_us = int(store_behind_s * 1_000_000)
+        self._ledger = ledger
+        self._writer_probe_s = writer_probe_s
+        self._writer_error = ""          # set while the output writer fails; see _writer_usable
+        self._probe_bytes = PROBE_MIN_BYTES
+        self._next_probe = 0.0
         self.stopping = threading.Event()
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
@@ -88,7 +110,8 @@ class Joiner:
         self._counts = [0] * len(Outcome)
         self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
-                       orphans_recovered=0, not_found_store_behind=0)
+                       orphans_recovered=0, not_found_store_behind=0, write_failures=0, lost_ids=0,
+                       requests_throttled_writer=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -113,6 +136,13 @@ class Joiner:
                 self._count(out)
                 return out
             self._in_flight += 1
+        if not self._writer_usable():      # nothing committed while nothing can be written
+            with self._lock:
+                self._in_flight -= 1
+                self._c["requests_throttled_writer"] += 1
+                out = throttled(n)
+                self._count(out)
+            return out
         try:
             batch = JoinBatch(ids, ref_ids, raws)
             out = self._join(batch, next(self._seq))
@@ -158,13 +188,88 @@ class Joiner:
                 return batch.outcomes()
             # Committed: write before answering JOINED. A crash from here until the flush loses these
             # events from the output only (registered, not written): the verification job's case.
-            try:
-                self._writer.write_lines(lines)
-            except Exception:
-                log.critical("joiner %s: request %d: %d committed event(s) could not be written (token %s); "
-                             "the verification job will find them", self.name, seq, len(lines), token)
-                raise
+            if lines:
+                self._write_or_record(batch, lines, token, seq)
         return batch.outcomes()
+
+    def _write_or_record(self, batch: JoinBatch, lines: list[bytes], token: str, seq: int) -> None:
+        """Write the committed lines; if the writer fails, put their ids durably into the lost-ids ledger
+        before answering (retrying the output and the ledger in turn while neither works)."""
+        try:
+            self._writer.write_lines(lines)
+            return
+        except OSError as e:
+            reason = f"output write failed: {e}"
+        self._writer_failed(reason, sum(len(line) + 1 for line in lines))
+        delay = 0.05
+        while True:
+            lost = batch.write_failed_ids()
+            try:
+                if self._ledger is None:
+                    raise OSError("this joiner has no lost-ids ledger")
+                self._ledger.append(lost, token, self._clock.now_us(), reason)
+            except OSError as e:
+                log.error("joiner %s: request %d: the lost-ids ledger failed too (%s); retrying", self.name, seq, e)
+            else:
+                batch.write_failed()
+                with self._lock:
+                    self._c["lost_ids"] += len(lost)
+                log.error("joiner %s: request %d: %d registered id(s) could not be written (%s); recorded in the "
+                          "lost-ids ledger under token %s for recovery", self.name, seq, len(lost), reason, token)
+                return
+            if self.stopping.is_set():
+                log.critical("joiner %s: request %d: stopping with %d registered id(s) neither written nor in the "
+                             "ledger (token %s): %s", self.name, seq, len(lost), token, " ".join(lost))
+                batch.write_unrecorded()
+                return
+            self.stopping.wait(delay)
+            delay = min(1.0, delay * 2)
+            try:
+                self._writer.write_lines(lines)     # the output may have room again
+            except OSError:
+                continue
+            return
+
+    def _writer_failed(self, reason: str, nbytes: int) -> None:
+        with self._lock:
+            self._c["write_failures"] += 1
+            if not self._writer_error:
+                log.error("joiner %s: %s; answering THROTTLED until the output folder takes writes again",
+                          self.name, reason)
+            self._writer_error = reason
+            self._probe_bytes = max(PROBE_MIN_BYTES, nbytes)
+            self._next_probe = time.monotonic() + self._writer_probe_s
+
+    def _writer_usable(self) -> bool:
+        """True unless the output writer failed and a probe (a write of about the failed size into a hidden
+        file of the output folder, at most once per ``writer_probe_s``) still fails."""
+        with self._lock:
+            if not self._writer_error:
+                return True
+            now = time.monotonic()
+            if now < self._next_probe:
+                return False
+            self._next_probe = now + self._writer_probe_s
+            size = self._probe_bytes
+        probe = self._writer.dir / f".{self.name}.probe"
+        try:
+            self._writer.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view, done = memoryview(bytes(size)), 0
+                while done < size:
+                    done += os.write(fd, view[done:])
+            finally:
+                os.close(fd)
+                probe.unlink(missing_ok=True)
+        except OSError as e:
+            log.debug("joiner %s: output probe failed: %s", self.name, e)
+            return False
+        with self._lock:
+            log.warning("joiner %s: the output folder takes writes again (was: %s); joining resumes",
+                        self.name, self._writer_error)
+            self._writer_error = ""
+        return True
 
     def _commit_patiently(self, ids: list[str], token: str, seq: int):
         """Commit ``ids`` under ``token`` until the registry answers.
@@ -213,7 +318,8 @@ class Joiner:
         with self._lock:
             c, counts = dict(self._c), list(self._counts)
             in_flight = self._in_flight
-        return JoinerStatistics(
+            writer_error = self._writer_error
+        return JoinerStatistics(writer_error=writer_error,
             name=self.name, address=self.address, in_flight=in_flight, max_in_flight=self._max_in_flight,
             joined=counts[Outcome.JOINED], already_joined=counts[Outcome.ALREADY_JOINED],
             not_found=counts[Outcome.NOT_FOUND], throttled=counts[Outcome.THROTTLED],

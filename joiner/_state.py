@@ -51,7 +51,7 @@ class JoinBatch:
     """
 
     __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "_ids", "_ref_ids", "_raws", "_out", "_first",
-                 "_dups", "_refs", "_commit_idx", "_commit_lines")
+                 "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx")
 
     def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> None:
         n = len(ids)
@@ -84,6 +84,7 @@ class JoinBatch:
         self._refs: list[str] = []
         self._commit_idx: list[int] = []
         self._commit_lines: list[bytes] = []
+        self._written_idx: list[int] = []
 
     @property
     def duplicates(self) -> int:
@@ -138,13 +139,41 @@ class JoinBatch:
             raise ValueError(f"{len(results)} commit results for {len(idx)} ids")
         out = self._out
         write: list[bytes] = []
+        written = self._written_idx = []
         for k, r in enumerate(results):
             o = COMMIT_OUTCOME.get(r, _THROTTLED)
             out[idx[k]] = o
             if o == _JOINED:
                 write.append(lines[k])
+                written.append(idx[k])
         self._commit_idx, self._commit_lines = [], []
         return write
+
+    def write_failed_ids(self) -> list[str]:
+        """The ids of the lines :meth:`commit_resolved` handed out (what a failed write leaves unwritten)."""
+        ids = self._ids
+        return [ids[i] for i in self._written_idx]
+
+    def write_failed(self) -> list[str]:
+        """The lines :meth:`commit_resolved` handed out could not be written: their events are registered
+        (this attempt's token holds them) and not in the output. Returns their ids, for the lost-ids
+        ledger; once they are in it the events answer ALREADY_JOINED (the registry holds them, the
+        recovery job writes them), never JOINED, and never THROTTLED (a retry would only meet
+        ALREADY_EXISTS and be counted as a prevented duplicate)."""
+        ids, out = self._ids, self._out
+        lost = [ids[i] for i in self._written_idx]
+        for i in self._written_idx:
+            out[i] = _ALREADY
+        self._written_idx = []
+        return lost
+
+    def write_unrecorded(self) -> None:
+        """Neither the output nor the lost-ids ledger took the lines (the joiner is stopping): the events
+        answer THROTTLED, the only outcome that claims nothing."""
+        out = self._out
+        for i in self._written_idx:
+            out[i] = _THROTTLED
+        self._written_idx = []
 
     def defer_not_found(self) -> int:
         """The event store was catching up: a primary it did not hold may still come. Every NOT_FOUND

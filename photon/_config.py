@@ -127,6 +127,9 @@ class JoinerConfig:
     roll_interval_s: float = opt(1.0, "roll (publish) an output file at least this often", check=_positive)
     roll_mb: float = opt(64.0, "roll an output file once it reaches this size", check=_positive)
     host: str = opt("127.0.0.1", "address joiners bind to")
+    writer_probe_s: float = opt(1.0, "after an output write failed (disk full), how often the joiner tries a "
+                                     "probe write; until one succeeds it answers THROTTLED without committing",
+                                check=_positive)
 
 
 @dataclass(frozen=True)

@@ -302,14 +302,22 @@ class RollingWriter:
         return out
 
     def write_lines(self, lines: list[bytes]) -> None:
+        """Append ``lines`` (each without ``\\n``) and hand them to the OS, all or none: when the write
+        fails (``ENOSPC``, ``EIO``) the file is cut back to its size before the call and the error is raised,
+        so no torn or partial line stays behind and a later call may simply try again."""
         if not lines:
             return
         data = b"\n".join(lines) + b"\n"
         with self._lock:
             if self._f is None:
                 self._open()
-            self._f.write(data)
-            self._f.flush()
+            try:
+                view, done = memoryview(data), 0
+                while done < len(data):           # an unbuffered file: a short write is continued
+                    done += self._f.write(view[done:])
+            except OSError:
+                os.ftruncate(self._f.fileno(), self._size)
+                raise
             self._size += len(data)
             self.stats.lines_written += len(lines)
             self.stats.bytes_written += len(data)
@@ -333,7 +341,7 @@ class RollingWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._seq += 1
         self._path = self.dir / f"{self.prefix}-{self._start_us}-{self._seq:06d}.jsonl{INPROGRESS}"
-        self._f = open(self._path, "ab")
+        self._f = open(self._path, "ab", buffering=0)   # unbuffered: a failed write leaves nothing queued
         self._opened_at = time.monotonic()
         self._size = 0
 

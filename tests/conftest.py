@@ -88,3 +88,59 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+class SmallDisk:
+    """A real tmpfs of a few hundred KB mounted on a folder: writes beyond it fail with ENOSPC."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.mounted = False
+
+    def mount(self, size: str) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(self.path)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"this machine refuses to mount a tmpfs ({r.stderr.strip() or r.returncode}): "
+                        "the disk-full test needs one")
+        self.mounted = True
+
+    def resize(self, size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(self.path)], check=True, capture_output=True)
+
+    def fill(self, name: str = ".filler") -> int:
+        """Write zeros into ``name`` until the disk is full (ENOSPC); returns the bytes written."""
+        n = 0
+        with open(os.path.join(self.path, name), "ab", buffering=0) as f:
+            try:
+                while True:
+                    n += f.write(bytes(4096))
+            except OSError as e:
+                if e.errno != 28:
+                    raise
+        return n
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+            self.mounted = False
+
+
+@pytest.fixture
+def small_disk():
+    """``small_disk(path, size="300k") -> SmallDisk``: mounts a tmpfs there (skips, saying why, where the
+    machine refuses); every disk mounted is unmounted at teardown, also on failure."""
+    disks: list[SmallDisk] = []
+
+    def make(path, size: str = "300k") -> SmallDisk:
+        d = SmallDisk(path)
+        disks.append(d)
+        d.mount(size)
+        return d
+
+    try:
+        yield make
+    finally:
+        for d in reversed(disks):
+            d.unmount()

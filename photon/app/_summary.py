@@ -1,4 +1,12 @@
-"""The run summary: what each region's dispatcher read and resolved, quarantined records, latencies."""
+"""The run summary: what each region's dispatcher read and resolved, quarantined records, latencies, and the
+clicks lost awaiting recovery.
+
+*Lost, awaiting recovery* counts the distinct ids of a region's lost-ids ledgers (:func:`joiner.read_lost`):
+registered by a joiner whose output write then failed. The joiner answers ALREADY_JOINED for them (the
+registry holds them), which the dispatcher counts among ``duplicates_prevented``; the summary takes them
+out of that count again, so a lost click is never shown as a prevented duplicate. The ledger is never
+edited, so the count stays after a recovery job has re-joined them (the verification job tells which are
+in the output by now)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +15,7 @@ from pathlib import Path
 import orjson
 
 import dispatcher
+import joiner
 from photon import PhotonConfig
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
@@ -36,11 +45,17 @@ def count_output_lines(directory: Path) -> int:
     return total
 
 
+def lost_ids(region, since_us: int = 0) -> set[str]:
+    """The distinct ids of a region's lost-ids ledgers recorded at or after ``since_us``."""
+    return {e["id"] for e in joiner.read_lost(region.state_dir) if int(e.get("at_us", 0)) >= since_us}
+
+
 def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
     out = {"elapsed_s": round(elapsed_s, 2), "regions": {}}
     totals = dict.fromkeys(COUNTERS, 0)
     totals["quarantined"] = 0
     totals["joined_output_lines"] = 0
+    totals["lost_awaiting_recovery"] = 0
     for region in config.regions:
         if regions is not None and region.name not in regions:
             continue
@@ -48,6 +63,8 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
         entry["quarantined"] = count_quarantined(region)
         entry["joined_output_lines"] = count_output_lines(region.joined_dir)
+        entry["lost_awaiting_recovery"] = len(lost_ids(region))
+        entry["duplicates_prevented"] = max(0, entry["duplicates_prevented"] - entry["lost_awaiting_recovery"])
         entry["join_latency_ms"] = status.get("join_latency_ms", {})
         out["regions"][region.name] = entry
         for k in totals:
@@ -61,7 +78,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
 
 def format_summary(summary: dict) -> str:
     lines = [f"Photon run summary ({summary['elapsed_s']} s)"]
-    header = f"{'region':<8}{'read':>10}{'joined':>10}{'unjoin.':>9}{'bad':>7}{'dups prev.':>12}" \
+    header = f"{'region':<8}{'read':>10}{'joined':>10}{'unjoin.':>9}{'bad':>7}{'dups prev.':>12}{'lost':>7}" \
              f"{'p50 ms':>9}{'p90 ms':>9}"
     lines.append(header)
     rows = list(summary["regions"].items())
@@ -70,11 +87,14 @@ def format_summary(summary: dict) -> str:
     for name, e in rows:
         lat = e.get("join_latency_ms") or {}
         lines.append(f"{name:<8}{e['events_read']:>10}{e['joined']:>10}{e['unjoinable']:>9}"
-                     f"{e['quarantined']:>7}{e['duplicates_prevented']:>12}"
+                     f"{e['quarantined']:>7}{e['duplicates_prevented']:>12}{e['lost_awaiting_recovery']:>7}"
                      f"{lat.get('p50', 0):>9.1f}{lat.get('p90', 0):>9.1f}")
     t = summary["total"]
     lines.append(f"joined lines in output: {t['joined_output_lines']}; still waiting for retry: "
                  f"{t['retry_queue']}; quarantined bad records: {t['quarantined']}")
+    if t["lost_awaiting_recovery"]:
+        lines.append(f"lost, awaiting recovery: {t['lost_awaiting_recovery']} click(s) registered but not written "
+                     f"(output write failed; ids in <state_dir>/lost/*.jsonl); run the recovery job")
     return "\n".join(lines)
 
 

@@ -18,7 +18,11 @@ import joiner
 from photon import ConfigError, describe_options, load_config, read_output_lines
 from photon.app._gen import GenOptions, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file
-from photon.app._summary import build_summary, dumps, format_summary
+from photon.app._summary import build_summary, dumps, format_summary, lost_ids
+
+EXIT_LOST = 5
+"""``photon run`` caught up or stopped, but clicks were lost in this run (registered, output write failed):
+they are in the lost-ids ledger, awaiting the recovery job."""
 
 
 def _cmd_gen(args) -> int:
@@ -47,8 +51,13 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     launcher = Launcher(config, opts)
+    started_us = time.time_ns() // 1000
     code = launcher.run()
     summary = build_summary(config, time.monotonic() - launcher.started_at, regions)
+    lost_now = sum(len(lost_ids(r, started_us)) for r in config.regions if regions is None or r.name in regions)
+    if code == 0 and lost_now:
+        print(f"photon: {lost_now} click(s) lost in this run, awaiting recovery (exit {EXIT_LOST})", file=sys.stderr)
+        code = EXIT_LOST
     summary["exit_code"] = code
     print(format_summary(summary), flush=True)
     if as_json:
@@ -104,7 +113,9 @@ def _cmd_status(args) -> int:
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
                   f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
                   f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
-                  f"in flight {j.get('in_flight', 0)}")
+                  f"in flight {j.get('in_flight', 0)}  lost {j.get('lost_ids', 0)}")
+            if j.get("writer_error"):
+                print(f"    output writes failing, answering THROTTLED until they work: {j['writer_error']}")
     return 0
 
 
@@ -138,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the pipeline of a config")
     r.add_argument("--config", required=True)
     r.add_argument("--until-caught-up", action="store_true",
-                   help="exit 0 once every complete line is consumed and every event resolved")
+                   help="exit once every complete line is consumed and every event resolved: 0, or 5 if "
+                        "clicks were lost in this run (registered, output write failed; awaiting recovery)")
     r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
     r.add_argument("--regions", default=None, help="run only these regions' services (comma-separated)")
     r.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
