@@ -14,9 +14,22 @@ pysyncobj settings (see docs/registry.md for the measurements behind them):
   finishes, so compaction would never complete.
 * ``commandsQueueSize`` bounded: a full queue fails the command with QUEUE_FULL, which clients see as
   RESOURCE_EXHAUSTED and back off from.
+
+Durability beyond pysyncobj's own: the term/vote record (``raft.journal.meta``) is written to a temporary
+file, fsynced, renamed and its folder fsynced before pysyncobj sends the vote or message that depends on it
+(:class:`_DurableMetaStorer`, installed into ``pysyncobj.journal`` when this module is imported); a
+snapshot file is fsynced before pysyncobj renames it, and the folder (making that rename durable) and the
+rewritten journal are fsynced when pysyncobj compacts the journal. Any failure there is fail-stop: the
+replica logs why and exits with :data:`EXIT_STORAGE_FAILED` (the supervisor restarts it), so nothing that
+is not on disk is ever acknowledged.
+
+This module overrides private internals of pysyncobj :data:`PYSYNCOBJ_VERSION` (pinned in
+``pyproject.toml``); :func:`check_pysyncobj` refuses to start on any other version or when one of those
+names is missing, instead of silently skipping the acknowledgement rule.
 """
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import threading
@@ -25,12 +38,98 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import pysyncobj.journal
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.transport import TCPTransport
+from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from idregistry._state import ShardState
 
+log = logging.getLogger("idregistry.replica")
+
 JOURNAL_FILE = "raft.journal"
+PYSYNCOBJ_VERSION = "0.3.17"
+"""The pysyncobj release whose private names this module overrides (and ``pyproject.toml`` pins)."""
+EXIT_STORAGE_FAILED = 75
+"""Exit status of a replica that stopped because its journal, term/vote record or snapshot could not be
+made durable."""
+
+_PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"),
+                        TCPTransport: ("_onMessageReceived", "_onTick"),
+                        pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
+_PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex")
+
+
+class PysyncobjMismatch(RuntimeError):
+    """The installed pysyncobj is not the release whose internals the registry overrides."""
+
+
+def check_pysyncobj(version: str = _INSTALLED_PYSYNCOBJ) -> None:
+    """Raise :class:`PysyncobjMismatch` unless pysyncobj is :data:`PYSYNCOBJ_VERSION` and has every private
+    name the registry overrides."""
+    if version != PYSYNCOBJ_VERSION:
+        raise PysyncobjMismatch(f"the IdRegistry needs pysyncobj=={PYSYNCOBJ_VERSION} (it overrides its private "
+                                f"internals), found {version}: install the pinned version")
+    for cls, names in _PRIVATE_CLASS_NAMES.items():
+        missing = [n for n in names if not hasattr(cls, n)]
+        if missing:
+            raise PysyncobjMismatch(f"pysyncobj {version}: {cls.__name__} lacks {missing}; the registry's "
+                                    f"acknowledgement and durability rules cannot be installed")
+
+
+def storage_failed(what: str, error: BaseException) -> None:
+    """Fail-stop: log why, then exit at once (no cleanup that could acknowledge anything)."""
+    log.critical("registry replica: %s failed (%s: %s); exiting (status %d) so that nothing not on disk is "
+                 "ever acknowledged; the supervisor restarts this replica", what, type(error).__name__, error,
+                 EXIT_STORAGE_FAILED)
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:
+            pass
+    os._exit(EXIT_STORAGE_FAILED)
+
+
+def fsync_dir(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
+    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync.
+    ``on_failure(what, error)`` is called on any OSError (default: :func:`storage_failed`, which exits)."""
+
+    on_failure = staticmethod(storage_failed)
+
+    def getMeta(self):  # noqa: N802 (pysyncobj's name)
+        """The stored record; {} when there is none yet. Unlike pysyncobj's, an unreadable record raises
+        (a replica that forgot its vote could vote twice in one term) and the file is closed."""
+        try:
+            with open(self.getPath(), "rb") as f:
+                return pysyncobj.journal.loads(f.read())
+        except FileNotFoundError:
+            return {}
+
+    def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
+        path = self.getPath()
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(pysyncobj.journal.dumps(meta))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
+        except OSError as e:
+            type(self).on_failure(f"writing the Raft term/vote record {path}", e)
+            raise
+
+
+check_pysyncobj()
+pysyncobj.journal.MetaStorer = _DurableMetaStorer   # every FileJournal created from now on stores durably
 
 # pysyncobj's failure reasons, grouped by what the caller should do about them.
 QUEUE_FULL_REASONS = frozenset({FAIL_REASON.QUEUE_FULL})
@@ -139,10 +238,16 @@ class _StateConsumer(SyncObjConsumer):
     def write_snapshot(self, path: str, raft_data) -> None:
         """pysyncobj's serializer hook: called in the Raft thread (so the state is between commands) with
         a temporary path it renames into place afterwards."""
-        with open(path, "wb") as f:
-            pickle.dump((SNAPSHOT_FORMAT, self.state, raft_data), f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(path, "wb") as f:
+                pickle.dump((SNAPSHOT_FORMAT, self.state, raft_data), f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            # pysyncobj would only mark the snapshot failed and keep going; a disk that fails here fails
+            # the journal next: stop now, say why
+            storage_failed(f"writing the snapshot {path}", e)
+            raise
 
     def read_snapshot(self, path: str):
         """pysyncobj's deserializer hook: restores the state, returns pysyncobj's own data."""
@@ -160,15 +265,36 @@ class _StateConsumer(SyncObjConsumer):
 
 class _NotifyingJournal:
     """pysyncobj's journal, telling ``on_append`` after every entry written to it (so the fsync thread
-    starts flushing as soon as an entry is in, while it is still being replicated)."""
+    starts flushing as soon as an entry is in, while it is still being replicated).
 
-    def __init__(self, journal, on_append) -> None:
+    Compaction (``deleteEntriesTo``, which pysyncobj runs right after renaming a new snapshot into place)
+    first fsyncs the data folder (the rename), then rewrites the journal and fsyncs it; a failure is
+    fail-stop (``on_failure``)."""
+
+    def __init__(self, journal, on_append, data_dir: Path, on_failure=None) -> None:
         self._journal = journal
         self._on_append = on_append
+        self._data_dir = data_dir
+        self._on_failure = on_failure or storage_failed
 
     def add(self, *entry) -> None:
         self._journal.add(*entry)
-        self._on_append()
+        if self._on_append is not None:
+            self._on_append()
+
+    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
+        try:
+            fsync_dir(self._data_dir)
+        except OSError as e:
+            self._on_failure(f"fsync of the folder holding the new snapshot ({self._data_dir})", e)
+            raise
+        self._journal.deleteEntriesTo(entry_to)
+        try:
+            self._journal.flush()
+            fsync_path(str(self._data_dir / JOURNAL_FILE))
+        except OSError as e:
+            self._on_failure("fsync of the compacted Raft journal", e)
+            raise
 
     def __len__(self) -> int:
         return len(self._journal)
@@ -190,14 +316,19 @@ class _AckAfterSyncObj(SyncObj):
     Raft thread through pysyncobj's own pipe, and the waiting acknowledgements are sent from the tick.
     So an entry counts towards a majority only once it is on that member's disk."""
 
-    def __init__(self, *args, ack_after_sync=None, on_append=None, **kwargs) -> None:
+    def __init__(self, *args, ack_after_sync=None, on_append=None, data_dir: Path | None = None,
+                 **kwargs) -> None:
         self._ack_after_sync = ack_after_sync
         self._acks: deque = deque()      # (seq, node, reset, next_idx, success), in order; success needs a sync
         self._ack_seq = 0
         self._synced_seq = 0
         super().__init__(*args, **kwargs)
-        if on_append is not None:
-            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append)
+        missing = [n for n in _PRIVATE_INSTANCE_NAMES if not hasattr(self, n)]
+        if missing:
+            self.destroy()
+            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: SyncObj lacks {missing}")
+        if data_dir is not None:
+            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir)
         if ack_after_sync is not None:
             self.addOnTickCallback(self._send_synced_acks)
 
@@ -240,7 +371,7 @@ class RaftReplica:
         conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
         self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                       transportClass=_transport_class(self.settings.simulated_rtt_ms),
-                                      ack_after_sync=ack_after_sync, on_append=on_append)
+                                      ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir)
         self._destroyed = threading.Event()
 
     @property

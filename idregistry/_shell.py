@@ -29,7 +29,8 @@ from photon import Clock, SystemClock
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
-from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path
+from idregistry._replica import (JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path,
+                                 storage_failed)
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardingLease, ShardState,
                                bucket_width_us, validate_ids)
@@ -332,10 +333,18 @@ class _Syncer:
     a finished fsync already covered them, else after the fsync that does. The leader answers clients this
     way ("batch"): its fsync of an entry runs while the entry is being replicated, so by the time the
     followers' acknowledgements are in it is usually done. With ``interval_s`` the journal is flushed at
-    most that often and nothing waits for it ("interval")."""
+    most that often and nothing waits for it ("interval").
 
-    def __init__(self, path, interval_s: float = 0.0) -> None:
+    A failed fsync is fail-stop: no waiter runs (so no client gets OK and no follower acknowledges), later
+    ``after_sync`` calls never run theirs, and ``on_failure(what, error)`` is called (the replica's default
+    logs why and exits; the supervisor restarts it and it reads its journal back from the disk). A later
+    fsync that succeeds proves nothing after one failed (the kernel may have dropped the dirty pages)."""
+
+    def __init__(self, path, interval_s: float = 0.0, *, fsync=fsync_path, on_failure=storage_failed) -> None:
         self._path = path
+        self._fsync = fsync
+        self._on_failure = on_failure
+        self.failed: BaseException | None = None
         self._interval_s = interval_s
         self._cond = threading.Condition()
         self._dirty = False
@@ -357,6 +366,8 @@ class _Syncer:
 
     def after_sync(self, fn) -> None:
         with self._cond:
+            if self.failed is not None:
+                return                      # never: the journal may not be on disk
             need = self._appended
             if self._synced < need:
                 self._waiting.append((need, fn))
@@ -379,9 +390,13 @@ class _Syncer:
                 covering = self._appended
             t = time.perf_counter()
             try:
-                fsync_path(self._path())
-            except OSError:
-                log.exception("fsync of the Raft journal failed")
+                self._fsync(self._path())
+            except OSError as e:
+                with self._cond:
+                    self.failed = e
+                    self._waiting = []
+                self._on_failure("fsync of the Raft journal", e)
+                return
             self._seconds += time.perf_counter() - t
             self.fsyncs += 1
             with self._cond:

@@ -129,7 +129,8 @@ def _cmd_config(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="photon", description="Photon: exactly-once joining of log streams")
+    p = argparse.ArgumentParser(prog="photon", description="Photon: joining of log streams, at most once at every instant and "
+                                "exactly once after the verification and recovery jobs")
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("gen", help="write a generated workload, its photon.toml and its truth files")
