@@ -146,6 +146,8 @@ class Dispatcher:
         self._scan_wall_us = 0
         self._line_bytes = 256.0  # running estimate of a line's size, for read-ahead budgets
         self.error: BaseException | None = None
+        self._waiting_for_disk = ""      # why the dispatcher is paused on a failing write ("" when not)
+        self._abandoned = False          # stopped with a write not done: no final checkpoint
 
     # ------------------------------------------------------------ lifecycle
 
@@ -175,6 +177,9 @@ class Dispatcher:
     def _run(self) -> None:
         try:
             self._loop()
+        except _WriteAbandoned as e:
+            log.error("dispatcher %s: %s; no final checkpoint (a restart reads on from the last one)",
+                      self.region.name, e)
         except BaseException as e:  # noqa: BLE001  (reported in status and to the process)
             self.error = e
             log.exception("dispatcher loop failed")
@@ -266,14 +271,41 @@ class Dispatcher:
             elif kind is Lookup:
                 self._lookup(cmd)
             elif kind is WriteUnjoinable:
-                self.unjoinable.write_lines(self._not_written_before(cmd.raws))
+                lines = self._not_written_before(cmd.raws)
+                self._until_written("writing unjoinable output", lambda: self.unjoinable.write_lines(lines))
             elif kind is QuarantineRecords:
                 for file, offset, reason, raw in cmd.records:
-                    self.quarantine.add(file, offset, reason, raw)
+                    self._until_written("writing the quarantine",
+                                        lambda: self.quarantine.add(file, offset, reason, raw))
             elif kind is Checkpoint:
-                save_checkpoint(self.dir, cmd.snapshot)
+                self._until_written("writing the checkpoint", lambda: save_checkpoint(self.dir, cmd.snapshot))
             else:
                 raise TypeError(f"unknown dispatcher command {cmd!r}")
+
+    def _until_written(self, what: str, write) -> None:
+        """Run ``write`` until it succeeds. A full or failing disk pauses the dispatcher here (commands run
+        in order, so no checkpoint moves past events whose unjoinable or quarantine write has not landed);
+        the status says so (``waiting_for_disk``) and the dispatcher goes on by itself once the write
+        succeeds. Stopping while paused raises :class:`_WriteAbandoned`: no final checkpoint is written, so
+        a restart reads those events again from the previous checkpoint."""
+        delay = 0.05
+        while True:
+            try:
+                write()
+            except OSError as e:
+                if not self._waiting_for_disk:
+                    log.error("dispatcher %s: %s failed (%s); pausing until it succeeds", self.region.name, what, e)
+                self._waiting_for_disk = f"{what}: {e}"
+                self._publish_status()
+                if self._stopping.wait(delay):
+                    self._abandoned = True
+                    raise _WriteAbandoned(f"stopped while {what} kept failing: {e}") from e
+                delay = min(1.0, delay * 2)
+                continue
+            if self._waiting_for_disk:
+                log.warning("dispatcher %s: %s works again; resuming", self.region.name, what)
+                self._waiting_for_disk = ""
+            return
 
     def _not_written_before(self, raws: list[bytes]) -> list[bytes]:
         written = self._unjoinable_written
@@ -343,14 +375,25 @@ class Dispatcher:
         # scan_at_us is compared with other processes' wall clocks: report the system's, not the core's
         self._stats = dataclasses.replace(
             self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid()),
-            scan_at_us=self._scan_wall_us)
-        write_status(self.dir, self._stats)
+            scan_at_us=self._scan_wall_us, waiting_for_disk=self._waiting_for_disk)
+        try:
+            write_status(self.dir, self._stats)
+        except OSError as e:      # a view only: a full disk must not end the dispatcher
+            log.debug("writing the dispatcher status failed: %s", e)
 
     def _finish(self) -> None:
         try:
-            self._execute(self.core.handle(StopRequested(self._now_us())))
-            self.unjoinable.roll()
-            self.quarantine.close()
+            if not self._abandoned:
+                try:
+                    self._execute(self.core.handle(StopRequested(self._now_us())))
+                except _WriteAbandoned as e:
+                    log.error("dispatcher %s: %s; no final checkpoint (a restart reads on from the last one)",
+                              self.region.name, e)
+            for close in (self.unjoinable.roll, self.quarantine.close):
+                try:
+                    close()
+                except OSError as e:
+                    log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
             self._publish_status()
         finally:
             for _ in self._lookup_workers:
@@ -362,6 +405,10 @@ class Dispatcher:
                 except Exception:
                     log.exception("closing registry client")
             self._lock.release()
+
+
+class _WriteAbandoned(Exception):
+    """The dispatcher stopped while a write it must not skip kept failing."""
 
 
 def serve(config: PhotonConfig, region: str, joiners: list[str], registry=None, **options) -> Dispatcher:

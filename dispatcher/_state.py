@@ -169,6 +169,7 @@ class DispatcherStatistics:
     scan_at_us: int = 0
     join_latency_ms: dict = field(default_factory=dict)
     pid: int = 0
+    waiting_for_disk: str = ""   # set by the shell: the write it is paused on (disk full), "" when none
 
 
 _COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",

@@ -163,7 +163,8 @@ class LogTailer:
 
 class Quarantine:
     """Bad records: counted and appended to ``<dir>/<name>.jsonl``, one JSON object per record with the
-    file, byte offset, reason and the raw line. Never raises on a bad record; the good ones go on."""
+    file, byte offset, reason and the raw line. Never raises on a bad record; the good ones go on. A failed
+    write (disk full) raises OSError and leaves nothing of that entry behind, so the caller may try again."""
 
     def __init__(self, directory: str | Path, name: str) -> None:
         self.path = Path(directory) / f"{name}.jsonl"
@@ -207,9 +208,16 @@ class Quarantine:
                 return
             if self._f is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._f = open(self.path, "ab")
-            self._f.write(orjson.dumps(entry) + b"\n")
-            self._f.flush()
+                self._f = open(self.path, "ab", buffering=0)
+            data = orjson.dumps(entry) + b"\n"
+            size = os.fstat(self._f.fileno()).st_size
+            try:                                  # all or nothing: a failed write (disk full) is cut off
+                done = 0
+                while done < len(data):
+                    done += self._f.write(data[done:])
+            except OSError:
+                os.ftruncate(self._f.fileno(), size)
+                raise
             self.count += 1
 
     def close(self) -> None:

@@ -188,7 +188,9 @@ class CatchUpWatch:
             st = self._read(region.state_dir) or {}
             parts.append(f"{region.name}: read {st.get('events_read', 0)}, joined {st.get('joined', 0)}, "
                          f"unjoinable {st.get('unjoinable', 0)}, waiting {st.get('retry_queue', 0)}, "
-                         f"unread {st.get('pending_bytes', 0) / 2**20:.1f} MB")
+                         f"unread {st.get('pending_bytes', 0) / 2**20:.1f} MB"
+                         + (f", PAUSED waiting for disk ({st['waiting_for_disk']})" if st.get("waiting_for_disk")
+                            else ""))
         return "progress: " + "; ".join(parts)
 
     def caught_up(self, supervisor: Supervisor) -> bool:

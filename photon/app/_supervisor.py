@@ -2,7 +2,10 @@
 
 The supervisor is the only part of ``photon run`` that touches processes. Children run in their own
 session (so a Ctrl-C reaches the launcher alone, which then stops them in order) and get SIGTERM if the
-launcher itself dies. Each child's output goes to ``<log_dir>/<name>.log``.
+launcher itself dies. Each child's output goes to ``<log_dir>/<name>.log``, rotated by size: at
+``LOG_MAX_BYTES`` the file becomes ``<name>.log.1`` (older ones shift up to ``.LOG_BACKUPS``, the oldest is
+dropped). The output is read through a pipe by a thread per child, so a full disk drops log lines and
+never blocks a child.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +23,8 @@ from pathlib import Path
 from photon import write_atomic
 
 STOP_ORDER = ("dispatcher", "joiner", "eventstore", "registry")
+LOG_MAX_BYTES = 16 << 20
+LOG_BACKUPS = 3
 _PR_SET_PDEATHSIG = 1
 
 
@@ -38,6 +44,35 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
         pass
+
+
+class RotatingLog:
+    """Appends a child's output to ``path``, rotating at ``max_bytes`` (``path.1`` .. ``path.<backups>``).
+    Write failures (disk full) drop the data and are counted; they never raise."""
+
+    def __init__(self, path: Path, max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACKUPS) -> None:
+        self.path, self.max_bytes, self.backups = Path(path), max_bytes, backups
+        self.dropped_bytes = 0
+
+    def write(self, data: bytes) -> None:
+        try:
+            size = self.path.stat().st_size if self.path.exists() else 0
+            if size and size + len(data) > self.max_bytes:
+                for k in range(self.backups - 1, 0, -1):
+                    older = self.path.with_name(f"{self.path.name}.{k}")
+                    if older.exists():
+                        os.replace(older, self.path.with_name(f"{self.path.name}.{k + 1}"))
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            with open(self.path, "ab") as f:
+                f.write(data)
+        except OSError:
+            self.dropped_bytes += len(data)
+
+    def pump(self, stream) -> None:
+        """Copy ``stream`` (a child's stdout) into the log until it ends."""
+        with stream:
+            for line in iter(stream.readline, b""):
+                self.write(line)
 
 
 def _describe_exit(code: int) -> str:
@@ -60,6 +95,8 @@ class Supervisor:
         self.env = env
         self.children: dict[str, _Child] = {}
         self.stopping = False
+        self.state_error = ""            # why launcher.json could not be written ("" when it was)
+        self._state_dirty = False
         self._echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
 
     def ensure(self, specs) -> None:
@@ -92,7 +129,7 @@ class Supervisor:
             if child.proc is None and now >= child.next_start:
                 self._start(child)
                 changed = True
-        if changed:
+        if changed or self._state_dirty:
             self._write_state()
 
     def pid(self, name: str) -> int | None:
@@ -121,14 +158,16 @@ class Supervisor:
         self._write_state()
 
     def _start(self, child: _Child) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{child.spec.name}.log", "ab")
         try:
-            child.proc = subprocess.Popen(list(child.spec.argv), stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          preexec_fn=_die_with_parent, env=self.env)
-        finally:
-            log.close()
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass                      # the pump drops what it cannot write
+        log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
+        child.proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      preexec_fn=_die_with_parent, env=self.env)
+        threading.Thread(target=log.pump, args=(child.proc.stdout,), name=f"log-{child.spec.name}",
+                         daemon=True).start()
         child.started_at = time.monotonic()
 
     def _write_state(self) -> None:
@@ -136,5 +175,16 @@ class Supervisor:
             name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role, "region": c.spec.region,
                    "restarts": c.restarts, "argv": list(c.spec.argv)}
             for name, c in self.children.items()}}
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.state_file, json.dumps(state, indent=1).encode())
+        try:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.state_file, json.dumps(state, indent=1).encode())
+        except OSError as e:     # a full state disk pauses the listing, never the run: tried again each poll
+            if not self.state_error:
+                self._echo(f"cannot write {self.state_file} ({e}); waiting for the disk, retrying")
+            self.state_error = str(e)
+            self._state_dirty = True
+            return
+        if self.state_error:
+            self._echo(f"{self.state_file} written again")
+        self.state_error = ""
+        self._state_dirty = False

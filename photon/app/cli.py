@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 
+import dispatcher
 import idregistry
 import joiner
 from photon import ConfigError, describe_options, load_config, read_output_lines
@@ -108,6 +109,10 @@ def _cmd_status(args) -> int:
         for name, p in state["processes"].items():
             print(f"  {name:<20} pid {p['pid']!s:<8} restarts {p['restarts']}")
     print(format_summary(build_summary(config, 0.0)))
+    for region in config.regions:
+        waiting = (dispatcher.read_status(region.state_dir) or {}).get("waiting_for_disk")
+        if waiting:
+            print(f"  region {region.name}: dispatcher PAUSED waiting for disk: {waiting}")
     for region in config.regions:
         for name, j in sorted(joiner.read_status(region.state_dir).items()):
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
