@@ -285,8 +285,13 @@ class DispatcherState:
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
-        batches wait queued behind the requests in flight (0: read nothing now)."""
-        return max(0, self.config.batch_size * self.config.max_in_flight - len(self._queued))
+        batches wait queued behind the requests in flight, and never more than ``max_unresolved`` events
+        are unresolved (queued, in flight or waiting for a retry; 0: read nothing now). So at most
+        ``max_unresolved`` + one scan's lines (plus their later copies) are held in memory and in each
+        checkpoint, however long the joiners, event store or registry stay down."""
+        cfg = self.config
+        return max(0, min(cfg.batch_size * cfg.max_in_flight - len(self._queued),
+                          cfg.max_unresolved - len(self._events)))
 
     def wants_lines(self) -> bool:
         return self.lines_wanted() > 0

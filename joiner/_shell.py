@@ -62,7 +62,11 @@ class JoinerStatistics:
     lost_ids: int = 0              # ids put into the lost-ids ledger (registered, not written)
     requests_throttled_writer: int = 0   # requests refused at the door while the output writer failed
     writer_error: str = ""         # why the output writer is failing now ("" when it works)
+    refused_ids: int = 0           # ids the registry refused alone (e.g. timestamped far in the future)
 
+
+REFUSED = 2
+"""The commit result given to an id the registry refused on its own: answered like TOO_OLD (UNJOINABLE)."""
 
 PROBE_MIN_BYTES = 64 << 10
 """The smallest probe write that tells a failed output folder works again (a full tmpfs may still take a
@@ -111,7 +115,7 @@ class Joiner:
         self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
                        orphans_recovered=0, not_found_store_behind=0, write_failures=0, lost_ids=0,
-                       requests_throttled_writer=0)
+                       requests_throttled_writer=0, refused_ids=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -180,7 +184,7 @@ class Joiner:
         if ids:
             token = f"{self.token_prefix}{seq}"
             try:
-                results = self._commit_patiently(ids, token, seq)
+                results = self._commit_isolating(ids, token, seq)
                 lines = batch.commit_resolved(results)
             except Exception as e:
                 self._failed("registry_errors", "registry commit", e)
@@ -270,6 +274,24 @@ class Joiner:
                         self.name, self._writer_error)
             self._writer_error = ""
         return True
+
+    def _commit_isolating(self, ids: list[str], token: str, seq: int) -> list[int]:
+        """Commit ``ids``; when the registry refuses the call as a whole (ValueError: an id timestamped
+        beyond the clock-skew bound, or one it cannot parse), split it in halves until the refused ids are
+        alone. Each of those answers UNJOINABLE (so the dispatcher writes it to the unjoinable output, and
+        this joiner's log names the reason); every other id is decided as usual. The halves use the same
+        token, so a part that did commit before the refusal (another shard) is answered OK again."""
+        try:
+            return list(self._commit_patiently(ids, token, seq))
+        except ValueError as e:
+            if len(ids) == 1:
+                with self._lock:
+                    self._c["refused_ids"] += 1
+                log.warning("joiner %s: request %d: the registry refuses %s (%s); answered UNJOINABLE",
+                            self.name, seq, ids[0], e)
+                return [REFUSED]
+        mid = len(ids) // 2
+        return self._commit_isolating(ids[:mid], token, seq) + self._commit_isolating(ids[mid:], token, seq)
 
     def _commit_patiently(self, ids: list[str], token: str, seq: int):
         """Commit ``ids`` under ``token`` until the registry answers.

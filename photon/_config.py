@@ -145,6 +145,10 @@ class DispatcherConfig:
                                        check=_positive)
     poll_interval_s: float = opt(0.02, "wait between scans of the logs when nothing new was found",
                                  check=_positive)
+    max_unresolved: int = opt(100_000, "read-ahead bound: no more lines are read while this many events are "
+                                        "unresolved (queued, in flight or waiting for a retry), so memory and "
+                                        "checkpoint size stay bounded while joiners, event store or registry "
+                                        "are down", check=_positive)
 
 
 @dataclass(frozen=True)

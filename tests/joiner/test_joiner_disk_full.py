@@ -60,3 +60,31 @@ def test_read_lost_skips_a_torn_last_line(tmp_path):
     (d / "a-j1.jsonl").write_bytes(b'{"id": "z", "token": "u", "at_us": 2, "reason": "r", "region": "a", '
                                    b'"joiner": "a-j1"}\n')
     assert [e["id"] for e in joiner.read_lost(tmp_path)] == ["x", "z"]
+
+
+class FutureRefusingRegistry(FakeRegistry):
+    """Like the real registry: a commit holding an id timestamped beyond the skew bound is refused whole."""
+
+    def __init__(self, newest_us: int) -> None:
+        super().__init__()
+        self.newest_us = newest_us
+
+    def commit(self, ids, token):
+        from photon import id_timestamp_us
+        if any(id_timestamp_us(i) > self.newest_us for i in ids):
+            raise ValueError("an id is timestamped beyond the clock-skew bound")
+        return super().commit(ids, token)
+
+
+def test_one_click_from_the_year_2100_is_decided_alone(stack):
+    from joiner_helpers import BASE_US, click_id, click_line, query_id
+    reg = FutureRefusingRegistry(newest_us=BASE_US + 10_000_000_000)
+    s = stack(reg)
+    write_queries(s.root, range(8))
+    s.wait_queries(8)
+    ids, refs, raws = clicks(range(8))
+    far = 4_102_444_800_000_000 - BASE_US - 1_000_000        # 2100-01-01
+    ids[5] = click_id(5, base_us=BASE_US + far)
+    raws[5] = click_line(5, base_us=BASE_US + far)
+    assert s.client.join(ids, refs, raws) == [J] * 5 + [U] + [J] * 2
+    assert s.client.status()["refused_ids"] == 1
