@@ -11,7 +11,7 @@ import pytest
 import eventstore
 from photon import load_config
 from photon.app import GenOptions, generate
-from photon.app._buildmap import build_map
+from photon.app import build_map
 from photon.app.cli import main as photon
 
 
