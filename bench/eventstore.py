@@ -103,9 +103,8 @@ def drop_page_cache(root: Path) -> None:
 def hit_ratio(cache_mb: float, queries: int, seed: int = 3) -> float:
     """Queries arrive one per 10 ms of event time; 10% get a click after a log-normal delay (median 20 s,
     sigma 2: a tail of hours). Each click looks its query up in a cache of ``cache_mb`` fed in time order."""
-    from eventstore._state import EventCache
     rng = random.Random(seed)
-    cache = EventCache(int(cache_mb * (1 << 20)))
+    cache = eventstore.InMemoryEventStore(int(cache_mb * (1 << 20)))
     clicks = []
     for i in range(queries):
         if rng.random() < 0.1:
