@@ -54,6 +54,26 @@ class EventStoreClient:
                                         f"for {len(ids)} ids")
         return [r or None for r in raws]
 
+    def lookup_future(self, ids: list[str]):
+        """Start a lookup; returns a function that waits for it and returns ``(raws, read_through_us)``
+        (raws as :meth:`lookup`; read_through_us None when not reported). Raises like :meth:`lookup`."""
+        try:
+            fut = self._stub.Lookup.future(pb.LookupRequest(ids=ids), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
+
+        def wait():
+            try:
+                resp = fut.result()
+            except grpc.RpcError as e:
+                raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
+            if len(resp.raws) != len(ids):
+                raise EventStoreUnavailable(f"event store {self.address} answered {len(resp.raws)} results "
+                                            f"for {len(ids)} ids")
+            through = resp.read_through_us if resp.HasField("read_through_us") else None
+            return [r or None for r in resp.raws], through
+        return wait
+
     def status(self) -> dict:
         try:
             resp = self._stub.Status(pb.StatusRequest(), timeout=self.timeout)

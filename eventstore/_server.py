@@ -1,4 +1,4 @@
-"""Starting and stopping a CacheEventStore gRPC server."""
+"""Starting and stopping the event store's gRPC servers: a cache server (one shard) or a logs store."""
 from __future__ import annotations
 
 from concurrent import futures
@@ -6,12 +6,14 @@ from pathlib import Path
 
 import grpc
 
-from photon import PhotonConfig, bind_port
+from photon import ConfigError, PhotonConfig, bind_port
 
 from eventstore import eventstore_pb2_grpc as pb_grpc
 from eventstore._client import CHANNEL_OPTIONS
 from eventstore._servicer import EventStoreServicer
-from eventstore._shell import CacheEventStore, EventStoreStatistics
+from eventstore._logstore import LogsEventStore
+from eventstore._mapfiles import map_dir
+from eventstore._shell import CacheEventStore, EventStoreStatistics, ReaderOptions
 
 SERVER_THREADS = 16
 
@@ -38,20 +40,51 @@ class EventStoreServer:
         return self._server.wait_for_termination(timeout)
 
 
-def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = None) -> EventStoreServer:
-    """Start the CacheEventStore of ``region``: its primary reader (from the beginning of
-    ``<log_root>/<join.primary_stream>``) and its gRPC server on ``host:port`` (default
+def store_dir(config: PhotonConfig, region: str) -> Path:
+    """``<state_dir>/eventstore``: the cache servers' checkpoints and the log-file map (``map/``)."""
+    return Path(config.region(region).state_dir) / "eventstore"
+
+
+def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = None,
+          shard: int = 0) -> EventStoreServer:
+    """Start cache server ``shard`` of ``region`` (of ``[eventstore].cache_servers``, each holding
+    ``cache_mb / cache_servers``): its primary reader over ``<log_root>/<join.primary_stream>`` (resuming
+    from its checkpoint in :func:`store_dir`) and its gRPC server on ``host:port`` (default
     ``[eventstore].host``; port 0 picks a free port, see :attr:`EventStoreServer.port`)."""
     reg = config.region(region)
+    es = config.eventstore
+    if not 0 <= shard < es.cache_servers:
+        raise ConfigError(f"{config.path}: cache server {shard} does not exist ([eventstore].cache_servers = "
+                          f"{es.cache_servers})")
+    options = ReaderOptions(state_dir=store_dir(config, region), map_dir=map_dir(reg.state_dir),
+                            map_every_s=es.map_every_s, map_every_kb=es.map_every_kb, warm_tail_s=es.warm_tail_s,
+                            checkpoint_interval_s=es.checkpoint_interval_s, shard=shard,
+                            servers=es.cache_servers, vnodes=es.ring_vnodes)
     store = CacheEventStore(
         region=reg.name, primary_root=Path(reg.log_root) / config.join.primary_stream,
-        id_field=config.join.primary_id_field, max_bytes=int(config.eventstore.cache_mb * (1 << 20)),
-        quarantine_dir=reg.quarantine_dir)
-    host = host or config.eventstore.host
-    server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=f"eventstore-{region}"),
+        id_field=config.join.primary_id_field, max_bytes=int(es.cache_mb * (1 << 20) / es.cache_servers),
+        quarantine_dir=reg.quarantine_dir, options=options)
+    return _start(store, host or es.host, port, f"eventstore {region}/{shard}")
+
+
+def serve_logs(config: PhotonConfig, region: str, port: int = 0, host: str | None = None) -> EventStoreServer:
+    """Start the LogsEventStore of ``region``: it answers from the log-file map in :func:`store_dir`
+    (``map/``) and the primary logs, with the same gRPC service as a cache server."""
+    reg = config.region(region)
+    es = config.eventstore
+    store = LogsEventStore(
+        region=reg.name, primary_root=Path(reg.log_root) / config.join.primary_stream,
+        id_field=config.join.primary_id_field, map_dir=map_dir(reg.state_dir),
+        reader_checkpoint=store_dir(config, region) / "cache-0.json", every_bytes=es.map_every_kb * 1024,
+        max_open=es.logs_open_files, refresh_s=es.map_refresh_s)
+    return _start(store, host or es.host, port, f"logs store {region}")
+
+
+def _start(store, host: str, port: int, what: str) -> EventStoreServer:
+    server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=what.replace(" ", "-")),
                          options=CHANNEL_OPTIONS)
     pb_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
-    bound = bind_port(server, host, port, f"eventstore {region}")
+    bound = bind_port(server, host, port, what)
     store.start()
     server.start()
     return EventStoreServer(store, server, host, bound)

@@ -1,24 +1,38 @@
 """The CacheEventStore shell: a primary reader thread feeding an :class:`EventCache`, and its in-process twin.
 
-Lifecycle of :class:`CacheEventStore`: construct, :meth:`~CacheEventStore.start` (the reader thread begins
-at offset 0 of every primary log file, any depth, and keeps tailing: growing files and new files),
-:meth:`~CacheEventStore.lookup` from any thread, :meth:`~CacheEventStore.close` (stops and joins the
-reader). Only complete lines (terminated by ``\\n``) are read. Bad lines go to the quarantine log with
-their file and offset and are skipped. What is guaranteed: an event whose line was read is found until the
-byte bound pushes it out (least recently used first). Not guaranteed: older events (a later logs-based
-event store covers those), or that a line written a moment ago has been read already.
+Lifecycle of :class:`CacheEventStore`: construct, :meth:`~CacheEventStore.start`, :meth:`~CacheEventStore.lookup`
+from any thread, :meth:`~CacheEventStore.close` (stops the reader, writes a last checkpoint).
+
+The reader thread tails every primary log file (any depth; growing files and new files). With a
+``state_dir`` it is durable: every ``checkpoint_interval_s`` it fsyncs the log-file map entries it emitted
+(if it is the map writer) and then atomically replaces ``<state_dir>/cache-<shard>.json`` with its per-file
+offsets (the next unread byte), the W/M rule's marks and ``read_through_us``. A restarted store resumes at
+those offsets (lines after them are read again, never lines before them), and first warms its cache by
+re-reading the last ``warm_tail_s`` of event time through the map (from the entries at or before the
+newest entry's time minus ``warm_tail_s``, up to the resume offsets). ``read_through_us`` stays 0 until the
+resumed reader has caught up, so joiners keep deferring NOT_FOUND meanwhile.
+
+Sharding: a store that is server ``shard`` of a :class:`HashRing` keeps only the ids the ring gives it (every
+server reads all lines; only server 0 writes the map and the quarantine). Bad lines go to the quarantine
+log with their file and offset. Guaranteed: an event whose line was read is found until the byte bound
+pushes it out (least recently used first); older events are the logs store's.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from photon import LogTailer, Quarantine
+from photon import Quarantine, write_atomic
 
+from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
+from eventstore._mapfiles import MapFiles, READER_MAP_FILE
+from eventstore._ring import HashRing
+from eventstore._source import LocalFiles
 from eventstore._state import CacheStatistics, EventCache, index_primary_lines
 
 log = logging.getLogger("photon.eventstore")
@@ -34,33 +48,87 @@ POLL_MAX_BYTES = 8 << 20
 class EventStoreStatistics(CacheStatistics):
     """The cache's statistics plus the primary reader's."""
     region: str
+    shard: int
+    servers: int
     read_through_us: int
     lines_read: int
+    bytes_read: int
     events_indexed: int
     bad_records: int
     files: int
     pending_bytes: int
     reader_alive: bool
+    resumed: bool
+    warm_bytes: int
+    warm_s: float
+    map_entries_written: int
+    checkpoints: int
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How the primary reader keeps its place and the map (see :class:`CacheEventStore`)."""
+    state_dir: str | Path | None = None
+    map_dir: str | Path | None = None
+    map_every_s: float = 10.0
+    map_every_kb: int = 256
+    warm_tail_s: float = 300.0
+    checkpoint_interval_s: float = 1.0
+    shard: int = 0
+    servers: int = 1
+    vnodes: int = 64
 
 
 class CacheEventStore:
     """Recent primary events from ``primary_root`` held in a byte-bounded LRU (see module docstring)."""
 
     def __init__(self, region: str, primary_root: str | Path, id_field: str, max_bytes: int,
-                 quarantine_dir: str | Path) -> None:
+                 quarantine_dir: str | Path, options: ReaderOptions | None = None) -> None:
         self.region = region
+        self.options = opts = options or ReaderOptions()
         self.cache = EventCache(max_bytes)
+        self.files = LocalFiles(primary_root)
         self._id_field = id_field
-        self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}")
-        self._quarantine.skip_known()      # the reader starts at offset 0: bad lines it quarantined before
-        self._tailer = LogTailer(primary_root, quarantine=self._quarantine)
+        self._ring = HashRing(opts.servers, opts.vnodes) if opts.servers > 1 else None
+        self._writes_map = opts.shard == 0 and opts.map_dir is not None
+        self._checkpoint = Path(opts.state_dir) / f"cache-{opts.shard}.json" if opts.state_dir else None
+        saved = self._load_checkpoint()
+        self.resumed = saved is not None
+        offsets = saved["offsets"] if saved else {}
+        self._resume_offsets = dict(offsets)
+        self._emitter = MapEmitter(int(opts.map_every_s * 1e6), opts.map_every_kb * 1024,
+                                   marks_from_json(saved.get("marks")) if saved else None)
+        self._map = MapFiles(opts.map_dir) if opts.map_dir is not None else None
+        self._map_out = self._map.writer(READER_MAP_FILE) if self._writes_map else None
+        self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}") if opts.shard == 0 else None
+        if self._quarantine is not None:
+            self._quarantine.skip_known(offsets)   # lines past the resume offsets are read again
+        self._tailer = self.files.tailer(offsets, self._quarantine)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"eventstore-{region}-reader", daemon=True)
-        self._lines_read = 0
-        self._events_indexed = 0
+        self._thread = threading.Thread(target=self._run, name=f"eventstore-{region}-{opts.shard}-reader",
+                                        daemon=True)
+        self._lines_read = self._bytes_read = self._events_indexed = self._bad = 0
+        self._warm_bytes, self._warm_s, self._map_written, self._checkpoints = 0, 0.0, 0, 0
+        self._warmed = not self.resumed
+        self._last_checkpoint = time.monotonic()
         self.read_through_us = 0
         """Wall time (µs) up to which the store has read everything: every complete line the logs held at
-        that moment is indexed. 0 until the first pass that reached the end of every file."""
+        that moment is indexed. 0 until the first pass (after any warm-up) that reached every file's end."""
+
+    def _load_checkpoint(self) -> dict | None:
+        if self._checkpoint is None:
+            return None
+        try:
+            data = json.loads(self._checkpoint.read_bytes())
+            if not isinstance(data.get("offsets"), dict):
+                raise ValueError("no offsets")
+            return data
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError, AttributeError) as e:
+            log.error("eventstore %s: checkpoint %s unreadable (%s); reading the logs from the start",
+                      self.region, self._checkpoint, e)
+            return None
 
     def start(self) -> None:
         self._thread.start()
@@ -68,22 +136,86 @@ class CacheEventStore:
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         return self.cache.lookup(ids)
 
+    def _index(self, chunk, *, emit: bool) -> int:
+        """Index one chunk: map entries (map writer only), then this shard's events into the cache."""
+        offsets: list[int] | None = [] if emit and self._writes_map else None
+        good, bad = index_primary_lines(chunk, self._id_field, offsets)
+        if offsets is not None:
+            observe, out = self._emitter.observe, []
+            for (event_id, _), off in zip(good, offsets):
+                entry = observe(chunk.file, off, event_id)
+                if entry is not None:
+                    out.append(entry.to_json())
+            if out:
+                self._map_out.write(out)
+                self._map_written += len(out)
+        if self._ring is not None:
+            owner, me = self._ring.server_for, self.options.shard
+            good = [g for g in good if owner(g[0]) == me]
+        self.cache.put_many(good)
+        if emit:
+            self._bad += len(bad)
+            if self._quarantine is not None:
+                for b in bad:
+                    self._quarantine.add(b.file, b.offset, b.reason, b.raw)
+        return len(good)
+
+    def warm(self) -> int:
+        """Re-read the recent tail (``warm_tail_s`` of event time, found through the map) up to the resume
+        offsets into the cache; returns the bytes read. Nothing is emitted or quarantined again."""
+        t0 = time.monotonic()
+        view = MapView()
+        if self._map is not None:
+            for entry in self._map.read_all()[0]:
+                view.add(entry)
+        cutoff = view.newest_ts - int(self.options.warm_tail_s * 1e6)
+        read = 0
+        for rel, start in sorted(view.tail_starts(cutoff).items()):
+            end = self._resume_offsets.get(rel, 0)
+            if start >= end or self._stop.is_set():
+                continue
+            try:
+                for chunk in self.files.chunks(rel, start, end):
+                    self._index(chunk, emit=False)
+                    read += chunk.end - chunk.offsets[0]
+            except OSError as e:
+                log.warning("eventstore %s: warm-up skipped %s: %s", self.region, rel, e)
+        self._warm_bytes, self._warm_s = read, time.monotonic() - t0
+        self._warmed = True
+        log.info("eventstore %s shard %d: warmed the cache from %d bytes of recent logs in %.2f s",
+                 self.region, self.options.shard, read, self._warm_s)
+        return read
+
     def read_once(self) -> int:
         """One pass over the logs: index every new complete line; returns the number of lines read.
         The reader thread calls this in a loop; tests may call it directly on a store never started."""
+        if not self._warmed:
+            self.warm()
         lines = 0
         started_us = time.time_ns() // 1000
         for chunk in self._tailer.poll(POLL_MAX_BYTES):
-            good, bad = index_primary_lines(chunk, self._id_field)
-            self.cache.put_many(good)
-            for b in bad:
-                self._quarantine.add(b.file, b.offset, b.reason, b.raw)
+            self._events_indexed += self._index(chunk, emit=True)
             lines += len(chunk.lines)
-            self._events_indexed += len(good)
+            self._bytes_read += chunk.end - chunk.offsets[0]
         self._lines_read += lines
         if self._tailer.caught_up:
             self.read_through_us = started_us
+        if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_interval_s:
+            self.checkpoint()
         return lines
+
+    def checkpoint(self) -> None:
+        """Make the map entries durable, then the offsets past them (never the other way round)."""
+        self._last_checkpoint = time.monotonic()
+        if self._checkpoint is None:
+            return
+        if self._map_out is not None:
+            self._map_out.sync()
+        data = {"offsets": self._tailer.offsets, "marks": marks_to_json(self._emitter.marks()),
+                "read_through_us": self.read_through_us, "at_us": time.time_ns() // 1000}
+        self._checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._checkpoint, json.dumps(data).encode(), durable=True)
+        self._checkpoints += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -96,11 +228,12 @@ class CacheEventStore:
 
     def statistics(self) -> EventStoreStatistics:
         return EventStoreStatistics(
-            **dataclasses.asdict(self.cache.statistics()), region=self.region,
-            read_through_us=self.read_through_us, lines_read=self._lines_read,
-            events_indexed=self._events_indexed,
-            bad_records=self._quarantine.count, files=len(self._tailer.offsets),
-            pending_bytes=self._tailer.pending_bytes(), reader_alive=self._thread.is_alive())
+            **dataclasses.asdict(self.cache.statistics()), region=self.region, shard=self.options.shard,
+            servers=self.options.servers, read_through_us=self.read_through_us, lines_read=self._lines_read,
+            bytes_read=self._bytes_read, events_indexed=self._events_indexed, bad_records=self._bad,
+            files=len(self._tailer.offsets), pending_bytes=self._tailer.pending_bytes(),
+            reader_alive=self._thread.is_alive(), resumed=self.resumed, warm_bytes=self._warm_bytes,
+            warm_s=round(self._warm_s, 3), map_entries_written=self._map_written, checkpoints=self._checkpoints)
 
     def status(self) -> dict:
         return dataclasses.asdict(self.statistics())
@@ -109,7 +242,16 @@ class CacheEventStore:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self._quarantine.close()
+        try:
+            if self._warmed:
+                self.checkpoint()
+        except OSError:
+            log.exception("eventstore %s: last checkpoint failed", self.region)
+        if self._map_out is not None:
+            self._map_out.close()
+        if self._quarantine is not None:
+            self._quarantine.close()
+        self.files.close()
 
 
 class InMemoryEventStore:

@@ -187,12 +187,22 @@ class BadRecord:
     raw: bytes
 
 
-def index_primary_lines(chunk: LogChunk, id_field: str) -> tuple[list[tuple[str, bytes]], list[BadRecord]]:
+def index_primary_lines(chunk: LogChunk, id_field: str, good_offsets: list[int] | None = None,
+                        ) -> tuple[list[tuple[str, bytes]], list[BadRecord]]:
     """Split a chunk of primary log lines into ``(id, raw)`` pairs to cache and bad records to quarantine.
 
     A line is good when it is a JSON object whose ``id_field`` is a string that parses as an event id.
-    The raw line is kept as it is (no re-serialization); only the id is taken out of it.
+    The raw line is kept as it is (no re-serialization); only the id is taken out of it. Given
+    ``good_offsets``, the byte offset of each good line is appended to it (for the log-file map).
     """
+    if good_offsets is not None:
+        good_offsets += chunk.offsets
+        good, bad = index_primary_lines(chunk, id_field)
+        if bad:
+            dropped = {b.offset for b in bad}
+            del good_offsets[len(good_offsets) - len(chunk.offsets):]
+            good_offsets += [o for o in chunk.offsets if o not in dropped]
+        return good, bad
     good: list[tuple[str, bytes]] = []
     bad: list[BadRecord] = []
     required = (id_field,)

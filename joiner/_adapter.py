@@ -37,12 +37,18 @@ class SpliceAdapter:
         self._photon_prefix = (b',"_photon":{"region":' + orjson.dumps(region) + b',"joiner":'
                                + orjson.dumps(joiner) + b',"joined_at_us":')
 
-    def photon_fields(self, now_us: int) -> dict:
-        return {"region": self.region, "joiner": self.joiner, "joined_at_us": now_us}
+    def photon_fields(self, now_us: int, served_by: str | None = None) -> dict:
+        fields = {"region": self.region, "joiner": self.joiner, "joined_at_us": now_us}
+        if served_by:
+            fields["served_by"] = served_by
+        return fields
 
-    def bind(self, now_us: int) -> Callable[[bytes, bytes], bytes]:
+    def bind(self, now_us: int, served_by: str | None = None) -> Callable[[bytes, bytes], bytes]:
+        """The build for one request; ``served_by`` (the store that served the primaries) goes into
+        ``_photon`` when given."""
         nest_prefix = self._nest_prefix
-        suffix = self._photon_prefix + str(now_us).encode() + b"}}"
+        served = b',"served_by":' + orjson.dumps(served_by) if served_by else b""
+        suffix = self._photon_prefix + str(now_us).encode() + served + b"}}"
         nest_quoted = self._nest_quoted
         photon_quoted = b'"_photon"'
         no_splice = _NO_SPLICE_BEFORE_BRACE
@@ -52,17 +58,17 @@ class SpliceAdapter:
         def build(foreign: bytes, primary: bytes) -> bytes:
             if (foreign[-1:] != b"}" or len(foreign) < 2 or foreign[-2] in no_splice
                     or nest_quoted in foreign or photon_quoted in foreign or b"\\u" in foreign):
-                return merge(foreign, primary, now_us)
+                return merge(foreign, primary, now_us, served_by)
             return join((foreign[:-1], nest_prefix, primary, suffix))
 
         return build
 
-    def _merge(self, foreign: bytes, primary: bytes, now_us: int) -> bytes:
+    def _merge(self, foreign: bytes, primary: bytes, now_us: int, served_by: str | None = None) -> bytes:
         event = orjson.loads(foreign)
         if not isinstance(event, dict):
             raise ValueError(f"foreign event is a JSON {type(event).__name__}, not an object")
         event[self.nest_as] = orjson.loads(primary)
-        event[PHOTON_KEY] = self.photon_fields(now_us)
+        event[PHOTON_KEY] = self.photon_fields(now_us, served_by)
         return orjson.dumps(event)
 
 
@@ -72,9 +78,11 @@ class UserAdapter:
     def __init__(self, fn: Callable[[dict, dict], dict | None], region: str, joiner: str) -> None:
         self.fn, self.region, self.joiner = fn, region, joiner
 
-    def bind(self, now_us: int) -> Callable[[bytes, bytes], bytes | None]:
+    def bind(self, now_us: int, served_by: str | None = None) -> Callable[[bytes, bytes], bytes | None]:
         fn, loads, dumps = self.fn, orjson.loads, orjson.dumps
         photon = {"region": self.region, "joiner": self.joiner, "joined_at_us": now_us}
+        if served_by:
+            photon["served_by"] = served_by
 
         def build(foreign: bytes, primary: bytes) -> bytes | None:
             joined = fn(loads(foreign), loads(primary))

@@ -9,10 +9,10 @@ ROLE = "joiner"
 
 
 def plan_processes(config: PhotonConfig, region: str, *, eventstore: list[str],
-                   registry: list[str]) -> list[ProcessSpec]:
+                   registry: list[str], logstore: list[str] = ()) -> list[ProcessSpec]:
     """``[joiner].per_region`` joiner processes named ``<region>-j<i>``, each on a port remembered in the
-    region's state dir, reaching the region's event store (the first of ``eventstore``) and the registry
-    at ``registry`` (endpoints)."""
+    region's state dir, reaching the region's cache servers (``eventstore``, in ring order), its logs
+    stores (``logstore``) and the registry at ``registry`` (endpoints)."""
     reg = config.region(region)
     host = config.joiner.host
     ports = remembered_ports(reg.state_dir, "joiners", host, config.joiner.per_region)
@@ -20,6 +20,8 @@ def plan_processes(config: PhotonConfig, region: str, *, eventstore: list[str],
     for i, port in enumerate(ports):
         name = f"{region}-j{i}"
         argv = [sys.executable, "-m", "joiner.main", "--config", config.path, "--region", region, "--name", name,
-                "--port", str(port), "--eventstore", eventstore[0], "--registry", ",".join(registry)]
+                "--port", str(port), "--eventstore", ",".join(eventstore), "--registry", ",".join(registry)]
+        if logstore:
+            argv += ["--logstore", ",".join(logstore)]
         specs.append(ProcessSpec(name, argv, ROLE, region, f"{host}:{port}"))
     return specs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 
-from eventstore import EventStoreClient
+from eventstore import connect as connect_eventstore
 from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port
 
 from joiner import joiner_pb2_grpc as pb_grpc
@@ -92,11 +92,12 @@ class JoinerServer:
 
 
 def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry, port: int = 0,
-          host: str | None = None, clock: Clock | None = None) -> JoinerServer:
+          host: str | None = None, clock: Clock | None = None, logstore=()) -> JoinerServer:
     """Start joiner ``name`` of ``region`` on ``host:port`` (default ``[joiner].host``; port 0 picks one).
 
-    ``eventstore`` is an event store address (``host:port``) or an object with ``lookup(ids)`` (e.g.
-    :class:`eventstore.InMemoryEventStore`); ``registry`` is registry endpoints (a list, a comma-separated
+    ``eventstore`` is the region's cache servers' addresses (``host:port``, comma-separated, in plan order)
+    or an object with ``lookup(ids)`` (e.g. :class:`eventstore.InMemoryEventStore`); ``logstore`` the logs
+    stores' addresses, asked for what the cache servers missed (see :class:`eventstore.EventStoreChain`); ``registry`` is registry endpoints (a list, a comma-separated
     string, or ``memory://``) or an object with ``commit(ids, token)``. Clients made here are closed by
     :meth:`JoinerServer.stop`. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
     killed predecessor of the same name left are published first, so only one process per name may run.
@@ -113,7 +114,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS, thread_name_prefix=name),
                          options=CHANNEL_OPTIONS)
     bound = bind_port(server, host, port, f"joiner {name}")
-    store, registry, owned = _open_clients(eventstore, registry)
+    store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
     writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
                            roll_bytes=int(jc.roll_mb * (1 << 20)))
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
@@ -127,11 +128,11 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)
 
 
-def _open_clients(eventstore, registry) -> tuple[object, object, list]:
+def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64) -> tuple[object, object, list]:
     """The event store and registry clients (made from addresses when given addresses) and those made."""
     owned: list = []
-    if isinstance(eventstore, str):
-        eventstore = EventStoreClient(eventstore)
+    if isinstance(eventstore, (str, list)):
+        eventstore = connect_eventstore(eventstore, logstore, vnodes)
         owned.append(eventstore)
     if isinstance(registry, (str, list)):
         from idregistry import connect  # here, so that joiner clients never load the registry

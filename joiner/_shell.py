@@ -58,6 +58,8 @@ class JoinerStatistics:
     files_rolled: int
     orphans_recovered: int
     not_found_store_behind: int   # answered THROTTLED, not NOT_FOUND: the event store was catching up
+    served_by_cache: int          # primaries found in the cache servers
+    served_by_logs: int           # primaries found by the logs store (the cache had missed them)
     write_failures: int = 0        # output writes that failed after an OK commit
     lost_ids: int = 0              # ids put into the lost-ids ledger (registered, not written)
     requests_throttled_writer: int = 0   # requests refused at the door while the output writer failed
@@ -114,8 +116,8 @@ class Joiner:
         self._counts = [0] * len(Outcome)
         self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
-                       orphans_recovered=0, not_found_store_behind=0, write_failures=0, lost_ids=0,
-                       requests_throttled_writer=0, refused_ids=0)
+                       orphans_recovered=0, not_found_store_behind=0, served_by_cache=0, served_by_logs=0,
+                       write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -171,7 +173,14 @@ class Joiner:
             batch.gave_up()
             return batch.outcomes()
         now = self._clock.now_us()
-        batch.primaries_found(primaries, self._adapter.bind(now))
+        served = getattr(self._store, "served_by", None)     # a lookup chain says who served each primary
+        if served is not None and len(served) == len(refs):
+            batch.primaries_found(primaries, {s: self._adapter.bind(now, s) for s in set(served)}, served)
+            with self._lock:
+                self._c["served_by_cache"] += served.count("cache")
+                self._c["served_by_logs"] += served.count("logs")
+        else:
+            batch.primaries_found(primaries, self._adapter.bind(now))
         read_through = getattr(self._store, "read_through_us", None)
         if read_through is not None and now - read_through > self._store_behind_us:
             deferred = batch.defer_not_found()

@@ -97,11 +97,20 @@ class JoinBatch:
         self._refs = list(dict.fromkeys([ref_ids[i] for i in self._first if out[i] == _PENDING]))
         return self._refs
 
-    def primaries_found(self, primaries: list[bytes | None], build: Build) -> None:
+    def primaries_found(self, primaries: list[bytes | None], build, served_by: list | None = None) -> None:
         """``primaries[k]`` answers ``ref_ids_to_look_up()[k]``. Missing primary: NOT_FOUND. Otherwise
-        ``build`` makes the joined line; None or an exception from it: UNJOINABLE (that event only)."""
+        ``build`` makes the joined line; None or an exception from it: UNJOINABLE (that event only).
+        With ``served_by`` (``served_by[k]`` names the store that answered ``primaries[k]``), ``build`` is a
+        mapping from those names to builds, so the joined line can say who served its primary."""
         if len(primaries) != len(self._refs):
             raise ValueError(f"{len(primaries)} lookup results for {len(self._refs)} primary ids")
+        if served_by is not None:
+            by_ref = dict(zip(self._refs, served_by))
+            builds = build
+            build = lambda foreign, primary, ref: builds[by_ref[ref]](foreign, primary)  # noqa: E731
+        else:
+            plain = build
+            build = lambda foreign, primary, ref: plain(foreign, primary)  # noqa: E731
         found = dict(zip(self._refs, primaries))
         out, ref_ids, raws = self._out, self._ref_ids, self._raws
         idx, lines = self._commit_idx, self._commit_lines
@@ -113,7 +122,7 @@ class JoinBatch:
                 out[i] = _NOT_FOUND
                 continue
             try:
-                line = build(raws[i], primary)
+                line = build(raws[i], primary, ref_ids[i])
             except Exception as e:  # a user adapter's bug must not fail the other events of the batch
                 self.adapter_errors += 1
                 if self.first_error is None:

@@ -1,5 +1,5 @@
-"""``python -m joiner.main --config C --region R --name R-j0 --port P --eventstore HOST:PORT
---registry EP[,EP...]``: one joiner process.
+"""``python -m joiner.main --config C --region R --name R-j0 --port P --eventstore HOST:PORT[,...]
+[--logstore HOST:PORT[,...]] --registry EP[,EP...]``: one joiner process.
 
 Prints ``joiner <name> serving on <host:port>`` once ready. On SIGTERM/SIGINT: stops accepting requests,
 finishes those in flight, rolls (publishes) its output file and exits 0.
@@ -22,9 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port to bind (0: a free port, printed on start)")
     p.add_argument("--host", default=None, help="address to bind (default: [joiner].host)")
     p.add_argument("--eventstore", required=True, help="the region's event store, host:port")
+    p.add_argument("--logstore", default="", help="the region's logs stores, host:port, comma-separated")
     p.add_argument("--registry", required=True, help="registry endpoints, comma-separated (or memory://)")
     args = p.parse_args(argv)
-    return run_service(f"joiner {args.name}", lambda: serve(load_config(args.config), args.region, args.name, eventstore=args.eventstore, registry=args.registry, port=args.port, host=args.host))
+    return run_service(f"joiner {args.name}", lambda: serve(load_config(args.config), args.region, args.name, eventstore=args.eventstore, registry=args.registry, port=args.port, host=args.host, logstore=args.logstore))
 
 
 if __name__ == "__main__":

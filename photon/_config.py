@@ -105,8 +105,25 @@ class RegistryConfig:
 @dataclass(frozen=True)
 class EventStoreConfig:
     """``[eventstore]``: the CacheEventStore of each region."""
-    cache_mb: float = opt(512.0, "bytes of recent primary events kept in memory", check=_positive)
+    cache_mb: float = opt(512.0, "MB of recent primary events kept in memory per region (split evenly over "
+                                 "the cache servers)", check=_positive)
     host: str = opt("127.0.0.1", "address the event store binds to")
+    cache_servers: int = opt(1, "cache servers per region; ids are routed to them by a consistent-hash ring "
+                                "(mmh3, virtual nodes)", check=_positive)
+    ring_vnodes: int = opt(64, "virtual nodes per cache server on the ring", check=_positive)
+    logs_stores: int = opt(1, "LogsEventStore processes per region (they answer what the cache missed from "
+                              "the log-file map); 0 runs none", check=_non_negative)
+    map_every_s: float = opt(10.0, "W: the log-file map gets an entry for a server_ip:process_id in a file at "
+                                   "least every W seconds of event time", check=_positive)
+    map_every_kb: int = opt(256, "M: ... and at least every M KB of file; a logs-store lookup reads about M KB",
+                            check=_positive)
+    warm_tail_s: float = opt(300.0, "a restarted cache server re-reads this much event time (before the newest "
+                                    "map entry) of primary logs to warm its cache", check=_non_negative)
+    checkpoint_interval_s: float = opt(1.0, "how often the primary reader persists its offsets (map entries are "
+                                            "fsynced first)", check=_positive)
+    logs_open_files: int = opt(64, "open primary files a logs store keeps (least recently used closed first)",
+                               check=_positive)
+    map_refresh_s: float = opt(0.2, "how often a logs store loads the map entries that landed", check=_positive)
 
 
 @dataclass(frozen=True)

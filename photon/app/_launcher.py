@@ -1,6 +1,7 @@
 """``photon run``: plans every process of a config, supervises them, and knows when the run caught up.
 
-Every service room plans its own processes (``<room>.plan_processes``): per region one CacheEventStore,
+Every service room plans its own processes (``<room>.plan_processes``): per region the cache servers and
+logs stores of the event store,
 ``[joiner].per_region`` joiners and one dispatcher; the IdRegistry's replicas come from
 ``idregistry.registry_processes`` (re-planned every second, so replicas of shards added by a reshard are
 started too). Rooms keep their ports in ``<state_dir>/ports.json`` so restarts reuse them.
@@ -31,8 +32,8 @@ def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]
     """A region's service processes, each planned by its own room: the event store, then the joiners
     (given the store's address), then the dispatcher (given the joiners' addresses)."""
     stores = eventstore.plan_processes(config, region)
-    joiners = joiner.plan_processes(config, region, eventstore=[s.address for s in stores],
-                                    registry=registry_endpoints)
+    caches, logs = eventstore.split_planned(stores)
+    joiners = joiner.plan_processes(config, region, eventstore=caches, logstore=logs, registry=registry_endpoints)
     feeders = dispatcher.plan_processes(config, region, joiners=[j.address for j in joiners],
                                         registry=registry_endpoints)
     return stores + joiners + feeders

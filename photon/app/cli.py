@@ -1,4 +1,4 @@
-"""The ``photon`` command line: gen, run, demo, status, config, registry.
+"""The ``photon`` command line: gen, run, demo, status, config, registry, eventstore.
 
 It lives in the launcher layer (:mod:`photon.app`), above every room, and imports them directly."""
 from __future__ import annotations
@@ -133,6 +133,26 @@ def _cmd_config(args) -> int:
     return 0
 
 
+def _cmd_eventstore_build_map(args) -> int:
+    """``photon eventstore build-map``: build each region's log-file map with Spark (see _buildmap)."""
+    from dataclasses import asdict
+    from photon.app._buildmap import build_map
+    from photon.app._spark import spark_error
+    config = load_config(args.config)
+    regions = [config.region(args.region).name] if args.region else [r.name for r in config.regions]
+    for region in regions:
+        try:
+            result = build_map(config, region, range_mb=args.range_mb, show_progress=False if args.json else None)
+        except Exception as e:  # a Spark failure: one readable line, exit 1
+            print(f"photon eventstore build-map: region {region}: {spark_error(e, args.verbose)}", file=sys.stderr)
+            return 1
+        print(json.dumps(asdict(result), sort_keys=True) if args.json else
+              f"region {result.region}: {result.entries} map entries from {result.files} files "
+              f"({result.primary_bytes / 2**20:.1f} MB, {result.ranges} ranges) in {result.seconds:.1f} s -> "
+              f"{result.out_dir}", flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="photon", description="Photon: joining of log streams, at most once at every instant and "
                                 "exactly once after the verification and recovery jobs")
@@ -176,6 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="list every option with its default, or --check a config file")
     c.add_argument("--check", metavar="FILE")
     c.set_defaults(fn=_cmd_config)
+
+    es = sub.add_parser("eventstore", help="event store commands (build-map)")
+    es_sub = es.add_subparsers(dest="eventstore_command", required=True)
+    bm = es_sub.add_parser("build-map", help="build the log-file map of the primary logs with Spark")
+    bm.add_argument("--config", required=True)
+    bm.add_argument("--region", default=None, help="only this region (default: every region)")
+    bm.add_argument("--range-mb", type=float, default=64.0, help="bytes of primary log per Spark task")
+    bm.add_argument("--json", action="store_true", help="print each region's result as one JSON line")
+    bm.add_argument("--verbose", action="store_true", help="Spark's warnings and full error stacks")
+    bm.set_defaults(fn=_cmd_eventstore_build_map)
 
     reg = sub.add_parser("registry", help="IdRegistry commands (status, reshard)", add_help=False)
     reg.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,0 +1,116 @@
+"""The lookup chain a joiner uses: the region's cache servers (routed by the ring), then its logs stores.
+
+:class:`EventStoreChain` answers ``lookup(ids)`` like one store: each id goes to the cache server the
+:class:`HashRing` gives it (all servers asked at once); the ids no cache server held go to a logs store
+(chosen by the same kind of ring over the logs stores). After a lookup, on the calling thread,
+:attr:`served_by` names for each id who answered (``"cache"``, ``"logs"`` or None) and
+:attr:`read_through_us` is the earliest ``read_through_us`` among the stores asked (None if none reported
+one), so a joiner defers NOT_FOUND while any store that could have held the id is catching up.
+A store that fails raises :class:`EventStoreUnavailable` for the whole lookup (the joiner answers THROTTLED).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+
+from eventstore._client import EventStoreClient, EventStoreUnavailable
+from eventstore._ring import HashRing
+
+SERVED_BY_CACHE = "cache"
+SERVED_BY_LOGS = "logs"
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStatistics:
+    lookups: int
+    ids: int
+    served_by_cache: int
+    served_by_logs: int
+    not_found: int
+
+
+class EventStoreChain:
+    """See module docstring. ``cache`` and ``logs`` are addresses (``host:port``); ``vnodes`` must be the
+    servers' ``[eventstore].ring_vnodes``. Thread-safe."""
+
+    def __init__(self, cache: list[str], logs: list[str] = (), vnodes: int = 64, timeout: float = 10.0) -> None:
+        if not cache:
+            raise ValueError("an event store chain needs at least one cache server")
+        self.caches = [EventStoreClient(a, timeout) for a in cache]
+        self.logs = [EventStoreClient(a, timeout) for a in logs]
+        self._ring = HashRing(len(self.caches), vnodes)
+        self._logs_ring = HashRing(len(self.logs), vnodes) if self.logs else None
+        self._last = threading.local()
+        self._lock = threading.Lock()
+        self._c = dict(lookups=0, ids=0, served_by_cache=0, served_by_logs=0, not_found=0)
+
+    @property
+    def read_through_us(self) -> int | None:
+        return getattr(self._last, "read_through_us", None)
+
+    @property
+    def served_by(self) -> list[str | None] | None:
+        return getattr(self._last, "served_by", None)
+
+    def lookup(self, ids: list[str]) -> list[bytes | None]:
+        self._last.served_by = []
+        self._last.read_through_us = None
+        if not ids:
+            return []
+        out: list[bytes | None] = [None] * len(ids)
+        served: list[str | None] = [None] * len(ids)
+        throughs: list[int] = []
+        self._ask(self.caches, self._ring, ids, list(range(len(ids))), out, served, SERVED_BY_CACHE, throughs)
+        missed = [i for i, r in enumerate(out) if r is None]
+        if missed and self.logs:
+            self._ask(self.logs, self._logs_ring, [ids[i] for i in missed], missed, out, served, SERVED_BY_LOGS,
+                      throughs)
+        self._last.served_by = served
+        self._last.read_through_us = min(throughs) if throughs else None
+        from_cache = served.count(SERVED_BY_CACHE)
+        from_logs = served.count(SERVED_BY_LOGS)
+        with self._lock:
+            c = self._c
+            c["lookups"] += 1
+            c["ids"] += len(ids)
+            c["served_by_cache"] += from_cache
+            c["served_by_logs"] += from_logs
+            c["not_found"] += len(ids) - from_cache - from_logs
+        return out
+
+    @staticmethod
+    def _ask(clients, ring, ids, positions, out, served, name, throughs) -> None:
+        waits = []
+        for server, idx in ring.split(ids).items():
+            waits.append((idx, clients[server].lookup_future([ids[i] for i in idx])))
+        for idx, wait in waits:
+            raws, through = wait()
+            if through is not None:
+                throughs.append(through)
+            for i, raw in zip(idx, raws):
+                if raw is not None:
+                    out[positions[i]] = raw
+                    served[positions[i]] = name
+
+    def statistics(self) -> ChainStatistics:
+        with self._lock:
+            return ChainStatistics(**self._c)
+
+    def status(self) -> dict:
+        """Every store's status: ``{"cache": [...], "logs": [...]}``."""
+        return {"cache": [c.status() for c in self.caches], "logs": [c.status() for c in self.logs],
+                "chain": dataclasses.asdict(self.statistics())}
+
+    def close(self) -> None:
+        for c in self.caches + self.logs:
+            c.close()
+
+
+def connect(cache: str | list[str], logs: str | list[str] = (), vnodes: int = 64) -> EventStoreChain:
+    """A chain from addresses (lists, or comma-separated strings)."""
+    split = lambda a: [x.strip() for x in a.split(",") if x.strip()] if isinstance(a, str) else list(a)
+    return EventStoreChain(split(cache), split(logs), vnodes)
+
+
+__all__ = ["EventStoreChain", "EventStoreUnavailable", "connect"]

@@ -1,0 +1,159 @@
+"""The log-file map, pure parts: entries, the W/M emission rule, the in-memory view and the line format.
+
+An entry says: the primary log ``file`` (relative to the primary stream's folder) holds, at byte ``offset``
+(the start of a line), an event of ``key`` (``server_ip:process_id``) with timestamp ``ts`` (µs). Entries
+are written as JSON lines, the one format of the map whoever writes it (the cache servers' primary reader
+or ``photon eventstore build-map``)::
+
+    {"key":"10.1.0.1:1000","ts":1763712000123456,"file":"w0/queries-00000.jsonl","offset":4096}
+
+**The W/M rule** (:class:`MapEmitter`): reading one file from one start offset, the first line of each key
+gets an entry, and a later line of that key gets one when its timestamp is ``W`` µs or more past the key's
+last entry in that file, or its offset ``M`` bytes or more past it (or its timestamp went backwards). So
+every line of a key lies in the same file as an entry of its key with ``ts <=`` its own and starts fewer
+than ``M`` bytes after it: a lookup reads at most about ``M`` bytes forward from the last entry at or before
+the id's timestamp. Nothing here reads files, sockets or the clock.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MapEntry:
+    key: str
+    ts: int
+    file: str
+    offset: int
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"key": self.key, "ts": self.ts, "file": self.file, "offset": self.offset})
+
+
+def split_id(event_id: str) -> tuple[str, int]:
+    """``server_ip:process_id:timestamp_us`` -> (``server_ip:process_id``, timestamp_us); ValueError if not."""
+    key, sep, ts = event_id.rpartition(":")
+    if not sep or not key or ":" not in key or not ts.isdigit():
+        raise ValueError(f"not an event id: {event_id!r}")
+    return key, int(ts)
+
+
+def parse_map_line(raw: bytes) -> MapEntry | str:
+    """A map line as a :class:`MapEntry`, or the reason it is not one (a bad entry is skipped, never used)."""
+    try:
+        d = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        return f"not valid JSON: {e}"
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    key, ts, file, offset = d.get("key"), d.get("ts"), d.get("file"), d.get("offset")
+    if not isinstance(key, str) or ":" not in key:
+        return f"bad key {key!r}"
+    if type(ts) is not int or ts < 0:
+        return f"bad ts {ts!r}"
+    if type(offset) is not int or offset < 0:
+        return f"bad offset {offset!r}"
+    if not isinstance(file, str) or not file or file.startswith("/") or ".." in file.split("/"):
+        return f"bad file {file!r} (must be a path relative to the primary stream's folder)"
+    return MapEntry(key, ts, file, offset)
+
+
+class MapEmitter:
+    """Decides which lines get map entries (the W/M rule of the module docstring).
+
+    ``observe`` is called for every good line of a file in file order; :meth:`marks` / ``marks=`` carry the
+    per ``(file, key)`` state across restarts so a resumed reader emits exactly what an uninterrupted one
+    would. A reader that starts a file at some offset without marks (a Spark task of a file range) simply
+    gives the first line of each key there an entry: the rule still holds.
+    """
+
+    def __init__(self, every_us: int, every_bytes: int, marks: dict | None = None) -> None:
+        if every_us <= 0 or every_bytes <= 0:
+            raise ValueError("map_every_s and map_every_kb must be > 0")
+        self.every_us = every_us
+        self.every_bytes = every_bytes
+        self._marks: dict[tuple[str, str], tuple[int, int]] = dict(marks or {})
+
+    def observe(self, file: str, offset: int, event_id: str) -> MapEntry | None:
+        key, _, ts_text = event_id.rpartition(":")
+        ts = int(ts_text)
+        mark = self._marks.get((file, key))
+        if (mark is None or ts - mark[0] >= self.every_us or offset - mark[1] >= self.every_bytes
+                or ts < mark[0]):
+            self._marks[(file, key)] = (ts, offset)
+            return MapEntry(key, ts, file, offset)
+        return None
+
+    def marks(self) -> dict[tuple[str, str], tuple[int, int]]:
+        return dict(self._marks)
+
+
+def marks_to_json(marks: dict) -> list:
+    return [[f, k, ts, off] for (f, k), (ts, off) in sorted(marks.items())]
+
+
+def marks_from_json(data) -> dict:
+    return {(f, k): (int(ts), int(off)) for f, k, ts, off in data or []}
+
+
+class MapView:
+    """The entries known so far, by key, sorted by timestamp (exact duplicates kept once). Not thread-safe:
+    its owner locks."""
+
+    def __init__(self) -> None:
+        self._ts: dict[str, list[int]] = {}
+        self._where: dict[str, list[tuple[str, int]]] = {}
+        self.entries = 0
+        self.newest_ts = 0
+
+    def add(self, entry: MapEntry) -> bool:
+        """Add one entry; False if it was already known."""
+        tss = self._ts.get(entry.key)
+        if tss is None:
+            tss, where = self._ts[entry.key], self._where[entry.key] = [], []
+        else:
+            where = self._where[entry.key]
+        pos = (entry.file, entry.offset)
+        if not tss or entry.ts > tss[-1]:
+            tss.append(entry.ts)
+            where.append(pos)
+        else:
+            lo = bisect.bisect_left(tss, entry.ts)
+            hi = bisect.bisect_right(tss, entry.ts, lo)
+            if pos in where[lo:hi]:
+                return False
+            tss.insert(hi, entry.ts)
+            where.insert(hi, pos)
+        self.entries += 1
+        self.newest_ts = max(self.newest_ts, entry.ts)
+        return True
+
+    def find(self, key: str, ts: int) -> tuple[str, int] | None:
+        """``(file, offset)`` of the last entry of ``key`` with a timestamp at or before ``ts``, or None."""
+        tss = self._ts.get(key)
+        if not tss:
+            return None
+        i = bisect.bisect_right(tss, ts)
+        return self._where[key][i - 1] if i else None
+
+    def tail_starts(self, since_ts: int) -> dict[str, int]:
+        """Per file, the offset from which reading covers every event with a timestamp at or after
+        ``since_ts`` (the entry at or before it, else the first entry after it): what a warm-up re-reads."""
+        starts: dict[str, int] = {}
+        for key, tss in self._ts.items():
+            where = self._where[key]
+            i = max(0, bisect.bisect_right(tss, since_ts) - 1)
+            seen: set[str] = set()
+            for j in range(i, len(tss)):
+                file, offset = where[j]
+                if file in seen:
+                    continue
+                seen.add(file)
+                starts[file] = min(starts.get(file, offset), offset)
+        return starts
+
+    def keys(self) -> int:
+        return len(self._ts)

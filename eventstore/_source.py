@@ -1,0 +1,137 @@
+"""Where the event store reads primary log files: one small module, so another storage (S3) plugs in here.
+
+:class:`LocalFiles` serves a local folder: a :class:`photon.LogTailer` for the primary reader, and random
+reads (``read_at``) for the logs store through a bounded pool of open files. Paths are relative to the
+stream's folder and may never leave it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Mapping
+
+from photon import LogChunk, LogTailer, Quarantine
+
+RANGE_READ_BYTES = 4 << 20
+
+
+class LocalFiles:
+    """Primary log files under ``root``; at most ``max_open`` kept open (least recently used closed first,
+    never while a read is using it). Thread-safe."""
+
+    def __init__(self, root: str | Path, max_open: int = 64) -> None:
+        self.root = Path(root)
+        self.max_open = max(1, max_open)
+        self._open: OrderedDict[str, list] = OrderedDict()   # rel -> [fd, readers, evicted]
+        self._lock = threading.Lock()
+        self.opens = 0
+        self.closes = 0
+
+    def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None) -> LogTailer:
+        return LogTailer(self.root, offsets=offsets, quarantine=quarantine)
+
+    def path(self, rel: str) -> Path:
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise FileNotFoundError(f"{rel}: not a path inside {self.root}")
+        return self.root / rel
+
+    def read_at(self, rel: str, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``rel`` from ``offset`` (fewer at its end). FileNotFoundError if gone."""
+        slot = self._acquire(rel)
+        try:
+            return os.pread(slot[0], size, offset)
+        finally:
+            self._release(slot)
+
+    def chunks(self, rel: str, start: int, end: int | None = None, read_bytes: int = RANGE_READ_BYTES):
+        """The complete lines of ``rel`` that start in ``[start, end)`` (``end`` None: to the last ``\\n``), as
+        :class:`~photon.LogChunk` values. A ``start`` inside a line skips to the next line (the usual split
+        rule: a line belongs to the range it starts in); the last line may run past ``end``."""
+        with open(self.path(rel), "rb") as f:
+            pos = start
+            if start > 0:
+                f.seek(start - 1)
+                if f.read(1) != b"\n":
+                    rest = f.readline()
+                    pos = start + len(rest)
+                    if not rest.endswith(b"\n"):
+                        return
+            while end is None or pos < end:
+                f.seek(pos)
+                data = f.read(read_bytes)
+                cut = data.rfind(b"\n")
+                while cut < 0 and len(data) >= read_bytes:     # a line longer than the read size
+                    more = f.read(read_bytes)
+                    if not more:
+                        break
+                    data += more
+                    cut = data.rfind(b"\n")
+                if cut < 0:
+                    return
+                lines = data[:cut].split(b"\n")
+                offsets, p = [], pos
+                for line in lines:
+                    if end is not None and p >= end:
+                        break
+                    offsets.append(p)
+                    p += len(line) + 1
+                lines = lines[:len(offsets)]
+                if not lines:
+                    return
+                yield LogChunk(rel, offsets, lines, p)
+                pos = p
+
+    def size(self, rel: str) -> int:
+        slot = self._acquire(rel)
+        try:
+            return os.fstat(slot[0]).st_size
+        finally:
+            self._release(slot)
+
+    def open_files(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def _acquire(self, rel: str) -> list:
+        with self._lock:
+            slot = self._open.get(rel)
+            if slot is not None:
+                self._open.move_to_end(rel)
+                slot[1] += 1
+                return slot
+        fd = os.open(self.path(rel), os.O_RDONLY)
+        with self._lock:
+            self.opens += 1
+            slot = self._open.get(rel)
+            if slot is not None:          # another thread opened it meanwhile: use theirs
+                os.close(fd)
+                self._open.move_to_end(rel)
+            else:
+                slot = self._open[rel] = [fd, 0, False]
+                while len(self._open) > self.max_open:
+                    _, old = self._open.popitem(last=False)
+                    old[2] = True
+                    if old[1] == 0:
+                        self._close(old)
+            slot[1] += 1
+            return slot
+
+    def _release(self, slot: list) -> None:
+        with self._lock:
+            slot[1] -= 1
+            if slot[2] and slot[1] == 0:
+                self._close(slot)
+
+    def _close(self, slot: list) -> None:
+        os.close(slot[0])
+        self.closes += 1
+
+    def close(self) -> None:
+        with self._lock:
+            for slot in self._open.values():
+                slot[2] = True
+                if slot[1] == 0:
+                    self._close(slot)
+            self._open.clear()
