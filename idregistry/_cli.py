@@ -49,7 +49,7 @@ def _reshard(args) -> int:
               f"(ids up to now + {skew} s may already exist), got {effective_in}", file=sys.stderr)
         return 2
     layout, addresses = read_layout(config, grow_to=args.shards)   # the launcher starts new shards' replicas
-    endpoints = {shard: [g for _, g in pairs] for shard, pairs in addresses.items()}
+    endpoints = {shard: [t[1] for t in triples] for shard, triples in addresses.items()}
     client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.wait)
     try:
         def leaders_up() -> bool:

@@ -10,6 +10,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from photon._config import REGION_PORTS, RegionConfig
 from photon._logs import write_atomic
 from photon._service import free_port
 
@@ -59,3 +60,21 @@ def remembered_ports(state_dir: str | Path, key: str, host: str, count: int) -> 
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(ports, sort_keys=True).encode(), durable=True)
     return chosen
+
+
+def region_ports(region: RegionConfig, key: str, host: str, count: int) -> list[int]:
+    """``count`` ports for ``key`` of ``region``'s processes: fixed, derived from the region's
+    ``port_base`` (offsets in :data:`photon._config.REGION_PORTS`; every machine sharing the config derives
+    the same), or, without a ``port_base``, chosen free once and remembered in the region's state dir
+    (:func:`remembered_ports`). Keys: ``eventstore``, ``eventstore_metrics``, ``dispatcher_metrics``,
+    ``joiners``, ``joiner_metrics``."""
+    if not region.port_base:
+        return remembered_ports(region.state_dir, key, host, count)
+    base = region.port_base
+    if key == "joiners":
+        return [base + REGION_PORTS["joiners"] + 2 * i for i in range(count)]
+    if key == "joiner_metrics":
+        return [base + REGION_PORTS["joiners"] + 2 * i + 1 for i in range(count)]
+    if key not in REGION_PORTS:
+        raise KeyError(f"no fixed port named {key!r}")
+    return [base + REGION_PORTS[key] + i for i in range(count)]

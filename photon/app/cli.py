@@ -58,7 +58,9 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) 
 
 def _cmd_run(args) -> int:
     config = load_config(args.config)
-    regions = args.regions.split(",") if args.regions else None
+    names = [r.strip() for part in (args.region or []) + ([args.regions] if args.regions else [])
+             for r in part.split(",") if r.strip()]
+    regions = list(dict.fromkeys(names)) or None
     if regions:
         for r in regions:
             config.region(r)
@@ -140,7 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--until-caught-up", action="store_true",
                    help="exit 0 once every complete line is consumed and every event resolved")
     r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
-    r.add_argument("--regions", default=None, help="run only these regions' services (comma-separated)")
+    r.add_argument("--region", action="append", default=None, metavar="NAME",
+                   help="run only this region's processes and registry replicas, reaching the other regions' "
+                        "replicas at their configured addresses (repeatable; needs fixed registry ports: "
+                        "[[regions]].port_base)")
+    r.add_argument("--regions", default=None, help="the same for several regions at once (comma-separated)")
     r.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
     r.set_defaults(fn=_cmd_run)
 
