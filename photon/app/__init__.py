@@ -5,16 +5,19 @@
 * :func:`build_summary` / :func:`format_summary`: the run summary;
 * :func:`spark_session`, :func:`spark_error`, :func:`progress`: the Spark set-up every batch job shares;
 * :func:`generate` / :class:`GenOptions`: the workload generator (``photon gen``, the demo, the benchmarks);
+* :func:`region_down` / :func:`region_up`: take a region down (SIGKILL with ``hard``) and bring it back
+  during a run (``photon region down|up``);
 * :mod:`photon.app.cli`: the ``photon`` command line (``python -m photon.app.cli``).
 
 The base (:mod:`photon`) and every room import nothing from here.
 """
 from photon.app._gen import GenOptions, GenSummary, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file, plan_region
+from photon.app._regions import RegionControlError, region_down, region_up
 from photon.app._spark import Progress, progress, spark_error, spark_session
 from photon.app._summary import build_summary, format_summary
 from photon.app._supervisor import Supervisor
 
 __all__ = ["AlreadyRunning", "GenOptions", "GenSummary", "Launcher", "Progress", "RunOptions", "Supervisor", "build_summary",
-           "format_summary", "generate", "launcher_state_file", "plan_region", "progress", "spark_error",
+           "format_summary", "generate", "launcher_state_file", "plan_region", "progress", "region_down", "region_up", "RegionControlError", "spark_error",
            "spark_session"]

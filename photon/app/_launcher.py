@@ -22,6 +22,7 @@ import eventstore
 import idregistry
 import joiner
 from photon import ConfigError, PhotonConfig, ProcessSpec
+from photon.app._regions import RegionControls
 from photon.app._supervisor import Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
@@ -116,6 +117,8 @@ class Launcher:
         for region in self.pipeline_regions():
             for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir):
                 d.mkdir(parents=True, exist_ok=True)
+        controls = RegionControls(self.regions(), self.echo)
+        controls.apply(self.supervisor)          # a region marked down stays down across launcher restarts
         self.supervisor.ensure(self.specs())
         self.echo(f"started {len(self.supervisor.children)} processes "
                   f"(list with pids: {self.supervisor.state_file})")
@@ -124,6 +127,7 @@ class Launcher:
         watch = CatchUpWatch(self.config, self.options.regions)
         try:
             while not self.options.stop_requested:
+                controls.apply(self.supervisor)
                 self.supervisor.poll()
                 if time.monotonic() - last_plan >= 1.0:
                     self.supervisor.ensure(self.specs())

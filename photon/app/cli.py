@@ -110,6 +110,24 @@ def _cmd_status(args) -> int:
     return 0
 
 
+def _cmd_region(args) -> int:
+    from photon.app._regions import RegionControlError, check_region_name, region_down, region_up
+    config = load_config(args.config)
+    check_region_name(config, args.name)
+    try:
+        if args.action == "down":
+            state = region_down(config, args.name, hard=args.hard, wait_s=args.wait)
+            print(f"region {args.name} is down: {len(state['processes'])} processes "
+                  f"{'killed' if args.hard else 'stopped'} ({', '.join(state['processes'])})")
+        else:
+            state = region_up(config, args.name, wait_s=args.wait)
+            print(f"region {args.name} is up: {len(state['processes'])} processes started")
+    except RegionControlError as e:
+        print(f"photon region: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_config(args) -> int:
     if args.check:
         cfg = load_config(args.check)
@@ -160,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="processes and counters of a (running or finished) pipeline")
     s.add_argument("--config", required=True)
     s.set_defaults(fn=_cmd_status)
+
+    rg = sub.add_parser("region", help="take a region of a running deployment down, or bring it back")
+    rg.add_argument("action", choices=["down", "up"])
+    rg.add_argument("name", help="the region")
+    rg.add_argument("--config", required=True)
+    rg.add_argument("--hard", action="store_true", help="with down: SIGKILL every process of the region at once")
+    rg.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the region's launcher to act")
+    rg.set_defaults(fn=_cmd_region)
 
     c = sub.add_parser("config", help="list every option with its default, or --check a config file")
     c.add_argument("--check", metavar="FILE")
