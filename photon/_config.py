@@ -184,6 +184,18 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """``[tls]``: mutual TLS on every gRPC connection and a secret on Raft traffic (``photon certs`` makes
+    test files). Off when ``ca`` is empty."""
+    ca: str = opt("", "PEM file of the CA that signs every process's certificate (empty: TLS off)")
+    cert: str = opt("", "PEM certificate of this deployment's processes (servers and clients)")
+    key: str = opt("", "PEM private key of that certificate")
+    server_name: str = opt("photon", "the name servers' certificates carry and clients check them for")
+    raft_secret_file: str = opt("", "file whose contents authenticate and encrypt Raft traffic between "
+                                    "registry replicas (empty: Raft in the clear)")
+
+
+@dataclass(frozen=True)
 class PhotonConfig:
     join: JoinConfig = field(default_factory=JoinConfig)
     regions: list = field(default_factory=list)
@@ -192,6 +204,7 @@ class PhotonConfig:
     joiner: JoinerConfig = field(default_factory=JoinerConfig)
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -213,8 +226,9 @@ class PhotonConfig:
 
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
-             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig}
-_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir"}
+             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
+             "tls": TlsConfig}
+_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file"}
 
 
 def _check_type(where: str, value: Any, typ: type) -> Any:
@@ -285,6 +299,9 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None) -
         reg = sections["registry"] = dataclasses.replace(
             reg, replicas=replicas, replica_regions=spread_replicas(names, replicas))
     _check_port_ranges(path, regions)
+    tls = sections["tls"]
+    if tls.ca and not (tls.cert and tls.key):
+        raise ConfigError(f"{path}: [tls].ca is set, so [tls].cert and [tls].key are required too")
     for r in reg.replica_regions:
         if r not in names:
             raise ConfigError(f"{path}: [registry].replica_regions names unknown region {r!r} (regions: {names})")

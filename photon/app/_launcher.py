@@ -21,7 +21,7 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import ConfigError, PhotonConfig, ProcessSpec
+from photon import ConfigError, PhotonConfig, ProcessSpec, tls_env
 from photon.app._regions import RegionControls
 from photon.app._supervisor import Supervisor
 
@@ -62,13 +62,13 @@ class Launcher:
         self.options = options
         self.echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
         state_file = launcher_state_file(config, options.regions)
-        self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=self._child_env(), echo=self.echo)
+        self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=self._child_env(config), echo=self.echo)
         self.started_at = time.monotonic()
         self._region_specs: list[ProcessSpec] | None = None
 
     @staticmethod
-    def _child_env() -> dict:
-        env = dict(os.environ)
+    def _child_env(config: PhotonConfig) -> dict:
+        env = {**os.environ, **tls_env(config)}
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env

@@ -128,6 +128,19 @@ def _cmd_region(args) -> int:
     return 0
 
 
+def _cmd_certs(args) -> int:
+    from photon.app._certs import make_certs
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    paths = make_certs(args.out, server_name=args.server_name, hosts=hosts)
+    print(f"wrote a test CA and a certificate for {args.server_name!r} ({', '.join(hosts)}) into {args.out}; "
+          f"add to photon.toml:")
+    print("[tls]")
+    for key in ("ca", "cert", "key", "raft_secret_file"):
+        print(f'{key} = "{paths[key]}"')
+    print(f'server_name = "{args.server_name}"')
+    return 0
+
+
 def _cmd_config(args) -> int:
     if args.check:
         cfg = load_config(args.check)
@@ -186,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     rg.add_argument("--hard", action="store_true", help="with down: SIGKILL every process of the region at once")
     rg.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the region's launcher to act")
     rg.set_defaults(fn=_cmd_region)
+
+    ce = sub.add_parser("certs", help="make a test CA, a certificate for every process and a Raft secret")
+    ce.add_argument("--out", required=True, help="folder to write ca.pem, photon.pem, photon.key, raft.secret into")
+    ce.add_argument("--server-name", default="photon", help="the name clients check servers' certificates for")
+    ce.add_argument("--hosts", default="127.0.0.1,localhost", help="addresses also named in the certificate")
+    ce.set_defaults(fn=_cmd_certs)
 
     c = sub.add_parser("config", help="list every option with its default, or --check a config file")
     c.add_argument("--check", metavar="FILE")
