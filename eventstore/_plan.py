@@ -16,4 +16,5 @@ def plan_processes(config: PhotonConfig, region: str) -> list[ProcessSpec]:
     (port,) = region_ports(reg, ROLE, host, 1)
     argv = [sys.executable, "-m", "eventstore.main", "--config", config.path, "--region", region, "--port", str(port),
             "--host", host]
-    return [ProcessSpec(f"{region}-eventstore", argv, ROLE, region, f"{host}:{port}")]
+    (metrics,) = region_ports(reg, "eventstore_metrics", host, 1)
+    return [ProcessSpec(f"{region}-eventstore", argv, ROLE, region, f"{host}:{port}", f"{host}:{metrics}")]

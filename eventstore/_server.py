@@ -11,7 +11,7 @@ from photon import PhotonConfig, bind_port
 from eventstore import eventstore_pb2_grpc as pb_grpc
 from eventstore._client import CHANNEL_OPTIONS
 from eventstore._servicer import EventStoreServicer
-from eventstore._tls import server_credentials
+from eventstore._tls import add_health, server_credentials
 from eventstore._shell import CacheEventStore, EventStoreStatistics
 
 SERVER_THREADS = 16
@@ -52,6 +52,7 @@ def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = N
     server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=f"eventstore-{region}"),
                          options=CHANNEL_OPTIONS)
     pb_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
+    add_health(server, "photon.EventStore")
     bound = bind_port(server, host, port, f"eventstore {region}", server_credentials())
     store.start()
     server.start()

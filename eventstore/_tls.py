@@ -23,3 +23,12 @@ def server_credentials() -> grpc.ServerCredentials | None:
     if tls is None:
         return None
     return grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca, require_client_auth=True)
+
+
+def add_health(server, service: str) -> None:
+    """The standard gRPC health service (grpc.health.v1) on ``server``: SERVING for "" and ``service``."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    servicer = health.HealthServicer()
+    for name in ("", service):
+        servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

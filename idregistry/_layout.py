@@ -20,7 +20,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from photon import REGION_PORTS, ConfigError, PhotonConfig, ProcessSpec, free_port, write_atomic
+from photon import REGION_PORTS, ConfigError, PhotonConfig, ProcessSpec, free_port, remembered_ports, write_atomic
 from idregistry._shell import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
@@ -156,15 +156,33 @@ def registry_processes(config: PhotonConfig, regions: list[str] | None = None) -
     """
     _check_regions(config, regions)
     placement = replica_placement(config)
+    specs = replica_specs(config, regions)
+    metrics = _metrics_addresses(config, regions)
     out = []
-    for spec in replica_specs(config, regions):
+    for spec in specs:
         region = placement[spec.replica]
         if regions is not None and region not in regions:
             continue
         out.append(ProcessSpec(
             name=f"registry-s{spec.shard}-r{spec.replica}",
             argv=[sys.executable, "-m", "idregistry.main", "--spec", spec_to_json(spec)],
-            role="registry", region=region, address=spec.grpc_peers[spec.replica]))
+            role="registry", region=region, address=spec.grpc_peers[spec.replica],
+            metrics_address=metrics[(spec.shard, spec.replica)]))
+    return out
+
+
+def _metrics_addresses(config: PhotonConfig, regions: list[str] | None) -> dict[tuple[int, int], str]:
+    """Each replica's Prometheus address: fixed by its region's ``port_base``, else a free port remembered
+    in ``ports.json`` beside ``layout.json``."""
+    _, addresses = read_layout(config, regions=regions)
+    out = {}
+    for shard, triples in addresses.items():
+        for replica, (_, grpc_addr, metrics) in enumerate(triples):
+            if not metrics:
+                host = grpc_addr.rsplit(":", 1)[0]
+                (port,) = remembered_ports(layout_dir(config, regions), f"metrics-s{shard}-r{replica}", host, 1)
+                metrics = f"{host}:{port}"
+            out[(shard, replica)] = metrics
     return out
 
 

@@ -16,10 +16,11 @@ def plan_processes(config: PhotonConfig, region: str, *, eventstore: list[str],
     reg = config.region(region)
     host = reg.bind_host(config.joiner.host)
     ports = region_ports(reg, "joiners", host, config.joiner.per_region)
+    metrics = region_ports(reg, "joiner_metrics", host, config.joiner.per_region)
     specs = []
     for i, port in enumerate(ports):
         name = f"{region}-j{i}"
         argv = [sys.executable, "-m", "joiner.main", "--config", config.path, "--region", region, "--name", name,
                 "--port", str(port), "--host", host, "--eventstore", eventstore[0], "--registry", ",".join(registry)]
-        specs.append(ProcessSpec(name, argv, ROLE, region, f"{host}:{port}"))
+        specs.append(ProcessSpec(name, argv, ROLE, region, f"{host}:{port}", f"{host}:{metrics[i]}"))
     return specs

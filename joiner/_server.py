@@ -15,7 +15,7 @@ from eventstore import EventStoreClient
 from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port
 
 from joiner import joiner_pb2_grpc as pb_grpc
-from joiner._tls import server_credentials
+from joiner._tls import add_health, server_credentials
 from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
 from joiner._shell import Joiner, JoinerStatistics
@@ -122,6 +122,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
                     commit_patience_s=jc.commit_patience_s, store_behind_s=jc.store_behind_s)
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
+    add_health(server, "photon.Joiner")
     server.start()
     return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)
 

@@ -27,6 +27,7 @@ class ProcessSpec:
     role: str
     region: str = ""
     address: str = ""
+    metrics_address: str = ""    # host:port of its Prometheus metrics (given to it in PHOTON_METRICS_ADDR)
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -28,6 +28,11 @@ def run_service(name: str, start: Callable[[], object]) -> int:
     except (ConfigError, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
+    from photon._metrics import serve_metrics
+    try:
+        serve_metrics(name.split()[0], server.statistics, process=name)
+    except OSError as e:
+        logging.getLogger("photon").warning("%s: metrics not served: %s", name, e)
     print(f"{name} serving on {server.address}", flush=True)
     while not stop.wait(1.0):
         pass

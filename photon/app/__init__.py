@@ -13,11 +13,12 @@ The base (:mod:`photon`) and every room import nothing from here.
 """
 from photon.app._gen import GenOptions, GenSummary, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file, plan_region
+from photon.app._certs import make_certs
 from photon.app._regions import RegionControlError, region_down, region_up
 from photon.app._spark import Progress, progress, spark_error, spark_session
 from photon.app._summary import build_summary, format_summary
 from photon.app._supervisor import Supervisor
 
 __all__ = ["AlreadyRunning", "GenOptions", "GenSummary", "Launcher", "Progress", "RunOptions", "Supervisor", "build_summary",
-           "format_summary", "generate", "launcher_state_file", "plan_region", "progress", "region_down", "region_up", "RegionControlError", "spark_error",
+           "format_summary", "generate", "launcher_state_file", "make_certs", "plan_region", "progress", "region_down", "region_up", "RegionControlError", "spark_error",
            "spark_session"]

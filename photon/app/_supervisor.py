@@ -162,15 +162,21 @@ class Supervisor:
         try:
             child.proc = subprocess.Popen(list(child.spec.argv), stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True,
-                                          preexec_fn=_die_with_parent, env=self.env)
+                                          preexec_fn=_die_with_parent, env=self._env(child.spec))
         finally:
             log.close()
         child.started_at = time.monotonic()
 
+    def _env(self, spec) -> dict | None:
+        if not getattr(spec, "metrics_address", ""):
+            return self.env
+        return {**(self.env if self.env is not None else os.environ), "PHOTON_METRICS_ADDR": spec.metrics_address}
+
     def _write_state(self) -> None:
         state = {"launcher_pid": os.getpid(), "down_regions": sorted(self.held_regions), "processes": {
             name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role, "region": c.spec.region,
-                   "restarts": c.restarts, "argv": list(c.spec.argv)}
+                   "restarts": c.restarts, "argv": list(c.spec.argv),
+                   "address": c.spec.address, "metrics": getattr(c.spec, "metrics_address", "")}
             for name, c in self.children.items()}}
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.state_file, json.dumps(state, indent=1).encode())

@@ -93,20 +93,20 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_status(args) -> int:
+    from photon import use_tls
+    from photon.app._status import collect, format_status, watch
     config = load_config(args.config)
-    path = launcher_state_file(config)
-    if path.exists():
-        state = json.loads(path.read_text())
-        print(f"launcher pid {state['launcher_pid']}")
-        for name, p in state["processes"].items():
-            print(f"  {name:<20} pid {p['pid']!s:<8} restarts {p['restarts']}")
+    use_tls(config)
+    if args.watch:
+        try:
+            watch(config, args.every)
+        except KeyboardInterrupt:
+            pass
+        return 0
+    before = collect(config)
+    time.sleep(1.0)                      # a second sample gives the rates
+    print(format_status(collect(config), before))
     print(format_summary(build_summary(config, 0.0)))
-    for region in config.regions:
-        for name, j in sorted(joiner.read_status(region.state_dir).items()):
-            print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
-                  f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
-                  f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
-                  f"in flight {j.get('in_flight', 0)}")
     return 0
 
 
@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="processes and counters of a (running or finished) pipeline")
     s.add_argument("--config", required=True)
+    s.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
+    s.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
     s.set_defaults(fn=_cmd_status)
 
     rg = sub.add_parser("region", help="take a region of a running deployment down, or bring it back")

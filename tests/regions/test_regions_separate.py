@@ -2,6 +2,9 @@
 config): one registry between them, and every joinable click exactly once in the union of the outputs."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from photon import load_config, wait_until
@@ -23,6 +26,14 @@ def test_two_region_launchers_share_one_registry_and_join_each_click_once(tmp_pa
     wait_all_joined(config, expected, 150, runs=(a, b))
     wait_until(lambda: a.dispatcher_status().get("caught_up") and b.dispatcher_status().get("caught_up"), 90,
                message="both dispatchers caught up")
+    r = subprocess.run([sys.executable, "-m", "photon.app.cli", "status", "--config", str(config_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "region a: running here" in r.stdout and "region b: running here" in r.stdout
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("  ")}
+    assert all(rows[f"registry-s0-r{i}"].split()[1] == "up" for i in range(3))
+    assert sum("LEADER" in rows[f"registry-s0-r{i}"] for i in range(3)) == 1
+    assert "wasted joins" in rows["b-dispatcher"] and rows["b-eventstore"].split()[1] == "up"
     assert b.stop() == 0 and a.stop() == 0
     ids = union_joined(config)
     assert set(ids) == expected

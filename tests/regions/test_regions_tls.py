@@ -13,7 +13,7 @@ import pytest
 
 import idregistry
 from photon import load_config, tls_env, wait_until
-from photon.app._certs import make_certs
+from photon.app import make_certs
 from regions_helpers import joinable, regions_workload, union_joined, wait_all_joined
 
 PROBE_ID = "10.0.0.1:1:" + "1" * 16
