@@ -83,7 +83,7 @@ def format_status(now: dict, before: dict | None = None) -> str:
     prev = {r["name"]: r for r in before["processes"]} if before else {}
     lines = []
     for name, r in now["regions"].items():
-        state = "DOWN (photon region down)" if r["down"] else ("running here" if r["visible"] else "not run here")
+        state = "DOWN (photon region down)" if r["down"] else ("launched here" if r["visible"] else "not launched here")
         lines.append(f"region {name}: {state}; lost awaiting recovery: {r['lost']}")
         for row in (x for x in now["processes"] if x["region"] == name):
             lines.append(f"  {row['name']:<18} {'up' if row['up'] else 'DOWN':<5} pid {row['pid']!s:<8} "

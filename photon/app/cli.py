@@ -107,6 +107,12 @@ def _cmd_status(args) -> int:
     time.sleep(1.0)                      # a second sample gives the rates
     print(format_status(collect(config), before))
     print(format_summary(build_summary(config, 0.0)))
+    for region in config.pipeline_regions:
+        for name, j in sorted(joiner.read_status(region.state_dir).items()):
+            print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
+                  f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
+                  f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
+                  f"in flight {j.get('in_flight', 0)}")
     return 0
 
 

@@ -29,7 +29,7 @@ def test_two_region_launchers_share_one_registry_and_join_each_click_once(tmp_pa
     r = subprocess.run([sys.executable, "-m", "photon.app.cli", "status", "--config", str(config_path)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "region a: running here" in r.stdout and "region b: running here" in r.stdout
+    assert "region a: launched here" in r.stdout and "region b: launched here" in r.stdout
     rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("  ")}
     assert all(rows[f"registry-s0-r{i}"].split()[1] == "up" for i in range(3))
     assert sum("LEADER" in rows[f"registry-s0-r{i}"] for i in range(3)) == 1
