@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from photon import PhotonConfig, ProcessSpec
+from photon import PhotonConfig, ProcessSpec, region_ports
 
 ROLE = "dispatcher"
 
@@ -14,4 +14,7 @@ def plan_processes(config: PhotonConfig, region: str, *, joiners: list[str],
     registry at ``registry`` (endpoints). It serves nothing, so its address is empty."""
     argv = [sys.executable, "-m", "dispatcher.main", "--config", config.path, "--region", region,
             "--joiners", ",".join(joiners), "--registry", ",".join(registry)]
-    return [ProcessSpec(f"{region}-dispatcher", argv, ROLE, region)]
+    reg = config.region(region)
+    host = reg.bind_host(config.joiner.host)
+    (metrics,) = region_ports(reg, "dispatcher_metrics", host, 1)
+    return [ProcessSpec(f"{region}-dispatcher", argv, ROLE, region, "", f"{host}:{metrics}")]

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from photon import ConfigError, load_config
+from photon import ConfigError, load_config, serve_metrics
 
 from dispatcher._files import DispatcherLocked
 from dispatcher._shell import serve
@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     except DispatcherLocked as e:
         print(f"dispatcher: {e}", file=sys.stderr)
         return 1
+    try:
+        serve_metrics("dispatcher", dispatcher.statistics, process=f"dispatcher {args.region}")
+    except OSError as e:
+        logging.getLogger("dispatcher").warning("metrics not served: %s", e)
     while not stop.wait(0.2) and dispatcher.running:
         pass
     dispatcher.stop()

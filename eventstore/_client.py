@@ -8,6 +8,7 @@ import orjson
 
 from eventstore import eventstore_pb2 as pb
 from eventstore import eventstore_pb2_grpc as pb_grpc
+from eventstore._tls import open_channel
 
 MAX_MESSAGE_BYTES = 64 << 20
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -29,7 +30,7 @@ class EventStoreClient:
     def __init__(self, address: str, timeout: float = 10.0) -> None:
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = open_channel(address, CHANNEL_OPTIONS)
         self._stub = pb_grpc.EventStoreStub(self._channel)
         self._last = threading.local()
 

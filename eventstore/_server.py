@@ -14,6 +14,7 @@ from eventstore._servicer import EventStoreServicer
 from eventstore._logstore import LogsEventStore
 from eventstore._mapfiles import map_dir
 from eventstore._shell import CacheEventStore, EventStoreStatistics, ReaderOptions
+from eventstore._tls import add_health, server_credentials
 
 SERVER_THREADS = 16
 
@@ -84,7 +85,8 @@ def _start(store, host: str, port: int, what: str) -> EventStoreServer:
     server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=what.replace(" ", "-")),
                          options=CHANNEL_OPTIONS)
     pb_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
-    bound = bind_port(server, host, port, what)
+    add_health(server, "photon.EventStore")
+    bound = bind_port(server, host, port, what, server_credentials())
     store.start()
     server.start()
     return EventStoreServer(store, server, host, bound)

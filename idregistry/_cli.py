@@ -6,13 +6,14 @@ import json
 import sys
 import time
 
-from photon import ConfigError, SystemClock, load_config, wait_until
+from photon import ConfigError, SystemClock, load_config, use_tls, wait_until
 from idregistry._client import RegistryClient, RegistryUnavailable
 from idregistry._layout import read_layout, registry_endpoints
 
 
 def _status(args) -> int:
     config = load_config(args.config)
+    use_tls(config)
     client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
     try:
         rows = client.status()
@@ -39,6 +40,7 @@ def _status(args) -> int:
 
 def _reshard(args) -> int:
     config = load_config(args.config)
+    use_tls(config)
     skew = config.registry.max_clock_skew_s
     effective_in = args.effective_in if args.effective_in is not None else 2 * skew
     if args.shards < 1:
@@ -49,7 +51,7 @@ def _reshard(args) -> int:
               f"(ids up to now + {skew} s may already exist), got {effective_in}", file=sys.stderr)
         return 2
     layout, addresses = read_layout(config, grow_to=args.shards)   # the launcher starts new shards' replicas
-    endpoints = {shard: [g for _, g in pairs] for shard, pairs in addresses.items()}
+    endpoints = {shard: [t[1] for t in triples] for shard, triples in addresses.items()}
     client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.wait)
     try:
         def leaders_up() -> bool:

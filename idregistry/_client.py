@@ -19,6 +19,7 @@ from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from photon import BadEventId
 from idregistry._state import CommitResult, Sharding, validate_ids
+from idregistry._tls import open_channel
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
              grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
@@ -103,7 +104,7 @@ class RegistryClient:
                 raise RegistryUnavailable("registry client is closed")
             entry = self._channels.get(address)
             if entry is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = open_channel(address, CHANNEL_OPTIONS)
                 entry = self._channels[address] = (channel, pb_grpc.RegistryStub(channel))
             return entry[1]
 

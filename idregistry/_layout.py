@@ -6,7 +6,11 @@ the launcher) names the same processes on the same ports:
 * ``initial_shards``: the shard count of the very first start (the first sharding epoch);
 * ``shards``: how many shards have replicas (grows when a reshard adds shards; never shrinks, because
   a shard keeps answering for its older ids until they are garbage collected);
-* ``ports``: ``{"<shard>": [[raft_port, grpc_port], ...]}`` when ports were picked free (``port_base = 0``).
+* ``ports``: ``{"<shard>": [[raft_port, grpc_port], ...]}`` when ports were picked free (no ``port_base``).
+
+Each replica runs in the region ``replica_placement`` gives it, binds that region's ``host`` and, when the
+region has a ``port_base``, fixed ports derived from it; its data dir is under that region's state dir
+(unless ``[registry].data_dir`` is set).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from photon import PhotonConfig, ProcessSpec, free_port, write_atomic
+from photon import REGION_PORTS, ConfigError, PhotonConfig, ProcessSpec, free_port, remembered_ports, write_atomic
 from idregistry._shell import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
@@ -36,29 +40,74 @@ def _locked_layout(data_dir: Path):
             write_atomic(path, json.dumps(layout, indent=1, sort_keys=True).encode(), durable=True)
 
 
-def _addresses(config: PhotonConfig, layout: dict, shards: int) -> dict[int, list[tuple[str, str]]]:
-    """``{shard: [(raft_addr, grpc_addr), ...]}``, picking and remembering free ports when needed."""
+
+def replica_placement(config: PhotonConfig) -> list[str]:
+    """The region of each replica of a shard, by replica number (``[registry].replica_regions``, which the
+    config fills in for three or more regions; otherwise every replica in the first region)."""
+    return list(config.registry.replica_regions) or [config.regions[0].name] * config.registry.replicas
+
+
+def addresses_fixed(config: PhotonConfig) -> bool:
+    """True when every replica's address follows from the config alone (a ``port_base`` of its region or
+    ``[registry].port_base``), so every machine sharing the config names the same replicas."""
+    return bool(config.registry.port_base) or all(config.region(r).port_base for r in replica_placement(config))
+
+
+def _fixed_ports(config: PhotonConfig, shard: int, replica: int) -> tuple[int, int, int] | None:
+    """(raft, grpc, metrics) ports of one replica when the config fixes them, else None (metrics 0: the
+    replica picks a free one)."""
     reg = config.registry
-    host = reg.host
+    region = config.region(replica_placement(config)[replica])
+    g = shard * reg.replicas + replica
+    if region.port_base:
+        raft = region.port_base + REGION_PORTS["registry"] + 3 * g
+        return raft, raft + 1, raft + 2
+    if reg.port_base:
+        return reg.port_base + 2 * g, reg.port_base + 2 * g + 1, 0
+    return None
+
+
+def _addresses(config: PhotonConfig, layout: dict, shards: int) -> dict[int, list[tuple[str, str, str]]]:
+    """``{shard: [(raft_addr, grpc_addr, metrics_addr), ...]}``: each replica at its region's host (or
+    ``[registry].host``), on ports fixed by the config or picked free once and remembered in ``layout``.
+    The metrics address is empty when the replica picks its metrics port itself."""
+    reg = config.registry
+    placement = replica_placement(config)
     out = {}
     ports = layout.setdefault("ports", {})
     for shard in range(shards):
-        if reg.port_base:
-            pairs = [(reg.port_base + 2 * (shard * reg.replicas + r), reg.port_base + 2 * (shard * reg.replicas + r) + 1)
-                     for r in range(reg.replicas)]
-        else:
+        hosts = [config.region(placement[r]).bind_host(reg.host) for r in range(reg.replicas)]
+        fixed = [_fixed_ports(config, shard, r) for r in range(reg.replicas)]
+        if any(f is None for f in fixed):
             known = ports.get(str(shard))
             if not known or len(known) != reg.replicas:
-                known = ports[str(shard)] = [[free_port(host), free_port(host)] for _ in range(reg.replicas)]
-            pairs = [tuple(p) for p in known]
-        out[shard] = [(f"{host}:{raft}", f"{host}:{grpc}") for raft, grpc in pairs]
+                known = ports[str(shard)] = [[free_port(hosts[r]), free_port(hosts[r])] for r in range(reg.replicas)]
+            fixed = [f if f is not None else (known[r][0], known[r][1], 0) for r, f in enumerate(fixed)]
+        out[shard] = [(f"{hosts[r]}:{raft}", f"{hosts[r]}:{grpc}", f"{hosts[r]}:{metrics}" if metrics else "")
+                      for r, (raft, grpc, metrics) in enumerate(fixed)]
     return out
 
 
-def read_layout(config: PhotonConfig, grow_to: int | None = None) -> tuple[dict, dict[int, list[tuple[str, str]]]]:
+def layout_dir(config: PhotonConfig, regions: list[str] | None = None) -> Path:
+    """Where ``layout.json`` lives: ``[registry].data_dir``, else the registry folder of the first region
+    this launcher runs (``regions``), else of the config's first region."""
+    if config.registry.data_dir or not regions:
+        return config.registry_data_dir
+    return Path(config.region(regions[0]).state_dir) / "registry"
+
+
+def replica_data_dir(config: PhotonConfig, shard: int, replica: int) -> Path:
+    """``[registry].data_dir``/shard-s/replica-r, else under the state dir of the replica's region."""
+    root = config.registry_data_dir if config.registry.data_dir else \
+        Path(config.region(replica_placement(config)[replica]).state_dir) / "registry"
+    return root / f"shard-{shard}" / f"replica-{replica}"
+
+
+def read_layout(config: PhotonConfig, grow_to: int | None = None,
+                regions: list[str] | None = None) -> tuple[dict, dict[int, list[tuple[str, str, str]]]]:
     """The remembered layout (created on first use) and every shard's addresses. ``grow_to`` raises the
     number of shards with replicas (used by a reshard that adds shards)."""
-    with _locked_layout(config.registry_data_dir) as layout:
+    with _locked_layout(layout_dir(config, regions)) as layout:
         layout.setdefault("initial_shards", config.registry.shards)
         layout.setdefault("shards", config.registry.shards)
         if grow_to is not None and grow_to > layout["shards"]:
@@ -67,17 +116,17 @@ def read_layout(config: PhotonConfig, grow_to: int | None = None) -> tuple[dict,
         return dict(layout), addresses
 
 
-def replica_specs(config: PhotonConfig) -> list[ReplicaSpec]:
-    layout, addresses = read_layout(config)
+def replica_specs(config: PhotonConfig, regions: list[str] | None = None) -> list[ReplicaSpec]:
+    layout, addresses = read_layout(config, regions=regions)
     initial = Sharding(epochs=[(0, layout["initial_shards"])], version=1,
-                       endpoints={s: [g for _, g in addresses[s]] for s in range(layout["initial_shards"])})
+                       endpoints={s: [g for _, g, _ in addresses[s]] for s in range(layout["initial_shards"])})
     reg = config.registry
     specs = []
-    for shard, pairs in addresses.items():
-        for replica in range(len(pairs)):
+    for shard, triples in addresses.items():
+        for replica in range(len(triples)):
             specs.append(ReplicaSpec(
-                shard=shard, replica=replica, raft_peers=[r for r, _ in pairs], grpc_peers=[g for _, g in pairs],
-                data_dir=config.registry_data_dir / f"shard-{shard}" / f"replica-{replica}",
+                shard=shard, replica=replica, raft_peers=[r for r, _, _ in triples],
+                grpc_peers=[g for _, g, _ in triples], data_dir=replica_data_dir(config, shard, replica),
                 initial_sharding=initial, gc_after_s=reg.gc_after_s, max_clock_skew_s=reg.max_clock_skew_s,
                 fsync=reg.fsync, fsync_interval_ms=reg.fsync_interval_ms, max_in_flight=reg.max_in_flight,
                 max_ids_per_command=reg.max_ids_per_command, max_queued_ids=reg.max_queued_ids,
@@ -85,26 +134,65 @@ def replica_specs(config: PhotonConfig) -> list[ReplicaSpec]:
     return specs
 
 
-def registry_processes(config: PhotonConfig) -> list[ProcessSpec]:
-    """Every registry replica process for this config, named ``registry-s<shard>-r<replica>``.
+def _check_regions(config: PhotonConfig, regions: list[str] | None) -> None:
+    if regions is None or set(regions) >= {r.name for r in config.regions}:
+        return
+    if not addresses_fixed(config):
+        loose = sorted({r for r in replica_placement(config) if not config.region(r).port_base})
+        raise ConfigError(f"{config.path}: running only region(s) {', '.join(regions)} needs every registry "
+                          f"replica's address fixed by the config, so that every region reaches the same "
+                          f"replicas: set port_base in [[regions]] {', '.join(repr(r) for r in loose)} "
+                          f"(or [registry].port_base)")
+
+
+def registry_processes(config: PhotonConfig, regions: list[str] | None = None) -> list[ProcessSpec]:
+    """The registry replica processes for this config, named ``registry-s<shard>-r<replica>``: every
+    replica, or with ``regions`` only those placed in these regions (the others run elsewhere and are
+    reached at their configured addresses; then every address must be fixed by the config, else
+    :class:`photon.ConfigError`).
 
     Call it again at any time: the same config names the same processes with the same argv (ports are
-    remembered in the data dir); after a reshard that adds shards it also names the new shards' replicas.
+    fixed or remembered); after a reshard that adds shards it also names the new shards' replicas.
     """
-    regions = config.registry.replica_regions
-    default_region = config.regions[0].name if config.regions else ""
+    _check_regions(config, regions)
+    placement = replica_placement(config)
+    specs = replica_specs(config, regions)
+    metrics = _metrics_addresses(config, regions)
     out = []
-    for spec in replica_specs(config):
+    for spec in specs:
+        region = placement[spec.replica]
+        if regions is not None and region not in regions:
+            continue
         out.append(ProcessSpec(
             name=f"registry-s{spec.shard}-r{spec.replica}",
             argv=[sys.executable, "-m", "idregistry.main", "--spec", spec_to_json(spec)],
-            role="registry",
-            region=regions[spec.replica] if regions else default_region,
-            address=spec.grpc_peers[spec.replica]))
+            role="registry", region=region, address=spec.grpc_peers[spec.replica],
+            metrics_address=metrics[(spec.shard, spec.replica)]))
     return out
 
 
-def registry_endpoints(config: PhotonConfig) -> list[str]:
-    """gRPC addresses of shard 0's replicas: enough for a :class:`RegistryClient` to learn the rest."""
-    _, addresses = read_layout(config)
-    return [g for _, g in addresses[0]]
+def _metrics_addresses(config: PhotonConfig, regions: list[str] | None) -> dict[tuple[int, int], str]:
+    """Each replica's Prometheus address: fixed by its region's ``port_base``, else a free port remembered
+    in ``ports.json`` beside ``layout.json``."""
+    _, addresses = read_layout(config, regions=regions)
+    out = {}
+    for shard, triples in addresses.items():
+        for replica, (_, grpc_addr, metrics) in enumerate(triples):
+            if not metrics:
+                host = grpc_addr.rsplit(":", 1)[0]
+                (port,) = remembered_ports(layout_dir(config, regions), f"metrics-s{shard}-r{replica}", host, 1)
+                metrics = f"{host}:{port}"
+            out[(shard, replica)] = metrics
+    return out
+
+
+def registry_endpoints(config: PhotonConfig, regions: list[str] | None = None,
+                       near: str | None = None) -> list[str]:
+    """gRPC addresses of shard 0's replicas: enough for a :class:`RegistryClient` to learn the rest.
+    ``regions`` are the regions this launcher runs (as for :func:`registry_processes`); replicas placed in
+    region ``near`` come first, so that a client tries a near replica first."""
+    _check_regions(config, regions)
+    _, addresses = read_layout(config, regions=regions)
+    placement = replica_placement(config)
+    ordered = sorted(range(len(addresses[0])), key=lambda r: placement[r] != near)
+    return [addresses[0][r][1] for r in ordered]

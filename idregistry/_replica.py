@@ -147,6 +147,7 @@ class RaftSettings:
     log_compaction_min_entries: int = 2000
     log_compaction_min_time_s: float = 300.0
     simulated_rtt_ms: float = 0.0
+    raft_password: str | None = None     # authenticates and encrypts Raft traffic (pysyncobj password)
 
     def conf(self, data_dir: Path, serializer=None, deserializer=None) -> SyncObjConf:
         return SyncObjConf(
@@ -172,6 +173,7 @@ class RaftSettings:
             useFork=False,
             dynamicMembershipChange=False,
             commandsWaitLeader=False,
+            password=self.raft_password,
         )
 
 

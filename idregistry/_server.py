@@ -10,9 +10,12 @@ from concurrent import futures
 
 import grpc
 
+from photon import serve_metrics
+
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._shell import ReplicaServer, ReplicaSpec
 from idregistry._servicer import RegistryServicer
+from idregistry._tls import add_health, server_credentials
 
 log = logging.getLogger("idregistry")
 
@@ -33,7 +36,14 @@ def serve(spec: ReplicaSpec, stop: threading.Event | None = None, workers: int =
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="registry-rpc"),
                          options=GRPC_OPTIONS)
     pb_grpc.add_RegistryServicer_to_server(RegistryServicer(replica), server)
-    if server.add_insecure_port(spec.grpc_address) == 0:
+    add_health(server, "photon.Registry")
+    try:
+        serve_metrics("registry", replica.status, process=f"registry-s{spec.shard}-r{spec.replica}")
+    except OSError as e:
+        log.warning("metrics not served: %s", e)
+    creds = server_credentials()
+    bound = server.add_secure_port(spec.grpc_address, creds) if creds else server.add_insecure_port(spec.grpc_address)
+    if bound == 0:
         replica.close()
         raise OSError(f"registry shard {spec.shard} replica {spec.replica}: cannot bind {spec.grpc_address}")
     server.start()

@@ -25,12 +25,13 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, SystemClock
+from photon import Clock, SystemClock, raft_password
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
 from idregistry._replica import (JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path,
                                  storage_failed)
+from idregistry._tls import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardingLease, ShardState,
                                bucket_width_us, validate_ids)
@@ -87,7 +88,7 @@ class ReplicaSpec:
     def raft_settings(self) -> RaftSettings:
         return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
                             log_compaction_min_entries=self.snapshot_after_commands,
-                            simulated_rtt_ms=self.simulated_rtt_ms)
+                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password())
 
 
 class ReplicaServer:
@@ -243,7 +244,7 @@ class ReplicaServer:
             tried.add(address)
             stub = self._meta_channels.get(address)
             if stub is None:
-                stub = self._meta_channels[address] = pb_grpc.RegistryStub(grpc.insecure_channel(address))
+                stub = self._meta_channels[address] = pb_grpc.RegistryStub(open_channel(address, []))
             try:
                 reply = stub.GetSharding(pb.ShardingRequest(authoritative=True), timeout=2.0)
             except grpc.RpcError as e:

@@ -8,6 +8,7 @@ import orjson
 
 from joiner import joiner_pb2 as pb
 from joiner import joiner_pb2_grpc as pb_grpc
+from joiner._tls import open_channel
 from joiner._state import OUTCOMES, Outcome
 
 MAX_MESSAGE_BYTES = 64 << 20
@@ -29,7 +30,7 @@ class JoinerClient:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = open_channel(address, CHANNEL_OPTIONS)
         self._stub = pb_grpc.JoinerStub(self._channel)
 
     def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], timeout: float = 30.0) -> list[Outcome]:

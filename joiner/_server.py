@@ -15,6 +15,7 @@ from eventstore import connect as connect_eventstore
 from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port
 
 from joiner import joiner_pb2_grpc as pb_grpc
+from joiner._tls import add_health, server_credentials
 from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
 from joiner._lost import LostLedger
@@ -113,7 +114,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     host = host or jc.host
     server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS, thread_name_prefix=name),
                          options=CHANNEL_OPTIONS)
-    bound = bind_port(server, host, port, f"joiner {name}")
+    bound = bind_port(server, host, port, f"joiner {name}", server_credentials())
     store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
     writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
                            roll_bytes=int(jc.roll_mb * (1 << 20)))
@@ -124,6 +125,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
                     ledger=LostLedger(reg.state_dir, reg.name, name), writer_probe_s=jc.writer_probe_s)
     joiner.recover_orphans()
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
+    add_health(server, "photon.Joiner")
     server.start()
     return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)
 

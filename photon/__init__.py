@@ -5,19 +5,21 @@ launcher layer that imports the rooms (launcher, supervisor, run summary, genera
 line) lives above them in :mod:`photon.app`.
 """
 from photon._clock import Clock, FakeClock, SystemClock
-from photon._config import (ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
+from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
                             PhotonConfig, RegionConfig, RegistryConfig, SparkConfig, describe_options, load_config,
                             parse_config)
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
 from photon._outcomes import OUTCOMES, Outcome
-from photon._process import ProcessSpec, remembered_ports
+from photon._tls import TlsFiles, raft_password, tls_env, tls_files, use_tls
+from photon._metrics import scrape, serve_metrics
+from photon._process import ProcessSpec, region_ports, remembered_ports
 from photon._service import bind_port, free_port, run_service
 from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_log_files, parse_record,
                           read_output_lines, wait_until, write_atomic)
 
 __all__ = [
-    "OUTCOMES", "Outcome", "ProcessSpec", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
+    "OUTCOMES", "Outcome", "scrape", "serve_metrics", "TlsFiles", "raft_password", "tls_env", "tls_files", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",

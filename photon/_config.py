@@ -62,6 +62,17 @@ class RegionConfig:
     log_root: str = opt("", "folder holding the region's copy of the streams")
     output_root: str = opt("", "folder for joined/, unjoinable/ and quarantine/")
     state_dir: str = opt("", "folder for the region's offsets, retry queue and process state")
+    host: str = opt("", "address this region's processes bind to and are reached at by the other regions "
+                        "(default: each component's own [..].host, 127.0.0.1)")
+    port_base: int = opt(0, "first of this region's fixed ports, so that every machine derives the same "
+                            "addresses from the one config (see REGION_PORTS); 0: free ports picked once and "
+                            "remembered in state_dir", check=_non_negative)
+    registry_only: bool = opt(False, "the region hosts IdRegistry replicas only (no logs, no pipeline; "
+                                     "log_root and output_root may be omitted)")
+
+    def bind_host(self, default: str) -> str:
+        """The address this region's processes bind to: the region's ``host``, else ``default``."""
+        return self.host or default
 
     @property
     def joined_dir(self) -> Path:
@@ -76,12 +87,31 @@ class RegionConfig:
         return Path(self.output_root) / "quarantine"
 
 
+REGION_PORTS = {
+    # offsets from a region's port_base (when it is set)
+    "dispatcher_metrics": 2,
+    "eventstore": 500,        # cache server n: gRPC at +500 + 2n, metrics at +501 + 2n (up to 50)
+    "logstore": 600,          # logs store n: gRPC at +600 + 2n, metrics at +601 + 2n (up to 50)
+    "joiners": 10,            # joiner i: gRPC at +10 + 2i, metrics at +11 + 2i (up to 45 joiners)
+    "registry": 100,          # replica (shard s, replica r) hosted here: g = s * replicas + r;
+                              # Raft at +100 + 3g, gRPC at +101 + 3g, metrics at +102 + 3g
+}
+DEFAULT_SPREAD_REPLICAS = 5   # with three or more regions and no replica_regions: 5 replicas as 2/2/1
+
+
+def spread_replicas(regions: list[str], replicas: int) -> list[str]:
+    """The default placement of a shard's replicas over regions: round robin in config order, so 5 over
+    three regions is 2/2/1 and any one region can be lost."""
+    return [regions[i % len(regions)] for i in range(replicas)]
+
+
 @dataclass(frozen=True)
 class RegistryConfig:
     """``[registry]``: the Raft-replicated IdRegistry."""
     shards: int = opt(1, "number of registry shards (each its own Raft group)", check=_positive)
     replicas: int = opt(3, "replicas per shard", check=_positive)
-    replica_regions: list = opt([], "region of each replica, in order (default: all in the first region)")
+    replica_regions: list = opt([], "region of each replica, in order (default: with three or more regions, "
+                                    "5 replicas spread 2/2/1 round robin over the regions; else all in the first region)")
     host: str = opt("127.0.0.1", "address registry replicas bind to")
     port_base: int = opt(0, "first port to use (raft and gRPC ports follow); 0 picks free ports once and "
                             "remembers them in the data dir", check=_non_negative)
@@ -180,6 +210,18 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """``[tls]``: mutual TLS on every gRPC connection and a secret on Raft traffic (``photon certs`` makes
+    test files). Off when ``ca`` is empty."""
+    ca: str = opt("", "PEM file of the CA that signs every process's certificate (empty: TLS off)")
+    cert: str = opt("", "PEM certificate of this deployment's processes (servers and clients)")
+    key: str = opt("", "PEM private key of that certificate")
+    server_name: str = opt("photon", "the name servers' certificates carry and clients check them for")
+    raft_secret_file: str = opt("", "file whose contents authenticate and encrypt Raft traffic between "
+                                    "registry replicas (empty: Raft in the clear)")
+
+
+@dataclass(frozen=True)
 class PhotonConfig:
     join: JoinConfig = field(default_factory=JoinConfig)
     regions: list = field(default_factory=list)
@@ -188,6 +230,7 @@ class PhotonConfig:
     joiner: JoinerConfig = field(default_factory=JoinerConfig)
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -197,6 +240,11 @@ class PhotonConfig:
         raise ConfigError(f"{self.path}: no region named {name!r} (have {[r.name for r in self.regions]})")
 
     @property
+    def pipeline_regions(self) -> list:
+        """The regions that run a pipeline (every region but those with ``registry_only``)."""
+        return [r for r in self.regions if not r.registry_only]
+
+    @property
     def registry_data_dir(self) -> Path:
         if self.registry.data_dir:
             return Path(self.registry.data_dir)
@@ -204,8 +252,9 @@ class PhotonConfig:
 
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
-             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig}
-_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir"}
+             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
+             "tls": TlsConfig}
+_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file"}
 
 
 def _check_type(where: str, value: Any, typ: type) -> Any:
@@ -260,14 +309,25 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None) -
     for i, table in enumerate(raw_regions):
         where = f"{path}: [[regions]] #{i + 1}"
         region = _build(RegionConfig, table, where, base)
-        for key in ("name", "log_root", "output_root", "state_dir"):
+        required = ("name", "state_dir") if region.registry_only else ("name", "log_root", "output_root", "state_dir")
+        for key in required:
             if not getattr(region, key):
                 raise ConfigError(f"{where}: missing required key {key!r}")
         regions.append(region)
     names = [r.name for r in regions]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: region names must be unique, got {names}")
+    if not any(not r.registry_only for r in regions):
+        raise ConfigError(f"{path}: every region has registry_only = true; at least one must run the pipeline")
     reg = sections["registry"]
+    if not reg.replica_regions and len(regions) >= 3:
+        replicas = reg.replicas if "replicas" in data.get("registry", {}) else DEFAULT_SPREAD_REPLICAS
+        reg = sections["registry"] = dataclasses.replace(
+            reg, replicas=replicas, replica_regions=spread_replicas(names, replicas))
+    _check_port_ranges(path, regions)
+    tls = sections["tls"]
+    if tls.ca and not (tls.cert and tls.key):
+        raise ConfigError(f"{path}: [tls].ca is set, so [tls].cert and [tls].key are required too")
     for r in reg.replica_regions:
         if r not in names:
             raise ConfigError(f"{path}: [registry].replica_regions names unknown region {r!r} (regions: {names})")
@@ -275,6 +335,23 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None) -
         raise ConfigError(f"{path}: [registry].replica_regions has {len(reg.replica_regions)} entries "
                           f"but replicas = {reg.replicas}")
     return PhotonConfig(regions=regions, path=path, **sections)
+
+
+REGION_PORT_SPAN = 1000   # a region with port_base P uses ports P .. P + 999
+
+
+def _check_port_ranges(path: str, regions: list) -> None:
+    """Two regions on the same host must not share fixed ports."""
+    fixed = [r for r in regions if r.port_base]
+    for i, a in enumerate(fixed):
+        if a.port_base + REGION_PORT_SPAN > 65536:
+            raise ConfigError(f"{path}: [[regions]] {a.name!r}: port_base must be at most {65536 - REGION_PORT_SPAN} "
+                              f"(a region uses {REGION_PORT_SPAN} ports from it), got {a.port_base}")
+        for b in fixed[i + 1:]:
+            if (a.host or "127.0.0.1") == (b.host or "127.0.0.1") and abs(a.port_base - b.port_base) < REGION_PORT_SPAN:
+                raise ConfigError(f"{path}: [[regions]] {a.name!r} and {b.name!r} share host "
+                                  f"{a.host or '127.0.0.1'} and their port_base values are less than "
+                                  f"{REGION_PORT_SPAN} apart ({a.port_base}, {b.port_base})")
 
 
 def load_config(path: str | Path) -> PhotonConfig:

@@ -10,6 +10,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from photon._config import REGION_PORTS, RegionConfig
 from photon._logs import write_atomic
 from photon._service import free_port
 
@@ -26,6 +27,7 @@ class ProcessSpec:
     role: str
     region: str = ""
     address: str = ""
+    metrics_address: str = ""    # host:port of its Prometheus metrics (given to it in PHOTON_METRICS_ADDR)
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -59,3 +61,24 @@ def remembered_ports(state_dir: str | Path, key: str, host: str, count: int) -> 
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(ports, sort_keys=True).encode(), durable=True)
     return chosen
+
+
+_PAIRED = {"joiners": ("joiners", 0), "joiner_metrics": ("joiners", 1), "eventstore": ("eventstore", 0),
+           "eventstore_metrics": ("eventstore", 1), "logstore": ("logstore", 0), "logstore_metrics": ("logstore", 1)}
+
+
+def region_ports(region: RegionConfig, key: str, host: str, count: int) -> list[int]:
+    """``count`` ports for ``key`` of ``region``'s processes: fixed, derived from the region's
+    ``port_base`` (offsets in :data:`photon._config.REGION_PORTS`; every machine sharing the config derives
+    the same), or, without a ``port_base``, chosen free once and remembered in the region's state dir
+    (:func:`remembered_ports`). Keys: ``eventstore``, ``eventstore_metrics``, ``logstore``,
+    ``logstore_metrics``, ``dispatcher_metrics``, ``joiners``, ``joiner_metrics``."""
+    if not region.port_base:
+        return remembered_ports(region.state_dir, key, host, count)
+    base = region.port_base
+    if key in _PAIRED:          # process i: gRPC at +k + 2i, its metrics at +k + 2i + 1
+        serving, is_metrics = _PAIRED[key]
+        return [base + REGION_PORTS[serving] + 2 * i + is_metrics for i in range(count)]
+    if key not in REGION_PORTS:
+        raise KeyError(f"no fixed port named {key!r}")
+    return [base + REGION_PORTS[key] + i for i in range(count)]

@@ -28,6 +28,11 @@ def run_service(name: str, start: Callable[[], object]) -> int:
     except (ConfigError, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
+    from photon._metrics import serve_metrics
+    try:
+        serve_metrics(name.split()[0], server.statistics, process=name)
+    except OSError as e:
+        logging.getLogger("photon").warning("%s: metrics not served: %s", name, e)
     print(f"{name} serving on {server.address}", flush=True)
     while not stop.wait(1.0):
         pass
@@ -36,11 +41,12 @@ def run_service(name: str, start: Callable[[], object]) -> int:
     return 0
 
 
-def bind_port(server, host: str, port: int, what: str) -> int:
+def bind_port(server, host: str, port: int, what: str, credentials=None) -> int:
     """Bind a gRPC server (anything with ``add_insecure_port``) to ``host:port`` (0: a free port) and
-    return the port; ``OSError`` naming ``what`` and the address when it is taken or invalid."""
+    return the port (over TLS with ``credentials``, gRPC server credentials); ``OSError`` naming ``what`` and the address when it is taken or invalid."""
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = server.add_secure_port(f"{host}:{port}", credentials) if credentials is not None \
+            else server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as e:
         raise OSError(f"{what}: cannot bind {host}:{port}: {e}") from None
     if bound == 0:

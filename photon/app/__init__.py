@@ -6,6 +6,8 @@
 * :func:`spark_session`, :func:`spark_error`, :func:`progress`: the Spark set-up every batch job shares;
 * :func:`build_map`: ``photon eventstore build-map`` (the log-file map, built by Spark);
 * :func:`generate` / :class:`GenOptions`: the workload generator (``photon gen``, the demo, the benchmarks);
+* :func:`region_down` / :func:`region_up`: take a region down (SIGKILL with ``hard``) and bring it back
+  during a run (``photon region down|up``);
 * :mod:`photon.app.cli`: the ``photon`` command line (``python -m photon.app.cli``).
 
 The base (:mod:`photon`) and every room import nothing from here.
@@ -13,10 +15,13 @@ The base (:mod:`photon`) and every room import nothing from here.
 from photon.app._buildmap import BuildMapResult, build_map
 from photon.app._gen import GenOptions, GenSummary, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file, plan_region
+from photon.app._certs import make_certs
+from photon.app._regions import RegionControlError, region_down, region_up
 from photon.app._spark import Progress, progress, spark_error, spark_session
 from photon.app._summary import build_summary, format_summary
 from photon.app._supervisor import Supervisor
 
-__all__ = ["AlreadyRunning", "BuildMapResult", "build_map", "GenOptions", "GenSummary", "Launcher", "Progress", "RunOptions", "Supervisor", "build_summary",
-           "format_summary", "generate", "launcher_state_file", "plan_region", "progress", "spark_error",
+__all__ = ["AlreadyRunning", "BuildMapResult", "GenOptions", "GenSummary", "Launcher", "Progress", "RegionControlError",
+           "RunOptions", "Supervisor", "build_map", "build_summary", "format_summary", "generate",
+           "launcher_state_file", "make_certs", "plan_region", "progress", "region_down", "region_up", "spark_error",
            "spark_session"]

@@ -22,7 +22,8 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import ConfigError, PhotonConfig, ProcessSpec
+from photon import ConfigError, PhotonConfig, ProcessSpec, tls_env
+from photon.app._regions import RegionControls
 from photon.app._supervisor import Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
@@ -39,8 +40,10 @@ def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]
     return stores + joiners + feeders
 
 
-def launcher_state_file(config: PhotonConfig) -> Path:
-    return Path(config.regions[0].state_dir) / "launcher.json"
+def launcher_state_file(config: PhotonConfig, regions: list | None = None) -> Path:
+    """``launcher.json`` of the launcher that runs ``regions`` (all: None): in the state dir of the first
+    region it runs, so a launcher never writes into another machine's region."""
+    return Path(config.region(regions[0]).state_dir if regions else config.regions[0].state_dir) / "launcher.json"
 
 
 @dataclass
@@ -59,14 +62,14 @@ class Launcher:
         self.config = config
         self.options = options
         self.echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
-        self.supervisor = Supervisor(Path(config.regions[0].state_dir) / "logs", launcher_state_file(config),
-                                     env=self._child_env(), echo=self.echo)
+        state_file = launcher_state_file(config, options.regions)
+        self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=self._child_env(config), echo=self.echo)
         self.started_at = time.monotonic()
         self._region_specs: list[ProcessSpec] | None = None
 
     @staticmethod
-    def _child_env() -> dict:
-        env = dict(os.environ)
+    def _child_env(config: PhotonConfig) -> dict:
+        env = {**os.environ, **tls_env(config)}
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
@@ -74,22 +77,27 @@ class Launcher:
     def specs(self) -> list[ProcessSpec]:
         """The registry's replicas (re-planned each call: a reshard adds some) and the regions' services
         (planned once: their ports are fixed for the run)."""
-        specs = list(idregistry.registry_processes(self.config))
+        specs = list(idregistry.registry_processes(self.config, self.options.regions))
         if self._region_specs is None:
-            endpoints = idregistry.registry_endpoints(self.config)
             self._region_specs = []
-            for region in self.config.regions:
-                if self.options.regions is None or region.name in self.options.regions:
-                    self._region_specs += plan_region(self.config, region.name, endpoints)
+            for region in self.pipeline_regions():
+                endpoints = idregistry.registry_endpoints(self.config, self.options.regions, near=region.name)
+                self._region_specs += plan_region(self.config, region.name, endpoints)
         return specs + self._region_specs
+
+    def regions(self) -> list:
+        """The regions this launcher runs (``--region``; default every region of the config)."""
+        return [r for r in self.config.regions if self.options.regions is None or r.name in self.options.regions]
+
+    def pipeline_regions(self) -> list:
+        """The regions this launcher runs a pipeline for (not ``registry_only``)."""
+        return [r for r in self.regions() if not r.registry_only]
 
     def check_inputs(self) -> None:
         """Name every stream folder that does not exist. Logs may appear later, so this is a warning,
         except with ``until_caught_up``, where catching up on nothing would hide a mistyped path."""
         missing = []
-        for region in self.config.regions:
-            if self.options.regions is not None and region.name not in self.options.regions:
-                continue
+        for region in self.pipeline_regions():
             for key in ("primary_stream", "foreign_stream"):
                 folder = Path(region.log_root) / getattr(self.config.join, key)
                 if not folder.is_dir():
@@ -105,17 +113,22 @@ class Launcher:
         Raises :class:`AlreadyRunning` when another launcher runs one of these regions."""
         self.check_inputs()
         self._locks = lock_state_dirs(self.config, self.options.regions)
-        for region in self.config.regions:
-            for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir, Path(region.state_dir)):
+        for region in self.regions():
+            Path(region.state_dir).mkdir(parents=True, exist_ok=True)
+        for region in self.pipeline_regions():
+            for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir):
                 d.mkdir(parents=True, exist_ok=True)
+        controls = RegionControls(self.regions(), self.echo)
+        controls.apply(self.supervisor)          # a region marked down stays down across launcher restarts
         self.supervisor.ensure(self.specs())
         self.echo(f"started {len(self.supervisor.children)} processes "
-                  f"(list with pids: {launcher_state_file(self.config)})")
+                  f"(list with pids: {self.supervisor.state_file})")
         last_plan = last_progress = time.monotonic()
         code = EXIT_OK
         watch = CatchUpWatch(self.config, self.options.regions)
         try:
             while not self.options.stop_requested:
+                controls.apply(self.supervisor)
                 self.supervisor.poll()
                 if time.monotonic() - last_plan >= 1.0:
                     self.supervisor.ensure(self.specs())
@@ -177,7 +190,7 @@ class CatchUpWatch:
 
     def __init__(self, config: PhotonConfig, regions=None) -> None:
         self._read = dispatcher.read_status
-        self.regions = [r for r in config.regions if regions is None or r.name in regions]
+        self.regions = [r for r in config.pipeline_regions if regions is None or r.name in regions]
         self._streak = 0
         self._since_us = time.time_ns() // 1000
         self.lagging: list[str] = [r.name for r in self.regions]
@@ -195,6 +208,9 @@ class CatchUpWatch:
         return "progress: " + "; ".join(parts)
 
     def caught_up(self, supervisor: Supervisor) -> bool:
+        """Never true for a launcher that runs no pipeline (only registry replicas): it runs until stopped."""
+        if not self.regions:
+            return False
         lagging, stale = [], False
         for region in self.regions:
             status = self._read(region.state_dir)

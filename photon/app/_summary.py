@@ -51,12 +51,17 @@ def lost_ids(region, since_us: int = 0) -> set[str]:
 
 
 def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
+    """Per pipeline region (all, or ``regions``) and in total: the dispatcher's counters, quarantined
+    records, joined output lines, join latency, and ``wasted_joins``: events that reached a joiner which
+    found them already joined (almost always by another region first; also a click logged twice in one
+    region, or retried after its first joiner died, when the lookup did not catch it)."""
     out = {"elapsed_s": round(elapsed_s, 2), "regions": {}}
     totals = dict.fromkeys(COUNTERS, 0)
     totals["quarantined"] = 0
     totals["joined_output_lines"] = 0
     totals["lost_awaiting_recovery"] = 0
-    for region in config.regions:
+    totals["wasted_joins"] = 0
+    for region in config.pipeline_regions:
         if regions is not None and region.name not in regions:
             continue
         status = dispatcher.read_status(region.state_dir) or {}
@@ -65,6 +70,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         entry["joined_output_lines"] = count_output_lines(region.joined_dir)
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
         entry["duplicates_prevented"] = max(0, entry["duplicates_prevented"] - entry["lost_awaiting_recovery"])
+        entry["wasted_joins"] = entry["already_joined"]
         entry["join_latency_ms"] = status.get("join_latency_ms", {})
         out["regions"][region.name] = entry
         for k in totals:
@@ -78,8 +84,8 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
 
 def format_summary(summary: dict) -> str:
     lines = [f"Photon run summary ({summary['elapsed_s']} s)"]
-    header = f"{'region':<8}{'read':>10}{'joined':>10}{'unjoin.':>9}{'bad':>7}{'dups prev.':>12}{'lost':>7}" \
-             f"{'p50 ms':>9}{'p90 ms':>9}"
+    header = f"{'region':<8}{'read':>10}{'joined':>10}{'unjoin.':>9}{'bad':>7}{'dups prev.':>12}{'wasted':>8}" \
+             f"{'lost':>7}{'p50 ms':>9}{'p90 ms':>9}"
     lines.append(header)
     rows = list(summary["regions"].items())
     if len(rows) > 1:
@@ -87,7 +93,8 @@ def format_summary(summary: dict) -> str:
     for name, e in rows:
         lat = e.get("join_latency_ms") or {}
         lines.append(f"{name:<8}{e['events_read']:>10}{e['joined']:>10}{e['unjoinable']:>9}"
-                     f"{e['quarantined']:>7}{e['duplicates_prevented']:>12}{e['lost_awaiting_recovery']:>7}"
+                     f"{e['quarantined']:>7}{e['duplicates_prevented']:>12}{e.get('wasted_joins', 0):>8}"
+                     f"{e['lost_awaiting_recovery']:>7}"
                      f"{lat.get('p50', 0):>9.1f}{lat.get('p90', 0):>9.1f}")
     t = summary["total"]
     lines.append(f"joined lines in output: {t['joined_output_lines']}; still waiting for retry: "

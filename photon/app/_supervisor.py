@@ -97,6 +97,7 @@ class Supervisor:
         self.stopping = False
         self.state_error = ""            # why launcher.json could not be written ("" when it was)
         self._state_dirty = False
+        self.held_regions: set[str] = set()     # regions taken down on purpose: not started, not restarted
         self._echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
 
     def ensure(self, specs) -> None:
@@ -104,7 +105,8 @@ class Supervisor:
         for spec in specs:
             if spec.name not in self.children:
                 self.children[spec.name] = _Child(spec)
-                self._start(self.children[spec.name])
+                if spec.region not in self.held_regions:
+                    self._start(self.children[spec.name])
                 changed = True
         if changed:
             self._write_state()
@@ -126,7 +128,7 @@ class Supervisor:
                 child.proc = None
                 child.restarts += 1
                 changed = True
-            if child.proc is None and now >= child.next_start:
+            if child.proc is None and now >= child.next_start and child.spec.region not in self.held_regions:
                 self._start(child)
                 changed = True
         if changed or self._state_dirty:
@@ -139,11 +141,46 @@ class Supervisor:
     def names(self, role: str) -> list[str]:
         return [n for n, c in self.children.items() if c.spec.role == role]
 
+    def hold_region(self, region: str, hard: bool = False, grace_s: float = 20.0) -> list[str]:
+        """Take every process of ``region`` down and keep it down until :meth:`release_region`: with
+        ``hard`` all of them get SIGKILL at once (a region lost whole), else they stop in order as in
+        :meth:`stop`. Returns the names of the processes taken down."""
+        self.held_regions.add(region)
+        members = [c for c in self.children.values() if c.spec.region == region and c.proc is not None]
+        if hard:
+            for c in members:
+                if c.proc.poll() is None:
+                    c.proc.kill()
+            for c in members:
+                c.proc.wait(timeout=10)
+        else:
+            self._stop_group(members, grace_s)
+        for c in members:
+            c.proc = None
+        self._write_state()
+        return [c.spec.name for c in members]
+
+    def release_region(self, region: str) -> list[str]:
+        """Start every process of a held ``region`` again (at once, no restart delay)."""
+        self.held_regions.discard(region)
+        names = []
+        for c in self.children.values():
+            if c.spec.region == region and c.proc is None:
+                c.next_start, c.backoff_s = 0.0, 0.5
+                self._start(c)
+                names.append(c.spec.name)
+        self._write_state()
+        return names
+
     def stop(self, grace_s: float = 20.0) -> None:
         self.stopping = True
-        roles = list(STOP_ORDER) + sorted({c.spec.role for c in self.children.values()} - set(STOP_ORDER))
+        self._stop_group([c for c in self.children.values() if c.proc is not None], grace_s)
+        self._write_state()
+
+    def _stop_group(self, children: list, grace_s: float) -> None:
+        roles = list(STOP_ORDER) + sorted({c.spec.role for c in children} - set(STOP_ORDER))
         for role in roles:
-            group = [c for c in self.children.values() if c.spec.role == role and c.proc is not None]
+            group = [c for c in children if c.spec.role == role and c.proc is not None]
             for c in group:
                 if c.proc.poll() is None:
                     c.proc.send_signal(signal.SIGTERM)
@@ -155,7 +192,6 @@ class Supervisor:
                     self._echo(f"{c.spec.name} (pid {c.proc.pid}) did not stop in {grace_s:.0f} s; killing it")
                     c.proc.kill()
                     c.proc.wait(timeout=10)
-        self._write_state()
 
     def _start(self, child: _Child) -> None:
         try:
@@ -165,15 +201,21 @@ class Supervisor:
         log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
         child.proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=_die_with_parent, env=self.env)
+                                      preexec_fn=_die_with_parent, env=self._env(child.spec))
         threading.Thread(target=log.pump, args=(child.proc.stdout,), name=f"log-{child.spec.name}",
                          daemon=True).start()
         child.started_at = time.monotonic()
 
+    def _env(self, spec) -> dict | None:
+        if not getattr(spec, "metrics_address", ""):
+            return self.env
+        return {**(self.env if self.env is not None else os.environ), "PHOTON_METRICS_ADDR": spec.metrics_address}
+
     def _write_state(self) -> None:
-        state = {"launcher_pid": os.getpid(), "processes": {
+        state = {"launcher_pid": os.getpid(), "down_regions": sorted(self.held_regions), "processes": {
             name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role, "region": c.spec.region,
-                   "restarts": c.restarts, "argv": list(c.spec.argv)}
+                   "restarts": c.restarts, "argv": list(c.spec.argv),
+                   "address": c.spec.address, "metrics": getattr(c.spec, "metrics_address", "")}
             for name, c in self.children.items()}}
         try:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)

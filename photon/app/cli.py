@@ -68,7 +68,9 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) 
 
 def _cmd_run(args) -> int:
     config = load_config(args.config)
-    regions = args.regions.split(",") if args.regions else None
+    names = [r.strip() for part in (args.region or []) + ([args.regions] if args.regions else [])
+             for r in part.split(",") if r.strip()]
+    regions = list(dict.fromkeys(names)) or None
     if regions:
         for r in regions:
             config.region(r)
@@ -101,19 +103,25 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_status(args) -> int:
+    from photon import use_tls
+    from photon.app._status import collect, format_status, watch
     config = load_config(args.config)
-    path = launcher_state_file(config)
-    if path.exists():
-        state = json.loads(path.read_text())
-        print(f"launcher pid {state['launcher_pid']}")
-        for name, p in state["processes"].items():
-            print(f"  {name:<20} pid {p['pid']!s:<8} restarts {p['restarts']}")
+    use_tls(config)
+    if args.watch:
+        try:
+            watch(config, args.every)
+        except KeyboardInterrupt:
+            pass
+        return 0
+    before = collect(config)
+    time.sleep(1.0)                      # a second sample gives the rates
+    print(format_status(collect(config), before))
     print(format_summary(build_summary(config, 0.0)))
-    for region in config.regions:
+    for region in config.pipeline_regions:
         waiting = (dispatcher.read_status(region.state_dir) or {}).get("waiting_for_disk")
         if waiting:
             print(f"  region {region.name}: dispatcher PAUSED waiting for disk: {waiting}")
-    for region in config.regions:
+    for region in config.pipeline_regions:
         for name, j in sorted(joiner.read_status(region.state_dir).items()):
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
                   f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
@@ -121,6 +129,37 @@ def _cmd_status(args) -> int:
                   f"in flight {j.get('in_flight', 0)}  lost {j.get('lost_ids', 0)}")
             if j.get("writer_error"):
                 print(f"    output writes failing, answering THROTTLED until they work: {j['writer_error']}")
+    return 0
+
+
+def _cmd_region(args) -> int:
+    from photon.app._regions import RegionControlError, check_region_name, region_down, region_up
+    config = load_config(args.config)
+    check_region_name(config, args.name)
+    try:
+        if args.action == "down":
+            state = region_down(config, args.name, hard=args.hard, wait_s=args.wait)
+            print(f"region {args.name} is down: {len(state['processes'])} processes "
+                  f"{'killed' if args.hard else 'stopped'} ({', '.join(state['processes'])})")
+        else:
+            state = region_up(config, args.name, wait_s=args.wait)
+            print(f"region {args.name} is up: {len(state['processes'])} processes started")
+    except RegionControlError as e:
+        print(f"photon region: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_certs(args) -> int:
+    from photon.app._certs import make_certs
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    paths = make_certs(args.out, server_name=args.server_name, hosts=hosts)
+    print(f"wrote a test CA and a certificate for {args.server_name!r} ({', '.join(hosts)}) into {args.out}; "
+          f"add to photon.toml:")
+    print("[tls]")
+    for key in ("ca", "cert", "key", "raft_secret_file"):
+        print(f'{key} = "{paths[key]}"')
+    print(f'server_name = "{args.server_name}"')
     return 0
 
 
@@ -178,7 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit once every complete line is consumed and every event resolved: 0, or 5 if "
                         "clicks were lost in this run (registered, output write failed; awaiting recovery)")
     r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
-    r.add_argument("--regions", default=None, help="run only these regions' services (comma-separated)")
+    r.add_argument("--region", action="append", default=None, metavar="NAME",
+                   help="run only this region's processes and registry replicas, reaching the other regions' "
+                        "replicas at their configured addresses (repeatable; needs fixed registry ports: "
+                        "[[regions]].port_base)")
+    r.add_argument("--regions", default=None, help="the same for several regions at once (comma-separated)")
     r.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
     r.set_defaults(fn=_cmd_run)
 
@@ -191,7 +234,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", help="processes and counters of a (running or finished) pipeline")
     s.add_argument("--config", required=True)
+    s.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
+    s.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
     s.set_defaults(fn=_cmd_status)
+
+    rg = sub.add_parser("region", help="take a region of a running deployment down, or bring it back")
+    rg.add_argument("action", choices=["down", "up"])
+    rg.add_argument("name", help="the region")
+    rg.add_argument("--config", required=True)
+    rg.add_argument("--hard", action="store_true", help="with down: SIGKILL every process of the region at once")
+    rg.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the region's launcher to act")
+    rg.set_defaults(fn=_cmd_region)
+
+    ce = sub.add_parser("certs", help="make a test CA, a certificate for every process and a Raft secret")
+    ce.add_argument("--out", required=True, help="folder to write ca.pem, photon.pem, photon.key, raft.secret into")
+    ce.add_argument("--server-name", default="photon", help="the name clients check servers' certificates for")
+    ce.add_argument("--hosts", default="127.0.0.1,localhost", help="addresses also named in the certificate")
+    ce.set_defaults(fn=_cmd_certs)
 
     c = sub.add_parser("config", help="list every option with its default, or --check a config file")
     c.add_argument("--check", metavar="FILE")

@@ -1,0 +1,102 @@
+"""``photon status``: per region and component, up or down and what it is doing, read from the
+Prometheus metrics every process serves (addresses from the ``launcher.json`` of every region whose
+state dir is visible here), plus each region's run summary counters and lost-ids ledger."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from photon import PhotonConfig, scrape
+
+
+def _launcher_states(config: PhotonConfig) -> list[dict]:
+    seen, out = set(), []
+    for region in config.regions:
+        path = Path(region.state_dir) / "launcher.json"
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if state.get("launcher_pid") not in seen:
+            seen.add(state.get("launcher_pid"))
+            out.append(state)
+    return out
+
+
+def count_lost(state_dir) -> int:
+    """Lines of the region's lost-ids ledger (``<state_dir>/lost/*.jsonl``): registered, not written."""
+    total = 0
+    for p in (Path(state_dir) / "lost").glob("*.jsonl"):
+        total += sum(1 for line in p.read_bytes().splitlines() if line.strip())
+    return total
+
+
+def collect(config: PhotonConfig) -> dict:
+    """``{"processes": [row...], "regions": {name: {...}}, "at": t}``; a row has region, name, role, up
+    and the figures of its role."""
+    rows, down_regions = [], set()
+    for state in _launcher_states(config):
+        down_regions |= set(state.get("down_regions", []))
+        for name, p in sorted(state["processes"].items()):
+            m = scrape(p["metrics"]) if p.get("metrics") else None
+            row = {"region": p.get("region", ""), "name": name, "role": p.get("role", ""), "pid": p.get("pid"),
+                   "up": m is not None, "metrics": m or {}}
+            rows.append(row)
+    regions = {r.name: {"visible": (Path(r.state_dir) / "launcher.json").exists(), "down": r.name in down_regions,
+                        "lost": count_lost(r.state_dir) if not r.registry_only else 0}
+               for r in config.regions}
+    return {"processes": rows, "regions": regions, "at": time.monotonic()}
+
+
+def _fig(row: dict, before: dict | None, dt: float) -> str:
+    m, role = row["metrics"], row["role"]
+    if not row["up"]:
+        return ""
+    if role == "dispatcher":
+        rate = ""
+        if before and before.get("up") and dt > 0:
+            rate = f"{(m.get('photon_dispatcher_events_read', 0) - before['metrics'].get('photon_dispatcher_events_read', 0)) / dt:.0f}"
+        return (f"lag {m.get('photon_dispatcher_pending_bytes', 0) / 2**20:.1f} MB  events/s {rate or '-'}  "
+                f"retry queue {m.get('photon_dispatcher_retry_queue', 0):.0f}  "
+                f"join p50/p90 {m.get('photon_dispatcher_join_latency_ms_p50', 0):.0f}/"
+                f"{m.get('photon_dispatcher_join_latency_ms_p90', 0):.0f} ms  "
+                f"wasted joins {m.get('photon_dispatcher_already_joined', 0):.0f}")
+    if role == "registry":
+        cmds = m.get("photon_registry_commands", 0)
+        batch = m.get("photon_registry_ids_committed", 0) / cmds if cmds else 0
+        return (f"{'LEADER' if m.get('photon_registry_is_leader') else 'follower'}  term "
+                f"{m.get('photon_registry_term', 0):.0f}  ids held {m.get('photon_registry_ids_held', 0):.0f}  "
+                f"ids/command {batch:.1f}  queue {m.get('photon_registry_queued_ids', 0):.0f}")
+    if role == "joiner":
+        return (f"joined {m.get('photon_joiner_joined', 0):.0f}  already {m.get('photon_joiner_already_joined', 0):.0f}  "
+                f"in flight {m.get('photon_joiner_in_flight', 0):.0f}")
+    if role == "eventstore":
+        hits, misses = m.get("photon_eventstore_hits", 0), m.get("photon_eventstore_misses", 0)
+        ratio = hits / (hits + misses) if hits + misses else 0
+        return f"cache hit ratio {ratio:.2f}"
+    return ""
+
+
+def format_status(now: dict, before: dict | None = None) -> str:
+    dt = now["at"] - before["at"] if before else 0.0
+    prev = {r["name"]: r for r in before["processes"]} if before else {}
+    lines = []
+    for name, r in now["regions"].items():
+        state = "DOWN (photon region down)" if r["down"] else ("launched here" if r["visible"] else "not launched here")
+        lines.append(f"region {name}: {state}; lost awaiting recovery: {r['lost']}")
+        for row in (x for x in now["processes"] if x["region"] == name):
+            lines.append(f"  {row['name']:<18} {'up' if row['up'] else 'DOWN':<5} pid {row['pid']!s:<8} "
+                         f"{_fig(row, prev.get(row['name']), dt)}")
+    return "\n".join(lines)
+
+
+def watch(config: PhotonConfig, every_s: float = 2.0, rounds: int | None = None, out=print) -> None:
+    """Refresh the status in place every ``every_s`` (``rounds`` times, or until interrupted)."""
+    before = collect(config)
+    n = 0
+    while rounds is None or n < rounds:
+        time.sleep(every_s)
+        now = collect(config)
+        out("\x1b[H\x1b[2J" + time.strftime("%H:%M:%S ") + "photon status\n" + format_status(now, before))
+        before, n = now, n + 1
