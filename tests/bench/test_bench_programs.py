@@ -14,7 +14,7 @@ BENCHES = {
     "bench.registry": (["--clients", "1", "--duration", "1", "--half-duration", "1", "--light-duration", "0.5",
                         "--race-duration", "0.5", "--memory-ids", "20000"],
                        {"ids_per_s", "commit_p50_ms", "commit_p99_ms", "light_commit_p50_ms", "ids_per_command",
-                        "bytes_per_id"}),
+                        "bytes_per_id", "pipeline_tokens_bytes_per_id"}),
     "bench.millwheel": (["--rate", "200", "--seconds", "1", "--records", "2000"],
                         {"records_per_s", "delay_p50_ms_eo_on", "delay_p95_ms_eo_off",
                          "stage1_watermark_lag_ms"}),
