@@ -84,6 +84,13 @@ PROBE_MIN_BYTES = 64 << 10
 few bytes into a partly used page)."""
 
 
+def restamp(lines: list[bytes], built_us: int, committed_us: int) -> list[bytes]:
+    """The lines with ``_photon.joined_at_us`` moved from the time they were built (before the registry
+    commit) to the time the commit answered, just before the write: the stamp covers the commit."""
+    old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":%d' % committed_us
+    return [line.replace(old, new, 1) for line in lines]
+
+
 def make_token_prefix(address: str, pid: int, start_us: int) -> str:
     """The part of every token that names this joiner process; the request number follows."""
     return f"{address}/{pid}/{start_us}/"
@@ -212,6 +219,7 @@ class Joiner:
                 # Committed: write before answering JOINED. A crash from here until the flush loses these
                 # events from the output only (registered, not written): the verification job's case.
                 if lines:
+                    lines = restamp(lines, now, self._clock.now_us())
                     self._write_or_record(batch, lines, token, seq)
             finally:
                 with self._lock:

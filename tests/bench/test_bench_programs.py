@@ -9,7 +9,8 @@ import pytest
 
 BENCHES = {
     "bench.pipeline": (["--clicks", "2000", "--rate", "200", "--seconds", "1"],
-                       {"clicks_per_s", "queries_per_s", "join_p50_ms", "join_p90_ms", "join_p99_ms",
+                       {"clicks_per_s", "queries_per_s", "join_p50_ms", "join_p90_ms", "join_p99_ms", "published_p50_ms",
+                        "published_p90_ms", "steady_rate_clicks_per_s",
                         "registry_ids_per_command"}),
     "bench.registry": (["--clients", "1", "--duration", "1", "--half-duration", "1", "--light-duration", "0.5",
                         "--race-duration", "0.5", "--memory-ids", "20000"],

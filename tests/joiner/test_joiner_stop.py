@@ -148,3 +148,18 @@ def test_sigterm_during_a_registry_outage_finishes_the_commit_real_processes(pip
             os.kill(r.pid, signal.SIGCONT)
         registry.close()
         store.stop()
+
+
+def test_joined_at_us_is_stamped_after_the_registry_commit(stack):
+    reg = FakeRegistry()
+    reg.gate = threading.Event()
+    s = stack(reg, roll_interval_s=0.2)
+    write_queries(s.root, range(2))
+    s.wait_queries(2)
+    pending = s.client.join_future(*clicks(range(2)))
+    wait_until(lambda: reg.waiting == 1, 10, message="the request inside the registry commit")
+    released_us = time.time_ns() // 1000
+    reg.gate.set()
+    assert pending.result(timeout=10) == [J, J]
+    wait_until(lambda: len(joined_lines(s.joined_dir)) == 2, 10, message="joined lines published")
+    assert all(e["_photon"]["joined_at_us"] >= released_us for e in joined_lines(s.joined_dir))
