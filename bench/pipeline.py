@@ -1,10 +1,17 @@
 """Single-region pipeline benchmark: ``python -m bench.pipeline [--clicks N] [--rate R] [--json]``.
 
 Phase 1 (throughput): a backlog of ``--clicks`` clicks and ten queries per click is written, the pipeline
-is started, and the time until every joinable click is in the output gives clicks joined per second and
-queries read per second. Phase 2 (latency): a writer appends queries and their clicks at ``--rate`` clicks
-per second for ``--seconds``; each click line carries the wall time it was written, and the latency is
-``_photon.joined_at_us`` (stamped by the joiner just before it flushes the line) minus that time.
+is started, and the time until every joinable click is in the output gives clicks joined per second;
+queries per second is measured too: the time until the event store has indexed every backlog query (its
+``events_indexed``, polled every 20 ms). Phase 2 (latency): the bench appends queries and their clicks at
+``--rate`` clicks per second for ``--seconds`` and records, per click, the wall time right after its line
+was completely written; a follower in the bench (outside the pipeline, :mod:`bench._output`) tails the
+joined output every 2 ms and records when each joined line is first complete in an output file
+(``join_p50_ms``...: written -> flushed joined line, as an outside reader sees it) and when it is first in
+a published output file (``published_p50_ms``...). ``steady_rate_clicks_per_s`` is the rate achieved
+(clicks written / real seconds of writing), ``asked_rate_clicks_per_s`` the rate asked.
+``joined_at_stamp_p50_ms`` is the joiner's own stamp (``_photon.joined_at_us``, after the registry commit,
+just before the write) minus the click's written time, for comparison.
 Also printed: the registry's mean ids per replicated command and the peak RSS of each process.
 """
 from __future__ import annotations
@@ -24,6 +31,7 @@ import orjson
 import psutil
 
 from bench._common import emit, percentile
+from bench._output import OutputFollower
 from dispatcher import read_status
 from photon import IdGenerator, load_config, read_output_lines, wait_until
 
@@ -58,6 +66,7 @@ class Writer:
         self.qgen = [IdGenerator("10.1.0.1", 100 + w) for w in range(writers)]
         self.cgen = [IdGenerator("10.2.0.1", 200 + w) for w in range(writers)]
         self.click_ids: list[str] = []
+        self.written_us: dict[str, int] = {}   # click id -> wall time right after its line was written
 
     @staticmethod
     def _path(root: Path, stream: str, w: int) -> Path:
@@ -65,10 +74,11 @@ class Writer:
         d.mkdir(parents=True, exist_ok=True)
         return d / f"{stream}-{int(time.time())}.jsonl"
 
-    def format(self, clicks: int) -> tuple[list[bytes], list[bytes]]:
-        """Lines for ``clicks`` clicks and their ten queries each, per writer (queries, clicks)."""
+    def format(self, clicks: int) -> tuple[list[bytes], list[bytes], list[list[str]]]:
+        """Lines for ``clicks`` clicks and their ten queries each, per writer (queries, clicks, click ids)."""
         qlines = [[] for _ in self.q]
         clines = [[] for _ in self.c]
+        cids = [[] for _ in self.c]
         for i in range(clicks):
             w = i % len(self.q)
             for _ in range(10):
@@ -77,19 +87,24 @@ class Writer:
                 qlines[w].append(b'{"query_id":"%s","advertiser_id":"adv-%d","text":"q"}' % (qid.encode(), self.seq % 50))
             cid = self.cgen[w].next_id()
             self.click_ids.append(cid)
+            cids[w].append(cid)
             clines[w].append(b'{"click_id":"%s","query_id":"%s","ad_id":"ad-1","written_at_us":WRITTEN}'
                              % (cid.encode(), qid.encode()))
         return ([b"\n".join(x) + b"\n" if x else b"" for x in qlines],
-                [b"\n".join(x) + b"\n" if x else b"" for x in clines])
+                [b"\n".join(x) + b"\n" if x else b"" for x in clines], cids)
 
     def write(self, formatted: tuple[list[bytes], list[bytes]]) -> None:
         """Append queries first, then clicks stamped with the time they are written."""
-        qdata, cdata = formatted
+        qdata, cdata, cids = formatted
         for f, data in zip(self.q, qdata):
             f.write(data)
         stamp = str(time.time_ns() // 1000).encode()
-        for f, data in zip(self.c, cdata):
-            f.write(data.replace(b"WRITTEN", stamp))
+        written = self.written_us
+        for f, data, ids in zip(self.c, cdata, cids):
+            f.write(data.replace(b"WRITTEN", stamp))   # unbuffered: complete in the file when this returns
+            done = time.time_ns() // 1000
+            for cid in ids:
+                written[cid] = done
 
     def batch(self, clicks: int) -> None:
         self.write(self.format(clicks))
@@ -136,6 +151,46 @@ class RssSampler(threading.Thread):
                 except (psutil.Error, TypeError):
                     continue
                 self.peak[name] = max(self.peak.get(name, 0), rss)
+
+
+class Follower(threading.Thread):
+    """Polls an :class:`~bench._output.OutputFollower` every ``interval`` seconds until stopped."""
+
+    def __init__(self, out: Path, interval: float = 0.002) -> None:
+        super().__init__(daemon=True)
+        self.follower, self.interval, self.stopped = OutputFollower(out), interval, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.follower.poll()
+
+
+class IndexedWatcher(threading.Thread):
+    """Records when the region's event store has indexed ``target`` queries (its status, every 20 ms)."""
+
+    def __init__(self, state_dir: Path, target: int) -> None:
+        super().__init__(daemon=True)
+        self.state_dir, self.target, self.done_at, self.stopped = state_dir, target, None, threading.Event()
+
+    def run(self) -> None:
+        from eventstore import EventStoreClient
+        try:
+            port = json.loads((self.state_dir / "ports.json").read_text())["eventstore"]
+            port = port[0] if isinstance(port, list) else port
+            client = EventStoreClient(f"127.0.0.1:{port}")
+        except (OSError, ValueError, KeyError) as e:
+            print(f"(queries/s unavailable: {e})", file=sys.stderr)
+            return
+        try:
+            while not self.stopped.wait(0.02):
+                try:
+                    if client.status()["events_indexed"] >= self.target:
+                        self.done_at = time.monotonic()
+                        return
+                except Exception:  # noqa: BLE001 - retried on the next poll
+                    continue
+        finally:
+            client.close()
 
 
 def registry_batch_size(config) -> float | None:
@@ -190,6 +245,8 @@ def main(argv=None) -> int:
         writer.batch(1)                                  # a probe: the pipeline is up once it is joined
         wait_until(lambda: count_joined(root / "out") >= 1, timeout=120, interval=0.01, message="probe joined")
         figures["startup_s"] = round(time.monotonic() - t0, 2)
+        indexed = IndexedWatcher(root / "state", 10 * (args.clicks + 1))
+        indexed.start()
         t_start = time.monotonic()
         writer.write(backlog_lines)
         backlog = args.clicks
@@ -202,26 +259,44 @@ def main(argv=None) -> int:
         wait_until(backlog_joined, timeout=600, interval=0.05, message=f"{backlog} backlog clicks joined")
         elapsed = time.monotonic() - t_start
         figures["clicks_per_s"] = round(backlog / elapsed, 1)
-        figures["queries_per_s"] = round(10 * backlog / elapsed, 1)
+        indexed.join(timeout=60)
+        indexed.stopped.set()
+        if indexed.done_at is not None:
+            figures["queries_per_s"] = round(10 * backlog / max(1e-6, indexed.done_at - t_start), 1)
         figures["backlog_clicks"] = backlog
         # phase 2: steady rate, latency from line written to joined line flushed
         start_seen = len(writer.click_ids)
-        end = time.monotonic() + args.seconds
+        follower = Follower(root / "out" / "joined")
+        follower.follower.poll()                         # the backlog's lines: read now, not timed
+        follower.start()
+        began = time.monotonic()
+        end = began + args.seconds
         per_tick = max(1, args.rate // 50)
         next_t = time.monotonic()
         while time.monotonic() < end:
             writer.batch(per_tick)
             next_t += per_tick / args.rate
-            time.sleep(max(0.0, next_t - time.monotonic()))
-        total = len(writer.click_ids)
-        wait_until(lambda: count_joined(root / "out") >= total, timeout=300, interval=0.1,
-                   message="phase-2 clicks joined")
-        steady = set(writer.click_ids[start_seen:])
-        lat = [(r["_photon"]["joined_at_us"] - r["written_at_us"]) / 1000 for r in joined_lines(root / "out")
-               if r["click_id"] in steady]
-        figures.update({"steady_clicks": len(lat), "steady_rate_clicks_per_s": args.rate,
+            time.sleep(max(0.0, next_t - time.monotonic()))   # pacing the load, not waiting for a condition
+        writing_s = time.monotonic() - began
+        steady_ids = writer.click_ids[start_seen:]
+        f = follower.follower
+        wait_until(lambda: all(c in f.published_us for c in steady_ids), timeout=300, interval=0.1,
+                   message="phase-2 clicks joined and published")
+        follower.stopped.set()
+        follower.join(timeout=10)
+        w = writer.written_us
+        lat = [(f.seen_us[c] - w[c]) / 1000 for c in steady_ids]
+        pub = [(f.published_us[c] - w[c]) / 1000 for c in steady_ids]
+        steady = set(steady_ids)
+        stamp = [(r["_photon"]["joined_at_us"] - w[r["click_id"]]) / 1000 for r in joined_lines(root / "out")
+                 if r["click_id"] in steady]
+        figures.update({"steady_clicks": len(lat), "steady_rate_clicks_per_s": round(len(steady_ids) / writing_s, 1),
+                        "asked_rate_clicks_per_s": args.rate,
                         "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
-                        "join_p99_ms": round(percentile(lat, 99), 1)})
+                        "join_p99_ms": round(percentile(lat, 99), 1),
+                        "published_p50_ms": round(percentile(pub, 50), 1),
+                        "published_p90_ms": round(percentile(pub, 90), 1),
+                        "joined_at_stamp_p50_ms": round(percentile(stamp, 50), 1)})
         ids = [r["click_id"] for r in joined_lines(root / "out")]
         figures["duplicates_in_output"] = len(ids) - len(set(ids))
         figures["registry_ids_per_command"] = registry_batch_size(config)

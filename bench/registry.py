@@ -49,6 +49,7 @@ def worker(args) -> None:
         while time.time() < start_at:
             time.sleep(0.001)
         began = time.perf_counter()
+        began_wall = time.time()
         while time.time() < stop_at:
             ids = []
             for _ in range(args.batch):
@@ -69,7 +70,10 @@ def worker(args) -> None:
                 ahead = sent / per_thread_rate - (time.perf_counter() - began)
                 if ahead > 0:
                     time.sleep(ahead)   # pacing a load generator, not waiting for a condition
+        ended_wall = time.time()
         with lock:
+            out["began_s"] = min(out.get("began_s", began_wall), began_wall)
+            out["ended_s"] = max(out.get("ended_s", ended_wall), ended_wall)
             out["ok"] += ok
             out["exists"] += exists
             out["latencies_ms"].extend(lat)
@@ -174,7 +178,7 @@ class Bench:
         ok = sum(o["ok"] for o in peak)
         accepted += ok
         lat = [x for o in peak for x in o["latencies_ms"]]
-        figures["ids_per_s"] = round(ok / a.duration)
+        figures["ids_per_s"] = round(ok / _elapsed(peak))
         figures["commit_p50_ms"] = round(percentile(lat, 50), 2)
         figures["commit_p99_ms"] = round(percentile(lat, 99), 2)
         figures["ids_per_command"] = round((i1 - i0) / max(1, c1 - c0), 1)
@@ -187,7 +191,7 @@ class Bench:
             half = self.run_clients(a.clients, a.threads, a.batch, a.half_duration, rate=figures["ids_per_s"] / 2)
             hl = [x for o in half for x in o["latencies_ms"]]
             accepted += sum(o["ok"] for o in half)
-            figures["half_rate_ids_per_s"] = round(sum(o["ok"] for o in half) / a.half_duration)
+            figures["half_rate_ids_per_s"] = round(sum(o["ok"] for o in half) / _elapsed(half))
             figures["half_rate_commit_p50_ms"] = round(percentile(hl, 50), 2)
             figures["half_rate_commit_p99_ms"] = round(percentile(hl, 99), 2)
         # race: two clients, the same ids, different tokens
@@ -203,6 +207,11 @@ class Bench:
         figures["ids_held"] = held
         figures["accepted_equals_held"] = accepted == held
         return figures
+
+
+def _elapsed(outs: list[dict]) -> float:
+    """Real seconds from the first client thread's first commit to the last one's last answer."""
+    return max(1e-6, max(o["ended_s"] for o in outs) - min(o["began_s"] for o in outs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="replicated commands in flight per shard (default 4; 16 with --rtt-ms)")
     parser.add_argument("--fsync", default="batch", choices=["none", "batch", "interval"])
     parser.add_argument("--memory-ids", type=int, default=5_000_000, help="0 skips the bytes-per-id figure")
+    parser.add_argument("--ids-per-request", type=int, default=300,
+                        help="ids per join request (one token each, never cleared) for the pipeline-pattern "
+                             "bytes-per-id figure")
+    parser.add_argument("--memory-churn", type=float, default=1.0,
+                        help="for that figure, commit (1 + this) x --memory-ids ids while GC keeps about "
+                             "--memory-ids held")
     parser.add_argument("--json", action="store_true")
     # worker mode (internal)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -253,6 +268,16 @@ def main(argv: list[str] | None = None) -> int:
         figures["rss_bytes_per_id"] = mem["rss_bytes_per_id"]
         figures["memory_ids"] = mem["ids"]
         figures["bytes_per_id_measured"] = "in-process, on one shard's state object, tokens cleared"
+        pipe = idregistry.measure_state_memory(args.memory_ids, ids_per_token=args.ids_per_request,
+                                               churn=args.memory_churn)
+        figures["pipeline_tokens_bytes_per_id"] = pipe["bytes_per_id"]
+        figures["pipeline_tokens_rss_bytes_per_id"] = pipe["rss_bytes_per_id"]
+        figures["pipeline_tokens_held"] = pipe["tokens"]
+        figures["pipeline_tokens_ids_committed"] = pipe["ids_committed"]
+        figures["pipeline_tokens_measured"] = (f"the same, one token per join request of {args.ids_per_request} "
+                                               f"ids, never cleared (the pipeline's pattern), "
+                                               f"{pipe['ids_committed']} ids committed while GC keeps about "
+                                               f"{args.memory_ids} held")
     if args.json:
         print(json.dumps(figures))
     else:

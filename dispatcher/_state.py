@@ -30,7 +30,7 @@ from typing import Union
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
-from photon import BadEventId, Outcome, DispatcherConfig, JoinConfig, is_event_id, parse_event_id
+from photon import BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id, parse_event_id
 
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
@@ -167,7 +167,8 @@ class DispatcherStatistics:
     pending_bytes: int = 0
     caught_up: bool = False
     scan_at_us: int = 0
-    join_latency_ms: dict = field(default_factory=dict)
+    join_latency_ms: dict = field(default_factory=dict)   # percentiles of the last LATENCY_SAMPLES joins
+    join_latency_hist: dict = field(default_factory=dict)  # every join of the run: LatencyHistogram.to_json()
     pid: int = 0
     waiting_for_disk: str = ""   # set by the shell: the write it is paused on (disk full), "" when none
 
@@ -230,6 +231,7 @@ class DispatcherState:
         self._in_flight = 0
         self._next_batch = 1
         self._latencies: deque[int] = deque(maxlen=LATENCY_SAMPLES)
+        self._latency_hist = LatencyHistogram()     # every join since the first run (kept in checkpoints)
         self._last_scan_empty = False
         self._scan_at_us = 0
         self._dirty = False
@@ -308,21 +310,23 @@ class DispatcherState:
             **self.counters, retry_queue=len(self._retry), queued=len(self._queued),
             in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
             caught_up=self.caught_up, scan_at_us=self._scan_at_us,
-            join_latency_ms=percentiles_ms(self._latencies), pid=pid)
+            join_latency_ms=percentiles_ms(self._latencies), join_latency_hist=self._latency_hist.to_json(),
+            pid=pid)
 
     def snapshot(self, now_us: int) -> dict:
         """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting)::
 
             {"format": 1, "written_at_us": int, "offsets": {file: offset},
              "events": [[id, ref_id, raw_line, first_seen_us, attempts, [raw_of_later_copy, ...]], ...],
-             "counters": {name: int}}
+             "counters": {name: int}, "join_latency_hist": {bucket: count}}
         """
         dups = self._dups
         events = [[i, r[_REF], r[_RAW].decode(), r[_FIRST_SEEN], r[_ATTEMPTS],
                    [d.decode() for d in dups[i]] if i in dups else []]
                   for i, r in self._events.items()]
         return {"format": CHECKPOINT_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
-                "events": events, "counters": dict(self.counters)}
+                "events": events, "counters": dict(self.counters),
+                "join_latency_hist": self._latency_hist.to_json()}
 
     # ------------------------------------------------------------ transitions
 
@@ -423,7 +427,9 @@ class DispatcherState:
         give_up: list[str] = []
         for cid, outcome in zip(ids, outcomes):
             if outcome == Outcome.JOINED:
-                lat.append(now - events[cid][_FIRST_SEEN])
+                waited = now - events[cid][_FIRST_SEEN]
+                lat.append(waited)
+                self._latency_hist.add(waited)
                 c["joined"] += 1
                 self._resolved(cid)
             elif outcome == Outcome.ALREADY_JOINED:
@@ -502,6 +508,7 @@ class DispatcherState:
         for name, value in snap.get("counters", {}).items():
             if name in self.counters:
                 self.counters[name] = int(value)
+        self._latency_hist = LatencyHistogram.from_json(snap.get("join_latency_hist"))
         self._last_checkpoint_us = int(snap.get("written_at_us", 0))
 
 

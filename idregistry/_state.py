@@ -26,6 +26,15 @@ Storage: ids are kept per time bucket (``bucket_us`` wide), inside a bucket per 
 prefix, as two parallel typed arrays sorted by timestamp offset (4 bytes) with a token number (4 bytes)
 each. Ids of one process are strictly increasing, so inserts are appends almost always; garbage
 collection drops whole buckets. That is about 8 bytes per held id plus a small per-(bucket, process) cost.
+
+Tokens: each distinct token gets a number (``token_numbers`` / ``token_names``) and remembers the newest
+bucket holding an id committed under it (``token_bucket``); when garbage collection drops buckets, every
+token whose newest bucket is among them goes too, so the token table holds only tokens of held ids (plus,
+until the next GC, tokens whose ids were all cleared or deleted). Numbers are handed out increasing and
+never reused while anything refers to them; when the next number would not fit in 32 bits, the live tokens
+are renumbered 1..k in order (the same on every replica: it is part of applying a command), so numbering
+never wraps. A read in another thread that overlaps that renumbering (once per 2**32 join requests) may
+see a wrong token name for an id; whether an id is held is never affected.
 """
 from __future__ import annotations
 
@@ -48,6 +57,7 @@ OP_ADD_EPOCH = 5
 OP_NOOP = 6
 
 NO_TOKEN = 0                   # token number of an id whose token was cleared
+MAX_TOKEN_NUMBER = 2**32 - 1   # token numbers are stored as unsigned 32-bit integers
 MAX_BUCKET_US = 3600 * 10**6   # offsets inside a bucket must fit in 32 bits
 TIMESTAMP_SUFFIX = 17          # ":" + 16 digits
 
@@ -204,12 +214,32 @@ class ShardState:
         self.shard = shard
         self.bucket_us = bucket_us
         self.buckets: dict[int, dict[str, _Run]] = {}
-        self.token_names: list[str] = [""]
+        self.token_names: dict[int, str] = {NO_TOKEN: ""}
         self.token_numbers: dict[str, int] = {}
+        self.token_bucket: dict[int, int] = {}   # token number -> newest bucket holding one of its ids
+        self.next_token = NO_TOKEN + 1
+        self.tokens_freed = 0
         self.gc_boundary_us = 0
         self.ids_held = 0
         self.sharding = Sharding()
         self.sharding_set = False
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; a snapshot written before tokens were freed with GC (a list of names) is upgraded."""
+        self.__dict__.update(state)
+        if isinstance(self.token_names, list):
+            names = self.token_names
+            self.token_names = dict(enumerate(names))
+            self.token_bucket = {}
+            for b, bucket in self.buckets.items():
+                for run in bucket.values():
+                    for t in set(run.tokens):
+                        if t != NO_TOKEN and self.token_bucket.get(t, -1) < b:
+                            self.token_bucket[t] = b
+            self.next_token = len(names)
+            self.tokens_freed = 0
+            for number in [n for n in self.token_names if n != NO_TOKEN and n not in self.token_bucket]:
+                self._forget_token(number)
 
     # ---- reads -------------------------------------------------------------------------------------
 
@@ -251,8 +281,10 @@ class ShardState:
     def approx_bytes(self) -> int:
         """Bytes of the objects holding the ids (dicts, prefix strings, runs and their arrays, as
         ``sys.getsizeof`` counts them, including spare capacity), tokens table included."""
-        total = sys.getsizeof(self.buckets) + sys.getsizeof(self.token_names) + sys.getsizeof(self.token_numbers)
-        total += sum(sys.getsizeof(t) for t in self.token_names)
+        total = (sys.getsizeof(self.buckets) + sys.getsizeof(self.token_names) + sys.getsizeof(self.token_numbers)
+                 + sys.getsizeof(self.token_bucket))
+        total += sum(sys.getsizeof(name) + sys.getsizeof(number) for number, name in self.token_names.items())
+        total += sum(sys.getsizeof(b) for b in self.token_bucket.values())
         for bucket in list(self.buckets.values()):
             total += sys.getsizeof(bucket)
             for prefix, run in list(bucket.items()):
@@ -285,21 +317,49 @@ class ShardState:
                 raise ValueError(f"unknown registry operation {kind!r}")
         return out
 
-    def _token_number(self, token: str) -> int:
+    def _token_number(self, token: str) -> tuple[int, bool]:
+        """``(number, new?)`` of a token, interning it under the next number if it is new."""
         n = self.token_numbers.get(token)
-        if n is None:
-            n = self.token_numbers[token] = len(self.token_names)
-            self.token_names.append(token)
-        return n
+        if n is not None:
+            return n, False
+        if self.next_token > MAX_TOKEN_NUMBER:
+            self._renumber_tokens()
+        n = self.next_token
+        self.next_token = n + 1
+        self.token_numbers[token] = n
+        self.token_names[n] = token
+        return n, True
+
+    def _renumber_tokens(self) -> None:
+        """Number the live tokens 1..k in their order and rewrite every id's token number to match."""
+        live = sorted(self.token_bucket)
+        mapping = {NO_TOKEN: NO_TOKEN, **{old: new for new, old in enumerate(live, NO_TOKEN + 1)}}
+        for bucket in self.buckets.values():
+            for run in bucket.values():
+                run.tokens = array("I", [mapping.get(t, NO_TOKEN) for t in run.tokens])
+        names = {NO_TOKEN: ""}
+        for old in live:
+            names[mapping[old]] = self.token_names[old]
+        self.token_names = names
+        self.token_numbers = {name: number for number, name in names.items() if number != NO_TOKEN}
+        self.token_bucket = {mapping[old]: b for old, b in self.token_bucket.items()}
+        self.next_token = len(live) + 1
+
+    def _forget_token(self, number: int) -> None:
+        self.token_bucket.pop(number, None)
+        name = self.token_names.pop(number)
+        del self.token_numbers[name]
+        self.tokens_freed += 1
 
     def _commit(self, token: str, ids) -> bytes:
         # The hot path of the registry (it runs on every replica for every id): kept flat on purpose.
-        number = self._token_number(token)
+        number, new_token = self._token_number(token)
         boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
         results = bytearray(len(ids))          # zero == CommitResult.OK
         last_key = None
         run = None
         added = 0
+        newest = -1                            # the newest bucket holding an id under this token
         for n, event_id in enumerate(ids):
             ts = int(event_id[-16:])
             if ts < boundary:
@@ -315,6 +375,8 @@ class ShardState:
                 if run is None:
                     run = bucket[key[1]] = _Run()
                 last_key = key
+                if b > newest:
+                    newest = b
             off = ts - b * width
             offsets = run.offsets
             if not offsets or offsets[-1] < off:          # the usual case: a process's next id
@@ -331,15 +393,24 @@ class ShardState:
                 run.tokens.insert(i, number)
                 added += 1
         self.ids_held += added
+        if added:
+            if self.token_bucket.get(number, -1) < newest:
+                self.token_bucket[number] = newest
+        elif new_token:
+            self._forget_token(number)         # no id refers to it (all refused or already held)
         return bytes(results)
 
     def _advance_gc(self, boundary_us: int) -> int:
         if boundary_us > self.gc_boundary_us:
             self.gc_boundary_us = boundary_us
             last_dropped = boundary_us // self.bucket_us   # buckets wholly below the boundary
-            for b in [b for b in self.buckets if b < last_dropped]:
+            dropped = [b for b in self.buckets if b < last_dropped]
+            for b in dropped:
                 bucket = self.buckets.pop(b)
                 self.ids_held -= sum(len(run.offsets) for run in bucket.values())
+            if dropped:
+                for number in [n for n, b in self.token_bucket.items() if b < last_dropped]:
+                    self._forget_token(number)
         return self.gc_boundary_us
 
     def _clear_tokens(self, ids) -> int:

@@ -36,12 +36,13 @@ class JoinerServer:
 
     A background thread rolls the output file on time and rewrites the status file (see
     :func:`joiner.read_status`) about once a second. :meth:`stop` is the clean shutdown: stop accepting
-    requests, let those in flight finish (within ``grace`` seconds), roll (publish) the output file, write
-    the final status, close the clients this server opened.
+    requests, let those in flight finish their commits and writes (:meth:`Joiner.drain`,
+    within ``[joiner].stop_patience_s``; what is still unfinished then goes into the lost-ids ledger), roll
+    (publish) the output file, write the final status, close the clients this server opened.
     """
 
     def __init__(self, joiner: Joiner, server: grpc.Server, writer: RollingWriter, host: str, port: int,
-                 owned: list, status_file: Path, clock: Clock) -> None:
+                 owned: list, status_file: Path, clock: Clock, stop_patience_s: float = 15.0) -> None:
         self.joiner = joiner
         self.host, self.port, self.address = host, port, f"{host}:{port}"
         self._server = server
@@ -49,6 +50,7 @@ class JoinerServer:
         self._owned = owned
         self._status_file = status_file
         self._clock = clock
+        self._stop_patience_s = stop_patience_s
         self._stop = threading.Event()
         period = min(writer.roll_interval_s / 10, 0.1)  # a file is published <= 1.1 intervals old
         self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
@@ -75,9 +77,15 @@ class JoinerServer:
     def statistics(self) -> JoinerStatistics:
         return self.joiner.statistics()
 
-    def stop(self, grace: float = 10.0) -> None:
-        self.joiner.stopping.set()      # a commit retrying after failures gives up instead of holding the stop
-        self._server.stop(grace).wait()
+    def stop(self, grace: float | None = None) -> None:
+        """``grace``: how long requests in flight may take (default ``[joiner].stop_patience_s``)."""
+        patience = self._stop_patience_s if grace is None else grace
+        stopped = self._server.stop(patience + 2.0)   # refuse new requests; RPCs in flight are answered
+        unfinished = self.joiner.drain(patience)
+        if unfinished:
+            log.error("joiner %s: stopped with %d commit(s) unfinished after %.1f s; their ids are in the "
+                      "lost-ids ledger", self.joiner.name, unfinished, patience)
+        stopped.wait(3.0)
         self._stop.set()
         self._roller.join(timeout=10)
         self._writer.roll()
@@ -127,7 +135,8 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     add_health(server, "photon.Joiner")
     server.start()
-    return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock)
+    return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock,
+                        stop_patience_s=jc.stop_patience_s)
 
 
 def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64) -> tuple[object, object, list]:

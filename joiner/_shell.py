@@ -12,6 +12,16 @@ registry holds them; the recovery job writes them), and from then on the joiner 
 THROTTLED before touching the event store or the registry until a probe write to its output folder
 succeeds again (tried at most once per ``writer_probe_s``).
 
+A commit whose outcome stays unknown (the registry failed to answer for ``commit_patience_s``, or the joiner
+was told to stop and ``stop_patience_s`` ran out while the commit was still being retried) may have
+registered its ids. Those ids go into the same ledger with a reason starting ``commit outcome unknown``
+before the request is answered THROTTLED, so nothing registered is ever left out of both the output and the
+ledger; the verification job confirms such candidates against the registry export and the output.
+
+Clean shutdown (:meth:`Joiner.drain`): new requests are refused by the server; the requests in flight keep
+retrying their commits and writes until they finish or ``stop_patience_s`` runs out; then the retry loops
+give up and every commit still started and unfinished is recorded in the ledger as above.
+
 Tokens: ``<host:port>/<pid>/<start_us>/<seq>``, unique per join attempt (``seq`` numbers this process's
 requests). The registry treats a commit by the same token as idempotent, so the registry client may retry
 a commit with it; a new request for the same id carries a new token and gets ALREADY_EXISTS.
@@ -65,6 +75,7 @@ class JoinerStatistics:
     requests_throttled_writer: int = 0   # requests refused at the door while the output writer failed
     writer_error: str = ""         # why the output writer is failing now ("" when it works)
     refused_ids: int = 0           # ids the registry refused alone (e.g. timestamped far in the future)
+    commit_unknown_ids: int = 0    # ids put into the ledger because their commit's outcome stayed unknown
 
 
 REFUSED = 2
@@ -73,6 +84,13 @@ REFUSED = 2
 PROBE_MIN_BYTES = 64 << 10
 """The smallest probe write that tells a failed output folder works again (a full tmpfs may still take a
 few bytes into a partly used page)."""
+
+
+def restamp(lines: list[bytes], built_us: int, committed_us: int) -> list[bytes]:
+    """The lines with ``_photon.joined_at_us`` moved from the time they were built (before the registry
+    commit) to the time the commit answered, just before the write: the stamp covers the commit."""
+    old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":%d' % committed_us
+    return [line.replace(old, new, 1) for line in lines]
 
 
 def make_token_prefix(address: str, pid: int, start_us: int) -> str:
@@ -112,12 +130,15 @@ class Joiner:
         self.stopping = threading.Event()
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)   # notified whenever a request finishes
         self._in_flight = 0
+        self._started: dict[int, tuple[list[str], str]] = {}  # seq -> (ids, token): commits begun, unfinished
         self._counts = [0] * len(Outcome)
         self._c = dict(requests=0, requests_throttled=0, events=0, duplicates_in_request=0,
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
                        orphans_recovered=0, not_found_store_behind=0, served_by_cache=0, served_by_logs=0,
-                       write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0)
+                       write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
+                       commit_unknown_ids=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -145,6 +166,7 @@ class Joiner:
         if not self._writer_usable():      # nothing committed while nothing can be written
             with self._lock:
                 self._in_flight -= 1
+                self._idle.notify_all()
                 self._c["requests_throttled_writer"] += 1
                 out = throttled(n)
                 self._count(out)
@@ -155,6 +177,7 @@ class Joiner:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self._idle.notify_all()
         with self._lock:
             self._count(out)
             self._c["duplicates_in_request"] += batch.duplicates
@@ -192,18 +215,69 @@ class Joiner:
         ids = batch.ids_to_commit()
         if ids:
             token = f"{self.token_prefix}{seq}"
+            with self._lock:
+                self._started[seq] = (ids, token)
             try:
-                results = self._commit_isolating(ids, token, seq)
-                lines = batch.commit_resolved(results)
-            except Exception as e:
-                self._failed("registry_errors", "registry commit", e)
-                batch.gave_up()
-                return batch.outcomes()
-            # Committed: write before answering JOINED. A crash from here until the flush loses these
-            # events from the output only (registered, not written): the verification job's case.
-            if lines:
-                self._write_or_record(batch, lines, token, seq)
+                try:
+                    results = self._commit_isolating(ids, token, seq)
+                    lines = batch.commit_resolved(results)
+                except Exception as e:
+                    self._failed("registry_errors", "registry commit", e)
+                    self._record_unknown(seq, f"commit outcome unknown: {type(e).__name__}: {e}")
+                    batch.gave_up()
+                    return batch.outcomes()
+                # Committed: write before answering JOINED. A crash from here until the flush loses these
+                # events from the output only (registered, not written): the verification job's case.
+                if lines:
+                    lines = restamp(lines, now, self._clock.now_us())
+                    self._write_or_record(batch, lines, token, seq)
+            finally:
+                with self._lock:
+                    self._started.pop(seq, None)
         return batch.outcomes()
+
+    def _record_unknown(self, seq: int, reason: str) -> None:
+        """Put the ids of started commit ``seq`` into the lost-ids ledger as candidates (they may be
+        registered and are not written), unless that commit has finished or is already recorded."""
+        with self._lock:
+            started = self._started.pop(seq, None)
+        if started is None:
+            return
+        ids, token = started
+        try:
+            if self._ledger is None:
+                raise OSError("this joiner has no lost-ids ledger")
+            self._ledger.append(ids, token, self._clock.now_us(), reason)
+        except OSError as e:
+            log.critical("joiner %s: request %d: %d id(s) whose commit outcome is unknown (token %s) could not be "
+                         "put into the lost-ids ledger (%s): %s", self.name, seq, len(ids), token, e, " ".join(ids))
+            return
+        with self._lock:
+            self._c["commit_unknown_ids"] += len(ids)
+        log.error("joiner %s: request %d: %d id(s) may be registered under token %s but are not written (%s); "
+                  "recorded in the lost-ids ledger for verification", self.name, seq, len(ids), token, reason)
+
+    def drain(self, patience_s: float, after_s: float = 1.0) -> int:
+        """Finish the requests in flight (the clean shutdown; the server refuses new ones first).
+
+        Waits up to ``patience_s`` for every request in flight to answer (their commits keep being retried
+        with their tokens, their writes keep being tried). Then sets :attr:`stopping` (retry loops give up),
+        waits up to ``after_s`` more, and records every commit that is still started and unfinished (e.g.
+        stuck inside a registry call) in the lost-ids ledger as ``commit outcome unknown``. Returns how
+        many commits were recorded that way (0: everything finished)."""
+        deadline = time.monotonic() + patience_s
+        with self._idle:
+            while self._in_flight and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+        self.stopping.set()
+        deadline = time.monotonic() + after_s
+        with self._idle:
+            while self._in_flight and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+            unfinished = sorted(self._started)
+        for seq in unfinished:
+            self._record_unknown(seq, "commit outcome unknown: the joiner stopped before the commit answered")
+        return len(unfinished)
 
     def _write_or_record(self, batch: JoinBatch, lines: list[bytes], token: str, seq: int) -> None:
         """Write the committed lines; if the writer fails, put their ids durably into the lost-ids ledger

@@ -8,6 +8,7 @@ from photon._clock import Clock, FakeClock, SystemClock
 from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
                             PhotonConfig, RegionConfig, RegistryConfig, SparkConfig, describe_options, load_config,
                             parse_config)
+from photon._histogram import LatencyHistogram
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
 from photon._outcomes import OUTCOMES, Outcome
@@ -20,7 +21,7 @@ from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_l
 
 __all__ = [
     "OUTCOMES", "Outcome", "scrape", "serve_metrics", "TlsFiles", "raft_password", "tls_env", "tls_files", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
-    "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
+    "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "parse_event_id", "parse_record", "read_output_lines", "run_service", "wait_until", "write_atomic",

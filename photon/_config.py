@@ -177,6 +177,10 @@ class JoinerConfig:
     writer_probe_s: float = opt(1.0, "after an output write failed (disk full), how often the joiner tries a "
                                      "probe write; until one succeeds it answers THROTTLED without committing",
                                 check=_positive)
+    stop_patience_s: float = opt(15.0, "on SIGTERM, how long a joiner keeps working on the requests it has started "
+                                       "(retrying their commits and writes) before it records their ids in the "
+                                       "lost-ids ledger as 'commit outcome unknown' and exits; keep it below the "
+                                       "launcher's stop grace (20 s)", check=_positive)
 
 
 @dataclass(frozen=True)

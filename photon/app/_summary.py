@@ -16,7 +16,7 @@ import orjson
 
 import dispatcher
 import joiner
-from photon import PhotonConfig
+from photon import LatencyHistogram, PhotonConfig
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
             "retry_queue", "in_flight")
@@ -61,6 +61,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
     totals["joined_output_lines"] = 0
     totals["lost_awaiting_recovery"] = 0
     totals["wasted_joins"] = 0
+    hists: list[LatencyHistogram] = []
     for region in config.pipeline_regions:
         if regions is not None and region.name not in regions:
             continue
@@ -71,14 +72,19 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
         entry["duplicates_prevented"] = max(0, entry["duplicates_prevented"] - entry["lost_awaiting_recovery"])
         entry["wasted_joins"] = entry["already_joined"]
-        entry["join_latency_ms"] = status.get("join_latency_ms", {})
+        hist = LatencyHistogram.from_json(status.get("join_latency_hist"))
+        hists.append(hist)
+        # every join of the run (the dispatcher's mergeable histogram); an older status: its recent joins
+        entry["join_latency_ms"] = hist.percentiles_ms() or status.get("join_latency_ms", {})
         out["regions"][region.name] = entry
         for k in totals:
             totals[k] += entry[k]
     out["total"] = totals
-    lat = [e["join_latency_ms"] for e in out["regions"].values() if e["join_latency_ms"]]
-    if lat:
-        out["total"]["join_latency_ms"] = {q: max(x.get(q, 0) for x in lat) for q in ("p50", "p90", "p99")}
+    merged = LatencyHistogram()
+    for hist in hists:
+        merged.merge(hist)
+    if merged.total:      # over all regions' joins of the whole run, not the max of the regions' figures
+        out["total"]["join_latency_ms"] = merged.percentiles_ms()
     return out
 
 

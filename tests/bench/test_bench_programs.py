@@ -9,12 +9,13 @@ import pytest
 
 BENCHES = {
     "bench.pipeline": (["--clicks", "2000", "--rate", "200", "--seconds", "1"],
-                       {"clicks_per_s", "queries_per_s", "join_p50_ms", "join_p90_ms", "join_p99_ms",
+                       {"clicks_per_s", "queries_per_s", "join_p50_ms", "join_p90_ms", "join_p99_ms", "published_p50_ms",
+                        "published_p90_ms", "steady_rate_clicks_per_s",
                         "registry_ids_per_command"}),
     "bench.registry": (["--clients", "1", "--duration", "1", "--half-duration", "1", "--light-duration", "0.5",
                         "--race-duration", "0.5", "--memory-ids", "20000"],
                        {"ids_per_s", "commit_p50_ms", "commit_p99_ms", "light_commit_p50_ms", "ids_per_command",
-                        "bytes_per_id"}),
+                        "bytes_per_id", "pipeline_tokens_bytes_per_id"}),
     "bench.eventstore": (["--mb", "2", "--seconds", "0.3", "--hit-queries", "20000", "--cache-mb", "0.5"],
                          {"cache_lookups_per_s", "cache_batch100_p99_ms", "logs_warm_lookups_per_s",
                           "logs_cold_batch10_p99_ms", "hit_ratio", "map_entries_per_gb", "restart_to_full_speed_s",

@@ -98,3 +98,76 @@ def test_sharding_maps_each_id_to_one_shard_forever():
     for shard in range(5):
         wrong = set(sharding.wrong_shard(shard, ids))
         assert all((sharding.shard_for(ids[i]) != shard) == (i in wrong) for i in range(len(ids)))
+
+
+# ---- the token table is bounded: tokens go with the ids GC drops ------------------------------------
+
+W = 1_000_000   # bucket width of these tests (1 s); T0 is a multiple of it
+
+
+def test_tokens_of_ids_dropped_by_gc_are_freed_and_numbers_are_not_reused():
+    s = ShardState(0, W)
+    for r in range(50):                                    # a join request per 10 ids, as the pipeline does
+        assert commit(s, f"j0/{r}", [eid(r * 10 + k) for k in range(10)]) == [OK] * 10   # all in bucket 0
+    assert commit(s, "late", [eid(5 * W + 1)]) == [OK]        # bucket 5
+    assert commit(s, "spans", [eid(2), eid(3 * W + 7)]) == [EXISTS, OK]   # newest id in bucket 3
+    assert len(s.token_names) == 1 + 52
+    late_number = s.token_numbers["late"]
+    s.apply([(OP_ADVANCE_GC, T0 + 2 * W)])                   # drops bucket 0 and 1
+    assert set(s.token_numbers) == {"late", "spans"} and s.tokens_freed == 50
+    assert len(s.token_names) == 3 and s.ids_held == 2
+    assert s.token_of(eid(3 * W + 7)) == "spans" and s.token_of(eid(5 * W + 1)) == "late"
+    assert commit(s, "late", [eid(5 * W + 1)]) == [OK]        # a retry with the same token is still OK
+    assert commit(s, "other", [eid(5 * W + 1)]) == [EXISTS]
+    assert "other" not in s.token_numbers                     # a token no held id uses is not kept
+    assert commit(s, "new", [eid(6 * W)]) == [OK]
+    assert s.token_numbers["new"] > late_number               # numbers are not handed out again
+    s.apply([(OP_ADVANCE_GC, T0 + 4 * W)])
+    assert set(s.token_numbers) == {"late", "new"}
+    s.apply([(OP_ADVANCE_GC, T0 + 7 * W)])
+    assert s.token_numbers == {} and s.token_names == {0: ""} and s.ids_held == 0
+
+
+def test_token_table_stays_bounded_over_many_gc_rounds():
+    s = ShardState(0, W)
+    sizes = []
+    for second in range(40):
+        for r in range(20):
+            commit(s, f"j/{second}/{r}", [eid(second * W + r * 100 + k) for k in range(100)])
+        s.apply([(OP_ADVANCE_GC, T0 + max(0, second - 4) * W)])   # keep about five seconds of ids
+        sizes.append(len(s.token_names))
+    assert max(sizes[10:]) <= 1 + 6 * 20 and s.tokens_freed >= 30 * 20
+
+
+def test_token_numbers_never_wrap_they_are_renumbered():
+    from idregistry._state import MAX_TOKEN_NUMBER
+    s = ShardState(0, W)
+    assert commit(s, "a", [eid(1), eid(2)]) == [OK, OK]
+    assert commit(s, "b", [eid(3)]) == [OK]
+    s.apply([(OP_CLEAR_TOKENS, [eid(2)])])
+    s.next_token = MAX_TOKEN_NUMBER                           # as after 2**32 - 1 join requests
+    assert commit(s, "c", [eid(4)]) == [OK]
+    assert s.token_numbers["c"] == MAX_TOKEN_NUMBER
+    assert commit(s, "d", [eid(5)]) == [OK]                   # would not fit in 32 bits: renumbered first
+    assert s.token_numbers == {"a": 1, "b": 2, "c": 3, "d": 4} and s.next_token == 5
+    assert [s.token_of(eid(n)) for n in range(1, 6)] == ["a", "", "b", "c", "d"]
+    assert commit(s, "c", [eid(4)]) == [OK] and commit(s, "x", [eid(4)]) == [EXISTS]
+    restored = pickle.loads(pickle.dumps(s))
+    assert [restored.token_of(eid(n)) for n in range(1, 6)] == ["a", "", "b", "c", "d"]
+
+
+def test_a_snapshot_with_the_old_token_list_is_upgraded():
+    s = ShardState(0, W)
+    commit(s, "a", [eid(1)])
+    commit(s, "b", [eid(2 * W)])
+    old = dict(s.__dict__)
+    old["token_names"] = ["", "a", "b", "gone"]               # the list the state kept before (never freed)
+    old["token_numbers"] = {"a": 1, "b": 2, "gone": 3}
+    for key in ("token_bucket", "next_token", "tokens_freed"):
+        del old[key]
+    restored = ShardState.__new__(ShardState)
+    restored.__setstate__(old)
+    assert restored.token_numbers == {"a": 1, "b": 2} and restored.token_bucket == {1: T0 // W, 2: T0 // W + 2}
+    assert restored.next_token == 4 and restored.token_of(eid(2 * W)) == "b"
+    restored.apply([(OP_ADVANCE_GC, T0 + W)])
+    assert restored.token_numbers == {"b": 2}
