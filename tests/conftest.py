@@ -144,3 +144,6 @@ def small_disk():
     finally:
         for d in reversed(disks):
             d.unmount()
+
+# S3: the session's moto_server process and a fresh bucket per test (tests/s3_helpers.py)
+from s3_helpers import moto_server, s3  # noqa: E402,F401
