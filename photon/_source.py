@@ -229,8 +229,8 @@ _TRANSIENT_CODES = frozenset({
 
 def is_transient(exc: BaseException) -> bool:
     """True for an S3 error worth retrying: throttling, 5xx, timeouts, lost or refused connections."""
-    from botocore.exceptions import ClientError, HTTPClientError, ResponseStreamingError
-    if isinstance(exc, (HTTPClientError, ResponseStreamingError)):
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ResponseStreamingError
+    if isinstance(exc, (HTTPClientError, ConnectionError, ResponseStreamingError)):
         return True
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
@@ -327,6 +327,8 @@ class S3Source:
         self._listed_at = None
         self._full_at = None
         self._retry = retrying(self.config, on_retry=self._count_retry)
+        self.page_size = 1000
+        """Keys per listing request (S3's most)."""
 
     def _count_retry(self, _state) -> None:
         with self._n.lock:
@@ -348,7 +350,7 @@ class S3Source:
     def _list(self, start_after: str) -> tuple[list[ObjectInfo], int]:
         out, requests, token = [], 0, None
         while True:
-            kw = {"Bucket": self.location.bucket, "Prefix": self._list_prefix}
+            kw = {"Bucket": self.location.bucket, "Prefix": self._list_prefix, "MaxKeys": self.page_size}
             if token:
                 kw["ContinuationToken"] = token
             elif start_after:
