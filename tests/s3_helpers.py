@@ -129,6 +129,31 @@ class Bucket:
         return n
 
 
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, *_a, **_k):
+        yield self.body
+
+
+def answer_with(client, operation: str, status: int, code: str, times: int, key: str | None = None):
+    """Make the next ``times`` ``operation`` requests (on ``key`` if given) fail with ``status``/``code``."""
+    from botocore.awsrequest import AWSResponse
+    left = [times]
+
+    def hook(request, **_):
+        if left[0] <= 0 or (key is not None and not request.url.split("?")[0].endswith(key)):
+            return None
+        left[0] -= 1
+        body = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>injected</Message>"
+                f"</Error>").encode()
+        return AWSResponse(request.url, status, {"Content-Type": "application/xml"}, _Raw(body))
+
+    client.meta.events.register(f"before-send.s3.{operation}", hook)
+    return left
+
+
 @pytest.fixture
 def s3(moto_server, monkeypatch):
     """A new bucket; the environment points boto3 (here and in child processes) at the moto server."""

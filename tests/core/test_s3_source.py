@@ -14,6 +14,8 @@ from photon._source import SourceError, S3Source, SourceUnavailable, parse_locat
 from photon._sourceconfig import S3Config
 from photon._tail import SourceTailer
 
+from s3_helpers import answer_with
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -21,31 +23,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.t
-
-
-class _Raw:
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-    def stream(self, *_a, **_k):
-        yield self.body
-
-
-def answer_with(client, operation: str, status: int, code: str, times: int, key: str | None = None):
-    """Make the next ``times`` ``operation`` requests (on ``key`` if given) fail with ``status``/``code``."""
-    from botocore.awsrequest import AWSResponse
-    left = [times]
-
-    def hook(request, **_):
-        if left[0] <= 0 or (key is not None and not request.url.split("?")[0].endswith(key)):
-            return None
-        left[0] -= 1
-        body = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>injected</Message>"
-                f"</Error>").encode()
-        return AWSResponse(request.url, status, {"Content-Type": "application/xml"}, _Raw(body))
-
-    client.meta.events.register(f"before-send.s3.{operation}", hook)
-    return left
 
 
 def put_lines(s3, key: str, n: int = 1) -> None:
