@@ -252,13 +252,13 @@ def s3_endpoint(config: S3Config | None = None) -> str | None:
         os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
-def s3_client(config: S3Config | None = None):
+def s3_client(config: S3Config | None = None, session=None):
     """A boto3 S3 client from the standard credential chain, the endpoint of :func:`s3_endpoint`, the
     timeouts of ``config`` and botocore's retries off (callers retry with :func:`retrying`)."""
     import boto3
     from botocore.config import Config
     config = config or S3Config()
-    session = boto3.session.Session()
+    session = session or boto3.session.Session()
     region = config.region_name or session.region_name or "us-east-1"
     return session.client(
         "s3", endpoint_url=s3_endpoint(config), region_name=region,

@@ -1,0 +1,164 @@
+"""Reading a stream (local or S3) from Spark jobs, without hadoop-aws jars.
+
+Spark cannot read ``s3://`` here (no hadoop-aws jars, nothing is downloaded at run time), so S3 objects are
+fetched with boto3 inside Spark tasks. Two ways, both taking the object list from the source layer (so
+Spark sees exactly the objects a dispatcher would: no ``.inprogress`` or hidden files, only complete lines
+of the size listed):
+
+* :func:`read_json` -- tasks copy the objects to a local staging folder, then Spark's JSON reader reads
+  them: about twice as fast as feeding lines through Python (DESIGN §5). Needs the staging folder to be
+  visible to the driver and every executor, i.e. a local master (``local[*]``); on another master it falls
+  back to :func:`object_lines`.
+* :func:`object_lines` -- an RDD of ``(object name, byte offset, line bytes)``: every complete line with
+  where it starts, for jobs that need positions (the log-file map) or raw lines (verification).
+
+Pyspark is imported only inside these functions: the base never needs it to run the pipeline.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from photon._source import Location, ObjectInfo, open_source, parse_location
+from photon._sourceconfig import S3Config
+
+
+def stream_objects(location: str | Location, s3: S3Config | None = None) -> list[ObjectInfo]:
+    """Every object of the stream at ``location`` (path, ``file://`` or ``s3://bucket/prefix``) as the
+    source layer lists it now, sorted by name. Raises :class:`photon.SourceError` for a misconfiguration."""
+    source = open_source(location, s3)
+    source.check()
+    return list(source.scan().values())
+
+
+def _task_access(location: Location, s3: S3Config | None):
+    """What tasks need to reach ``location``: the S3 options with the endpoint resolved on the driver, and
+    the driver's credentials (resolved once, so executors need no AWS set-up of their own; temporary
+    credentials expire as they do on the driver). None for a local location."""
+    if not location.is_s3:
+        return None
+    import boto3
+    import dataclasses
+    from photon._source import s3_endpoint
+    s3 = s3 or S3Config()
+    s3 = dataclasses.replace(s3, endpoint_url=s3_endpoint(s3) or "")
+    creds = boto3.session.Session().get_credentials()
+    frozen = creds.get_frozen_credentials() if creds is not None else None
+    return s3, ((frozen.access_key, frozen.secret_key, frozen.token) if frozen is not None else None)
+
+
+def _task_source(location: Location, access):
+    if access is None:
+        return open_source(location)
+    s3, creds = access
+    client = None
+    if creds is not None:
+        import boto3
+        from photon._source import s3_client
+        key, secret, token = creds
+        session = boto3.session.Session(aws_access_key_id=key, aws_secret_access_key=secret,
+                                        aws_session_token=token)
+        client = s3_client(s3, session)
+    return open_source(location, s3, client)
+
+
+def _fetch_complete(location: Location, access, name: str, size: int) -> bytes:
+    """The object's first ``size`` bytes, cut after the last ``\\n`` (a task-side helper)."""
+    source = _task_source(location, access)
+    data, parts = b"", []
+    pos = 0
+    while pos < size:
+        chunk, _ = source.read(name, pos, min(64 << 20, size - pos))
+        if not chunk:
+            break
+        parts.append(chunk)
+        pos += len(chunk)
+    data = b"".join(parts)
+    return data[: data.rfind(b"\n") + 1]
+
+
+def object_lines(spark, location: str | Location, s3: S3Config | None = None, objects=None,
+                 slices: int | None = None):
+    """RDD of ``(name, offset, line)`` for every complete line of every object (``objects``: a subset
+    from :func:`stream_objects`; default all). Lines are bytes without their ``\\n``."""
+    loc = location if isinstance(location, Location) else parse_location(location)
+    objects = stream_objects(loc, s3) if objects is None else objects
+    pairs = [(o.name, o.size) for o in objects if o.size > 0]
+    sc = spark.sparkContext
+    n = slices or max(1, min(len(pairs), sc.defaultParallelism * 4))
+
+    access = _task_access(loc, s3)
+
+    def lines_of(part):
+        for name, size in part:
+            data = _fetch_complete(loc, access, name, size)
+            pos = 0
+            for line in data.split(b"\n")[:-1]:
+                yield name, pos, line
+                pos += len(line) + 1
+
+    return sc.parallelize(pairs, n).mapPartitions(lines_of)
+
+
+def _new_staging() -> str:
+    path = tempfile.mkdtemp(prefix="photon-spark-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def download_objects(spark, location: str | Location, dest: str | Path, s3: S3Config | None = None,
+                     objects=None) -> list[str]:
+    """Copy every object (complete lines only) into ``dest`` inside Spark tasks, keeping relative names;
+    returns the local paths. ``dest`` must be visible to the executors (a local master)."""
+    loc = location if isinstance(location, Location) else parse_location(location)
+    objects = stream_objects(loc, s3) if objects is None else objects
+    pairs = [(o.name, o.size) for o in objects if o.size > 0]
+    if not pairs:
+        return []
+    dest = str(Path(dest).resolve())
+    sc = spark.sparkContext
+    access = _task_access(loc, s3)
+
+    def copy(part):
+        for name, size in part:
+            target = os.path.join(dest, *name.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            tmp = target + ".part"
+            with open(tmp, "wb") as f:
+                f.write(_fetch_complete(loc, access, name, size))
+            os.replace(tmp, target)
+            yield target
+
+    return sc.parallelize(pairs, max(1, min(len(pairs), sc.defaultParallelism * 4))).mapPartitions(copy).collect()
+
+
+def read_json(spark, location: str | Location, schema=None, s3: S3Config | None = None,
+              staging_dir: str | Path | None = None):
+    """A DataFrame of the JSON lines of every object of the stream at ``location``. Local streams are read
+    in place; S3 ones are copied by Spark tasks to ``staging_dir`` (default: a temporary folder removed at
+    exit; keep it until the DataFrame's last action) and read there (a local master), or parsed from
+    :func:`object_lines` on any other master. ``schema`` (a ``StructType`` or DDL string) skips inference."""
+    loc = location if isinstance(location, Location) else parse_location(location)
+    objects = [o for o in stream_objects(loc, s3) if o.size > 0]
+    reader = spark.read.schema(schema) if schema is not None else spark.read
+    if not objects:
+        if schema is None:
+            from pyspark.sql.types import StructType
+            return spark.createDataFrame([], StructType([]))
+        return spark.createDataFrame([], schema)
+    if not loc.is_s3:
+        source = open_source(loc)
+        whole = [o for o in objects if source.read(o.name, o.size - 1, 1)[0] == b"\n"]
+        paths = [str(Path(loc.path, o.name)) for o in whole]
+        if len(whole) < len(objects):      # a last line still being written: copy the complete part
+            cut = [o for o in objects if o not in whole]
+            paths += download_objects(spark, loc, staging_dir or _new_staging(), None, cut)
+        return reader.json(paths)
+    if spark.sparkContext.master.startswith("local"):
+        paths = download_objects(spark, loc, staging_dir or _new_staging(), s3, objects)
+        return reader.json(paths)
+    rdd = object_lines(spark, loc, s3, objects).map(lambda t: t[2].decode("utf-8", "replace"))
+    return reader.json(rdd)
