@@ -148,18 +148,3 @@ def small_disk():
 # S3: the session's moto_server process and a fresh bucket per test (tests/s3_helpers.py)
 from s3_helpers import moto_server, s3  # noqa: E402,F401
 
-
-@pytest.fixture(scope="session")
-def spark():
-    """The test session's one local SparkSession (local[2], quiet, no UI, 4 shuffle partitions)."""
-    from pyspark.sql import SparkSession
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)   # tasks run this Python (with its packages)
-    session = (SparkSession.builder.master("local[2]").appName("photon-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
