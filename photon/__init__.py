@@ -6,7 +6,7 @@ line) lives above them in :mod:`photon.app`.
 """
 from photon._clock import Clock, FakeClock, SystemClock
 from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
-                            PhotonConfig, RegionConfig, RegistryConfig, SparkConfig, describe_options, load_config,
+                            PhotonConfig, RegionConfig, RegistryConfig, S3Config, InputConfig, SparkConfig, describe_options, load_config,
                             parse_config)
 from photon._histogram import LatencyHistogram
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
@@ -16,13 +16,20 @@ from photon._tls import TlsFiles, raft_password, tls_env, tls_files, use_tls
 from photon._metrics import scrape, serve_metrics
 from photon._process import ProcessSpec, region_ports, remembered_ports
 from photon._service import bind_port, free_port, run_service
-from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_log_files, parse_record,
+from photon._logs import (LogChunk, Quarantine, RollingWriter, list_log_files, parse_record,
                           read_output_lines, wait_until, write_atomic)
+from photon._source import (Location, ObjectInfo, SourceError, SourceUnavailable, open_source,
+                            parse_location)
+from photon._tail import LogTailer
+from photon._output import S3Publisher, read_object_lines
+from photon._spark_io import read_stream_json, stream_lines, stream_objects
 
 __all__ = [
     "OUTCOMES", "Outcome", "scrape", "serve_metrics", "TlsFiles", "raft_password", "tls_env", "tls_files", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
-    "RegionConfig", "RegistryConfig", "SparkConfig", "RollingWriter", "SystemClock", "describe_options",
+    "RegionConfig", "RegistryConfig", "SparkConfig", "S3Config", "InputConfig", "Location", "ObjectInfo", "SourceError",
+    "SourceUnavailable", "open_source", "parse_location", "S3Publisher", "read_object_lines",
+    "read_stream_json", "stream_lines", "stream_objects", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "parse_event_id", "parse_record", "read_output_lines", "run_service", "wait_until", "write_atomic",
 ]

@@ -42,11 +42,17 @@ def _name(v):
     return None if ok else "must be a non-empty name of letters, digits, - and _"
 
 
+def _stream(v):
+    ok = v and all(part and all(c.isalnum() or c in "-_." for c in part) and part not in (".", "..")
+                   for part in v.split("/"))
+    return None if ok else "must be a folder name or path (letters, digits, -, _ and . separated by /)"
+
+
 @dataclass(frozen=True)
 class JoinConfig:
     """``[join]``: what is joined with what."""
-    primary_stream: str = opt("queries", "folder (or S3 prefix) of the primary stream under log_root", check=_name)
-    foreign_stream: str = opt("clicks", "folder (or S3 prefix) of the foreign stream under log_root", check=_name)
+    primary_stream: str = opt("queries", "folder (or S3 prefix) of the primary stream under log_root", check=_stream)
+    foreign_stream: str = opt("clicks", "folder (or S3 prefix) of the foreign stream under log_root", check=_stream)
     primary_id_field: str = opt("query_id", "field holding a primary event's id")
     foreign_id_field: str = opt("click_id", "field holding a foreign event's id")
     foreign_ref_field: str = opt("query_id", "field of the foreign event naming its primary event")
@@ -59,8 +65,8 @@ class JoinConfig:
 class RegionConfig:
     """``[[regions]]``: one region's copy of the logs and where its output and state go."""
     name: str = opt("", "the region's name (letters, digits, - and _)", check=_name)
-    log_root: str = opt("", "folder holding the region's copy of the streams")
-    output_root: str = opt("", "folder for joined/, unjoinable/ and quarantine/")
+    log_root: str = opt("", "folder or s3://bucket/prefix holding the region's copy of the streams")
+    output_root: str = opt("", "folder or s3://bucket/prefix for joined/, unjoinable/ and quarantine/")
     state_dir: str = opt("", "folder for the region's offsets, retry queue and process state")
     host: str = opt("", "address this region's processes bind to and are reached at by the other regions "
                         "(default: each component's own [..].host, 127.0.0.1)")
@@ -75,16 +81,74 @@ class RegionConfig:
         return self.host or default
 
     @property
+    def output_on_s3(self) -> bool:
+        """With an ``s3://`` output root, writers write local files in ``<state_dir>/outbox/`` and upload
+        each one when it closes."""
+        return self.output_root.startswith("s3://")
+
+    def _output_dir(self, kind: str) -> Path:
+        if self.output_on_s3:
+            return Path(self.state_dir) / "outbox" / kind
+        return Path(self.output_root) / kind
+
+    def output_url(self, kind: str) -> str:
+        """Where published ``kind`` files (``joined``, ``unjoinable``, ``quarantine``) end up: a folder, or
+        an ``s3://`` prefix."""
+        if self.output_on_s3:
+            return self.output_root.rstrip("/") + "/" + kind
+        return str(Path(self.output_root) / kind)
+
+    def stream_url(self, stream: str) -> str:
+        """The location of ``stream`` under ``log_root`` (a folder or an ``s3://`` prefix)."""
+        if self.log_root.startswith("s3://"):
+            return self.log_root.rstrip("/") + "/" + stream
+        return str(Path(self.log_root) / stream)
+
+    @property
     def joined_dir(self) -> Path:
-        return Path(self.output_root) / "joined"
+        """The local folder joiners write to (published there, or uploaded from there to S3)."""
+        return self._output_dir("joined")
 
     @property
     def unjoinable_dir(self) -> Path:
-        return Path(self.output_root) / "unjoinable"
+        return self._output_dir("unjoinable")
 
     @property
     def quarantine_dir(self) -> Path:
-        return Path(self.output_root) / "quarantine"
+        return self._output_dir("quarantine")
+
+
+def _endpoint(v):
+    return None if not v or v.startswith(("http://", "https://")) else "must start with http:// or https://"
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """``[s3]``: how Photon reaches S3 for ``s3://bucket/prefix`` log and output roots. Credentials come
+    from boto3's standard chain (environment, shared files, instance role)."""
+    endpoint_url: str = opt("", "S3 endpoint URL; empty: the AWS_ENDPOINT_URL environment variable, else "
+                                "AWS's own endpoint", check=_endpoint)
+    region_name: str = opt("", "AWS region; empty: boto3's standard chain (AWS_DEFAULT_REGION, profile), "
+                               "else us-east-1")
+    list_interval_s: float = opt(0.25, "a stream is listed at most this often (reads of objects already "
+                                       "listed go on in between)", check=_non_negative)
+    full_list_interval_s: float = opt(10.0, "every this often a stream is listed whole (not only past its "
+                                            "last key), which finds late objects that sort before it, "
+                                            "replaced older objects and deleted ones", check=_positive)
+    retry_attempts: int = opt(8, "attempts per S3 request on a transient error (throttling, 5xx, timeouts, "
+                                 "lost connections), with exponential backoff", check=_positive)
+    retry_max_s: float = opt(5.0, "longest wait between two attempts", check=_positive)
+    connect_timeout_s: float = opt(5.0, "connect timeout per S3 request", check=_positive)
+    read_timeout_s: float = opt(30.0, "read timeout per S3 request", check=_positive)
+    multipart_mb: float = opt(64.0, "output files larger than this are uploaded in parts of this size "
+                                    "(at least 5)", check=_positive)
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """``[input]``: rules for reading log lines, local or on S3."""
+    max_line_bytes: int = opt(4 << 20, "a line longer than this is quarantined (its first KiB kept) and "
+                                       "skipped, never held in memory whole", check=_positive)
 
 
 REGION_PORTS = {
@@ -235,6 +299,8 @@ class PhotonConfig:
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    s3: S3Config = field(default_factory=S3Config)
+    input: InputConfig = field(default_factory=InputConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -257,7 +323,7 @@ class PhotonConfig:
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
              "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
-             "tls": TlsConfig}
+             "tls": TlsConfig, "s3": S3Config, "input": InputConfig}
 _PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file"}
 
 

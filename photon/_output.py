@@ -18,7 +18,7 @@ from pathlib import Path
 
 from photon._source import (INPROGRESS, Location, ObjectInfo, SourceUnavailable, check_bucket, is_transient,
                             parse_location, retrying, s3_client)
-from photon._sourceconfig import S3Config
+from photon._config import S3Config
 
 log = logging.getLogger("photon.output")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlparse
 
-from photon._sourceconfig import S3Config
+from photon._config import S3Config
 
 INPROGRESS = ".inprogress"
 S3 = "s3"

@@ -5,11 +5,11 @@ fetched with boto3 inside Spark tasks. Two ways, both taking the object list fro
 Spark sees exactly the objects a dispatcher would: no ``.inprogress`` or hidden files, only complete lines
 of the size listed):
 
-* :func:`read_json` -- tasks copy the objects to a local staging folder, then Spark's JSON reader reads
+* :func:`read_stream_json` -- tasks copy the objects to a local staging folder, then Spark's JSON reader reads
   them: about twice as fast as feeding lines through Python (DESIGN §5). Needs the staging folder to be
   visible to the driver and every executor, i.e. a local master (``local[*]``); on another master it falls
-  back to :func:`object_lines`.
-* :func:`object_lines` -- an RDD of ``(object name, byte offset, line bytes)``: every complete line with
+  back to :func:`stream_lines`.
+* :func:`stream_lines` -- an RDD of ``(object name, byte offset, line bytes)``: every complete line with
   where it starts, for jobs that need positions (the log-file map) or raw lines (verification).
 
 Pyspark is imported only inside these functions: the base never needs it to run the pipeline.
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from photon._source import Location, ObjectInfo, open_source, parse_location
-from photon._sourceconfig import S3Config
+from photon._config import S3Config
 
 
 def stream_objects(location: str | Location, s3: S3Config | None = None) -> list[ObjectInfo]:
@@ -80,7 +80,7 @@ def _fetch_complete(location: Location, access, name: str, size: int) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
-def object_lines(spark, location: str | Location, s3: S3Config | None = None, objects=None,
+def stream_lines(spark, location: str | Location, s3: S3Config | None = None, objects=None,
                  slices: int | None = None):
     """RDD of ``(name, offset, line)`` for every complete line of every object (``objects``: a subset
     from :func:`stream_objects`; default all). Lines are bytes without their ``\\n``."""
@@ -135,12 +135,12 @@ def download_objects(spark, location: str | Location, dest: str | Path, s3: S3Co
     return sc.parallelize(pairs, max(1, min(len(pairs), sc.defaultParallelism * 4))).mapPartitions(copy).collect()
 
 
-def read_json(spark, location: str | Location, schema=None, s3: S3Config | None = None,
+def read_stream_json(spark, location: str | Location, schema=None, s3: S3Config | None = None,
               staging_dir: str | Path | None = None):
     """A DataFrame of the JSON lines of every object of the stream at ``location``. Local streams are read
     in place; S3 ones are copied by Spark tasks to ``staging_dir`` (default: a temporary folder removed at
     exit; keep it until the DataFrame's last action) and read there (a local master), or parsed from
-    :func:`object_lines` on any other master. ``schema`` (a ``StructType`` or DDL string) skips inference."""
+    :func:`stream_lines` on any other master. ``schema`` (a ``StructType`` or DDL string) skips inference."""
     loc = location if isinstance(location, Location) else parse_location(location)
     objects = [o for o in stream_objects(loc, s3) if o.size > 0]
     reader = spark.read.schema(schema) if schema is not None else spark.read
@@ -160,5 +160,5 @@ def read_json(spark, location: str | Location, schema=None, s3: S3Config | None 
     if spark.sparkContext.master.startswith("local"):
         paths = download_objects(spark, loc, staging_dir or _new_staging(), s3, objects)
         return reader.json(paths)
-    rdd = object_lines(spark, loc, s3, objects).map(lambda t: t[2].decode("utf-8", "replace"))
+    rdd = stream_lines(spark, loc, s3, objects).map(lambda t: t[2].decode("utf-8", "replace"))
     return reader.json(rdd)

@@ -41,7 +41,7 @@ class TailerStatistics:
     caught_up: bool
 
 
-class SourceTailer:
+class LogTailer:
     """Reads complete new lines from every object of a stream, resuming from given offsets.
 
     ``source`` is a source (:func:`photon.open_source`) or a location (path, ``file://``, ``s3://``).

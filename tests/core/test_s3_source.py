@@ -11,8 +11,8 @@ import pytest
 
 from photon import Quarantine, free_port
 from photon._source import SourceError, S3Source, SourceUnavailable, parse_location, s3_client
-from photon._sourceconfig import S3Config
-from photon._tail import SourceTailer
+from photon._config import S3Config
+from photon import LogTailer as SourceTailer
 
 from s3_helpers import answer_with
 

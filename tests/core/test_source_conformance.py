@@ -14,8 +14,8 @@ import pytest
 
 from photon import Quarantine, wait_until
 from photon._source import LocalSource, S3Source
-from photon._sourceconfig import S3Config
-from photon._tail import SourceTailer
+from photon._config import S3Config
+from photon import LogTailer as SourceTailer
 
 FAST = S3Config(list_interval_s=0.0, full_list_interval_s=0.2, retry_attempts=3, retry_max_s=0.2)
 

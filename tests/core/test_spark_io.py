@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from photon._spark_io import object_lines, read_json, stream_objects
+from photon import read_stream_json, stream_lines, stream_objects
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,11 +35,11 @@ def test_stream_objects_lists_what_a_dispatcher_reads(stream):
 
 
 def test_read_json_reads_complete_lines_of_every_object(spark, stream, tmp_path):
-    df = read_json(spark, stream, schema="n long, s string", staging_dir=tmp_path / "staging")
+    df = read_stream_json(spark, stream, schema="n long, s string", staging_dir=tmp_path / "staging")
     assert sorted(r.n for r in df.collect()) == [1, 2, 3]
 
 
 def test_object_lines_give_each_line_with_its_object_and_offset(spark, stream):
-    rows = sorted(object_lines(spark, stream).collect())
+    rows = sorted(stream_lines(spark, stream).collect())
     assert rows == [("w0/a-1.jsonl", 0, b'{"n":1,"s":"x"}'), ("w0/a-1.jsonl", 16, b'{"n":2,"s":"y"}'),
                     ("w1/b-1.jsonl", 0, b'{"n":3,"s":"z"}')]
