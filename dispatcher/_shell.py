@@ -14,9 +14,9 @@ import queue
 import random
 import threading
 from collections import Counter
-from pathlib import Path
 
-from photon import Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock
+from photon import (Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher,
+                    stream_source)
 
 from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
                                write_status)
@@ -31,6 +31,7 @@ MIN_SCAN_BYTES = 16 << 10
 MAX_SCAN_BYTES = 8 << 20
 JOIN_TIMEOUT_S = 30.0
 LOOKUP_TIMEOUT_S = 2.0
+QUARANTINE_SYNC_US = 5_000_000  # with the output on S3: upload a grown quarantine at most this often
 _DOWN_FOR_US = 500_000  # a joiner whose request failed is avoided this long (unless all are down)
 
 _LOOKUP_OK, _LOOKUP_FAILED, _JOIN_OK, _JOIN_FAILED = range(4)
@@ -95,8 +96,6 @@ class Dispatcher:
                  status_interval_s: float = STATUS_INTERVAL_S,
                  jitter=None) -> None:
         self.region = config.region(region)
-        if "://" in self.region.log_root:
-            raise ValueError(f"dispatcher reads local logs only, got log_root {self.region.log_root!r}")
         self.config = config
         self.clock = clock or SystemClock()
         self._wall0 = self.clock.now_us()
@@ -114,16 +113,19 @@ class Dispatcher:
             self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
                                         jitter=jitter if jitter is not None else random.Random(),
                                         restore=snapshot)
-            self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}")
+            self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}",
+                                         publisher=output_publisher(config, self.region, "quarantine"))
             self.quarantine.skip_known(self.core.offsets)   # lines past the checkpoint are read again
-            self.tailer = LogTailer(Path(self.region.log_root) / config.join.foreign_stream,
-                                    offsets=self.core.offsets, quarantine=self.quarantine)
+            self.tailer = LogTailer(stream_source(config, self.region, config.join.foreign_stream),
+                                    offsets=self.core.offsets, quarantine=self.quarantine,
+                                    max_line_bytes=config.input.max_line_bytes)
+            unjoinable_publisher = output_publisher(config, self.region, "unjoinable")
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
         except BaseException:
             self._lock.release()
             raise
         name = f"dispatcher-{self.region.name}"
-        self.unjoinable = RollingWriter(self.region.unjoinable_dir, name)
+        self.unjoinable = RollingWriter(self.region.unjoinable_dir, name, publisher=unjoinable_publisher)
         self.unjoinable.recover_orphans()
         # lines after the checkpoint are read again, and their clicks may be given up again: unjoinable
         # lines an earlier run wrote since then are not written twice (from a second before the
@@ -148,6 +150,7 @@ class Dispatcher:
         self.error: BaseException | None = None
         self._waiting_for_disk = ""      # why the dispatcher is paused on a failing write ("" when not)
         self._abandoned = False          # stopped with a write not done: no final checkpoint
+        self._next_quarantine_sync = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -218,6 +221,9 @@ class Dispatcher:
             if now >= next_status:
                 self._publish_status()
                 self.unjoinable.maybe_roll()
+                if now >= self._next_quarantine_sync:
+                    self.quarantine.sync()      # uploads it when the output is on S3
+                    self._next_quarantine_sync = now + QUARANTINE_SYNC_US
                 next_status = now + self._status_every_us
             if not answers and not scanned_lines:
                 wake = min(next_scan, next_status) if core.wants_lines() else next_status

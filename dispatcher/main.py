@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except DispatcherLocked as e:
         print(f"dispatcher: {e}", file=sys.stderr)
         return 1
+    except ConfigError as e:      # e.g. the log or output location on S3 cannot be used
+        print(f"dispatcher: {e}", file=sys.stderr)
+        return 2
     try:
         serve_metrics("dispatcher", dispatcher.statistics, process=f"dispatcher {args.region}")
     except OSError as e:

@@ -25,7 +25,7 @@ import orjson
 
 from eventstore._map import MapView, split_id
 from eventstore._mapfiles import MapFollower
-from eventstore._source import LocalFiles
+from eventstore._source import open_primary
 
 log = logging.getLogger("photon.eventstore")
 
@@ -63,9 +63,9 @@ class LogsEventStore:
 
     def __init__(self, region: str, primary_root: str | Path, id_field: str, map_dir: str | Path,
                  reader_checkpoint: str | Path | None, every_bytes: int, max_open: int = 64,
-                 refresh_s: float = 0.2) -> None:
+                 refresh_s: float = 0.2, s3=None) -> None:
         self.region = region
-        self.files = LocalFiles(primary_root, max_open)
+        self.files = open_primary(primary_root, max_open, s3)
         self._id_field = id_field
         self._every_bytes = every_bytes
         self._follower = MapFollower(map_dir)

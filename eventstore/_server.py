@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import ConfigError, PhotonConfig, bind_port
+from photon import ConfigError, PhotonConfig, bind_port, output_publisher, stream_source
 
 from eventstore import eventstore_pb2_grpc as pb_grpc
 from eventstore._client import CHANNEL_OPTIONS
@@ -60,9 +60,12 @@ def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = N
     options = ReaderOptions(state_dir=store_dir(config, region), map_dir=map_dir(reg.state_dir),
                             map_every_s=es.map_every_s, map_every_kb=es.map_every_kb, warm_tail_s=es.warm_tail_s,
                             checkpoint_interval_s=es.checkpoint_interval_s, shard=shard,
-                            servers=es.cache_servers, vnodes=es.ring_vnodes)
+                            servers=es.cache_servers, vnodes=es.ring_vnodes, s3=config.s3,
+                            max_line_bytes=config.input.max_line_bytes,
+                            quarantine_publisher=output_publisher(config, reg, "quarantine") if shard == 0 else None)
+    stream_source(config, reg, config.join.primary_stream)      # names a missing bucket, endpoint, credentials
     store = CacheEventStore(
-        region=reg.name, primary_root=Path(reg.log_root) / config.join.primary_stream,
+        region=reg.name, primary_root=reg.stream_url(config.join.primary_stream),
         id_field=config.join.primary_id_field, max_bytes=int(es.cache_mb * (1 << 20) / es.cache_servers),
         quarantine_dir=reg.quarantine_dir, options=options)
     return _start(store, host or es.host, port, f"eventstore {region}/{shard}")
@@ -74,10 +77,10 @@ def serve_logs(config: PhotonConfig, region: str, port: int = 0, host: str | Non
     reg = config.region(region)
     es = config.eventstore
     store = LogsEventStore(
-        region=reg.name, primary_root=Path(reg.log_root) / config.join.primary_stream,
+        region=reg.name, primary_root=reg.stream_url(config.join.primary_stream),
         id_field=config.join.primary_id_field, map_dir=map_dir(reg.state_dir),
         reader_checkpoint=store_dir(config, region) / "cache-0.json", every_bytes=es.map_every_kb * 1024,
-        max_open=es.logs_open_files, refresh_s=es.map_refresh_s)
+        max_open=es.logs_open_files, refresh_s=es.map_refresh_s, s3=config.s3)
     return _start(store, host or es.host, port, f"logs store {region}")
 
 

@@ -32,13 +32,16 @@ from photon import Quarantine, write_atomic
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
 from eventstore._ring import HashRing
-from eventstore._source import LocalFiles
+from eventstore._source import open_primary
 from eventstore._state import CacheStatistics, EventCache, index_primary_lines
 
 log = logging.getLogger("photon.eventstore")
 
 POLL_INTERVAL_S = 0.01
 """How long the reader waits before looking at the logs again when it found nothing new."""
+
+QUARANTINE_SYNC_S = 5.0
+"""How often a quarantine with new entries is uploaded when the output is on S3 (and at close)."""
 
 POLL_MAX_BYTES = 8 << 20
 """Bytes read per pass, so lookups are never starved by a large backlog."""
@@ -77,6 +80,11 @@ class ReaderOptions:
     shard: int = 0
     servers: int = 1
     vnodes: int = 64
+    s3: object = None
+    """``photon.S3Config`` for an ``s3://`` primary root (None: defaults and the environment)."""
+    max_line_bytes: int = 4 << 20
+    quarantine_publisher: object = None
+    """A ``photon.S3Publisher`` uploading the quarantine when the output is on S3 (None: local output)."""
 
 
 class CacheEventStore:
@@ -87,7 +95,7 @@ class CacheEventStore:
         self.region = region
         self.options = opts = options or ReaderOptions()
         self.cache = EventCache(max_bytes)
-        self.files = LocalFiles(primary_root)
+        self.files = open_primary(primary_root, s3=opts.s3)
         self._id_field = id_field
         self._ring = HashRing(opts.servers, opts.vnodes) if opts.servers > 1 else None
         self._writes_map = opts.shard == 0 and opts.map_dir is not None
@@ -100,10 +108,11 @@ class CacheEventStore:
                                    marks_from_json(saved.get("marks")) if saved else None)
         self._map = MapFiles(opts.map_dir) if opts.map_dir is not None else None
         self._map_out = self._map.writer(READER_MAP_FILE) if self._writes_map else None
-        self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}") if opts.shard == 0 else None
+        self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}",
+                                      publisher=opts.quarantine_publisher) if opts.shard == 0 else None
         if self._quarantine is not None:
             self._quarantine.skip_known(offsets)   # lines past the resume offsets are read again
-        self._tailer = self.files.tailer(offsets, self._quarantine)
+        self._tailer = self.files.tailer(offsets, self._quarantine, opts.max_line_bytes)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"eventstore-{region}-{opts.shard}-reader",
                                         daemon=True)
@@ -218,10 +227,14 @@ class CacheEventStore:
         self._checkpoints += 1
 
     def _run(self) -> None:
+        synced = time.monotonic()
         while not self._stop.is_set():
             try:
                 if self.read_once() == 0:
                     self._stop.wait(POLL_INTERVAL_S)
+                if self._quarantine is not None and time.monotonic() - synced >= QUARANTINE_SYNC_S:
+                    synced = time.monotonic()
+                    self._quarantine.sync()        # uploads it when the output is on S3
             except Exception:  # a reader that dies silently would starve every join: log and go on
                 log.exception("eventstore %s: primary reader pass failed; retrying", self.region)
                 self._stop.wait(1.0)

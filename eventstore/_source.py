@@ -1,6 +1,8 @@
-"""Where the event store reads primary log files: one small module, so another storage (S3) plugs in here.
+"""Where the event store reads primary log files: a local folder or an S3 prefix.
 
-:class:`LocalFiles` serves a local folder: a :class:`photon.LogTailer` for the primary reader, and random
+:func:`open_primary` picks :class:`LocalFiles` or :class:`SourceFiles` (any ``photon.open_source``
+location, e.g. ``s3://bucket/prefix``: ranged GETs through the base's source layer). :class:`LocalFiles`
+serves a local folder: a :class:`photon.LogTailer` for the primary reader, and random
 reads (``read_at``) for the logs store through a bounded pool of open files. Paths are relative to the
 stream's folder and may never leave it.
 """
@@ -12,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Mapping
 
-from photon import LogChunk, LogTailer, Quarantine
+from photon import LogChunk, LogTailer, Quarantine, open_source
 
 RANGE_READ_BYTES = 4 << 20
 
@@ -29,8 +31,9 @@ class LocalFiles:
         self.opens = 0
         self.closes = 0
 
-    def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None) -> LogTailer:
-        return LogTailer(self.root, offsets=offsets, quarantine=quarantine)
+    def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None,
+               max_line_bytes: int = 4 << 20) -> LogTailer:
+        return LogTailer(self.root, offsets=offsets, quarantine=quarantine, max_line_bytes=max_line_bytes)
 
     def path(self, rel: str) -> Path:
         if rel.startswith("/") or ".." in rel.split("/"):
@@ -135,3 +138,79 @@ class LocalFiles:
                 if slot[1] == 0:
                     self._close(slot)
             self._open.clear()
+
+
+class SourceFiles:
+    """The interface of :class:`LocalFiles` over any source of the base (``s3://bucket/prefix``): the
+    tailer lists and reads through its own source; ``read_at`` is one ranged GET. Nothing is held open."""
+
+    def __init__(self, root: str, s3=None) -> None:
+        self.root = root
+        self.s3 = s3
+        self.source = open_source(root, s3)
+        self.opens = self.closes = 0
+
+    def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None,
+               max_line_bytes: int = 4 << 20) -> LogTailer:
+        return LogTailer(open_source(self.root, self.s3), offsets=offsets, quarantine=quarantine,
+                         max_line_bytes=max_line_bytes)
+
+    def read_at(self, rel: str, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``rel`` from ``offset``. FileNotFoundError if gone."""
+        from photon._source import ObjectGone
+        try:
+            return self.source.read(rel, offset, size)[0]
+        except ObjectGone as e:
+            raise FileNotFoundError(str(e)) from None
+
+    def size(self, rel: str) -> int:
+        from photon._source import ObjectGone
+        try:
+            return self.source.read(rel, 0, 1)[1]
+        except ObjectGone as e:
+            raise FileNotFoundError(str(e)) from None
+
+    def chunks(self, rel: str, start: int, end: int | None = None, read_bytes: int = RANGE_READ_BYTES):
+        """As :meth:`LocalFiles.chunks`, by ranged reads."""
+        pos = start
+        if start > 0 and self.read_at(rel, start - 1, 1) != b"\n":
+            head = self.read_at(rel, start, read_bytes)
+            nl = head.find(b"\n")
+            if nl < 0:
+                return
+            pos = start + nl + 1
+        while end is None or pos < end:
+            data = self.read_at(rel, pos, read_bytes)
+            cut = data.rfind(b"\n")
+            while cut < 0 and len(data) >= read_bytes:     # a line longer than the read size
+                more = self.read_at(rel, pos + len(data), read_bytes)
+                if not more:
+                    break
+                data += more
+                cut = data.rfind(b"\n")
+            if cut < 0:
+                return
+            offsets, lines, p = [], [], pos
+            for line in data[:cut].split(b"\n"):
+                if end is not None and p >= end:
+                    break
+                offsets.append(p)
+                lines.append(line)
+                p += len(line) + 1
+            if not lines:
+                return
+            yield LogChunk(rel, offsets, lines, p)
+            pos = p
+
+    def open_files(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def open_primary(root, max_open: int = 64, s3=None):
+    """:class:`SourceFiles` for an ``s3://`` root, else :class:`LocalFiles`."""
+    if str(root).startswith("s3://"):
+        return SourceFiles(str(root), s3)
+    return LocalFiles(root, max_open)

@@ -12,7 +12,8 @@ from pathlib import Path
 import grpc
 
 from eventstore import connect as connect_eventstore
-from photon import Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port
+from photon import (Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port,
+                    output_publisher)
 
 from joiner import joiner_pb2_grpc as pb_grpc
 from joiner._tls import add_health, server_credentials
@@ -125,7 +126,8 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     bound = bind_port(server, host, port, f"joiner {name}", server_credentials())
     store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
     writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
-                           roll_bytes=int(jc.roll_mb * (1 << 20)))
+                           roll_bytes=int(jc.roll_mb * (1 << 20)),
+                           publisher=output_publisher(config, reg, "joined"))
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,

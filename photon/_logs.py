@@ -75,8 +75,11 @@ class Quarantine:
     file, byte offset, reason and the raw line. Never raises on a bad record; the good ones go on. A failed
     write (disk full) raises OSError and leaves nothing of that entry behind, so the caller may try again."""
 
-    def __init__(self, directory: str | Path, name: str) -> None:
+    def __init__(self, directory: str | Path, name: str, publisher=None) -> None:
         self.path = Path(directory) / f"{name}.jsonl"
+        self.publisher = publisher
+        """Given (an :class:`photon.S3Publisher`), the file is uploaded whole by :meth:`sync` and on close."""
+        self._synced = -1
         self.count = 0
         self.repeats_skipped = 0
         self._known: set[tuple[str, int]] = set()
@@ -129,11 +132,23 @@ class Quarantine:
                 raise
             self.count += 1
 
+    def sync(self) -> None:
+        """Upload the quarantine file if it has entries not uploaded yet (no-op without a publisher)."""
+        if self.publisher is None:
+            return
+        with self._lock:
+            if self.count == self._synced or not self.path.exists():
+                return
+            count = self.count
+        if self.publisher.upload(self.path):
+            self._synced = count
+
     def close(self) -> None:
         with self._lock:
             if self._f is not None:
                 self._f.close()
                 self._f = None
+        self.sync()
 
 
 def parse_record(raw: bytes, required: Iterable[str]) -> tuple[dict | None, str | None]:
@@ -171,8 +186,10 @@ class RollingWriter:
     """
 
     def __init__(self, directory: str | Path, prefix: str, roll_interval_s: float = 1.0,
-                 roll_bytes: int = 64 << 20) -> None:
+                 roll_bytes: int = 64 << 20, publisher=None) -> None:
         self.dir = Path(directory)
+        self.publisher = publisher
+        """Given (an :class:`photon.S3Publisher`), each published file is uploaded and removed locally."""
         self.prefix = prefix
         self.roll_interval_s = roll_interval_s
         self.roll_bytes = roll_bytes
@@ -201,6 +218,8 @@ class RollingWriter:
                 continue
             os.replace(p, final)
             published.append(final)
+        if self.publisher is not None:      # closed files a crashed writer had not uploaded yet
+            self.publisher.publish_pending(self.dir, prefix=f"{self.prefix}-")
         return published
 
     def lines_written_since(self, since_us: int) -> list[bytes]:
@@ -208,6 +227,10 @@ class RollingWriter:
         µs): what an earlier run wrote since then, for a restarted writer that may be asked to write
         them again. Call after :meth:`recover_orphans`."""
         out: list[bytes] = []
+        if self.publisher is not None:
+            for o in self.publisher.objects():
+                if o.name.startswith(f"{self.prefix}-") and o.name.endswith(".jsonl") and int(o.version) >= since_us:
+                    out.extend(self.publisher.read(o.name).splitlines())
         if not self.dir.is_dir():
             return out
         for p in sorted(self.dir.glob(f"{self.prefix}-*.jsonl")):
@@ -246,6 +269,8 @@ class RollingWriter:
         with self._lock:
             if self._f is not None and time.monotonic() - self._opened_at >= self.roll_interval_s:
                 self._roll()
+            elif self.publisher is not None and self.publisher.statistics().pending_files:
+                self.publisher.publish_pending()
 
     def roll(self) -> None:
         with self._lock:
@@ -264,7 +289,10 @@ class RollingWriter:
 
     def _roll(self) -> None:
         self._f.close()
-        os.replace(self._path, self._path.with_name(self._path.name[: -len(INPROGRESS)]))
+        final = self._path.with_name(self._path.name[: -len(INPROGRESS)])
+        os.replace(self._path, final)
+        if self.publisher is not None:
+            self.publisher.publish(final)
         self.stats.files_rolled += 1
         self._f = None
         self._path = None

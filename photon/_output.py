@@ -142,3 +142,14 @@ def read_object_lines(url: str, s3: S3Config | None = None, client=None) -> list
         data = pub.read(o.name)
         lines += [x for x in data[: data.rfind(b"\n") + 1].split(b"\n") if x]
     return lines
+
+
+def output_publisher(config, region, kind: str) -> S3Publisher | None:
+    """The checked publisher of ``region``'s ``kind`` output (``joined``, ``unjoinable``, ``quarantine``)
+    when its output root is on S3, else None (local output is published by renaming). Raises
+    :class:`photon.SourceError` naming a misconfiguration."""
+    if not region.output_on_s3:
+        return None
+    publisher = S3Publisher(region.output_url(kind), config.s3)
+    publisher.check()
+    return publisher

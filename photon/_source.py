@@ -32,15 +32,16 @@ from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlparse
 
-from photon._config import S3Config
+from photon._config import ConfigError, S3Config
 
 INPROGRESS = ".inprogress"
 S3 = "s3"
 LOCAL = "file"
 
 
-class SourceError(RuntimeError):
-    """A misconfigured location (missing bucket, unreachable endpoint, no credentials, bad URL)."""
+class SourceError(ConfigError):
+    """A misconfigured location (missing bucket, unreachable endpoint, no credentials, bad URL): a
+    configuration error, found at start."""
 
 
 class ObjectGone(OSError):
@@ -474,3 +475,11 @@ def open_source(location: Location | str | os.PathLike, s3: S3Config | None = No
     if loc.is_s3:
         return S3Source(loc, s3, client)
     return LocalSource(loc)
+
+
+def stream_source(config, region, stream: str):
+    """The checked source of ``stream`` (``config.join.primary_stream`` or ``foreign_stream``) of
+    ``region`` (a :class:`photon.RegionConfig`): raises :class:`SourceError` naming a misconfiguration."""
+    source = open_source(region.stream_url(stream), config.s3)
+    source.check()
+    return source

@@ -22,7 +22,7 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import ConfigError, PhotonConfig, ProcessSpec, tls_env
+from photon import ConfigError, PhotonConfig, ProcessSpec, output_publisher, stream_source, tls_env
 from photon.app._regions import RegionControls
 from photon.app._supervisor import Supervisor
 
@@ -98,7 +98,12 @@ class Launcher:
         except with ``until_caught_up``, where catching up on nothing would hide a mistyped path."""
         missing = []
         for region in self.pipeline_regions():
+            if region.output_on_s3:
+                output_publisher(self.config, region, "joined")   # names a missing bucket, endpoint, credentials
             for key in ("primary_stream", "foreign_stream"):
+                if region.log_root.startswith("s3://"):
+                    stream_source(self.config, region, getattr(self.config.join, key))   # names what is wrong
+                    continue
                 folder = Path(region.log_root) / getattr(self.config.join, key)
                 if not folder.is_dir():
                     missing.append(f"region {region.name}: [join].{key} folder {folder} does not exist "

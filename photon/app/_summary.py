@@ -16,7 +16,7 @@ import orjson
 
 import dispatcher
 import joiner
-from photon import LatencyHistogram, PhotonConfig
+from photon import LatencyHistogram, PhotonConfig, read_object_lines
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
             "retry_queue", "in_flight")
@@ -68,7 +68,8 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         status = dispatcher.read_status(region.state_dir) or {}
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
         entry["quarantined"] = count_quarantined(region)
-        entry["joined_output_lines"] = count_output_lines(region.joined_dir)
+        entry["joined_output_lines"] = (len(read_object_lines(region.output_url("joined"), config.s3))
+                                        if region.output_on_s3 else count_output_lines(region.joined_dir))
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
         entry["duplicates_prevented"] = max(0, entry["duplicates_prevented"] - entry["lost_awaiting_recovery"])
         entry["wasted_joins"] = entry["already_joined"]
