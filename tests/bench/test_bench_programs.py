@@ -8,6 +8,9 @@ import subprocess
 import pytest
 
 BENCHES = {
+    "bench.dispatcher": (["--clicks", "3000", "--files", "6", "--objects", "200"],
+                         {"local_lines_per_s", "s3_lines_per_s", "incremental_poll_ms", "incremental_poll_requests",
+                          "full_list_ms", "catchup_clicks_per_s", "catchup_sent_to_joiners_fraction"}),
     "bench.pipeline": (["--clicks", "2000", "--rate", "200", "--seconds", "1"],
                        {"clicks_per_s", "queries_per_s", "join_p50_ms", "join_p90_ms", "join_p99_ms", "published_p50_ms",
                         "published_p90_ms", "steady_rate_clicks_per_s",
