@@ -30,8 +30,7 @@ from pathlib import Path
 import mmh3
 
 from bench._common import emit
-from photon import IdGenerator, Outcome, free_port, parse_config, wait_until
-from photon._source import S3Source
+from photon import IdGenerator, Outcome, S3Config, free_port, open_source, parse_config, wait_until
 
 
 class InstantJoiner:
@@ -144,9 +143,8 @@ def listing_cost(client, bucket: str, objects: int) -> dict:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"many/w0/c-{k:06d}.jsonl", Body=body),
                       range(objects)))
-    from photon import S3Config
-    source = S3Source(f"s3://{bucket}/many", S3Config(list_interval_s=0.0, full_list_interval_s=3600.0),
-                      client=client)
+    source = open_source(f"s3://{bucket}/many", S3Config(list_interval_s=0.0, full_list_interval_s=3600.0),
+                         client=client)
     t0 = time.perf_counter()
     view = source.scan()
     full_ms = (time.perf_counter() - t0) * 1000
