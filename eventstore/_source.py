@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Mapping
 
-from photon import LogChunk, LogTailer, Quarantine, open_source
+from photon import LogChunk, LogTailer, ObjectGone, Quarantine, open_source
 
 RANGE_READ_BYTES = 4 << 20
 
@@ -157,14 +157,12 @@ class SourceFiles:
 
     def read_at(self, rel: str, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of ``rel`` from ``offset``. FileNotFoundError if gone."""
-        from photon._source import ObjectGone
         try:
             return self.source.read(rel, offset, size)[0]
         except ObjectGone as e:
             raise FileNotFoundError(str(e)) from None
 
     def size(self, rel: str) -> int:
-        from photon._source import ObjectGone
         try:
             return self.source.read(rel, 0, 1)[1]
         except ObjectGone as e:

@@ -18,7 +18,7 @@ from photon._process import ProcessSpec, region_ports, remembered_ports
 from photon._service import bind_port, free_port, run_service
 from photon._logs import (LogChunk, Quarantine, RollingWriter, list_log_files, parse_record,
                           read_output_lines, wait_until, write_atomic)
-from photon._source import (Location, ObjectInfo, SourceError, SourceUnavailable, open_source,
+from photon._source import (Location, ObjectGone, ObjectInfo, SourceError, SourceUnavailable, open_source,
                             parse_location, stream_source)
 from photon._tail import LogTailer
 from photon._output import S3Publisher, output_publisher, read_object_lines
@@ -27,7 +27,7 @@ from photon._spark_io import read_stream_json, stream_lines, stream_objects
 __all__ = [
     "OUTCOMES", "Outcome", "scrape", "serve_metrics", "TlsFiles", "raft_password", "tls_env", "tls_files", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
-    "RegionConfig", "RegistryConfig", "SparkConfig", "S3Config", "InputConfig", "Location", "ObjectInfo", "SourceError",
+    "RegionConfig", "RegistryConfig", "SparkConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
     "read_stream_json", "stream_lines", "stream_objects", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
