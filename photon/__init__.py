@@ -14,12 +14,13 @@ from photon._outcomes import OUTCOMES, Outcome
 from photon._process import ProcessSpec, remembered_ports
 from photon._service import bind_port, free_port, run_service
 from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_log_files, parse_record,
-                          read_output_lines, wait_until, write_atomic)
+                          wait_until, write_atomic)
+from photon._output import OutputSnapshot, OutputTailer, output_snapshot, read_output_lines
 
 __all__ = [
     "OUTCOMES", "Outcome", "ProcessSpec", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
-    "parse_event_id", "parse_record", "read_output_lines", "run_service", "wait_until", "write_atomic",
+    "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
 ]
