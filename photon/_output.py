@@ -116,6 +116,25 @@ def compacted_lines(root: Path, rel_dir: str) -> list[bytes]:
     return lines
 
 
+def count_output_lines(directory: str | Path) -> int:
+    """How many lines :func:`read_output_lines` would return, without holding them."""
+    snap = output_snapshot(directory)
+    total = 0
+    if snap.compacted:
+        import pyarrow.parquet as pq
+        for rel_dir in snap.compacted.values():
+            total += sum(pq.ParquetFile(p).metadata.num_rows for p in (snap.root / rel_dir).rglob("*.parquet"))
+    for rel in snap.published:
+        try:
+            with open(snap.root / rel, "rb") as f:
+                total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        except FileNotFoundError:
+            continue
+    for rel in snap.open:
+        total += snap.read_open(rel).count(b"\n")
+    return total
+
+
 def _whole_lines(data: bytes) -> list[bytes]:
     return [line for line in data[: data.rfind(b"\n") + 1].split(b"\n") if line]
 

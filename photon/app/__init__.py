@@ -4,6 +4,8 @@
   knows when the run caught up); :class:`Supervisor` starts, restarts and stops processes;
 * :func:`build_summary` / :func:`format_summary`: the run summary;
 * :func:`spark_session`, :func:`spark_error`, :func:`progress`: the Spark set-up every batch job shares;
+* :func:`joined_dataframe` (the joined output of a set of regions as a Spark DataFrame, following the output
+  contract), :func:`register_tables` (every table of ``photon sql``), :func:`compact` (``photon compact``);
 * :func:`generate` / :class:`GenOptions`: the workload generator (``photon gen``, the demo, the benchmarks);
 * :mod:`photon.app.cli`: the ``photon`` command line (``python -m photon.app.cli``).
 
@@ -13,8 +15,11 @@ from photon.app._gen import GenOptions, GenSummary, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file, plan_region
 from photon.app._spark import Progress, progress, spark_error, spark_session
 from photon.app._summary import build_summary, format_summary
+from photon.app._tables import joined_dataframe, register_tables, unjoinable_dataframe
+from photon.app._compact import CompactionStatistics, compact
 from photon.app._supervisor import Supervisor
 
-__all__ = ["AlreadyRunning", "GenOptions", "GenSummary", "Launcher", "Progress", "RunOptions", "Supervisor", "build_summary",
+__all__ = ["CompactionStatistics", "compact", "joined_dataframe", "register_tables", "unjoinable_dataframe",
+           "AlreadyRunning", "GenOptions", "GenSummary", "Launcher", "Progress", "RunOptions", "Supervisor", "build_summary",
            "format_summary", "generate", "launcher_state_file", "plan_region", "progress", "spark_error",
            "spark_session"]

@@ -8,6 +8,7 @@ import orjson
 
 import dispatcher
 from photon import PhotonConfig
+from photon._output import count_output_lines as _count_output_lines
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
             "retry_queue", "in_flight")
@@ -29,11 +30,8 @@ def count_quarantined(region) -> int:
 
 
 def count_output_lines(directory: Path) -> int:
-    total = 0
-    for path in Path(directory).rglob("*.jsonl"):
-        with open(path, "rb") as f:
-            total += sum(1 for _ in f)
-    return total
+    """Committed lines of an output folder (published, open and compacted; see the output contract)."""
+    return _count_output_lines(directory)
 
 
 def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
