@@ -84,6 +84,8 @@ def _cmd_demo(args) -> int:
     truth = set((out / "truth" / "joinable.txt").read_text().split())
     print(f"photon demo: {len(joined & truth)}/{len(truth)} joinable clicks in the output, "
           f"{dups} duplicates, {len(joined - truth)} unexpected")
+    if not args.no_sql:
+        _demo_query(config)
     if args.json:
         summary["demo"] = {"joinable": len(truth), "joined": len(joined & truth), "duplicates": dups,
                            "unexpected": len(joined - truth)}
@@ -111,6 +113,22 @@ def _cmd_compact(args) -> int:
           f"({st.jsonl_files_swapped} JSONL files swapped out, {st.jsonl_files_deleted} deleted) in "
           f"{time.monotonic() - t0:.1f} s", flush=True)
     return 0
+
+
+DEMO_QUERY = ("SELECT query.advertiser_id AS advertiser, count(*) AS clicks, "
+              "round(sum(cost_micros) / 1e6, 2) AS spend, count(DISTINCT region) AS regions "
+              "FROM joined GROUP BY query.advertiser_id ORDER BY spend DESC LIMIT 10")
+
+
+def _demo_query(config) -> None:
+    """The demo's last step: Spark SQL over the joined output of both regions, as `photon sql` runs it."""
+    from photon.app._spark import spark_error, spark_session
+    from photon.app._sql import run_query
+    print(f'photon demo: photon sql --config {config.path} "{DEMO_QUERY}"', flush=True)
+    try:
+        print(run_query(config, spark_session(config, "photon-demo"), DEMO_QUERY), end="", flush=True)
+    except Exception as e:
+        print(f"photon demo: the query failed: {spark_error(e)}", file=sys.stderr, flush=True)
 
 
 def _cmd_status(args) -> int:
@@ -174,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--queries", type=int, default=100_000)
     d.add_argument("--timeout", type=float, default=600)
     d.add_argument("--json", action="store_true")
+    d.add_argument("--no-sql", action="store_true", help="skip the closing Spark SQL query")
     d.set_defaults(fn=_cmd_demo)
 
     q = sub.add_parser("sql", help="Spark SQL over the joined output, the input streams, unjoinable and "
