@@ -140,8 +140,7 @@ def latency_part(rates: list[int], seconds: float) -> dict:
 
 
 def history_part(rows: int, files: int) -> dict:
-    from photon.app import compact, spark_session
-    from photon.app._sql import run_query
+    from photon.app import compact, run_query, spark_session
 
     root = Path(tempfile.mkdtemp(prefix="photon-bench-sqlhist-"))
     config = parse_config({"regions": [{"name": "a", "log_root": str(root / "logs"), "output_root": str(root / "out"),

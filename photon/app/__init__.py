@@ -17,9 +17,11 @@ from photon.app._spark import Progress, progress, spark_error, spark_session
 from photon.app._summary import build_summary, format_summary
 from photon.app._tables import joined_dataframe, register_tables, unjoinable_dataframe
 from photon.app._compact import CompactionStatistics, compact
+from photon.app._sql import run_query, sql_command
 from photon.app._supervisor import Supervisor
 
-__all__ = ["CompactionStatistics", "compact", "joined_dataframe", "register_tables", "unjoinable_dataframe",
+__all__ = ["CompactionStatistics", "compact", "joined_dataframe", "register_tables", "run_query", "sql_command",
+           "unjoinable_dataframe",
            "AlreadyRunning", "GenOptions", "GenSummary", "Launcher", "Progress", "RunOptions", "Supervisor", "build_summary",
            "format_summary", "generate", "launcher_state_file", "plan_region", "progress", "spark_error",
            "spark_session"]

@@ -110,7 +110,7 @@ def test_formats_errors_and_the_prompt(spark, tmp_path, capsys):
 
 
 def test_compaction_swaps_closed_partitions_while_counts_never_change(spark, tmp_path):
-    config = make_config(tmp_path, regions=("a",), compact={"close_after_s": 0, "keep_jsonl_s": 0})
+    config = make_config(tmp_path, regions=("a",), compact={"close_after_s": 0, "keep_jsonl_s": 3600})
     region = config.regions[0]
     lines = []
     for h in range(3):
@@ -136,7 +136,7 @@ def test_compaction_swaps_closed_partitions_while_counts_never_change(spark, tmp
     t = threading.Thread(target=count_loop)
     t.start()
     try:
-        first = compact(config, spark=spark)          # swaps in 3 partitions; keep_jsonl_s = 0 deletes too
+        first = compact(config, spark=spark)          # swaps in 3 partitions, keeps their JSONL for readers
     finally:
         while len(counts) < 3 and not errors and t.is_alive():
             stop.wait(0.05)
@@ -145,7 +145,11 @@ def test_compaction_swaps_closed_partitions_while_counts_never_change(spark, tmp
     assert not errors, errors
     assert first.partitions_compacted == 3 and first.lines_compacted == 300 and first.jsonl_files_swapped == 6
     assert counts and set(counts) == {expected}, Counter(counts)
-    assert not list(region.joined_dir.glob("date=2024-05-01/hour=*/*.jsonl"))        # deleted after the swap
+    assert len(list(region.joined_dir.glob("date=2024-05-01/hour=*/*.jsonl"))) == 6   # kept keep_jsonl_s
+    assert joined_dataframe(config, spark=spark).count() == expected
+    later = make_config(tmp_path, regions=("a",), compact={"close_after_s": 0, "keep_jsonl_s": 0})
+    assert compact(later, spark=spark).jsonl_files_deleted == 6          # their time is up: deleted
+    assert not list(region.joined_dir.glob("date=2024-05-01/hour=*/*.jsonl"))
     assert sorted(read_output_lines(region.joined_dir)) == sorted(lines)            # every byte still there
     assert joined_dataframe(config, spark=spark).count() == expected
     [row] = query(config, spark, "SELECT count(*) AS n, count(DISTINCT click_id) AS d, "

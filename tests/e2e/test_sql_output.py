@@ -11,8 +11,7 @@ import orjson
 import pytest
 
 from photon import format_event_id, wait_until
-from photon.app import GenOptions, generate
-from photon.app._sql import run_query
+from photon.app import GenOptions, generate, run_query
 
 
 def count(config, spark, where: str = "") -> dict:
