@@ -57,9 +57,6 @@ class OutputSnapshot:
                 continue
         return b""
 
-    def partition_of_file(self, rel: str) -> str:
-        return rel.rsplit("/", 1)[0] if "/" in rel else ""
-
 
 def read_json(path: Path) -> dict:
     try:

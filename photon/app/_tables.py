@@ -50,13 +50,12 @@ def primary_schema(config: PhotonConfig, spark):
 
 def joined_schema(config: PhotonConfig, spark):
     """The schema of one joined line: foreign fields, the nested primary, ``_photon``."""
-    from pyspark.sql.types import StructField
+    from pyspark.sql.types import StructField, StructType
 
     schema = foreign_schema(config, spark)
     fields = [f for f in schema.fields if f.name not in (config.join.nest_primary_as, "_photon")]
     fields.append(StructField(config.join.nest_primary_as, primary_schema(config, spark)))
     fields.append(StructField("_photon", _ddl(spark, PHOTON_DDL)))
-    from pyspark.sql.types import StructType
     return StructType(fields)
 
 
