@@ -158,3 +158,27 @@ def test_compaction_swaps_closed_partitions_while_counts_never_change(spark, tmp
     assert compact(config, spark=spark).partitions_compacted == 0             # nothing closed is left
     w.close()
     assert partition_of(0) == "date=1970-01-01/hour=00"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_photon_run_compact_runs_photon_compact_as_a_child_process(tmp_path):
+    import os
+    from photon import load_config, wait_until
+    from photon.app._compact import PeriodicCompaction
+    (tmp_path / "photon.toml").write_text(
+        '[compact]\nclose_after_s = 0.0\nevery_s = 0.1\n[spark]\nmaster = "local[1]"\ndriver_memory = "512m"\n'
+        '[[regions]]\nname = "a"\nlog_root = "logs"\noutput_root = "out"\nstate_dir = "state"\n')
+    config = load_config(tmp_path / "photon.toml")
+    write_history(config.regions[0].joined_dir, "date=2024-05-01/hour=03", "a-j0-1-000001.jsonl",
+                  [joined_line("a", n) for n in range(10)])
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    log = tmp_path / "state" / "logs" / "compact.log"
+    periodic = PeriodicCompaction(config, env, log.parent, echo=print)
+    try:
+        wait_until(lambda: periodic.poll() or (log.exists() and "photon compact:" in log.read_text()), 200,
+                   interval=0.2, message="one compaction run finished")
+    finally:
+        periodic.stop()
+    assert "photon compact: 1 partition(s), 10 lines as Parquet" in log.read_text()
+    assert sorted(read_output_lines(config.regions[0].joined_dir)) == sorted(joined_line("a", n) for n in range(10))
