@@ -53,7 +53,8 @@ class JoinerServer:
         self._clock = clock
         self._stop_patience_s = stop_patience_s
         self._stop = threading.Event()
-        period = min(writer.roll_interval_s / 10, 0.1)  # a file is published <= 1.1 intervals old
+        # often enough that the commit record is published <= ~1.2 commit intervals after a write
+        period = min(writer.roll_interval_s / 10, writer.commit_interval_s / 5, 0.1)
         self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
                                         daemon=True)
         self._roller.start()
@@ -109,7 +110,8 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     or an object with ``lookup(ids)`` (e.g. :class:`eventstore.InMemoryEventStore`); ``logstore`` the logs
     stores' addresses, asked for what the cache servers missed (see :class:`eventstore.EventStoreChain`); ``registry`` is registry endpoints (a list, a comma-separated
     string, or ``memory://``) or an object with ``commit(ids, token)``. Clients made here are closed by
-    :meth:`JoinerServer.stop`. Output goes to ``<output_root>/joined/<name>-*.jsonl``; in-progress files a
+    :meth:`JoinerServer.stop`. Output goes to ``<output_root>/joined/date=D/hour=H/<name>-*.jsonl`` (README
+    "Output contract"); in-progress files a
     killed predecessor of the same name left are published first, so only one process per name may run.
     Statistics also go to ``<state_dir>/joiners/<name>.json``. Raises ConfigError (bad name, region or
     adapter) or OSError (port not free).
@@ -126,7 +128,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     bound = bind_port(server, host, port, f"joiner {name}", server_credentials())
     store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
     writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
-                           roll_bytes=int(jc.roll_mb * (1 << 20)),
+                           roll_bytes=int(jc.roll_mb * (1 << 20)), commit_interval_s=jc.commit_interval_ms / 1000,
                            publisher=output_publisher(config, reg, "joined"))
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,

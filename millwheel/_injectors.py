@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from photon import LogTailer, Quarantine, id_timestamp_us, parse_record
+from photon import LogTailer, OutputTailer, Quarantine, id_timestamp_us, parse_record
 
 from millwheel._watermarks import END_OF_TIME, NO_WATERMARK
 
@@ -101,14 +101,17 @@ class FileInjector(Injector):
         self._pos: dict[str, int] = {}
         self._first_seen: dict[str, int] = {}
         self._estimate = NO_WATERMARK
-        self._tailer = LogTailer(self.root, read_bytes=read_bytes)
+        self._tailer = self._make_tailer({})
+
+    def _make_tailer(self, offsets: dict):
+        return LogTailer(self.root, offsets, read_bytes=self.read_bytes)
 
     def restore(self, position: Any) -> None:
         position = position or {}
         self._pos = dict(position.get("offsets", {}))
         self._first_seen = dict(position.get("first_seen", {}))
         self._estimate = int(position.get("estimate", NO_WATERMARK))
-        self._tailer = LogTailer(self.root, self._pos, read_bytes=self.read_bytes)
+        self._tailer = self._make_tailer(self._pos)
         self._buffer = []
         self._good = 0
         self._read_all = False
@@ -195,9 +198,21 @@ def joined_root(path: str | Path) -> Path:
 
 
 class JoinedInjector(FileInjector):
-    """Photon's joined output (whole ``*.jsonl`` files under ``<output_root>/joined``): one record per
-    joined click, keyed by ``click_id``, at the click id's timestamp; the value is the joined event."""
+    """Photon's joined output under ``<output_root>/joined``, read the way the output contract says (README
+    "Output contract"): a joined line is read once its joiner's commit record covers it (within about
+    ``[joiner].commit_interval_ms`` of its write), not only when its file is published a minute later. One
+    record per joined click, keyed by ``click_id``, at the click id's timestamp; the value is the joined
+    event. Positions are byte offsets per published file name (an open file and its published self are one
+    file), so a restart resumes exactly where the last committed poll ended.
+
+    Unfinished files for the watermark estimate are the files still open (named by a commit record)."""
 
     def __init__(self, path: str | Path, **kw) -> None:
         super().__init__(joined_root(path), key=lambda e: e["click_id"],
                          timestamp_us=lambda e: id_timestamp_us(e["click_id"]), required=("click_id",), **kw)
+
+    def _make_tailer(self, offsets: dict):
+        return OutputTailer(self.root, offsets, read_bytes=self.read_bytes)
+
+    def _unfinished(self, now_us: int) -> set[str]:
+        return set(self._tailer.open_files)

@@ -235,8 +235,13 @@ class JoinerConfig:
                                      "catching up: a primary it does not hold may still come, so the click "
                                      "is answered THROTTLED (retried, never given up) instead of NOT_FOUND",
                                 check=_positive)
-    roll_interval_s: float = opt(1.0, "roll (publish) an output file at least this often", check=_positive)
+    roll_interval_s: float = opt(60.0, "roll (publish) an output file at least this often (readers following "
+                                       "the output contract see its lines much sooner: commit_interval_ms)",
+                                 check=_positive)
     roll_mb: float = opt(64.0, "roll an output file once it reaches this size", check=_positive)
+    commit_interval_ms: float = opt(50.0, "publish the output commit record (how far each open file is "
+                                          "committed) at most this often while lines are written",
+                                    check=_positive)
     host: str = opt("127.0.0.1", "address joiners bind to")
     writer_probe_s: float = opt(1.0, "after an output write failed (disk full), how often the joiner tries a "
                                      "probe write; until one succeeds it answers THROTTLED without committing",
@@ -290,6 +295,27 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class SqlConfig:
+    """``[sql]``: the tables of ``photon sql`` (and the DataFrames of :func:`photon.app.joined_dataframe`)."""
+    foreign_schema: str = opt("", "Spark DDL of the foreign event's fields, e.g. \"click_id STRING, cost_micros "
+                                  "BIGINT\" (default: its id and reference fields as STRING); fields not named "
+                                  "are not columns, a value of the wrong type reads as NULL")
+    primary_schema: str = opt("", "Spark DDL of the primary event's fields (default: its id field as STRING)")
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    """``[compact]``: ``photon compact`` (closed output partitions rewritten as Parquet)."""
+    close_after_s: float = opt(300.0, "a partition (one UTC hour) is closed this long after its hour ended, "
+                                      "once no file in it is still open", check=_non_negative)
+    keep_jsonl_s: float = opt(3600.0, "a compacted partition's JSONL files are deleted this long after the "
+                                      "swap (readers that listed them before the swap may still read them)",
+                              check=_non_negative)
+    sort_by: list = opt([], "columns each compacted partition is sorted by (default: the foreign id field)")
+    every_s: float = opt(600.0, "with `photon run --compact`: how often compaction runs", check=_positive)
+
+
+@dataclass(frozen=True)
 class PhotonConfig:
     join: JoinConfig = field(default_factory=JoinConfig)
     regions: list = field(default_factory=list)
@@ -301,6 +327,8 @@ class PhotonConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     s3: S3Config = field(default_factory=S3Config)
     input: InputConfig = field(default_factory=InputConfig)
+    sql: SqlConfig = field(default_factory=SqlConfig)
+    compact: CompactConfig = field(default_factory=CompactConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -323,7 +351,7 @@ class PhotonConfig:
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
              "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
-             "tls": TlsConfig, "s3": S3Config, "input": InputConfig}
+             "tls": TlsConfig, "s3": S3Config, "input": InputConfig, "sql": SqlConfig, "compact": CompactConfig}
 _PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file"}
 
 

@@ -7,6 +7,8 @@ line and never skips an unconsumed one.
 """
 from __future__ import annotations
 
+import fnmatch
+import logging
 import os
 import threading
 import time
@@ -17,6 +19,8 @@ from typing import Iterable, Mapping
 import orjson
 
 INPROGRESS = ".inprogress"
+
+log = logging.getLogger("photon.logs")
 
 
 @dataclass(slots=True)
@@ -173,46 +177,100 @@ class RollingWriterStatistics:
     files_rolled: int = 0
     lines_written: int = 0
     bytes_written: int = 0
+    commit_records_written: int = 0
+    commit_record_errors: int = 0
+
+
+COMMITS_DIR = "_committed"
+"""Folder (under an output folder) of the writers' commit records: ``<prefix>.json`` each."""
+
+
+def partition_of(time_us: int) -> str:
+    """The output partition of a file opened at ``time_us`` (UTC): ``date=YYYY-MM-DD/hour=HH``."""
+    return time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(time_us // 1_000_000))
+
+
+def inprogress_name(published_name: str) -> str:
+    """The hidden name a file has while it is written: ``.<name>.inprogress``."""
+    return f".{published_name}{INPROGRESS}"
+
+
+def published_name(name: str) -> str:
+    """The published name of an in-progress file (inverse of :func:`inprogress_name`; the older flat
+    ``<name>.inprogress`` form is understood too)."""
+    name = name[: -len(INPROGRESS)] if name.endswith(INPROGRESS) else name
+    return name[1:] if name.startswith(".") else name
+
+
+def _visible_files(root: Path, pattern: str) -> list[Path]:
+    """Files matching ``pattern`` below ``root`` whose path has no part starting with ``_`` or ``.`` (what a
+    folder-listing reader such as Spark sees)."""
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
+        out += [Path(dirpath) / f for f in fnmatch.filter(filenames, pattern) if not f.startswith(("_", "."))]
+    return sorted(out)
 
 
 class RollingWriter:
-    """Appends lines to ``<dir>/<prefix>-<start_us>-<seq>.jsonl.inprogress`` and publishes each file by
-    renaming it to ``.jsonl`` when rolled (every ``roll_interval_s`` once non-empty, or at ``roll_bytes``),
-    so readers only ever see whole files.
+    """Writes Photon's output files following the output contract (README "Output contract").
+
+    Lines are appended to the hidden file ``<dir>/date=YYYY-MM-DD/hour=HH/.<prefix>-<start_us>-<seq>.jsonl
+    .inprogress`` (the partition is the UTC hour in which the file was opened, i.e. join time; a file never
+    spans two hours). It is published by renaming it to ``<prefix>-<start_us>-<seq>.jsonl`` in the same
+    folder when rolled: every ``roll_interval_s`` once non-empty, at ``roll_bytes``, when the hour ends, and
+    on :meth:`roll` / :meth:`close`. Published files never change again.
+
+    Commit record: ``<dir>/_committed/<prefix>.json``, replaced atomically, ``{"writer": prefix, "at_us": t,
+    "open": {"<partition>/<published name>": committed_bytes}}``: the first ``committed_bytes`` of each open
+    file are whole lines a reader may count. It is rewritten after a write at most every
+    ``commit_interval_s`` (a write sooner than that leaves it to :meth:`flush_commits`, which
+    :meth:`maybe_roll` calls: call it every ~10-20 ms) and after a roll.
 
     ``write_lines`` flushes to the OS before returning: a process crash after it returns loses nothing
     (a machine crash may; the pipeline's verification job covers that window). :meth:`recover_orphans`
     publishes the in-progress files a crashed writer with the same prefix left, cutting a torn last line.
     """
 
-    def __init__(self, directory: str | Path, prefix: str, roll_interval_s: float = 1.0,
-                 roll_bytes: int = 64 << 20, publisher=None) -> None:
+    def __init__(self, directory: str | Path, prefix: str, roll_interval_s: float = 60.0,
+                 roll_bytes: int = 64 << 20, commit_interval_s: float = 0.05, publisher=None) -> None:
         self.dir = Path(directory)
         self.publisher = publisher
-        """Given (an :class:`photon.S3Publisher`), each published file is uploaded and removed locally."""
+        """Given (an :class:`photon.S3Publisher`), each published file is uploaded as
+        ``<partition>/<name>`` and removed locally."""
         self.prefix = prefix
         self.roll_interval_s = roll_interval_s
         self.roll_bytes = roll_bytes
+        self.commit_interval_s = commit_interval_s
+        self.commit_path = self.dir / COMMITS_DIR / f"{prefix}.json"
         self.stats = RollingWriterStatistics()
         self._start_us = time.time_ns() // 1000
         self._seq = 0
         self._f = None
         self._path: Path | None = None
+        self._logical = ""          # "<partition>/<published name>" of the open file
+        self._partition = ""
         self._opened_at = 0.0
         self._size = 0
+        self._dirty = False
+        self._last_commit = float("-inf")
         self._lock = threading.Lock()
 
     def recover_orphans(self) -> list[Path]:
+        """Publish the in-progress files of this prefix a crashed writer left (torn last line cut, empty
+        ones removed) and reset this prefix's commit record. Call once, before writing."""
         published = []
         if not self.dir.is_dir():
             return published
-        for p in sorted(self.dir.glob(f"{self.prefix}-*{INPROGRESS}")):
+        orphans = [*self.dir.rglob(inprogress_name(f"{self.prefix}-*.jsonl")),
+                   *self.dir.glob(f"{self.prefix}-*.jsonl{INPROGRESS}")]       # the older flat layout
+        for p in sorted(set(orphans)):
             data = p.read_bytes()
             cut = data.rfind(b"\n") + 1
             if cut < len(data):
                 with open(p, "r+b") as f:
                     f.truncate(cut)
-            final = p.with_name(p.name[: -len(INPROGRESS)])
+            final = p.with_name(published_name(p.name))
             if cut == 0:
                 p.unlink()
                 continue
@@ -220,6 +278,8 @@ class RollingWriter:
             published.append(final)
         if self.publisher is not None:      # closed files a crashed writer had not uploaded yet
             self.publisher.publish_pending(self.dir, prefix=f"{self.prefix}-")
+        with self._lock:
+            self._write_commit_record()
         return published
 
     def lines_written_since(self, since_us: int) -> list[bytes]:
@@ -229,11 +289,12 @@ class RollingWriter:
         out: list[bytes] = []
         if self.publisher is not None:
             for o in self.publisher.objects():
-                if o.name.startswith(f"{self.prefix}-") and o.name.endswith(".jsonl") and int(o.version) >= since_us:
+                base = o.name.rsplit("/", 1)[-1]
+                if base.startswith(f"{self.prefix}-") and base.endswith(".jsonl") and int(o.version) >= since_us:
                     out.extend(self.publisher.read(o.name).splitlines())
         if not self.dir.is_dir():
             return out
-        for p in sorted(self.dir.glob(f"{self.prefix}-*.jsonl")):
+        for p in _visible_files(self.dir, f"{self.prefix}-*.jsonl"):
             try:
                 if p.stat().st_mtime_ns // 1000 >= since_us:
                     out.extend(p.read_bytes().splitlines())
@@ -249,6 +310,8 @@ class RollingWriter:
             return
         data = b"\n".join(lines) + b"\n"
         with self._lock:
+            if self._f is not None and partition_of(time.time_ns() // 1000) != self._partition:
+                self._roll()                 # the hour ended: a file never spans two partitions
             if self._f is None:
                 self._open()
             try:
@@ -259,43 +322,80 @@ class RollingWriter:
                 os.ftruncate(self._f.fileno(), self._size)
                 raise
             self._size += len(data)
+            self._dirty = True
             self.stats.lines_written += len(lines)
             self.stats.bytes_written += len(data)
             if self._size >= self.roll_bytes:
                 self._roll()
+            elif time.monotonic() - self._last_commit >= self.commit_interval_s:
+                self._write_commit_record()
 
     def maybe_roll(self) -> None:
-        """Roll if the current file is older than the roll interval; call this periodically."""
+        """Roll if the current file is older than the roll interval or its hour ended, and publish the
+        commit record if it is due; call this periodically (every ~10-20 ms for fresh readers)."""
         with self._lock:
-            if self._f is not None and time.monotonic() - self._opened_at >= self.roll_interval_s:
+            if self._f is not None and (time.monotonic() - self._opened_at >= self.roll_interval_s
+                                        or partition_of(time.time_ns() // 1000) != self._partition):
                 self._roll()
             elif self.publisher is not None and self.publisher.statistics().pending_files:
                 self.publisher.publish_pending()
+            if self._dirty and time.monotonic() - self._last_commit >= self.commit_interval_s:
+                self._write_commit_record()
+
+    def flush_commits(self) -> None:
+        """Publish the commit record now if lines were written since it was last published."""
+        with self._lock:
+            if self._dirty:
+                self._write_commit_record()
 
     def roll(self) -> None:
         with self._lock:
             if self._f is not None:
                 self._roll()
+            if self._dirty:
+                self._write_commit_record()
 
     close = roll
 
     def _open(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        now_us = time.time_ns() // 1000
+        self._partition = partition_of(now_us)
+        folder = self.dir / self._partition
+        folder.mkdir(parents=True, exist_ok=True)
         self._seq += 1
-        self._path = self.dir / f"{self.prefix}-{self._start_us}-{self._seq:06d}.jsonl{INPROGRESS}"
+        name = f"{self.prefix}-{self._start_us}-{self._seq:06d}.jsonl"
+        self._logical = f"{self._partition}/{name}"
+        self._path = folder / inprogress_name(name)
         self._f = open(self._path, "ab", buffering=0)   # unbuffered: a failed write leaves nothing queued
         self._opened_at = time.monotonic()
         self._size = 0
 
     def _roll(self) -> None:
         self._f.close()
-        final = self._path.with_name(self._path.name[: -len(INPROGRESS)])
+        final = self._path.with_name(published_name(self._path.name))
         os.replace(self._path, final)
         if self.publisher is not None:
-            self.publisher.publish(final)
+            self.publisher.publish(final, f"{self._partition}/{final.name}")
         self.stats.files_rolled += 1
         self._f = None
         self._path = None
+        self._dirty = True          # the record still names the file: readers then look for it published
+
+    def _write_commit_record(self) -> None:
+        """Replace the commit record (caller holds the lock). A failure (e.g. a full disk) is counted and
+        logged; the lines stay written and the record is retried on the next call."""
+        record = {"writer": self.prefix, "at_us": time.time_ns() // 1000,
+                  "open": {self._logical: self._size} if self._f is not None else {}}
+        try:
+            self.commit_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.commit_path, orjson.dumps(record))
+        except OSError as e:
+            self.stats.commit_record_errors += 1
+            log.warning("output %s: publishing the commit record %s failed: %s", self.prefix, self.commit_path, e)
+            return
+        self.stats.commit_records_written += 1
+        self._dirty = False
+        self._last_commit = time.monotonic()
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.02, message: str = "condition") -> None:
@@ -307,23 +407,3 @@ def wait_until(predicate, timeout: float, interval: float = 0.02, message: str =
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
-
-
-def read_output_lines(directory: str | Path, include_inprogress: bool = False) -> list[bytes]:
-    """Every complete line of the rolled output files below ``directory`` (with ``include_inprogress``,
-    of the files still being written too). A file published (renamed) while it is read is read once,
-    under whichever name it has by then."""
-    files: dict[Path, Path] = {}
-    for p in sorted(Path(directory).rglob("*.jsonl*")):
-        if p.name.endswith(".jsonl"):
-            files[p] = p
-        elif include_inprogress and p.name.endswith(".jsonl" + INPROGRESS):
-            files.setdefault(p.with_name(p.name[: -len(INPROGRESS)]), p)
-    lines: list[bytes] = []
-    for final, p in sorted(files.items()):
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:          # published meanwhile
-            data = final.read_bytes()
-        lines += [line for line in data[: data.rfind(b"\n") + 1].split(b"\n") if line]
-    return lines

@@ -5,6 +5,8 @@
 * :func:`build_summary` / :func:`format_summary`: the run summary;
 * :func:`spark_session`, :func:`spark_error`, :func:`progress`: the Spark set-up every batch job shares;
 * :func:`build_map`: ``photon eventstore build-map`` (the log-file map, built by Spark);
+* :func:`joined_dataframe` (the joined output of a set of regions as a Spark DataFrame, following the output
+  contract), :func:`register_tables` (every table of ``photon sql``), :func:`compact` (``photon compact``);
 * :func:`generate` / :class:`GenOptions`: the workload generator (``photon gen``, the demo, the benchmarks);
 * :func:`region_down` / :func:`region_up`: take a region down (SIGKILL with ``hard``) and bring it back
   during a run (``photon region down|up``);
@@ -19,9 +21,14 @@ from photon.app._certs import make_certs
 from photon.app._regions import RegionControlError, region_down, region_up
 from photon.app._spark import Progress, progress, spark_error, spark_session
 from photon.app._summary import build_summary, format_summary
+from photon.app._tables import joined_dataframe, register_tables, unjoinable_dataframe
+from photon.app._compact import CompactionStatistics, compact
+from photon.app._sql import run_query, sql_command
 from photon.app._supervisor import Supervisor
 
-__all__ = ["AlreadyRunning", "BuildMapResult", "GenOptions", "GenSummary", "Launcher", "Progress", "RegionControlError",
-           "RunOptions", "Supervisor", "build_map", "build_summary", "format_summary", "generate",
-           "launcher_state_file", "make_certs", "plan_region", "progress", "region_down", "region_up", "spark_error",
+__all__ = ["AlreadyRunning", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
+           "Progress", "RegionControlError", "RunOptions", "Supervisor", "build_map", "build_summary", "compact",
+           "format_summary", "generate", "joined_dataframe", "launcher_state_file", "make_certs", "plan_region",
+           "progress", "region_down", "region_up", "register_tables", "run_query", "spark_error", "sql_command",
+           "unjoinable_dataframe",
            "spark_session"]

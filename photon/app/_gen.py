@@ -170,6 +170,10 @@ def render_config(out: Path, regions, unjoinable_after_s: float) -> str:
         'nest_primary_as = "query"',
         f"unjoinable_after_s = {unjoinable_after_s}",
         "",
+        "[sql]",
+        'foreign_schema = "click_id STRING, query_id STRING, ad_id STRING, cost_micros BIGINT"',
+        'primary_schema = "query_id STRING, advertiser_id STRING, country STRING, text STRING"',
+        "",
     ]
     for r in regions:
         parts += ["[[regions]]", f'name = "{r}"', f'log_root = "logs/{r}"', f'output_root = "out/{r}"',

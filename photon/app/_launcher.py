@@ -53,6 +53,7 @@ class RunOptions:
     regions: list | None = None          # run only these regions' services (default: all)
     progress_every_s: float = 5.0
     stop_requested: list = field(default_factory=list)
+    compact: bool = False                # also run `photon compact` every [compact].every_s
 
 
 class Launcher:
@@ -131,10 +132,17 @@ class Launcher:
         last_plan = last_progress = time.monotonic()
         code = EXIT_OK
         watch = CatchUpWatch(self.config, self.options.regions)
+        compaction = None
+        if self.options.compact:
+            from photon.app._compact import PeriodicCompaction
+            compaction = PeriodicCompaction(self.config, self._child_env(),
+                                            Path(self.config.regions[0].state_dir) / "logs", self.echo)
         try:
             while not self.options.stop_requested:
                 controls.apply(self.supervisor)
                 self.supervisor.poll()
+                if compaction is not None:
+                    compaction.poll()
                 if time.monotonic() - last_plan >= 1.0:
                     self.supervisor.ensure(self.specs())
                     last_plan = time.monotonic()
@@ -152,6 +160,8 @@ class Launcher:
             else:
                 code = EXIT_INTERRUPTED if self.options.stop_requested[0] == signal.SIGINT else EXIT_OK
         finally:
+            if compaction is not None:
+                compaction.stop()
             self.echo("stopping (dispatchers, then joiners rolling their output, then event stores and registry)")
             self.supervisor.stop()
         return code

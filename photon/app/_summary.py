@@ -17,6 +17,7 @@ import orjson
 import dispatcher
 import joiner
 from photon import LatencyHistogram, PhotonConfig, read_object_lines
+from photon._output import count_output_lines as _count_output_lines
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
             "retry_queue", "in_flight")
@@ -38,11 +39,8 @@ def count_quarantined(region) -> int:
 
 
 def count_output_lines(directory: Path) -> int:
-    total = 0
-    for path in Path(directory).rglob("*.jsonl"):
-        with open(path, "rb") as f:
-            total += sum(1 for _ in f)
-    return total
+    """Committed lines of an output folder (published, open and compacted; see the output contract)."""
+    return _count_output_lines(directory)
 
 
 def lost_ids(region, since_us: int = 0) -> set[str]:

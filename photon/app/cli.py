@@ -1,4 +1,5 @@
-"""The ``photon`` command line: gen, run, demo, status, config, registry, eventstore.
+"""The ``photon`` command line: gen, run, demo, sql, compact, status, config, registry, region, certs,
+eventstore.
 
 It lives in the launcher layer (:mod:`photon.app`), above every room, and imports them directly."""
 from __future__ import annotations
@@ -43,8 +44,9 @@ def _cmd_gen(args) -> int:
     return 0
 
 
-def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None) -> tuple[int, dict]:
-    opts = RunOptions(until_caught_up=until_caught_up, timeout_s=timeout_s, regions=regions)
+def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None,
+         compact: bool = False) -> tuple[int, dict]:
+    opts = RunOptions(until_caught_up=until_caught_up, timeout_s=timeout_s, regions=regions, compact=compact)
 
     def on_signal(signum, _frame):
         opts.stop_requested.append(signum)
@@ -74,7 +76,7 @@ def _cmd_run(args) -> int:
     if regions:
         for r in regions:
             config.region(r)
-    return _run(config, args.until_caught_up, args.timeout, args.json, regions)[0]
+    return _run(config, args.until_caught_up, args.timeout, args.json, regions, args.compact)[0]
 
 
 def _cmd_demo(args) -> int:
@@ -95,11 +97,51 @@ def _cmd_demo(args) -> int:
     truth = set((out / "truth" / "joinable.txt").read_text().split())
     print(f"photon demo: {len(joined & truth)}/{len(truth)} joinable clicks in the output, "
           f"{dups} duplicates, {len(joined - truth)} unexpected")
+    if not args.no_sql:
+        _demo_query(config)
     if args.json:
         summary["demo"] = {"joinable": len(truth), "joined": len(joined & truth), "duplicates": dups,
                            "unexpected": len(joined - truth)}
         print(json.dumps(summary, sort_keys=True), flush=True)
     return code if not dups and joined == truth else (code or 1)
+
+
+def _cmd_sql(args) -> int:
+    from photon.app._sql import sql_command
+    config = load_config(args.config)
+    return sql_command(config, args.query, args.format, args.out, args.verbose)
+
+
+def _cmd_compact(args) -> int:
+    from photon.app._compact import compact
+    from photon.app._spark import spark_error
+    config = load_config(args.config)
+    t0 = time.monotonic()
+    try:
+        st = compact(config, regions=args.regions.split(",") if args.regions else None)
+    except Exception as e:
+        print(f"photon compact: {spark_error(e, args.verbose)}", file=sys.stderr)
+        return 1
+    print(f"photon compact: {st.partitions_compacted} partition(s), {st.lines_compacted} lines as Parquet "
+          f"({st.jsonl_files_swapped} JSONL files swapped out, {st.jsonl_files_deleted} deleted) in "
+          f"{time.monotonic() - t0:.1f} s", flush=True)
+    return 0
+
+
+DEMO_QUERY = ("SELECT query.advertiser_id AS advertiser, count(*) AS clicks, "
+              "round(sum(cost_micros) / 1e6, 2) AS spend, count(DISTINCT region) AS regions "
+              "FROM joined GROUP BY query.advertiser_id ORDER BY spend DESC LIMIT 10")
+
+
+def _demo_query(config) -> None:
+    """The demo's last step: Spark SQL over the joined output of both regions, as `photon sql` runs it."""
+    from photon.app._spark import spark_error, spark_session
+    from photon.app._sql import run_query
+    print(f'photon demo: photon sql --config {config.path} "{DEMO_QUERY}"', flush=True)
+    try:
+        print(run_query(config, spark_session(config, "photon-demo"), DEMO_QUERY), end="", flush=True)
+    except Exception as e:
+        print(f"photon demo: the query failed: {spark_error(e)}", file=sys.stderr, flush=True)
 
 
 def _cmd_status(args) -> int:
@@ -223,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "[[regions]].port_base)")
     r.add_argument("--regions", default=None, help="the same for several regions at once (comma-separated)")
     r.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
+    r.add_argument("--compact", action="store_true",
+                   help="also run `photon compact` every [compact].every_s seconds (off by default)")
     r.set_defaults(fn=_cmd_run)
 
     d = sub.add_parser("demo", help="generate a two-region workload and join it end to end")
@@ -230,7 +274,24 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--queries", type=int, default=100_000)
     d.add_argument("--timeout", type=float, default=600)
     d.add_argument("--json", action="store_true")
+    d.add_argument("--no-sql", action="store_true", help="skip the closing Spark SQL query")
     d.set_defaults(fn=_cmd_demo)
+
+    q = sub.add_parser("sql", help="Spark SQL over the joined output, the input streams, unjoinable and "
+                                   "quarantine (no query: an interactive prompt)")
+    q.add_argument("query", nargs="?", default=None, help="one SQL statement (tables: joined, unjoinable, "
+                                                         "quarantine and one per input stream)")
+    q.add_argument("--config", required=True)
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--out", default=None, help="write the result to this file instead of standard output")
+    q.add_argument("--verbose", action="store_true", help="Spark's warnings and Java stacks too")
+    q.set_defaults(fn=_cmd_sql)
+
+    k = sub.add_parser("compact", help="rewrite closed output partitions as Parquet and swap them in")
+    k.add_argument("--config", required=True)
+    k.add_argument("--regions", default=None, help="only these regions (comma-separated)")
+    k.add_argument("--verbose", action="store_true")
+    k.set_defaults(fn=_cmd_compact)
 
     s = sub.add_parser("status", help="processes and counters of a (running or finished) pipeline")
     s.add_argument("--config", required=True)

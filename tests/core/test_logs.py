@@ -109,11 +109,16 @@ def test_a_restarted_quarantine_skips_what_it_already_holds_past_the_resume_offs
     assert (q.count, q.repeats_skipped) == (2, 2)
 
 
+def data_files(root):
+    """Output files (published or in progress) below ``root``, not the commit records."""
+    return sorted(p for p in root.rglob("*.jsonl*") if "_committed" not in p.parts)
+
+
 def test_rolling_writer_lists_the_lines_an_earlier_run_wrote_since_a_time(tmp_path):
     w = RollingWriter(tmp_path, "dispatcher-a", roll_interval_s=3600)
     w.write_lines([b'{"n":1}'])
     w.roll()
-    old = next(tmp_path.glob("*.jsonl"))
+    old = next(tmp_path.rglob("dispatcher-a-*.jsonl"))
     os.utime(old, ns=(1_000_000_000, 1_000_000_000))     # written long ago
     w.write_lines([b'{"n":2}', b'{"n":3}'])
     w._f.close()                                         # died without rolling
@@ -129,19 +134,19 @@ def test_rolling_writer_lists_the_lines_an_earlier_run_wrote_since_a_time(tmp_pa
 def test_rolling_writer_publishes_whole_files_and_recovers_orphans(tmp_path):
     w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, roll_bytes=30)
     w.write_lines([b'{"n":1}', b'{"n":2}'])
-    assert [p.name.endswith(".inprogress") for p in tmp_path.iterdir()] == [True]
+    assert [p.name.endswith(".inprogress") and p.name.startswith(".") for p in data_files(tmp_path)] == [True]
     w.write_lines([b'{"n":3}' * 3])            # crosses roll_bytes: published
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".jsonl"]
+    assert sorted(p.suffix for p in data_files(tmp_path)) == [".jsonl"]
     w.write_lines([b'{"n":4}'])
     w._f.close()                               # the writer dies without rolling
     # a crash leaves an in-progress file with a torn last line; a successor publishes the whole lines
-    orphan = next(tmp_path.glob("*.inprogress"))
+    orphan = next(tmp_path.rglob("*.inprogress"))
     with open(orphan, "ab") as f:
         f.write(b'{"n":5')
     successor = RollingWriter(tmp_path, "a-j0")
     published = successor.recover_orphans()
     assert len(published) == 1 and published[0].read_bytes() == b'{"n":4}\n'
-    assert not list(tmp_path.glob("*.inprogress"))
+    assert not list(tmp_path.rglob("*.inprogress"))
     other = RollingWriter(tmp_path, "a-j1")
     assert other.recover_orphans() == []
 

@@ -2,7 +2,7 @@
 a failed upload kept and published later, leftovers of a crashed writer published on restart."""
 from __future__ import annotations
 
-from photon._output import S3Publisher, read_object_lines
+from photon._publish import S3Publisher, read_object_lines
 from photon._config import S3Config
 
 from s3_helpers import answer_with

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from photon import format_event_id, load_config
+from photon import format_event_id, load_config, read_output_lines
 
 START = time.time_ns() // 1000 - 600_000_000  # recent: the registry refuses ids older than its GC horizon
 
@@ -71,9 +71,6 @@ def append_lines(path: Path, lines: list[bytes]) -> None:
 
 
 def read_jsonl_dir(directory: Path) -> list[dict]:
-    out = []
-    if directory.is_dir():
-        for p in sorted(directory.iterdir()):
-            if p.name.endswith(".jsonl"):
-                out.extend(orjson.loads(ln) for ln in p.read_bytes().splitlines() if ln)
-    return out
+    """Every committed line of an output folder (joined/, unjoinable/: partitioned, see the output contract)
+    or of the quarantine folder."""
+    return [orjson.loads(ln) for ln in read_output_lines(directory)] if directory.is_dir() else []

@@ -64,6 +64,17 @@ def make_config(root: Path, **sections):
     return parse_config(config_data(root, **sections), str(root / "photon.toml"), root)
 
 
+def published_files(out_dir: Path, pattern: str = "*.jsonl") -> list[Path]:
+    """The published output files under ``out_dir`` (any partition; hidden names skipped)."""
+    return sorted(f for f in out_dir.rglob(pattern)
+                  if not any(part.startswith(("_", ".")) for part in f.relative_to(out_dir).parts))
+
+
+def inprogress_files(out_dir: Path, prefix: str = "") -> list[Path]:
+    """The output files still being written under ``out_dir`` (hidden: ``.<name>.jsonl.inprogress``)."""
+    return sorted(out_dir.rglob(f".{prefix}*.jsonl.inprogress"))
+
+
 def joined_lines(out_dir: Path, pattern: str = "*.jsonl") -> list[dict]:
     """Every joined event in the published output files under ``out_dir``."""
-    return [orjson.loads(line) for f in sorted(out_dir.glob(pattern)) for line in f.read_bytes().splitlines()]
+    return [orjson.loads(line) for f in published_files(out_dir, pattern) for line in f.read_bytes().splitlines()]

@@ -12,7 +12,8 @@ import eventstore
 from joiner import JoinerClient, Outcome, read_status
 from photon import free_port, wait_until
 
-from joiner_helpers import click_id, clicks, joined_lines, make_config, write_queries
+from joiner_helpers import (click_id, clicks, inprogress_files, joined_lines, make_config, published_files,
+                            write_queries)
 from service_helpers import read_serving_address, write_photon_toml
 
 J = Outcome.JOINED
@@ -45,10 +46,10 @@ def test_sigterm_finishes_rolls_and_exits_zero(pipes, tmp_path, store):
         assert client.join(*clicks(range(5))) == [J] * 5
         assert client.status()["lines_written"] == 5
     joined = tmp_path / "out" / "joined"
-    assert len(list(joined.glob("a-j0-*.jsonl.inprogress"))) == 1
+    assert len(inprogress_files(joined, "a-j0-")) == 1
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
-    assert not list(joined.glob("*.inprogress"))
+    assert not inprogress_files(joined)
     assert sorted(e["click_id"] for e in joined_lines(joined)) == [click_id(n) for n in range(5)]
     status = read_status(tmp_path / "state")["a-j0"]
     assert status["pid"] == proc.pid and status["joined"] == 5 and status["files_rolled"] == 1
@@ -60,14 +61,14 @@ def test_orphaned_output_of_a_killed_joiner_is_published_on_restart(pipes, tmp_p
     with JoinerClient(address) as client:
         assert client.join(*clicks(range(6))) == [J] * 6
     joined = tmp_path / "out" / "joined"
-    [orphan] = joined.glob("a-j0-*.jsonl.inprogress")
+    [orphan] = inprogress_files(joined, "a-j0-")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     with open(orphan, "ab") as f:  # what a kill in the middle of a write leaves: a torn last line
         f.write(b'{"click_id":"10.0.0.2:77:17637120010000')
-    assert not list(joined.glob("*.jsonl"))
+    assert not published_files(joined)
     proc2, address2 = start_joiner(pipes, config, store)
-    published = orphan.with_name(orphan.name[: -len(".inprogress")])
+    published = orphan.with_name(orphan.name[1: -len(".inprogress")])
     assert published.exists() and not orphan.exists()
     assert published.read_bytes().endswith(b"}\n")
     assert [e["click_id"] for e in joined_lines(joined)] == [click_id(n) for n in range(6)]

@@ -12,8 +12,8 @@ from joiner import JoinerClient, JoinerUnavailable, Outcome
 from photon import ConfigError, free_port, read_output_lines, wait_until
 
 from fake_registry import FakeRegistry, FakeRegistryDown
-from joiner_helpers import (BASE_US, click_id, click_line, clicks, fresh_click_pid, joined_lines,
-                            make_config, query_line, write_queries)
+from joiner_helpers import (BASE_US, click_id, click_line, clicks, fresh_click_pid, inprogress_files, joined_lines,
+                            make_config, published_files, query_line, write_queries)
 
 J, AJ, NF, T, U = Outcome
 
@@ -31,7 +31,7 @@ def test_join_not_found_then_found_and_never_twice(stack):
     write_queries(s.root, range(10, 15), name="q-later.log")
     s.wait_queries(15)
     assert s.client.join(ids[10:], refs[10:], raws[10:]) == [J] * 5
-    wait_until(lambda: not list(s.joined_dir.glob("*.inprogress")) and len(joined_lines(s.joined_dir)) == 15,
+    wait_until(lambda: not inprogress_files(s.joined_dir) and len(joined_lines(s.joined_dir)) == 15,
                10, message="all 15 joined lines published")
     out = joined_lines(s.joined_dir)
     assert sorted(e["click_id"] for e in out) == sorted(ids)
@@ -186,8 +186,8 @@ def test_output_rolls_by_time_and_size_and_files_are_whole(stack):
     s.wait_queries(40)
     for k in range(4):
         assert s.client.join(*clicks(range(k * 10, k * 10 + 10))) == [J] * 10
-    wait_until(lambda: not list(s.joined_dir.glob("*.inprogress")), 10, message="output rolled by time")
-    files = sorted(s.joined_dir.iterdir())
+    wait_until(lambda: not inprogress_files(s.joined_dir), 10, message="output rolled by time")
+    files = published_files(s.joined_dir)
     assert len(files) >= 3 and all(f.name.startswith("a-j0-") and f.name.endswith(".jsonl") for f in files)
     assert all(f.read_bytes().endswith(b"\n") for f in files)
     assert sorted(e["click_id"] for e in joined_lines(s.joined_dir)) == sorted(click_id(n) for n in range(40))
@@ -225,7 +225,7 @@ def test_nothing_is_written_before_the_commit_and_stop_finishes_in_flight_reques
     pending = s.client.join_future(*clicks(range(3)))
     wait_until(lambda: reg.waiting == 1, 10, message="request inside the registry commit")
     assert s.client.status()["in_flight"] == 1
-    assert not s.joined_dir.exists() or not any(f.stat().st_size for f in s.joined_dir.iterdir())
+    assert not s.joined_dir.exists() or not any(f.stat().st_size for f in s.joined_dir.rglob("*.jsonl*"))
     stopping = threading.Thread(target=s.server.stop)
     stopping.start()
 
@@ -242,5 +242,5 @@ def test_nothing_is_written_before_the_commit_and_stop_finishes_in_flight_reques
     assert pending.result(timeout=10) == [J, J, J]
     stopping.join(timeout=20)
     assert not stopping.is_alive()
-    assert not list(s.joined_dir.glob("*.inprogress"))
+    assert not inprogress_files(s.joined_dir)
     assert sorted(e["click_id"] for e in joined_lines(s.joined_dir)) == [click_id(n) for n in range(3)]

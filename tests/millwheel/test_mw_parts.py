@@ -204,3 +204,23 @@ def test_serve_until_idle_runs_a_topology_to_completion():
     rt = serve(t, RuntimeConfig(store="memory://"), until_idle=True)
     assert rt.statistics().computations["c"].records_processed == 20
     assert rt.statistics().injector_watermarks_us["in"] == END_OF_TIME
+
+
+def test_joined_injector_reads_committed_lines_of_open_files_and_resumes_after_publishing(tmp_path):
+    from photon import RollingWriter
+    evs = [joined_event(BASE_US + i * 1000, "adv-1", i) for i in range(6)]
+    w = RollingWriter(tmp_path / "joined", "a-j0", roll_interval_s=3600, commit_interval_s=3600)
+    w.write_lines([orjson.dumps(e) for e in evs[:3]])     # committed at once (first record)
+    w.write_lines([orjson.dumps(evs[3])])                   # flushed, not committed yet
+    inj = JoinedInjector(tmp_path)
+    inj.restore(None)
+    p = inj.poll(100, NOW)
+    assert [r[0] for r in p.records] == [e["click_id"] for e in evs[:3]]
+    assert p.caught_up                       # what is not committed is not there yet for a reader
+    w.flush_commits()
+    again = JoinedInjector(tmp_path)
+    again.restore(p.position)
+    assert [r[0] for r in again.poll(100, NOW).records] == [evs[3]["click_id"]]
+    w.write_lines([orjson.dumps(e) for e in evs[4:]])
+    w.roll()                                 # published under its visible name: read on from the same offset
+    assert [r[0] for r in again.poll(100, NOW).records] == [e["click_id"] for e in evs[4:]]

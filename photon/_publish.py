@@ -1,0 +1,160 @@
+"""Output on S3: closed files uploaded whole, so readers never see a partial object.
+
+Writers keep writing local files exactly as for a local ``output_root`` (``*.inprogress``, renamed when
+closed), in a staging folder (``<state_dir>/outbox/<kind>``). With an ``s3://`` output root, each closed
+file is then uploaded by an :class:`S3Publisher` to ``<output_root>/<kind>/<name>`` (one PUT, or a
+multipart upload above ``[s3].multipart_mb``: S3 shows an object only once its upload completed) and the
+local copy is removed. A file whose upload failed (an outage outlasting the retries) stays in the staging
+folder and is uploaded by the next :meth:`S3Publisher.publish_pending`; a restarted writer does that first,
+so a crash between closing and uploading loses nothing. Uploading the same file twice writes the same
+object twice (same name, same bytes): readers never count it twice.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from photon._source import (INPROGRESS, Location, ObjectInfo, SourceUnavailable, check_bucket, is_transient,
+                            parse_location, retrying, s3_client)
+from photon._config import S3Config
+
+log = logging.getLogger("photon.output")
+
+
+@dataclass(frozen=True)
+class PublisherStatistics:
+    url: str
+    uploaded_files: int
+    uploaded_bytes: int
+    multipart_uploads: int
+    failed_uploads: int
+    pending_files: int
+
+
+class S3Publisher:
+    """Uploads closed local files to ``location`` (an ``s3://`` URL or :class:`Location`).
+
+    ``publish(path, name)`` uploads ``path`` as ``<location>/<name>`` (default ``path.name``; a name may hold
+    ``/``, e.g. ``date=.../hour=.../<file>``) and deletes it; ``upload(path)`` keeps
+    the local file (for files that go on growing locally, like a quarantine log, re-uploaded whole).
+    Neither raises on an S3 outage: the file is kept and :meth:`publish_pending` tries again.
+    """
+
+    def __init__(self, location: Location | str, config: S3Config | None = None, client=None) -> None:
+        self.location = parse_location(location) if isinstance(location, str) else location
+        self.config = config or S3Config()
+        self.client = client or s3_client(self.config)
+        self.url = self.location.url
+        self._retry = retrying(self.config)
+        part = max(5 << 20, int(self.config.multipart_mb * (1 << 20)))
+        from boto3.s3.transfer import TransferConfig
+        self._transfer = TransferConfig(multipart_threshold=part, multipart_chunksize=part, use_threads=False)
+        self._part = part
+        self._pending: dict[Path, tuple[bool, str]] = {}   # local file -> (delete after upload, object name)
+        self._uploaded = self._bytes = self._multipart = self._failed = 0
+
+    def check(self) -> None:
+        check_bucket(self.client, self.location.bucket, self.url)
+
+    def publish(self, path: str | Path, name: str | None = None) -> bool:
+        """Upload ``path`` as ``name`` and delete it; False (kept for :meth:`publish_pending`) on an outage."""
+        return self._upload(Path(path), True, name or Path(path).name)
+
+    def upload(self, path: str | Path, name: str | None = None) -> bool:
+        """Upload ``path`` (replacing the object) and keep it."""
+        return self._upload(Path(path), False, name or Path(path).name)
+
+    def publish_pending(self, folder: str | Path | None = None, prefix: str = "") -> int:
+        """Upload what failed before, and every closed file (``<prefix>*``, not in progress, not hidden)
+        in ``folder`` or its partition folders (named by their path below ``folder``): what a crashed writer
+        left. Returns how many uploads succeeded."""
+        if folder is not None and Path(folder).is_dir():
+            root = Path(folder)
+            for p in sorted(root.rglob(f"{prefix}*")):
+                rel = p.relative_to(root)
+                if p.is_file() and not p.name.endswith(INPROGRESS) \
+                        and not any(part.startswith((".", "_")) for part in rel.parts):
+                    self._pending.setdefault(p, (True, rel.as_posix()))
+        done = 0
+        for p, (delete, name) in list(self._pending.items()):
+            if not p.exists():
+                self._pending.pop(p, None)
+            elif self._upload(p, delete, name):
+                done += 1
+        return done
+
+    def _upload(self, path: Path, delete: bool, name: str) -> bool:
+        key = self.location.key(name)
+        try:
+            size = path.stat().st_size
+            self._retry(self.client.upload_file, str(path), self.location.bucket, key, Config=self._transfer)
+        except FileNotFoundError:
+            self._pending.pop(path, None)
+            return False
+        except Exception as e:  # noqa: BLE001  (boto3's transfer wraps errors; keep the file, try later)
+            self._failed += 1
+            self._pending[path] = (delete, name)
+            log.warning("upload of %s to s3://%s/%s failed, will retry: %s", path, self.location.bucket, key, e)
+            return False
+        self._pending.pop(path, None)
+        self._uploaded += 1
+        self._bytes += size
+        self._multipart += int(size >= self._part)
+        if delete:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        return True
+
+    def objects(self) -> list[ObjectInfo]:
+        """The objects published so far (names relative to the location, partition folders included),
+        sorted by name."""
+        out: list[ObjectInfo] = []
+        prefix = self.location.key("") if self.location.prefix else ""
+        for page in self._retry(lambda: list(self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket, Prefix=prefix))):
+            for o in page.get("Contents", ()):
+                name = o["Key"][len(prefix):]
+                if name:
+                    out.append(ObjectInfo(name, int(o["Size"]), str(int(o["LastModified"].timestamp() * 1e6))))
+        return sorted(out, key=lambda o: o.name)
+
+    def read(self, name: str) -> bytes:
+        try:
+            r = self._retry(self.client.get_object, Bucket=self.location.bucket, Key=self.location.key(name))
+            return r["Body"].read()
+        except Exception as e:
+            if is_transient(e):
+                raise SourceUnavailable(f"{self.url}/{name}: {e}") from e
+            raise
+
+    def statistics(self) -> PublisherStatistics:
+        return PublisherStatistics(self.url, self._uploaded, self._bytes, self._multipart, self._failed,
+                                   len(self._pending))
+
+
+def read_object_lines(url: str, s3: S3Config | None = None, client=None) -> list[bytes]:
+    """Every line of every object directly below ``url`` (an ``s3://`` output folder such as
+    ``<output_root>/joined``), in name order; published objects are whole, so every line is complete."""
+    pub = S3Publisher(url, s3, client)
+    lines: list[bytes] = []
+    for o in pub.objects():
+        if any(part.startswith((".", "_")) for part in o.name.split("/")) or o.name.endswith(INPROGRESS):
+            continue
+        data = pub.read(o.name)
+        lines += [x for x in data[: data.rfind(b"\n") + 1].split(b"\n") if x]
+    return lines
+
+
+def output_publisher(config, region, kind: str) -> S3Publisher | None:
+    """The checked publisher of ``region``'s ``kind`` output (``joined``, ``unjoinable``, ``quarantine``)
+    when its output root is on S3, else None (local output is published by renaming). Raises
+    :class:`photon.SourceError` naming a misconfiguration."""
+    if not region.output_on_s3:
+        return None
+    publisher = S3Publisher(region.output_url(kind), config.s3)
+    publisher.check()
+    return publisher

@@ -1,0 +1,211 @@
+"""Photon's logs as Spark tables: the joined output, the input streams, unjoinable events and quarantine,
+across every region of a config, with explicit schemas.
+
+Every DataFrame here is a snapshot taken when it is made, following the output contract (see
+:mod:`photon._output`): published JSONL files, the committed prefix of files still being written (copied
+to a scratch folder, since Spark cannot read part of a file) and compacted Parquet partitions, each line
+once. A line that is not JSON or lacks its id field is not a row (the id column is never NULL); a value of
+the wrong type reads as NULL; neither fails a query.
+
+Tables (names from the config): ``joined`` (foreign fields, the primary nested as a struct under
+``[join].nest_primary_as``, ``_photon``, ``region``, ``date``, ``hour``), one per input stream
+(``queries``, ``clicks``: its fields and ``region``), ``unjoinable`` (foreign fields, ``region``, ``date``,
+``hour``) and ``quarantine`` (``file``, ``offset``, ``reason``, ``raw``, ``at_us``, ``source``,
+``region``).
+"""
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from photon import PhotonConfig, output_snapshot
+from photon._output import LINE_COLUMN
+
+PHOTON_DDL = "region STRING, joiner STRING, joined_at_us BIGINT"
+QUARANTINE_DDL = "file STRING, offset BIGINT, reason STRING, raw STRING, at_us BIGINT"
+_scratch_root: Path | None = None
+
+
+def _ddl(spark, text: str):
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    parsed = _parse_datatype_string(text)
+    if not isinstance(parsed, StructType):
+        raise ValueError(f"not a list of fields: {text!r}")
+    return parsed
+
+
+def foreign_schema(config: PhotonConfig, spark):
+    j = config.join
+    return _ddl(spark, config.sql.foreign_schema or f"`{j.foreign_id_field}` STRING, `{j.foreign_ref_field}` STRING")
+
+
+def primary_schema(config: PhotonConfig, spark):
+    j = config.join
+    return _ddl(spark, config.sql.primary_schema or f"`{j.primary_id_field}` STRING")
+
+
+def joined_schema(config: PhotonConfig, spark):
+    """The schema of one joined line: foreign fields, the nested primary, ``_photon``."""
+    from pyspark.sql.types import StructField, StructType
+
+    schema = foreign_schema(config, spark)
+    fields = [f for f in schema.fields if f.name not in (config.join.nest_primary_as, "_photon")]
+    fields.append(StructField(config.join.nest_primary_as, primary_schema(config, spark)))
+    fields.append(StructField("_photon", _ddl(spark, PHOTON_DDL)))
+    return StructType(fields)
+
+
+def scratch_dir(config: PhotonConfig) -> Path:
+    """A fresh folder for the committed prefixes of one snapshot (removed when the process exits)."""
+    global _scratch_root
+    if _scratch_root is None:
+        base = config.spark.local_dir or None
+        _scratch_root = Path(tempfile.mkdtemp(prefix="photon-tables-", dir=base))
+        atexit.register(shutil.rmtree, _scratch_root, True)
+    d = _scratch_root / uuid.uuid4().hex
+    d.mkdir(parents=True)
+    return d
+
+
+def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratch: Path):
+    """One output folder (joined/ or unjoinable/) as a DataFrame with ``schema`` plus the partition columns
+    ``date`` and ``hour``, following the output contract; None if it holds nothing yet."""
+    from pyspark.sql import functions as F
+
+    root = Path(directory)
+    snap = output_snapshot(root)
+    parts = []
+    reader = spark.read.schema(schema).option("mode", "PERMISSIVE")
+    if snap.published:
+        parts.append(reader.option("basePath", str(root)).json([str(root / rel) for rel in snap.published]))
+    copies = []
+    for rel in snap.open:
+        data = snap.read_open(rel)
+        data = data[: data.rfind(b"\n") + 1]
+        if data:
+            target = scratch / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            copies.append(str(target))
+    if copies:
+        parts.append(reader.option("basePath", str(scratch)).json(copies))
+    by_generation: dict[str, list[str]] = {}
+    for part, rel_dir in snap.compacted.items():
+        gen = rel_dir[: -len(part) - 1]
+        by_generation.setdefault(gen, []).append(str(root / rel_dir))
+    for gen, dirs in sorted(by_generation.items()):
+        df = spark.read.option("basePath", str(root / gen)).parquet(*dirs)
+        have = {f.name: f.dataType for f in df.schema.fields}
+        if all(have.get(f.name) == f.dataType for f in schema.fields):
+            parts.append(df.select(*[F.col(f"`{f.name}`") for f in schema.fields], "date", "hour"))
+        else:      # compacted under another schema: parse the kept lines with this one
+            parsed = df.select(F.from_json(LINE_COLUMN, schema).alias("r"), "date", "hour")
+            parts.append(parsed.select("r.*", "date", "hour"))
+    if not parts:
+        return None
+    df = parts[0]
+    for other in parts[1:]:
+        df = df.unionByName(other)
+    return df.where(F.col(f"`{id_field}`").isNotNull())
+
+
+def _empty(spark, schema, *extra: str):
+    from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
+
+    types = {"region": StringType(), "date": DateType(), "hour": IntegerType(), "source": StringType()}
+    return spark.createDataFrame([], StructType([*schema.fields, *(StructField(n, types[n]) for n in extra)]))
+
+
+def _regions(config: PhotonConfig, regions):
+    return [r for r in config.regions if regions is None or r.name in regions]
+
+
+def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):
+    from pyspark.sql import functions as F
+
+    scratch = scratch_dir(config)
+    out = None
+    for region in _regions(config, regions):
+        directory = region.joined_dir if kind == "joined" else region.unjoinable_dir
+        df = output_dataframe(spark, directory, schema, config.join.foreign_id_field, scratch / region.name)
+        if df is None:
+            continue
+        df = df.select(*[F.col(f"`{f.name}`") for f in schema.fields], F.lit(region.name).alias("region"),
+                       "date", "hour")
+        out = df if out is None else out.unionByName(df)
+    return out if out is not None else _empty(spark, schema, "region", "date", "hour")
+
+
+def joined_dataframe(config: PhotonConfig, regions=None, spark=None):
+    """The joined output of ``regions`` (names; default all) as one DataFrame: the ``joined`` table of
+    ``photon sql`` (one row per committed joined line, see the module docstring)."""
+    from photon.app._spark import spark_session
+
+    spark = spark or spark_session(config, "photon")
+    return _output_table(config, spark, "joined", joined_schema(config, spark), regions)
+
+
+def unjoinable_dataframe(config: PhotonConfig, regions=None, spark=None):
+    from photon.app._spark import spark_session
+
+    spark = spark or spark_session(config, "photon")
+    return _output_table(config, spark, "unjoinable", foreign_schema(config, spark), regions)
+
+
+def stream_dataframe(config: PhotonConfig, stream: str, schema, id_field: str, spark, regions=None):
+    """An input stream (every file below ``<log_root>/<stream>``, any depth) of every region."""
+    from pyspark.sql import functions as F
+
+    out = None
+    for region in _regions(config, regions):
+        folder = Path(region.log_root) / stream
+        if not folder.is_dir() or not any(p.is_file() for p in folder.rglob("*")):
+            continue
+        df = (spark.read.schema(schema).option("mode", "PERMISSIVE").option("recursiveFileLookup", "true")
+              .json(str(folder)).where(F.col(f"`{id_field}`").isNotNull())
+              .withColumn("region", F.lit(region.name)))
+        out = df if out is None else out.unionByName(df)
+    return out if out is not None else _empty(spark, schema, "region")
+
+
+def quarantine_dataframe(config: PhotonConfig, spark, regions=None):
+    from pyspark.sql import functions as F
+
+    schema = _ddl(spark, QUARANTINE_DDL)
+    out = None
+    for region in _regions(config, regions):
+        files = sorted(str(p) for p in Path(region.quarantine_dir).glob("*.jsonl")) \
+            if Path(region.quarantine_dir).is_dir() else []
+        if not files:
+            continue
+        df = (spark.read.schema(schema).json(files).where(F.col("file").isNotNull())
+              .withColumn("source", F.regexp_extract(F.input_file_name(), r"([^/]+)\.jsonl$", 1))
+              .withColumn("region", F.lit(region.name)))
+        out = df if out is None else out.unionByName(df)
+    return out if out is not None else _empty(spark, schema, "source", "region")
+
+
+def table_dataframes(config: PhotonConfig, spark) -> dict:
+    """Every table of ``photon sql`` by name, as DataFrames snapshotted now."""
+    j = config.join
+    return {
+        "joined": joined_dataframe(config, spark=spark),
+        j.primary_stream: stream_dataframe(config, j.primary_stream, primary_schema(config, spark),
+                                           j.primary_id_field, spark),
+        j.foreign_stream: stream_dataframe(config, j.foreign_stream, foreign_schema(config, spark),
+                                           j.foreign_id_field, spark),
+        "unjoinable": unjoinable_dataframe(config, spark=spark),
+        "quarantine": quarantine_dataframe(config, spark),
+    }
+
+
+def register_tables(config: PhotonConfig, spark) -> list[str]:
+    """(Re)register every table as a temporary view, snapshotted now; returns their names."""
+    tables = table_dataframes(config, spark)
+    for name, df in tables.items():
+        df.createOrReplaceTempView(name)
+    return sorted(tables)
