@@ -16,8 +16,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from photon import Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock
+from photon import Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock
 
+from dispatcher._recovery import StreamAndRecovery
 from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
                                write_status)
 from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics, JoinAnswered, JoinFailed,
@@ -116,8 +117,9 @@ class Dispatcher:
                                         restore=snapshot)
             self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}")
             self.quarantine.skip_known(self.core.offsets)   # lines past the checkpoint are read again
-            self.tailer = LogTailer(Path(self.region.log_root) / config.join.foreign_stream,
-                                    offsets=self.core.offsets, quarantine=self.quarantine)
+            # the foreign stream and its recovery folder (photon recover re-injects lost clicks there)
+            self.tailer = StreamAndRecovery(Path(self.region.log_root) / config.join.foreign_stream,
+                                            offsets=self.core.offsets, quarantine=self.quarantine)
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
         except BaseException:
             self._lock.release()

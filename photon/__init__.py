@@ -6,7 +6,7 @@ line) lives above them in :mod:`photon.app`.
 """
 from photon._clock import Clock, FakeClock, SystemClock
 from photon._config import (ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
-                            PhotonConfig, RegionConfig, RegistryConfig, SparkConfig, describe_options, load_config,
+                            PhotonConfig, RegionConfig, RegistryConfig, SparkConfig, VerifyConfig, describe_options, load_config,
                             parse_config)
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
@@ -19,7 +19,7 @@ from photon._logs import (LogChunk, LogTailer, Quarantine, RollingWriter, list_l
 __all__ = [
     "OUTCOMES", "Outcome", "ProcessSpec", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
-    "RegionConfig", "RegistryConfig", "SparkConfig", "RollingWriter", "SystemClock", "describe_options",
+    "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "parse_event_id", "parse_record", "read_output_lines", "run_service", "wait_until", "write_atomic",
 ]

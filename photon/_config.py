@@ -156,6 +156,16 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class VerifyConfig:
+    """``[verify]``: the verification and recovery jobs (``photon verify``, ``photon recover``)."""
+    out_dir: str = opt("", "folder for verify's results (recoverable events as Parquet, registry exports) and "
+                           "recover's intent files (default: <first region state_dir>/verify)")
+    remote_joiner_grace_s: float = opt(300.0, "a joiner on another host (its pid cannot be checked here) counts as "
+                                              "stopped once its status file has not been rewritten for this long",
+                                       check=_positive)
+
+
+@dataclass(frozen=True)
 class PhotonConfig:
     join: JoinConfig = field(default_factory=JoinConfig)
     regions: list = field(default_factory=list)
@@ -164,6 +174,7 @@ class PhotonConfig:
     joiner: JoinerConfig = field(default_factory=JoinerConfig)
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -173,6 +184,10 @@ class PhotonConfig:
         raise ConfigError(f"{self.path}: no region named {name!r} (have {[r.name for r in self.regions]})")
 
     @property
+    def verify_dir(self) -> Path:
+        return Path(self.verify.out_dir) if self.verify.out_dir else Path(self.regions[0].state_dir) / "verify"
+
+    @property
     def registry_data_dir(self) -> Path:
         if self.registry.data_dir:
             return Path(self.registry.data_dir)
@@ -180,8 +195,9 @@ class PhotonConfig:
 
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
-             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig}
-_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir"}
+             "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
+             "verify": VerifyConfig}
+_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "out_dir"}
 
 
 def _check_type(where: str, value: Any, typ: type) -> Any:
