@@ -161,28 +161,31 @@ def _first_bad_line(files: list[str], partial, id_field: str, bad_values: list[s
     return "an unknown file"
 
 
-def _read_output(spark, config: PhotonConfig, kind: str):
-    """Every region's joined (``kind="joined"``) or unjoinable output as rows ``(id, region)``; raises
+def _read_outputs(spark, config: PhotonConfig):
+    """Every region's joined and unjoinable output as rows ``(id, region, kind)`` (cached); raises
     :class:`VerifyInputError` naming the first line without a readable id."""
     from pyspark.sql import functions as F
     id_field = config.join.foreign_id_field
-    frames = []
+    frames, sources = [], {}
     for region in config.regions:
         root = Path(region.output_root)
         if not root.is_dir():
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
-        folder = region.joined_dir if kind == "joined" else region.unjoinable_dir
-        files, partial = list_output(folder)
-        df = _ids(_lines_df(spark, files, partial, region.name), id_field)
-        bad = df.filter(F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).select("value").limit(5).collect()
-        if bad:
-            where = _first_bad_line(files, partial, id_field, [r.value for r in bad])
-            raise VerifyInputError(f"region {region.name}: {kind} output line without a readable "
-                                   f"{id_field!r} in {where}: {bad[0].value[:120]!r}")
-        frames.append(df.select("id", "region"))
+        for kind, folder in (("joined", region.joined_dir), ("unjoinable", region.unjoinable_dir)):
+            files, partial = list_output(folder)
+            sources[(region.name, kind)] = (files, partial)
+            frames.append(_ids(_lines_df(spark, files, partial, region.name), id_field)
+                          .withColumn("kind", F.lit(kind)))
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
+    out = out.withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
+    bad = out.filter("bad").select("value", "region", "kind").limit(5).collect()
+    if bad:
+        files, partial = sources[(bad[0].region, bad[0].kind)]
+        where = _first_bad_line(files, partial, id_field, [r.value for r in bad])
+        raise VerifyInputError(f"region {bad[0].region}: {bad[0].kind} output line without a readable "
+                               f"{id_field!r} in {where}: {bad[0].value[:120]!r}")
     return out
 
 
@@ -255,10 +258,12 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         dead = [p for p in prefixes if p not in alive]
         ledger = [(e["id"], e["token"]) for r in config.regions for e in read_lost(r.state_dir)]
 
-        joined = _window(_read_output(spark, config, "joined"), since_us, until_us)
-        joined = joined.groupBy("id").agg(F.count(F.lit(1)).alias("n_out")).cache()
-        unjoin = _window(_read_output(spark, config, "unjoinable"), since_us, until_us)
-        unjoin = unjoin.groupBy("id").agg(F.countDistinct("region").alias("u_regions")).cache()
+        cached_outputs = _read_outputs(spark, config)
+        outputs = _window(cached_outputs, since_us, until_us)
+        joined = outputs.filter(F.col("kind") == "joined").groupBy("id") \
+            .agg(F.count(F.lit(1)).alias("n_out")).cache()
+        unjoin = outputs.filter(F.col("kind") == "unjoinable").groupBy("id") \
+            .agg(F.countDistinct("region").alias("u_regions")).cache()
         foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_id_field,
                                       config.join.foreign_ref_field), since_us, until_us)
         foreign = foreign.groupBy("id").agg(F.first("value").alias("raw"), F.first("ref").alias("ref"),
@@ -307,7 +312,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
              .otherwise("its joiner is no longer running").alias("reason")) \
             .coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
         timings["join_s"] = time.perf_counter() - t0
-        for df in (registered, joined, unjoin, foreign, every):
+        for df in (registered, cached_outputs, joined, unjoin, foreign, every):
             df.unpersist()
     return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
                         recoverable_path=str(recoverable_path), export_dir=str(export_dir),
