@@ -24,10 +24,7 @@ import orjson
 from bench._common import emit
 import idregistry
 from photon import IdGenerator, load_config, read_output_lines, wait_until
-from photon.app._gen import GenOptions, generate
-from photon.app._recover import run_recover
-from photon.app._spark import spark_session
-from photon.app._verify import run_verify
+from photon.app import GenOptions, generate, run_recover, run_verify, spark_session
 
 FILE_LINES = 200_000
 

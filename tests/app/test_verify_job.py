@@ -13,8 +13,7 @@ import pytest
 
 import idregistry
 from photon import IdGenerator, load_config
-from photon.app._recover import run_recover
-from photon.app._verify import VerifyInputError, read_recoverable, run_verify
+from photon.app import VerifyInputError, read_recoverable, run_recover, run_verify
 
 GEN = IdGenerator("10.3.3.3", 4343)
 

@@ -12,8 +12,7 @@ import pytest
 
 from photon import read_output_lines, wait_until
 from photon.app import cli
-from photon.app._gen import GenOptions, generate
-from photon.app._verify import read_recoverable
+from photon.app import GenOptions, generate, read_recoverable
 
 KILL_ENV = "PHOTON_TEST_KILL_AFTER_COMMIT"
 
