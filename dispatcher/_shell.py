@@ -18,6 +18,7 @@ from collections import Counter
 from photon import (Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher,
                     stream_source)
 
+from dispatcher._recovery import StreamAndRecovery, recovery_stream
 from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
                                write_status)
 from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics, JoinAnswered, JoinFailed,
@@ -116,9 +117,12 @@ class Dispatcher:
             self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}",
                                          publisher=output_publisher(config, self.region, "quarantine"))
             self.quarantine.skip_known(self.core.offsets)   # lines past the checkpoint are read again
-            self.tailer = LogTailer(stream_source(config, self.region, config.join.foreign_stream),
-                                    offsets=self.core.offsets, quarantine=self.quarantine,
-                                    max_line_bytes=config.input.max_line_bytes)
+            # the foreign stream and its recovery stream (photon recover re-injects lost clicks there)
+            self.tailer = StreamAndRecovery(
+                stream_source(config, self.region, config.join.foreign_stream),
+                stream_source(config, self.region, recovery_stream(config.join.foreign_stream)),
+                config.join.foreign_stream, offsets=self.core.offsets, quarantine=self.quarantine,
+                max_line_bytes=config.input.max_line_bytes)
             unjoinable_publisher = output_publisher(config, self.region, "unjoinable")
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
         except BaseException:

@@ -6,6 +6,7 @@ Front door for other rooms and the launcher:
   in-process :class:`InMemoryRegistry` twin for unit tests);
 * :func:`registry_processes` (its replicas, as :class:`photon.ProcessSpec`) / :func:`registry_endpoints`
   for the launcher;
+* :func:`export_registry` / :func:`check_export` (every shard as Parquet) and :func:`clear_output_tokens`;
 * :func:`serve` to run one replica in this process; :func:`registry_command` for ``photon registry``.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from idregistry._cli import registry_command
 from idregistry._client import (ClientStatistics, RegistryClient, RegistryStatistics, RegistryUnavailable,
                                 ShardStatistics)
+from idregistry._export import ExportError, check_export, clear_output_tokens, export_registry
 from idregistry._layout import registry_endpoints, registry_processes
 from idregistry._memory import InMemoryRegistry, shared_memory_registry
 from idregistry._probe import measure_state_memory
@@ -34,6 +36,7 @@ def connect(endpoints: list[str] | str) -> RegistryClient | InMemoryRegistry:
     return RegistryClient(list(endpoints))
 
 
-__all__ = ["ClientStatistics", "CommitResult", "InMemoryRegistry", "RegistryClient", "RegistryConfig",
+__all__ = ["ClientStatistics", "CommitResult", "ExportError", "check_export", "clear_output_tokens",
+           "export_registry", "InMemoryRegistry", "RegistryClient", "RegistryConfig",
            "RegistryStatistics", "RegistryUnavailable", "ReplicaSpec", "ShardStatistics", "connect",
            "measure_state_memory", "registry_command", "registry_endpoints", "registry_processes", "serve"]

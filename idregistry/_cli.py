@@ -1,4 +1,5 @@
-"""``photon registry <command>``: ``status`` (every replica of every shard) and ``reshard``."""
+"""``photon registry <command>``: ``status`` (every replica of every shard), ``reshard``, ``export`` (every
+shard as Parquet) and ``clear-tokens`` (drop the tokens of ids found in the output)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ import time
 
 from photon import ConfigError, SystemClock, load_config, use_tls, wait_until
 from idregistry._client import RegistryClient, RegistryUnavailable
+from idregistry._export import clear_output_tokens, export_registry
 from idregistry._layout import read_layout, registry_endpoints
 
 
@@ -83,6 +85,44 @@ def _reshard(args) -> int:
         client.close()
 
 
+def _export(args) -> int:
+    config = load_config(args.config)
+    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
+    try:
+        manifest = export_registry(client, args.out, on_shard=lambda s, n: print(
+            f"shard {s}: {n} ids", file=sys.stderr, flush=True))
+    except RegistryUnavailable as e:
+        print(f"registry unavailable: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"cannot write the export to {args.out}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    total = sum(s["rows"] for s in manifest["shards"].values())
+    print(f"exported {total} ids of {len(manifest['shards'])} shard(s) to {args.out}")
+    return 0
+
+
+def _clear_tokens(args) -> int:
+    config = load_config(args.config)
+    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
+    try:
+        done = clear_output_tokens(config, client)
+        stats = client.statistics()
+    except RegistryUnavailable as e:
+        print(f"registry unavailable: {e}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    dropped = sum(s.tokens_dropped_ids for s in stats.shards)
+    saved = sum(s.bytes_saved_by_clearing for s in stats.shards)
+    held = sum(s.ids_held for s in stats.shards)
+    print(f"cleared {done['cleared']} tokens of {done['ids']} output ids in {done['files']} new output file(s); "
+          f"registry: {dropped} of {held} ids held without a token, {saved} bytes saved")
+    return 0
+
+
 def registry_command(argv: list[str]) -> int:
     """Run ``photon registry <argv>``; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="photon registry", description="IdRegistry commands")
@@ -100,6 +140,15 @@ def registry_command(argv: list[str]) -> int:
                          "be more than max_clock_skew_s)")
     rs.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the new shards' leaders")
     rs.set_defaults(fn=_reshard)
+    ex = sub.add_parser("export", help="write every shard's (id, token, timestamp_us) as Parquet, shard by shard")
+    ex.add_argument("--config", "-c", required=True, help="photon.toml")
+    ex.add_argument("--out", required=True, help="folder to write shard-<s>.parquet and _export.json into")
+    ex.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")
+    ex.set_defaults(fn=_export)
+    ct = sub.add_parser("clear-tokens", help="clear the tokens of ids found in the joined output")
+    ct.add_argument("--config", "-c", required=True, help="photon.toml")
+    ct.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")
+    ct.set_defaults(fn=_clear_tokens)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

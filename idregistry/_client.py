@@ -63,6 +63,8 @@ class ShardStatistics:
     ids_held: int = 0
     bytes_held: int = 0
     gc_boundary_us: int = 0
+    tokens_dropped_ids: int = 0        # ids whose token array was dropped after clear-tokens
+    bytes_saved_by_clearing: int = 0   # bytes those token arrays held
 
 
 @dataclass(frozen=True)
@@ -350,8 +352,11 @@ class RegistryClient:
         raise RegistryUnavailable(f"{event_id} kept landing on the wrong shard")
 
     def export(self, shard: int):
-        """Iterate over ``(id, token, timestamp_us)`` of every id ``shard`` holds, read from its leader's
-        copy (ids committed during the export may or may not appear)."""
+        """Iterate over ``(id, token, timestamp_us)`` of every id ``shard`` holds (a cleared token is
+        ``""``), as of one position of the shard's log: the leader copies its entries between two
+        commands after a replicated read barrier, so every id committed before the call is in it and ids
+        committed later are not. Raises :class:`RegistryUnavailable` if the stream breaks off (the
+        caller must then not use what it got as the shard's whole content)."""
         def find_leader() -> str:
             for address in self._replicas(shard):
                 try:
@@ -379,6 +384,10 @@ class RegistryClient:
                 chunk = next(stream, None)
         except grpc.RpcError as e:
             raise RegistryUnavailable(f"export of shard {shard} broke off: {e.code().name} {e.details()}") from None
+
+    def shards(self) -> list[int]:
+        """Every shard number of the newest sharding config (all epochs)."""
+        return list(range(self.sharding(refresh=True).max_shards()))
 
     def reshard(self, start_us: int, shards: int, endpoints: dict[int, list[str]]) -> Sharding:
         """Ask shard 0's leader to map ids from ``start_us`` on to ``shards`` shards. ``endpoints`` names
@@ -439,7 +448,9 @@ class RegistryClient:
                 queue_depth=best["queue_depth"],
                 batch_ids_histogram=tuple((int(k), v) for k, v in best["batch_ids_histogram"].items()),
                 commands_per_s=best["commands_per_s"], ids_per_s=best["ids_per_s"], ids_held=best["ids_held"],
-                bytes_held=best["bytes_held"], gc_boundary_us=best["gc_boundary_us"]))
+                bytes_held=best["bytes_held"], gc_boundary_us=best["gc_boundary_us"],
+                tokens_dropped_ids=best.get("tokens_dropped_ids", 0),
+                bytes_saved_by_clearing=best.get("bytes_saved_by_clearing", 0)))
         return RegistryStatistics(shards=tuple(shards), client=self.client_statistics())
 
     def client_statistics(self) -> ClientStatistics:

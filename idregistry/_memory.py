@@ -50,8 +50,11 @@ class InMemoryRegistry:
         if shard != 0:
             raise ValueError(f"InMemoryRegistry has one shard (0), not {shard}")
         with self._lock:
-            entries = list(self._state.entries())
-        return iter(entries)
+            snapshot = self._state.snapshot()
+        return snapshot.entries()
+
+    def shards(self) -> list[int]:
+        return [0]
 
     def advance_gc(self, boundary_us: int) -> int:
         return self._apply((OP_ADVANCE_GC, boundary_us))
@@ -61,14 +64,17 @@ class InMemoryRegistry:
             s = self._state
             return [{"shard": 0, "replica": 0, "address": "memory://", "pid": os.getpid(), "is_leader": True,
                      "term": 0, "commit_index": 0, "ids_held": s.ids_held, "gc_boundary_us": s.gc_boundary_us,
-                     "bytes_held": s.approx_bytes()}]
+                     "bytes_held": s.approx_bytes(), "tokens_dropped_ids": s.token_bytes_saved()[0],
+                     "bytes_saved_by_clearing": s.token_bytes_saved()[1]}]
 
     def statistics(self):
         from idregistry._client import ClientStatistics, RegistryStatistics, ShardStatistics
         with self._lock:
             s = self._state
+            saved = s.token_bytes_saved()
             shard = ShardStatistics(shard=0, leader="memory://", replicas_up=1, ids_held=s.ids_held,
-                                    bytes_held=s.approx_bytes(), gc_boundary_us=s.gc_boundary_us)
+                                    bytes_held=s.approx_bytes(), gc_boundary_us=s.gc_boundary_us,
+                                    tokens_dropped_ids=saved[0], bytes_saved_by_clearing=saved[1])
         return RegistryStatistics(shards=(shard,), client=ClientStatistics(0, 0, 0, 0, 0, 0, 0, 1))
 
     def close(self) -> None:

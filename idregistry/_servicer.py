@@ -67,8 +67,13 @@ class RegistryServicer(pb_grpc.RegistryServicer):
             return pb.DeleteReply(deleted=bool(deleted), wrong_shard=deleted is None)
 
     def Export(self, request, context):
+        with _errors(context):
+            try:
+                entries = self.server.export()
+            except NotLeader as e:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"export: {e}")
         ids, tokens, stamps = [], [], []
-        for event_id, token, ts in self.server.export():
+        for event_id, token, ts in entries:
             ids.append(event_id)
             tokens.append(token)
             stamps.append(ts)

@@ -33,7 +33,7 @@ from idregistry._replica import (JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, 
                                  storage_failed)
 from idregistry._tls import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
-                               OP_INIT_SHARDING, OP_NOOP, CommitResult, Sharding, ShardingLease, ShardState,
+                               OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
                                bucket_width_us, validate_ids)
 
 log = logging.getLogger("idregistry.server")
@@ -170,7 +170,11 @@ class ReplicaServer:
         return self.batcher.run((OP_DELETE, event_id, expected_token), 1)
 
     def export(self):
-        return self.state.entries()
+        """Every held ``(id, token, timestamp_us)`` of this shard as of one log position (leader only): a
+        replicated read barrier copies the entries between two commands, so the export holds every id
+        committed before it was asked for and none half-applied; ids committed later are not in it."""
+        self._require_leader()
+        return self.batcher.run((OP_SNAPSHOT,), 1).entries()
 
     def reshard(self, start_us: int, shards: int, endpoints: dict) -> str | None:
         """Add a sharding epoch (shard 0's leader only). Returns why it was refused, or None."""
@@ -298,12 +302,14 @@ class ReplicaServer:
         stats = self.batcher.stats
         leader = self.raft.leader()
         lease = self._lease
+        saved = state.token_bytes_saved()
         return {
             "shard": self.spec.shard, "replica": self.spec.replica, "address": self.spec.grpc_address,
             "raft_address": self.spec.raft_address, "pid": os.getpid(),
             "is_leader": self.raft.is_leader(), "leader": self._raft_to_grpc.get(leader, "") if leader else "",
             "term": raft["raft_term"], "commit_index": raft["commit_idx"], "last_applied": raft["last_applied"],
             "log_len": raft["log_len"], "ids_held": state.ids_held, "bytes_held": state.approx_bytes(),
+            "tokens_dropped_ids": saved[0], "bytes_saved_by_clearing": saved[1],
             "gc_boundary_us": state.gc_boundary_us, "bucket_us": state.bucket_us,
             "queue_depth": self.batcher.queue_depth(), "queued_ids": self.batcher.queued_ids(),
             "in_flight": stats.in_flight, "commands": stats.commands, "ids_committed": stats.ids,

@@ -21,6 +21,9 @@ Operations (tuples, the first item names the kind; they travel pickled inside on
   ``n_shards`` shards. Refused (result: the reason, a string) unless ``start_us > now_us + skew_us`` and
   later than every existing epoch; ``now_us`` is the proposing leader's clock. Result: ``None`` if done.
 * ``(OP_NOOP,)``: nothing; a read barrier (once applied, everything committed before it is applied too).
+* ``(OP_SNAPSHOT,)``: a read barrier that also copies the shard's entries as they are between two commands
+  (every replica copies; only the proposer's copy is used). Result: a :class:`ShardSnapshot`. This is what
+  makes an export consistent per shard: it holds exactly the commands applied up to one log position.
 
 Storage: ids are kept per time bucket (``bucket_us`` wide), inside a bucket per ``<server_ip>:<pid>``
 prefix, as two parallel typed arrays sorted by timestamp offset (4 bytes) with a token number (4 bytes)
@@ -35,6 +38,10 @@ never reused while anything refers to them; when the next number would not fit i
 are renumbered 1..k in order (the same on every replica: it is part of applying a command), so numbering
 never wraps. A read in another thread that overlaps that renumbering (once per 2**32 join requests) may
 see a wrong token name for an id; whether an id is held is never affected.
+
+Clearing tokens (paper §3.3.3: a token is needed only until the id is known to be in the output) sets
+them to :data:`NO_TOKEN`; once every id of a run is cleared, the run drops its token array, saving
+4 bytes per id (:meth:`ShardState.token_bytes_saved` counts it).
 """
 from __future__ import annotations
 
@@ -55,6 +62,7 @@ OP_DELETE = 3
 OP_INIT_SHARDING = 4
 OP_ADD_EPOCH = 5
 OP_NOOP = 6
+OP_SNAPSHOT = 7
 
 NO_TOKEN = 0                   # token number of an id whose token was cleared
 MAX_TOKEN_NUMBER = 2**32 - 1   # token numbers are stored as unsigned 32-bit integers
@@ -103,7 +111,21 @@ class _Run:
 
     def __init__(self) -> None:
         self.offsets = array("I")
-        self.tokens = array("I")
+        self.tokens: array | None = array("I")   # None: every token of this run is cleared
+
+    def token_array(self) -> array:
+        """The token numbers, made again (all :data:`NO_TOKEN`) if the run had dropped them."""
+        if self.tokens is None:
+            self.tokens = array("I", bytes(4 * len(self.offsets)))
+        return self.tokens
+
+    def drop_tokens_if_cleared(self) -> bool:
+        """Drop the token array when every token is cleared; True if dropped now."""
+        tokens = self.tokens
+        if tokens is not None and tokens.count(NO_TOKEN) == len(tokens):
+            self.tokens = None
+            return True
+        return False
 
     def find(self, offset: int) -> int:
         """Index of ``offset`` or -1."""
@@ -114,27 +136,34 @@ class _Run:
         return i if i < len(offsets) and offsets[i] == offset else -1
 
     def insert(self, offset: int, token: int) -> None:
-        offsets = self.offsets
+        offsets, tokens = self.offsets, self.token_array()
         if not offsets or offsets[-1] < offset:
             offsets.append(offset)
-            self.tokens.append(token)
+            tokens.append(token)
         else:
             i = bisect_left(offsets, offset)
             offsets.insert(i, offset)
-            self.tokens.insert(i, token)
+            tokens.insert(i, token)
+
+    def token_at(self, i: int) -> int:
+        return NO_TOKEN if self.tokens is None else self.tokens[i]
 
     def remove(self, i: int) -> None:
         del self.offsets[i]
-        del self.tokens[i]
+        if self.tokens is not None:
+            del self.tokens[i]
 
     def __getstate__(self):
-        return (self.offsets.tobytes(), self.tokens.tobytes())
+        return (self.offsets.tobytes(), None if self.tokens is None else self.tokens.tobytes())
 
     def __setstate__(self, state) -> None:
         self.offsets = array("I")
         self.offsets.frombytes(state[0])
-        self.tokens = array("I")
-        self.tokens.frombytes(state[1])
+        if state[1] is None:
+            self.tokens = None
+        else:
+            self.tokens = array("I")
+            self.tokens.frombytes(state[1])
 
 
 @dataclass
@@ -198,6 +227,26 @@ class ShardingLease:
 
     def covers(self, ids) -> bool:
         return self.newest(ids) < self.valid_below_us
+
+
+@dataclass(frozen=True)
+class ShardSnapshot:
+    """A shard's entries as they were between two applied commands (see :data:`OP_SNAPSHOT`)."""
+    shard: int
+    runs: list                 # (prefix, bucket base us, offsets, tokens or None), bucket and process order
+    token_names: list
+    gc_boundary_us: int
+    ids_held: int
+
+    def entries(self):
+        """Every held ``(id, token, timestamp_us)``; a cleared token is ``""``."""
+        names, boundary = self.token_names, self.gc_boundary_us
+        for prefix, base, offsets, tokens in self.runs:
+            toks = tokens if tokens is not None else (NO_TOKEN for _ in offsets)
+            for off, tok in zip(offsets, toks):
+                ts = base + off
+                if ts >= boundary:
+                    yield f"{prefix}:{ts:016d}", names[tok], ts
 
 
 class ShardState:
@@ -265,18 +314,29 @@ class ShardState:
         run, i, ts = self._locate(event_id)
         if i < 0 or ts < self.gc_boundary_us:
             return None
-        return self.token_names[run.tokens[i]]
+        return self.token_names[run.token_at(i)]
 
     def entries(self):
-        """Every held ``(id, token, timestamp_us)`` in bucket and process order (a snapshot per bucket)."""
+        """Every held ``(id, token, timestamp_us)`` in bucket and process order (a snapshot per bucket,
+        not of the whole shard: use :data:`OP_SNAPSHOT` for that)."""
+        return self.snapshot().entries()
+
+    def snapshot(self) -> "ShardSnapshot":
+        """A copy of the held entries (consistent only if no command applies meanwhile: call it from
+        :meth:`apply`, i.e. through :data:`OP_SNAPSHOT`, when other threads may apply)."""
+        runs = []
         for b in sorted(self.buckets):
-            base = b * self.bucket_us
             for prefix, run in list(self.buckets.get(b, {}).items()):
-                offsets, tokens = array("I", run.offsets), array("I", run.tokens)
-                for off, tok in zip(offsets, tokens):
-                    ts = base + off
-                    if ts >= self.gc_boundary_us:
-                        yield f"{prefix}:{ts:016d}", self.token_names[tok], ts
+                tokens = run.tokens
+                runs.append((prefix, b * self.bucket_us, array("I", run.offsets),
+                             None if tokens is None else array("I", tokens)))
+        return ShardSnapshot(self.shard, runs, dict(self.token_names), self.gc_boundary_us, self.ids_held)
+
+    def token_bytes_saved(self) -> tuple[int, int]:
+        """``(ids whose run dropped its token array, bytes those arrays would hold)``."""
+        ids = sum(len(run.offsets) for bucket in list(self.buckets.values()) for run in list(bucket.values())
+                  if run.tokens is None)
+        return ids, 4 * ids
 
     def approx_bytes(self) -> int:
         """Bytes of the objects holding the ids (dicts, prefix strings, runs and their arrays, as
@@ -289,7 +349,7 @@ class ShardState:
             total += sys.getsizeof(bucket)
             for prefix, run in list(bucket.items()):
                 total += (sys.getsizeof(prefix) + sys.getsizeof(run) + sys.getsizeof(run.offsets)
-                          + sys.getsizeof(run.tokens))
+                          + (sys.getsizeof(run.tokens) if run.tokens is not None else 0))
         return total
 
     # ---- the one way to change it ------------------------------------------------------------------
@@ -313,6 +373,8 @@ class ShardState:
                 out.append(self._add_epoch(*op[1:]))
             elif kind == OP_NOOP:
                 out.append(None)
+            elif kind == OP_SNAPSHOT:
+                out.append(self.snapshot())
             else:
                 raise ValueError(f"unknown registry operation {kind!r}")
         return out
@@ -374,6 +436,8 @@ class ShardState:
                 run = bucket.get(key[1])
                 if run is None:
                     run = bucket[key[1]] = _Run()
+                elif run.tokens is None:
+                    run.token_array()
                 last_key = key
                 if b > newest:
                     newest = b
@@ -415,16 +479,20 @@ class ShardState:
 
     def _clear_tokens(self, ids) -> int:
         cleared = 0
+        touched = {}
         for event_id in ids:
             run, i, ts = self._locate(event_id)
-            if i >= 0 and run.tokens[i] != NO_TOKEN:
+            if i >= 0 and run.token_at(i) != NO_TOKEN:
                 run.tokens[i] = NO_TOKEN
                 cleared += 1
+                touched[id(run)] = run
+        for run in touched.values():
+            run.drop_tokens_if_cleared()
         return cleared
 
     def _delete(self, event_id: str, expected_token: str) -> bool:
         run, i, ts = self._locate(event_id)
-        if i < 0 or ts < self.gc_boundary_us or self.token_names[run.tokens[i]] != expected_token:
+        if i < 0 or ts < self.gc_boundary_us or self.token_names[run.token_at(i)] != expected_token:
             return False
         run.remove(i)
         self.ids_held -= 1

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -41,6 +42,25 @@ from joiner._lost import LostLedger
 from joiner._state import JoinBatch, Outcome, throttled
 
 log = logging.getLogger("photon.joiner")
+
+# Tests only: with PHOTON_TEST_KILL_AFTER_COMMIT=<file>, the first joiner of the run to commit a batch writes
+# the batch's ids into <file> (created exclusively, so only once per file) and SIGKILLs itself before
+# writing them: the loss window between commit and write, on demand.
+KILL_AFTER_COMMIT_ENV = "PHOTON_TEST_KILL_AFTER_COMMIT"
+
+
+def _kill_after_commit(ids: list[str]) -> None:
+    marker = os.environ.get(KILL_AFTER_COMMIT_ENV)
+    if not marker:
+        return
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    os.write(fd, "\n".join(ids).encode() + b"\n")
+    os.fsync(fd)
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +249,7 @@ class Joiner:
                 # Committed: write before answering JOINED. A crash from here until the flush loses these
                 # events from the output only (registered, not written): the verification job's case.
                 if lines:
+                    _kill_after_commit([i for i, r in zip(ids, results) if int(r) == 0])   # 0: OK (tests only)
                     lines = restamp(lines, now, self._clock.now_us())
                     self._write_or_record(batch, lines, token, seq)
             finally:

@@ -316,6 +316,16 @@ class CompactConfig:
 
 
 @dataclass(frozen=True)
+class VerifyConfig:
+    """``[verify]``: the verification and recovery jobs (``photon verify``, ``photon recover``)."""
+    out_dir: str = opt("", "folder for verify's results (recoverable events as Parquet, registry exports) and "
+                           "recover's intent files (default: <first region state_dir>/verify)")
+    remote_joiner_grace_s: float = opt(300.0, "a joiner on another host (its pid cannot be checked here) counts as "
+                                              "stopped once its status file has not been rewritten for this long",
+                                       check=_positive)
+
+
+@dataclass(frozen=True)
 class PhotonConfig:
     join: JoinConfig = field(default_factory=JoinConfig)
     regions: list = field(default_factory=list)
@@ -329,6 +339,7 @@ class PhotonConfig:
     input: InputConfig = field(default_factory=InputConfig)
     sql: SqlConfig = field(default_factory=SqlConfig)
     compact: CompactConfig = field(default_factory=CompactConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -343,6 +354,10 @@ class PhotonConfig:
         return [r for r in self.regions if not r.registry_only]
 
     @property
+    def verify_dir(self) -> Path:
+        return Path(self.verify.out_dir) if self.verify.out_dir else Path(self.regions[0].state_dir) / "verify"
+
+    @property
     def registry_data_dir(self) -> Path:
         if self.registry.data_dir:
             return Path(self.registry.data_dir)
@@ -351,8 +366,9 @@ class PhotonConfig:
 
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
              "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
-             "tls": TlsConfig, "s3": S3Config, "input": InputConfig, "sql": SqlConfig, "compact": CompactConfig}
-_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file"}
+             "tls": TlsConfig, "s3": S3Config, "input": InputConfig, "sql": SqlConfig, "compact": CompactConfig,
+             "verify": VerifyConfig}
+_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file", "out_dir"}
 
 
 def _check_type(where: str, value: Any, typ: type) -> Any:

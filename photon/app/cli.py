@@ -1,5 +1,5 @@
-"""The ``photon`` command line: gen, run, demo, sql, compact, status, config, registry, region, certs,
-eventstore.
+"""The ``photon`` command line: gen, run, demo, sql, compact, verify, recover, status, config, registry,
+region, certs, eventstore.
 
 It lives in the launcher layer (:mod:`photon.app`), above every room, and imports them directly."""
 from __future__ import annotations
@@ -234,6 +234,84 @@ def _cmd_eventstore_build_map(args) -> int:
     return 0
 
 
+EXIT_DUPLICATE = 1
+EXIT_UNREADABLE = 5
+
+
+def _spark_job(args, label: str, job):
+    """Run ``job(config, spark)`` with the config's Spark session; bad input, an unavailable registry or a
+    Spark failure is one line on stderr (the Java stack only with --verbose) and exit code 5."""
+    from photon.app._spark import spark_error, spark_session
+    from photon.app._verify import VerifyInputError
+    config = load_config(args.config)
+    try:
+        spark = spark_session(config, f"photon-{label}", verbose=args.verbose)
+        return job(config, spark)
+    except (VerifyInputError, idregistry.RegistryUnavailable) as e:
+        print(f"photon {label}: {e}", file=sys.stderr)
+    except Exception as e:             # a Spark (Java) failure, shown as one readable line
+        if type(e).__module__.startswith(("pyspark", "py4j")):
+            print(f"photon {label}: Spark failed: {spark_error(e, args.verbose)}", file=sys.stderr)
+        else:
+            raise
+    return EXIT_UNREADABLE
+
+
+def _verify_times(args):
+    from photon.app._verify import parse_time
+    try:
+        return (parse_time(args.since) if args.since else None, parse_time(args.until) if args.until else None)
+    except ValueError as e:
+        raise ConfigError(f"--since/--until: {e}") from None
+
+
+def _cmd_verify(args) -> int:
+    from photon.app._verify import format_report, run_verify
+    since, until = _verify_times(args)
+
+    def job(config, spark):
+        show = not args.json and sys.stderr.isatty()
+        report = run_verify(config, spark, since_us=since, until_us=until, export_dir=args.export,
+                            out_dir=args.out, show_progress=show)
+        print(json.dumps(report.as_dict()) if args.json else format_report(report), flush=True)
+        if report.duplicates:
+            names = ", ".join(f"{i} ({n} times)" for i, n in report.duplicate_ids)
+            print(f"photon verify: {report.duplicates} click(s) joined more than once: {names}", file=sys.stderr)
+            return EXIT_DUPLICATE
+        return 0
+    return _spark_job(args, "verify", job)
+
+
+def _cmd_recover(args) -> int:
+    from photon.app._recover import run_recover
+    from photon.app._verify import format_report, run_verify
+
+    def job(config, spark):
+        path = args.from_dir
+        if path is None:
+            report = run_verify(config, spark, out_dir=args.out, show_progress=not args.json and sys.stderr.isatty())
+            if not args.json:
+                print(format_report(report), flush=True)
+            if report.duplicates:
+                print(f"photon recover: the output holds {report.duplicates} duplicate(s); recovering nothing",
+                      file=sys.stderr)
+                return EXIT_DUPLICATE
+            path = report.recoverable_path
+        done = run_recover(config, path, dry_run=args.dry_run)
+        if args.json:
+            print(json.dumps(done.as_dict()), flush=True)
+        else:
+            verb = "would delete and re-inject" if done.dry_run else "re-injected"
+            print(f"recover: {done.candidates} recoverable, {done.joiner_alive} left alone (joiner running), "
+                  f"{done.deleted} deleted from the registry, {done.token_changed} not (token changed), "
+                  f"{verb} {done.reinjected if not done.dry_run else done.candidates - done.joiner_alive} "
+                  f"event(s); {done.resumed} from an interrupted run", flush=True)
+            for f in done.files:
+                print(f"  wrote {f}")
+        return 0
+    return _spark_job(args, "recover", job)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="photon", description="Photon: joining of log streams, at most once at every instant and "
                                 "exactly once after the verification and recovery jobs")
@@ -326,6 +404,26 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--json", action="store_true", help="print each region's result as one JSON line")
     bm.add_argument("--verbose", action="store_true", help="Spark's warnings and full error stacks")
     bm.set_defaults(fn=_cmd_eventstore_build_map)
+
+    v = sub.add_parser("verify", help="Spark job: duplicates, lost, recoverable, pending and unjoinable clicks")
+    v.add_argument("--config", required=True)
+    v.add_argument("--since", default=None, help="only ids timestamped at or after T (epoch s, epoch us or ISO 8601)")
+    v.add_argument("--until", default=None, help="only ids timestamped before T")
+    v.add_argument("--json", action="store_true", help="print one JSON object (and no progress)")
+    v.add_argument("--export", default=None, help="use this registry export folder instead of taking one")
+    v.add_argument("--out", default=None, help="folder for the results (default [verify].out_dir)")
+    v.add_argument("--verbose", action="store_true", help="Spark warnings and Java stacks")
+    v.set_defaults(fn=_cmd_verify)
+
+    rc = sub.add_parser("recover", help="delete lost clicks from the registry (token must match) and re-inject them")
+    rc.add_argument("--config", required=True)
+    rc.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+    rc.add_argument("--from", dest="from_dir", default=None,
+                    help="the recoverable Parquet of an earlier verify (default: run verify now)")
+    rc.add_argument("--out", default=None, help="folder for verify's results (default [verify].out_dir)")
+    rc.add_argument("--json", action="store_true", help="print one JSON object")
+    rc.add_argument("--verbose", action="store_true", help="Spark warnings and Java stacks")
+    rc.set_defaults(fn=_cmd_recover)
 
     reg = sub.add_parser("registry", help="IdRegistry commands (status, reshard)", add_help=False)
     reg.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,0 +1,143 @@
+"""``python -m bench.verify [--sizes 1000000,5000000] [--lost 1000] [--json]``
+
+1. Verify throughput: for each size N, one region's N foreign events (plus their joined output, all but
+   0.1% of them, and a registry export holding every id) are written to a temporary folder, and
+   ``photon verify``'s job runs over them on the configured local Spark (the session's start is not
+   counted). Prints events/s (N / job time) and the time spent reading input vs joining.
+2. Recovery end to end: a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
+   (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
+   pipeline drops them as already joined); then times verify + recover + the pipeline re-joining them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from bench._common import emit
+import idregistry
+from photon import IdGenerator, load_config, read_output_lines, wait_until
+from photon.app import GenOptions, generate, run_recover, run_verify, spark_session
+
+FILE_LINES = 200_000
+
+
+def _dead_token() -> str:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return f"127.0.0.1:1/{p.pid}/{time.time_ns() // 1000 - 10**7}/1"
+
+
+def throughput(spark, root: Path, n: int) -> dict:
+    """One region of ``n`` foreign events; returns the job's figures."""
+    root.mkdir(parents=True)
+    (root / "photon.toml").write_text(f'[[regions]]\nname = "a"\nlog_root = "logs"\noutput_root = "out"\n'
+                                      f'state_dir = "state"\n')
+    config = load_config(root / "photon.toml")
+    gen = IdGenerator("10.1.1.1", 77)
+    ids = [gen.next_id() for _ in range(n)]
+    clicks, joined = root / "logs/clicks", root / "out/joined"
+    clicks.mkdir(parents=True)
+    joined.mkdir(parents=True)
+    (root / "out/unjoinable").mkdir()
+    lost_every = 1000
+    for k in range(0, n, FILE_LINES):
+        part = ids[k:k + FILE_LINES]
+        lines = [orjson.dumps({"click_id": i, "query_id": i, "ad": j % 50}) for j, i in enumerate(part)]
+        (clicks / f"c-{k:09d}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+        out = [line[:-1] + b',"_photon":{"region":"a"}}' for j, line in enumerate(lines) if (k + j) % lost_every]
+        (joined / f"a-j0-1-{k:09d}.jsonl").write_bytes(b"\n".join(out) + b"\n")
+    registry = idregistry.InMemoryRegistry()
+    token = _dead_token()
+    for k in range(0, n, 50_000):
+        registry.commit(ids[k:k + 50_000], token)
+    idregistry.export_registry(registry, root / "export")
+    del ids
+    t0 = time.perf_counter()
+    report = run_verify(config, spark, export_dir=root / "export")
+    elapsed = time.perf_counter() - t0
+    expected_lost = (n + lost_every - 1) // lost_every
+    if report.lost != expected_lost or report.foreign_events != n:
+        raise SystemExit(f"verify miscounted: {report.as_dict()} (expected {expected_lost} lost of {n})")
+    return {"events_per_s": round(n / elapsed), "read_s": report.timings["read_s"],
+            "join_s": report.timings["join_s"], "duplicates": report.duplicates}
+
+
+def recovery(spark, root: Path, lost: int, timeout: float) -> dict:
+    """Seconds from ``lost`` clicks lost to their being joined: verify + recover + re-joined."""
+    root.mkdir(parents=True)
+    s = generate(GenOptions(out=str(root), queries=max(2000, int(lost * 12)), unjoinable_fraction=0.0,
+                            duplicate_fraction=0.0, bad_line_fraction=0.0, seed=5))
+    config = load_config(s.config)
+    joinable = set((root / "truth/joinable.txt").read_text().split())
+    region = config.regions[0]
+    clicks = Path(region.log_root) / config.join.foreign_stream
+    # hold the click files back until the lost ids are registered under a stopped joiner's token
+    held = root / "held"
+    shutil.move(str(clicks), held)
+    clicks.mkdir()
+    victims = sorted(joinable)[:lost]
+    log = open(root / "launcher.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "photon.app.cli", "run", "--config", s.config],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        client = idregistry.RegistryClient(idregistry.registry_endpoints(config), retry_timeout_s=120)
+        wait_until(lambda: (config.registry_data_dir).exists(), 60, message="the registry started")
+        client.commit(victims, _dead_token())
+        for p in held.iterdir():
+            shutil.move(str(p), clicks / p.name)
+
+        def joined_ids():
+            return {orjson.loads(x)["click_id"] for x in read_output_lines(region.joined_dir, True)}
+        wait_until(lambda: joined_ids() == joinable - set(victims), timeout, interval=0.5,
+                   message="every click joined but the lost ones")
+        t0 = time.perf_counter()
+        report = run_verify(config, spark)
+        t_verify = time.perf_counter() - t0
+        done = run_recover(config, report.recoverable_path, client=client)
+        t_recover = time.perf_counter() - t0 - t_verify
+        wait_until(lambda: joined_ids() == joinable, timeout, interval=0.2, message="the lost clicks re-joined")
+        total = time.perf_counter() - t0
+        ids = [orjson.loads(x)["click_id"] for x in read_output_lines(region.joined_dir, True)]
+        client.close()
+        return {"lost_clicks": lost, "recovered": done.reinjected, "verify_s": round(t_verify, 2),
+                "recover_s": round(t_recover, 2), "recover_end_to_end_s": round(total, 2),
+                "duplicates_in_output": len(ids) - len(set(ids))}
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=60)
+        log.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.verify", description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1000000,5000000", help="foreign events per verify run, comma-separated")
+    ap.add_argument("--lost", type=int, default=1000, help="lost clicks to recover end to end")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    spark = spark_session(None, "bench-verify")
+    figures = {}
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        for n in [int(x) for x in args.sizes.split(",") if x.strip()]:
+            f = throughput(spark, Path(tmp) / f"n{n}", n)
+            label = f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1000}k" if n >= 1000 else str(n)
+            figures[f"verify_events_per_s_{label}"] = f["events_per_s"]
+            figures[f"verify_read_s_{label}"] = f["read_s"]
+            figures[f"verify_join_s_{label}"] = f["join_s"]
+            shutil.rmtree(Path(tmp) / f"n{n}")
+        figures.update(recovery(spark, Path(tmp) / "recover", args.lost, args.timeout))
+    emit(figures, args.json, "photon verify / recover")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+"""``photon verify``: the Spark job that checks "exactly once, eventually" and finds the recoverable clicks.
+
+Inputs, for every region of the config: the foreign input (``<log_root>/<foreign>/`` and the recovery
+stream ``<log_root>/<foreign>-recovery/``), the joined output, the unjoinable output, the joiners' lost-ids
+ledgers (``<state_dir>/lost/``), the registry export, and (only when some click is unjoinable everywhere)
+the primary input. What it reports, counting distinct foreign ids inside the ``[since, until)`` window of
+their id's timestamp:
+
+* ``foreign_events``: ids in the foreign input of any region (each id once, however often logged);
+* ``joined``: ids in the joined output of any region; ``duplicates``: ids in it more than once (must be 0);
+* ``lost``: ids held by the registry yet in no region's output;
+* ``recoverable``: lost ids whose token's joiner is no longer running (see :mod:`photon.app._liveness`), or
+  that a joiner's lost-ids ledger records under that same token, and whose raw line is in the input;
+* ``pending``: input ids neither registered, joined nor in an unjoinable log (still being worked on);
+* ``unjoinable``: ids in an unjoinable log, neither joined nor registered;
+* ``wrongly_unjoinable``: ids in the unjoinable log of every region whose input holds them, joined
+  nowhere, whose primary exists in some region's primary input.
+
+Order matters for recovery's safety: the registry export is taken first, then every joiner named by its
+tokens is judged alive or not, and only then is the output listed. A joiner judged stopped wrote nothing
+after the listing, so a lost id under its token stays lost until recovery deletes it.
+
+Unreadable input is never taken as empty: a missing region folder, an incomplete export, or a joined or
+unjoinable line that does not parse raises :class:`VerifyInputError` naming the place.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+import idregistry
+from photon import PhotonConfig, list_log_files, output_snapshot
+from photon._output import compacted_lines
+from photon.app._liveness import alive_prefixes, read_lost
+
+INPROGRESS = ".inprogress"
+REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
+               "wrongly_unjoinable")
+ID_PATTERN = r"^[^:/\s]+:[0-9]+:[0-9]{16}$"
+
+
+class VerifyInputError(Exception):
+    """Input the job could not read; the message names where."""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    foreign_events: int
+    joined: int
+    duplicates: int
+    lost: int
+    recoverable: int
+    pending: int
+    unjoinable: int
+    wrongly_unjoinable: int
+    duplicate_ids: tuple = ()             # up to 20 (id, times) of the duplicates
+    recoverable_path: str = ""            # Parquet folder of the recoverable events
+    export_dir: str = ""
+    timings: dict = field(default_factory=dict)   # read_s, join_s, export_s
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in REPORT_KEYS}
+
+
+def parse_time(text: str) -> int:
+    """``--since``/``--until``: epoch seconds (``1763712000.5``), epoch microseconds (16+ digits) or
+    ISO 8601 (``2025-11-21T08:00:00``, UTC unless it names a zone); returns microseconds."""
+    from datetime import datetime, timezone
+    t = text.strip()
+    try:
+        if t.isdigit() and len(t) >= 16:
+            return int(t)
+        return int(float(t) * 1_000_000)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (epoch seconds, epoch microseconds or ISO 8601)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1_000_000)
+
+
+# ---- reading ----------------------------------------------------------------------------------------
+
+def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
+    """``(published files, [(file, complete lines)])`` of an output folder, as the output contract says
+    (:func:`photon.output_snapshot`): published JSONL files (read later by Spark: they never change), and
+    read now the committed prefix of every open file and the lines of compacted partitions."""
+    published, partial = [], []
+    if not directory.is_dir():
+        return published, partial
+    snap = output_snapshot(directory)
+    published = [str(directory / rel) for rel in snap.published]
+    for rel in snap.open:
+        data = snap.read_open(rel)
+        partial.append((str(directory / rel), data[: data.rfind(b"\n") + 1]))
+    for part, rel_dir in sorted(snap.compacted.items()):
+        lines = compacted_lines(directory, rel_dir)
+        partial.append((str(directory / rel_dir), b"".join(x + b"\n" for x in lines)))
+    return published, partial
+
+
+def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str):
+    """Rows ``(value, file, region)`` of published files (read by Spark) and in-progress lines."""
+    from pyspark.sql import functions as F
+    frames = []
+    if files:
+        frames.append(spark.read.text(files).select("value", F.input_file_name().alias("file")))
+    rows = [(line.decode("utf-8", "replace"), name) for name, data in partial for line in data.split(b"\n") if line]
+    if rows:
+        frames.append(spark.createDataFrame(rows, "value string, file string"))
+    if not frames:
+        return spark.createDataFrame([], "value string, file string, region string")
+    df = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    return df.withColumn("region", F.lit(region))
+
+
+def _window(df, since_us, until_us):
+    from pyspark.sql import functions as F
+    ts = F.substring("id", -16, 16).cast("long")
+    if since_us is not None:
+        df = df.filter(ts >= since_us)
+    if until_us is not None:
+        df = df.filter(ts < until_us)
+    return df
+
+
+def _ids(df, id_field: str, extra: str | None = None):
+    from pyspark.sql import functions as F
+    cols = [id_field] + ([extra] if extra else [])
+    parsed = df.select("*", F.json_tuple("value", *cols).alias(*(["id"] + (["ref"] if extra else []))))
+    return parsed
+
+
+def _first_bad_line(files: list[str], partial, id_field: str, bad_values: list[str]) -> str:
+    """Where the first of ``bad_values`` (lines without a readable id) is: ``file at byte N``."""
+    wanted = {v.encode("utf-8", "replace") for v in bad_values}
+    sources = [(f, None) for f in files] + list(partial)
+    for name, data in sources:
+        try:
+            data = Path(name).read_bytes() if data is None else data
+        except OSError:
+            continue
+        pos = 0
+        for line in data.split(b"\n"):
+            if line in wanted:
+                return f"{name} at byte {pos}"
+            pos += len(line) + 1
+    return "an unknown file"
+
+
+def _read_outputs(spark, config: PhotonConfig):
+    """Every region's joined and unjoinable output as rows ``(id, region, kind)`` (cached); raises
+    :class:`VerifyInputError` naming the first line without a readable id."""
+    from pyspark.sql import functions as F
+    id_field = config.join.foreign_id_field
+    frames, sources = [], {}
+    for region in config.regions:
+        root = Path(region.output_root)
+        if not root.is_dir():
+            raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
+        for kind, folder in (("joined", region.joined_dir), ("unjoinable", region.unjoinable_dir)):
+            files, partial = list_output(folder)
+            sources[(region.name, kind)] = (files, partial)
+            frames.append(_ids(_lines_df(spark, files, partial, region.name), id_field)
+                          .withColumn("kind", F.lit(kind)))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    out = out.withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
+    bad = out.filter("bad").select("value", "region", "kind").limit(5).collect()
+    if bad:
+        files, partial = sources[(bad[0].region, bad[0].kind)]
+        where = _first_bad_line(files, partial, id_field, [r.value for r in bad])
+        raise VerifyInputError(f"region {bad[0].region}: {bad[0].kind} output line without a readable "
+                               f"{id_field!r} in {where}: {bad[0].value[:120]!r}")
+    return out
+
+
+def _read_input(spark, config: PhotonConfig, stream: str, id_field: str, ref_field: str | None):
+    """Every region's input lines of ``stream`` (and its recovery folder) as ``(id, [ref,] value, region)``;
+    lines without a well-formed id are left out (the pipeline quarantines them)."""
+    from pyspark.sql import functions as F
+    frames = []
+    for region in config.regions:
+        root = Path(region.log_root) / stream
+        if not root.is_dir():
+            raise VerifyInputError(f"region {region.name}: input folder {root} does not exist")
+        files = [str(root / f) for f in list_log_files(root)]
+        recovery = Path(region.log_root) / f"{stream}-recovery"
+        files += [str(recovery / f) for f in list_log_files(recovery)]
+        df = _ids(_lines_df(spark, files, [], region.name), id_field, ref_field)
+        frames.append(df.filter(F.col("id").rlike(ID_PATTERN)).drop("file"))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+# ---- the job ----------------------------------------------------------------------------------------
+
+def take_export(config: PhotonConfig, out: Path) -> Path:
+    client = idregistry.connect(idregistry.registry_endpoints(config))
+    try:
+        idregistry.export_registry(client, out)
+    finally:
+        client.close()
+    return out
+
+
+def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, until_us: int | None = None,
+               export_dir: str | Path | None = None, out_dir: str | Path | None = None,
+               show_progress: bool = False) -> VerifyReport:
+    """Run the verification (see the module docstring); writes the recoverable events as Parquet under
+    ``out_dir`` (default ``config.verify_dir``)/``recoverable`` with columns id, token, raw, ref, reason."""
+    from pyspark.sql import functions as F
+    from photon.app._spark import progress
+
+    out = Path(out_dir) if out_dir else config.verify_dir
+    out.mkdir(parents=True, exist_ok=True)
+    for region in config.regions:      # fail before the (possibly long) export
+        for folder in (Path(region.log_root) / config.join.foreign_stream, Path(region.output_root)):
+            if not folder.is_dir():
+                raise VerifyInputError(f"region {region.name}: folder {folder} does not exist")
+    timings = {}
+    t0 = time.perf_counter()
+    if export_dir is None:
+        export_dir = take_export(config, Path(tempfile.mkdtemp(prefix="export-", dir=out)))
+    export_dir = Path(export_dir)
+    try:
+        manifest = idregistry.check_export(export_dir)
+    except idregistry.ExportError as e:
+        raise VerifyInputError(str(e)) from None
+    timings["export_s"] = time.perf_counter() - t0
+
+    with progress(spark, "verify", show_progress):
+        t0 = time.perf_counter()
+        export_files = [str(export_dir / s["file"]) for s in manifest["shards"].values()]
+        registered = _window(spark.read.parquet(*export_files), since_us, until_us) \
+            .select("id", "token").withColumn("prefix", F.regexp_extract("token", r"^(.*)/[^/]*$", 1))
+        registered = registered.cache()
+        prefixes = [r.prefix for r in registered.select("prefix").distinct().collect() if r.prefix]
+        # judged before the output is listed: a joiner stopped now wrote all it ever will by the listing
+        grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
+        alive = alive_prefixes(prefixes, [r.state_dir for r in config.regions], time.time_ns() // 1000, grace_us)
+        dead = [p for p in prefixes if p not in alive]
+        ledger = [(e["id"], e["token"]) for r in config.regions for e in read_lost(r.state_dir)]
+
+        cached_outputs = _read_outputs(spark, config)
+        outputs = _window(cached_outputs, since_us, until_us)
+        joined = outputs.filter(F.col("kind") == "joined").groupBy("id") \
+            .agg(F.count(F.lit(1)).alias("n_out")).cache()
+        unjoin = outputs.filter(F.col("kind") == "unjoinable").groupBy("id") \
+            .agg(F.countDistinct("region").alias("u_regions")).cache()
+        foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_id_field,
+                                      config.join.foreign_ref_field), since_us, until_us)
+        foreign = foreign.groupBy("id").agg(F.first("value").alias("raw"), F.first("ref").alias("ref"),
+                                            F.countDistinct("region").alias("in_regions")).cache()
+        for df in (joined, unjoin, foreign):
+            df.count()
+        timings["read_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        dead_df = spark.createDataFrame([(p,) for p in dead], "prefix string").withColumn("dead", F.lit(True))
+        ledger_df = spark.createDataFrame(ledger, "id string, token string").dropDuplicates() \
+            .withColumn("in_ledger", F.lit(True))
+        reg = registered.join(F.broadcast(dead_df), "prefix", "left") \
+            .join(ledger_df, ["id", "token"], "left")
+        every = foreign.join(joined, "id", "full").join(reg, "id", "full").join(unjoin, "id", "full")
+        every = every.withColumn("is_lost", F.col("token").isNotNull() & F.col("n_out").isNull()) \
+            .withColumn("is_recoverable", F.col("is_lost") & (F.col("token") != "") & F.col("raw").isNotNull()
+                        & (F.coalesce("dead", F.lit(False)) | F.coalesce("in_ledger", F.lit(False)))) \
+            .withColumn("is_unjoinable", F.col("u_regions").isNotNull() & F.col("n_out").isNull()
+                        & F.col("token").isNull()) \
+            .withColumn("everywhere", F.col("is_unjoinable") & F.col("in_regions").isNotNull()
+                        & (F.col("u_regions") >= F.col("in_regions"))).cache()
+        counts = every.agg(
+            F.count("raw").alias("foreign_events"),
+            F.count("n_out").alias("joined"),
+            F.sum(F.when(F.col("n_out") > 1, 1).otherwise(0)).alias("duplicates"),
+            F.sum(F.col("is_lost").cast("int")).alias("lost"),
+            F.sum(F.col("is_recoverable").cast("int")).alias("recoverable"),
+            F.sum((F.col("raw").isNotNull() & F.col("token").isNull() & F.col("n_out").isNull()
+                   & F.col("u_regions").isNull()).cast("int")).alias("pending"),
+            F.sum(F.col("is_unjoinable").cast("int")).alias("unjoinable"),
+            F.sum(F.col("everywhere").cast("int")).alias("everywhere"),
+        ).collect()[0].asDict()
+        counts = {k: int(v or 0) for k, v in counts.items()}
+        dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
+                     .select("id", "n_out").orderBy("id").limit(20).collect())
+        wrongly = 0
+        if counts.pop("everywhere"):
+            primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_id_field, None) \
+                .select(F.col("id").alias("ref")).distinct()
+            wrongly = every.filter("everywhere").join(primary, "ref", "left_semi").count()
+        recoverable_path = out / "recoverable"
+        every.filter("is_recoverable").select(
+            "id", "token", "raw", "ref",
+            F.when(F.coalesce("in_ledger", F.lit(False)), "in a lost-ids ledger")
+             .otherwise("its joiner is no longer running").alias("reason")) \
+            .coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
+        timings["join_s"] = time.perf_counter() - t0
+        for df in (registered, cached_outputs, joined, unjoin, foreign, every):
+            df.unpersist()
+    return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
+                        recoverable_path=str(recoverable_path), export_dir=str(export_dir),
+                        timings={k: round(v, 3) for k, v in timings.items()})
+
+
+def read_recoverable(path: str | Path) -> list[dict]:
+    """The rows a verify run wrote (``id, token, raw, ref, reason``)."""
+    import pyarrow.parquet as pq
+    path = Path(path)
+    files = sorted(p for p in path.glob("*.parquet")) if path.is_dir() else [path]
+    rows = []
+    for f in files:
+        rows += pq.read_table(f).to_pylist()
+    return rows
+
+
+def format_report(report: VerifyReport) -> str:
+    rows = [(k, getattr(report, k)) for k in REPORT_KEYS]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v:>10}" for k, v in rows]
+    if report.duplicate_ids:
+        lines.append("duplicated ids: " + ", ".join(f"{i} ({n} times)" for i, n in report.duplicate_ids))
+    if report.recoverable:
+        lines.append(f"recoverable events written to {report.recoverable_path}")
+    return "\n".join(lines)
