@@ -149,6 +149,10 @@ class InputConfig:
     """``[input]``: rules for reading log lines, local or on S3."""
     max_line_bytes: int = opt(4 << 20, "a line longer than this is quarantined (its first KiB kept) and "
                                        "skipped, never held in memory whole", check=_positive)
+    retire_after_s: float = opt(300.0, "a local log file read to its end and unchanged this long is no longer "
+                                       "stated on every poll (only by the full pass)", check=_positive)
+    full_scan_s: float = opt(30.0, "every this often a local stream is listed and every file stated, so a "
+                                   "retired file that grows again is read within this time", check=_positive)
 
 
 REGION_PORTS = {

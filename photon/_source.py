@@ -155,47 +155,108 @@ class _Counters:
 
 
 class LocalSource:
-    """A folder of log files (any depth). See the module docstring for the contract."""
+    """A folder of log files (any depth). See the module docstring for the contract.
+
+    Polling cost does not grow with every file ever seen: a file fully consumed (``consumed[name]`` at its
+    size) and unchanged for ``retire_after_s`` is *retired*: later scans reuse its last size instead of
+    stating it, and a folder whose modification time has not changed is not listed again. Every
+    ``full_scan_s`` one scan lists and states everything, so a retired file that grows after all (or a
+    folder changed within the same mtime tick) is still noticed, within ``full_scan_s``.
+    """
 
     whole_objects = False
     """Local files are appended to in place: an empty file is one not written yet, not a bad object."""
 
-    def __init__(self, location: Location | str) -> None:
+    def __init__(self, location: Location | str, retire_after_s: float = 300.0, full_scan_s: float = 30.0,
+                 clock=time.monotonic) -> None:
         self.location = parse_location(location) if isinstance(location, str) else location
         self.root = Path(self.location.path)
         self.url = str(self.root)
+        self.retire_after_s = retire_after_s
+        self.full_scan_s = full_scan_s
+        self._clock = clock
         self._n = _Counters()
         self._view: dict[str, ObjectInfo] = {}
+        self._unchanged_since: dict[str, float] = {}   # name -> when it was last seen growing or changing
+        self._retired: set[str] = set()
+        self._listings: dict[str, tuple[int, list[tuple[str, bool]]]] = {}   # folder -> (mtime_ns, entries)
+        self._last_full = float("-inf")
+        self.stats_last_scan = 0                        # files stated by the last scan
 
     def check(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise SourceError(f"{self.root} is not a folder")
 
+    def _entries(self, folder: str, full: bool) -> list[tuple[str, bool]]:
+        """``[(path, is_dir)]`` of ``folder``, listed again only if its mtime changed (or ``full``)."""
+        st = os.stat(folder)
+        cached = self._listings.get(folder)
+        if not full and cached is not None and cached[0] == st.st_mtime_ns:
+            return cached[1]
+        entries = [(e.path, e.is_dir(follow_symlinks=False)) for e in os.scandir(folder)
+                   if e.is_dir(follow_symlinks=False) or e.is_file()]
+        self._listings[folder] = (st.st_mtime_ns, entries)
+        return entries
+
     def scan(self, consumed: Mapping[str, int] | None = None) -> dict[str, ObjectInfo]:
+        consumed = consumed or {}
+        now = self._clock()
+        full = now - self._last_full >= self.full_scan_s
+        if full:
+            self._last_full = now
+            self._listings.clear()
         view: dict[str, ObjectInfo] = {}
+        stated = 0
         if self.root.is_dir():
-            stack = [self.root]
+            stack = [str(self.root)]
             while stack:
                 d = stack.pop()
                 try:
-                    entries = list(os.scandir(d))
+                    entries = self._entries(d, full)
                 except (FileNotFoundError, NotADirectoryError):
+                    self._listings.pop(d, None)
                     continue
-                for e in entries:
+                for path, is_dir in entries:
+                    if is_dir:
+                        stack.append(path)
+                        continue
+                    name = os.path.relpath(path, self.root).replace(os.sep, "/")
+                    if not _visible(name):
+                        continue
+                    if not full and name in self._retired and name in self._view:
+                        view[name] = self._view[name]
+                        continue
                     try:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(Path(e.path))
-                        elif e.is_file() and _visible(e.name):
-                            st = e.stat()
-                            name = os.path.relpath(e.path, self.root).replace(os.sep, "/")
-                            view[name] = ObjectInfo(name, st.st_size, str(st.st_mtime_ns))
+                        st = os.stat(path)
                     except FileNotFoundError:
                         continue
+                    stated += 1
+                    view[name] = info = ObjectInfo(name, st.st_size, str(st.st_mtime_ns))
+                    self._judge(name, info, consumed.get(name, 0), now)
+        for gone in set(self._unchanged_since) - set(view):
+            self._unchanged_since.pop(gone, None)
+            self._retired.discard(gone)
         self._view = dict(sorted(view.items()))
+        self.stats_last_scan = stated
         with self._n.lock:
             self._n.list_requests += 1
             self._n.last_scan_requests = 1
         return self._view
+
+    def _judge(self, name: str, info: ObjectInfo, consumed: int, now: float) -> None:
+        """Retire ``name`` once it is read to its end and unchanged for ``retire_after_s``; un-retire it
+        when it changed."""
+        before = self._view.get(name)
+        if before is None or before.size != info.size or before.version != info.version or consumed < info.size:
+            self._unchanged_since[name] = now
+            self._retired.discard(name)
+        elif now - self._unchanged_since.setdefault(name, now) >= self.retire_after_s:
+            self._retired.add(name)
+
+    @property
+    def retired(self) -> int:
+        """How many files the scans currently skip stating."""
+        return len(self._retired)
 
     def read(self, name: str, start: int, length: int) -> tuple[bytes, int]:
         try:
@@ -469,17 +530,21 @@ class S3Source:
                                 n.get_requests, n.bytes_read, n.retries, n.last_scan_requests)
 
 
-def open_source(location: Location | str | os.PathLike, s3: S3Config | None = None, client=None):
-    """The source for ``location``: :class:`S3Source` for ``s3://``, else :class:`LocalSource`."""
+def open_source(location: Location | str | os.PathLike, s3: S3Config | None = None, client=None,
+                input_config=None):
+    """The source for ``location``: :class:`S3Source` for ``s3://``, else :class:`LocalSource` (with the
+    retirement settings of ``input_config``, an :class:`photon.InputConfig`, if given)."""
     loc = location if isinstance(location, Location) else parse_location(location)
     if loc.is_s3:
         return S3Source(loc, s3, client)
+    if input_config is not None:
+        return LocalSource(loc, input_config.retire_after_s, input_config.full_scan_s)
     return LocalSource(loc)
 
 
 def stream_source(config, region, stream: str):
     """The checked source of ``stream`` (``config.join.primary_stream`` or ``foreign_stream``) of
     ``region`` (a :class:`photon.RegionConfig`): raises :class:`SourceError` naming a misconfiguration."""
-    source = open_source(region.stream_url(stream), config.s3)
+    source = open_source(region.stream_url(stream), config.s3, input_config=config.input)
     source.check()
     return source

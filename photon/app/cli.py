@@ -80,28 +80,38 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    from photon.app._demo import DEMO_REGISTRY_REGION, OutageDrill
     out = Path(args.dir).resolve()
     print(f"photon demo: generating {args.queries} queries (~{int(args.queries * 0.1)} clicks) for regions "
           f"a and b under {out}", flush=True)
     s = generate(GenOptions(out=str(out), queries=args.queries, regions=("a", "b"), unjoinable_after_s=5.0))
     for sub in ("out", "state"):
         shutil.rmtree(out / sub, ignore_errors=True)
+    with open(s.config, "a") as f:
+        f.write(DEMO_REGISTRY_REGION)
     config = load_config(s.config)
-    print(f"photon demo: joining both regions' copies through one shared IdRegistry "
+    print(f"photon demo: regions a and b join their own copies of the logs through one IdRegistry spread over "
+          f"a, b and c (5 replicas, 2/2/1); region b is taken down mid-run and brought back "
           f"(expect {s.joinable_clicks} joined once in all, {s.unjoinable_clicks} unjoinable)", flush=True)
+    drill = None
+    if not args.no_outage:
+        drill = OutageDrill(config, "b", lambda m: print(f"photon demo: {m}", file=sys.stderr, flush=True))
+        drill.start()
     code, summary = _run(config, True, args.timeout, False)
     ids = [orjson.loads(line)[config.join.foreign_id_field]
-           for region in config.regions for line in read_output_lines(region.joined_dir)]
+           for region in config.pipeline_regions for line in read_output_lines(region.joined_dir)]
     joined = set(ids)
     dups = len(ids) - len(joined)
     truth = set((out / "truth" / "joinable.txt").read_text().split())
     print(f"photon demo: {len(joined & truth)}/{len(truth)} joinable clicks in the output, "
-          f"{dups} duplicates, {len(joined - truth)} unexpected")
+          f"{dups} duplicates, {len(joined - truth)} unexpected; wasted joins "
+          f"{summary['total'].get('wasted_joins', 0)}")
     if not args.no_sql:
         _demo_query(config)
     if args.json:
         summary["demo"] = {"joinable": len(truth), "joined": len(joined & truth), "duplicates": dups,
-                           "unexpected": len(joined - truth)}
+                           "unexpected": len(joined - truth),
+                           "outage": [text for _, text in drill.events] if drill else []}
         print(json.dumps(summary, sort_keys=True), flush=True)
     return code if not dups and joined == truth else (code or 1)
 
@@ -349,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="generate a two-region workload and join it end to end")
     d.add_argument("--dir", default="demo")
+    d.add_argument("--no-outage", action="store_true", help="do not take region b down mid-run")
     d.add_argument("--queries", type=int, default=100_000)
     d.add_argument("--timeout", type=float, default=600)
     d.add_argument("--json", action="store_true")
