@@ -35,7 +35,7 @@ def _workload(root: Path, queries: int, hosts: dict | None, simulated_rtt_ms: fl
     path = root / "photon.toml"
     data = tomllib.loads(path.read_text())
     data["regions"].append({"name": "c", "state_dir": "state/c", "registry_only": True})
-    base = 20_000 + (os.getpid() % 20) * 3 * REGION_PORT_SPAN
+    base = 10_000 + (os.getpid() % 7) * 3 * REGION_PORT_SPAN     # below the ephemeral ports (32768 on)
     lines = [f"[{k}]\n" + "\n".join(f"{kk} = {orjson.dumps(vv).decode()}" for kk, vv in v.items())
              for k, v in data.items() if k != "regions"]
     if simulated_rtt_ms:

@@ -129,9 +129,9 @@ def main(argv=None) -> int:
         for n in [int(x) for x in args.sizes.split(",") if x.strip()]:
             f = throughput(spark, Path(tmp) / f"n{n}", n)
             label = f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1000}k" if n >= 1000 else str(n)
-            figures[f"verify_events_per_s_{label}"] = f["events_per_s"]
-            figures[f"verify_read_s_{label}"] = f["read_s"]
-            figures[f"verify_join_s_{label}"] = f["join_s"]
+            figures[f"verify_{label}_events_per_s"] = f["events_per_s"]
+            figures[f"verify_{label}_read_s"] = f["read_s"]
+            figures[f"verify_{label}_join_s"] = f["join_s"]
             shutil.rmtree(Path(tmp) / f"n{n}")
         figures.update(recovery(spark, Path(tmp) / "recover", args.lost, args.timeout))
     emit(figures, args.json, "photon verify / recover")

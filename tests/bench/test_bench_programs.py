@@ -30,7 +30,7 @@ BENCHES = {
                   {"published_p50_ms", "published_p90_ms", "files_per_joiner_hour", "groupby_jsonl_s",
                    "groupby_parquet_s", "groupby_jsonl_rows_per_s", "groupby_parquet_rows_per_s"}),
     "bench.verify": (["--sizes", "2000", "--lost", "20"],
-                     {"verify_events_per_s_2k", "verify_read_s_2k", "verify_join_s_2k", "recover_end_to_end_s",
+                     {"verify_2k_events_per_s", "verify_2k_read_s", "verify_2k_join_s", "recover_end_to_end_s",
                       "recovered"}),
     "bench.millwheel": (["--rate", "200", "--seconds", "1", "--records", "2000"],
                         {"records_per_s", "delay_p50_ms_eo_on", "delay_p95_ms_eo_off",

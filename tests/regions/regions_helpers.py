@@ -116,6 +116,13 @@ class RegionRun:
         except (OSError, ValueError, KeyError):
             return {}
 
+    def launcher_pid(self) -> int | None:
+        """The pid of the launcher that last wrote this region's ``launcher.json``."""
+        try:
+            return json.loads((self.state_dir / "launcher.json").read_text()).get("launcher_pid")
+        except (OSError, ValueError):
+            return None
+
     def kill_hard(self) -> list[int]:
         """SIGKILL the launcher and every process it started, all at once (a region lost whole)."""
         pids = [p["pid"] for p in self.processes().values() if p.get("pid")]

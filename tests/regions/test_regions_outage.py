@@ -45,6 +45,10 @@ def _photon(*args) -> subprocess.CompletedProcess:
 
 def _finish(config, runs, expected, b_log_before: int) -> None:
     def b_caught_up() -> bool:
+        # judged from files written by this launcher's processes only: a killed launcher's launcher.json
+        # and its dispatcher's status.json are still there and would say "caught up" at once
+        if runs["b"].launcher_pid() != runs["b"].proc.pid:
+            return False
         status = runs["b"].dispatcher_status()
         pid = runs["b"].processes().get("b-dispatcher", {}).get("pid")
         return bool(pid) and status.get("pid") == pid and status.get("caught_up")
