@@ -1,13 +1,29 @@
-"""``photon demo``'s regional outage drill: a region taken down (SIGKILL, all its processes and its registry
-replicas) while the run is under way, and brought back once the other region has caught up alone."""
+"""``photon demo``'s regional outage drill, run beside the launcher in its process.
+
+1. Once region ``b`` has read its first clicks, it is taken down hard: every process of it, its two
+   registry replicas included, SIGKILLed at once (what ``photon region down b --hard`` does). Joins that
+   ``b``'s joiners had committed but not yet written are in the loss window (registered, not written).
+2. Once every other region caught up alone, ``b`` comes back and catches up (its dispatcher skips, through
+   the registry lookup, what the others joined).
+3. ``photon verify`` (Spark, in this process) finds the clicks lost in the window and ``photon recover``
+   deletes them from the registry (token still matching, joiner dead) and re-injects them; the pipeline
+   joins them again.
+4. Once every region has caught up again, the drill stops the run.
+"""
 from __future__ import annotations
 
+import json
+import signal
 import threading
 import time
+from pathlib import Path
 
 import dispatcher
 from photon import PhotonConfig, wait_until
+from photon.app._recover import run_recover
 from photon.app._regions import region_down, region_up
+from photon.app._spark import spark_session
+from photon.app._verify import run_verify
 
 DEMO_REGISTRY_REGION = """
 [[regions]]
@@ -18,16 +34,22 @@ registry_only = true
 
 
 class OutageDrill(threading.Thread):
-    """Once ``victim``'s dispatcher has read its first clicks, take ``victim`` down hard; once every
-    other pipeline region's dispatcher has caught up alone, bring it back. What happened is in
-    :attr:`events` (``(seconds since start, text)``); a step that cannot happen within ``step_s`` is
-    reported there and the drill ends (the run itself is never disturbed by the drill failing)."""
+    """The drill of the module docstring. What happened is in :attr:`events` (``(seconds, text)``) and
+    :attr:`figures`; a step that does not happen within ``step_s`` ends the drill (and the run) with the
+    reason in :attr:`events`."""
 
     def __init__(self, config: PhotonConfig, victim: str, echo, step_s: float = 300.0) -> None:
         super().__init__(name="outage-drill", daemon=True)
         self.config, self.victim, self.echo, self.step_s = config, victim, echo, step_s
         self.events: list[tuple[float, str]] = []
+        self.figures: dict = {}
         self._t0 = time.monotonic()
+        self._opts = None
+
+    def start_with(self, run_options) -> None:
+        """Start, stopping the run through ``run_options.stop_requested`` when done."""
+        self._opts = run_options
+        self.start()
 
     def _say(self, text: str) -> None:
         self.events.append((time.monotonic() - self._t0, text))
@@ -36,20 +58,61 @@ class OutageDrill(threading.Thread):
     def _status(self, region: str) -> dict:
         return dispatcher.read_status(self.config.region(region).state_dir) or {}
 
+    def _dispatcher_pid(self, region: str):
+        path = Path(self.config.regions[0].state_dir) / "launcher.json"
+        try:
+            return json.loads(path.read_text())["processes"][f"{region}-dispatcher"]["pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _caught_up(self, regions, since_us: int) -> bool:
+        """Every region's *running* dispatcher has scanned after ``since_us`` and has nothing left."""
+        for r in regions:
+            st = self._status(r)
+            if not (st.get("pid") and st.get("pid") == self._dispatcher_pid(r) and st.get("caught_up")
+                    and not st.get("retry_queue") and st.get("scan_at_us", 0) > since_us):
+                return False
+        return True
+
     def run(self) -> None:
-        others = [r.name for r in self.config.pipeline_regions if r.name != self.victim]
+        regions = [r.name for r in self.config.pipeline_regions]
+        others = [r for r in regions if r != self.victim]
         try:
             wait_until(lambda: self._status(self.victim).get("events_read", 0) > 0, self.step_s,
                        interval=0.05, message=f"region {self.victim} reading its clicks")
             region_down(self.config, self.victim, hard=True)
             self._say(f"region {self.victim} is down (every process SIGKILLed, its 2 registry replicas too); "
                       f"{', '.join(others)} go on alone")
-            wait_until(lambda: all(self._status(r).get("caught_up") and not self._status(r).get("retry_queue")
-                                   for r in others), self.step_s, interval=0.1,
+            mark = time.time_ns() // 1000
+            wait_until(lambda: self._caught_up(others, mark), self.step_s, interval=0.1,
                        message=f"{', '.join(others)} catching up alone")
             self._say(f"{', '.join(others)} caught up alone; bringing region {self.victim} back")
             region_up(self.config, self.victim)
-            self._say(f"region {self.victim} is back and catches up (its dispatcher skips what the others "
-                      f"joined through the registry lookup)")
-        except Exception as e:            # the drill is a show: it never stops the run
-            self._say(f"stopped: {e}")
+            mark = time.time_ns() // 1000
+            wait_until(lambda: self._caught_up(regions, mark), self.step_s, interval=0.1,
+                       message=f"region {self.victim} catching up")
+            self._say(f"region {self.victim} is back and caught up; running photon verify")
+            self._verify_and_recover(regions)
+        except Exception as e:            # the drill never leaves the run hanging
+            self._say(f"stopped: {type(e).__name__}: {e}")
+        finally:
+            if self._opts is not None:
+                self._opts.stop_requested.append(signal.SIGTERM)
+
+    def _verify_and_recover(self, regions) -> None:
+        spark = spark_session(self.config, "photon-demo")
+        report = run_verify(self.config, spark)
+        self.figures["verify_before"] = report.as_dict()
+        self._say(f"verify: {report.lost} lost in the loss window (registered by a killed joiner, not "
+                  f"written), {report.recoverable} recoverable, {report.duplicates} duplicates")
+        if report.recoverable:
+            done = run_recover(self.config, report.recoverable_path)
+            self._say(f"recover: {done.deleted} deleted from the registry (token unchanged, joiner dead) and "
+                      f"re-injected into every region's recovery stream")
+            mark = time.time_ns() // 1000
+            wait_until(lambda: self._caught_up(regions, mark), self.step_s, interval=0.1,
+                       message="the recovered clicks being joined")
+        report = run_verify(self.config, spark)
+        self.figures["verify_after"] = report.as_dict()
+        self._say(f"verify again: {report.lost} lost, {report.duplicates} duplicates, "
+                  f"{report.joined} joined of {report.foreign_events} clicks")

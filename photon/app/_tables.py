@@ -121,7 +121,7 @@ def _empty(spark, schema, *extra: str):
 
 
 def _regions(config: PhotonConfig, regions):
-    return [r for r in config.regions if regions is None or r.name in regions]
+    return [r for r in config.pipeline_regions if regions is None or r.name in regions]
 
 
 def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):

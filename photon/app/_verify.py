@@ -162,7 +162,7 @@ def _read_outputs(spark, config: PhotonConfig):
     from pyspark.sql import functions as F
     id_field = config.join.foreign_id_field
     frames, sources = [], {}
-    for region in config.regions:
+    for region in config.pipeline_regions:
         root = Path(region.output_root)
         if not root.is_dir():
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
@@ -189,7 +189,7 @@ def _read_input(spark, config: PhotonConfig, stream: str, id_field: str, ref_fie
     lines without a well-formed id are left out (the pipeline quarantines them)."""
     from pyspark.sql import functions as F
     frames = []
-    for region in config.regions:
+    for region in config.pipeline_regions:
         root = Path(region.log_root) / stream
         if not root.is_dir():
             raise VerifyInputError(f"region {region.name}: input folder {root} does not exist")
@@ -225,7 +225,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
     out = Path(out_dir) if out_dir else config.verify_dir
     out.mkdir(parents=True, exist_ok=True)
-    for region in config.regions:      # fail before the (possibly long) export
+    for region in config.pipeline_regions:      # fail before the (possibly long) export
         for folder in (Path(region.log_root) / config.join.foreign_stream, Path(region.output_root)):
             if not folder.is_dir():
                 raise VerifyInputError(f"region {region.name}: folder {folder} does not exist")

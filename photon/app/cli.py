@@ -45,8 +45,10 @@ def _cmd_gen(args) -> int:
 
 
 def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None,
-         compact: bool = False) -> tuple[int, dict]:
+         compact: bool = False, with_options=None) -> tuple[int, dict]:
     opts = RunOptions(until_caught_up=until_caught_up, timeout_s=timeout_s, regions=regions, compact=compact)
+    if with_options is not None:         # e.g. the demo's drill, which stops the run when it is done
+        with_options(opts)
 
     def on_signal(signum, _frame):
         opts.stop_requested.append(signum)
@@ -57,7 +59,7 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None,
     started_us = time.time_ns() // 1000
     code = launcher.run()
     summary = build_summary(config, time.monotonic() - launcher.started_at, regions)
-    lost_now = sum(len(lost_ids(r, started_us)) for r in config.regions if regions is None or r.name in regions)
+    lost_now = sum(len(lost_ids(r, started_us)) for r in config.pipeline_regions if regions is None or r.name in regions)
     if code == 0 and lost_now:
         print(f"photon: {lost_now} click(s) lost in this run, awaiting recovery (exit {EXIT_LOST})", file=sys.stderr)
         code = EXIT_LOST
@@ -96,8 +98,9 @@ def _cmd_demo(args) -> int:
     drill = None
     if not args.no_outage:
         drill = OutageDrill(config, "b", lambda m: print(f"photon demo: {m}", file=sys.stderr, flush=True))
-        drill.start()
-    code, summary = _run(config, True, args.timeout, False)
+    # with the drill, the run ends when the drill says so (after verify/recover and the final catch-up)
+    code, summary = _run(config, drill is None, args.timeout, False,
+                         with_options=drill.start_with if drill else None)
     ids = [orjson.loads(line)[config.join.foreign_id_field]
            for region in config.pipeline_regions for line in read_output_lines(region.joined_dir)]
     joined = set(ids)
@@ -111,7 +114,8 @@ def _cmd_demo(args) -> int:
     if args.json:
         summary["demo"] = {"joinable": len(truth), "joined": len(joined & truth), "duplicates": dups,
                            "unexpected": len(joined - truth),
-                           "outage": [text for _, text in drill.events] if drill else []}
+                           "outage": [text for _, text in drill.events] if drill else [],
+                           "verify": drill.figures if drill else {}}
         print(json.dumps(summary, sort_keys=True), flush=True)
     return code if not dups and joined == truth else (code or 1)
 
@@ -230,7 +234,7 @@ def _cmd_eventstore_build_map(args) -> int:
     from photon.app._buildmap import build_map
     from photon.app._spark import spark_error
     config = load_config(args.config)
-    regions = [config.region(args.region).name] if args.region else [r.name for r in config.regions]
+    regions = [config.region(args.region).name] if args.region else [r.name for r in config.pipeline_regions]
     for region in regions:
         try:
             result = build_map(config, region, range_mb=args.range_mb, show_progress=False if args.json else None)
