@@ -15,7 +15,7 @@ import logging
 import os
 from pathlib import Path
 
-from photon import LogTailer
+from photon import LogTailer, fsync_path
 
 from eventstore._map import MapEntry, parse_map_line
 
@@ -55,11 +55,7 @@ class MapWriter:
         if not self._dirty:
             return
         os.fsync(self._f.fileno())
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(self.path.parent)
         self._dirty = False
 
     def close(self) -> None:

@@ -43,6 +43,8 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
+from photon import fsync_path
+
 from idregistry._state import ShardState
 
 log = logging.getLogger("idregistry.replica")
@@ -90,14 +92,6 @@ def storage_failed(what: str, error: BaseException) -> None:
     os._exit(EXIT_STORAGE_FAILED)
 
 
-def fsync_dir(path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
     """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync.
     ``on_failure(what, error)`` is called on any OSError (default: :func:`storage_failed`, which exits)."""
@@ -122,7 +116,7 @@ class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-            fsync_dir(os.path.dirname(os.path.abspath(path)))
+            fsync_path(os.path.dirname(os.path.abspath(path)))
         except OSError as e:
             type(self).on_failure(f"writing the Raft term/vote record {path}", e)
             raise
@@ -286,7 +280,7 @@ class _NotifyingJournal:
 
     def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
         try:
-            fsync_dir(self._data_dir)
+            fsync_path(self._data_dir)
         except OSError as e:
             self._on_failure(f"fsync of the folder holding the new snapshot ({self._data_dir})", e)
             raise
@@ -405,10 +399,3 @@ class RaftReplica:
             self._sync.destroy()
 
 
-def fsync_path(path: str) -> None:
-    """Flush a file's dirty pages (also those written through a shared mmap) to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, SystemClock, raft_password
+from photon import Clock, SystemClock, fsync_path, raft_password
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
-from idregistry._replica import (JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, fsync_path,
-                                 storage_failed)
+from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, storage_failed
 from idregistry._tls import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,

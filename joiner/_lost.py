@@ -19,19 +19,13 @@ from pathlib import Path
 
 import orjson
 
+from photon import fsync_path
+
 LOST_DIR = "lost"
 
 
 def lost_path(state_dir: str | Path, joiner_name: str) -> Path:
     return Path(state_dir) / LOST_DIR / f"{joiner_name}.jsonl"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LostLedger:
@@ -68,8 +62,8 @@ class LostLedger:
             finally:
                 os.close(fd)
             if created:
-                _fsync_dir(self.path.parent)
-                _fsync_dir(self.path.parent.parent)
+                fsync_path(self.path.parent)
+                fsync_path(self.path.parent.parent)
             self.appended += len(ids)
 
 

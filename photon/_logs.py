@@ -33,6 +33,16 @@ class LogChunk:
     end: int
 
 
+def fsync_path(path: str | Path) -> None:
+    """fsync a file or a folder by path: a file's dirty pages (also those written through a shared mmap),
+    or a folder's entries (what makes a create or rename in it survive a power loss)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` so readers see the old file or the new one, never a torn one
     (temp file + rename). ``durable``: also fsync the file and its folder, so it survives a power loss."""
@@ -45,11 +55,7 @@ def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> Non
             os.fsync(f.fileno())
     os.replace(tmp, path)
     if durable:
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path.parent)
 
 
 def list_log_files(root: Path) -> list[str]:

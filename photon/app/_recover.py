@@ -27,7 +27,7 @@ from pathlib import Path
 import orjson
 
 import idregistry
-from photon import PhotonConfig, S3Publisher
+from photon import PhotonConfig, S3Publisher, fsync_path, write_atomic
 from photon.app._liveness import alive_prefixes, token_prefix
 from photon.app._verify import read_recoverable
 
@@ -53,23 +53,10 @@ class RecoverReport:
         return d
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_durably(path: Path, data: bytes) -> None:
+    """A new file under a hidden temporary name, fsynced, renamed, its folder fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    write_atomic(path, data, durable=True)
 
 
 def recovery_dir(config: PhotonConfig, region) -> Path:
@@ -109,7 +96,7 @@ def _resume(config: PhotonConfig, client, intent_dir: Path) -> tuple[int, list[s
             files += reinject(config, raws, intent.stem.removeprefix("recover-intent-") + "-resumed")
             resumed += len(raws)
         intent.unlink(missing_ok=True)
-        _fsync_dir(intent_dir)
+        fsync_path(intent_dir)
     return resumed, files
 
 
@@ -144,7 +131,7 @@ def run_recover(config: PhotonConfig, recoverable_path: str | Path, *, dry_run: 
         files += reinject(config, raws, stamp)
         if todo:
             intent.unlink(missing_ok=True)
-            _fsync_dir(intent_dir)
+            fsync_path(intent_dir)
         return RecoverReport(len(rows), len(rows) - len(todo), sum(deleted), len(undecided) - len(gone),
                              len(raws), resumed, tuple(files))
     finally:
