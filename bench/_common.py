@@ -1,7 +1,25 @@
-"""Helpers shared by the benchmark programs: percentiles and the one-JSON-line ``--json`` output."""
+"""Helpers shared by the benchmark programs: percentiles, the one-JSON-line ``--json`` output, stopping
+the process groups a benchmark started."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+
+
+def stop_groups(procs, grace_s: float = 60.0) -> None:
+    """SIGTERM the process group of every process in ``procs`` (started with ``start_new_session``), wait
+    up to ``grace_s`` for each, then SIGKILL the group of any still running."""
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def percentile(values, q: float) -> float:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +28,7 @@ from pathlib import Path
 import orjson
 import psutil
 
-from bench._common import emit, percentile
+from bench._common import emit, percentile, stop_groups
 from bench._output import OutputFollower
 from dispatcher import read_status
 from photon import IdGenerator, load_config, read_output_lines, wait_until
@@ -302,12 +300,7 @@ def main(argv=None) -> int:
         figures["registry_ids_per_command"] = registry_batch_size(config)
     finally:
         sampler.stopped.set()
-        os.killpg(launcher.pid, signal.SIGTERM)
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait()
+        stop_groups([launcher])
         launcher_log.close()
     for name, rss in sorted(sampler.peak.items()):
         figures[f"peak_rss_mb_{name.replace('-', '_')}"] = round(rss / 2**20, 1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from bench._common import emit
+from bench._common import emit, stop_groups
 from bench.netns import RegionNetwork, netem_refused
 from photon import REGION_PORT_SPAN, load_config, read_output_lines, scrape, wait_until, write_atomic
 from photon.app import GenOptions, generate
@@ -54,17 +53,6 @@ def _start(config_path: Path, region: str, prefix: list, log: Path) -> subproces
     return subprocess.Popen([*prefix, sys.executable, "-m", "photon.app.cli", "run", "--config", str(config_path),
                              "--region", region], stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
-
-
-def _stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
 
 
 def _joined(config) -> int:
@@ -106,7 +94,7 @@ def _one_rtt(root: Path, rtt_ms: float, queries: int, timeout_s: float, use_netn
                 if m and m.get("photon_registry_is_leader"):
                     commands += m.get("photon_registry_commands", 0)
                     ids += m.get("photon_registry_ids_committed", 0)
-        _stop(procs)
+        stop_groups(procs)
         procs = []
         duplicates = _duplicates(config)
         # the outage: fresh output and state; region b marked down before it starts, a joins everything
@@ -123,7 +111,7 @@ def _one_rtt(root: Path, rtt_ms: float, queries: int, timeout_s: float, use_netn
         wait_until(lambda: _status(config, "b").get("caught_up") and _status(config, "b").get("events_read", 0) > 0,
                    timeout_s, interval=0.1, message="b caught up")
         catch_up = time.monotonic() - t_up
-        _stop(procs)
+        stop_groups(procs)
         procs = []
         duplicates += _duplicates(config)
         return {"clicks_joined_per_s": round(expected / elapsed, 1),
@@ -133,7 +121,7 @@ def _one_rtt(root: Path, rtt_ms: float, queries: int, timeout_s: float, use_netn
                 "wasted_joins": wasted, "catch_up_s": round(catch_up, 2), "clicks": expected,
                 "duplicates": duplicates}
     finally:
-        _stop(procs)
+        stop_groups(procs)
         if net:
             net.close()
 

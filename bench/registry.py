@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench._common import percentile
+from bench._common import percentile, stop_groups
 from photon import parse_config, wait_until
 import idregistry
 
@@ -118,15 +116,7 @@ class Bench:
 
     def stop(self) -> None:
         self.client.close()
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_groups(self.procs, grace_s=10)
         self.tmp.cleanup()
 
     def leader_counters(self) -> tuple[int, int]:

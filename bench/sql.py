@@ -14,8 +14,6 @@ Part 2 (history): ``--rows`` joined rows over several past hours, grouped by adv
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from bench._common import emit, percentile
+from bench._common import emit, percentile, stop_groups
 from bench.pipeline import ROOT, Writer, write_config
 from photon import OutputTailer, load_config, parse_config, wait_until
 
@@ -129,12 +127,7 @@ def latency_part(rates: list[int], seconds: float) -> dict:
         ids = [c for c in reader.seen]
         figures["duplicates_in_output"] = len(ids) - len(set(ids))
     finally:
-        os.killpg(launcher.pid, signal.SIGTERM)
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait()
+        stop_groups([launcher])
         log.close()
     return figures
 

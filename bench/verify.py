@@ -38,8 +38,8 @@ def _dead_token() -> str:
 def throughput(spark, root: Path, n: int) -> dict:
     """One region of ``n`` foreign events; returns the job's figures."""
     root.mkdir(parents=True)
-    (root / "photon.toml").write_text(f'[[regions]]\nname = "a"\nlog_root = "logs"\noutput_root = "out"\n'
-                                      f'state_dir = "state"\n')
+    (root / "photon.toml").write_text('[[regions]]\nname = "a"\nlog_root = "logs"\noutput_root = "out"\n'
+                                      'state_dir = "state"\n')
     config = load_config(root / "photon.toml")
     gen = IdGenerator("10.1.1.1", 77)
     ids = [gen.next_id() for _ in range(n)]

@@ -15,7 +15,7 @@ import random
 import threading
 from collections import Counter
 
-from photon import (Clock, LogTailer, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher,
+from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher,
                     stream_source)
 
 from dispatcher._recovery import StreamAndRecovery, recovery_stream

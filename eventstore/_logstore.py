@@ -17,7 +17,6 @@ import dataclasses
 import json
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 

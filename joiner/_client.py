@@ -9,7 +9,7 @@ import orjson
 from joiner import joiner_pb2 as pb
 from joiner import joiner_pb2_grpc as pb_grpc
 from joiner._tls import open_channel
-from joiner._state import OUTCOMES, Outcome
+from photon import OUTCOMES, Outcome
 
 MAX_MESSAGE_BYTES = 64 << 20
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

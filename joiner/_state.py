@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from photon import OUTCOMES, Outcome, is_event_id
+from photon import Outcome, is_event_id
 
 
 

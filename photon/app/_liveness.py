@@ -119,20 +119,3 @@ def alive_prefixes(prefixes, state_dirs, now_us: int, grace_us: int) -> set[str]
     prefixes = list(prefixes)
     seen = observe(prefixes, state_dirs, now_us)
     return {p for p in prefixes if decide_alive(p, seen, grace_us)}
-
-
-def read_lost(state_dir) -> list[dict]:
-    """Every lost-ids ledger entry of a region (``<state_dir>/lost/<joiner>.jsonl``, one JSON object per
-    line: id, token, at_us, reason, region, joiner); a torn last line is skipped."""
-    out = []
-    for p in sorted((Path(state_dir) / "lost").glob("*.jsonl")):
-        for line in p.read_bytes().split(b"\n"):
-            if not line:
-                continue
-            try:
-                entry = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(entry.get("token"), str):
-                out.append(entry)
-    return out

@@ -17,7 +17,7 @@ import orjson
 import dispatcher
 import joiner
 from photon import LatencyHistogram, PhotonConfig, read_object_lines
-from photon._output import count_output_lines as _count_output_lines
+from photon._output import count_output_lines
 
 COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
             "retry_queue", "in_flight")
@@ -36,11 +36,6 @@ def count_quarantined(region) -> int:
                     continue
                 seen.add((path.stem.split("-")[0], entry.get("file"), entry.get("offset")))
     return len(seen)
-
-
-def count_output_lines(directory: Path) -> int:
-    """Committed lines of an output folder (published, open and compacted; see the output contract)."""
-    return _count_output_lines(directory)
 
 
 def lost_ids(region, since_us: int = 0) -> set[str]:

@@ -25,20 +25,18 @@ unjoinable line that does not parse raises :class:`VerifyInputError` naming the 
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 
 import idregistry
+import joiner
 from photon import PhotonConfig, list_log_files, output_snapshot
 from photon._output import compacted_lines
-from photon.app._liveness import alive_prefixes, read_lost
+from photon.app._liveness import alive_prefixes
 
-INPROGRESS = ".inprogress"
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
                "wrongly_unjoinable")
 ID_PATTERN = r"^[^:/\s]+:[0-9]+:[0-9]{16}$"
@@ -251,7 +249,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
         alive = alive_prefixes(prefixes, [r.state_dir for r in config.regions], time.time_ns() // 1000, grace_us)
         dead = [p for p in prefixes if p not in alive]
-        ledger = [(e["id"], e["token"]) for r in config.regions for e in read_lost(r.state_dir)]
+        ledger = [(e["id"], e["token"]) for r in config.regions for e in joiner.read_lost(r.state_dir)
+                  if isinstance(e.get("token"), str)]
 
         cached_outputs = _read_outputs(spark, config)
         outputs = _window(cached_outputs, since_us, until_us)

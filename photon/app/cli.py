@@ -19,7 +19,7 @@ import idregistry
 import joiner
 from photon import ConfigError, describe_options, load_config, read_output_lines
 from photon.app._gen import GenOptions, generate
-from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file
+from photon.app._launcher import AlreadyRunning, Launcher, RunOptions
 from photon.app._summary import build_summary, dumps, format_summary, lost_ids
 
 EXIT_LOST = 5

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from joiner import Outcome
-from joiner._state import COMMIT_OUTCOME, OUTCOMES, JoinBatch
+from joiner._state import COMMIT_OUTCOME, JoinBatch
+from photon import OUTCOMES
 
 from fake_registry import FakeCommitResult as R
 from joiner_helpers import click_id, clicks, query_id, query_line
