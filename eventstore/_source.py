@@ -19,6 +19,44 @@ from photon import LogChunk, LogTailer, ObjectGone, Quarantine, open_source
 RANGE_READ_BYTES = 4 << 20
 
 
+def line_chunks(read_at, rel: str, start: int, end: int | None, read_bytes: int = RANGE_READ_BYTES):
+    """The complete lines of ``rel`` that start in ``[start, end)`` as :class:`~photon.LogChunk` values,
+    read through ``read_at(rel, offset, size)`` (see :meth:`LocalFiles.chunks`)."""
+    pos = start
+    if start > 0 and read_at(rel, start - 1, 1) != b"\n":
+        while True:                       # skip the rest of the line that began before ``start``
+            head = read_at(rel, pos, read_bytes)
+            nl = head.find(b"\n")
+            if nl >= 0:
+                pos += nl + 1
+                break
+            if len(head) < read_bytes:    # no end of that line yet
+                return
+            pos += len(head)
+    while end is None or pos < end:
+        data = read_at(rel, pos, read_bytes)
+        cut = data.rfind(b"\n")
+        while cut < 0 and len(data) >= read_bytes:     # a line longer than the read size
+            more = read_at(rel, pos + len(data), read_bytes)
+            if not more:
+                break
+            data += more
+            cut = data.rfind(b"\n")
+        if cut < 0:
+            return
+        offsets, lines, p = [], [], pos
+        for line in data[:cut].split(b"\n"):
+            if end is not None and p >= end:
+                break
+            offsets.append(p)
+            lines.append(line)
+            p += len(line) + 1
+        if not lines:
+            return
+        yield LogChunk(rel, offsets, lines, p)
+        pos = p
+
+
 class LocalFiles:
     """Primary log files under ``root``; at most ``max_open`` kept open (least recently used closed first,
     never while a read is using it). Thread-safe."""
@@ -52,39 +90,7 @@ class LocalFiles:
         """The complete lines of ``rel`` that start in ``[start, end)`` (``end`` None: to the last ``\\n``), as
         :class:`~photon.LogChunk` values. A ``start`` inside a line skips to the next line (the usual split
         rule: a line belongs to the range it starts in); the last line may run past ``end``."""
-        with open(self.path(rel), "rb") as f:
-            pos = start
-            if start > 0:
-                f.seek(start - 1)
-                if f.read(1) != b"\n":
-                    rest = f.readline()
-                    pos = start + len(rest)
-                    if not rest.endswith(b"\n"):
-                        return
-            while end is None or pos < end:
-                f.seek(pos)
-                data = f.read(read_bytes)
-                cut = data.rfind(b"\n")
-                while cut < 0 and len(data) >= read_bytes:     # a line longer than the read size
-                    more = f.read(read_bytes)
-                    if not more:
-                        break
-                    data += more
-                    cut = data.rfind(b"\n")
-                if cut < 0:
-                    return
-                lines = data[:cut].split(b"\n")
-                offsets, p = [], pos
-                for line in lines:
-                    if end is not None and p >= end:
-                        break
-                    offsets.append(p)
-                    p += len(line) + 1
-                lines = lines[:len(offsets)]
-                if not lines:
-                    return
-                yield LogChunk(rel, offsets, lines, p)
-                pos = p
+        return line_chunks(self.read_at, rel, start, end, read_bytes)
 
     def size(self, rel: str) -> int:
         slot = self._acquire(rel)
@@ -170,35 +176,7 @@ class SourceFiles:
 
     def chunks(self, rel: str, start: int, end: int | None = None, read_bytes: int = RANGE_READ_BYTES):
         """As :meth:`LocalFiles.chunks`, by ranged reads."""
-        pos = start
-        if start > 0 and self.read_at(rel, start - 1, 1) != b"\n":
-            head = self.read_at(rel, start, read_bytes)
-            nl = head.find(b"\n")
-            if nl < 0:
-                return
-            pos = start + nl + 1
-        while end is None or pos < end:
-            data = self.read_at(rel, pos, read_bytes)
-            cut = data.rfind(b"\n")
-            while cut < 0 and len(data) >= read_bytes:     # a line longer than the read size
-                more = self.read_at(rel, pos + len(data), read_bytes)
-                if not more:
-                    break
-                data += more
-                cut = data.rfind(b"\n")
-            if cut < 0:
-                return
-            offsets, lines, p = [], [], pos
-            for line in data[:cut].split(b"\n"):
-                if end is not None and p >= end:
-                    break
-                offsets.append(p)
-                lines.append(line)
-                p += len(line) + 1
-            if not lines:
-                return
-            yield LogChunk(rel, offsets, lines, p)
-            pos = p
+        return line_chunks(self.read_at, rel, start, end, read_bytes)
 
     def open_files(self) -> int:
         return 0
