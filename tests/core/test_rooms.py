@@ -172,7 +172,7 @@ def test_every_room_has_a_front_door_with_all():
 
 
 PURE_CORES = ["dispatcher/_state.py", "joiner/_state.py", "idregistry/_state.py", "millwheel/_runner.py",
-              "millwheel/_watermarks.py"]
+              "millwheel/_watermarks.py", "eventstore/_ring.py", "eventstore/_map.py", "photon/_histogram.py"]
 
 
 def test_deciding_cores_touch_no_clock_socket_or_thread():
