@@ -1,32 +1,34 @@
 """Following Photon's joined output from outside the pipeline, for the benchmarks.
 
-The only place the bench knows the output layout: every regular file under the output folder is read
-(tailed by inode, so a file renamed when it is published is followed, not read twice); a file is
-*published* when its name ends in ``.jsonl`` and does not start with ``.`` or ``_`` (in-progress files are
-``*.inprogress`` or hidden; commit records live under ``_committed/``, which is skipped).
+Two views of the same output. *Seen*: every regular file under the output folder is read as it grows
+(tailed by inode, so a file renamed when it is published is followed, not read twice): the moment the
+joiner's flush reached the file. *Published*: what a reader following the output contract sees
+(:class:`photon.OutputTailer` over each ``joined`` folder: published files plus the committed prefix of
+open files, per the writers' commit records), the same definition ``bench.sql`` measures.
 """
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import orjson
 
-
-def _is_published(name: str) -> bool:
-    return name.endswith(".jsonl") and not name.startswith((".", "_"))
+from photon import OutputTailer
 
 
 class OutputFollower:
     """Records, per id, the wall time (µs) its joined line was first seen complete in any output file
-    (:attr:`seen_us`) and first seen in a published file (:attr:`published_us`). Call :meth:`poll` often."""
+    (:attr:`seen_us`) and first visible to a reader following the output contract (:attr:`published_us`).
+    Call :meth:`poll` often."""
 
     def __init__(self, directory, id_field: str = "click_id") -> None:
         self.directory = str(directory)
         self.key = b'"%s":"' % id_field.encode()
         self.seen_us: dict[str, int] = {}
         self.published_us: dict[str, int] = {}
-        self._files: dict[int, list] = {}    # inode -> [offset, partial bytes, published?, ids not yet published]
+        self._files: dict[int, list] = {}    # inode -> [offset, partial bytes]
+        self._tailers: dict[str, OutputTailer] = {}     # joined folder -> its contract reader
 
     def _walk(self, path: str):
         try:
@@ -58,14 +60,9 @@ class OutputFollower:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            f = self._files.setdefault(st.st_ino, [0, b"", False, []])
-            published = _is_published(entry.name)
-            now = time.time_ns() // 1000
-            if published and not f[2]:
-                f[2] = True
-                for cid in f[3]:
-                    self.published_us.setdefault(cid, now)
-                f[3] = []
+            f = self._files.setdefault(st.st_ino, [0, b""])
+            if os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(entry.path)))) == "joined":
+                self._tailers.setdefault(str(Path(entry.path).parents[2]), None)
             if st.st_size <= f[0]:
                 continue
             try:
@@ -85,8 +82,13 @@ class OutputFollower:
                     continue
                 new += 1
                 self.seen_us.setdefault(cid, now)
-                if f[2]:
-                    self.published_us.setdefault(cid, now)
-                else:
-                    f[3].append(cid)
+        for folder, tailer in list(self._tailers.items()):
+            tailer = self._tailers[folder] = tailer or OutputTailer(folder)
+            chunks = tailer.poll()
+            now = time.time_ns() // 1000
+            for chunk in chunks:
+                for line in chunk.lines:
+                    cid = self._id_of(line)
+                    if cid is not None:
+                        self.published_us.setdefault(cid, now)
         return new
