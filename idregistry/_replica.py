@@ -18,8 +18,8 @@ pysyncobj settings (see docs/registry.md for the measurements behind them):
 Durability beyond pysyncobj's own: the term/vote record (``raft.journal.meta``) is written to a temporary
 file, fsynced, renamed and its folder fsynced before pysyncobj sends the vote or message that depends on it
 (:class:`_DurableMetaStorer`, installed into ``pysyncobj.journal`` when this module is imported); a
-snapshot file is fsynced before pysyncobj renames it, and the folder (making that rename durable) and the
-rewritten journal are fsynced when pysyncobj compacts the journal. Any failure there is fail-stop: the
+snapshot file is fsynced before pysyncobj renames it, and compacting the journal writes a new file and
+renames it into place (file and folder fsynced) instead of rewriting the live journal in place. Any failure there is fail-stop: the
 replica logs why and exits with :data:`EXIT_STORAGE_FAILED` (the supervisor restarts it), so nothing that
 is not on disk is ever acknowledged.
 
@@ -264,14 +264,22 @@ class _NotifyingJournal:
     starts flushing as soon as an entry is in, while it is still being replicated).
 
     Compaction (``deleteEntriesTo``, which pysyncobj runs right after renaming a new snapshot into place)
-    first fsyncs the data folder (the rename), then rewrites the journal and fsyncs it; a failure is
-    fail-stop (``on_failure``)."""
+    never rewrites the live journal in place (pysyncobj's own does, through a memory map whose pages the
+    kernel may write back in any order, so a power loss in the middle could leave a torn journal). Instead
+    it fsyncs the data folder (making the snapshot's rename durable), writes the entries that remain into a
+    new journal file beside it, fsyncs that, renames it over the old one, fsyncs the folder again and reads
+    the new journal back. A crash at any point leaves either the old journal (whose entries the snapshot
+    already covers, as after a crash between pysyncobj's snapshot and its compaction) or the new one, each
+    whole. A failure is fail-stop (``on_failure``)."""
 
-    def __init__(self, journal, on_append, data_dir: Path, on_failure=None) -> None:
+    COMPACT_FILE = ".raft.journal.compacting"
+
+    def __init__(self, journal, on_append, data_dir: Path, on_failure=None, open_journal=None) -> None:
         self._journal = journal
         self._on_append = on_append
         self._data_dir = data_dir
         self._on_failure = on_failure or storage_failed
+        self._open = open_journal or pysyncobj.journal.FileJournal
 
     def add(self, *entry) -> None:
         self._journal.add(*entry)
@@ -284,12 +292,26 @@ class _NotifyingJournal:
         except OSError as e:
             self._on_failure(f"fsync of the folder holding the new snapshot ({self._data_dir})", e)
             raise
-        self._journal.deleteEntriesTo(entry_to)
+        path = self._data_dir / JOURNAL_FILE
+        tmp = self._data_dir / self.COMPACT_FILE
+        what = f"writing the compacted Raft journal {tmp}"
         try:
-            self._journal.flush()
-            fsync_path(str(self._data_dir / JOURNAL_FILE))
+            for leftover in (tmp, Path(f"{tmp}.meta")):
+                leftover.unlink(missing_ok=True)
+            new = self._open(str(tmp))
+            for i in range(entry_to, len(self._journal)):
+                new.add(*self._journal[i])
+            new.flush()
+            new._destroy()
+            fsync_path(tmp)
+            what = f"replacing the Raft journal {path} by its compacted copy"
+            self._journal.onOneSecondTimer()       # the commit index it has not saved yet, durably
+            os.replace(tmp, path)                  # the old journal's open map keeps its own (old) file
+            fsync_path(self._data_dir)
+            self._journal._destroy()
+            self._journal = self._open(str(path))
         except OSError as e:
-            self._on_failure("fsync of the compacted Raft journal", e)
+            self._on_failure(what, e)
             raise
 
     def __len__(self) -> int:

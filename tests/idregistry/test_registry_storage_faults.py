@@ -1,13 +1,14 @@
 """A registry replica never acknowledges what is not on disk: a failed journal fsync releases no waiter and is
 fail-stop; the Raft term/vote record is fsynced (file and folder) before it is relied on, and a full disk
-there is fail-stop too; compaction makes the snapshot's rename and the rewritten journal durable; a
-pysyncobj other than the pinned one is refused at start."""
+there is fail-stop too; compaction makes the snapshot's rename durable and swaps in a new journal, never
+rewriting the live one in place; a pysyncobj other than the pinned one is refused at start."""
 from __future__ import annotations
 
 import errno
 import os
 import threading
 
+import pysyncobj.journal
 import pytest
 
 from photon import wait_until
@@ -78,24 +79,61 @@ def test_a_full_disk_under_the_term_record_is_fail_stop(small_disk, tmp_path, mo
     assert failures and "term/vote record" in failures[0][0] and failures[0][1].errno == errno.ENOSPC
 
 
-def test_compaction_fsyncs_the_snapshot_folder_and_the_rewritten_journal(tmp_path):
-    calls: list = []
+def _real_journal(path, entries: int):
+    journal = pysyncobj.journal.FileJournal(str(path))
+    for i in range(1, entries + 1):
+        journal.add(b"command-%d" % i, i, 1)
+    journal.flush()
+    return journal
 
-    class Journal:
-        def deleteEntriesTo(self, n):
-            calls.append(("compact", n))
 
-        def flush(self):
-            calls.append(("flush",))
+def test_compaction_writes_a_new_journal_and_renames_it_into_place(tmp_path):
+    path = tmp_path / "raft.journal"
+    journal = _NotifyingJournal(_real_journal(path, 50), None, tmp_path)
+    inode = path.stat().st_ino
+    journal.deleteEntriesTo(30)
+    assert len(journal) == 20 and journal[0] == (b"command-31", 31, 1)
+    assert path.stat().st_ino != inode                     # a new file, not the old one rewritten
+    reread = pysyncobj.journal.FileJournal(str(path))
+    assert [reread[i] for i in range(len(reread))] == [(b"command-%d" % i, i, 1) for i in range(31, 51)]
+    reread._destroy()
+    journal.add(b"command-51", 51, 1)                       # appends go on into the new file
+    journal.flush()
+    reread = pysyncobj.journal.FileJournal(str(path))
+    assert len(reread) == 21 and reread[20] == (b"command-51", 51, 1)
+    reread._destroy()
+    journal._destroy()
+    assert not (tmp_path / _NotifyingJournal.COMPACT_FILE).exists()
 
-    (tmp_path / "raft.journal").write_bytes(b"j")
-    _NotifyingJournal(Journal(), None, tmp_path).deleteEntriesTo(5)
-    assert calls == [("compact", 5), ("flush",)]
+
+def test_a_compaction_that_fails_midway_leaves_the_live_journal_untouched(tmp_path, monkeypatch):
+    """A crash (here: the rename failing) before the new journal is in place leaves the old one byte for
+    byte: never a journal rewritten halfway."""
+    path = tmp_path / "raft.journal"
     failures: list = []
-    gone = _NotifyingJournal(Journal(), None, tmp_path / "missing", on_failure=lambda w, e: failures.append(w))
+    journal = _NotifyingJournal(_real_journal(path, 50), None, tmp_path,
+                                on_failure=lambda what, e: failures.append(what))
+    before = path.read_bytes()
+
+    def crash(*_):
+        raise OSError(errno.EIO, "power lost")
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        journal.deleteEntriesTo(30)
+    assert path.read_bytes() == before
+    assert failures and "replacing the Raft journal" in failures[0]
+    reread = pysyncobj.journal.FileJournal(str(path))
+    assert len(reread) == 50
+    reread._destroy()
+    journal._destroy()
+
+
+def test_compaction_without_its_folder_is_fail_stop(tmp_path):
+    failures: list = []
+    gone = _NotifyingJournal(None, None, tmp_path / "missing", on_failure=lambda w, e: failures.append(w))
     with pytest.raises(OSError):
         gone.deleteEntriesTo(6)
-    assert failures and "snapshot" in failures[0] and ("compact", 6) not in calls
+    assert failures and "snapshot" in failures[0]
 
 
 def test_another_pysyncobj_version_is_refused():
