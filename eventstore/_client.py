@@ -8,7 +8,7 @@ import orjson
 
 from eventstore import eventstore_pb2 as pb
 from eventstore import eventstore_pb2_grpc as pb_grpc
-from eventstore._tls import open_channel
+from photon.rpc import open_channel
 
 MAX_MESSAGE_BYTES = 64 << 20
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

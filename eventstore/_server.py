@@ -14,7 +14,7 @@ from eventstore._servicer import EventStoreServicer
 from eventstore._logstore import LogsEventStore
 from eventstore._mapfiles import map_dir
 from eventstore._shell import CacheEventStore, EventStoreStatistics, ReaderOptions
-from eventstore._tls import add_health, server_credentials
+from photon.rpc import add_health, server_credentials
 
 SERVER_THREADS = 16
 

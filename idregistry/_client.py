@@ -19,7 +19,7 @@ from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from photon import BadEventId
 from idregistry._state import CommitResult, Sharding, validate_ids
-from idregistry._tls import open_channel
+from photon.rpc import open_channel
 
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
              grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,

@@ -15,7 +15,7 @@ from photon import serve_metrics
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._shell import ReplicaServer, ReplicaSpec
 from idregistry._servicer import RegistryServicer
-from idregistry._tls import add_health, server_credentials
+from photon.rpc import add_health, server_credentials
 
 log = logging.getLogger("idregistry")
 

@@ -30,7 +30,7 @@ from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
 from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, storage_failed
-from idregistry._tls import open_channel
+from photon.rpc import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
                                bucket_width_us, validate_ids)

@@ -8,7 +8,7 @@ import orjson
 
 from joiner import joiner_pb2 as pb
 from joiner import joiner_pb2_grpc as pb_grpc
-from joiner._tls import open_channel
+from photon.rpc import open_channel
 from photon import OUTCOMES, Outcome
 
 MAX_MESSAGE_BYTES = 64 << 20

@@ -16,7 +16,7 @@ from photon import (Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock
                     output_publisher)
 
 from joiner import joiner_pb2_grpc as pb_grpc
-from joiner._tls import add_health, server_credentials
+from photon.rpc import add_health, server_credentials
 from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
 from joiner._lost import LostLedger

@@ -25,21 +25,23 @@ def _sources(room: str):
 
 
 # Layers, bottom up. A module may import its own layer's room and any room of a lower layer. ``photon``
-# is the base (every module of the photon package but the launcher layer, ``photon/app``).
-LAYERS = [["photon"], ["idregistry", "eventstore"], ["joiner"], ["dispatcher"], ["photon.app"]]
+# is the base (every module of the photon package but the launcher layer, ``photon/app``, and the gRPC
+# plumbing the service rooms share, ``photon/rpc``).
+LAYERS = [["photon"], ["photon.rpc"], ["idregistry", "eventstore"], ["joiner"], ["dispatcher"], ["photon.app"]]
+SUB_UNITS = ("app", "rpc")                  # photon's sub-packages that are layers of their own
 SIDE_ROOMS = {"millwheel": ["photon"]}      # millwheel stands on the base only
 SERVICE_ROOMS = ["idregistry", "eventstore", "joiner", "dispatcher", "millwheel"]
 
 
 def _unit_of(path: Path) -> str:
     rel = path.relative_to(REPO).parts
-    return "photon.app" if rel[:2] == ("photon", "app") else rel[0]
+    return f"photon.{rel[1]}" if rel[0] == "photon" and rel[1] in SUB_UNITS else rel[0]
 
 
 def _unit_of_module(name: str) -> str | None:
     parts = name.split(".")
-    if parts[:2] == ["photon", "app"]:
-        return "photon.app"
+    if parts[0] == "photon" and len(parts) > 1 and parts[1] in SUB_UNITS:
+        return f"photon.{parts[1]}"
     return parts[0] if parts[0] in ROOMS else None
 
 

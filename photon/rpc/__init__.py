@@ -1,5 +1,6 @@
-"""gRPC channels and server credentials of this room, over mutual TLS when the process was given
-``[tls]`` files (see :mod:`photon._tls`), else in the clear."""
+"""gRPC plumbing every service room shares: channels and server credentials over mutual TLS when the
+process was given ``[tls]`` files (see :mod:`photon._tls`), else in the clear, and the standard health
+service. A layer of its own between the base (which imports no gRPC) and the service rooms."""
 from __future__ import annotations
 
 import grpc
@@ -32,3 +33,6 @@ def add_health(server, service: str) -> None:
     for name in ("", service):
         servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+
+
+__all__ = ["open_channel", "server_credentials", "add_health"]
