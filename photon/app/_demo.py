@@ -20,6 +20,7 @@ from pathlib import Path
 
 import dispatcher
 from photon import PhotonConfig, wait_until
+from photon.app._launcher import CatchUpWatch
 from photon.app._recover import run_recover
 from photon.app._regions import region_down, region_up
 from photon.app._spark import spark_session
@@ -58,21 +59,18 @@ class OutageDrill(threading.Thread):
     def _status(self, region: str) -> dict:
         return dispatcher.read_status(self.config.region(region).state_dir) or {}
 
-    def _dispatcher_pid(self, region: str):
+    def _pid(self, name: str):
+        """The pid the launcher runs process ``name`` under now (from its ``launcher.json``)."""
         path = Path(self.config.regions[0].state_dir) / "launcher.json"
         try:
-            return json.loads(path.read_text())["processes"][f"{region}-dispatcher"]["pid"]
+            return json.loads(path.read_text())["processes"][name]["pid"]
         except (OSError, ValueError, KeyError):
             return None
 
-    def _caught_up(self, regions, since_us: int) -> bool:
-        """Every region's *running* dispatcher has scanned after ``since_us`` and has nothing left."""
-        for r in regions:
-            st = self._status(r)
-            if not (st.get("pid") and st.get("pid") == self._dispatcher_pid(r) and st.get("caught_up")
-                    and not st.get("retry_queue") and st.get("scan_at_us", 0) > since_us):
-                return False
-        return True
+    def _wait_caught_up(self, regions, what: str) -> None:
+        """Until every region's running dispatcher has caught up (twice, from scans started from now on)."""
+        watch = CatchUpWatch(self.config, regions)
+        wait_until(lambda: watch.caught_up(self._pid), self.step_s, interval=0.1, message=what)
 
     def run(self) -> None:
         regions = [r.name for r in self.config.pipeline_regions]
@@ -83,14 +81,10 @@ class OutageDrill(threading.Thread):
             region_down(self.config, self.victim, hard=True)
             self._say(f"region {self.victim} is down (every process SIGKILLed, its 2 registry replicas too); "
                       f"{', '.join(others)} go on alone")
-            mark = time.time_ns() // 1000
-            wait_until(lambda: self._caught_up(others, mark), self.step_s, interval=0.1,
-                       message=f"{', '.join(others)} catching up alone")
+            self._wait_caught_up(others, f"{', '.join(others)} catching up alone")
             self._say(f"{', '.join(others)} caught up alone; bringing region {self.victim} back")
             region_up(self.config, self.victim)
-            mark = time.time_ns() // 1000
-            wait_until(lambda: self._caught_up(regions, mark), self.step_s, interval=0.1,
-                       message=f"region {self.victim} catching up")
+            self._wait_caught_up(regions, f"region {self.victim} catching up")
             self._say(f"region {self.victim} is back and caught up; running photon verify")
             self._verify_and_recover(regions)
         except Exception as e:            # the drill never leaves the run hanging
@@ -109,9 +103,7 @@ class OutageDrill(threading.Thread):
             done = run_recover(self.config, report.recoverable_path)
             self._say(f"recover: {done.deleted} deleted from the registry (token unchanged, joiner dead) and "
                       f"re-injected into every region's recovery stream")
-            mark = time.time_ns() // 1000
-            wait_until(lambda: self._caught_up(regions, mark), self.step_s, interval=0.1,
-                       message="the recovered clicks being joined")
+            self._wait_caught_up(regions, "the recovered clicks being joined")
         report = run_verify(self.config, spark)
         self.figures["verify_after"] = report.as_dict()
         self._say(f"verify again: {report.lost} lost, {report.duplicates} duplicates, "

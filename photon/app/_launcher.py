@@ -149,7 +149,7 @@ class Launcher:
                 if time.monotonic() - last_progress >= self.options.progress_every_s:
                     self.echo(watch.progress())
                     last_progress = time.monotonic()
-                if self.options.until_caught_up and watch.caught_up(self.supervisor):
+                if self.options.until_caught_up and watch.caught_up(self.supervisor.pid):
                     self.echo("caught up: every complete line is consumed and every event resolved")
                     break
                 if self.options.timeout_s is not None and time.monotonic() - self.started_at > self.options.timeout_s:
@@ -222,14 +222,16 @@ class CatchUpWatch:
                             else ""))
         return "progress: " + "; ".join(parts)
 
-    def caught_up(self, supervisor: Supervisor) -> bool:
-        """Never true for a launcher that runs no pipeline (only registry replicas): it runs until stopped."""
+    def caught_up(self, pid_of) -> bool:
+        """``pid_of(process name)``: the pid the launcher runs under that name now (a status written by an
+        earlier, killed dispatcher does not count). Never true for a launcher that runs no pipeline (only
+        registry replicas): it runs until stopped."""
         if not self.regions:
             return False
         lagging, stale = [], False
         for region in self.regions:
             status = self._read(region.state_dir)
-            pid = supervisor.pid(f"{region.name}-dispatcher")
+            pid = pid_of(f"{region.name}-dispatcher")
             if status is None or status.get("pid") != pid or status.get("scan_at_us", 0) <= self._since_us:
                 stale = True          # no news since the last check: wait for a newer scan
                 if status is None or not status.get("caught_up"):
