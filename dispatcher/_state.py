@@ -148,7 +148,8 @@ class DispatcherStatistics:
     """What a dispatcher has done so far (counters are cumulative across restarts, as checkpointed).
 
     ``duplicates_prevented`` counts ids dropped by the registry lookup, answered ALREADY_JOINED, and
-    duplicate lines of an id that was still unresolved. ``caught_up`` is true iff the latest scan found
+    duplicate lines of an id that was still unresolved. ``lost`` counts events answered LOST: registered,
+    their output write failed, recorded in the joiner's lost-ids ledger for the recovery job. ``caught_up`` is true iff the latest scan found
     no new complete line, nothing is in flight, and nothing is queued or waiting for a retry.
     """
     events_read: int = 0
@@ -156,6 +157,7 @@ class DispatcherStatistics:
     already_joined: int = 0
     duplicates_prevented: int = 0
     unjoinable: int = 0
+    lost: int = 0
     bad_records: int = 0
     retry_queue: int = 0
     queued: int = 0
@@ -173,8 +175,8 @@ class DispatcherStatistics:
     waiting_for_disk: str = ""   # set by the shell: the write it is paused on (disk full), "" when none
 
 
-_COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
-             "attempts", "lookup_failures", "join_failures")
+_COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "lost",
+             "bad_records", "attempts", "lookup_failures", "join_failures")
 
 
 def backoff_table_us(initial_s: float, max_s: float) -> list[int]:
@@ -437,6 +439,9 @@ class DispatcherState:
                 self._resolve_duplicate(cid)
             elif outcome == Outcome.UNJOINABLE:
                 give_up.append(cid)
+            elif outcome == Outcome.LOST:       # in the joiner's lost-ids ledger: the recovery job's now
+                c["lost"] += 1
+                self._resolved(cid)
             elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
                 give_up.append(cid)
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know

@@ -7,8 +7,8 @@ the output (they are registered but not written); the verification job finds the
 re-joins them. Writing before committing could duplicate a click, so it is never done.
 
 A failed output write (``ENOSPC``, ``EIO``) after an OK commit is never a silent loss: the ids go into the
-lost-ids ledger (``joiner._lost``, fsynced) before the answer, those events answer ALREADY_JOINED (the
-registry holds them; the recovery job writes them), and from then on the joiner answers every request
+lost-ids ledger (``joiner._lost``, fsynced) before the answer, those events answer LOST (the registry
+holds them; the recovery job writes them), and from then on the joiner answers every request
 THROTTLED before touching the event store or the registry until a probe write to its output folder
 succeeds again (tried at most once per ``writer_probe_s``).
 

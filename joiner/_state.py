@@ -22,7 +22,7 @@ from photon import Outcome, is_event_id
 
 
 
-_JOINED, _ALREADY, _NOT_FOUND, _THROTTLED, _UNJOINABLE = (int(o) for o in Outcome)
+_JOINED, _ALREADY, _NOT_FOUND, _THROTTLED, _UNJOINABLE, _LOST = (int(o) for o in Outcome)
 _PENDING = 255
 
 # The registry's commit results (idregistry.CommitResult: OK=0, ALREADY_EXISTS=1, TOO_OLD=2, WRONG_SHARD=3)
@@ -166,13 +166,13 @@ class JoinBatch:
     def write_failed(self) -> list[str]:
         """The lines :meth:`commit_resolved` handed out could not be written: their events are registered
         (this attempt's token holds them) and not in the output. Returns their ids, for the lost-ids
-        ledger; once they are in it the events answer ALREADY_JOINED (the registry holds them, the
-        recovery job writes them), never JOINED, and never THROTTLED (a retry would only meet
-        ALREADY_EXISTS and be counted as a prevented duplicate)."""
+        ledger; once they are in it the events answer LOST (the registry holds them, the recovery job
+        writes them), never JOINED, and never THROTTLED (a retry would only meet ALREADY_EXISTS and be
+        counted as a prevented duplicate)."""
         ids, out = self._ids, self._out
         lost = [ids[i] for i in self._written_idx]
         for i in self._written_idx:
-            out[i] = _ALREADY
+            out[i] = _LOST
         self._written_idx = []
         return lost
 
@@ -211,7 +211,7 @@ class JoinBatch:
                 out[i] = _THROTTLED
         for i, j in self._dups:
             o = out[j]
-            out[i] = _ALREADY if o == _JOINED else o
+            out[i] = _ALREADY if o in (_JOINED, _LOST) else o
         return out
 
 

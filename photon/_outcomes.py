@@ -12,13 +12,17 @@ class Outcome(enum.IntEnum):
     * ``ALREADY_JOINED``: the registry already holds the id (joined before, elsewhere or by a retry);
     * ``NOT_FOUND``: its primary event is not (yet) in the event store: retry later;
     * ``THROTTLED``: not decided (a store, the registry or the output is unavailable): retry soon;
-    * ``UNJOINABLE``: can never be joined (the adapter refused it, or its id is older than the registry keeps).
+    * ``UNJOINABLE``: can never be joined (the adapter refused it, or its id is older than the registry keeps);
+    * ``LOST``: registered under this attempt's token, but the output write failed; the id is durably in the
+      joiner's lost-ids ledger and awaits the recovery job (a retry would only meet the registry's
+      ALREADY_EXISTS, so the event is resolved, counted as lost, not as a prevented duplicate).
     """
     JOINED = 0
     ALREADY_JOINED = 1
     NOT_FOUND = 2
     THROTTLED = 3
     UNJOINABLE = 4
+    LOST = 5
 
 
 OUTCOMES = tuple(Outcome)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from photon import PhotonConfig, scrape
+from photon.app._summary import lost_ids
 
 
 def _launcher_states(config: PhotonConfig) -> list[dict]:
@@ -24,14 +25,6 @@ def _launcher_states(config: PhotonConfig) -> list[dict]:
     return out
 
 
-def count_lost(state_dir) -> int:
-    """Lines of the region's lost-ids ledger (``<state_dir>/lost/*.jsonl``): registered, not written."""
-    total = 0
-    for p in (Path(state_dir) / "lost").glob("*.jsonl"):
-        total += sum(1 for line in p.read_bytes().splitlines() if line.strip())
-    return total
-
-
 def collect(config: PhotonConfig) -> dict:
     """``{"processes": [row...], "regions": {name: {...}}, "at": t}``; a row has region, name, role, up
     and the figures of its role."""
@@ -44,7 +37,7 @@ def collect(config: PhotonConfig) -> dict:
                    "up": m is not None, "metrics": m or {}}
             rows.append(row)
     regions = {r.name: {"visible": (Path(r.state_dir) / "launcher.json").exists(), "down": r.name in down_regions,
-                        "lost": count_lost(r.state_dir) if not r.registry_only else 0}
+                        "lost": len(lost_ids(r)) if not r.registry_only else 0}
                for r in config.regions}
     return {"processes": rows, "regions": regions, "at": time.monotonic()}
 

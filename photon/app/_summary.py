@@ -2,11 +2,11 @@
 clicks lost awaiting recovery.
 
 *Lost, awaiting recovery* counts the distinct ids of a region's lost-ids ledgers (:func:`joiner.read_lost`):
-registered by a joiner whose output write then failed. The joiner answers ALREADY_JOINED for them (the
-registry holds them), which the dispatcher counts among ``duplicates_prevented``; the summary takes them
-out of that count again, so a lost click is never shown as a prevented duplicate. The ledger is never
-edited, so the count stays after a recovery job has re-joined them (the verification job tells which are
-in the output by now)."""
+registered by a joiner whose output write then failed (the joiner answers LOST for them, which the
+dispatcher counts as ``lost``, never among ``duplicates_prevented``), and the candidates of commits whose
+outcome stayed unknown (answered THROTTLED and retried: one the registry had taken comes back as a prevented
+duplicate too; the verification job tells which are really lost). The ledger is never edited, so the count
+stays after a recovery job has re-joined them (the verification job tells which are in the output by now)."""
 from __future__ import annotations
 
 import json
@@ -19,8 +19,8 @@ import joiner
 from photon import LatencyHistogram, PhotonConfig, read_object_lines
 from photon._output import count_output_lines
 
-COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "bad_records",
-            "retry_queue", "in_flight")
+COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "lost",
+            "bad_records", "retry_queue", "in_flight")
 
 
 def count_quarantined(region) -> int:
@@ -64,7 +64,6 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         entry["joined_output_lines"] = (len(read_object_lines(region.output_url("joined"), config.s3))
                                         if region.output_on_s3 else count_output_lines(region.joined_dir))
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
-        entry["duplicates_prevented"] = max(0, entry["duplicates_prevented"] - entry["lost_awaiting_recovery"])
         entry["wasted_joins"] = entry["already_joined"]
         hist = LatencyHistogram.from_json(status.get("join_latency_hist"))
         hists.append(hist)

@@ -167,6 +167,21 @@ def test_throttled_and_failed_requests_retry_without_giving_up():
     assert st.unresolved_ids() == {cid(1)} and st.statistics().join_failures == 1
 
 
+def test_a_lost_answer_resolves_the_event_as_lost_never_retried_nor_a_prevented_duplicate():
+    """LOST: registered, its output write failed, in the joiner's lost-ids ledger: the recovery job's now."""
+    clock = FakeClock()
+    st = state(batch_size=10)
+    [send] = of(st.handle(LinesRead([chunk([line(1), line(2), line(1)])], clock.now_us())), SendBatch)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.LOST, Outcome.JOINED], clock.advance(1)))
+    assert of(cmds, WriteUnjoinable) == []
+    s = st.statistics()
+    assert (s.lost, s.joined, s.already_joined, s.retry_queue) == (1, 1, 0, 0)
+    assert s.duplicates_prevented == 1              # the second line of the lost id: a real duplicate
+    assert st.unresolved_ids() == set() and st.next_due_us() is None
+    [cp] = of(st.handle(TimePassed(clock.advance(S))), Checkpoint)
+    assert cp.snapshot["events"] == [] and cp.snapshot["counters"]["lost"] == 1
+
+
 def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
     clock = FakeClock()
     st = state(batch_size=10)

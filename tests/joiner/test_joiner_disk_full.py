@@ -12,7 +12,7 @@ from photon import read_output_lines, wait_until
 from fake_registry import FakeRegistry
 from joiner_helpers import clicks, write_queries
 
-J, AJ, NF, T, U = Outcome
+J, AJ, NF, T, U, L = Outcome
 
 
 def test_full_output_disk_records_lost_ids_and_throttles_until_space_returns(small_disk, stack, tmp_path):
@@ -25,8 +25,8 @@ def test_full_output_disk_records_lost_ids_and_throttles_until_space_returns(sma
     disk.fill()
 
     ids, refs, raws = clicks(range(10, 30))
-    # committed (OK), then the write fails: recorded as lost, answered ALREADY_JOINED (the registry holds them)
-    assert s.client.join(ids, refs, raws) == [AJ] * 20
+    # committed (OK), then the write fails: recorded as lost, answered LOST (the registry holds them)
+    assert s.client.join(ids, refs, raws) == [L] * 20
     token = reg.commits[-1][1]
     lost = joiner.read_lost(s.root / "state")
     assert [e["id"] for e in lost] == ids

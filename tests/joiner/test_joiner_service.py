@@ -15,7 +15,7 @@ from fake_registry import FakeRegistry, FakeRegistryDown
 from joiner_helpers import (BASE_US, click_id, click_line, clicks, fresh_click_pid, inprogress_files, joined_lines,
                             make_config, published_files, query_line, write_queries)
 
-J, AJ, NF, T, U = Outcome
+J, AJ, NF, T, U, L = Outcome
 
 
 def test_join_not_found_then_found_and_never_twice(stack):

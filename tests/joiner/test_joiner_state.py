@@ -10,7 +10,7 @@ from photon import OUTCOMES
 from fake_registry import FakeCommitResult as R
 from joiner_helpers import click_id, clicks, query_id, query_line
 
-J, AJ, NF, T, U = (int(o) for o in Outcome)
+J, AJ, NF, T, U, L = (int(o) for o in Outcome)
 
 
 def concat(foreign: bytes, primary: bytes) -> bytes:
@@ -50,6 +50,16 @@ def test_duplicate_id_in_a_request_is_committed_once_and_joined_once():
     assert b.ids_to_commit() == [click_id(1), click_id(2)]
     assert len(b.commit_resolved([R.OK, R.OK])) == 2
     assert list(b.outcomes()) == [J, J, AJ, AJ]
+
+
+def test_a_failed_write_answers_lost_and_a_copy_of_the_id_already_joined():
+    ids, refs, raws = clicks([1, 2, 1])
+    b = JoinBatch(ids, refs, raws)
+    b.ref_ids_to_look_up()
+    b.primaries_found([query_line(1), query_line(2)], concat)
+    assert len(b.commit_resolved([R.OK, R.ALREADY_EXISTS])) == 1
+    assert b.write_failed() == [click_id(1)]
+    assert list(b.outcomes()) == [L, AJ, AJ]
 
 
 @pytest.mark.parametrize("first, copies", [(NF, NF), (U, U), (AJ, AJ)])
