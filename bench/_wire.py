@@ -8,7 +8,8 @@ header) among the regions' addresses, and writes it into the destination region'
 after it was read: one way, so a round trip between two regions pays ``2 * delay_ms``. One delay for
 every link means one FIFO queue in arrival order keeps every link's packets in order; nothing is dropped
 except packets that are not IPv4 or whose destination is no region (counted). It exits when its standard
-input closes (its owner ended, even by SIGKILL) or on SIGTERM.
+input closes (its owner ended, even by SIGKILL) or on SIGTERM, printing its :class:`WireStatistics` as
+one JSON line.
 
     python -m bench._wire --delay-ms 25 FD=10.1.2.10 FD=10.1.2.11 ...
 
@@ -18,6 +19,7 @@ shell (:func:`serve`) owns the file descriptors and the epoll loop.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
 import signal
@@ -25,7 +27,7 @@ import socket
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 MAX_PACKET = 65536
 READ_BURST = 256          # packets read from one TUN before looking at the others
@@ -140,7 +142,7 @@ def main(argv=None) -> int:
     except OSError:
         pass
     stats = serve(tuns, args.delay_ms)
-    print(f"wire: {stats}", file=sys.stderr)
+    print(json.dumps(asdict(stats)), flush=True)
     return 0
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import json
 import os
 import random
 import re
@@ -181,6 +182,7 @@ class RegionNetwork:
         self.bridge = f"b{self.tag}"
         self.subnet = ""
         self.relay: subprocess.Popen | None = None
+        self.wire_statistics: dict = {}     # the relay's, once closed: packets_relayed, packets_dropped, ...
         self._made_ns: list[str] = []
         self._made_bridge = False
 
@@ -251,7 +253,8 @@ class RegionNetwork:
             self.relay = subprocess.Popen(
                 [sys.executable, "-m", "bench._wire", "--delay-ms", f"{self.rtt_ms / 2:g}",
                  *(f"{fd}={self.host(r)}" for r, fd in fds.items())],
-                pass_fds=list(fds.values()), stdin=subprocess.PIPE, env=env, start_new_session=True)
+                pass_fds=list(fds.values()), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                start_new_session=True)
         finally:
             for fd in fds.values():
                 os.close(fd)                 # the relay holds them now
@@ -264,8 +267,8 @@ class RegionNetwork:
     def close(self) -> None:
         if self.relay is not None:
             try:
-                self.relay.stdin.close()      # the relay ends at end of file on its stdin
-                self.relay.wait(timeout=10)
+                out, _ = self.relay.communicate(timeout=10)   # closes its stdin: the relay ends at end of file
+                self.wire_statistics = json.loads(out.splitlines()[-1]) if out.strip() else {}
             except subprocess.TimeoutExpired:
                 self.relay.kill()
                 self.relay.wait()
