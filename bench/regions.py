@@ -23,7 +23,9 @@ running deployment, in phases:
    ``--rate`` for ``--outage-s`` (region a joins everything alone), writing stops, b comes back:
    ``catch_up_s`` is the time until b's new dispatcher has read its whole copy and resolved every click.
 
-Also per round trip: registry ids per replicated command (leaders' counters), wasted joins (clicks sent
+Also per round trip: registry ids per replicated command (leaders' counters) and the region of the
+shard leader (at the end of the steady phase), each dispatcher's own join latency p50 (from reading a
+click to its joiner's answer, over its latest joins: the region far from the leader pays more), wasted joins (clicks sent
 to a joiner that found them already joined, both regions, every phase) and their fraction of the clicks,
 and duplicates in the union (must be 0). At the end: whether the issue's targets hold at the largest round
 trip against 0 ms (``target_throughput_met``: clicks joined/s at least 80% of the 0 ms figure;
@@ -152,8 +154,10 @@ def _status(config, region: str) -> dict:
     return read_status(config.region(region).state_dir) or {}
 
 
-def _registry_ids_per_command(config) -> float:
+def _registry_leaders(config) -> tuple[float, str]:
+    """The leaders' mean ids per replicated command, and the regions the shard leaders are in."""
     commands = ids = 0
+    where = []
     for name in REGIONS:
         try:
             procs = orjson.loads((Path(config.region(name).state_dir) / "launcher.json").read_bytes())["processes"]
@@ -164,7 +168,8 @@ def _registry_ids_per_command(config) -> float:
             if m and m.get("photon_registry_is_leader"):
                 commands += m.get("photon_registry_commands", 0)
                 ids += m.get("photon_registry_ids_committed", 0)
-    return round(ids / commands, 1) if commands else 0.0
+                where.append(name)
+    return (round(ids / commands, 1) if commands else 0.0), ",".join(where)
 
 
 def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict:
@@ -223,7 +228,9 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
             "steady_clicks": len(steady),
             "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
             "join_p99_ms": round(percentile(lat, 99), 1)})
-        figures["registry_ids_per_command"] = _registry_ids_per_command(config)
+        figures["registry_ids_per_command"], figures["registry_leader_region"] = _registry_leaders(config)
+        for n in PIPELINE:      # each dispatcher's own view: first read -> joiner's answer, its last joins
+            figures[f"dispatcher_{n}_join_p50_ms"] = _status(config, n).get("join_latency_ms", {}).get("p50")
         # 4. outage of region b and its return
         from photon.app import region_down, region_up
         old_pid = _status(config, "b").get("pid")
@@ -278,7 +285,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.regions", description=__doc__.splitlines()[0])
     p.add_argument("--rtts", default="0,30,100", help="round trips between regions in ms (comma-separated)")
     p.add_argument("--backlog", type=int, default=20_000, help="clicks written at once in the backlog phase")
-    p.add_argument("--rate", type=int, default=500, help="clicks per second offered in the steady and outage phases")
+    p.add_argument("--rate", type=int, default=1000, help="clicks per second offered in the steady and outage phases")
     p.add_argument("--seconds", type=float, default=45.0, help="length of the steady phase")
     p.add_argument("--outage-s", type=float, default=120.0, help="how long region b is down")
     p.add_argument("--joiners", type=int, default=2, help="joiners per region")
