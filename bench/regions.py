@@ -54,11 +54,16 @@ PIPELINE = ("a", "b")
 REGIONS = ("a", "b", "c")
 
 
-def _write_config(root: Path, hosts: dict | None, simulated_rtt_ms: float, joiners: int) -> Path:
+def _write_config(root: Path, hosts: dict | None, simulated_rtt_ms: float, joiners: int,
+                  settings: dict[str, dict[str, str]]) -> Path:
     base = 10_000 + (os.getpid() % 7) * 3 * REGION_PORT_SPAN     # below the ephemeral ports (32768 on)
-    parts = ["[join]", "unjoinable_after_s = 60", "[joiner]", f"per_region = {joiners}"]
+    sections: dict[str, dict[str, str]] = {"join": {"unjoinable_after_s": "60"}, "joiner": {"per_region": str(joiners)}}
     if simulated_rtt_ms:
-        parts += ["[registry]", f"simulated_rtt_ms = {simulated_rtt_ms}"]
+        sections["registry"] = {"simulated_rtt_ms": str(simulated_rtt_ms)}
+    for section, values in settings.items():
+        sections.setdefault(section, {}).update(values)
+    parts = [line for section, values in sections.items()
+             for line in [f"[{section}]", *(f"{k} = {v}" for k, v in values.items())]]
     for i, name in enumerate(REGIONS):
         parts += ["[[regions]]", f'name = "{name}"', f'state_dir = "{name}/state"', f"port_base = {base + i * REGION_PORT_SPAN}"]
         parts += ['registry_only = true'] if name not in PIPELINE else [f'log_root = "{name}/logs"',
@@ -176,7 +181,7 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
     procs = []
     try:
         hosts = {n: net.host(n) for n in REGIONS} if net else None
-        config_path = _write_config(root, hosts, 0.0 if net else rtt_ms, args.joiners)
+        config_path = _write_config(root, hosts, 0.0 if net else rtt_ms, args.joiners, args.settings)
         config = load_config(config_path)
         writer = Copies([root / n for n in PIPELINE])
         joined = Joined(config)
@@ -290,8 +295,17 @@ def main(argv=None) -> int:
     p.add_argument("--outage-s", type=float, default=120.0, help="how long region b is down")
     p.add_argument("--joiners", type=int, default=2, help="joiners per region")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds each wait may take")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="extra photon.toml option, e.g. dispatcher.max_in_flight=8 (repeatable)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    args.settings = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (eq and dot and section and name and value):
+            p.error(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. dispatcher.max_in_flight=8")
+        args.settings.setdefault(section, {})[name] = value
     rtts = [float(x) for x in args.rtts.split(",") if x.strip()]
     refused = namespaces_refused()
     kind = delay_kind() if refused is None else None
@@ -300,7 +314,7 @@ def main(argv=None) -> int:
     else:
         distance = f"loopback; simulated_rtt_ms between registry replicas only ({refused or 'no delay here'})"
     figures: dict = {"distance": distance, "asked_rate_clicks_per_s": args.rate, "steady_s": args.seconds,
-                     "outage_s": args.outage_s}
+                     "outage_s": args.outage_s, "settings": " ".join(args.set)}
     for rtt in rtts:
         with tempfile.TemporaryDirectory(prefix="bench-regions-") as tmp:
             net = RegionNetwork(list(REGIONS), rtt_ms=rtt, delay=kind).open() if kind else None
