@@ -177,6 +177,68 @@ def _registry_leaders(config) -> tuple[float, str]:
     return (round(ids / commands, 1) if commands else 0.0), ",".join(where)
 
 
+def _steady(root: Path, writer: Copies, config, args) -> dict:
+    """Phase 3: ``--rate`` clicks/s for ``--seconds``; clicks joined/s and join latency (union)."""
+    follower = OutputFollower(root / "out")
+    follower.poll()                                  # what is there already: read now, not timed
+    first = len(writer.click_ids)
+    pacer = Pacer(writer, args.rate)
+    pacer.start()
+    stop_follow = threading.Event()
+
+    def follow() -> None:
+        while not stop_follow.wait(0.002):
+            follower.poll()
+    following = threading.Thread(target=follow, daemon=True)
+    following.start()
+    time.sleep(args.seconds)                         # the steady phase's length: load is being offered
+    pacer.stopped.set()
+    pacer.join()
+    steady = writer.click_ids[first:]
+    try:
+        wait_until(lambda: all(c in follower.seen_us for c in steady), args.timeout, interval=0.1,
+                   message="the steady phase's clicks joined")
+    finally:
+        stop_follow.set()
+        following.join(timeout=10)
+    w = writer.written_us
+    lat = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
+    last_joined_us = max(follower.seen_us[c] for c in steady)
+    first_written_us = min(w[c] for c in steady)
+    figures = {"offered_clicks_per_s": round(len(steady) / (pacer.ended - pacer.began), 1),
+               "clicks_joined_per_s": round(len(steady) / ((last_joined_us - first_written_us) / 1e6), 1),
+               "steady_clicks": len(steady),
+               "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
+               "join_p99_ms": round(percentile(lat, 99), 1)}
+    figures["registry_ids_per_command"], figures["registry_leader_region"] = _registry_leaders(config)
+    for n in PIPELINE:      # each dispatcher's own view: first read -> joiner's answer, its last joins
+        figures[f"dispatcher_{n}_join_p50_ms"] = _status(config, n).get("join_latency_ms", {}).get("p50")
+    return figures
+
+
+def _outage(writer: Copies, joined: Joined, config, args) -> dict:
+    """Phase 4: region b down whole for ``--outage-s`` while clicks keep coming, then back: its catch-up."""
+    from photon.app import region_down, region_up
+    old_pid = _status(config, "b").get("pid")
+    before = len(writer.click_ids)
+    region_down(config, "b", hard=True)
+    pacer = Pacer(writer, args.rate)
+    pacer.start()
+    time.sleep(args.outage_s)                        # the outage's length, load being offered meanwhile
+    pacer.stopped.set()
+    pacer.join()
+    wait_until(lambda: joined.count() >= len(writer.click_ids), args.timeout, interval=0.2,
+               message="region a joined everything alone")
+    t_up = time.monotonic()
+    region_up(config, "b")
+
+    def b_caught_up() -> bool:
+        s = _status(config, "b")
+        return s.get("pid") not in (None, old_pid) and bool(s.get("caught_up"))
+    wait_until(b_caught_up, args.timeout, interval=0.05, message="region b caught up")
+    return {"catch_up_s": round(time.monotonic() - t_up, 2), "outage_clicks": len(writer.click_ids) - before}
+
+
 def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict:
     procs = []
     try:
@@ -188,74 +250,18 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
         prefix = (lambda n: net.prefix(n)) if net else (lambda n: [])
         procs = [_start(config_path, n, prefix(n), root / f"launcher-{n}.log") for n in ("c", "a", "b")]
         figures: dict = {}
-        # 1. start-up
-        t0 = time.monotonic()
+        t0 = time.monotonic()                            # 1. start-up
         writer.batch(1)
         wait_until(lambda: joined.count() >= 1, args.timeout, interval=0.05, message="the probe click joined")
         figures["startup_s"] = round(time.monotonic() - t0, 2)
-        # 2. backlog
-        backlog = writer.format(args.backlog)
+        backlog = writer.format(args.backlog)            # 2. backlog
         t0 = time.monotonic()
         writer.write(backlog)
         wait_until(lambda: joined.count() >= args.backlog + 1, args.timeout, interval=0.05,
                    message=f"{args.backlog} backlog clicks joined")
         figures["backlog_clicks_joined_per_s"] = round(args.backlog / (time.monotonic() - t0), 1)
-        # 3. steady
-        follower = OutputFollower(root / "out")
-        follower.poll()                                  # what is there already: read now, not timed
-        first = len(writer.click_ids)
-        pacer = Pacer(writer, args.rate)
-        pacer.start()
-        stop_follow = threading.Event()
-
-        def follow() -> None:
-            while not stop_follow.wait(0.002):
-                follower.poll()
-        following = threading.Thread(target=follow, daemon=True)
-        following.start()
-        time.sleep(args.seconds)                         # the steady phase's length: load is being offered
-        pacer.stopped.set()
-        pacer.join()
-        steady = writer.click_ids[first:]
-        try:
-            wait_until(lambda: all(c in follower.seen_us for c in steady), args.timeout, interval=0.1,
-                       message="the steady phase's clicks joined")
-        finally:
-            stop_follow.set()
-            following.join(timeout=10)
-        w = writer.written_us
-        lat = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
-        last_joined_us = max(follower.seen_us[c] for c in steady)
-        first_written_us = min(w[c] for c in steady)
-        figures.update({
-            "offered_clicks_per_s": round(len(steady) / (pacer.ended - pacer.began), 1),
-            "clicks_joined_per_s": round(len(steady) / ((last_joined_us - first_written_us) / 1e6), 1),
-            "steady_clicks": len(steady),
-            "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
-            "join_p99_ms": round(percentile(lat, 99), 1)})
-        figures["registry_ids_per_command"], figures["registry_leader_region"] = _registry_leaders(config)
-        for n in PIPELINE:      # each dispatcher's own view: first read -> joiner's answer, its last joins
-            figures[f"dispatcher_{n}_join_p50_ms"] = _status(config, n).get("join_latency_ms", {}).get("p50")
-        # 4. outage of region b and its return
-        from photon.app import region_down, region_up
-        old_pid = _status(config, "b").get("pid")
-        region_down(config, "b", hard=True)
-        pacer = Pacer(writer, args.rate)
-        pacer.start()
-        time.sleep(args.outage_s)                        # the outage's length, load being offered meanwhile
-        pacer.stopped.set()
-        pacer.join()
-        wait_until(lambda: joined.count() >= len(writer.click_ids), args.timeout, interval=0.2,
-                   message="region a joined everything alone")
-        t_up = time.monotonic()
-        region_up(config, "b")
-
-        def b_caught_up() -> bool:
-            s = _status(config, "b")
-            return s.get("pid") not in (None, old_pid) and bool(s.get("caught_up"))
-        wait_until(b_caught_up, args.timeout, interval=0.05, message="region b caught up")
-        figures["catch_up_s"] = round(time.monotonic() - t_up, 2)
-        figures["outage_clicks"] = len(writer.click_ids) - first - len(steady)
+        figures.update(_steady(root, writer, config, args))
+        figures.update(_outage(writer, joined, config, args))
         wasted = sum(_status(config, n).get("already_joined", 0) for n in PIPELINE)
         figures["wasted_joins"] = wasted
         figures["wasted_joins_fraction"] = round(wasted / len(writer.click_ids), 4)
