@@ -1,13 +1,35 @@
-"""Two regions at a distance: ``python -m bench.regions [--rtts 0,30,100] [--queries N] [--json]``.
+"""Two regions at a distance: ``python -m bench.regions [--rtts 0,30,100] [--rate R] [--json]``.
 
 For each round trip, regions a and b run the pipeline and c hosts registry replicas only (5 replicas as
-2/2/1), each region started by its own ``photon run --region`` in its own network namespace with
-``tc netem`` delay on its link. Where the kernel has no netem (or namespaces are refused), every region
-runs on this host's loopback and the registry's ``simulated_rtt_ms`` delays the messages between replicas
-instead; the output says which (``distance``). Figures per round trip: clicks joined per second (union of
-both regions, over the whole run's real time), join latency p50/p90/p99 (worst region), registry ids per
-command, wasted joins, and the catch-up time of region b after an outage (b down from the start while a
-joins everything, then up: the time until b's dispatcher has caught up on its whole copy).
+2/2/1), each region started by its own ``photon run --region`` in its own network namespace, any two
+regions ``rtt`` apart: every packet between two namespaces (TCP handshakes, gRPC, Raft) is delayed by half
+the round trip each way, by ``tc netem`` where the kernel has it, else by the TUN relay of
+:mod:`bench.netns` (``distance`` says which; the relay carries the 0 ms run too, so the runs differ only
+in the delay). Where namespaces are refused, every region runs on this host's loopback and the registry's
+``simulated_rtt_ms`` delays the messages between replicas only (``distance`` says so).
+
+The bench writes both regions' copies of the logs itself (ten queries per click, queries first), to a
+running deployment, in phases:
+
+1. start-up: a probe click, until it is joined (``startup_s``; not in any rate);
+2. backlog: ``--backlog`` clicks written at once; clicks joined per second until every one is in the
+   union of both regions' output (``backlog_clicks_joined_per_s``: what the deployment can drain);
+3. steady: ``--seconds`` of ``--rate`` clicks per second; ``clicks_joined_per_s`` is the steady clicks
+   divided by the real time from the first being written to the last being joined (union), and the join
+   latency ``join_p50_ms``... runs from a click's line being complete in both copies to its joined line
+   being complete in an output file of either region (a follower outside the pipeline,
+   :mod:`bench._output`, as ``bench.pipeline`` measures);
+4. outage: region b taken down whole (SIGKILL, its 2 registry replicas too) while writing goes on at
+   ``--rate`` for ``--outage-s`` (region a joins everything alone), writing stops, b comes back:
+   ``catch_up_s`` is the time until b's new dispatcher has read its whole copy and resolved every click.
+
+Also per round trip: registry ids per replicated command (leaders' counters) and the region of the
+shard leader (at the end of the steady phase), each dispatcher's own join latency p50 (from reading a
+click to its joiner's answer, over its latest joins: the region far from the leader pays more), wasted joins (clicks sent
+to a joiner that found them already joined, both regions, every phase) and their fraction of the clicks,
+and duplicates in the union (must be 0). At the end: whether the issue's targets hold at the largest round
+trip against 0 ms (``target_throughput_met``: clicks joined/s at least 80% of the 0 ms figure;
+``target_latency_met``: p50 within the round trip plus 50 ms of the 0 ms p50).
 """
 from __future__ import annotations
 
@@ -16,37 +38,114 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import tomllib
 from pathlib import Path
 
 import orjson
 
-from bench._common import emit, stop_groups
-from bench.netns import RegionNetwork, netem_refused
-from photon import REGION_PORT_SPAN, load_config, read_output_lines, scrape, wait_until, write_atomic
-from photon.app import GenOptions, generate
+from bench._common import emit, percentile, stop_groups
+from bench._output import OutputFollower
+from bench.netns import RegionNetwork, delay_kind, namespaces_refused
+from bench.pipeline import Writer
+from photon import REGION_PORT_SPAN, load_config, read_output_lines, scrape, wait_until
+
+PIPELINE = ("a", "b")
+REGIONS = ("a", "b", "c")
 
 
-def _workload(root: Path, queries: int, hosts: dict | None, simulated_rtt_ms: float) -> Path:
-    generate(GenOptions(out=str(root), queries=queries, regions=("a", "b"), unjoinable_fraction=0.0,
-                        duplicate_fraction=0.0, bad_line_fraction=0.0, unjoinable_after_s=60.0, seed=11))
-    path = root / "photon.toml"
-    data = tomllib.loads(path.read_text())
-    data["regions"].append({"name": "c", "state_dir": "state/c", "registry_only": True})
+def _write_config(root: Path, hosts: dict | None, simulated_rtt_ms: float, joiners: int,
+                  settings: dict[str, dict[str, str]]) -> Path:
     base = 10_000 + (os.getpid() % 7) * 3 * REGION_PORT_SPAN     # below the ephemeral ports (32768 on)
-    lines = [f"[{k}]\n" + "\n".join(f"{kk} = {orjson.dumps(vv).decode()}" for kk, vv in v.items())
-             for k, v in data.items() if k != "regions"]
+    sections: dict[str, dict[str, str]] = {"join": {"unjoinable_after_s": "60"}, "joiner": {"per_region": str(joiners)}}
     if simulated_rtt_ms:
-        lines.append(f"[registry]\nsimulated_rtt_ms = {simulated_rtt_ms}")
-    for i, r in enumerate(data["regions"]):
-        r["port_base"] = base + i * REGION_PORT_SPAN
+        sections["registry"] = {"simulated_rtt_ms": str(simulated_rtt_ms)}
+    for section, values in settings.items():
+        sections.setdefault(section, {}).update(values)
+    parts = [line for section, values in sections.items()
+             for line in [f"[{section}]", *(f"{k} = {v}" for k, v in values.items())]]
+    for i, name in enumerate(REGIONS):
+        parts += ["[[regions]]", f'name = "{name}"', f'state_dir = "{name}/state"', f"port_base = {base + i * REGION_PORT_SPAN}"]
+        parts += ['registry_only = true'] if name not in PIPELINE else [f'log_root = "{name}/logs"',
+                                                                        f'output_root = "out/{name}"']
         if hosts:
-            r["host"] = hosts[r["name"]]
-        body = "\n".join(f"{k} = {'true' if v is True else orjson.dumps(v).decode()}" for k, v in r.items())
-        lines.append("[[regions]]\n" + body)
-    path.write_text("\n\n".join(lines) + "\n")
+            parts.append(f'host = "{hosts[name]}"')
+    path = root / "photon.toml"
+    path.write_text("\n".join(parts) + "\n")
     return path
+
+
+class Copies(Writer):
+    """:class:`bench.pipeline.Writer` appending the same lines to every region's copy of the logs; a
+    click's written time is taken once its line is complete in every copy."""
+
+    def __init__(self, roots: list[Path]) -> None:
+        super().__init__(roots[0])
+        self.copies = [(self.q, self.c)] + [
+            ([open(self._path(r, "queries", w), "ab", buffering=0) for w in range(len(self.q))],
+             [open(self._path(r, "clicks", w), "ab", buffering=0) for w in range(len(self.c))]) for r in roots[1:]]
+
+    def write(self, formatted) -> None:
+        qdata, cdata, cids = formatted
+        for q, _ in self.copies:
+            for f, data in zip(q, qdata):
+                f.write(data)
+        stamp = str(time.time_ns() // 1000).encode()
+        stamped = [data.replace(b"WRITTEN", stamp) for data in cdata]
+        for _, c in self.copies:
+            for f, data in zip(c, stamped):
+                f.write(data)
+        done = time.time_ns() // 1000
+        for ids in cids:
+            for cid in ids:
+                self.written_us[cid] = done
+
+
+class Pacer(threading.Thread):
+    """Writes ``rate`` clicks per second (in 50 batches a second) until stopped."""
+
+    def __init__(self, writer: Copies, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.writer, self.rate, self.stopped = writer, rate, threading.Event()
+        self.began = self.ended = 0.0
+
+    def run(self) -> None:
+        per_tick = max(1, self.rate // 50)
+        self.began = next_t = time.monotonic()
+        while not self.stopped.is_set():
+            self.writer.batch(per_tick)
+            next_t += per_tick / self.rate
+            self.stopped.wait(max(0.0, next_t - time.monotonic()))   # pacing the load, not a condition
+        self.ended = time.monotonic()
+
+
+class Joined:
+    """Counts joined lines over both regions' output; published files never change, so each is read once
+    (the bench must not steal the pipeline's CPU by re-reading its output)."""
+
+    def __init__(self, config) -> None:
+        self.dirs = [r.joined_dir for r in config.pipeline_regions]
+        self.id_field = config.join.foreign_id_field
+        self._published: dict[Path, int] = {}
+
+    def count(self) -> int:
+        total = 0
+        for d in self.dirs:
+            for p in Path(d).rglob("*.jsonl*"):
+                if p.name.endswith(".jsonl"):
+                    if p not in self._published:
+                        self._published[p] = p.read_bytes().count(b"\n")
+                    total += self._published[p]
+                else:
+                    try:
+                        total += p.read_bytes().count(b"\n")
+                    except FileNotFoundError:      # published meanwhile: counted on the next call
+                        return self.count()
+        return total
+
+    def duplicates(self) -> int:
+        ids = [orjson.loads(x)[self.id_field] for d in self.dirs for x in read_output_lines(d, include_inprogress=True)]
+        return len(ids) - len(set(ids))
 
 
 def _start(config_path: Path, region: str, prefix: list, log: Path) -> subprocess.Popen:
@@ -55,95 +154,185 @@ def _start(config_path: Path, region: str, prefix: list, log: Path) -> subproces
                             start_new_session=True)
 
 
-def _joined(config) -> int:
-    return len({orjson.loads(x)[config.join.foreign_id_field] for r in config.pipeline_regions
-                for x in read_output_lines(r.joined_dir, include_inprogress=True)})
-
-
-def _duplicates(config) -> int:
-    ids = [orjson.loads(x)[config.join.foreign_id_field] for r in config.pipeline_regions
-           for x in read_output_lines(r.joined_dir, include_inprogress=True)]
-    return len(ids) - len(set(ids))
-
-
 def _status(config, region: str) -> dict:
     from dispatcher import read_status
     return read_status(config.region(region).state_dir) or {}
 
 
-def _one_rtt(root: Path, rtt_ms: float, queries: int, timeout_s: float, use_netns: bool) -> dict:
-    net = RegionNetwork(["a", "b", "c"], rtt_ms=rtt_ms).open() if use_netns else None
+def _registry_leaders(config) -> tuple[float, str]:
+    """The leaders' mean ids per replicated command, and the regions the shard leaders are in."""
+    commands = ids = 0
+    where = []
+    for name in REGIONS:
+        try:
+            procs = orjson.loads((Path(config.region(name).state_dir) / "launcher.json").read_bytes())["processes"]
+        except (OSError, ValueError, KeyError):
+            continue
+        for p in procs.values():
+            m = scrape(p["metrics"]) if p.get("role") == "registry" and p.get("metrics") else None
+            if m and m.get("photon_registry_is_leader"):
+                commands += m.get("photon_registry_commands", 0)
+                ids += m.get("photon_registry_ids_committed", 0)
+                where.append(name)
+    return (round(ids / commands, 1) if commands else 0.0), ",".join(where)
+
+
+def _steady(root: Path, writer: Copies, config, args) -> dict:
+    """Phase 3: ``--rate`` clicks/s for ``--seconds``; clicks joined/s and join latency (union)."""
+    follower = OutputFollower(root / "out")
+    follower.poll()                                  # what is there already: read now, not timed
+    first = len(writer.click_ids)
+    pacer = Pacer(writer, args.rate)
+    pacer.start()
+    stop_follow = threading.Event()
+
+    def follow() -> None:
+        while not stop_follow.wait(0.002):
+            follower.poll()
+    following = threading.Thread(target=follow, daemon=True)
+    following.start()
+    time.sleep(args.seconds)                         # the steady phase's length: load is being offered
+    pacer.stopped.set()
+    pacer.join()
+    steady = writer.click_ids[first:]
+    try:
+        wait_until(lambda: all(c in follower.seen_us for c in steady), args.timeout, interval=0.1,
+                   message="the steady phase's clicks joined")
+    finally:
+        stop_follow.set()
+        following.join(timeout=10)
+    w = writer.written_us
+    lat = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
+    last_joined_us = max(follower.seen_us[c] for c in steady)
+    first_written_us = min(w[c] for c in steady)
+    figures = {"offered_clicks_per_s": round(len(steady) / (pacer.ended - pacer.began), 1),
+               "clicks_joined_per_s": round(len(steady) / ((last_joined_us - first_written_us) / 1e6), 1),
+               "steady_clicks": len(steady),
+               "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
+               "join_p99_ms": round(percentile(lat, 99), 1)}
+    figures["registry_ids_per_command"], figures["registry_leader_region"] = _registry_leaders(config)
+    for n in PIPELINE:      # each dispatcher's own view: first read -> joiner's answer, its last joins
+        figures[f"dispatcher_{n}_join_p50_ms"] = _status(config, n).get("join_latency_ms", {}).get("p50")
+    return figures
+
+
+def _outage(writer: Copies, joined: Joined, config, args) -> dict:
+    """Phase 4: region b down whole for ``--outage-s`` while clicks keep coming, then back: its catch-up."""
+    from photon.app import region_down, region_up
+    old_pid = _status(config, "b").get("pid")
+    before = len(writer.click_ids)
+    region_down(config, "b", hard=True)
+    pacer = Pacer(writer, args.rate)
+    pacer.start()
+    time.sleep(args.outage_s)                        # the outage's length, load being offered meanwhile
+    pacer.stopped.set()
+    pacer.join()
+    wait_until(lambda: joined.count() >= len(writer.click_ids), args.timeout, interval=0.2,
+               message="region a joined everything alone")
+    t_up = time.monotonic()
+    region_up(config, "b")
+
+    def b_caught_up() -> bool:
+        s = _status(config, "b")
+        return s.get("pid") not in (None, old_pid) and bool(s.get("caught_up"))
+    wait_until(b_caught_up, args.timeout, interval=0.05, message="region b caught up")
+    return {"catch_up_s": round(time.monotonic() - t_up, 2), "outage_clicks": len(writer.click_ids) - before}
+
+
+def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict:
     procs = []
     try:
-        hosts = {n: net.host(n) for n in "abc"} if net else None
-        config_path = _workload(root, queries, hosts, 0.0 if net else rtt_ms)
+        hosts = {n: net.host(n) for n in REGIONS} if net else None
+        config_path = _write_config(root, hosts, 0.0 if net else rtt_ms, args.joiners, args.settings)
         config = load_config(config_path)
-        expected = len(set((root / "truth" / "joinable.txt").read_text().split()))
+        writer = Copies([root / n for n in PIPELINE])
+        joined = Joined(config)
         prefix = (lambda n: net.prefix(n)) if net else (lambda n: [])
+        procs = [_start(config_path, n, prefix(n), root / f"launcher-{n}.log") for n in ("c", "a", "b")]
+        figures: dict = {}
+        t0 = time.monotonic()                            # 1. start-up
+        writer.batch(1)
+        wait_until(lambda: joined.count() >= 1, args.timeout, interval=0.05, message="the probe click joined")
+        figures["startup_s"] = round(time.monotonic() - t0, 2)
+        backlog = writer.format(args.backlog)            # 2. backlog
         t0 = time.monotonic()
-        procs = [_start(config_path, n, prefix(n), root / f"launcher-{n}.log") for n in "cab"]
-        wait_until(lambda: _joined(config) >= expected, timeout_s, interval=0.2, message="every click joined")
-        elapsed = time.monotonic() - t0
-        wait_until(lambda: all(_status(config, n).get("caught_up") for n in "ab"), timeout_s, interval=0.2)
-        lat = [_status(config, n).get("join_latency_ms", {}) for n in "ab"]
-        wasted = sum(_status(config, n).get("already_joined", 0) for n in "ab")
-        commands = ids = 0
-        for state_dir in (config.region(n).state_dir for n in "abc"):
-            for p in orjson.loads((Path(state_dir) / "launcher.json").read_bytes())["processes"].values():
-                m = scrape(p["metrics"]) if p["role"] == "registry" and p.get("metrics") else None
-                if m and m.get("photon_registry_is_leader"):
-                    commands += m.get("photon_registry_commands", 0)
-                    ids += m.get("photon_registry_ids_committed", 0)
+        writer.write(backlog)
+        wait_until(lambda: joined.count() >= args.backlog + 1, args.timeout, interval=0.05,
+                   message=f"{args.backlog} backlog clicks joined")
+        figures["backlog_clicks_joined_per_s"] = round(args.backlog / (time.monotonic() - t0), 1)
+        figures.update(_steady(root, writer, config, args))
+        figures.update(_outage(writer, joined, config, args))
+        wasted = sum(_status(config, n).get("already_joined", 0) for n in PIPELINE)
+        figures["wasted_joins"] = wasted
+        figures["wasted_joins_fraction"] = round(wasted / len(writer.click_ids), 4)
+        figures["clicks"] = len(writer.click_ids)
         stop_groups(procs)
         procs = []
-        duplicates = _duplicates(config)
-        # the outage: fresh output and state; region b marked down before it starts, a joins everything
-        for sub in ("out", "state"):
-            subprocess.run(["rm", "-rf", str(root / sub)], check=True)
-        b_state = Path(config.region("b").state_dir)
-        b_state.mkdir(parents=True)
-        write_atomic(b_state / "region-control.json", b'{"down": true, "hard": true, "seq": 1}')
-        procs = [_start(config_path, n, prefix(n), root / f"outage-{n}.log") for n in "cab"]
-        wait_until(lambda: _joined(config) >= expected, timeout_s, interval=0.2, message="a joined everything")
-        from photon.app import region_up
-        t_up = time.monotonic()
-        region_up(config, "b")
-        wait_until(lambda: _status(config, "b").get("caught_up") and _status(config, "b").get("events_read", 0) > 0,
-                   timeout_s, interval=0.1, message="b caught up")
-        catch_up = time.monotonic() - t_up
-        stop_groups(procs)
-        procs = []
-        duplicates += _duplicates(config)
-        return {"clicks_joined_per_s": round(expected / elapsed, 1),
-                "join_p50_ms": max(x.get("p50", 0) for x in lat), "join_p90_ms": max(x.get("p90", 0) for x in lat),
-                "join_p99_ms": max(x.get("p99", 0) for x in lat),
-                "registry_ids_per_command": round(ids / commands, 1) if commands else 0.0,
-                "wasted_joins": wasted, "catch_up_s": round(catch_up, 2), "clicks": expected,
-                "duplicates": duplicates}
+        figures["duplicates"] = joined.duplicates()
+        return figures
     finally:
         stop_groups(procs)
-        if net:
-            net.close()
+
+
+def _targets(figures: dict, rtts: list[float]) -> None:
+    """Whether the issue's targets hold at the largest round trip against 0 ms."""
+    far = max(rtts)
+    if 0.0 not in rtts or far == 0:
+        return
+    base_rate, far_rate = figures.get("rtt0ms_clicks_joined_per_s"), figures.get(f"rtt{far:g}ms_clicks_joined_per_s")
+    base_p50, far_p50 = figures.get("rtt0ms_join_p50_ms"), figures.get(f"rtt{far:g}ms_join_p50_ms")
+    if base_rate and far_rate is not None:
+        figures["throughput_ratio_far_vs_0ms"] = round(far_rate / base_rate, 3)
+        figures["target_throughput_met"] = far_rate >= 0.8 * base_rate
+    if base_rate and figures.get("rtt0ms_backlog_clicks_joined_per_s"):
+        figures["backlog_throughput_ratio_far_vs_0ms"] = round(
+            figures[f"rtt{far:g}ms_backlog_clicks_joined_per_s"] / figures["rtt0ms_backlog_clicks_joined_per_s"], 3)
+    if base_p50 is not None and far_p50 is not None:
+        figures["p50_excess_over_0ms_ms"] = round(far_p50 - base_p50, 1)
+        figures["target_latency_met"] = far_p50 <= base_p50 + far + 50
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.regions", description=__doc__.splitlines()[0])
     p.add_argument("--rtts", default="0,30,100", help="round trips between regions in ms (comma-separated)")
-    p.add_argument("--queries", type=int, default=100_000, help="queries per region copy (clicks: about a tenth)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds each phase may take")
+    p.add_argument("--backlog", type=int, default=20_000, help="clicks written at once in the backlog phase")
+    p.add_argument("--rate", type=int, default=1000, help="clicks per second offered in the steady and outage phases")
+    p.add_argument("--seconds", type=float, default=45.0, help="length of the steady phase")
+    p.add_argument("--outage-s", type=float, default=120.0, help="how long region b is down")
+    p.add_argument("--joiners", type=int, default=2, help="joiners per region")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds each wait may take")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="extra photon.toml option, e.g. dispatcher.max_in_flight=8 (repeatable)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    refused = netem_refused()
-    distance = "netns+netem" if refused is None else f"simulated_rtt_ms between registry replicas ({refused})"
-    figures: dict = {"distance": distance}
-    for rtt in [float(x) for x in args.rtts.split(",") if x.strip()]:
+    args.settings = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (eq and dot and section and name and value):
+            p.error(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. dispatcher.max_in_flight=8")
+        args.settings.setdefault(section, {})[name] = value
+    rtts = [float(x) for x in args.rtts.split(",") if x.strip()]
+    refused = namespaces_refused()
+    kind = delay_kind() if refused is None else None
+    if kind is not None:
+        distance = {"netem": "netns + tc netem", "relay": "netns + TUN relay (bench._wire)"}[kind]
+    else:
+        distance = f"loopback; simulated_rtt_ms between registry replicas only ({refused or 'no delay here'})"
+    figures: dict = {"distance": distance, "asked_rate_clicks_per_s": args.rate, "steady_s": args.seconds,
+                     "outage_s": args.outage_s, "settings": " ".join(args.set)}
+    for rtt in rtts:
         with tempfile.TemporaryDirectory(prefix="bench-regions-") as tmp:
-            r = _one_rtt(Path(tmp), rtt, args.queries, args.timeout, use_netns=refused is None)
+            net = RegionNetwork(list(REGIONS), rtt_ms=rtt, delay=kind).open() if kind else None
+            try:
+                r = _one_rtt(Path(tmp), rtt, args, net)
+            finally:
+                if net:
+                    net.close()
         for k, v in r.items():
             figures[f"rtt{rtt:g}ms_{k}"] = v
-    rates = [v for k, v in figures.items() if k.endswith("clicks_joined_per_s")]
-    figures["clicks_joined_per_s"] = min(rates) if rates else 0.0
     figures["duplicates"] = sum(v for k, v in figures.items() if k.endswith("_duplicates"))
+    _targets(figures, rtts)
     emit(figures, args.json, "Photon regions benchmark: two regions (+ a registry-only one) at a distance")
     return 0
 
