@@ -43,9 +43,9 @@ def _default_joiner_client(address: str):
     return JoinerClient(address)
 
 
-def _default_registry_client(endpoints):
+def _default_registry_client(endpoints, near_host: str | None = None):
     from idregistry import connect
-    return connect(endpoints)
+    return connect(endpoints, near_host=near_host)
 
 
 class _JoinerPool:
@@ -109,7 +109,8 @@ class Dispatcher:
         try:
             snapshot = load_checkpoint(self.dir)
             if registry_client is None and registry:
-                registry_client = _default_registry_client(registry)
+                # lookups read the registry replicas of this region first: no wide-area round trip
+                registry_client = _default_registry_client(registry, self.region.bind_host(config.registry.host))
             self._registry = registry_client
             self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
                                         jitter=jitter if jitter is not None else random.Random(),

@@ -26,14 +26,15 @@ from idregistry.config import RegistryConfig
 MEMORY_URL = "memory://"
 
 
-def connect(endpoints: list[str] | str) -> RegistryClient | InMemoryRegistry:
+def connect(endpoints: list[str] | str, near_host: str | None = None) -> RegistryClient | InMemoryRegistry:
     """A registry client for ``["host:port", ...]`` (or one ``"host:port"``, or a comma-separated list);
-    ``"memory://"`` returns the process-wide :class:`InMemoryRegistry`."""
+    ``"memory://"`` returns the process-wide :class:`InMemoryRegistry`. Lookups go first to replicas on
+    ``near_host`` (the caller's region's host), see :func:`read_order`."""
     if isinstance(endpoints, str):
         if endpoints.startswith(MEMORY_URL):
             return shared_memory_registry()
         endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
-    return RegistryClient(list(endpoints))
+    return RegistryClient(list(endpoints), near_host=near_host)
 
 
 __all__ = ["ClientStatistics", "CommitResult", "ExportError", "check_export", "clear_output_tokens",

@@ -73,6 +73,20 @@ class RegistryStatistics:
     client: ClientStatistics
 
 
+def read_order(replicas: list[str], turn: int, near_host: str | None = None) -> list[str]:
+    """The order in which a lookup tries a shard's replicas (any replica may answer a lookup): round robin
+    by ``turn`` among the replicas on ``near_host`` (the caller's own region, one wide-area round trip
+    closer), then round robin among the others, which are tried only when every near one failed."""
+    near = [r for r in replicas if near_host is not None and r.rpartition(":")[0] == near_host]
+    far = [r for r in replicas if r not in near]
+    out = []
+    for group in (near, far):
+        if group:
+            k = turn % len(group)
+            out += group[k:] + group[:k]
+    return out
+
+
 class RegistryClient:
     """``RegistryClient(["host:port", ...])``: any subset of replica addresses bootstraps it.
 
@@ -81,7 +95,8 @@ class RegistryClient:
     shard cannot be reached within ``retry_timeout_s``; ``ValueError`` for malformed ids.
     """
 
-    def __init__(self, endpoints: list[str], retry_timeout_s: float = 30.0, rpc_timeout_s: float = 15.0) -> None:
+    def __init__(self, endpoints: list[str], retry_timeout_s: float = 30.0, rpc_timeout_s: float = 15.0,
+                 near_host: str | None = None) -> None:
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         if not endpoints:
@@ -93,6 +108,7 @@ class RegistryClient:
         self._channels: dict[str, tuple[grpc.Channel, pb_grpc.RegistryStub]] = {}
         self._leaders: dict[int, str] = {}
         self._next_reader: dict[int, int] = defaultdict(int)
+        self._near_host = near_host
         self._sharding: Sharding | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
@@ -237,10 +253,9 @@ class RegistryClient:
     def _lookup_once(self, shard: int, ids: list[str]):
         replicas = self._replicas(shard)
         with self._lock:
-            start = self._next_reader[shard] = (self._next_reader[shard] + 1) % len(replicas)
+            turn = self._next_reader[shard] = self._next_reader[shard] + 1
         errors = []
-        for k in range(len(replicas)):
-            address = replicas[(start + k) % len(replicas)]
+        for address in read_order(replicas, turn, self._near_host):
             try:
                 return self._rpc(address, "Lookup", pb.LookupRequest(ids=ids))
             except _Retry as e:

@@ -25,6 +25,8 @@ from idregistry._shell import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
 LAYOUT_FILE = "layout.json"
+REGISTRY_ONLY_ELECTION_SCALE = 3.0
+"""Election timeouts of replicas in registry-only regions, in multiples of the default (1-2 s)."""
 
 
 @contextmanager
@@ -121,6 +123,12 @@ def replica_specs(config: PhotonConfig, regions: list[str] | None = None) -> lis
     initial = Sharding(epochs=[(0, layout["initial_shards"])], version=1,
                        endpoints={s: [g for _, g, _ in addresses[s]] for s in range(layout["initial_shards"])})
     reg = config.registry
+    placement = replica_placement(config)
+    # a replica in a registry-only region waits longer before it stands for election, so the leader (to
+    # which every commit goes) is almost always in a region that runs a pipeline: one wide-area round trip
+    # less for that region's commits; it still takes over when no pipeline region's replica can
+    scale = [REGISTRY_ONLY_ELECTION_SCALE if config.region(placement[r]).registry_only else 1.0
+             for r in range(reg.replicas)]
     specs = []
     for shard, triples in addresses.items():
         for replica in range(len(triples)):
@@ -130,7 +138,8 @@ def replica_specs(config: PhotonConfig, regions: list[str] | None = None) -> lis
                 initial_sharding=initial, gc_after_s=reg.gc_after_s, max_clock_skew_s=reg.max_clock_skew_s,
                 fsync=reg.fsync, fsync_interval_ms=reg.fsync_interval_ms, max_in_flight=reg.max_in_flight,
                 max_ids_per_command=reg.max_ids_per_command, max_queued_ids=reg.max_queued_ids,
-                snapshot_after_commands=reg.snapshot_after_commands, simulated_rtt_ms=reg.simulated_rtt_ms))
+                snapshot_after_commands=reg.snapshot_after_commands, simulated_rtt_ms=reg.simulated_rtt_ms,
+                election_timeout_scale=scale[replica]))
     return specs
 
 

@@ -75,6 +75,7 @@ class ReplicaSpec:
     max_queued_ids: int = 200000
     snapshot_after_commands: int = 2000
     simulated_rtt_ms: float = 0.0
+    election_timeout_scale: float = 1.0   # > 1: this replica rarely becomes leader (see replica_specs)
 
     @property
     def raft_address(self) -> str:
@@ -85,7 +86,10 @@ class ReplicaSpec:
         return self.grpc_peers[self.replica]
 
     def raft_settings(self) -> RaftSettings:
+        s = self.election_timeout_scale
         return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
+                            raft_min_timeout_s=RaftSettings.raft_min_timeout_s * s,
+                            raft_max_timeout_s=RaftSettings.raft_max_timeout_s * s,
                             log_compaction_min_entries=self.snapshot_after_commands,
                             simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password())
 
@@ -447,7 +451,7 @@ class _Rates:
 
 _SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
                 "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
-                "snapshot_after_commands", "simulated_rtt_ms")
+                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale")
 
 
 def spec_to_json(spec: ReplicaSpec) -> str:

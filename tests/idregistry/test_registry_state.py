@@ -171,3 +171,30 @@ def test_a_snapshot_with_the_old_token_list_is_upgraded():
     assert restored.next_token == 4 and restored.token_of(eid(2 * W)) == "b"
     restored.apply([(OP_ADVANCE_GC, T0 + W)])
     assert restored.token_numbers == {"b": 2}
+
+
+def test_lookups_read_the_callers_own_region_first_round_robin_then_the_others():
+    from idregistry._client import read_order
+    replicas = ["10.0.0.1:1", "10.0.0.2:2", "10.0.0.1:3", "10.0.0.3:4", "10.0.0.2:5"]
+    assert read_order(replicas, 0, "10.0.0.2") == ["10.0.0.2:2", "10.0.0.2:5", "10.0.0.1:1", "10.0.0.1:3",
+                                                   "10.0.0.3:4"]
+    assert read_order(replicas, 1, "10.0.0.2")[:2] == ["10.0.0.2:5", "10.0.0.2:2"]
+    # no replica near (or no region host): plain round robin over all, each tried once
+    assert read_order(replicas, 2, None) == replicas[2:] + replicas[:2]
+    assert sorted(read_order(replicas, 7, "10.9.9.9")) == sorted(replicas)
+    assert [read_order(replicas, t, None)[0] for t in range(5)] == replicas
+
+
+def test_replicas_of_a_registry_only_region_stand_for_election_later(tmp_path):
+    """Leaders land in regions that run a pipeline (their commits then pay one wide-area round trip)."""
+    from idregistry._layout import REGISTRY_ONLY_ELECTION_SCALE, replica_specs
+    from photon import parse_config
+    regions = [{"name": n, "log_root": str(tmp_path / "logs" / n), "output_root": str(tmp_path / "out" / n),
+                "state_dir": str(tmp_path / "state" / n)} for n in ("a", "b")]
+    regions.append({"name": "c", "state_dir": str(tmp_path / "state" / "c"), "registry_only": True})
+    specs = replica_specs(parse_config({"regions": regions}, str(tmp_path / "photon.toml"), tmp_path))
+    by_replica = {s.replica: s for s in specs}
+    assert [by_replica[r].election_timeout_scale for r in range(5)] == [1.0, 1.0, REGISTRY_ONLY_ELECTION_SCALE,
+                                                                        1.0, 1.0]
+    near, far = by_replica[0].raft_settings(), by_replica[2].raft_settings()
+    assert far.raft_min_timeout_s >= near.raft_max_timeout_s   # c times out only after a and b would have
