@@ -71,6 +71,14 @@ def _task_source(location: Location, access):
     return open_source(location, s3, client)
 
 
+def task_source(location: str | Location, s3: S3Config | None = None):
+    """A function, to ship to Spark tasks, that opens the source of ``location`` there with the driver's
+    endpoint and credentials (see :func:`_task_access`); call it once per task."""
+    loc = location if isinstance(location, Location) else parse_location(location)
+    access = _task_access(loc, s3)
+    return lambda: _task_source(loc, access)
+
+
 def _fetch_complete(location: Location, access, name: str, size: int) -> bytes:
     """The object's first ``size`` bytes, cut after the last ``\\n`` (a task-side helper)."""
     source = _task_source(location, access)

@@ -1,0 +1,217 @@
+"""Spark jobs over S3 (a real moto_server, the session's one SparkSession): ``photon verify`` and the
+``photon sql`` tables over ``s3://`` log and output roots give the counts they give over local folders,
+``build-map`` over an ``s3://`` primary stream gives the map the local one gives (and the logs store's
+ranged GETs find every query through it), and the S3 output's freshness records."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+import eventstore
+import idregistry
+from photon import (IdGenerator, OutputTailer, RollingWriter, S3Config, S3Publisher, load_config, parse_config,
+                    read_output_lines)
+from photon._logs import COMMITS_DIR
+from photon.app import GenOptions, VerifyInputError, build_map, generate, read_recoverable, run_verify
+from photon.app._sql import run_query
+
+pytestmark = pytest.mark.timeout(300)
+GEN = IdGenerator("10.4.4.4", 4444)
+PART = "date=2025-03-04/hour=05"
+
+
+def _lines(rows) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
+def _config(tmp_path: Path, log_root: str, output_root: str, name: str = "photon.toml", **extra):
+    sections = {"sql": {"foreign_schema": "click_id STRING, query_id STRING, cost BIGINT",
+                        "primary_schema": "query_id STRING"}, **extra}
+    return parse_config({"regions": [{"name": "a", "log_root": log_root, "output_root": output_root,
+                                      "state_dir": str(tmp_path / "state" / "a")}], **sections},
+                        str(tmp_path / name), tmp_path)
+
+
+class World:
+    """One region's input and output, written locally under ``local/`` and mirrored on S3: the same
+    objects, with the output's not-yet-uploaded part in the S3 region's staging folder (its outbox)."""
+
+    def __init__(self, tmp_path: Path, bucket) -> None:
+        self.q = [GEN.next_id() for _ in range(8)]
+        self.c = [GEN.next_id() for _ in range(8)]
+        clicks = [{"click_id": self.c[i], "query_id": self.q[i], "cost": i} for i in range(8)]
+        self.clicks = clicks
+        joined = [{**clicks[i], "query": {"query_id": self.q[i]}} for i in range(8)]
+        local = tmp_path / "local"
+        files = {
+            "logs/a/clicks/w0/c-1.jsonl": _lines(clicks[:5]) + b"not json\n",
+            "logs/a/clicks/w1/c-1.jsonl": _lines(clicks[5:7]),
+            "logs/a/clicks-recovery/recovered-1.jsonl": _lines(clicks[7:]),
+            "logs/a/queries/w0/q-1.jsonl": _lines({"query_id": q} for q in self.q),
+            f"out/a/joined/{PART}/a-j0-1-000001.jsonl": _lines(joined[:2]),
+            f"out/a/unjoinable/{PART}/a-d-1-000001.jsonl": _lines(clicks[5:6]),
+            "out/a/quarantine/a-dispatcher.jsonl": _lines([{"file": "w0/c-1.jsonl", "offset": 99,
+                                                           "reason": "not valid JSON", "raw": "not json",
+                                                           "at_us": 1}]),
+        }
+        for name, data in files.items():
+            (local / name).parent.mkdir(parents=True, exist_ok=True)
+            (local / name).write_bytes(data)
+        for name, data in files.items():
+            bucket.put(name, data)
+        # not uploaded yet: a closed file (c2) and an open one with c3 committed, c4 written after its record
+        self.local_config = _config(tmp_path, str(local / "logs/a"), str(local / "out/a"), "local.toml")
+        self.s3_config = _config(tmp_path, bucket.url("logs/a"), bucket.url("out/a"), "s3.toml",
+                                 s3={"list_interval_s": 0.0})
+        for joined_dir in (local / "out/a/joined", self.s3_config.regions[0].joined_dir):
+            (joined_dir / PART).mkdir(parents=True, exist_ok=True)
+            (joined_dir / PART / "a-j0-1-000002.jsonl").write_bytes(_lines(joined[2:3]))
+            w = RollingWriter(joined_dir, "a-j1", commit_interval_s=0)
+            w.write_lines([orjson.dumps(joined[3])])
+            w.commit_interval_s = 3600             # c4 written after the commit record: not committed yet
+            w.write_lines([orjson.dumps(joined[4])])
+        # registry: c0..c3 joined under a live token, c6 registered by a joiner that is gone (lost)
+        reg = idregistry.InMemoryRegistry()
+        now_us = time.time_ns() // 1000
+        reg.commit(self.c[:4], f"127.0.0.1:5001/{os.getpid()}/{now_us}/1")
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        reg.commit([self.c[6]], f"127.0.0.1:5000/{gone.pid}/{now_us - 10_000_000}/1")
+        self.export = tmp_path / "export"
+        idregistry.export_registry(reg, self.export)
+
+
+EXPECTED = {"foreign_events": 8, "joined": 4, "duplicates": 0, "lost": 1, "recoverable": 1, "pending": 2,
+            "unjoinable": 1, "wrongly_unjoinable": 1}
+
+
+def test_verify_over_s3_roots_counts_what_it_counts_locally_and_names_bad_s3_input(tmp_path, s3, spark):
+    w = World(tmp_path, s3)
+    local = run_verify(w.local_config, spark, export_dir=w.export, out_dir=tmp_path / "v-local")
+    report = run_verify(w.s3_config, spark, export_dir=w.export, out_dir=tmp_path / "v-s3")
+    assert local.as_dict() == EXPECTED
+    assert report.as_dict() == EXPECTED
+    assert [r["id"] for r in read_recoverable(report.recoverable_path)] == [w.c[6]]
+
+    dup = f"out/a/joined/{PART}/zz-planted-1-000001.jsonl"     # a planted duplicate object
+    s3.put(dup, _lines([w.clicks[0]]))
+    report = run_verify(w.s3_config, spark, export_dir=w.export, out_dir=tmp_path / "v-s3")
+    assert report.duplicates == 1 and report.duplicate_ids == ((w.c[0], 2),)
+
+    s3.put(dup, b'{"click_id": "10.4.4.4:4444:1", "x": 1}\n' + _lines([w.clicks[0]]))   # a corrupt output line
+    with pytest.raises(VerifyInputError, match=rf"joined output line without a readable 'click_id' in "
+                                               rf"s3://{s3.name}/{dup} at byte 0"):
+        run_verify(w.s3_config, spark, export_dir=w.export, out_dir=tmp_path / "v-s3")
+    s3.delete(dup)
+
+    for key in s3.keys("logs/a/clicks/"):       # an empty foreign prefix is no input, never "nothing lost"
+        s3.delete(key)
+    with pytest.raises(VerifyInputError, match=rf"region a: input s3://{s3.name}/logs/a/clicks holds no objects"):
+        run_verify(w.s3_config, spark, export_dir=w.export, out_dir=tmp_path / "v-s3")
+    missing = _config(tmp_path, "s3://photon-no-such-bucket/logs/a", s3.url("out/a"), "missing.toml")
+    with pytest.raises(VerifyInputError, match=r"region a: .*bucket 'photon-no-such-bucket' does not exist"):
+        run_verify(missing, spark, export_dir=w.export, out_dir=tmp_path / "v-missing")
+
+
+def _counts(config, spark) -> dict:
+    q = ("SELECT 'joined' AS t, count(*) AS n, sum(cost) AS s FROM joined UNION ALL "
+         "SELECT 'joined_part', count(*), sum(hour) FROM joined WHERE date = '2025-03-04' UNION ALL "
+         "SELECT 'unjoinable', count(*), sum(cost) FROM unjoinable UNION ALL "
+         "SELECT 'clicks', count(*), sum(cost) FROM clicks UNION ALL "
+         "SELECT 'queries', count(*), 0 FROM queries UNION ALL "
+         "SELECT 'quarantine', count(*), sum(offset) FROM quarantine")
+    return {r["t"]: (r["n"], r["s"]) for r in map(orjson.loads, run_query(config, spark, q, "json").splitlines())}
+
+
+def test_sql_tables_over_s3_roots_give_the_local_counts(tmp_path, s3, spark):
+    w = World(tmp_path, s3)
+    truth = {"joined": (4, 0 + 1 + 2 + 3), "joined_part": (3, 15), "unjoinable": (1, 5), "clicks": (7, 21),
+             "queries": (8, 0), "quarantine": (1, 99)}
+    assert _counts(w.local_config, spark) == truth        # the open file's partition is this hour's, not PART
+    assert _counts(w.s3_config, spark) == truth
+    [row] = map(orjson.loads, run_query(w.s3_config, spark, "SELECT source, region FROM quarantine",
+                                        "json").splitlines())
+    assert row == {"source": "a-dispatcher", "region": "a"}
+
+
+def test_build_map_over_s3_equals_the_local_map_and_the_logs_store_finds_every_query(tmp_path, s3, spark):
+    from eventstore._logstore import LogsEventStore
+    generate(GenOptions(out=str(tmp_path), queries=3000, rotate_lines=800, writers=2, clicks_per_query=0.01, seed=4))
+    cfg = tmp_path / "photon.toml"
+    cfg.write_text(cfg.read_text() + "\n[eventstore]\nmap_every_s = 20.0\nmap_every_kb = 8\n")
+    local = load_config(cfg)
+    root = Path(local.region("a").log_root) / "queries"
+    s3.upload_tree(root, "logs/a/queries")
+    text = cfg.read_text().replace('log_root = "logs/a"', f'log_root = "{s3.url("logs/a")}"') \
+        .replace('state_dir = "state/a"', 'state_dir = "state-s3/a"')
+    (tmp_path / "s3.toml").write_text(text)
+    remote = load_config(tmp_path / "s3.toml")
+    assert remote.region("a").log_root.startswith("s3://")
+
+    def entries(config):
+        build_map(config, "a", range_mb=0.03, session=spark)      # many ranges per object
+        out = []
+        for d in eventstore.map_dir(config.region("a").state_dir).glob("spark-*"):
+            out += eventstore.read_map(d)[0]
+        return sorted(out)
+
+    on_s3 = entries(remote)
+    assert on_s3 and on_s3 == entries(local)
+    reg = remote.region("a")
+    store = LogsEventStore("a", remote.region("a").stream_url("queries"), "query_id",
+                           eventstore.map_dir(reg.state_dir), None, 8192, s3=remote.s3)
+    try:
+        store.refresh()
+        lines = {}
+        for f in root.rglob("*.jsonl"):
+            for line in f.read_bytes().splitlines():
+                try:
+                    lines[orjson.loads(line)["query_id"]] = line
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    pass
+        ids = [i for i in lines if i.count(":") == 2 and i.rsplit(":", 1)[1].isdigit()]
+        assert len(ids) == 3000 and store.lookup(ids) == [lines[i] for i in ids]
+    finally:
+        store.close()
+
+
+def test_s3_output_freshness_record_follows_the_objects_it_vouches_for(tmp_path, s3):
+    from s3_helpers import answer_with
+    url = s3.url("out/a/joined")
+    pub = S3Publisher(url, S3Config(retry_attempts=1), records=True)
+    w = RollingWriter(tmp_path / "outbox", "a-j0", commit_interval_s=0, publisher=pub)
+    w.recover_orphans()
+    w.write_lines([b'{"click_id": "1"}', b'{"click_id": "2"}'])
+    first = w._path                             # noqa: SLF001
+    w.roll()
+    rec = orjson.loads(s3.get(f"out/a/joined/{COMMITS_DIR}/a-j0.json"))
+    key = f"out/a/joined/{rec['last']}"
+    assert rec["writer"] == "a-j0" and s3.get(key) == b'{"click_id": "1"}\n{"click_id": "2"}\n'
+    assert rec["complete_us"] >= 0 and first.name.endswith(".inprogress") and not first.exists()
+    tailer = OutputTailer(url)
+    assert [x for c in tailer.poll() for x in c.lines] == [b'{"click_id": "1"}', b'{"click_id": "2"}']
+    assert tailer.freshness() == {"a-j0": rec["complete_us"]}
+
+    w.write_lines([b'{"click_id": "3"}'])        # open: staged and committed locally, not on S3
+    assert read_output_lines(url) == [b'{"click_id": "1"}', b'{"click_id": "2"}']
+    assert read_output_lines(url, outbox=tmp_path / "outbox")[-1] == b'{"click_id": "3"}'
+    answer_with(pub.client, "PutObject", 503, "ServiceUnavailable", times=1)
+    w.roll()                                     # the upload fails: the file waits, the record stays
+    assert pub.statistics().pending_files == 1
+    assert orjson.loads(s3.get(f"out/a/joined/{COMMITS_DIR}/a-j0.json")) == rec
+    assert tailer.poll() == []
+    assert read_output_lines(url, outbox=tmp_path / "outbox")[-1] == b'{"click_id": "3"}'   # staged, closed
+    assert pub.publish_pending() == 1
+    newer = orjson.loads(s3.get(f"out/a/joined/{COMMITS_DIR}/a-j0.json"))
+    assert newer["complete_us"] > rec["complete_us"] and newer["last"] != rec["last"]
+    assert [x for c in tailer.poll() for x in c.lines] == [b'{"click_id": "3"}']
+    w.close()
+    shutil.rmtree(tmp_path / "outbox")
+    assert read_output_lines(url, outbox=tmp_path / "outbox") == [b'{"click_id": "1"}', b'{"click_id": "2"}',
+                                                                   b'{"click_id": "3"}']
