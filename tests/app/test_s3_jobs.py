@@ -24,6 +24,7 @@ from photon.app._sql import run_query
 pytestmark = pytest.mark.timeout(300)
 GEN = IdGenerator("10.4.4.4", 4444)
 PART = "date=2025-03-04/hour=05"
+OPEN_PART = "date=2025-03-04/hour=06"
 
 
 def _lines(rows) -> bytes:
@@ -72,10 +73,12 @@ class World:
         for joined_dir in (local / "out/a/joined", self.s3_config.regions[0].joined_dir):
             (joined_dir / PART).mkdir(parents=True, exist_ok=True)
             (joined_dir / PART / "a-j0-1-000002.jsonl").write_bytes(_lines(joined[2:3]))
-            w = RollingWriter(joined_dir, "a-j1", commit_interval_s=0)
-            w.write_lines([orjson.dumps(joined[3])])
-            w.commit_interval_s = 3600             # c4 written after the commit record: not committed yet
-            w.write_lines([orjson.dumps(joined[4])])
+            open_file = joined_dir / OPEN_PART / ".a-j1-1-000001.jsonl.inprogress"    # as a writer leaves it
+            open_file.parent.mkdir(parents=True, exist_ok=True)
+            open_file.write_bytes(_lines(joined[3:5]))
+            (joined_dir / COMMITS_DIR).mkdir()
+            (joined_dir / COMMITS_DIR / "a-j1.json").write_bytes(orjson.dumps(
+                {"writer": "a-j1", "at_us": 1, "open": {f"{OPEN_PART}/a-j1-1-000001.jsonl": len(_lines(joined[3:4]))}}))
         # registry: c0..c3 joined under a live token, c6 registered by a joiner that is gone (lost)
         reg = idregistry.InMemoryRegistry()
         now_us = time.time_ns() // 1000
@@ -131,9 +134,9 @@ def _counts(config, spark) -> dict:
 
 def test_sql_tables_over_s3_roots_give_the_local_counts(tmp_path, s3, spark):
     w = World(tmp_path, s3)
-    truth = {"joined": (4, 0 + 1 + 2 + 3), "joined_part": (3, 15), "unjoinable": (1, 5), "clicks": (7, 21),
+    truth = {"joined": (4, 0 + 1 + 2 + 3), "joined_part": (4, 21), "unjoinable": (1, 5), "clicks": (7, 21),
              "queries": (8, 0), "quarantine": (1, 99)}
-    assert _counts(w.local_config, spark) == truth        # the open file's partition is this hour's, not PART
+    assert _counts(w.local_config, spark) == truth
     assert _counts(w.s3_config, spark) == truth
     [row] = map(orjson.loads, run_query(w.s3_config, spark, "SELECT source, region FROM quarantine",
                                         "json").splitlines())
