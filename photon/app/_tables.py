@@ -14,7 +14,7 @@ Tables (names from the config): ``joined`` (foreign fields, the primary nested a
 ``region``).
 
 Over S3 (``s3://`` log or output roots) the tables hold the same rows: objects are read with boto3 inside
-Spark tasks (:func:`photon.stream_text`, :func:`photon.read_stream_json`) and lines parsed with the same
+Spark tasks (:func:`photon._spark_io.stream_text`, :func:`photon.read_stream_json`) and lines parsed with the same
 schemas; an output published to S3 is read as :func:`photon._output.s3_output_snapshot` says (published
 objects plus what the region's staging folder still holds, so a query beside the region sees lines as
 fresh as over a local root), ``date`` and ``hour`` taken from the objects' partition path; the quarantine

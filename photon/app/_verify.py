@@ -24,7 +24,7 @@ Unreadable input is never taken as empty: a missing region folder, an incomplete
 unjoinable line that does not parse raises :class:`VerifyInputError` naming the place.
 
 Over S3 (``s3://`` log or output roots) the same: input objects are read with boto3 inside Spark tasks
-(:func:`photon.stream_text`); the output of a region publishing to S3 is its published objects plus what
+(:func:`photon._spark_io.stream_text`); the output of a region publishing to S3 is its published objects plus what
 its staging folder (``<state_dir>/outbox``) still holds, taken as :func:`photon._output.s3_output_snapshot`
 says. A missing bucket, an empty foreign prefix or an object that cannot be read raises
 :class:`VerifyInputError` naming the ``s3://`` location.
@@ -116,7 +116,7 @@ def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
 
 def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str, more=None):
     """Rows ``(value, file, region)`` of published files (read by Spark), in-progress lines and ``more`` (a
-    DataFrame ``(value, file)``, e.g. from :func:`photon.stream_text`)."""
+    DataFrame ``(value, file)``, e.g. from :func:`photon._spark_io.stream_text`)."""
     from pyspark.sql import functions as F
     frames = [] if more is None else [more]
     if files:
