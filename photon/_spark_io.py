@@ -202,7 +202,8 @@ def stream_text(spark, location: str | Location, s3: S3Config | None = None, obj
         return spark.createDataFrame([], "value string, file string")
     names = spark.createDataFrame([("file://" + str(Path(p).resolve()), _url(loc, n)) for n, p in paths.items()],
                                   "uri string, file string")
-    df = spark.read.text(list(paths.values())).withColumn("uri", F.expr("url_decode(replace(input_file_name(), '+', '%2B'))"))
+    uri = F.expr("url_decode(replace(input_file_name(), '+', '%2B'))")     # '+' is literal in a path
+    df = spark.read.text(list(paths.values())).withColumn("uri", uri)
     return df.join(F.broadcast(names), "uri", "left").select("value", "file")
 
 
