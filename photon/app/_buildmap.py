@@ -17,7 +17,6 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import eventstore
 from photon import ObjectGone, PhotonConfig

@@ -1,7 +1,6 @@
 """Spark jobs over S3 (a real moto_server, the session's one SparkSession): ``photon verify`` and the
-``photon sql`` tables over ``s3://`` log and output roots give the counts they give over local folders,
-``build-map`` over an ``s3://`` primary stream gives the map the local one gives (and the logs store's
-ranged GETs find every query through it), and the S3 output's freshness records."""
+``photon sql`` tables over ``s3://`` log and output roots give the counts they give over local folders;
+and the S3 output's freshness records (build-map over S3: tests/eventstore/test_es_build_map_s3.py)."""
 from __future__ import annotations
 
 import os
@@ -13,12 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-import eventstore
 import idregistry
-from photon import (IdGenerator, OutputTailer, RollingWriter, S3Config, S3Publisher, load_config, parse_config,
-                    read_output_lines)
+from photon import IdGenerator, OutputTailer, RollingWriter, S3Config, S3Publisher, parse_config, read_output_lines
 from photon._logs import COMMITS_DIR
-from photon.app import GenOptions, VerifyInputError, build_map, generate, read_recoverable, run_verify
+from photon.app import VerifyInputError, read_recoverable, run_verify
 from photon.app._sql import run_query
 
 pytestmark = pytest.mark.timeout(300)
@@ -143,47 +140,6 @@ def test_sql_tables_over_s3_roots_give_the_local_counts(tmp_path, s3, spark):
     assert row == {"source": "a-dispatcher", "region": "a"}
 
 
-def test_build_map_over_s3_equals_the_local_map_and_the_logs_store_finds_every_query(tmp_path, s3, spark):
-    from eventstore._logstore import LogsEventStore
-    generate(GenOptions(out=str(tmp_path), queries=3000, rotate_lines=800, writers=2, clicks_per_query=0.01, seed=4))
-    cfg = tmp_path / "photon.toml"
-    cfg.write_text(cfg.read_text() + "\n[eventstore]\nmap_every_s = 20.0\nmap_every_kb = 8\n")
-    local = load_config(cfg)
-    root = Path(local.region("a").log_root) / "queries"
-    s3.upload_tree(root, "logs/a/queries")
-    text = cfg.read_text().replace('log_root = "logs/a"', f'log_root = "{s3.url("logs/a")}"') \
-        .replace('state_dir = "state/a"', 'state_dir = "state-s3/a"')
-    (tmp_path / "s3.toml").write_text(text)
-    remote = load_config(tmp_path / "s3.toml")
-    assert remote.region("a").log_root.startswith("s3://")
-
-    def entries(config):
-        build_map(config, "a", range_mb=0.03, session=spark)      # many ranges per object
-        out = []
-        for d in eventstore.map_dir(config.region("a").state_dir).glob("spark-*"):
-            out += eventstore.read_map(d)[0]
-        return sorted(out)
-
-    on_s3 = entries(remote)
-    assert on_s3 and on_s3 == entries(local)
-    reg = remote.region("a")
-    store = LogsEventStore("a", remote.region("a").stream_url("queries"), "query_id",
-                           eventstore.map_dir(reg.state_dir), None, 8192, s3=remote.s3)
-    try:
-        store.refresh()
-        lines = {}
-        for f in root.rglob("*.jsonl"):
-            for line in f.read_bytes().splitlines():
-                try:
-                    lines[orjson.loads(line)["query_id"]] = line
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    pass
-        ids = [i for i in lines if i.count(":") == 2 and i.rsplit(":", 1)[1].isdigit()]
-        assert len(ids) == 3000 and store.lookup(ids) == [lines[i] for i in ids]
-    finally:
-        store.close()
-
-
 def test_s3_output_freshness_record_follows_the_objects_it_vouches_for(tmp_path, s3):
     from s3_helpers import answer_with
     url = s3.url("out/a/joined")
@@ -197,7 +153,7 @@ def test_s3_output_freshness_record_follows_the_objects_it_vouches_for(tmp_path,
     key = f"out/a/joined/{rec['last']}"
     assert rec["writer"] == "a-j0" and s3.get(key) == b'{"click_id": "1"}\n{"click_id": "2"}\n'
     assert rec["complete_us"] >= 0 and first.name.endswith(".inprogress") and not first.exists()
-    tailer = OutputTailer(url)
+    tailer = OutputTailer(url, s3=S3Config(list_interval_s=0))
     assert [x for c in tailer.poll() for x in c.lines] == [b'{"click_id": "1"}', b'{"click_id": "2"}']
     assert tailer.freshness() == {"a-j0": rec["complete_us"]}
 
