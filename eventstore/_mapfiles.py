@@ -110,33 +110,43 @@ class MapFiles:
         return entries, f.bad_entries
 
 
-def plan_map_ranges(primary_root: str | Path, range_bytes: int) -> list[tuple[str, int, int]]:
-    """The primary log files under ``primary_root`` cut into ``(file, start, end)`` byte ranges of at most
-    ``range_bytes`` (a line belongs to the range it starts in; see :func:`scan_map_range`)."""
-    from photon import list_log_files
-    root = Path(primary_root)
+def plan_map_ranges(primary_root: str | Path, range_bytes: int, s3=None) -> list[tuple[str, int, int]]:
+    """The primary log files under ``primary_root`` (a folder, or an ``s3://`` prefix listed through the
+    source layer with ``s3``, a :class:`photon.S3Config`) cut into ``(file, start, end)`` byte ranges of at
+    most ``range_bytes`` (a line belongs to the range it starts in; see :func:`scan_map_range`)."""
+    from photon import list_log_files, stream_objects
+    if str(primary_root).startswith("s3://"):
+        sizes = [(o.name, o.size) for o in stream_objects(str(primary_root), s3)]
+    else:
+        root = Path(primary_root)
+        sizes = []
+        for rel in list_log_files(root):
+            try:
+                sizes.append((rel, os.path.getsize(root / rel)))
+            except FileNotFoundError:
+                continue
     ranges = []
-    for rel in list_log_files(root):
-        try:
-            size = os.path.getsize(root / rel)
-        except FileNotFoundError:
-            continue
+    for rel, size in sizes:
         ranges += [(rel, s, min(size, s + range_bytes)) for s in range(0, size, max(1, range_bytes))]
     return ranges
 
 
 def scan_map_range(primary_root: str | Path, rel: str, start: int, end: int, id_field: str,
-                   every_s: float, every_kb: int) -> list[tuple[str, int, str, int]]:
+                   every_s: float, every_kb: int, read_at=None) -> list[tuple[str, int, str, int]]:
     """The map entries of the lines of ``rel`` starting in ``[start, end)`` by the W/M rule, as
     ``(key, ts, file, offset)`` tuples; bad lines are skipped (the primary reader quarantines them). A range
-    starting at 0 gives exactly the entries the primary reader emits for that file."""
+    starting at 0 gives exactly the entries the primary reader emits for that file. ``read_at(rel, offset,
+    size) -> bytes`` (FileNotFoundError when gone) reads another source than the local folder, e.g. ranged
+    GETs of an ``s3://`` prefix."""
     from eventstore._map import MapEmitter
-    from eventstore._source import LocalFiles
+    from eventstore._source import LocalFiles, line_chunks
     from eventstore._state import index_primary_lines
     emitter = MapEmitter(int(every_s * 1e6), every_kb * 1024)
     out = []
+    chunks = LocalFiles(primary_root).chunks(rel, start, end) if read_at is None else \
+        line_chunks(read_at, rel, start, end)
     try:
-        for chunk in LocalFiles(primary_root).chunks(rel, start, end):
+        for chunk in chunks:
             offsets: list[int] = []
             good, _ = index_primary_lines(chunk, id_field, offsets)
             for (event_id, _), off in zip(good, offsets):

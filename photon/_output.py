@@ -13,6 +13,15 @@ taken up to its committed bytes (read from its hidden in-progress name, or from 
 was published after the listing: the bytes are the same). A compacted partition's JSONL files named in
 the record are taken from the Parquet, never from the JSONL (kept a while for readers that listed before
 the swap); any other file there is taken as JSONL.
+
+An output on S3 (``s3://bucket/prefix/<kind>``, see :mod:`photon._publish`) holds published objects only:
+files appear when they close, whole. :func:`s3_output_snapshot` takes, in this order, the region's local
+staging folder (``outbox``: closed files not uploaded yet and the committed prefix of open ones, read
+now), the writers' freshness records ``_committed/<writer>.json`` and the listing of the objects; a file
+both staged and listed is taken from S3 once. A file uploaded (and removed locally) while the snapshot is
+taken is in the listing, which comes last. Without ``outbox`` (a reader that only sees the bucket) a
+snapshot holds closed files only: each writer's lines up to its record's ``complete_us``, plus any closed
+since. :func:`read_output_lines` and :class:`OutputTailer` take an ``s3://`` folder through the same calls.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ from pathlib import Path
 import orjson
 
 from photon._logs import COMMITS_DIR, LogChunk, inprogress_name
+from photon._source import ObjectGone, S3Source, is_remote
 
 COMPACTION_RECORD = "_compaction.json"
 """``{"partitions": {"date=D/hour=H": {"path": "_compacted/g<N>/date=D/hour=H", "files": [names],
@@ -102,6 +112,77 @@ def output_snapshot(root: str | Path) -> OutputSnapshot:
     return snap
 
 
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(("_", ".")) for part in rel.split("/"))
+
+
+@dataclass
+class S3OutputSnapshot:
+    """What a reader following the contract counts in one output folder on S3 at one moment (see the module
+    docstring): ``objects`` (published objects, relative names, sorted), ``local`` (relative name ->
+    complete lines still staged in the region's outbox, not listed on S3) and ``freshness`` (writer ->
+    ``complete_us`` of its record)."""
+    url: str
+    objects: list = field(default_factory=list)
+    local: dict[str, bytes] = field(default_factory=dict)
+    freshness: dict[str, int] = field(default_factory=dict)
+    publisher: object = None
+
+    def read(self, rel: str) -> bytes:
+        """The bytes of ``rel`` (an object, or staged lines)."""
+        if rel in self.local:
+            return self.local[rel]
+        return self.publisher.read(rel)
+
+    def names(self) -> list[str]:
+        return sorted([o.name for o in self.objects] + list(self.local))
+
+
+def staged_lines(outbox: str | Path) -> dict[str, bytes]:
+    """Relative name -> complete lines of every file a local output folder's snapshot counts (published
+    whole, open up to its commit record), read now; files gone meanwhile are left out."""
+    snap = output_snapshot(outbox)
+    out: dict[str, bytes] = {}
+    for rel in snap.published:
+        try:
+            data = (snap.root / rel).read_bytes()
+        except FileNotFoundError:          # uploaded and removed meanwhile: the later listing has it
+            continue
+        out[rel] = data[: data.rfind(b"\n") + 1]
+    for rel in snap.open:
+        data = snap.read_open(rel)
+        if data:
+            out[rel] = data[: data.rfind(b"\n") + 1]
+    return {rel: data for rel, data in out.items() if data}
+
+
+def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, client=None) -> S3OutputSnapshot:
+    """The snapshot of the S3 output folder ``url`` (and of the region's staging folder ``outbox``, if given,
+    e.g. ``region.joined_dir``); see the module docstring for the order and its guarantee. Raises
+    :class:`photon.SourceError` for a missing bucket or unreachable endpoint."""
+    from photon._publish import S3Publisher
+    pub = S3Publisher(url, s3, client)
+    pub.check()
+    local = staged_lines(outbox) if outbox is not None and Path(outbox).is_dir() else {}
+    freshness: dict[str, int] = {}
+    records = S3Publisher(pub.location.child(COMMITS_DIR), s3, pub.client)
+    for o in records.objects():
+        if not o.name.endswith(".json") or "/" in o.name:
+            continue
+        try:
+            rec = orjson.loads(records.read(o.name))
+            freshness[str(rec["writer"])] = int(rec["complete_us"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{records.url}/{o.name} is not a valid freshness record: {e}") from None
+        except Exception as e:  # noqa: BLE001  (deleted between listing and reading: no record)
+            if "NoSuchKey" not in str(e):
+                raise
+    listed = pub.objects()            # after the records: every object they name is listed
+    objects = [o for o in listed if o.name.endswith(".jsonl") and not _hidden(o.name)]
+    on_s3 = {o.name for o in objects}
+    return S3OutputSnapshot(url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness, pub)
+
+
 def compacted_lines(root: Path, rel_dir: str) -> list[bytes]:
     """The original lines held by a compacted partition's Parquet files."""
     import pyarrow.parquet as pq       # only when there is compacted output
@@ -115,6 +196,8 @@ def compacted_lines(root: Path, rel_dir: str) -> list[bytes]:
 
 def count_output_lines(directory: str | Path) -> int:
     """How many lines :func:`read_output_lines` would return, without holding them."""
+    if is_remote(str(directory)):
+        return len(read_output_lines(directory))
     snap = output_snapshot(directory)
     total = 0
     if snap.compacted:
@@ -136,11 +219,16 @@ def _whole_lines(data: bytes) -> list[bytes]:
     return [line for line in data[: data.rfind(b"\n") + 1].split(b"\n") if line]
 
 
-def read_output_lines(directory: str | Path, include_inprogress: bool = False) -> list[bytes]:
+def read_output_lines(directory: str | Path, include_inprogress: bool = False, *, outbox: str | Path | None = None,
+                      s3=None) -> list[bytes]:
     """Every committed line of the output folder ``directory`` (joined/ or unjoinable/): published files,
     the committed prefix of open files and compacted partitions, each line once (see the module docstring).
     With ``include_inprogress``, also the whole lines of open files written after their last commit record
-    (for tests that look at what a writer has flushed, not what it has committed)."""
+    (for tests that look at what a writer has flushed, not what it has committed). An ``s3://`` folder gives
+    the lines of its published objects and of ``outbox`` (the region's staging folder), if given."""
+    if is_remote(str(directory)):
+        s3snap = s3_output_snapshot(str(directory), outbox, s3)
+        return [line for rel in s3snap.names() for line in _whole_lines(s3snap.read(rel))]
     snap = output_snapshot(directory)
     lines: list[bytes] = []
     for part, rel_dir in sorted(snap.compacted.items()):
@@ -174,16 +262,66 @@ class OutputTailer:
     Offsets are keyed by the published relative path (an open file and its published self are one file).
     Compacted partitions are read from their JSONL files while those are kept; a compacted partition this
     tailer never started and whose JSONL is gone is read from its Parquet once (offset key
-    ``<partition>/_compacted``)."""
+    ``<partition>/_compacted``).
 
-    def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20) -> None:
-        self.root = Path(root)
+    Over an ``s3://`` folder it reads the published objects as they appear (listed incrementally through
+    :class:`photon.S3Source`: a new object whose name sorts before the last one listed is found by the next
+    whole listing, within ``[s3].full_list_interval_s``); ``freshness()`` gives each writer's
+    ``complete_us`` from its record."""
+
+    def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20, s3=None) -> None:
+        self._source = S3Source(str(root), s3) if is_remote(str(root)) else None
+        self.root = Path(root) if self._source is None else str(root)
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = read_bytes
         self.open_files: set[str] = set()
         self._pending = 0
 
+    def freshness(self) -> dict[str, int]:
+        """Writer -> ``complete_us`` of its freshness record (S3 output; {} for a local folder)."""
+        if self._source is None:
+            return {}
+        return s3_output_snapshot(self.root, None, self._source.config, self._source.client).freshness
+
+    def _poll_s3(self, max_bytes: int) -> list[LogChunk]:
+        view = self._source.scan(self.offsets)
+        chunks: list[LogChunk] = []
+        budget, pending = max_bytes, 0
+        for rel, info in view.items():
+            start = self.offsets.get(rel, 0)
+            if _hidden(rel) or not rel.endswith(".jsonl") or info.size <= start:
+                continue
+            if budget <= 0:
+                pending += info.size - start
+                continue
+            try:
+                data, _ = self._source.read(rel, start, min(info.size - start, budget, self.read_bytes))
+            except ObjectGone:
+                continue
+            chunk = self._chunk(rel, start, data)
+            pending += info.size - start - (chunk.end - start if chunk else 0)
+            if chunk is not None:
+                budget -= chunk.end - start
+                chunks.append(chunk)
+        self._pending = pending
+        return chunks
+
+    def _chunk(self, rel: str, start: int, data: bytes) -> LogChunk | None:
+        """The complete lines of ``data`` (read from ``rel`` at ``start``); moves the offset past them."""
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            return None
+        offsets, pos = [], start
+        lines = data[: cut - 1].split(b"\n")
+        for line in lines:
+            offsets.append(pos)
+            pos += len(line) + 1
+        self.offsets[rel] = start + cut
+        return LogChunk(rel, offsets, lines, start + cut)
+
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
+        if self._source is not None:
+            return self._poll_s3(max_bytes)
         snap = output_snapshot(self.root)
         self.open_files = set(snap.open)
         chunks: list[LogChunk] = []
@@ -219,18 +357,13 @@ class OutputTailer:
                 with open(self.root / rel, "rb") as f:
                     f.seek(start)
                     data = f.read(limit)
-            cut = data.rfind(b"\n") + 1
+            chunk = self._chunk(rel, start, data)
+            cut = chunk.end - start if chunk is not None else 0
             pending += end - start - cut
-            if cut == 0:
+            if chunk is None:
                 continue
-            lines = data[: cut - 1].split(b"\n")
-            offsets, pos = [], start
-            for line in lines:
-                offsets.append(pos)
-                pos += len(line) + 1
-            self.offsets[rel] = start + cut
             budget -= cut
-            chunks.append(LogChunk(rel, offsets, lines, start + cut))
+            chunks.append(chunk)
         self._pending = pending
         return chunks
 

@@ -8,17 +8,32 @@ local copy is removed. A file whose upload failed (an outage outlasting the retr
 folder and is uploaded by the next :meth:`S3Publisher.publish_pending`; a restarted writer does that first,
 so a crash between closing and uploading loses nothing. Uploading the same file twice writes the same
 object twice (same name, same bytes): readers never count it twice.
+
+Freshness record (joined and unjoinable output): after each upload of a file a :class:`photon.RollingWriter`
+closed (named ``<writer>-<start_us>-<seq>.jsonl``), the publisher puts ``<location>/_committed/<writer>.json``
+= ``{"writer": w, "complete_us": t, "last": "<partition>/<name>", "at_us": now}``, but only once no earlier
+file of that writer waits for a retry. ``complete_us`` is the newest modification time of the writer's
+uploaded files: every line the writer wrote at or before ``complete_us`` is in an object that is visible
+when the record is (the record is put after those objects, and S3 lists and reads an object after its
+upload completed). Lines written later sit in the writer's open file and appear when it closes (within
+the writer's roll interval). A failed record PUT is retried with the next upload; a record may lag, never
+lead. Readers skip ``_committed/`` (folders starting with ``_`` are not output).
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import orjson
 
 from photon._source import (INPROGRESS, Location, ObjectInfo, SourceUnavailable, check_bucket, is_transient,
                             parse_location, retrying, s3_client)
 from photon._config import S3Config
+from photon._logs import COMMITS_DIR
 
 log = logging.getLogger("photon.output")
 
@@ -31,6 +46,16 @@ class PublisherStatistics:
     multipart_uploads: int
     failed_uploads: int
     pending_files: int
+    records_put: int = 0
+
+
+_WRITER_FILE = re.compile(r"^(?P<writer>.+)-[0-9]+-[0-9]+\.jsonl$")
+"""A file a :class:`photon.RollingWriter` closed: ``<writer>-<start_us>-<seq>.jsonl``."""
+
+
+def record_name(writer: str) -> str:
+    """The object name (below an output location) of ``writer``'s freshness record."""
+    return f"{COMMITS_DIR}/{writer}.json"
 
 
 class S3Publisher:
@@ -39,10 +64,12 @@ class S3Publisher:
     ``publish(path, name)`` uploads ``path`` as ``<location>/<name>`` (default ``path.name``; a name may hold
     ``/``, e.g. ``date=.../hour=.../<file>``) and deletes it; ``upload(path)`` keeps
     the local file (for files that go on growing locally, like a quarantine log, re-uploaded whole).
-    Neither raises on an S3 outage: the file is kept and :meth:`publish_pending` tries again.
+    Neither raises on an S3 outage: the file is kept and :meth:`publish_pending` tries again. With
+    ``records``, each published writer file is followed by its writer's freshness record (module docstring).
     """
 
-    def __init__(self, location: Location | str, config: S3Config | None = None, client=None) -> None:
+    def __init__(self, location: Location | str, config: S3Config | None = None, client=None, *,
+                 records: bool = False) -> None:
         self.location = parse_location(location) if isinstance(location, str) else location
         self.config = config or S3Config()
         self.client = client or s3_client(self.config)
@@ -54,6 +81,10 @@ class S3Publisher:
         self._part = part
         self._pending: dict[Path, tuple[bool, str]] = {}   # local file -> (delete after upload, object name)
         self._uploaded = self._bytes = self._multipart = self._failed = 0
+        self._records = records
+        self._complete: dict[str, tuple[int, str]] = {}   # writer -> (newest mtime_us uploaded, its name)
+        self._record_due: set[str] = set()
+        self._records_put = 0
 
     def check(self) -> None:
         check_bucket(self.client, self.location.bucket, self.url)
@@ -88,7 +119,8 @@ class S3Publisher:
     def _upload(self, path: Path, delete: bool, name: str) -> bool:
         key = self.location.key(name)
         try:
-            size = path.stat().st_size
+            st = path.stat()
+            size = st.st_size
             self._retry(self.client.upload_file, str(path), self.location.bucket, key, Config=self._transfer)
         except FileNotFoundError:
             self._pending.pop(path, None)
@@ -107,7 +139,33 @@ class S3Publisher:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        m = _WRITER_FILE.match(path.name) if self._records and delete else None
+        if m is not None:
+            w, mtime_us = m.group("writer"), st.st_mtime_ns // 1000
+            if mtime_us >= self._complete.get(w, (-1, ""))[0]:
+                self._complete[w] = (mtime_us, name)
+            self._record_due.add(w)
+        self._put_records()
         return True
+
+    def _put_records(self) -> None:
+        """Put the due freshness records of writers none of whose files waits for a retry."""
+        if not self._record_due:
+            return
+        waiting = {m.group("writer") for m in (_WRITER_FILE.match(p.name) for p in self._pending) if m}
+        for w in sorted(self._record_due - waiting):
+            complete_us, last = self._complete[w]
+            body = orjson.dumps({"writer": w, "complete_us": complete_us, "last": last,
+                                 "at_us": time.time_ns() // 1000})
+            key = self.location.key(record_name(w))
+            try:
+                self._retry(self.client.put_object, Bucket=self.location.bucket, Key=key, Body=body,
+                            ContentType="application/json")
+            except Exception as e:  # noqa: BLE001  (a record may lag, never lead: retried with the next upload)
+                log.warning("freshness record s3://%s/%s not put, will retry: %s", self.location.bucket, key, e)
+                continue
+            self._record_due.discard(w)
+            self._records_put += 1
 
     def objects(self) -> list[ObjectInfo]:
         """The objects published so far (names relative to the location, partition folders included),
@@ -133,7 +191,7 @@ class S3Publisher:
 
     def statistics(self) -> PublisherStatistics:
         return PublisherStatistics(self.url, self._uploaded, self._bytes, self._multipart, self._failed,
-                                   len(self._pending))
+                                   len(self._pending), self._records_put)
 
 
 def read_object_lines(url: str, s3: S3Config | None = None, client=None) -> list[bytes]:
@@ -155,6 +213,6 @@ def output_publisher(config, region, kind: str) -> S3Publisher | None:
     :class:`photon.SourceError` naming a misconfiguration."""
     if not region.output_on_s3:
         return None
-    publisher = S3Publisher(region.output_url(kind), config.s3)
+    publisher = S3Publisher(region.output_url(kind), config.s3, records=kind in ("joined", "unjoinable"))
     publisher.check()
     return publisher

@@ -10,7 +10,13 @@ of the size listed):
   visible to the driver and every executor, i.e. a local master (``local[*]``); on another master it falls
   back to :func:`stream_lines`.
 * :func:`stream_lines` -- an RDD of ``(object name, byte offset, line bytes)``: every complete line with
-  where it starts, for jobs that need positions (the log-file map) or raw lines (verification).
+  where it starts, for jobs that need positions (the log-file map) or raw lines.
+* :func:`stream_text` -- a DataFrame ``(value, file)`` of every complete line with its object's location
+  (verification, and the SQL tables parsing lines with ``from_json``): copied and read by Spark's text
+  reader on a local master, from :func:`stream_lines` elsewhere.
+
+An object that cannot be read in a task (deleted, permissions, an outage outlasting the retries) fails the
+call on the driver with :class:`photon.ObjectUnreadable` naming its ``s3://`` location, never as nothing.
 
 Pyspark is imported only inside these functions: the base never needs it to run the pipeline.
 """
@@ -22,7 +28,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from photon._source import Location, ObjectInfo, open_source, parse_location
+from photon._source import Location, ObjectInfo, ObjectUnreadable, open_source, parse_location
 from photon._config import S3Config
 
 
@@ -65,6 +71,14 @@ def _task_source(location: Location, access):
     return open_source(location, s3, client)
 
 
+def task_source(location: str | Location, s3: S3Config | None = None):
+    """A function, to ship to Spark tasks, that opens the source of ``location`` there with the driver's
+    endpoint and credentials (see :func:`_task_access`); call it once per task."""
+    loc = location if isinstance(location, Location) else parse_location(location)
+    access = _task_access(loc, s3)
+    return lambda: _task_source(loc, access)
+
+
 def _fetch_complete(location: Location, access, name: str, size: int) -> bytes:
     """The object's first ``size`` bytes, cut after the last ``\\n`` (a task-side helper)."""
     source = _task_source(location, access)
@@ -103,21 +117,28 @@ def stream_lines(spark, location: str | Location, s3: S3Config | None = None, ob
     return sc.parallelize(pairs, n).mapPartitions(lines_of)
 
 
-def _new_staging() -> str:
-    path = tempfile.mkdtemp(prefix="photon-spark-")
+def new_staging(base: str | Path | None = None) -> str:
+    """A fresh staging folder (under ``base``, default the temporary folder), removed when the process exits."""
+    path = tempfile.mkdtemp(prefix="photon-spark-", dir=base or None)
     atexit.register(shutil.rmtree, path, True)
     return path
 
 
-def download_objects(spark, location: str | Location, dest: str | Path, s3: S3Config | None = None,
-                     objects=None) -> list[str]:
-    """Copy every object (complete lines only) into ``dest`` inside Spark tasks, keeping relative names;
-    returns the local paths. ``dest`` must be visible to the executors (a local master)."""
+def _url(location: Location, name: str) -> str:
+    return f"{location.url.rstrip('/')}/{name}" if location.is_s3 else str(Path(location.path, name))
+
+
+def stage_objects(spark, location: str | Location, dest: str | Path, s3: S3Config | None = None,
+                  objects=None) -> dict[str, str]:
+    """Copy every object (complete lines only, of the size listed) into ``dest`` inside Spark tasks,
+    keeping relative names; returns object name -> local path (empty objects left out). ``dest`` must be
+    visible to the executors (a local master). Raises :class:`photon.ObjectUnreadable` naming the first
+    object a task could not read."""
     loc = location if isinstance(location, Location) else parse_location(location)
     objects = stream_objects(loc, s3) if objects is None else objects
     pairs = [(o.name, o.size) for o in objects if o.size > 0]
     if not pairs:
-        return []
+        return {}
     dest = str(Path(dest).resolve())
     sc = spark.sparkContext
     access = _task_access(loc, s3)
@@ -125,14 +146,65 @@ def download_objects(spark, location: str | Location, dest: str | Path, s3: S3Co
     def copy(part):
         for name, size in part:
             target = os.path.join(dest, *name.split("/"))
+            try:
+                data = _fetch_complete(loc, access, name, size)
+            except OSError as e:      # gone, unreadable, or an outage outlasting the retries
+                yield name, None, f"{type(e).__name__}: {e}"
+                continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
             tmp = target + ".part"
             with open(tmp, "wb") as f:
-                f.write(_fetch_complete(loc, access, name, size))
+                f.write(data)
             os.replace(tmp, target)
-            yield target
+            yield name, target, ""
 
-    return sc.parallelize(pairs, max(1, min(len(pairs), sc.defaultParallelism * 4))).mapPartitions(copy).collect()
+    done = sc.parallelize(pairs, max(1, min(len(pairs), sc.defaultParallelism * 4))).mapPartitions(copy).collect()
+    failed = sorted((name, why) for name, target, why in done if target is None)
+    if failed:
+        name, why = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise ObjectUnreadable(f"{_url(loc, name)} could not be read{more}: {why}")
+    return {name: target for name, target, _ in sorted(done)}
+
+
+def download_objects(spark, location: str | Location, dest: str | Path, s3: S3Config | None = None,
+                     objects=None) -> list[str]:
+    """The local paths of :func:`stage_objects`."""
+    return list(stage_objects(spark, location, dest, s3, objects).values())
+
+
+def stream_text(spark, location: str | Location, s3: S3Config | None = None, objects=None,
+                staging_dir: str | Path | None = None):
+    """A DataFrame ``(value string, file string)``: every complete line (decoded as UTF-8, bad bytes
+    replaced) of every object (``objects``: from :func:`stream_objects`; default all) with the location of
+    its object (``s3://bucket/key`` or a local path). Local streams are read in place (a last line still
+    being written left out); S3 objects are staged in ``staging_dir`` (default: a temporary folder removed
+    at exit) on a local master, else read through :func:`stream_lines`."""
+    from pyspark.sql import functions as F
+    loc = location if isinstance(location, Location) else parse_location(location)
+    objects = [o for o in (stream_objects(loc, s3) if objects is None else objects) if o.size > 0]
+    if not objects:
+        return spark.createDataFrame([], "value string, file string")
+    if loc.is_s3 and not spark.sparkContext.master.startswith("local"):
+        base = loc.url.rstrip("/") + "/"
+        rows = stream_lines(spark, loc, s3, objects).map(lambda t: (t[2].decode("utf-8", "replace"), base + t[0]))
+        return spark.createDataFrame(rows, "value string, file string")
+    if loc.is_s3:
+        paths = stage_objects(spark, loc, staging_dir or new_staging(), s3, objects)
+    else:
+        source = open_source(loc)
+        whole = [o for o in objects if source.read(o.name, o.size - 1, 1)[0] == b"\n"]
+        paths = {o.name: str(Path(loc.path, o.name)) for o in whole}
+        cut = [o for o in objects if o not in whole]
+        if cut:                   # a last line still being written: copy the complete part
+            paths.update(stage_objects(spark, loc, staging_dir or new_staging(), None, cut))
+    if not paths:
+        return spark.createDataFrame([], "value string, file string")
+    names = spark.createDataFrame([("file://" + str(Path(p).resolve()), _url(loc, n)) for n, p in paths.items()],
+                                  "uri string, file string")
+    uri = F.expr("url_decode(replace(input_file_name(), '+', '%2B'))")     # '+' is literal in a path
+    df = spark.read.text(list(paths.values())).withColumn("uri", uri)
+    return df.join(F.broadcast(names), "uri", "left").select("value", "file")
 
 
 def read_stream_json(spark, location: str | Location, schema=None, s3: S3Config | None = None,
@@ -155,10 +227,10 @@ def read_stream_json(spark, location: str | Location, schema=None, s3: S3Config 
         paths = [str(Path(loc.path, o.name)) for o in whole]
         if len(whole) < len(objects):      # a last line still being written: copy the complete part
             cut = [o for o in objects if o not in whole]
-            paths += download_objects(spark, loc, staging_dir or _new_staging(), None, cut)
+            paths += download_objects(spark, loc, staging_dir or new_staging(), None, cut)
         return reader.json(paths)
     if spark.sparkContext.master.startswith("local"):
-        paths = download_objects(spark, loc, staging_dir or _new_staging(), s3, objects)
+        paths = download_objects(spark, loc, staging_dir or new_staging(), s3, objects)
         return reader.json(paths)
     rdd = stream_lines(spark, loc, s3, objects).map(lambda t: t[2].decode("utf-8", "replace"))
     return reader.json(rdd)

@@ -7,16 +7,21 @@ starts inside a file adds an entry for the first line of each key there. The ent
 timestamp, file and offset and written as JSON lines (the map's one format, see docs/eventstore.md) to a
 folder next to the map, which is then renamed into it as ``spark-<build_us>``; older Spark builds are then
 removed. Logs stores pick the new entries up while running.
+
+An ``s3://`` primary stream is listed through the source layer and its ranges read by ranged GETs inside
+the Spark tasks (boto3, the driver's endpoint and credentials): the same objects, names and byte offsets
+the logs store's ranged GETs read.
 """
 from __future__ import annotations
 
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import eventstore
-from photon import PhotonConfig
+from photon import ObjectGone, PhotonConfig
+from photon._source import is_remote
+from photon._spark_io import task_source
 
 SCHEMA = "key string, ts long, file string, offset long"
 
@@ -32,6 +37,22 @@ class BuildMapResult:
     seconds: float
 
 
+def _ranged_reads(root: str, config: PhotonConfig):
+    """A function for Spark tasks giving ``read_at(rel, offset, size)`` over the S3 prefix ``root``."""
+    open_task_source = task_source(root, config.s3)
+
+    def make():
+        source = open_task_source()
+
+        def read_at(rel: str, offset: int, size: int) -> bytes:
+            try:
+                return source.read(rel, offset, size)[0]
+            except ObjectGone as e:
+                raise FileNotFoundError(str(e)) from None
+        return read_at
+    return make
+
+
 def build_map(config: PhotonConfig, region: str, *, range_mb: float = 64.0, session=None,
               show_progress: bool | None = None) -> BuildMapResult:
     """Build and publish the map of ``region``'s primary logs (see module docstring)."""
@@ -39,8 +60,9 @@ def build_map(config: PhotonConfig, region: str, *, range_mb: float = 64.0, sess
     t0 = time.monotonic()
     reg = config.region(region)
     es = config.eventstore
-    root = str(Path(reg.log_root) / config.join.primary_stream)
-    ranges = eventstore.plan_map_ranges(root, max(1, int(range_mb * (1 << 20))))
+    root = reg.stream_url(config.join.primary_stream)
+    ranges = eventstore.plan_map_ranges(root, max(1, int(range_mb * (1 << 20))), config.s3)
+    read_at = _ranged_reads(root, config) if is_remote(root) else None
     spark = session or spark_session(config, "photon build-map")
     id_field, every_s, every_kb = config.join.primary_id_field, es.map_every_s, es.map_every_kb
     build_us = time.time_ns() // 1000
@@ -51,7 +73,8 @@ def build_map(config: PhotonConfig, region: str, *, range_mb: float = 64.0, sess
     with progress(spark, f"build-map {region}", show_progress):
         if ranges:
             rdd = spark.sparkContext.parallelize(ranges, len(ranges)).flatMap(
-                lambda r: eventstore.scan_map_range(root, r[0], r[1], r[2], id_field, every_s, every_kb))
+                lambda r: eventstore.scan_map_range(root, r[0], r[1], r[2], id_field, every_s, every_kb,
+                                                    read_at() if read_at else None))
             df = spark.createDataFrame(rdd, SCHEMA).orderBy("key", "ts", "file", "offset").cache()
             entries = df.count()
             df.write.mode("overwrite").json(str(tmp))

@@ -147,6 +147,8 @@ def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None =
     for region in config.pipeline_regions:
         if regions is not None and region.name not in regions:
             continue
+        if region.output_on_s3:     # its local folders only stage uploads: compacting them would drop files
+            continue
         stats += compact_folder(spark, region.joined_dir, joined_schema(config, spark), sort_by, config, now_us)
         stats += compact_folder(spark, region.unjoinable_dir, foreign_schema(config, spark),
                                 [config.join.foreign_id_field], config, now_us)

@@ -12,6 +12,13 @@ Tables (names from the config): ``joined`` (foreign fields, the primary nested a
 (``queries``, ``clicks``: its fields and ``region``), ``unjoinable`` (foreign fields, ``region``, ``date``,
 ``hour``) and ``quarantine`` (``file``, ``offset``, ``reason``, ``raw``, ``at_us``, ``source``,
 ``region``).
+
+Over S3 (``s3://`` log or output roots) the tables hold the same rows: objects are read with boto3 inside
+Spark tasks (:func:`photon._spark_io.stream_text`, :func:`photon.read_stream_json`) and lines parsed with the same
+schemas; an output published to S3 is read as :func:`photon._output.s3_output_snapshot` says (published
+objects plus what the region's staging folder still holds, so a query beside the region sees lines as
+fresh as over a local root), ``date`` and ``hour`` taken from the objects' partition path; the quarantine
+is the region's local quarantine files plus uploaded ones not held locally.
 """
 from __future__ import annotations
 
@@ -21,8 +28,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from photon import PhotonConfig, output_snapshot
-from photon._output import LINE_COLUMN
+from photon import PhotonConfig, output_snapshot, read_stream_json, stream_objects
+from photon._output import LINE_COLUMN, s3_output_snapshot
+from photon._source import is_remote
+from photon._spark_io import stream_text
 
 PHOTON_DDL = "region STRING, joiner STRING, joined_at_us BIGINT"
 QUARANTINE_DDL = "file STRING, offset BIGINT, reason STRING, raw STRING, at_us BIGINT"
@@ -113,6 +122,34 @@ def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratc
     return df.where(F.col(f"`{id_field}`").isNotNull())
 
 
+def _partition_columns(file_col):
+    """``date`` and ``hour`` from an output file's path (``.../date=YYYY-MM-DD/hour=HH/...``), NULL elsewhere."""
+    from pyspark.sql import functions as F
+
+    date = F.regexp_extract(file_col, r"/date=([0-9]{4}-[0-9]{2}-[0-9]{2})/", 1)
+    hour = F.regexp_extract(file_col, r"/hour=([0-9]{1,2})/", 1)
+    return (F.when(date != "", F.to_date(date)).alias("date"),
+            F.when(hour != "", hour.cast("int")).alias("hour"))
+
+
+def s3_output_dataframe(spark, url: str, outbox: str | Path | None, schema, id_field: str, s3, scratch: Path):
+    """The S3 output folder ``url`` (and the region's staging folder ``outbox``) as
+    :func:`output_dataframe` gives a local one; None if it holds nothing yet."""
+    from pyspark.sql import functions as F
+
+    snap = s3_output_snapshot(url, outbox, s3)
+    if not snap.objects and not snap.local:
+        return None
+    text = stream_text(spark, url, s3, snap.objects, scratch)
+    rows = [(line.decode("utf-8", "replace"), f"{url}/{rel}") for rel, data in sorted(snap.local.items())
+            for line in data.split(b"\n") if line]
+    if rows:
+        text = text.unionByName(spark.createDataFrame(rows, "value string, file string"))
+    parsed = text.select(F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("r"),
+                         *_partition_columns(F.col("file")))
+    return parsed.select("r.*", "date", "hour").where(F.col(f"`{id_field}`").isNotNull())
+
+
 def _empty(spark, schema, *extra: str):
     from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
 
@@ -131,7 +168,11 @@ def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):
     out = None
     for region in _regions(config, regions):
         directory = region.joined_dir if kind == "joined" else region.unjoinable_dir
-        df = output_dataframe(spark, directory, schema, config.join.foreign_id_field, scratch / region.name)
+        if region.output_on_s3:
+            df = s3_output_dataframe(spark, region.output_url(kind), directory, schema, config.join.foreign_id_field,
+                                     config.s3, scratch / region.name / kind)
+        else:
+            df = output_dataframe(spark, directory, schema, config.join.foreign_id_field, scratch / region.name)
         if df is None:
             continue
         df = df.select(*[F.col(f"`{f.name}`") for f in schema.fields], F.lit(region.name).alias("region"),
@@ -162,6 +203,11 @@ def stream_dataframe(config: PhotonConfig, stream: str, schema, id_field: str, s
 
     out = None
     for region in _regions(config, regions):
+        if is_remote(region.log_root):
+            df = read_stream_json(spark, region.stream_url(stream), schema, config.s3, scratch_dir(config))
+            df = df.where(F.col(f"`{id_field}`").isNotNull()).withColumn("region", F.lit(region.name))
+            out = df if out is None else out.unionByName(df)
+            continue
         folder = Path(region.log_root) / stream
         if not folder.is_dir() or not any(p.is_file() for p in folder.rglob("*")):
             continue
@@ -180,6 +226,11 @@ def quarantine_dataframe(config: PhotonConfig, spark, regions=None):
     for region in _regions(config, regions):
         files = sorted(str(p) for p in Path(region.quarantine_dir).glob("*.jsonl")) \
             if Path(region.quarantine_dir).is_dir() else []
+        if region.output_on_s3:          # uploaded whole as they grow: a local copy is the newer one
+            df = _s3_quarantine(spark, config, region, schema, files)
+            if df is not None:
+                out = df if out is None else out.unionByName(df)
+            continue
         if not files:
             continue
         df = (spark.read.schema(schema).json(files).where(F.col("file").isNotNull())
@@ -187,6 +238,23 @@ def quarantine_dataframe(config: PhotonConfig, spark, regions=None):
               .withColumn("region", F.lit(region.name)))
         out = df if out is None else out.unionByName(df)
     return out if out is not None else _empty(spark, schema, "source", "region")
+
+
+def _s3_quarantine(spark, config: PhotonConfig, region, schema, local_files: list[str]):
+    from pyspark.sql import functions as F
+
+    url = region.output_url("quarantine")
+    held = {Path(f).name for f in local_files}
+    objects = [o for o in stream_objects(url, config.s3) if o.name.endswith(".jsonl") and "/" not in o.name
+               and o.name not in held]
+    text = stream_text(spark, url, config.s3, objects, scratch_dir(config))
+    if local_files:
+        text = text.unionByName(stream_text(spark, str(region.quarantine_dir), None,
+                                            [o for o in stream_objects(str(region.quarantine_dir))
+                                             if o.name in held]))
+    parsed = text.select(F.from_json("value", schema).alias("r"), F.col("file").alias("_object"))
+    return (parsed.select("r.*", F.regexp_extract("_object", r"([^/]+)\.jsonl$", 1).alias("source"))
+            .where(F.col("file").isNotNull()).withColumn("region", F.lit(region.name)))
 
 
 def table_dataframes(config: PhotonConfig, spark) -> dict:

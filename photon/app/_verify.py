@@ -22,6 +22,12 @@ after the listing, so a lost id under its token stays lost until recovery delete
 
 Unreadable input is never taken as empty: a missing region folder, an incomplete export, or a joined or
 unjoinable line that does not parse raises :class:`VerifyInputError` naming the place.
+
+Over S3 (``s3://`` log or output roots) the same: input objects are read with boto3 inside Spark tasks
+(:func:`photon._spark_io.stream_text`); the output of a region publishing to S3 is its published objects plus what
+its staging folder (``<state_dir>/outbox``) still holds, taken as :func:`photon._output.s3_output_snapshot`
+says. A missing bucket, an empty foreign prefix or an object that cannot be read raises
+:class:`VerifyInputError` naming the ``s3://`` location.
 """
 from __future__ import annotations
 
@@ -33,8 +39,11 @@ from pathlib import Path
 
 import idregistry
 import joiner
-from photon import PhotonConfig, list_log_files, output_snapshot
-from photon._output import compacted_lines
+from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, stream_objects
+from photon._output import compacted_lines, s3_output_snapshot
+from photon._publish import S3Publisher
+from photon._source import is_remote
+from photon._spark_io import new_staging, stream_text
 from photon.app._liveness import alive_prefixes
 
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
@@ -105,10 +114,11 @@ def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
     return published, partial
 
 
-def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str):
-    """Rows ``(value, file, region)`` of published files (read by Spark) and in-progress lines."""
+def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str, more=None):
+    """Rows ``(value, file, region)`` of published files (read by Spark), in-progress lines and ``more`` (a
+    DataFrame ``(value, file)``, e.g. from :func:`photon._spark_io.stream_text`)."""
     from pyspark.sql import functions as F
-    frames = []
+    frames = [] if more is None else [more]
     if files:
         frames.append(spark.read.text(files).select("value", F.input_file_name().alias("file")))
     rows = [(line.decode("utf-8", "replace"), name) for name, data in partial for line in data.split(b"\n") if line]
@@ -116,7 +126,9 @@ def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region:
         frames.append(spark.createDataFrame(rows, "value string, file string"))
     if not frames:
         return spark.createDataFrame([], "value string, file string, region string")
-    df = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
     return df.withColumn("region", F.lit(region))
 
 
@@ -137,13 +149,13 @@ def _ids(df, id_field: str, extra: str | None = None):
     return parsed
 
 
-def _first_bad_line(files: list[str], partial, id_field: str, bad_values: list[str]) -> str:
-    """Where the first of ``bad_values`` (lines without a readable id) is: ``file at byte N``."""
+def _first_bad_line(sources, id_field: str, bad_values: list[str]) -> str:
+    """Where the first of ``bad_values`` (lines without a readable id) is: ``file at byte N``; ``sources``
+    are ``(name, read)`` pairs, ``read()`` giving the bytes Spark read."""
     wanted = {v.encode("utf-8", "replace") for v in bad_values}
-    sources = [(f, None) for f in files] + list(partial)
-    for name, data in sources:
+    for name, read in sources:
         try:
-            data = Path(name).read_bytes() if data is None else data
+            data = read()
         except OSError:
             continue
         pos = 0
@@ -154,6 +166,30 @@ def _first_bad_line(files: list[str], partial, id_field: str, bad_values: list[s
     return "an unknown file"
 
 
+def _staging(config: PhotonConfig) -> str:
+    return new_staging(config.spark.local_dir or None)
+
+
+def _output_lines(spark, config: PhotonConfig, region, kind: str):
+    """One region's ``kind`` output as rows ``(value, file, region)`` and the ``(name, read)`` sources
+    :func:`_first_bad_line` searches."""
+    folder = region.joined_dir if kind == "joined" else region.unjoinable_dir
+    if not region.output_on_s3:
+        files, partial = list_output(folder)
+        sources = [(f, lambda f=f: Path(f).read_bytes()) for f in files]
+        sources += [(name, lambda d=data: d) for name, data in partial]
+        return _lines_df(spark, files, partial, region.name), sources
+    url = region.output_url(kind)
+    try:
+        snap = s3_output_snapshot(url, folder, config.s3)
+        objects = stream_text(spark, url, config.s3, snap.objects, _staging(config))
+    except (SourceError, OSError) as e:
+        raise VerifyInputError(f"region {region.name}: {kind} output {url}: {e}") from None
+    partial = [(f"{url}/{rel} (staged in {folder})", data) for rel, data in sorted(snap.local.items())]
+    sources = [(f"{url}/{o.name}", lambda n=o.name: snap.read(n)) for o in snap.objects]
+    return _lines_df(spark, [], partial, region.name, objects), sources + [(n, lambda d=d: d) for n, d in partial]
+
+
 def _read_outputs(spark, config: PhotonConfig):
     """Every region's joined and unjoinable output as rows ``(id, region, kind)`` (cached); raises
     :class:`VerifyInputError` naming the first line without a readable id."""
@@ -162,24 +198,44 @@ def _read_outputs(spark, config: PhotonConfig):
     frames, sources = [], {}
     for region in config.pipeline_regions:
         root = Path(region.output_root)
-        if not root.is_dir():
+        if not region.output_on_s3 and not root.is_dir():
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
-        for kind, folder in (("joined", region.joined_dir), ("unjoinable", region.unjoinable_dir)):
-            files, partial = list_output(folder)
-            sources[(region.name, kind)] = (files, partial)
-            frames.append(_ids(_lines_df(spark, files, partial, region.name), id_field)
-                          .withColumn("kind", F.lit(kind)))
+        for kind in ("joined", "unjoinable"):
+            df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
+            frames.append(_ids(df, id_field).withColumn("kind", F.lit(kind)))
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
     out = out.withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
     bad = out.filter("bad").select("value", "region", "kind").limit(5).collect()
     if bad:
-        files, partial = sources[(bad[0].region, bad[0].kind)]
-        where = _first_bad_line(files, partial, id_field, [r.value for r in bad])
+        where = _first_bad_line(sources[(bad[0].region, bad[0].kind)], id_field, [r.value for r in bad])
         raise VerifyInputError(f"region {bad[0].region}: {bad[0].kind} output line without a readable "
                                f"{id_field!r} in {where}: {bad[0].value[:120]!r}")
     return out
+
+
+def _input_lines(spark, config: PhotonConfig, region, stream: str):
+    """Rows ``(value, file, region)`` of ``stream`` and its recovery stream in ``region``'s log root."""
+    url = region.stream_url(stream)
+    if not is_remote(url):
+        root = Path(url)
+        if not root.is_dir():
+            raise VerifyInputError(f"region {region.name}: input folder {root} does not exist")
+        files = [str(root / f) for f in list_log_files(root)]
+        recovery = Path(region.log_root) / f"{stream}-recovery"
+        files += [str(recovery / f) for f in list_log_files(recovery)]
+        return _lines_df(spark, files, [], region.name)
+    recovery = region.stream_url(f"{stream}-recovery")
+    try:
+        objects = stream_objects(url, config.s3)
+        if not objects:
+            raise VerifyInputError(f"region {region.name}: input {url} holds no objects")
+        df = stream_text(spark, url, config.s3, objects, _staging(config)).unionByName(
+            stream_text(spark, recovery, config.s3, None, _staging(config)))
+    except (SourceError, OSError) as e:
+        raise VerifyInputError(f"region {region.name}: input {url}: {e}") from None
+    return _lines_df(spark, [], [], region.name, df)
 
 
 def _read_input(spark, config: PhotonConfig, stream: str, id_field: str, ref_field: str | None):
@@ -188,18 +244,29 @@ def _read_input(spark, config: PhotonConfig, stream: str, id_field: str, ref_fie
     from pyspark.sql import functions as F
     frames = []
     for region in config.pipeline_regions:
-        root = Path(region.log_root) / stream
-        if not root.is_dir():
-            raise VerifyInputError(f"region {region.name}: input folder {root} does not exist")
-        files = [str(root / f) for f in list_log_files(root)]
-        recovery = Path(region.log_root) / f"{stream}-recovery"
-        files += [str(recovery / f) for f in list_log_files(recovery)]
-        df = _ids(_lines_df(spark, files, [], region.name), id_field, ref_field)
+        df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field)
         frames.append(df.filter(F.col("id").rlike(ID_PATTERN)).drop("file"))
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
+
+
+def check_inputs(config: PhotonConfig) -> None:
+    """Fail fast, before the registry export, on a region whose foreign input or output root is missing:
+    a local folder that does not exist, an S3 bucket that cannot be used, a foreign prefix with no objects."""
+    for region in config.pipeline_regions:
+        foreign = region.stream_url(config.join.foreign_stream)
+        try:
+            if is_remote(foreign) and not stream_objects(foreign, config.s3):
+                raise VerifyInputError(f"region {region.name}: input {foreign} holds no objects")
+            if region.output_on_s3:
+                S3Publisher(region.output_root, config.s3).check()
+        except SourceError as e:
+            raise VerifyInputError(f"region {region.name}: {e}") from None
+        for folder in (foreign, region.output_root):
+            if not is_remote(folder) and not Path(folder).is_dir():
+                raise VerifyInputError(f"region {region.name}: folder {folder} does not exist")
 
 
 # ---- the job ----------------------------------------------------------------------------------------
@@ -223,10 +290,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
     out = Path(out_dir) if out_dir else config.verify_dir
     out.mkdir(parents=True, exist_ok=True)
-    for region in config.pipeline_regions:      # fail before the (possibly long) export
-        for folder in (Path(region.log_root) / config.join.foreign_stream, Path(region.output_root)):
-            if not folder.is_dir():
-                raise VerifyInputError(f"region {region.name}: folder {folder} does not exist")
+    check_inputs(config)                        # fail before the (possibly long) export
     timings = {}
     t0 = time.perf_counter()
     if export_dir is None:

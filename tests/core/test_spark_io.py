@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from photon import read_stream_json, stream_lines, stream_objects
+from photon import ObjectInfo, read_stream_json, stream_lines, stream_objects
+from photon._source import ObjectUnreadable
+from photon._spark_io import stream_text
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,3 +45,17 @@ def test_object_lines_give_each_line_with_its_object_and_offset(spark, stream):
     rows = sorted(stream_lines(spark, stream).collect())
     assert rows == [("w0/a-1.jsonl", 0, b'{"n":1,"s":"x"}'), ("w0/a-1.jsonl", 16, b'{"n":2,"s":"y"}'),
                     ("w1/b-1.jsonl", 0, b'{"n":3,"s":"z"}')]
+
+
+def test_stream_text_gives_each_complete_line_with_its_objects_location(spark, stream):
+    rows = sorted((r.value, r.file) for r in stream_text(spark, stream).collect())
+    assert rows == [('{"n":1,"s":"x"}', f"{stream}/w0/a-1.jsonl"), ('{"n":2,"s":"y"}', f"{stream}/w0/a-1.jsonl"),
+                    ('{"n":3,"s":"z"}', f"{stream}/w1/b-1.jsonl")]
+
+
+def test_an_object_a_task_cannot_read_is_named_on_the_driver(spark, s3):
+    s3.put("r/logs/w0/a.jsonl", b'{"n":1}\n')
+    objects = stream_objects(s3.url("r/logs")) + [ObjectInfo("w0/gone.jsonl", 8)]   # deleted since listed
+    with pytest.raises(ObjectUnreadable, match=rf"s3://{s3.name}/r/logs/w0/gone.jsonl could not be read: "
+                                               r"ObjectGone"):
+        stream_text(spark, s3.url("r/logs"), objects=objects).collect()

@@ -1,8 +1,10 @@
 """The whole pipeline on S3 (a real moto_server): both streams read from ``s3://`` and every output
 (joined, unjoinable, quarantine) uploaded there; objects replaced by longer versions mid-run, a late object
-that sorts before the ones already read, and a dispatcher killed and restarted while reading S3."""
+that sorts before the ones already read, and a dispatcher killed and restarted while reading S3; then
+``photon verify`` over those S3 roots (exact counts, and a planted duplicate object named)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -11,7 +13,7 @@ import orjson
 import pytest
 
 from photon import wait_until
-from photon.app import GenOptions, generate
+from photon.app import GenOptions, cli, generate
 
 
 def _s3_config(tmp_path: Path, bucket, unjoinable_after_s: float) -> Path:
@@ -36,13 +38,24 @@ def _key(tmp_path: Path, p: Path) -> str:
 def _s3_lines(bucket, prefix: str) -> list[dict]:
     out = []
     for key in bucket.keys(prefix):
+        if "/_committed/" in key:            # the writers' freshness records, not output
+            continue
         out += [orjson.loads(x) for x in bucket.get(key).splitlines() if x]
     return out
 
 
+def _verify(capsys, cfg: Path) -> tuple[int, dict | None, str]:
+    capsys.readouterr()
+    code = cli.main(["verify", "--config", str(cfg), "--json"])
+    out, err = capsys.readouterr()
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    return code, (json.loads(last) if last.startswith("{") else None), err
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_both_streams_and_the_output_on_s3_with_longer_versions_and_a_late_object(tmp_path, s3, pipeline, truth):
+@pytest.mark.timeout(420)
+def test_both_streams_and_the_output_on_s3_with_longer_versions_and_a_late_object(tmp_path, s3, pipeline, truth,
+                                                                                   spark, capsys):
     s = generate(GenOptions(out=str(tmp_path), queries=4000, writers=2, rotate_lines=800, unjoinable_fraction=0.03,
                             duplicate_fraction=0.02, bad_line_fraction=0.003, seed=5))
     queries, clicks = _files(tmp_path, "queries"), _files(tmp_path, "clicks")
@@ -65,10 +78,32 @@ def test_both_streams_and_the_output_on_s3_with_longer_versions_and_a_late_objec
                message="every joinable click joined and uploaded")
     wait_until(lambda: p.dispatcher_status().get("unjoinable", 0) >= len(unjoinable), 60, interval=0.5,
                message="the unjoinable clicks given up")
+
+    code, report, err = _verify(capsys, p.config_path)        # over the S3 roots, the registry still up
+    assert code == 0, err
+    assert report == {"foreign_events": len(joinable | unjoinable), "joined": len(joinable), "duplicates": 0,
+                      "lost": 0, "recoverable": 0, "pending": 0, "unjoinable": len(unjoinable),
+                      "wrongly_unjoinable": 0}
+    key = sorted(k for k in s3.keys("out/a/joined/") if k.endswith(".jsonl"))[0]
+    planted = key.rsplit("/", 1)[0] + "/zz-planted-1-000001.jsonl"
+    s3.put(planted, s3.get(key))                              # a duplicate object
+    try:
+        code, report, err = _verify(capsys, p.config_path)
+        ids = [orjson.loads(x)["click_id"] for x in s3.get(key).splitlines()]
+        assert code == 1 and report["duplicates"] == len(ids), err
+        assert f"{min(ids)} (2 times)" in err and "joined more than once" in err
+    finally:
+        s3.delete(planted)
     assert p.stop() == 0, p.output_text()[-3000:]
     assert set(p.joined_ids()) == joinable
-    keys = s3.keys("out/a/")
+    keys = [k for k in s3.keys("out/a/") if "/_committed/" not in k]
+    records = [k for k in s3.keys("out/a/") if "/_committed/" in k]
     assert keys and all(k.endswith(".jsonl") and "/." not in k for k in keys), keys
+    assert {k.split("/")[2] for k in records} == {"joined", "unjoinable"}    # freshness records
+    for k in records:                        # each names an object of its writer that is there
+        rec = orjson.loads(s3.get(k))
+        last = f"{k.rsplit('/_committed/', 1)[0]}/{rec['last']}"
+        assert last in keys and rec["last"].rsplit("/", 1)[1].startswith(rec["writer"] + "-"), (k, rec)
     assert {k.split("/")[2] for k in keys} == {"joined", "unjoinable", "quarantine"}
     assert {r["click_id"] for r in _s3_lines(s3, "out/a/unjoinable/")} == unjoinable
     bad = _s3_lines(s3, "out/a/quarantine/")
