@@ -140,7 +140,7 @@ def registry_command(argv: list[str]) -> int:
                          "be more than max_clock_skew_s)")
     rs.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the new shards' leaders")
     rs.set_defaults(fn=_reshard)
-    ex = sub.add_parser("export", help="write every shard's (id, token, timestamp_us) as Parquet, shard by shard")
+    ex = sub.add_parser("export", help="write every shard's (id, token, timestamp_us, registered_us) as Parquet, shard by shard")
     ex.add_argument("--config", "-c", required=True, help="photon.toml")
     ex.add_argument("--out", required=True, help="folder to write shard-<s>.parquet and _export.json into")
     ex.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")
