@@ -138,9 +138,9 @@ def output_ids(path: Path, id_field: str) -> list[str]:
     return ids
 
 
-def clear_output_tokens(config: PhotonConfig, client) -> dict:
-    """Clear the registry tokens of every id in the published joined output files of every region that an
-    earlier run has not gone through yet (remembered in ``<registry data dir>/tokens-cleared.json``).
+def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
+    """Clear the registry tokens of every id in the published joined output files of every region (or of
+    the regions named in ``regions``) that an earlier run has not gone through yet (remembered in ``<registry data dir>/tokens-cleared.json``).
     Returns ``{"files", "ids", "cleared"}``. A cleared id stays held (never joined again) but can no
     longer be deleted by recovery: only ids already in the output are cleared."""
     state_path = config.registry_data_dir / CLEARED_STATE
@@ -150,6 +150,8 @@ def clear_output_tokens(config: PhotonConfig, client) -> dict:
         done = set()
     files = ids_seen = cleared = 0
     for region in config.regions:
+        if regions is not None and region.name not in regions:
+            continue
         joined = region.joined_dir
         if not joined.is_dir():
             continue

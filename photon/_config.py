@@ -198,6 +198,9 @@ class RegistryConfig:
                                        check=_positive)
     simulated_rtt_ms: float = opt(0.0, "benchmarks only: delay every message between replicas by this round trip",
                                   check=_non_negative)
+    clear_tokens_every_s: float = opt(300.0, "`photon run` runs `photon registry clear-tokens` for its regions this "
+                                             "often (clearing the tokens of ids found in published joined output); "
+                                             "0: never", check=_non_negative)
 
 
 @dataclass(frozen=True)

@@ -75,3 +75,33 @@ def test_lost_clicks_are_found_recovered_and_joined_once(tmp_path, pipeline, tru
     code, done, err = run_cli(capsys, "recover", "--config", cfg)
     assert code == 1 and "recovering nothing" in err
     (joined_dir / "planted-1-000001.jsonl").unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_photon_run_clears_tokens_of_published_output_periodically(tmp_path, pipeline, truth):
+    import idregistry
+    generate(GenOptions(out=str(tmp_path), queries=2000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
+                        bad_line_fraction=0.0, seed=5))
+    cfg = tmp_path / "photon.toml"
+    with open(cfg, "a") as f:
+        f.write("\n[registry]\nclear_tokens_every_s = 1\n\n[joiner]\nroll_interval_s = 1\n")
+    p = pipeline(cfg).start()
+    joinable = truth(tmp_path, "joinable")
+    wait_until(lambda: set(p.joined_ids()) == joinable, 120, interval=0.5,
+               message="every joinable click in published output")
+    client = idregistry.connect(idregistry.registry_endpoints(p.config))
+    try:
+        def all_cleared() -> bool:
+            tokens = {i: t for i, t, _ in client.export(0)}
+            return set(tokens) == joinable and set(tokens.values()) == {""}
+        wait_until(all_cleared, 60, interval=0.5, message="every joined id's token cleared during the run")
+        shard = client.statistics().shards[0]
+        assert shard.tokens_dropped_ids == len(joinable)          # every run's token array dropped
+        assert shard.bytes_saved_by_clearing == 4 * len(joinable)
+    finally:
+        client.close()
+    wait_until(lambda: "clear-tokens: cleared" in p.output_text(), 30, interval=0.5,
+               message="the launcher shows a clear-tokens run")
+    assert p.stop() == 0
+    assert "tokens cleared; the registry saves" in p.output_text()
