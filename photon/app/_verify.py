@@ -219,6 +219,20 @@ def take_export(config: PhotonConfig, out: Path) -> Path:
     return out
 
 
+def _mark_lost(every, aged_before_us: int):
+    """Adds ``is_lost``, ``is_recoverable`` and its ``reason`` (the rule of the module docstring) to the
+    joined-up rows (columns token, n_out, raw, in_ledger, verdict, registered_us)."""
+    from pyspark.sql import functions as F
+    in_ledger = F.coalesce("in_ledger", F.lit(False))
+    stopped = F.coalesce(F.col("verdict") == STOPPED, F.lit(False))
+    aged = F.coalesce((F.col("verdict") == UNSEEN) & (F.col("registered_us") > 0)
+                      & (F.col("registered_us") < aged_before_us), F.lit(False))
+    return every.withColumn("is_lost", F.col("token").isNotNull() & F.col("n_out").isNull()) \
+        .withColumn("is_recoverable", F.col("is_lost") & (F.col("token") != "") & F.col("raw").isNotNull()
+                    & (in_ledger | stopped | aged)) \
+        .withColumn("reason", F.when(in_ledger, LEDGER_REASON).when(stopped, STOPPED_REASON).otherwise(AGED_REASON))
+
+
 def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, until_us: int | None = None,
                export_dir: str | Path | None = None, out_dir: str | Path | None = None,
                show_progress: bool = False) -> VerifyReport:
@@ -285,15 +299,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         reg = registered.join(F.broadcast(judged_df), "prefix", "left") \
             .join(ledger_df, ["id", "token"], "left")
         every = foreign.join(joined, "id", "full").join(reg, "id", "full").join(unjoin, "id", "full")
-        in_ledger = F.coalesce("in_ledger", F.lit(False))
-        stopped = F.coalesce(F.col("verdict") == STOPPED, F.lit(False))
-        aged = F.coalesce((F.col("verdict") == UNSEEN) & (F.col("registered_us") > 0)
-                          & (F.col("registered_us") < aged_before_us), F.lit(False))
-        every = every.withColumn("is_lost", F.col("token").isNotNull() & F.col("n_out").isNull()) \
-            .withColumn("is_recoverable", F.col("is_lost") & (F.col("token") != "") & F.col("raw").isNotNull()
-                        & (in_ledger | stopped | aged)) \
-            .withColumn("reason", F.when(in_ledger, LEDGER_REASON).when(stopped, STOPPED_REASON)
-                        .otherwise(AGED_REASON)) \
+        every = _mark_lost(every, aged_before_us) \
             .withColumn("is_unjoinable", F.col("u_regions").isNotNull() & F.col("n_out").isNull()
                         & F.col("token").isNull()) \
             .withColumn("everywhere", F.col("is_unjoinable") & F.col("in_regions").isNotNull()

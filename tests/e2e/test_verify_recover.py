@@ -165,9 +165,9 @@ def test_leader_killed_during_deletes_and_joiner_killed_during_rejoin_never_join
     try:
         killer = LeaderKiller(client, after=3)
         try:
-            done = run_recover(config, report.recoverable_path, client=killer)
+            run_recover(config, report.recoverable_path, client=killer)
         except idregistry.RegistryUnavailable:         # gave up waiting for a new leader: run it again
-            done = run_recover(config, report.recoverable_path, client=client)
+            run_recover(config, report.recoverable_path, client=client)
         assert killer.killed is not None
         recovered = {orjson.loads(x)["click_id"] for f in (tmp_path / "logs/a/clicks-recovery").glob("*.jsonl")
                      for x in f.read_bytes().splitlines()}
