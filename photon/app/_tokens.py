@@ -16,6 +16,7 @@ from pathlib import Path
 
 from photon import PhotonConfig
 
+STOP_PATIENCE_S = 10.0
 SUMMARY = re.compile(r"^cleared (\d+) tokens .*?(\d+) bytes saved$")
 
 
@@ -30,6 +31,7 @@ class PeriodicTokenClearing:
         self.log_path = Path(log_dir) / "clear-tokens.log"
         self.next_at = time.monotonic() + self.every_s
         self.proc: subprocess.Popen | None = None
+        self._log_from = 0
         self.runs = 0
         self.cleared = 0
         self.bytes_saved = 0
@@ -41,35 +43,41 @@ class PeriodicTokenClearing:
             argv = [sys.executable, "-m", "photon.app.cli", "registry", "clear-tokens", "--config", self.config.path]
             if self.regions:
                 argv += ["--regions", ",".join(self.regions)]
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
-            self.runs += 1
             self.next_at = time.monotonic() + self.every_s
+            try:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.log_path, "ab") as log:
+                    self._log_from = log.tell()
+                    self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                                 start_new_session=True)
+            except OSError as e:                # e.g. the state disk is full: try again next time
+                self.echo(f"clear-tokens could not start: {e}")
+                return
+            self.runs += 1
 
     def _finished(self) -> None:
-        out = self.proc.stdout.read().decode(errors="replace")
-        self.proc.stdout.close()
         code = self.proc.returncode
         self.proc = None
         try:
-            with open(self.log_path, "a") as log:
-                log.write(out)
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_from)
+                out = log.read().decode(errors="replace")
         except OSError:
-            pass                                # a full disk drops the log, never the run
+            out = ""
         last = out.strip().splitlines()[-1] if out.strip() else ""
-        if code != 0:
-            self.echo(f"clear-tokens exited {code}: {last or 'no output'} (see {self.log_path})")
-            return
         m = SUMMARY.match(last)
-        if m:
+        if m:                                   # printed once the clearing is done, whatever came after
             self.cleared += int(m.group(1))
             self.bytes_saved = int(m.group(2))
-        self.echo(f"clear-tokens: {last}")
+            self.echo(f"clear-tokens: {last}")
+        elif code != 0:
+            self.echo(f"clear-tokens exited {code}: {last or 'no output'} (see {self.log_path})")
 
     def stop(self) -> None:
         if self.proc is not None:
-            if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=STOP_PATIENCE_S)   # a clearing pass is short: let it finish
+            except subprocess.TimeoutExpired:
                 self.proc.terminate()
                 try:
                     self.proc.wait(timeout=30)
