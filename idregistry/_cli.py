@@ -108,7 +108,10 @@ def _clear_tokens(args) -> int:
     config = load_config(args.config)
     client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
     try:
-        done = clear_output_tokens(config, client)
+        regions = [r.strip() for r in args.regions.split(",") if r.strip()] if args.regions else None
+        for name in regions or ():
+            config.region(name)                     # names an unknown region
+        done = clear_output_tokens(config, client, regions)
         stats = client.statistics()
     except RegistryUnavailable as e:
         print(f"registry unavailable: {e}", file=sys.stderr)
@@ -140,7 +143,7 @@ def registry_command(argv: list[str]) -> int:
                          "be more than max_clock_skew_s)")
     rs.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the new shards' leaders")
     rs.set_defaults(fn=_reshard)
-    ex = sub.add_parser("export", help="write every shard's (id, token, timestamp_us) as Parquet, shard by shard")
+    ex = sub.add_parser("export", help="write every shard's (id, token, timestamp_us, registered_us) as Parquet, shard by shard")
     ex.add_argument("--config", "-c", required=True, help="photon.toml")
     ex.add_argument("--out", required=True, help="folder to write shard-<s>.parquet and _export.json into")
     ex.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")
@@ -148,6 +151,7 @@ def registry_command(argv: list[str]) -> int:
     ct = sub.add_parser("clear-tokens", help="clear the tokens of ids found in the joined output")
     ct.add_argument("--config", "-c", required=True, help="photon.toml")
     ct.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")
+    ct.add_argument("--regions", default=None, help="only the output of these regions (comma-separated)")
     ct.set_defaults(fn=_clear_tokens)
     args = parser.parse_args(argv)
     try:

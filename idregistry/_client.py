@@ -367,8 +367,13 @@ class RegistryClient:
         raise RegistryUnavailable(f"{event_id} kept landing on the wrong shard")
 
     def export(self, shard: int):
-        """Iterate over ``(id, token, timestamp_us)`` of every id ``shard`` holds (a cleared token is
-        ``""``), as of one position of the shard's log: the leader copies its entries between two
+        """Iterate over ``(id, token, timestamp_us)`` of every id ``shard`` holds: :meth:`export_rows`
+        without the registration time."""
+        return (row[:3] for row in self.export_rows(shard))
+
+    def export_rows(self, shard: int):
+        """Iterate over ``(id, token, timestamp_us, registered_us)`` of every id ``shard`` holds (a cleared
+        token is ``""``; ``registered_us`` is when its token was first committed, 0 when unknown), as of one position of the shard's log: the leader copies its entries between two
         commands after a replicated read barrier, so every id committed before the call is in it and ids
         committed later are not. Raises :class:`RegistryUnavailable` if the stream breaks off (the
         caller must then not use what it got as the shard's whole content)."""
@@ -395,7 +400,8 @@ class RegistryClient:
         stream, chunk = self._with_retries(first_chunk)
         try:
             while chunk is not None:
-                yield from zip(chunk.ids, chunk.tokens, chunk.timestamps_us)
+                registered = chunk.registered_us or [0] * len(chunk.ids)   # a replica that sends none: unknown
+                yield from zip(chunk.ids, chunk.tokens, chunk.timestamps_us, registered)
                 chunk = next(stream, None)
         except grpc.RpcError as e:
             raise RegistryUnavailable(f"export of shard {shard} broke off: {e.code().name} {e.details()}") from None

@@ -3,8 +3,9 @@ output (``photon registry clear-tokens``).
 
 Export layout, one folder per export::
 
-    DIR/shard-<s>.parquet     columns id (string), token (string, "" once cleared), timestamp_us (int64)
-    DIR/_export.json          {"format": 1, "shards": {"<s>": {"rows": n, "file": "shard-<s>.parquet"}},
+    DIR/shard-<s>.parquet     columns id (string), token (string, "" once cleared), timestamp_us (int64),
+                              registered_us (int64)
+    DIR/_export.json          {"format": 2, "shards": {"<s>": {"rows": n, "file": "shard-<s>.parquet"}},
                                "started_at_us", "finished_at_us"}
 
 Each shard's file is one consistent copy of that shard (every id committed before its export began, as of
@@ -12,8 +13,12 @@ one position of its Raft log; see :meth:`RegistryClient.export`); shards are exp
 so two shards' copies are from slightly different moments. A shard file is written under a dot-name and
 renamed when complete, and the manifest is written last: a folder without ``_export.json``, or whose
 files do not hold the row counts it states, is not a complete export (:func:`check_export` says so).
-``timestamp_us`` is the id's own time (the registry keeps no separate commit time). The pipeline keeps
-running while an export streams.
+``timestamp_us`` is the id's own time. ``registered_us`` is when the id was registered: the time the
+shard's leader first committed the id's token (a token names one join request, so this is that request's
+commit; the registry keeps one time per live token, not per id, see :mod:`idregistry._state`). It is 0
+when unknown: a cleared token (the id is in the output), or a commit made before times were recorded.
+Format 1 exports (no ``registered_us``) are still readable. The pipeline keeps running while an export
+streams.
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ import orjson
 from photon import PhotonConfig, write_atomic
 
 MANIFEST = "_export.json"
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
+READABLE_FORMATS = (1, 2)        # format 1: no registered_us column
 ROWS_PER_GROUP = 100_000
 CLEARED_STATE = "tokens-cleared.json"
 CLEAR_BATCH = 5000
@@ -39,7 +45,8 @@ class ExportError(Exception):
 
 def _schema():
     import pyarrow as pa
-    return pa.schema([("id", pa.string()), ("token", pa.string()), ("timestamp_us", pa.int64())])
+    return pa.schema([("id", pa.string()), ("token", pa.string()), ("timestamp_us", pa.int64()),
+                      ("registered_us", pa.int64())])
 
 
 def export_shard(client, shard: int, path: Path) -> int:
@@ -51,16 +58,17 @@ def export_shard(client, shard: int, path: Path) -> int:
     rows = 0
     schema = _schema()
     with pq.ParquetWriter(tmp, schema) as writer:
-        ids, tokens, stamps = [], [], []
+        ids, tokens, stamps, registered = [], [], [], []
 
         def flush():
-            writer.write_table(pa.table([ids, tokens, stamps], schema=schema))
-            ids.clear(), tokens.clear(), stamps.clear()
+            writer.write_table(pa.table([ids, tokens, stamps, registered], schema=schema))
+            ids.clear(), tokens.clear(), stamps.clear(), registered.clear()
 
-        for event_id, token, ts in client.export(shard):
+        for event_id, token, ts, reg in client.export_rows(shard):
             ids.append(event_id)
             tokens.append(token)
             stamps.append(ts)
+            registered.append(reg)
             if len(ids) >= ROWS_PER_GROUP:
                 rows += len(ids)
                 flush()
@@ -104,8 +112,8 @@ def check_export(out: str | Path) -> dict:
         raise ExportError(f"{out}: not a complete registry export (no {MANIFEST})") from None
     except (OSError, ValueError) as e:
         raise ExportError(f"{out / MANIFEST}: unreadable export manifest: {e}") from None
-    if manifest.get("format") != EXPORT_FORMAT or not isinstance(manifest.get("shards"), dict):
-        raise ExportError(f"{out / MANIFEST}: not an export manifest of format {EXPORT_FORMAT}")
+    if manifest.get("format") not in READABLE_FORMATS or not isinstance(manifest.get("shards"), dict):
+        raise ExportError(f"{out / MANIFEST}: not an export manifest of format {' or '.join(map(str, READABLE_FORMATS))}")
     for shard, entry in manifest["shards"].items():
         path = out / entry["file"]
         try:
@@ -130,9 +138,9 @@ def output_ids(path: Path, id_field: str) -> list[str]:
     return ids
 
 
-def clear_output_tokens(config: PhotonConfig, client) -> dict:
-    """Clear the registry tokens of every id in the published joined output files of every region that an
-    earlier run has not gone through yet (remembered in ``<registry data dir>/tokens-cleared.json``).
+def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
+    """Clear the registry tokens of every id in the published joined output files of every region (or of
+    the regions named in ``regions``) that an earlier run has not gone through yet (remembered in ``<registry data dir>/tokens-cleared.json``).
     Returns ``{"files", "ids", "cleared"}``. A cleared id stays held (never joined again) but can no
     longer be deleted by recovery: only ids already in the output are cleared."""
     state_path = config.registry_data_dir / CLEARED_STATE
@@ -142,6 +150,8 @@ def clear_output_tokens(config: PhotonConfig, client) -> dict:
         done = set()
     files = ids_seen = cleared = 0
     for region in config.regions:
+        if regions is not None and region.name not in regions:
+            continue
         joined = region.joined_dir
         if not joined.is_dir():
             continue

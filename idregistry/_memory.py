@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from photon import BadEventId
+from photon import BadEventId, SystemClock
 from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE, CommitResult, ShardState,
                                validate_ids)
 
@@ -14,7 +14,8 @@ class InMemoryRegistry:
     """A single-shard registry held in this process. ``advance_gc(boundary_us)`` stands in for the
     leader's garbage collection."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=None) -> None:
+        self._clock = clock or SystemClock()      # the registration time of new tokens
         self._state = ShardState()
         self._lock = threading.Lock()
 
@@ -36,7 +37,7 @@ class InMemoryRegistry:
 
     def commit(self, ids: list[str], token: str) -> list[CommitResult]:
         self._check(ids)
-        return [CommitResult(c) for c in self._apply((OP_COMMIT, token, list(ids)))]
+        return [CommitResult(c) for c in self._apply((OP_COMMIT, token, list(ids), self._clock.now_us()))]
 
     def clear_tokens(self, ids: list[str]) -> int:
         self._check(ids)
@@ -47,11 +48,14 @@ class InMemoryRegistry:
         return self._apply((OP_DELETE, event_id, expected_token))
 
     def export(self, shard: int = 0):
+        return (row[:3] for row in self.export_rows(shard))
+
+    def export_rows(self, shard: int = 0):
         if shard != 0:
             raise ValueError(f"InMemoryRegistry has one shard (0), not {shard}")
         with self._lock:
             snapshot = self._state.snapshot()
-        return snapshot.entries()
+        return snapshot.rows()
 
     def shards(self) -> list[int]:
         return [0]

@@ -18,6 +18,7 @@ def measure_state_memory(n_ids: int = 5_000_000, processes: int = 200, gc_after_
     per id: by object accounting (``sys.getsizeof`` of everything the state holds) and by the growth of
     this process's resident memory.
 
+    Every commit carries a registration time, as the replicated commands do (one time per live token).
     Tokens: by default one token per 100,000 ids, cleared after each batch of ``batch`` ids. With
     ``ids_per_token`` > 0, the pipeline's real pattern instead: one joiner-style token
     (``host:port/pid/start_us/seq``) per join request of that many ids, never cleared.
@@ -39,13 +40,14 @@ def measure_state_memory(n_ids: int = 5_000_000, processes: int = 200, gc_after_
         k = min(batch, total - done)
         ids = [f"{prefixes[(done + i) % processes]}{start_us + ((done + i) // processes) * step:016d}"
                for i in range(k)]
+        now_us = start_us + (done // processes) * step     # the leader's clock, as the command carries it
         if ids_per_token > 0:
             for at in range(0, k, ids_per_token):
                 seq = (done + at) // ids_per_token
                 state.apply([(OP_COMMIT, f"127.0.0.1:{40000 + seq % 7}/{31000 + seq % 7}/1763712000123456/{seq}",
-                              ids[at:at + ids_per_token])])
+                              ids[at:at + ids_per_token], now_us)])
         else:
-            state.apply([(OP_COMMIT, f"joiner-{done // 100000}", ids)])
+            state.apply([(OP_COMMIT, f"joiner-{done // 100000}", ids, now_us)])
             if clear_tokens:
                 state.apply([(OP_CLEAR_TOKENS, ids)])
         done += k

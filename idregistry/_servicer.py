@@ -72,16 +72,17 @@ class RegistryServicer(pb_grpc.RegistryServicer):
                 entries = self.server.export()
             except NotLeader as e:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"export: {e}")
-        ids, tokens, stamps = [], [], []
-        for event_id, token, ts in entries:
+        ids, tokens, stamps, registered = [], [], [], []
+        for event_id, token, ts, reg in entries:
             ids.append(event_id)
             tokens.append(token)
             stamps.append(ts)
+            registered.append(reg)
             if len(ids) >= EXPORT_CHUNK:
-                yield pb.ExportChunk(ids=ids, tokens=tokens, timestamps_us=stamps)
-                ids, tokens, stamps = [], [], []
+                yield pb.ExportChunk(ids=ids, tokens=tokens, timestamps_us=stamps, registered_us=registered)
+                ids, tokens, stamps, registered = [], [], [], []
         if ids:
-            yield pb.ExportChunk(ids=ids, tokens=tokens, timestamps_us=stamps)
+            yield pb.ExportChunk(ids=ids, tokens=tokens, timestamps_us=stamps, registered_us=registered)
 
     def GetSharding(self, request, context):
         with _errors(context):

@@ -150,10 +150,10 @@ class ReplicaServer:
         validate_ids(ids)
         wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
         if not wrong:
-            return self.batcher.run((OP_COMMIT, token, list(ids)), len(ids))
+            return self.batcher.run((OP_COMMIT, token, list(ids), self.clock.now_us()), len(ids))
         wrong_set = set(wrong)
         mine = [i for n, i in enumerate(ids) if n not in wrong_set]
-        decided = iter(self.batcher.run((OP_COMMIT, token, mine), len(mine)) if mine else b"")
+        decided = iter(self.batcher.run((OP_COMMIT, token, mine, self.clock.now_us()), len(mine)) if mine else b"")
         return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
 
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
@@ -173,11 +173,12 @@ class ReplicaServer:
         return self.batcher.run((OP_DELETE, event_id, expected_token), 1)
 
     def export(self):
-        """Every held ``(id, token, timestamp_us)`` of this shard as of one log position (leader only): a
+        """Every held ``(id, token, timestamp_us, registered_us)`` (see :meth:`ShardSnapshot.rows`) of this
+        shard as of one log position (leader only): a
         replicated read barrier copies the entries between two commands, so the export holds every id
         committed before it was asked for and none half-applied; ids committed later are not in it."""
         self._require_leader()
-        return self.batcher.run((OP_SNAPSHOT,), 1).entries()
+        return self.batcher.run((OP_SNAPSHOT,), 1).rows()
 
     def reshard(self, start_us: int, shards: int, endpoints: dict) -> str | None:
         """Add a sharding epoch (shard 0's leader only). Returns why it was refused, or None."""

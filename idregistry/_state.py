@@ -6,10 +6,12 @@ replica holds the same state; that is the whole replication contract.
 
 Operations (tuples, the first item names the kind; they travel pickled inside one Raft command):
 
-* ``(OP_COMMIT, token, ids)``: insert each id iff absent. Result: ``bytes`` with one
+* ``(OP_COMMIT, token, ids, now_us)``: insert each id iff absent. Result: ``bytes`` with one
   :class:`CommitResult` per id. Within one command, operations apply in order, so the first writer of
   an id wins; a later commit of the same id with the same token is ``OK`` (a retry), with another token
-  ``ALREADY_EXISTS``.
+  ``ALREADY_EXISTS``. ``now_us`` is the proposing leader's clock: a token new to the shard is recorded as
+  registered at that time (the same on every replica, since it travels in the command). A journal entry
+  written before the time was carried (``(OP_COMMIT, token, ids)``) records time 0: unknown.
 * ``(OP_ADVANCE_GC, boundary_us)``: ids with a timestamp below the boundary are forgotten and answered
   ``TOO_OLD``. The boundary never goes back: an older boundary is ignored. Result: the boundary in force.
 * ``(OP_CLEAR_TOKENS, ids)``: drop the tokens of ids known to be in the output (the ids stay).
@@ -38,6 +40,10 @@ never reused while anything refers to them; when the next number would not fit i
 are renumbered 1..k in order (the same on every replica: it is part of applying a command), so numbering
 never wraps. A read in another thread that overlaps that renumbering (once per 2**32 join requests) may
 see a wrong token name for an id; whether an id is held is never affected.
+
+Registration time: ``token_time[number]`` is when the token was first committed (the leader's clock;
+0 when unknown). Tokens name one join request, so the time is within that request's commit of each of
+its ids' registration; it costs one dict entry per live token, not per id. Export reports it per id.
 
 Clearing tokens (paper §3.3.3: a token is needed only until the id is known to be in the output) sets
 them to :data:`NO_TOKEN`; once every id of a run is cleared, the run drops its token array, saving
@@ -237,16 +243,22 @@ class ShardSnapshot:
     token_names: list
     gc_boundary_us: int
     ids_held: int
+    token_times: dict = field(default_factory=dict)   # token number -> registered at (us; absent: unknown)
 
     def entries(self):
         """Every held ``(id, token, timestamp_us)``; a cleared token is ``""``."""
-        names, boundary = self.token_names, self.gc_boundary_us
+        return (row[:3] for row in self.rows())
+
+    def rows(self):
+        """Every held ``(id, token, timestamp_us, registered_us)``: :meth:`entries` with the time the id's
+        token was first committed; 0 for a cleared token or one registered before times were recorded."""
+        names, boundary, times = self.token_names, self.gc_boundary_us, self.token_times
         for prefix, base, offsets, tokens in self.runs:
             toks = tokens if tokens is not None else (NO_TOKEN for _ in offsets)
             for off, tok in zip(offsets, toks):
                 ts = base + off
                 if ts >= boundary:
-                    yield f"{prefix}:{ts:016d}", names[tok], ts
+                    yield f"{prefix}:{ts:016d}", names[tok], ts, times.get(tok, 0)
 
 
 class ShardState:
@@ -266,6 +278,7 @@ class ShardState:
         self.token_names: dict[int, str] = {NO_TOKEN: ""}
         self.token_numbers: dict[str, int] = {}
         self.token_bucket: dict[int, int] = {}   # token number -> newest bucket holding one of its ids
+        self.token_time: dict[int, int] = {}     # token number -> registered at (leader's clock, us)
         self.next_token = NO_TOKEN + 1
         self.tokens_freed = 0
         self.gc_boundary_us = 0
@@ -276,6 +289,8 @@ class ShardState:
     def __setstate__(self, state: dict) -> None:
         """Unpickle; a snapshot written before tokens were freed with GC (a list of names) is upgraded."""
         self.__dict__.update(state)
+        if "token_time" not in state:         # written before registration times were recorded: unknown
+            self.token_time = {}
         if isinstance(self.token_names, list):
             names = self.token_names
             self.token_names = dict(enumerate(names))
@@ -330,7 +345,8 @@ class ShardState:
                 tokens = run.tokens
                 runs.append((prefix, b * self.bucket_us, array("I", run.offsets),
                              None if tokens is None else array("I", tokens)))
-        return ShardSnapshot(self.shard, runs, dict(self.token_names), self.gc_boundary_us, self.ids_held)
+        return ShardSnapshot(self.shard, runs, dict(self.token_names), self.gc_boundary_us, self.ids_held,
+                             dict(self.token_time))
 
     def token_bytes_saved(self) -> tuple[int, int]:
         """``(ids whose run dropped its token array, bytes those arrays would hold)``."""
@@ -342,9 +358,10 @@ class ShardState:
         """Bytes of the objects holding the ids (dicts, prefix strings, runs and their arrays, as
         ``sys.getsizeof`` counts them, including spare capacity), tokens table included."""
         total = (sys.getsizeof(self.buckets) + sys.getsizeof(self.token_names) + sys.getsizeof(self.token_numbers)
-                 + sys.getsizeof(self.token_bucket))
+                 + sys.getsizeof(self.token_bucket) + sys.getsizeof(self.token_time))
         total += sum(sys.getsizeof(name) + sys.getsizeof(number) for number, name in self.token_names.items())
         total += sum(sys.getsizeof(b) for b in self.token_bucket.values())
+        total += sum(sys.getsizeof(t) for t in self.token_time.values())
         for bucket in list(self.buckets.values()):
             total += sys.getsizeof(bucket)
             for prefix, run in list(bucket.items()):
@@ -360,7 +377,7 @@ class ShardState:
         for op in ops:
             kind = op[0]
             if kind == OP_COMMIT:
-                out.append(self._commit(op[1], op[2]))
+                out.append(self._commit(op[1], op[2], op[3] if len(op) > 3 else 0))
             elif kind == OP_ADVANCE_GC:
                 out.append(self._advance_gc(op[1]))
             elif kind == OP_CLEAR_TOKENS:
@@ -379,8 +396,9 @@ class ShardState:
                 raise ValueError(f"unknown registry operation {kind!r}")
         return out
 
-    def _token_number(self, token: str) -> tuple[int, bool]:
-        """``(number, new?)`` of a token, interning it under the next number if it is new."""
+    def _token_number(self, token: str, now_us: int = 0) -> tuple[int, bool]:
+        """``(number, new?)`` of a token, interning it under the next number (registered at ``now_us``;
+        0: unknown, not recorded) if it is new."""
         n = self.token_numbers.get(token)
         if n is not None:
             return n, False
@@ -390,6 +408,8 @@ class ShardState:
         self.next_token = n + 1
         self.token_numbers[token] = n
         self.token_names[n] = token
+        if now_us:
+            self.token_time[n] = now_us
         return n, True
 
     def _renumber_tokens(self) -> None:
@@ -405,17 +425,19 @@ class ShardState:
         self.token_names = names
         self.token_numbers = {name: number for number, name in names.items() if number != NO_TOKEN}
         self.token_bucket = {mapping[old]: b for old, b in self.token_bucket.items()}
+        self.token_time = {mapping[old]: t for old, t in self.token_time.items() if old in mapping}
         self.next_token = len(live) + 1
 
     def _forget_token(self, number: int) -> None:
         self.token_bucket.pop(number, None)
+        self.token_time.pop(number, None)
         name = self.token_names.pop(number)
         del self.token_numbers[name]
         self.tokens_freed += 1
 
-    def _commit(self, token: str, ids) -> bytes:
+    def _commit(self, token: str, ids, now_us: int = 0) -> bytes:
         # The hot path of the registry (it runs on every replica for every id): kept flat on purpose.
-        number, new_token = self._token_number(token)
+        number, new_token = self._token_number(token, now_us)
         boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
         results = bytearray(len(ids))          # zero == CommitResult.OK
         last_key = None

@@ -198,6 +198,9 @@ class RegistryConfig:
                                        check=_positive)
     simulated_rtt_ms: float = opt(0.0, "benchmarks only: delay every message between replicas by this round trip",
                                   check=_non_negative)
+    clear_tokens_every_s: float = opt(300.0, "`photon run` runs `photon registry clear-tokens` for its regions this "
+                                             "often (clearing the tokens of ids found in published joined output); "
+                                             "0: never", check=_non_negative)
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,10 @@ class VerifyConfig:
     remote_joiner_grace_s: float = opt(300.0, "a joiner on another host (its pid cannot be checked here) counts as "
                                               "stopped once its status file has not been rewritten for this long",
                                        check=_positive)
+    lost_after_s: float = opt(3600.0, "a lost click whose joiner cannot be seen from here (another host without a "
+                                      "status file, a token that does not parse) is recoverable once it was "
+                                      "registered this long ago; a joiner seen running always keeps its clicks",
+                              check=_positive)
 
 
 @dataclass(frozen=True)

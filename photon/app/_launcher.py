@@ -86,6 +86,17 @@ class Launcher:
                 self._region_specs += plan_region(self.config, region.name, endpoints)
         return specs + self._region_specs
 
+    def _token_clearing(self):
+        """``photon registry clear-tokens`` every ``[registry].clear_tokens_every_s`` (None when 0 or when
+        this launcher runs no pipeline)."""
+        from photon.app._tokens import PeriodicTokenClearing
+        regions = [r.name for r in self.pipeline_regions()]
+        if not self.config.registry.clear_tokens_every_s or not regions:
+            return None
+        return PeriodicTokenClearing(self.config, self._child_env(self.config),
+                                     launcher_state_file(self.config, self.options.regions).parent / "logs",
+                                     self.echo, regions if self.options.regions else None)
+
     def regions(self) -> list:
         """The regions this launcher runs (``--region``; default every region of the config)."""
         return [r for r in self.config.regions if self.options.regions is None or r.name in self.options.regions]
@@ -135,14 +146,17 @@ class Launcher:
         compaction = None
         if self.options.compact:
             from photon.app._compact import PeriodicCompaction
-            compaction = PeriodicCompaction(self.config, self._child_env(),
+            compaction = PeriodicCompaction(self.config, self._child_env(self.config),
                                             Path(self.config.regions[0].state_dir) / "logs", self.echo)
+        clearing = self._token_clearing()
         try:
             while not self.options.stop_requested:
                 controls.apply(self.supervisor)
                 self.supervisor.poll()
                 if compaction is not None:
                     compaction.poll()
+                if clearing is not None:
+                    clearing.poll()
                 if time.monotonic() - last_plan >= 1.0:
                     self.supervisor.ensure(self.specs())
                     last_plan = time.monotonic()
@@ -162,6 +176,8 @@ class Launcher:
         finally:
             if compaction is not None:
                 compaction.stop()
+            if clearing is not None:
+                clearing.stop()
             self.echo("stopping (dispatchers, then joiners rolling their output, then event stores and registry)")
             self.supervisor.stop()
         return code

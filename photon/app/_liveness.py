@@ -1,8 +1,9 @@
 """Which joiner processes may still write: the question recovery must answer before deleting an id.
 
 A registry token is ``<host:port>/<pid>/<start_us>/<seq>`` (see joiner/_shell.py); its *prefix*
-``<host:port>/<pid>/<start_us>`` names one joiner process. :func:`decide_alive` is the pure rule;
-:func:`observe` gathers what it needs (processes of this host, the joiners' status files) at one moment.
+``<host:port>/<pid>/<start_us>`` names one joiner process. :func:`judge` is the pure rule (three verdicts:
+:data:`ALIVE`, :data:`STOPPED`, :data:`UNSEEN`); :func:`observe` gathers what it needs (processes of this
+host, the joiners' status files) at one moment.
 
 The rule, erring towards "alive" (an alive verdict only ever stops a delete):
 
@@ -11,8 +12,11 @@ The rule, erring towards "alive" (an alive verdict only ever stops a delete):
   count. A stopped (SIGSTOP) joiner is alive.
 * a joiner on another host is alive unless its status file (``<state_dir>/joiners/<name>.json``, rewritten
   about once a second while it runs) names its address and pid and was last written more than
-  ``grace_us`` ago; with no status file at all it counts as alive.
-* a token that does not parse counts as alive.
+  ``grace_us`` ago; with no status file at all it is *unseen*.
+* a token that does not parse names an *unseen* joiner.
+
+An unseen joiner is never judged stopped; verify and recover treat its lost ids as recoverable only once
+they were registered longer ago than ``[verify].lost_after_s`` (see :mod:`photon.app._verify`).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from pathlib import Path
 import orjson
 
 START_SLACK_US = 1_000_000
+ALIVE, STOPPED, UNSEEN = "alive", "stopped", "unseen"
 
 
 @dataclass(frozen=True)
@@ -59,20 +64,22 @@ class Observation:
     statuses: dict
 
 
-def decide_alive(prefix: str, seen: Observation, grace_us: int) -> bool:
+def judge(prefix: str, seen: Observation, grace_us: int) -> str:
+    """:data:`ALIVE`, :data:`STOPPED` or :data:`UNSEEN` (see the module docstring)."""
     joiner = parse_prefix(prefix)
     if joiner is None:
-        return True
+        return UNSEEN
     if joiner.host in seen.local_hosts:
         proc = seen.processes.get(joiner.pid)
         if proc is None:
-            return False
+            return STOPPED
         create_us, zombie = proc
-        return not zombie and create_us <= joiner.start_us + START_SLACK_US
+        return ALIVE if not zombie and create_us <= joiner.start_us + START_SLACK_US else STOPPED
     written = seen.statuses.get((joiner.address, joiner.pid))
     if written is None:
-        return True
-    return seen.now_us - written <= grace_us
+        return UNSEEN
+    return ALIVE if seen.now_us - written <= grace_us else STOPPED
+
 
 
 def local_hosts() -> frozenset:
@@ -114,8 +121,9 @@ def observe(prefixes, state_dirs, now_us: int) -> Observation:
     return Observation(now_us, local_hosts(), processes, read_joiner_statuses(state_dirs))
 
 
-def alive_prefixes(prefixes, state_dirs, now_us: int, grace_us: int) -> set[str]:
-    """The prefixes (of ``prefixes``) whose joiner may still be running, as seen now."""
+def verdicts(prefixes, state_dirs, now_us: int, grace_us: int) -> dict[str, str]:
+    """``{prefix: ALIVE | STOPPED | UNSEEN}`` for ``prefixes``, as seen now."""
     prefixes = list(prefixes)
     seen = observe(prefixes, state_dirs, now_us)
-    return {p for p in prefixes if decide_alive(p, seen, grace_us)}
+    return {p: judge(p, seen, grace_us) for p in prefixes}
+

@@ -5,9 +5,10 @@ the output goes through the registry's insert-if-absent commit):
 
 1. Finish what an interrupted earlier run left (its intent file): re-inject those lines whose ids the
    registry no longer holds.
-2. Take the recoverable events of a verify run (run here, or ``--from`` a earlier one's Parquet) and judge
-   their joiners again now; events whose joiner runs again are left alone (those recorded in a lost-ids
-   ledger under the same token excepted: that joiner gave them up).
+2. Take the recoverable events of a verify run (run here, or ``--from`` an earlier one's Parquet) and judge
+   their joiners again now: an event is recovered if a lost-ids ledger records it under its token (that
+   joiner gave it up), or its joiner is seen stopped, or its joiner cannot be seen from here and it was
+   registered more than ``[verify].lost_after_s`` ago. Events of a joiner seen running are left alone.
 3. Write the events to an intent file (fsynced), then delete each id from the registry **only if it is
    still held under the token verify saw** (the registry's conditional delete). A changed or cleared
    token, or an id already gone and joined, deletes nothing.
@@ -28,10 +29,9 @@ import orjson
 
 import idregistry
 from photon import PhotonConfig, S3Publisher, fsync_path, write_atomic
-from photon.app._liveness import alive_prefixes, token_prefix
-from photon.app._verify import read_recoverable
+from photon.app._liveness import STOPPED, UNSEEN, token_prefix, verdicts
+from photon.app._verify import LEDGER_REASON, read_recoverable
 
-LEDGER_REASON = "in a lost-ids ledger"
 INTENT_GLOB = "recover-intent-*.jsonl"
 DELETE_THREADS = 8
 
@@ -39,7 +39,7 @@ DELETE_THREADS = 8
 @dataclass(frozen=True)
 class RecoverReport:
     candidates: int              # recoverable events handed in
-    joiner_alive: int            # left alone: their joiner runs (again)
+    joiner_alive: int            # left alone: their joiner runs (again), or is unseen and they are recent
     deleted: int                 # deleted from the registry under the token verify saw
     token_changed: int           # not deleted: held under another (or a cleared) token now
     reinjected: int              # lines written to the recovery stream (per region)
@@ -100,6 +100,21 @@ def _resume(config: PhotonConfig, client, intent_dir: Path) -> tuple[int, list[s
     return resumed, files
 
 
+def _still_recoverable(config: PhotonConfig, rows: list[dict]) -> list[dict]:
+    """The rows recovery may delete now (see step 2 of the module docstring), judged at this moment."""
+    grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
+    now_us = time.time_ns() // 1000
+    judged = verdicts({token_prefix(r["token"]) for r in rows}, [r.state_dir for r in config.regions], now_us,
+                      grace_us)
+    aged_before_us = now_us - int(config.verify.lost_after_s * 1e6)
+
+    def recoverable(r: dict) -> bool:
+        verdict = judged[token_prefix(r["token"])]
+        return (r["reason"] == LEDGER_REASON or verdict == STOPPED
+                or (verdict == UNSEEN and 0 < r["registered_us"] < aged_before_us))
+    return [r for r in rows if recoverable(r)]
+
+
 def run_recover(config: PhotonConfig, recoverable_path: str | Path, *, dry_run: bool = False,
                 client=None) -> RecoverReport:
     """Recover the events of a verify run's ``recoverable`` Parquet (see the module docstring)."""
@@ -110,10 +125,7 @@ def run_recover(config: PhotonConfig, recoverable_path: str | Path, *, dry_run: 
         client = idregistry.connect(idregistry.registry_endpoints(config))
     try:
         resumed, files = (0, []) if dry_run else _resume(config, client, intent_dir)
-        grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
-        prefixes = {token_prefix(r["token"]) for r in rows}
-        alive = alive_prefixes(prefixes, [r.state_dir for r in config.regions], time.time_ns() // 1000, grace_us)
-        todo = [r for r in rows if r["reason"] == LEDGER_REASON or token_prefix(r["token"]) not in alive]
+        todo = _still_recoverable(config, rows)
         if dry_run:
             return RecoverReport(len(rows), len(rows) - len(todo), 0, 0, 0, 0, (), True)
         stamp = f"{time.time_ns() // 1000}-{os.getpid()}"

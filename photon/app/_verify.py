@@ -9,8 +9,11 @@ their id's timestamp:
 * ``foreign_events``: ids in the foreign input of any region (each id once, however often logged);
 * ``joined``: ids in the joined output of any region; ``duplicates``: ids in it more than once (must be 0);
 * ``lost``: ids held by the registry yet in no region's output;
-* ``recoverable``: lost ids whose token's joiner is no longer running (see :mod:`photon.app._liveness`), or
-  that a joiner's lost-ids ledger records under that same token, and whose raw line is in the input;
+* ``recoverable``: lost ids whose raw line is in the input and that a joiner's lost-ids ledger records
+  under that same token, or whose token's joiner is no longer running (see :mod:`photon.app._liveness`),
+  or whose joiner cannot be seen from here (another host without a status file, a token that does not
+  parse) and which were registered more than ``[verify].lost_after_s`` ago (the export's
+  ``registered_us``). A lost id of a joiner seen running is never recoverable: it may still write it;
 * ``pending``: input ids neither registered, joined nor in an unjoinable log (still being worked on);
 * ``unjoinable``: ids in an unjoinable log, neither joined nor registered;
 * ``wrongly_unjoinable``: ids in the unjoinable log of every region whose input holds them, joined
@@ -44,11 +47,14 @@ from photon._output import compacted_lines, s3_output_snapshot
 from photon._publish import S3Publisher
 from photon._source import is_remote
 from photon._spark_io import new_staging, stream_text
-from photon.app._liveness import alive_prefixes
+from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
                "wrongly_unjoinable")
 ID_PATTERN = r"^[^:/\s]+:[0-9]+:[0-9]{16}$"
+LEDGER_REASON = "in a lost-ids ledger"
+STOPPED_REASON = "its joiner is no longer running"
+AGED_REASON = "registered over [verify].lost_after_s ago by a joiner that cannot be seen"
 
 
 class VerifyInputError(Exception):
@@ -280,11 +286,26 @@ def take_export(config: PhotonConfig, out: Path) -> Path:
     return out
 
 
+def _mark_lost(every, aged_before_us: int):
+    """Adds ``is_lost``, ``is_recoverable`` and its ``reason`` (the rule of the module docstring) to the
+    joined-up rows (columns token, n_out, raw, in_ledger, verdict, registered_us)."""
+    from pyspark.sql import functions as F
+    in_ledger = F.coalesce("in_ledger", F.lit(False))
+    stopped = F.coalesce(F.col("verdict") == STOPPED, F.lit(False))
+    aged = F.coalesce((F.col("verdict") == UNSEEN) & (F.col("registered_us") > 0)
+                      & (F.col("registered_us") < aged_before_us), F.lit(False))
+    return every.withColumn("is_lost", F.col("token").isNotNull() & F.col("n_out").isNull()) \
+        .withColumn("is_recoverable", F.col("is_lost") & (F.col("token") != "") & F.col("raw").isNotNull()
+                    & (in_ledger | stopped | aged)) \
+        .withColumn("reason", F.when(in_ledger, LEDGER_REASON).when(stopped, STOPPED_REASON).otherwise(AGED_REASON))
+
+
 def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, until_us: int | None = None,
                export_dir: str | Path | None = None, out_dir: str | Path | None = None,
                show_progress: bool = False) -> VerifyReport:
     """Run the verification (see the module docstring); writes the recoverable events as Parquet under
-    ``out_dir`` (default ``config.verify_dir``)/``recoverable`` with columns id, token, raw, ref, reason."""
+    ``out_dir`` (default ``config.verify_dir``)/``recoverable`` with columns id, token, raw, ref, reason,
+    registered_us."""
     from pyspark.sql import functions as F
     from photon.app._spark import progress
 
@@ -305,14 +326,18 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     with progress(spark, "verify", show_progress):
         t0 = time.perf_counter()
         export_files = [str(export_dir / s["file"]) for s in manifest["shards"].values()]
-        registered = _window(spark.read.parquet(*export_files), since_us, until_us) \
-            .select("id", "token").withColumn("prefix", F.regexp_extract("token", r"^(.*)/[^/]*$", 1))
+        exported = spark.read.parquet(*export_files)
+        registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
+        registered = _window(exported, since_us, until_us) \
+            .select("id", "token", registered_us.alias("registered_us")) \
+            .withColumn("prefix", F.regexp_extract("token", r"^(.*)/[^/]*$", 1))
         registered = registered.cache()
         prefixes = [r.prefix for r in registered.select("prefix").distinct().collect() if r.prefix]
         # judged before the output is listed: a joiner stopped now wrote all it ever will by the listing
         grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
-        alive = alive_prefixes(prefixes, [r.state_dir for r in config.regions], time.time_ns() // 1000, grace_us)
-        dead = [p for p in prefixes if p not in alive]
+        now_us = time.time_ns() // 1000
+        judged = verdicts(prefixes, [r.state_dir for r in config.regions], now_us, grace_us)
+        aged_before_us = now_us - int(config.verify.lost_after_s * 1e6)
         ledger = [(e["id"], e["token"]) for r in config.regions for e in joiner.read_lost(r.state_dir)
                   if isinstance(e.get("token"), str)]
 
@@ -331,15 +356,14 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         timings["read_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        dead_df = spark.createDataFrame([(p,) for p in dead], "prefix string").withColumn("dead", F.lit(True))
+        judged_df = spark.createDataFrame([(p, v) for p, v in judged.items() if v in (STOPPED, UNSEEN)],
+                                          "prefix string, verdict string")
         ledger_df = spark.createDataFrame(ledger, "id string, token string").dropDuplicates() \
             .withColumn("in_ledger", F.lit(True))
-        reg = registered.join(F.broadcast(dead_df), "prefix", "left") \
+        reg = registered.join(F.broadcast(judged_df), "prefix", "left") \
             .join(ledger_df, ["id", "token"], "left")
         every = foreign.join(joined, "id", "full").join(reg, "id", "full").join(unjoin, "id", "full")
-        every = every.withColumn("is_lost", F.col("token").isNotNull() & F.col("n_out").isNull()) \
-            .withColumn("is_recoverable", F.col("is_lost") & (F.col("token") != "") & F.col("raw").isNotNull()
-                        & (F.coalesce("dead", F.lit(False)) | F.coalesce("in_ledger", F.lit(False)))) \
+        every = _mark_lost(every, aged_before_us) \
             .withColumn("is_unjoinable", F.col("u_regions").isNotNull() & F.col("n_out").isNull()
                         & F.col("token").isNull()) \
             .withColumn("everywhere", F.col("is_unjoinable") & F.col("in_regions").isNotNull()
@@ -364,10 +388,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
                 .select(F.col("id").alias("ref")).distinct()
             wrongly = every.filter("everywhere").join(primary, "ref", "left_semi").count()
         recoverable_path = out / "recoverable"
-        every.filter("is_recoverable").select(
-            "id", "token", "raw", "ref",
-            F.when(F.coalesce("in_ledger", F.lit(False)), "in a lost-ids ledger")
-             .otherwise("its joiner is no longer running").alias("reason")) \
+        every.filter("is_recoverable").select("id", "token", "raw", "ref", "reason", "registered_us") \
             .coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
         timings["join_s"] = time.perf_counter() - t0
         for df in (registered, cached_outputs, joined, unjoin, foreign, every):
@@ -378,13 +399,16 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
 
 def read_recoverable(path: str | Path) -> list[dict]:
-    """The rows a verify run wrote (``id, token, raw, ref, reason``)."""
+    """The rows a verify run wrote (``id, token, raw, ref, reason, registered_us``; 0 when a run of an
+    earlier version wrote no time)."""
     import pyarrow.parquet as pq
     path = Path(path)
     files = sorted(p for p in path.glob("*.parquet")) if path.is_dir() else [path]
     rows = []
     for f in files:
         rows += pq.read_table(f).to_pylist()
+    for r in rows:
+        r["registered_us"] = r.get("registered_us") or 0
     return rows
 
 

@@ -138,3 +138,56 @@ def test_recover_never_deletes_a_live_joiners_id_nor_one_whose_token_changed(tmp
         assert (done.joiner_alive, done.deleted) == (1, 0) and client.lookup([live]) == [True]
     finally:
         client.close()
+
+
+def test_liveness_verdicts_alive_stopped_unseen():
+    from photon.app._liveness import ALIVE, STOPPED, UNSEEN, Observation, judge
+    now = 1_763_712_000_000_000
+    seen = Observation(now, frozenset({"127.0.0.1"}), {100: (now - 5_000_000, False), 101: (now, False),
+                                                       102: (now - 9_000_000, True)},
+                       {("10.8.0.1:7000", 7): now - 1_000_000, ("10.8.0.1:7000", 8): now - 400_000_000})
+    grace = 300_000_000
+    assert judge(f"127.0.0.1:5000/100/{now - 5_000_000}", seen, grace) == ALIVE
+    assert judge(f"127.0.0.1:5000/101/{now - 60_000_000}", seen, grace) == STOPPED    # pid reused later
+    assert judge(f"127.0.0.1:5000/102/{now - 9_000_000}", seen, grace) == STOPPED     # a zombie
+    assert judge(f"127.0.0.1:5000/103/{now}", seen, grace) == STOPPED                 # gone
+    assert judge("10.8.0.1:7000/7/1", seen, grace) == ALIVE                          # fresh status file
+    assert judge("10.8.0.1:7000/8/1", seen, grace) == STOPPED                        # stale status file
+    assert judge("10.8.0.1:7000/9/1", seen, grace) == UNSEEN                         # no status file
+    assert judge("not-a-token", seen, grace) == UNSEEN
+
+
+def test_lost_clicks_of_unseen_joiners_are_recoverable_only_after_lost_after_s(tmp_path, spark):
+    """Registration time from the export decides for joiners this host cannot see; a joiner seen running
+    (fresh status file) keeps its clicks however old; recover judges the same way and deletes only those."""
+    from photon import FakeClock, write_atomic
+    config = make_world(tmp_path, regions=("a",), registry_lines="[verify]\nlost_after_s = 600\n")
+    now = time.time_ns() // 1000
+    clock = FakeClock(now - 3600 * 10**6)
+    reg = idregistry.InMemoryRegistry(clock=clock)
+    old_unseen, old_seen, new_unseen = GEN.next_id(), GEN.next_id(), GEN.next_id()
+    write(tmp_path / "logs/a/clicks/f.jsonl", [click(i, i) for i in (old_unseen, old_seen, new_unseen)])
+    reg.commit([old_unseen], "10.77.0.1:7000/41/1/1")          # an hour ago, by joiners on another host
+    reg.commit([old_seen], "10.77.0.2:7000/42/1/1")
+    clock.set(now)
+    reg.commit([new_unseen], "10.77.0.1:7000/41/1/2")          # just now
+    status = tmp_path / "state/a/joiners/a-j9.json"            # the second joiner writes its status file
+    status.parent.mkdir(parents=True)
+    write_atomic(status, orjson.dumps({"address": "10.77.0.2:7000", "pid": 42, "written_at_us": now}))
+    idregistry.export_registry(reg, tmp_path / "export")
+    report = run_verify(config, spark, export_dir=tmp_path / "export")
+    assert (report.lost, report.recoverable) == (3, 1)
+    rows = read_recoverable(report.recoverable_path)
+    assert [(r["id"], r["reason"]) for r in rows] == [
+        (old_unseen, "registered over [verify].lost_after_s ago by a joiner that cannot be seen")]
+    assert now - 3601 * 10**6 <= rows[0]["registered_us"] <= now - 3599 * 10**6
+    done = run_recover(config, report.recoverable_path, client=reg)
+    assert (done.candidates, done.deleted, done.reinjected) == (1, 1, 1)
+    assert reg.lookup([old_unseen, old_seen, new_unseen]) == [False, True, True]
+    forged = [dict(rows[0], id=new_unseen, token="10.77.0.1:7000/41/1/2", registered_us=now)]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    (tmp_path / "forged").mkdir()
+    pq.write_table(pa.Table.from_pylist(forged), tmp_path / "forged" / "part-0.parquet")
+    done = run_recover(config, tmp_path / "forged", client=reg)     # recover re-judges: too recent
+    assert (done.joiner_alive, done.deleted) == (1, 0) and reg.lookup([new_unseen]) == [True]

@@ -44,6 +44,50 @@ def test_clearing_every_token_of_a_run_drops_its_array_and_commits_still_work():
     assert snap.ids_held == 1001
 
 
+def test_registration_time_travels_in_the_command_and_is_kept_per_token():
+    s = ShardState(bucket_us=1_000_000)
+    replica = ShardState(bucket_us=1_000_000)
+    first = [(OP_COMMIT, "A", [eid(1), eid(2)], T0 + 500)]
+    for state in (s, replica):                              # every replica applies the same command
+        state.apply(first)
+    assert s.token_time == replica.token_time
+    s.apply([(OP_COMMIT, "A", [eid(3)], T0 + 900)])         # a retry with the same token: first time kept
+    s.apply([(OP_COMMIT, "B", [eid(4)], T0 + 700), (OP_COMMIT, "old", [eid(5)])])   # a pre-time journal entry
+    s.apply([(OP_CLEAR_TOKENS, [eid(2)])])
+    rows = {i: reg for i, _, _, reg in s.snapshot().rows()}
+    assert rows == {eid(1): T0 + 500, eid(2): 0, eid(3): T0 + 500, eid(4): T0 + 700, eid(5): 0}
+    assert [r[:3] for r in s.snapshot().rows()] == list(s.entries())
+    copy = pickle.loads(pickle.dumps(s))                    # Raft snapshots keep the times
+    assert {i: reg for i, _, _, reg in copy.snapshot().rows()} == rows
+    legacy = copy.__dict__.copy()
+    del legacy["token_time"]                                # a snapshot written before times were kept
+    old = ShardState.__new__(ShardState)
+    old.__setstate__(legacy)
+    assert {reg for *_, reg in old.snapshot().rows()} == {0}
+    s._renumber_tokens()                                    # renumbering keeps each token's time
+    assert {i: reg for i, _, _, reg in s.snapshot().rows()} == rows
+    refused = s.apply([(OP_COMMIT, "C", [eid(1)], T0 + 999)])[0]
+    assert list(refused) == [1] and "C" not in s.token_numbers and len(s.token_time) == 2   # A and B
+
+
+def test_export_writes_when_each_id_was_registered(cluster, tmp_path):
+    import time
+    client = cluster.client
+    before = time.time_ns() // 1000
+    early = fresh(20)
+    client.commit(early, "joiner-r1")
+    middle = time.time_ns() // 1000
+    late = fresh(20)
+    client.commit(late, "joiner-r2")
+    after = time.time_ns() // 1000
+    idregistry.export_registry(client, tmp_path / "export")
+    table = pq.read_table(tmp_path / "export" / "shard-0.parquet").to_pylist()
+    reg = {r["id"]: r["registered_us"] for r in table}
+    assert all(before <= reg[i] <= middle for i in early)
+    assert all(middle <= reg[i] <= after for i in late)
+    assert len({reg[i] for i in early}) == 1                # one time per token (join request)
+
+
 def fresh(n: int) -> list[str]:
     return [GEN.next_id() for _ in range(n)]
 
@@ -71,7 +115,7 @@ def test_export_is_a_consistent_copy_per_shard_while_commits_run(cluster, tmp_pa
         t.join()
     assert idregistry.check_export(tmp_path / "export") == manifest
     table = pq.read_table(tmp_path / "export" / "shard-0.parquet")
-    assert table.column_names == ["id", "token", "timestamp_us"]
+    assert table.column_names == ["id", "token", "timestamp_us", "registered_us"]
     exported = set(table.column("id").to_pylist())
     assert len(exported) == table.num_rows == manifest["shards"]["0"]["rows"]
     inside = [all(i in exported for i in b) for b in batches]
