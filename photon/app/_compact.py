@@ -18,8 +18,6 @@ file is there). Compaction of one output folder, per run:
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ import orjson
 
 from photon import PhotonConfig, output_snapshot, write_atomic
 from photon._output import COMPACTION_RECORD, LINE_COLUMN, compaction_record
+from photon.app._periodic import PeriodicChild
 
 HOUR_US = 3600 * 1_000_000
 
@@ -155,36 +154,9 @@ def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None =
     return stats
 
 
-class PeriodicCompaction:
-    """``photon run --compact``: starts ``photon compact`` as a child process every ``[compact].every_s``
-    (never two at once). :meth:`poll` from the launcher's loop; :meth:`stop` at the end."""
+class PeriodicCompaction(PeriodicChild):
+    """``photon run --compact``: ``photon compact`` as a child process every ``[compact].every_s``."""
 
     def __init__(self, config: PhotonConfig, env: dict, log_dir: Path, echo) -> None:
-        self.config, self.env, self.echo = config, env, echo
-        self.log_path = Path(log_dir) / "compact.log"
-        self.next_at = time.monotonic() + config.compact.every_s
-        self.proc: subprocess.Popen | None = None
-        self.runs = 0
-
-    def poll(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            if self.proc.returncode != 0:
-                self.echo(f"compaction exited {self.proc.returncode}; see {self.log_path}")
-            self.proc = None
-        if self.proc is None and time.monotonic() >= self.next_at:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen([sys.executable, "-m", "photon.app.cli", "compact", "--config",
-                                              self.config.path], stdout=log, stderr=subprocess.STDOUT,
-                                             env=self.env, start_new_session=True)
-            self.runs += 1
-            self.next_at = time.monotonic() + self.config.compact.every_s
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        super().__init__("compaction", ["compact", "--config", config.path], config.compact.every_s, env,
+                         Path(log_dir) / "compact.log", echo)

@@ -14,6 +14,8 @@ from photon.app import GenOptions, generate
 from photon.app import build_map
 from photon.app.cli import main as photon
 
+from es_helpers import query_lines_by_id
+
 
 def _workload(tmp_path, **kw) -> Path:
     generate(GenOptions(out=str(tmp_path), queries=kw.pop("queries", 6000), rotate_lines=1500, writers=3,
@@ -116,13 +118,7 @@ def test_logs_store_finds_every_query_through_the_spark_built_map(tmp_path, spar
     root = Path(reg.log_root) / "queries"
     store = LogsEventStore("a", root, "query_id", eventstore.map_dir(reg.state_dir), None, 8192)
     store.refresh()
-    lines = {}
-    for f in root.rglob("*.jsonl"):
-        for line in f.read_bytes().splitlines():
-            try:
-                lines[orjson.loads(line)["query_id"]] = line
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                pass
-    ids = [i for i in lines if i.count(":") == 2 and i.rsplit(":", 1)[1].isdigit()]
+    lines = query_lines_by_id(root)
+    ids = list(lines)
     assert store.lookup(ids) == [lines[i] for i in ids] and len(ids) == 6000
     store.close()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 import eventstore
 from eventstore._logstore import LogsEventStore
 from photon import load_config
 from photon.app import GenOptions, build_map, generate
+
+from es_helpers import query_lines_by_id
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,14 +44,8 @@ def test_build_map_over_s3_equals_the_local_map_and_the_logs_store_finds_every_q
                            eventstore.map_dir(reg.state_dir), None, 8192, s3=remote.s3)
     try:
         store.refresh()
-        lines = {}
-        for f in root.rglob("*.jsonl"):
-            for line in f.read_bytes().splitlines():
-                try:
-                    lines[orjson.loads(line)["query_id"]] = line
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    pass
-        ids = [i for i in lines if i.count(":") == 2 and i.rsplit(":", 1)[1].isdigit()]
+        lines = query_lines_by_id(root)
+        ids = list(lines)
         assert len(ids) == 3000 and store.lookup(ids) == [lines[i] for i in ids]
     finally:
         store.close()
