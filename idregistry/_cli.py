@@ -7,21 +7,27 @@ import json
 import sys
 import time
 
-from photon import ConfigError, SystemClock, load_config, use_tls, wait_until
+from photon import ConfigError, PhotonConfig, SystemClock, load_config, use_tls, wait_until
 from idregistry._client import RegistryClient, RegistryUnavailable
 from idregistry._export import clear_output_tokens, export_registry
 from idregistry._layout import read_layout, registry_endpoints
 
 
-def _status(args) -> int:
+def _load(args) -> PhotonConfig:
+    """The deployment's config, with this process's TLS set as it says (every command connects)."""
     config = load_config(args.config)
     use_tls(config)
-    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
+    return config
+
+
+def _client(config: PhotonConfig, timeout_s: float) -> RegistryClient:
+    return RegistryClient(registry_endpoints(config), retry_timeout_s=timeout_s)
+
+
+def _status(args) -> int:
+    client = _client(_load(args), args.timeout)
     try:
         rows = client.status()
-    except RegistryUnavailable as e:
-        print(f"registry unavailable: {e}", file=sys.stderr)
-        return 1
     finally:
         client.close()
     if args.json:
@@ -41,8 +47,7 @@ def _status(args) -> int:
 
 
 def _reshard(args) -> int:
-    config = load_config(args.config)
-    use_tls(config)
+    config = _load(args)
     skew = config.registry.max_clock_skew_s
     effective_in = args.effective_in if args.effective_in is not None else 2 * skew
     if args.shards < 1:
@@ -54,7 +59,7 @@ def _reshard(args) -> int:
         return 2
     layout, addresses = read_layout(config, grow_to=args.shards)   # the launcher starts new shards' replicas
     endpoints = {shard: [t[1] for t in triples] for shard, triples in addresses.items()}
-    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.wait)
+    client = _client(config, args.wait)
     try:
         def leaders_up() -> bool:
             for shard in range(args.shards):
@@ -78,22 +83,15 @@ def _reshard(args) -> int:
               f"UTC) ids map to {args.shards} shards; sharding config v{sharding.version}: "
               f"{json.dumps(sharding.as_dict()['epochs'])}")
         return 0
-    except RegistryUnavailable as e:
-        print(f"registry unavailable: {e}", file=sys.stderr)
-        return 1
     finally:
         client.close()
 
 
 def _export(args) -> int:
-    config = load_config(args.config)
-    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
+    client = _client(_load(args), args.timeout)
     try:
         manifest = export_registry(client, args.out, on_shard=lambda s, n: print(
             f"shard {s}: {n} ids", file=sys.stderr, flush=True))
-    except RegistryUnavailable as e:
-        print(f"registry unavailable: {e}", file=sys.stderr)
-        return 1
     except OSError as e:
         print(f"cannot write the export to {args.out}: {e}", file=sys.stderr)
         return 1
@@ -105,17 +103,14 @@ def _export(args) -> int:
 
 
 def _clear_tokens(args) -> int:
-    config = load_config(args.config)
-    client = RegistryClient(registry_endpoints(config), retry_timeout_s=args.timeout)
+    config = _load(args)
+    client = _client(config, args.timeout)
     try:
         regions = [r.strip() for r in args.regions.split(",") if r.strip()] if args.regions else None
         for name in regions or ():
             config.region(name)                     # names an unknown region
         done = clear_output_tokens(config, client, regions)
         stats = client.statistics()
-    except RegistryUnavailable as e:
-        print(f"registry unavailable: {e}", file=sys.stderr)
-        return 1
     finally:
         client.close()
     dropped = sum(s.tokens_dropped_ids for s in stats.shards)
@@ -159,3 +154,6 @@ def registry_command(argv: list[str]) -> int:
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
+    except RegistryUnavailable as e:
+        print(f"registry unavailable: {e}", file=sys.stderr)
+        return 1
