@@ -13,7 +13,6 @@ that checkpoint covers): every event read by then is findable.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -223,9 +222,6 @@ class LogsEventStore:
             map_entries=entries, map_keys=keys, bad_map_entries=self._follower.bad_entries,
             open_files=self.files.open_files(), files_opened=self.files.opens,
             read_through_us=self.read_through_us, refreshes=c["refreshes"])
-
-    def status(self) -> dict:
-        return dataclasses.asdict(self.statistics())
 
     def close(self) -> None:
         self._stop.set()

@@ -1,6 +1,8 @@
 """gRPC adapter of the event store: proto in, store call, proto out. Nothing decides here."""
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 
 from eventstore import eventstore_pb2 as pb
@@ -8,6 +10,8 @@ from eventstore import eventstore_pb2_grpc as pb_grpc
 
 
 class EventStoreServicer(pb_grpc.EventStoreServicer):
+    """Serves a store with ``lookup(ids)``, ``read_through_us`` and ``statistics()`` (a dataclass)."""
+
     def __init__(self, store) -> None:
         self._store = store
 
@@ -17,4 +21,4 @@ class EventStoreServicer(pb_grpc.EventStoreServicer):
                                  read_through_us=getattr(self._store, "read_through_us", None))
 
     def Status(self, request, context):
-        return pb.StatusResponse(json=orjson.dumps(self._store.status()).decode())
+        return pb.StatusResponse(json=orjson.dumps(dataclasses.asdict(self._store.statistics())).decode())

@@ -248,9 +248,6 @@ class CacheEventStore:
             reader_alive=self._thread.is_alive(), resumed=self.resumed, warm_bytes=self._warm_bytes,
             warm_s=round(self._warm_s, 3), map_entries_written=self._map_written, checkpoints=self._checkpoints)
 
-    def status(self) -> dict:
-        return dataclasses.asdict(self.statistics())
-
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
