@@ -143,8 +143,8 @@ def scan_map_range(primary_root: str | Path, rel: str, start: int, end: int, id_
     from eventstore._state import index_primary_lines
     emitter = MapEmitter(int(every_s * 1e6), every_kb * 1024)
     out = []
-    chunks = LocalFiles(primary_root).chunks(rel, start, end) if read_at is None else \
-        line_chunks(read_at, rel, start, end)
+    local = LocalFiles(primary_root) if read_at is None else None
+    chunks = local.chunks(rel, start, end) if local is not None else line_chunks(read_at, rel, start, end)
     try:
         for chunk in chunks:
             offsets: list[int] = []
@@ -155,4 +155,7 @@ def scan_map_range(primary_root: str | Path, rel: str, start: int, end: int, id_
                     out.append((e.key, e.ts, e.file, e.offset))
     except FileNotFoundError:
         log.warning("build-map: %s disappeared; skipped", rel)
+    finally:
+        if local is not None:
+            local.close()       # a Spark worker scans many ranges in one process
     return out
