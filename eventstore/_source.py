@@ -67,7 +67,6 @@ class LocalFiles:
         self._open: OrderedDict[str, list] = OrderedDict()   # rel -> [fd, readers, evicted]
         self._lock = threading.Lock()
         self.opens = 0
-        self.closes = 0
 
     def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None,
                max_line_bytes: int = 4 << 20) -> LogTailer:
@@ -92,12 +91,6 @@ class LocalFiles:
         rule: a line belongs to the range it starts in); the last line may run past ``end``."""
         return line_chunks(self.read_at, rel, start, end, read_bytes)
 
-    def size(self, rel: str) -> int:
-        slot = self._acquire(rel)
-        try:
-            return os.fstat(slot[0]).st_size
-        finally:
-            self._release(slot)
 
     def open_files(self) -> int:
         with self._lock:
@@ -135,7 +128,6 @@ class LocalFiles:
 
     def _close(self, slot: list) -> None:
         os.close(slot[0])
-        self.closes += 1
 
     def close(self) -> None:
         with self._lock:
@@ -154,7 +146,7 @@ class SourceFiles:
         self.root = root
         self.s3 = s3
         self.source = open_source(root, s3)
-        self.opens = self.closes = 0
+        self.opens = 0
 
     def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None,
                max_line_bytes: int = 4 << 20) -> LogTailer:
@@ -168,11 +160,6 @@ class SourceFiles:
         except ObjectGone as e:
             raise FileNotFoundError(str(e)) from None
 
-    def size(self, rel: str) -> int:
-        try:
-            return self.source.read(rel, 0, 1)[1]
-        except ObjectGone as e:
-            raise FileNotFoundError(str(e)) from None
 
     def chunks(self, rel: str, start: int, end: int | None = None, read_bytes: int = RANGE_READ_BYTES):
         """As :meth:`LocalFiles.chunks`, by ranged reads."""

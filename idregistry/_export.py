@@ -29,7 +29,7 @@ from pathlib import Path
 
 import orjson
 
-from photon import PhotonConfig, write_atomic
+from photon import PhotonConfig, fsync_path, write_atomic
 
 MANIFEST = "_export.json"
 EXPORT_FORMAT = 2
@@ -75,9 +75,9 @@ def export_shard(client, shard: int, path: Path) -> int:
         rows += len(ids)
         if ids or rows == 0:
             flush()
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    fsync_path(tmp)
     os.replace(tmp, path)
+    fsync_path(path.parent)              # the rename too: a power loss never brings back an older export
     return rows
 
 
