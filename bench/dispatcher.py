@@ -30,7 +30,7 @@ from pathlib import Path
 import mmh3
 
 from bench._common import emit
-from photon import IdGenerator, Outcome, S3Config, free_port, open_source, parse_config, wait_until
+from photon import Outcome, S3Config, free_port, open_source, parse_config, wait_until
 
 
 class InstantJoiner:
@@ -85,7 +85,6 @@ def start_moto() -> tuple[subprocess.Popen, str]:
 
 def write_clicks(root: Path, clicks: int, files: int, span_s: float) -> None:
     """``clicks`` lines over ``files`` files (two writer folders), ids spread over the last ``span_s``."""
-    gen = IdGenerator("10.9.0.1", 77)
     start_us = time.time_ns() // 1000 - int(span_s * 1e6)
     per_file = max(1, clicks // files)
     step = max(1, int(span_s * 1e6 / max(1, clicks)))
@@ -101,7 +100,6 @@ def write_clicks(root: Path, clicks: int, files: int, span_s: float) -> None:
             lines.append(b'{"click_id":"%s","query_id":"%s","ad":"a%d"}\n' % (cid.encode(), qid.encode(), n % 50))
             n += 1
         (d / f"clicks-{f:05d}.jsonl").write_bytes(b"".join(lines))
-    del gen
 
 
 def upload(client, bucket: str, root: Path, prefix: str) -> None:

@@ -33,6 +33,7 @@ that was SIGKILLed), so leaks never pile up or clash.
 from __future__ import annotations
 
 import fcntl
+import functools
 import itertools
 import json
 import os
@@ -103,7 +104,10 @@ def delay_refused() -> str | None:
     return f"{netem_refused()}; {relay_refused()}"
 
 
+@functools.cache
 def _probe(kind: str) -> str | None:
+    """Why a throwaway namespace refuses ``kind`` (``"veth"``, ``"netem"``, ``"tun"``), or None; asked of
+    the kernel once per process (the ``*_refused`` checks above share the answers)."""
     probe = f"phprobe{os.getpid()}"
     try:
         r = _ip("netns", "add", probe, check=False)

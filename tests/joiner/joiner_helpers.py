@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from pathlib import Path
 
 import orjson
 
-from photon import format_event_id, parse_config
+from photon import format_event_id, parse_config, wait_until
+
+from fake_registry import FakeRegistry
 
 BASE_US = 1_763_712_000_000_000
 
@@ -53,6 +56,20 @@ def write_queries(root: Path, ns, name: str = "q.log") -> None:
     d.mkdir(parents=True, exist_ok=True)
     with open(d / name, "ab") as f:
         f.write(b"".join(query_line(n) + b"\n" for n in ns))
+
+
+def join_held_in_commit(stack, n: int, **joiner_options):
+    """A joiner (``stack(registry, **joiner_options)``) with queries 0..n-1 indexed and one request joining
+    clicks 0..n-1 held inside the registry commit; returns (registry, stack, pending future). Setting
+    ``registry.gate`` lets the commit go on."""
+    reg = FakeRegistry()
+    reg.gate = threading.Event()
+    s = stack(reg, **joiner_options)
+    write_queries(s.root, range(n))
+    s.wait_queries(n)
+    pending = s.client.join_future(*clicks(range(n)))
+    wait_until(lambda: reg.waiting == 1, 10, message="the request inside the registry commit")
+    return reg, s, pending
 
 
 def config_data(root: Path, **sections) -> dict:

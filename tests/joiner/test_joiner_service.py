@@ -13,7 +13,7 @@ from photon import ConfigError, free_port, read_output_lines, wait_until
 
 from fake_registry import FakeRegistry, FakeRegistryDown
 from joiner_helpers import (BASE_US, click_id, click_line, clicks, fresh_click_pid, inprogress_files, joined_lines,
-                            make_config, published_files, query_line, write_queries)
+                            join_held_in_commit, make_config, published_files, query_line, write_queries)
 
 J, AJ, NF, T, U, L = Outcome
 
@@ -217,13 +217,7 @@ def test_unreachable_joiner_raises_unavailable():
 
 
 def test_nothing_is_written_before_the_commit_and_stop_finishes_in_flight_requests(stack):
-    reg = FakeRegistry()
-    reg.gate = threading.Event()
-    s = stack(reg, roll_interval_s=60.0)
-    write_queries(s.root, range(3))
-    s.wait_queries(3)
-    pending = s.client.join_future(*clicks(range(3)))
-    wait_until(lambda: reg.waiting == 1, 10, message="request inside the registry commit")
+    reg, s, pending = join_held_in_commit(stack, 3, roll_interval_s=60.0)
     assert s.client.status()["in_flight"] == 1
     assert not s.joined_dir.exists() or not any(f.stat().st_size for f in s.joined_dir.rglob("*.jsonl*"))
     stopping = threading.Thread(target=s.server.stop)

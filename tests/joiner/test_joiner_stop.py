@@ -17,7 +17,7 @@ from joiner import JoinerClient, JoinerUnavailable, Outcome, read_lost, read_sta
 from photon import free_port, load_config, read_output_lines, wait_until
 
 from fake_registry import FakeRegistry, FakeRegistryDown
-from joiner_helpers import click_id, clicks, joined_lines, make_config, write_queries
+from joiner_helpers import click_id, clicks, join_held_in_commit, joined_lines, make_config, write_queries
 from service_helpers import read_serving_address, write_photon_toml
 
 J, T = Outcome.JOINED, Outcome.THROTTLED
@@ -151,13 +151,7 @@ def test_sigterm_during_a_registry_outage_finishes_the_commit_real_processes(pip
 
 
 def test_joined_at_us_is_stamped_after_the_registry_commit(stack):
-    reg = FakeRegistry()
-    reg.gate = threading.Event()
-    s = stack(reg, roll_interval_s=0.2)
-    write_queries(s.root, range(2))
-    s.wait_queries(2)
-    pending = s.client.join_future(*clicks(range(2)))
-    wait_until(lambda: reg.waiting == 1, 10, message="the request inside the registry commit")
+    reg, s, pending = join_held_in_commit(stack, 2, roll_interval_s=0.2)
     released_us = time.time_ns() // 1000
     reg.gate.set()
     assert pending.result(timeout=10) == [J, J]

@@ -9,6 +9,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -96,7 +97,7 @@ class RegionRun:
 
     def start(self, *extra: str) -> "RegionRun":
         self.log = open(self.config_path.parent / f"launcher-{self.region}.log", "ab")
-        argv = [*self.prefix, os.environ.get("PHOTON_PYTHON", __import__("sys").executable), "-m",
+        argv = [*self.prefix, os.environ.get("PHOTON_PYTHON", sys.executable), "-m",
                 "photon.app.cli", "run", "--config", str(self.config_path), "--region", self.region, *extra]
         self.proc = self.procs.start(argv, stdout=self.log, stderr=subprocess.STDOUT)
         return self
