@@ -131,11 +131,12 @@ class LogsEventStore:
         return out
 
     def _not_found(self, event_id: str, reason: str) -> None:
+        kind = reason.split(":", 1)[0]
         with self._lock:
-            self._reasons[reason.split(":", 1)[0]] += 1
+            self._reasons[kind] += 1
             self._logged += 1
             logged = self._logged
-        if reason.split(":", 1)[0] in LOGGED_REASONS and (logged <= 100 or logged % 10_000 == 0):
+        if kind in LOGGED_REASONS and (logged <= 100 or logged % 10_000 == 0):
             log.warning("logs store %s: %s not found: %s", self.region, event_id, reason)
 
     def _lookup_one(self, event_id: str) -> tuple[bytes | None, str, int]:
