@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import mmh3
 
 from bench._common import emit
-from photon import Outcome, S3Config, free_port, open_source, parse_config, wait_until
+from bench._moto import start_moto_server, stop_moto_server
+from photon import Outcome, S3Config, open_source, parse_config, wait_until
 
 
 class InstantJoiner:
@@ -62,25 +59,6 @@ class OtherRegionJoined:
 
     def close(self) -> None:
         pass
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    exe = Path(sys.executable).parent / "moto_server"
-    port = free_port()
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
-            return True
-        except urllib.error.HTTPError:
-            return True
-        except OSError:
-            return False
-    wait_until(up, 60, interval=0.1, message="moto_server")
-    return proc, endpoint
 
 
 def write_clicks(root: Path, clicks: int, files: int, span_s: float) -> None:
@@ -168,7 +146,8 @@ def main(argv=None) -> int:
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
                        "AWS_DEFAULT_REGION": "us-east-1"})
     work = Path(tempfile.mkdtemp(prefix="photon-bench-dispatcher-"))
-    moto, endpoint = start_moto()
+    moto = start_moto_server()
+    endpoint = moto.endpoint
     os.environ["AWS_ENDPOINT_URL"] = endpoint
     try:
         import boto3
@@ -191,8 +170,7 @@ def main(argv=None) -> int:
             "catchup_looked_up": registry.looked_up,
         }
     finally:
-        os.killpg(moto.pid, signal.SIGKILL)
-        moto.wait(timeout=10)
+        stop_moto_server(moto)
         shutil.rmtree(work, ignore_errors=True)
     emit(figures, args.json, "Dispatcher over local files and S3 (moto on 127.0.0.1)")
     return 0
