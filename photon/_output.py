@@ -31,7 +31,7 @@ from pathlib import Path
 
 import orjson
 
-from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, published_name
+from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, line_offsets, published_name
 from photon._source import ObjectGone, S3Source, is_remote
 
 COMPACTION_RECORD = "_compaction.json"
@@ -309,13 +309,9 @@ class OutputTailer:
         cut = data.rfind(b"\n") + 1
         if cut == 0:
             return None
-        offsets, pos = [], start
         lines = data[: cut - 1].split(b"\n")
-        for line in lines:
-            offsets.append(pos)
-            pos += len(line) + 1
         self.offsets[rel] = start + cut
-        return LogChunk(rel, offsets, lines, start + cut)
+        return LogChunk(rel, line_offsets(start, lines), lines, start + cut)
 
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
         if self._source is not None:
