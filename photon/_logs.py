@@ -33,6 +33,15 @@ class LogChunk:
     end: int
 
 
+def line_offsets(start: int, lines: list[bytes]) -> list[int]:
+    """Where each of ``lines`` (consecutive, each without its ``\\n``) starts, the first at ``start``."""
+    offsets, pos = [], start
+    for line in lines:
+        offsets.append(pos)
+        pos += len(line) + 1
+    return offsets
+
+
 def fsync_path(path: str | Path) -> None:
     """fsync a file or a folder by path: a file's dirty pages (also those written through a shared mmap),
     or a folder's entries (what makes a create or rename in it survive a power loss)."""

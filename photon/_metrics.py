@@ -18,9 +18,7 @@ def _numbers(stats) -> dict[str, float]:
     data = dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else dict(stats)
     out = {}
     for key, value in data.items():
-        if isinstance(value, bool):
-            out[key] = float(value)
-        elif isinstance(value, (int, float)):
+        if isinstance(value, (int, float)):       # bools too: 1.0 / 0.0
             out[key] = float(value)
         elif isinstance(value, dict):
             for k, v in value.items():

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import orjson
 
-from photon._logs import COMMITS_DIR, LogChunk, inprogress_name
+from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, line_offsets, published_name
 from photon._source import ObjectGone, S3Source, is_remote
 
 COMPACTION_RECORD = "_compaction.json"
@@ -138,21 +138,26 @@ class S3OutputSnapshot:
         return sorted([o.name for o in self.objects] + list(self.local))
 
 
-def staged_lines(outbox: str | Path) -> dict[str, bytes]:
-    """Relative name -> complete lines of every file a local output folder's snapshot counts (published
-    whole, open up to its commit record), read now; files gone meanwhile are left out."""
-    snap = output_snapshot(outbox)
+def _snapshot_files(snap: OutputSnapshot) -> dict[str, bytes]:
+    """Relative name -> bytes of every JSONL file ``snap`` counts (published whole, open up to its commit
+    record), read now; published files gone meanwhile (uploaded, or removed by compaction's clean-up) are
+    left out."""
     out: dict[str, bytes] = {}
     for rel in snap.published:
         try:
-            data = (snap.root / rel).read_bytes()
-        except FileNotFoundError:          # uploaded and removed meanwhile: the later listing has it
+            out[rel] = (snap.root / rel).read_bytes()
+        except FileNotFoundError:
             continue
-        out[rel] = data[: data.rfind(b"\n") + 1]
     for rel in snap.open:
-        data = snap.read_open(rel)
-        if data:
-            out[rel] = data[: data.rfind(b"\n") + 1]
+        out[rel] = snap.read_open(rel)
+    return out
+
+
+def staged_lines(outbox: str | Path) -> dict[str, bytes]:
+    """Relative name -> complete lines of every file a local output folder's snapshot counts (published
+    whole, open up to its commit record), read now; files gone meanwhile are left out (a file uploaded and
+    removed meanwhile is in the later listing)."""
+    out = {rel: data[: data.rfind(b"\n") + 1] for rel, data in _snapshot_files(output_snapshot(outbox)).items()}
     return {rel: data for rel, data in out.items() if data}
 
 
@@ -233,17 +238,10 @@ def read_output_lines(directory: str | Path, include_inprogress: bool = False, *
     lines: list[bytes] = []
     for part, rel_dir in sorted(snap.compacted.items()):
         lines += compacted_lines(snap.root, rel_dir)
-    files: dict[str, bytes] = {}
-    for rel in snap.published:
-        try:
-            files[rel] = (snap.root / rel).read_bytes()
-        except FileNotFoundError:       # removed by compaction's clean-up after the listing
-            continue
-    for rel in snap.open:
-        files[rel] = snap.read_open(rel)
+    files = _snapshot_files(snap)
     if include_inprogress:
         for p in Path(directory).rglob(inprogress_name("*.jsonl")):
-            rel = os.path.relpath(p.with_name(p.name[1: -len(".inprogress")]), directory)
+            rel = os.path.relpath(p.with_name(published_name(p.name)), directory)
             if rel not in files or rel in snap.open:
                 try:
                     files[rel] = p.read_bytes()
@@ -311,13 +309,9 @@ class OutputTailer:
         cut = data.rfind(b"\n") + 1
         if cut == 0:
             return None
-        offsets, pos = [], start
         lines = data[: cut - 1].split(b"\n")
-        for line in lines:
-            offsets.append(pos)
-            pos += len(line) + 1
         self.offsets[rel] = start + cut
-        return LogChunk(rel, offsets, lines, start + cut)
+        return LogChunk(rel, line_offsets(start, lines), lines, start + cut)
 
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
         if self._source is not None:

@@ -153,6 +153,10 @@ class _Counters:
     last_scan_requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def statistics(self, url: str, objects: int) -> SourceStatistics:
+        return SourceStatistics(url, objects, self.list_requests, self.full_lists, self.head_requests,
+                                self.get_requests, self.bytes_read, self.retries, self.last_scan_requests)
+
 
 class LocalSource:
     """A folder of log files (any depth). See the module docstring for the contract.
@@ -276,9 +280,7 @@ class LocalSource:
         return data, max(size, start + len(data))
 
     def statistics(self) -> SourceStatistics:
-        n = self._n
-        return SourceStatistics(self.url, len(self._view), n.list_requests, n.full_lists, n.head_requests,
-                                n.get_requests, n.bytes_read, n.retries, n.last_scan_requests)
+        return self._n.statistics(self.url, len(self._view))
 
 
 # ---------------------------------------------------------------------------------------------- S3
@@ -525,9 +527,7 @@ class S3Source:
         return data, total
 
     def statistics(self) -> SourceStatistics:
-        n = self._n
-        return SourceStatistics(self.url, len(self._view), n.list_requests, n.full_lists, n.head_requests,
-                                n.get_requests, n.bytes_read, n.retries, n.last_scan_requests)
+        return self._n.statistics(self.url, len(self._view))
 
 
 def open_source(location: Location | str | os.PathLike, s3: S3Config | None = None, client=None,

@@ -167,10 +167,17 @@ def stage_objects(spark, location: str | Location, dest: str | Path, s3: S3Confi
     return {name: target for name, target, _ in sorted(done)}
 
 
-def download_objects(spark, location: str | Location, dest: str | Path, s3: S3Config | None = None,
-                     objects=None) -> list[str]:
-    """The local paths of :func:`stage_objects`."""
-    return list(stage_objects(spark, location, dest, s3, objects).values())
+def _local_paths(spark, location: Location, objects: list[ObjectInfo], staging_dir) -> dict[str, str]:
+    """Object name -> path Spark reads for the non-empty ``objects`` of a local stream: the file itself when
+    it ends with a ``\\n``, else a copy of its complete part in ``staging_dir`` (a last line still being
+    written left out)."""
+    source = open_source(location)
+    whole = [o for o in objects if source.read(o.name, o.size - 1, 1)[0] == b"\n"]
+    paths = {o.name: str(Path(location.path, o.name)) for o in whole}
+    cut = [o for o in objects if o not in whole]
+    if cut:
+        paths.update(stage_objects(spark, location, staging_dir or new_staging(), None, cut))
+    return paths
 
 
 def stream_text(spark, location: str | Location, s3: S3Config | None = None, objects=None,
@@ -192,12 +199,7 @@ def stream_text(spark, location: str | Location, s3: S3Config | None = None, obj
     if loc.is_s3:
         paths = stage_objects(spark, loc, staging_dir or new_staging(), s3, objects)
     else:
-        source = open_source(loc)
-        whole = [o for o in objects if source.read(o.name, o.size - 1, 1)[0] == b"\n"]
-        paths = {o.name: str(Path(loc.path, o.name)) for o in whole}
-        cut = [o for o in objects if o not in whole]
-        if cut:                   # a last line still being written: copy the complete part
-            paths.update(stage_objects(spark, loc, staging_dir or new_staging(), None, cut))
+        paths = _local_paths(spark, loc, objects, staging_dir)
     if not paths:
         return spark.createDataFrame([], "value string, file string")
     names = spark.createDataFrame([("file://" + str(Path(p).resolve()), _url(loc, n)) for n, p in paths.items()],
@@ -222,15 +224,8 @@ def read_stream_json(spark, location: str | Location, schema=None, s3: S3Config 
             return spark.createDataFrame([], StructType([]))
         return spark.createDataFrame([], schema)
     if not loc.is_s3:
-        source = open_source(loc)
-        whole = [o for o in objects if source.read(o.name, o.size - 1, 1)[0] == b"\n"]
-        paths = [str(Path(loc.path, o.name)) for o in whole]
-        if len(whole) < len(objects):      # a last line still being written: copy the complete part
-            cut = [o for o in objects if o not in whole]
-            paths += download_objects(spark, loc, staging_dir or new_staging(), None, cut)
-        return reader.json(paths)
+        return reader.json(list(_local_paths(spark, loc, objects, staging_dir).values()))
     if spark.sparkContext.master.startswith("local"):
-        paths = download_objects(spark, loc, staging_dir or new_staging(), s3, objects)
-        return reader.json(paths)
+        return reader.json(list(stage_objects(spark, loc, staging_dir or new_staging(), s3, objects).values()))
     rdd = stream_lines(spark, loc, s3, objects).map(lambda t: t[2].decode("utf-8", "replace"))
     return reader.json(rdd)

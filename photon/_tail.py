@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-from photon._logs import LogChunk
+from photon._logs import LogChunk, line_offsets
 from photon._source import (ObjectGone, ObjectInfo, ObjectUnreadable, SourceUnavailable, open_source)
 
 log = logging.getLogger("photon.source")
@@ -208,10 +208,7 @@ class LogTailer:
             return None
         body = data[:last_nl]
         lines = body.split(b"\n")
-        offsets, pos = [], start
-        for line in lines:
-            offsets.append(pos)
-            pos += len(line) + 1
+        offsets = line_offsets(start, lines)
         end = start + last_nl + 1
         tail = len(data) - last_nl - 1
         if max(map(len, lines)) > self.max_line_bytes or not _is_utf8(body):
