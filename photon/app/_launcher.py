@@ -93,9 +93,8 @@ class Launcher:
         regions = [r.name for r in self.pipeline_regions()]
         if not self.config.registry.clear_tokens_every_s or not regions:
             return None
-        return PeriodicTokenClearing(self.config, self._child_env(self.config),
-                                     launcher_state_file(self.config, self.options.regions).parent / "logs",
-                                     self.echo, regions if self.options.regions else None)
+        return PeriodicTokenClearing(self.config, self.supervisor.env, self.supervisor.log_dir, self.echo,
+                                     regions if self.options.regions else None)
 
     def regions(self) -> list:
         """The regions this launcher runs (``--region``; default every region of the config)."""
@@ -146,8 +145,7 @@ class Launcher:
         compaction = None
         if self.options.compact:
             from photon.app._compact import PeriodicCompaction
-            compaction = PeriodicCompaction(self.config, self._child_env(self.config),
-                                            Path(self.config.regions[0].state_dir) / "logs", self.echo)
+            compaction = PeriodicCompaction(self.config, self.supervisor.env, self.supervisor.log_dir, self.echo)
         clearing = self._token_clearing()
         try:
             while not self.options.stop_requested:
