@@ -23,6 +23,7 @@ import eventstore
 import idregistry
 import joiner
 from photon import ConfigError, PhotonConfig, ProcessSpec, output_publisher, stream_source, tls_env
+from photon._source import is_remote
 from photon.app._regions import RegionControls
 from photon.app._supervisor import Supervisor
 
@@ -112,7 +113,7 @@ class Launcher:
             if region.output_on_s3:
                 output_publisher(self.config, region, "joined")   # names a missing bucket, endpoint, credentials
             for key in ("primary_stream", "foreign_stream"):
-                if region.log_root.startswith("s3://"):
+                if is_remote(region.log_root):
                     stream_source(self.config, region, getattr(self.config.join, key))   # names what is wrong
                     continue
                 folder = Path(region.log_root) / getattr(self.config.join, key)
