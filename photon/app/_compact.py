@@ -17,9 +17,10 @@ file is there). Compaction of one output folder, per run:
 """
 from __future__ import annotations
 
+import calendar
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import orjson
@@ -39,9 +40,7 @@ class CompactionStatistics:
     jsonl_files_deleted: int = 0
 
     def __add__(self, o: "CompactionStatistics") -> "CompactionStatistics":
-        return CompactionStatistics(*(a + b for a, b in zip(
-            (self.partitions_compacted, self.lines_compacted, self.jsonl_files_swapped, self.jsonl_files_deleted),
-            (o.partitions_compacted, o.lines_compacted, o.jsonl_files_swapped, o.jsonl_files_deleted))))
+        return CompactionStatistics(*(a + b for a, b in zip(astuple(self), astuple(o))))
 
 
 def partition_start_us(partition: str) -> int | None:
@@ -51,7 +50,6 @@ def partition_start_us(partition: str) -> int | None:
         t = time.strptime(f"{d.removeprefix('date=')} {h.removeprefix('hour=')}", "%Y-%m-%d %H")
     except ValueError:
         return None
-    import calendar
     return calendar.timegm(t) * 1_000_000
 
 
@@ -116,7 +114,7 @@ def compact_folder(spark, root: str | Path, schema, sort_by: list[str], config: 
         record[part] = {"path": rel_dir, "files": names, "at_us": time.time_ns() // 1000}
         write_atomic(root / COMPACTION_RECORD, orjson.dumps({"partitions": record}), durable=True)
         stats += CompactionStatistics(1, rows, len(names), 0)
-    return stats + delete_swapped_out(root, config.compact.keep_jsonl_s,
+    return stats + delete_swapped_out(root, config.compact.keep_jsonl_s,     # after this run's swaps
                                       now_us if now_us is not None else time.time_ns() // 1000)
 
 

@@ -23,6 +23,7 @@ import eventstore
 import idregistry
 import joiner
 from photon import ConfigError, PhotonConfig, ProcessSpec, output_publisher, stream_source, tls_env
+from photon._source import is_remote
 from photon.app._regions import RegionControls
 from photon.app._supervisor import Supervisor
 
@@ -93,9 +94,8 @@ class Launcher:
         regions = [r.name for r in self.pipeline_regions()]
         if not self.config.registry.clear_tokens_every_s or not regions:
             return None
-        return PeriodicTokenClearing(self.config, self._child_env(self.config),
-                                     launcher_state_file(self.config, self.options.regions).parent / "logs",
-                                     self.echo, regions if self.options.regions else None)
+        return PeriodicTokenClearing(self.config, self.supervisor.env, self.supervisor.log_dir, self.echo,
+                                     regions if self.options.regions else None)
 
     def regions(self) -> list:
         """The regions this launcher runs (``--region``; default every region of the config)."""
@@ -113,7 +113,7 @@ class Launcher:
             if region.output_on_s3:
                 output_publisher(self.config, region, "joined")   # names a missing bucket, endpoint, credentials
             for key in ("primary_stream", "foreign_stream"):
-                if region.log_root.startswith("s3://"):
+                if is_remote(region.log_root):
                     stream_source(self.config, region, getattr(self.config.join, key))   # names what is wrong
                     continue
                 folder = Path(region.log_root) / getattr(self.config.join, key)
@@ -146,8 +146,7 @@ class Launcher:
         compaction = None
         if self.options.compact:
             from photon.app._compact import PeriodicCompaction
-            compaction = PeriodicCompaction(self.config, self._child_env(self.config),
-                                            Path(self.config.regions[0].state_dir) / "logs", self.echo)
+            compaction = PeriodicCompaction(self.config, self.supervisor.env, self.supervisor.log_dir, self.echo)
         clearing = self._token_clearing()
         try:
             while not self.options.stop_requested:

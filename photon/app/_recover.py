@@ -29,6 +29,7 @@ import orjson
 
 import idregistry
 from photon import PhotonConfig, S3Publisher, fsync_path, write_atomic
+from photon._source import is_remote
 from photon.app._liveness import STOPPED, UNSEEN, token_prefix, verdicts
 from photon.app._verify import LEDGER_REASON, read_recoverable
 
@@ -71,7 +72,7 @@ def reinject(config: PhotonConfig, raws: list[str], stamp: str) -> list[str]:
     files = []
     name = f"recovered-{stamp}.jsonl"
     for region in config.pipeline_regions:
-        if "://" in region.log_root:          # an S3 log root: one whole object, uploaded when written
+        if is_remote(region.log_root):        # an S3 log root: one whole object, uploaded when written
             recovery = region.stream_url(f"{config.join.foreign_stream}-recovery")
             staging = config.verify_dir / "staging" / region.name / name
             _write_durably(staging, data)

@@ -207,7 +207,7 @@ class Supervisor:
         child.started_at = time.monotonic()
 
     def _env(self, spec) -> dict | None:
-        if not getattr(spec, "metrics_address", ""):
+        if not spec.metrics_address:
             return self.env
         return {**(self.env if self.env is not None else os.environ), "PHOTON_METRICS_ADDR": spec.metrics_address}
 
@@ -215,7 +215,7 @@ class Supervisor:
         state = {"launcher_pid": os.getpid(), "down_regions": sorted(self.held_regions), "processes": {
             name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role, "region": c.spec.region,
                    "restarts": c.restarts, "argv": list(c.spec.argv),
-                   "address": c.spec.address, "metrics": getattr(c.spec, "metrics_address", "")}
+                   "address": c.spec.address, "metrics": c.spec.metrics_address}
             for name, c in self.children.items()}}
         try:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
