@@ -8,12 +8,7 @@ checkpoints, offsets and quarantine entries need no new format, and each folder 
 """
 from __future__ import annotations
 
-from photon import LogChunk, LogTailer
-
-
-def recovery_stream(foreign_stream: str) -> str:
-    """The recovery stream's name beside ``foreign_stream`` (``clicks`` -> ``clicks-recovery``)."""
-    return f"{foreign_stream.rstrip('/')}-recovery"
+from photon import LogChunk, LogTailer, recovery_stream
 
 
 class StreamAndRecovery:

@@ -15,10 +15,10 @@ import random
 import threading
 from collections import Counter
 
-from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher,
+from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher, recovery_stream,
                     stream_source)
 
-from dispatcher._recovery import StreamAndRecovery, recovery_stream
+from dispatcher._recovery import StreamAndRecovery
 from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
                                write_status)
 from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics, JoinAnswered, JoinFailed,

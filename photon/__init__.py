@@ -7,7 +7,7 @@ line) lives above them in :mod:`photon.app`.
 from photon._clock import Clock, FakeClock, SystemClock
 from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
                             PhotonConfig, RegionConfig, RegistryConfig, S3Config, InputConfig, SparkConfig, VerifyConfig, describe_options, load_config,
-                            parse_config)
+                            parse_config, recovery_stream)
 from photon._histogram import LatencyHistogram
 from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
@@ -26,7 +26,7 @@ from photon._publish import S3Publisher, output_publisher, read_object_lines
 from photon._spark_io import read_stream_json, stream_lines, stream_objects
 
 __all__ = [
-    "OUTCOMES", "Outcome", "scrape", "serve_metrics", "TlsFiles", "raft_password", "tls_env", "tls_files", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
+    "OUTCOMES", "Outcome", "recovery_stream", "scrape", "serve_metrics", "TlsFiles", "raft_password", "tls_env", "tls_files", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",

@@ -61,6 +61,12 @@ class JoinConfig:
                                     check=_positive)
 
 
+def recovery_stream(stream: str) -> str:
+    """The recovery stream beside ``stream`` (``clicks`` -> ``clicks-recovery``): ``photon recover`` writes
+    re-injected lines there, every region's dispatcher tails it, and verify reads it as input."""
+    return f"{stream.rstrip('/')}-recovery"
+
+
 @dataclass(frozen=True)
 class RegionConfig:
     """``[[regions]]``: one region's copy of the logs and where its output and state go."""

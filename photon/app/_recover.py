@@ -28,7 +28,7 @@ from pathlib import Path
 import orjson
 
 import idregistry
-from photon import PhotonConfig, S3Publisher, fsync_path, write_atomic
+from photon import PhotonConfig, S3Publisher, fsync_path, recovery_stream, write_atomic
 from photon._source import is_remote
 from photon.app._liveness import STOPPED, UNSEEN, token_prefix, verdicts
 from photon.app._verify import LEDGER_REASON, read_recoverable
@@ -61,7 +61,7 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 
 def recovery_dir(config: PhotonConfig, region) -> Path:
-    return Path(region.log_root) / f"{config.join.foreign_stream}-recovery"
+    return Path(region.stream_url(recovery_stream(config.join.foreign_stream)))
 
 
 def reinject(config: PhotonConfig, raws: list[str], stamp: str) -> list[str]:
@@ -73,7 +73,7 @@ def reinject(config: PhotonConfig, raws: list[str], stamp: str) -> list[str]:
     name = f"recovered-{stamp}.jsonl"
     for region in config.pipeline_regions:
         if is_remote(region.log_root):        # an S3 log root: one whole object, uploaded when written
-            recovery = region.stream_url(f"{config.join.foreign_stream}-recovery")
+            recovery = region.stream_url(recovery_stream(config.join.foreign_stream))
             staging = config.verify_dir / "staging" / region.name / name
             _write_durably(staging, data)
             if not S3Publisher(recovery, config.s3).publish(staging, name):

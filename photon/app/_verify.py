@@ -42,7 +42,7 @@ from pathlib import Path
 
 import idregistry
 import joiner
-from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, stream_objects
+from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, recovery_stream, stream_objects
 from photon._output import compacted_lines, s3_output_snapshot
 from photon._publish import S3Publisher
 from photon._source import is_remote
@@ -229,10 +229,10 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
         if not root.is_dir():
             raise VerifyInputError(f"region {region.name}: input folder {root} does not exist")
         files = [str(root / f) for f in list_log_files(root)]
-        recovery = Path(region.log_root) / f"{stream}-recovery"
+        recovery = Path(region.stream_url(recovery_stream(stream)))
         files += [str(recovery / f) for f in list_log_files(recovery)]
         return _lines_df(spark, files, [], region.name)
-    recovery = region.stream_url(f"{stream}-recovery")
+    recovery = region.stream_url(recovery_stream(stream))
     try:
         objects = stream_objects(url, config.s3)
         if not objects:
