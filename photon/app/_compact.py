@@ -153,8 +153,9 @@ def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None =
 
 
 class PeriodicCompaction(PeriodicChild):
-    """``photon run --compact``: ``photon compact`` as a child process every ``[compact].every_s``."""
+    """``photon run --compact``: ``photon compact`` as a child process every ``[compact].every_s``, for
+    ``regions`` (the launcher's pipeline regions; None: every region)."""
 
-    def __init__(self, config: PhotonConfig, env: dict, log_dir: Path, echo) -> None:
-        super().__init__("compaction", ["compact", "--config", config.path], config.compact.every_s, env,
-                         Path(log_dir) / "compact.log", echo)
+    def __init__(self, config: PhotonConfig, env: dict, log_dir: Path, echo, regions=None) -> None:
+        args = ["compact", "--config", config.path] + (["--regions", ",".join(regions)] if regions else [])
+        super().__init__("compaction", args, config.compact.every_s, env, Path(log_dir) / "compact.log", echo)

@@ -146,7 +146,10 @@ class Launcher:
         compaction = None
         if self.options.compact:
             from photon.app._compact import PeriodicCompaction
-            compaction = PeriodicCompaction(self.config, self.supervisor.env, self.supervisor.log_dir, self.echo)
+            # a --region launcher compacts its own regions only, as it clears only their tokens
+            compaction = PeriodicCompaction(self.config, self.supervisor.env, self.supervisor.log_dir, self.echo,
+                                            [r.name for r in self.pipeline_regions()] if self.options.regions
+                                            else None)
         clearing = self._token_clearing()
         try:
             while not self.options.stop_requested:
