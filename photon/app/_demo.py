@@ -16,11 +16,10 @@ import json
 import signal
 import threading
 import time
-from pathlib import Path
 
 import dispatcher
 from photon import PhotonConfig, wait_until
-from photon.app._launcher import CatchUpWatch
+from photon.app._launcher import CatchUpWatch, launcher_state_file
 from photon.app._recover import run_recover
 from photon.app._regions import region_down, region_up
 from photon.app._spark import spark_session
@@ -61,9 +60,8 @@ class OutageDrill(threading.Thread):
 
     def _pid(self, name: str):
         """The pid the launcher runs process ``name`` under now (from its ``launcher.json``)."""
-        path = Path(self.config.regions[0].state_dir) / "launcher.json"
         try:
-            return json.loads(path.read_text())["processes"][name]["pid"]
+            return json.loads(launcher_state_file(self.config).read_text())["processes"][name]["pid"]
         except (OSError, ValueError, KeyError):
             return None
 

@@ -24,7 +24,7 @@ import idregistry
 import joiner
 from photon import ConfigError, PhotonConfig, ProcessSpec, output_publisher, stream_source, tls_env
 from photon._source import is_remote
-from photon.app._regions import RegionControls
+from photon.app._regions import LAUNCHER_FILE, LOCK_FILE, RegionControls
 from photon.app._supervisor import Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
@@ -44,7 +44,7 @@ def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]
 def launcher_state_file(config: PhotonConfig, regions: list | None = None) -> Path:
     """``launcher.json`` of the launcher that runs ``regions`` (all: None): in the state dir of the first
     region it runs, so a launcher never writes into another machine's region."""
-    return Path(config.region(regions[0]).state_dir if regions else config.regions[0].state_dir) / "launcher.json"
+    return Path(config.region(regions[0]).state_dir if regions else config.regions[0].state_dir) / LAUNCHER_FILE
 
 
 @dataclass
@@ -196,7 +196,7 @@ def lock_state_dirs(config: PhotonConfig, regions=None) -> list:
     for region in config.regions:
         if regions is not None and region.name not in regions:
             continue
-        path = Path(region.state_dir) / "launcher.lock"
+        path = Path(region.state_dir) / LOCK_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         f = open(path, "a+")
         try:

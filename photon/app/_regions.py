@@ -18,6 +18,8 @@ from photon import ConfigError, PhotonConfig, wait_until, write_atomic
 
 CONTROL_FILE = "region-control.json"
 STATE_FILE = "region-state.json"
+LAUNCHER_FILE = "launcher.json"      # in a launcher's first region's state dir: its processes and pids
+LOCK_FILE = "launcher.lock"          # in each state dir a launcher runs: held while it runs
 
 
 class RegionControlError(RuntimeError):
@@ -47,7 +49,7 @@ def write_region_state(state_dir, seq: int, down: bool, processes: list[str]) ->
 
 
 def _launcher_running(state_dir: Path) -> bool:
-    lock = state_dir / "launcher.lock"
+    lock = state_dir / LOCK_FILE
     if not lock.exists():
         return False
     with open(lock, "a+") as f:

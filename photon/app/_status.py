@@ -8,13 +8,14 @@ import time
 from pathlib import Path
 
 from photon import PhotonConfig, scrape
+from photon.app._regions import LAUNCHER_FILE
 from photon.app._summary import lost_ids
 
 
 def _launcher_states(config: PhotonConfig) -> list[dict]:
     seen, out = set(), []
     for region in config.regions:
-        path = Path(region.state_dir) / "launcher.json"
+        path = Path(region.state_dir) / LAUNCHER_FILE
         try:
             state = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -36,7 +37,7 @@ def collect(config: PhotonConfig) -> dict:
             row = {"region": p.get("region", ""), "name": name, "role": p.get("role", ""), "pid": p.get("pid"),
                    "up": m is not None, "metrics": m or {}}
             rows.append(row)
-    regions = {r.name: {"visible": (Path(r.state_dir) / "launcher.json").exists(), "down": r.name in down_regions,
+    regions = {r.name: {"visible": (Path(r.state_dir) / LAUNCHER_FILE).exists(), "down": r.name in down_regions,
                         "lost": len(lost_ids(r)) if not r.registry_only else 0}
                for r in config.regions}
     return {"processes": rows, "regions": regions, "at": time.monotonic()}
