@@ -229,3 +229,11 @@ def read_stream_json(spark, location: str | Location, schema=None, s3: S3Config 
         return reader.json(list(stage_objects(spark, loc, staging_dir or new_staging(), s3, objects).values()))
     rdd = stream_lines(spark, loc, s3, objects).map(lambda t: t[2].decode("utf-8", "replace"))
     return reader.json(rdd)
+
+
+def union_all(frames: list):
+    """The rows of every DataFrame in ``frames`` (matched by column name) as one; None when there are none."""
+    out = None
+    for df in frames:
+        out = df if out is None else out.unionByName(df)
+    return out

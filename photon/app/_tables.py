@@ -31,7 +31,7 @@ from pathlib import Path
 from photon import PhotonConfig, output_snapshot, read_stream_json, stream_objects
 from photon._output import LINE_COLUMN, s3_output_snapshot
 from photon._source import is_remote
-from photon._spark_io import stream_text
+from photon._spark_io import stream_text, union_all
 
 PHOTON_DDL = "region STRING, joiner STRING, joined_at_us BIGINT"
 QUARANTINE_DDL = "file STRING, offset BIGINT, reason STRING, raw STRING, at_us BIGINT"
@@ -114,12 +114,8 @@ def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratc
         else:      # compacted under another schema: parse the kept lines with this one
             parsed = df.select(F.from_json(LINE_COLUMN, schema).alias("r"), "date", "hour")
             parts.append(parsed.select("r.*", "date", "hour"))
-    if not parts:
-        return None
-    df = parts[0]
-    for other in parts[1:]:
-        df = df.unionByName(other)
-    return df.where(F.col(f"`{id_field}`").isNotNull())
+    df = union_all(parts)
+    return None if df is None else df.where(F.col(f"`{id_field}`").isNotNull())
 
 
 def _partition_columns(file_col):
@@ -165,7 +161,7 @@ def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):
     from pyspark.sql import functions as F
 
     scratch = scratch_dir(config)
-    out = None
+    frames = []
     for region in _regions(config, regions):
         directory = region.joined_dir if kind == "joined" else region.unjoinable_dir
         if region.output_on_s3:
@@ -175,9 +171,9 @@ def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):
             df = output_dataframe(spark, directory, schema, config.join.foreign_id_field, scratch / region.name)
         if df is None:
             continue
-        df = df.select(*[F.col(f"`{f.name}`") for f in schema.fields], F.lit(region.name).alias("region"),
-                       "date", "hour")
-        out = df if out is None else out.unionByName(df)
+        frames.append(df.select(*[F.col(f"`{f.name}`") for f in schema.fields],
+                                F.lit(region.name).alias("region"), "date", "hour"))
+    out = union_all(frames)
     return out if out is not None else _empty(spark, schema, "region", "date", "hour")
 
 
@@ -201,20 +197,19 @@ def stream_dataframe(config: PhotonConfig, stream: str, schema, id_field: str, s
     """An input stream (every file below ``<log_root>/<stream>``, any depth) of every region."""
     from pyspark.sql import functions as F
 
-    out = None
+    frames = []
     for region in _regions(config, regions):
         if is_remote(region.log_root):
             df = read_stream_json(spark, region.stream_url(stream), schema, config.s3, scratch_dir(config))
-            df = df.where(F.col(f"`{id_field}`").isNotNull()).withColumn("region", F.lit(region.name))
-            out = df if out is None else out.unionByName(df)
+            frames.append(df.where(F.col(f"`{id_field}`").isNotNull()).withColumn("region", F.lit(region.name)))
             continue
         folder = Path(region.log_root) / stream
         if not folder.is_dir() or not any(p.is_file() for p in folder.rglob("*")):
             continue
-        df = (spark.read.schema(schema).option("mode", "PERMISSIVE").option("recursiveFileLookup", "true")
-              .json(str(folder)).where(F.col(f"`{id_field}`").isNotNull())
-              .withColumn("region", F.lit(region.name)))
-        out = df if out is None else out.unionByName(df)
+        frames.append(spark.read.schema(schema).option("mode", "PERMISSIVE").option("recursiveFileLookup", "true")
+                      .json(str(folder)).where(F.col(f"`{id_field}`").isNotNull())
+                      .withColumn("region", F.lit(region.name)))
+    out = union_all(frames)
     return out if out is not None else _empty(spark, schema, "region")
 
 
@@ -222,21 +217,21 @@ def quarantine_dataframe(config: PhotonConfig, spark, regions=None):
     from pyspark.sql import functions as F
 
     schema = _ddl(spark, QUARANTINE_DDL)
-    out = None
+    frames = []
     for region in _regions(config, regions):
         files = sorted(str(p) for p in Path(region.quarantine_dir).glob("*.jsonl")) \
             if Path(region.quarantine_dir).is_dir() else []
         if region.output_on_s3:          # uploaded whole as they grow: a local copy is the newer one
             df = _s3_quarantine(spark, config, region, schema, files)
             if df is not None:
-                out = df if out is None else out.unionByName(df)
+                frames.append(df)
             continue
         if not files:
             continue
-        df = (spark.read.schema(schema).json(files).where(F.col("file").isNotNull())
-              .withColumn("source", F.regexp_extract(F.input_file_name(), r"([^/]+)\.jsonl$", 1))
-              .withColumn("region", F.lit(region.name)))
-        out = df if out is None else out.unionByName(df)
+        frames.append(spark.read.schema(schema).json(files).where(F.col("file").isNotNull())
+                      .withColumn("source", F.regexp_extract(F.input_file_name(), r"([^/]+)\.jsonl$", 1))
+                      .withColumn("region", F.lit(region.name)))
+    out = union_all(frames)
     return out if out is not None else _empty(spark, schema, "source", "region")
 
 

@@ -46,7 +46,7 @@ from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, r
 from photon._output import compacted_lines, s3_output_snapshot
 from photon._publish import S3Publisher
 from photon._source import is_remote
-from photon._spark_io import new_staging, stream_text
+from photon._spark_io import new_staging, stream_text, union_all
 from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
@@ -132,10 +132,7 @@ def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region:
         frames.append(spark.createDataFrame(rows, "value string, file string"))
     if not frames:
         return spark.createDataFrame([], "value string, file string, region string")
-    df = frames[0]
-    for other in frames[1:]:
-        df = df.unionByName(other)
-    return df.withColumn("region", F.lit(region))
+    return union_all(frames).withColumn("region", F.lit(region))
 
 
 def _window(df, since_us, until_us):
@@ -209,10 +206,7 @@ def _read_outputs(spark, config: PhotonConfig):
         for kind in ("joined", "unjoinable"):
             df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
             frames.append(_ids(df, id_field).withColumn("kind", F.lit(kind)))
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    out = out.withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
+    out = union_all(frames).withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
     bad = out.filter("bad").select("value", "region", "kind").limit(5).collect()
     if bad:
         where = _first_bad_line(sources[(bad[0].region, bad[0].kind)], id_field, [r.value for r in bad])
@@ -252,10 +246,7 @@ def _read_input(spark, config: PhotonConfig, stream: str, id_field: str, ref_fie
     for region in config.pipeline_regions:
         df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field)
         frames.append(df.filter(F.col("id").rlike(ID_PATTERN)).drop("file"))
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+    return union_all(frames)
 
 
 def check_inputs(config: PhotonConfig) -> None:
