@@ -370,6 +370,10 @@ class PhotonConfig:
         """The regions that run a pipeline (every region but those with ``registry_only``)."""
         return [r for r in self.regions if not r.registry_only]
 
+    def pipeline_regions_of(self, names=None) -> list:
+        """The pipeline regions named in ``names`` (None: all of them), in config order."""
+        return [r for r in self.pipeline_regions if names is None or r.name in names]
+
     @property
     def verify_dir(self) -> Path:
         return Path(self.verify.out_dir) if self.verify.out_dir else Path(self.regions[0].state_dir) / "verify"

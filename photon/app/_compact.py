@@ -141,9 +141,7 @@ def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None =
     spark = spark or spark_session(config, "photon-compact")
     sort_by = config.compact.sort_by or [config.join.foreign_id_field]
     stats = CompactionStatistics()
-    for region in config.pipeline_regions:
-        if regions is not None and region.name not in regions:
-            continue
+    for region in config.pipeline_regions_of(regions):
         if region.output_on_s3:     # its local folders only stage uploads: compacting them would drop files
             continue
         stats += compact_folder(spark, region.joined_dir, joined_schema(config, spark), sort_by, config, now_us)

@@ -223,7 +223,7 @@ class CatchUpWatch:
 
     def __init__(self, config: PhotonConfig, regions=None) -> None:
         self._read = dispatcher.read_status
-        self.regions = [r for r in config.pipeline_regions if regions is None or r.name in regions]
+        self.regions = config.pipeline_regions_of(regions)
         self._streak = 0
         self._since_us = time.time_ns() // 1000
         self.lagging: list[str] = [r.name for r in self.regions]

@@ -55,9 +55,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
     totals["lost_awaiting_recovery"] = 0
     totals["wasted_joins"] = 0
     hists: list[LatencyHistogram] = []
-    for region in config.pipeline_regions:
-        if regions is not None and region.name not in regions:
-            continue
+    for region in config.pipeline_regions_of(regions):
         status = dispatcher.read_status(region.state_dir) or {}
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
         entry["quarantined"] = count_quarantined(region)

@@ -153,16 +153,12 @@ def _empty(spark, schema, *extra: str):
     return spark.createDataFrame([], StructType([*schema.fields, *(StructField(n, types[n]) for n in extra)]))
 
 
-def _regions(config: PhotonConfig, regions):
-    return [r for r in config.pipeline_regions if regions is None or r.name in regions]
-
-
 def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):
     from pyspark.sql import functions as F
 
     scratch = scratch_dir(config)
     frames = []
-    for region in _regions(config, regions):
+    for region in config.pipeline_regions_of(regions):
         directory = region.joined_dir if kind == "joined" else region.unjoinable_dir
         if region.output_on_s3:
             df = s3_output_dataframe(spark, region.output_url(kind), directory, schema, config.join.foreign_id_field,
@@ -198,7 +194,7 @@ def stream_dataframe(config: PhotonConfig, stream: str, schema, id_field: str, s
     from pyspark.sql import functions as F
 
     frames = []
-    for region in _regions(config, regions):
+    for region in config.pipeline_regions_of(regions):
         if is_remote(region.log_root):
             df = read_stream_json(spark, region.stream_url(stream), schema, config.s3, scratch_dir(config))
             frames.append(df.where(F.col(f"`{id_field}`").isNotNull()).withColumn("region", F.lit(region.name)))
@@ -218,7 +214,7 @@ def quarantine_dataframe(config: PhotonConfig, spark, regions=None):
 
     schema = _ddl(spark, QUARANTINE_DDL)
     frames = []
-    for region in _regions(config, regions):
+    for region in config.pipeline_regions_of(regions):
         files = sorted(str(p) for p in Path(region.quarantine_dir).glob("*.jsonl")) \
             if Path(region.quarantine_dir).is_dir() else []
         if region.output_on_s3:          # uploaded whole as they grow: a local copy is the newer one

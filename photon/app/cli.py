@@ -59,7 +59,7 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None,
     started_us = time.time_ns() // 1000
     code = launcher.run()
     summary = build_summary(config, time.monotonic() - launcher.started_at, regions)
-    lost_now = sum(len(lost_ids(r, started_us)) for r in config.pipeline_regions if regions is None or r.name in regions)
+    lost_now = sum(len(lost_ids(r, started_us)) for r in config.pipeline_regions_of(regions))
     if code == 0 and lost_now:
         print(f"photon: {lost_now} click(s) lost in this run, awaiting recovery (exit {EXIT_LOST})", file=sys.stderr)
         code = EXIT_LOST
