@@ -205,6 +205,12 @@ def partition_of(time_us: int) -> str:
     return time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(time_us // 1_000_000))
 
 
+def is_hidden(rel: str) -> bool:
+    """A name or ``/``-separated path with a part starting with ``_`` or ``.``: commit records, compaction
+    records, files in progress, staging. Readers of a folder (Spark included) skip these."""
+    return any(part.startswith(("_", ".")) for part in rel.split("/"))
+
+
 def inprogress_name(published_name: str) -> str:
     """The hidden name a file has while it is written: ``.<name>.inprogress``."""
     return f".{published_name}{INPROGRESS}"
@@ -222,8 +228,8 @@ def _visible_files(root: Path, pattern: str) -> list[Path]:
     folder-listing reader such as Spark sees)."""
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
-        out += [Path(dirpath) / f for f in fnmatch.filter(filenames, pattern) if not f.startswith(("_", "."))]
+        dirnames[:] = [d for d in dirnames if not is_hidden(d)]
+        out += [Path(dirpath) / f for f in fnmatch.filter(filenames, pattern) if not is_hidden(f)]
     return sorted(out)
 
 

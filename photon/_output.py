@@ -31,7 +31,7 @@ from pathlib import Path
 
 import orjson
 
-from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, line_offsets, published_name
+from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, is_hidden, line_offsets, published_name
 from photon._source import ObjectGone, S3Source, is_remote
 
 COMPACTION_RECORD = "_compaction.json"
@@ -98,10 +98,10 @@ def output_snapshot(root: str | Path) -> OutputSnapshot:
                 open_files[rel] = max(open_files.get(rel, 0), int(size))
     published: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
+        dirnames[:] = sorted(d for d in dirnames if not is_hidden(d))
         rel_dir = os.path.relpath(dirpath, root)
         for name in filenames:
-            if name.endswith(".jsonl") and not name.startswith(("_", ".")):
+            if name.endswith(".jsonl") and not is_hidden(name):
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if rel not in in_parquet:
                     published.append(rel)
@@ -110,10 +110,6 @@ def output_snapshot(root: str | Path) -> OutputSnapshot:
     snap.open = {rel: size for rel, size in sorted(open_files.items())
                  if rel not in listed and rel not in in_parquet and size > 0}
     return snap
-
-
-def _hidden(rel: str) -> bool:
-    return any(part.startswith(("_", ".")) for part in rel.split("/"))
 
 
 @dataclass
@@ -183,7 +179,7 @@ def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, clie
             if "NoSuchKey" not in str(e):
                 raise
     listed = pub.objects()            # after the records: every object they name is listed
-    objects = [o for o in listed if o.name.endswith(".jsonl") and not _hidden(o.name)]
+    objects = [o for o in listed if o.name.endswith(".jsonl") and not is_hidden(o.name)]
     on_s3 = {o.name for o in objects}
     return S3OutputSnapshot(url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness, pub)
 
@@ -287,7 +283,7 @@ class OutputTailer:
         budget, pending = max_bytes, 0
         for rel, info in view.items():
             start = self.offsets.get(rel, 0)
-            if _hidden(rel) or not rel.endswith(".jsonl") or info.size <= start:
+            if is_hidden(rel) or not rel.endswith(".jsonl") or info.size <= start:
                 continue
             if budget <= 0:
                 pending += info.size - start

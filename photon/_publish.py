@@ -33,7 +33,7 @@ import orjson
 from photon._source import (INPROGRESS, Location, ObjectInfo, SourceUnavailable, check_bucket, is_transient,
                             parse_location, retrying, s3_client)
 from photon._config import S3Config
-from photon._logs import COMMITS_DIR
+from photon._logs import COMMITS_DIR, is_hidden
 
 log = logging.getLogger("photon.output")
 
@@ -106,7 +106,7 @@ class S3Publisher:
             for p in sorted(root.rglob(f"{prefix}*")):
                 rel = p.relative_to(root)
                 if p.is_file() and not p.name.endswith(INPROGRESS) \
-                        and not any(part.startswith((".", "_")) for part in rel.parts):
+                        and not is_hidden(rel.as_posix()):
                     self._pending.setdefault(p, (True, rel.as_posix()))
         done = 0
         for p, (delete, name) in list(self._pending.items()):
@@ -200,7 +200,7 @@ def read_object_lines(url: str, s3: S3Config | None = None, client=None) -> list
     pub = S3Publisher(url, s3, client)
     lines: list[bytes] = []
     for o in pub.objects():
-        if any(part.startswith((".", "_")) for part in o.name.split("/")) or o.name.endswith(INPROGRESS):
+        if is_hidden(o.name) or o.name.endswith(INPROGRESS):
             continue
         data = pub.read(o.name)
         lines += [x for x in data[: data.rfind(b"\n") + 1].split(b"\n") if x]
