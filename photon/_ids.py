@@ -17,7 +17,9 @@ from photon._clock import Clock, SystemClock
 TIMESTAMP_DIGITS = 16
 
 
-_ID_RE = re.compile(r"[^:\n][^\n]*:[0-9]+:[0-9]{%d}\Z" % TIMESTAMP_DIGITS)
+ID_REGEX = r"[^:\n][^\n]*:[0-9]+:[0-9]{%d}" % TIMESTAMP_DIGITS
+"""The id format as a regular expression (Python's and Java's syntax alike), unanchored."""
+_ID_RE = re.compile(ID_REGEX + r"\Z")
 is_event_id = _ID_RE.match
 """``is_event_id(text)`` is truthy iff ``text`` follows the id format (the hot-path check; use
 :func:`parse_event_id` for the reason an id is bad)."""

@@ -43,6 +43,7 @@ from pathlib import Path
 import idregistry
 import joiner
 from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, recovery_stream, stream_objects
+from photon._ids import ID_REGEX, TIMESTAMP_DIGITS
 from photon._output import compacted_lines, s3_output_snapshot
 from photon._publish import S3Publisher
 from photon._source import is_remote
@@ -51,7 +52,7 @@ from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
                "wrongly_unjoinable")
-ID_PATTERN = r"^[^:/\s]+:[0-9]+:[0-9]{16}$"
+ID_PATTERN = f"^{ID_REGEX}$"          # the pipeline's own id format (photon._ids), for Spark's rlike
 LEDGER_REASON = "in a lost-ids ledger"
 STOPPED_REASON = "its joiner is no longer running"
 AGED_REASON = "registered over [verify].lost_after_s ago by a joiner that cannot be seen"
@@ -137,7 +138,7 @@ def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region:
 
 def _window(df, since_us, until_us):
     from pyspark.sql import functions as F
-    ts = F.substring("id", -16, 16).cast("long")
+    ts = F.substring("id", -TIMESTAMP_DIGITS, TIMESTAMP_DIGITS).cast("long")
     if since_us is not None:
         df = df.filter(ts >= since_us)
     if until_us is not None:
