@@ -51,6 +51,7 @@ class WireQueue:
         self.queue: deque = deque()
         self.relayed = 0
         self.dropped = 0
+        self._undeliverable = False
 
     def accept(self, packet: bytes, now: float) -> None:
         if len(packet) < 20 or packet[0] >> 4 != 4:
@@ -71,7 +72,16 @@ class WireQueue:
             _, dest, packet = q[0]
             yield dest, packet
             q.popleft()            # only once the caller took it (a write that must be retried stays first)
-            self.relayed += 1
+            if self._undeliverable:
+                self.dropped += 1
+                self._undeliverable = False
+            else:
+                self.relayed += 1
+
+    def undeliverable(self) -> None:
+        """The packet :meth:`due` just yielded could not be written (its destination is gone): it counts
+        as dropped, not relayed."""
+        self._undeliverable = True
 
     def statistics(self) -> WireStatistics:
         return WireStatistics(self.relayed, self.dropped, len(self.queue))
@@ -123,7 +133,7 @@ def _flush(wire: WireQueue, now: float) -> None:
         except BlockingIOError:
             return                     # stays first in the queue: retried on the next turn
         except OSError:
-            wire.dropped += 1          # the destination namespace is gone
+            wire.undeliverable()       # the destination namespace is gone
 
 
 def main(argv=None) -> int:
