@@ -95,6 +95,7 @@ class JoinerStatistics:
     writer_error: str = ""         # why the output writer is failing now ("" when it works)
     refused_ids: int = 0           # ids the registry refused alone (e.g. timestamped far in the future)
     commit_unknown_ids: int = 0    # ids put into the ledger because their commit's outcome stayed unknown
+    unrecorded_ids: int = 0        # registered ids neither written nor in the ledger (stopping with both failing)
 
 
 REFUSED = 2
@@ -157,7 +158,7 @@ class Joiner:
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
                        orphans_recovered=0, not_found_store_behind=0, served_by_cache=0, served_by_logs=0,
                        write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
-                       commit_unknown_ids=0)
+                       commit_unknown_ids=0, unrecorded_ids=0)
 
     def recover_orphans(self) -> int:
         """Publish the in-progress output files a killed predecessor with this name left (torn last line
@@ -329,6 +330,8 @@ class Joiner:
                 log.critical("joiner %s: request %d: stopping with %d registered id(s) neither written nor in the "
                              "ledger (token %s): %s", self.name, seq, len(lost), token, " ".join(lost))
                 batch.write_unrecorded()
+                with self._lock:
+                    self._c["unrecorded_ids"] += len(lost)
                 return
             self.stopping.wait(delay)
             delay = min(1.0, delay * 2)
