@@ -283,7 +283,9 @@ class Dispatcher:
                 self._lookup(cmd)
             elif kind is WriteUnjoinable:
                 lines = self._not_written_before(cmd.raws)
-                self._until_written("writing unjoinable output", lambda: self.unjoinable.write_lines(lines))
+                # committed before the next command: no checkpoint passes lines a crash could still cut
+                self._until_written("writing unjoinable output",
+                                    lambda: self.unjoinable.sync(self.unjoinable.write_lines(lines)))
             elif kind is QuarantineRecords:
                 for file, offset, reason, raw in cmd.records:
                     self._until_written("writing the quarantine",

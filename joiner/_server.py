@@ -129,13 +129,13 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
     writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
                            roll_bytes=int(jc.roll_mb * (1 << 20)), commit_interval_s=jc.commit_interval_ms / 1000,
-                           publisher=output_publisher(config, reg, "joined"))
+                           publisher=output_publisher(config, reg, "joined"), clock=clock)
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,
                     commit_patience_s=jc.commit_patience_s, store_behind_s=jc.store_behind_s,
                     ledger=LostLedger(reg.state_dir, reg.name, name), writer_probe_s=jc.writer_probe_s)
-    joiner.recover_orphans()
+    joiner.recover_orphans(config.join.foreign_id_field)
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     add_health(server, "photon.Joiner")
     server.start()

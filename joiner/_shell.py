@@ -36,6 +36,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import orjson
+
 from photon import Clock, Outcome, RollingWriter
 
 from joiner._lost import LostLedger
@@ -97,6 +99,11 @@ class JoinerStatistics:
     commit_unknown_ids: int = 0    # ids put into the ledger because their commit's outcome stayed unknown
     unrecorded_ids: int = 0        # registered ids neither written nor in the ledger (stopping with both failing)
 
+
+ORPHAN_TOKEN = ""
+"""The ledger token of ids set aside at a restart: the dead process's token is not in its output lines;
+the verification job finds the registry's token in its export (and judges that process stopped)."""
+ORPHAN_REASON = "beyond the commit record of a killed joiner: never output, set aside at restart"
 
 REFUSED = 2
 """The commit result given to an id the registry refused on its own: answered like TOO_OLD (UNJOINABLE)."""
@@ -160,14 +167,34 @@ class Joiner:
                        write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
                        commit_unknown_ids=0, unrecorded_ids=0)
 
-    def recover_orphans(self) -> int:
-        """Publish the in-progress output files a killed predecessor with this name left (torn last line
-        cut). Call once, before serving."""
-        published = self._writer.recover_orphans()
-        for p in published:
+    def recover_orphans(self, id_field: str) -> int:
+        """Put in order the output files a killed predecessor with this name left: each in-progress file is
+        published up to what its commit record vouched for (what every reader counted while it was down);
+        the whole lines beyond were joined and registered but never output, so their ids (field
+        ``id_field``) go into the lost-ids ledger first, and then they are cut (see
+        :meth:`photon.RollingWriter.recover_orphans`). Call once, before serving; raises OSError when the
+        ledger or the output folder cannot be put in order (the joiner must not start then)."""
+        orphans = self._writer.recover_orphans(lambda lines: self._set_aside(lines, id_field))
+        for p in orphans.published:
             log.info("joiner %s: published orphaned output %s", self.name, p)
-        self._c["orphans_recovered"] += len(published)
-        return len(published)
+        self._c["orphans_recovered"] += len(orphans.published)
+        return len(orphans.published)
+
+    def _set_aside(self, lines: list[bytes], id_field: str) -> None:
+        ids = []
+        for line in lines:
+            try:
+                ids.append(str(orjson.loads(line)[id_field]))
+            except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+                log.critical("joiner %s: an uncommitted output line has no readable %r (%s): %r",
+                             self.name, id_field, e, line[:200])
+        if self._ledger is None:
+            raise OSError(f"joiner {self.name}: {len(ids)} uncommitted output line(s) to set aside and no ledger")
+        self._ledger.append(ids, ORPHAN_TOKEN, self._clock.now_us(), ORPHAN_REASON)
+        with self._lock:
+            self._c["lost_ids"] += len(ids)
+        log.error("joiner %s: %d id(s) a killed predecessor registered and wrote but never committed to the "
+                  "output; recorded in the lost-ids ledger for recovery", self.name, len(ids))
 
     def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> bytearray:
         """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns."""
@@ -251,8 +278,7 @@ class Joiner:
                 if lines:
                     if _KILL_MARKER:        # tests only; 0: OK
                         _kill_after_commit(_KILL_MARKER, [i for i, r in zip(ids, results) if int(r) == 0])
-                    lines = restamp(lines, now, self._clock.now_us())
-                    self._write_or_record(batch, lines, token, seq)
+                    self._write_or_record(batch, lines, now, token, seq)
             finally:
                 with self._lock:
                     self._started.pop(seq, None)
@@ -301,11 +327,17 @@ class Joiner:
             self._record_unknown(seq, "commit outcome unknown: the joiner stopped before the commit answered")
         return len(unfinished)
 
-    def _write_or_record(self, batch: JoinBatch, lines: list[bytes], token: str, seq: int) -> None:
-        """Write the committed lines; if the writer fails, put their ids durably into the lost-ids ledger
-        before answering (retrying the output and the ledger in turn while neither works)."""
+    def _write(self, lines: list[bytes], built_us: int) -> None:
+        """Write the committed lines and return once they are durable and committed under the output contract
+        (a reader counts them); each line stamped with the time the writer took it (in its file's hour)."""
+        self._writer.sync(self._writer.write_lines(lines, lambda now_us, ls: restamp(ls, built_us, now_us)))
+
+    def _write_or_record(self, batch: JoinBatch, lines: list[bytes], built_us: int, token: str, seq: int) -> None:
+        """Write the committed lines until they are committed output; if any step fails (write, fsync, roll,
+        commit record: the lines are then cut, never output later), put their ids durably into the lost-ids
+        ledger before answering (retrying the output and the ledger in turn while neither works)."""
         try:
-            self._writer.write_lines(lines)
+            self._write(lines, built_us)
             return
         except OSError as e:
             reason = f"output write failed: {e}"
@@ -336,7 +368,7 @@ class Joiner:
             self.stopping.wait(delay)
             delay = min(1.0, delay * 2)
             try:
-                self._writer.write_lines(lines)     # the output may have room again
+                self._write(lines, built_us)     # the output may have room again
             except OSError:
                 continue
             return
@@ -352,11 +384,18 @@ class Joiner:
             self._next_probe = time.monotonic() + self._writer_probe_s
 
     def _writer_usable(self) -> bool:
-        """True unless the output writer failed and a probe (a write of about the failed size into a hidden
-        file of the output folder, at most once per ``writer_probe_s``) still fails."""
+        """True unless the output writer failed (in a request, or in the roller thread: the writer's
+        ``error``) and a probe (a write of about the failed size into a hidden file of the output folder,
+        fsynced, at most once per ``writer_probe_s``) still fails."""
         with self._lock:
             if not self._writer_error:
-                return True
+                failed = self._writer.error       # a failure the roller thread met (roll, rename, commit)
+                if not failed:
+                    return True
+                self._writer_error = failed
+                self._next_probe = 0.0
+                log.error("joiner %s: %s; answering THROTTLED until the output folder takes writes again",
+                          self.name, failed)
             now = time.monotonic()
             if now < self._next_probe:
                 return False
@@ -370,12 +409,14 @@ class Joiner:
                 view, done = memoryview(bytes(size)), 0
                 while done < size:
                     done += os.write(fd, view[done:])
+                os.fdatasync(fd)                  # as a commit does: the data must reach the disk
             finally:
                 os.close(fd)
                 probe.unlink(missing_ok=True)
         except OSError as e:
             log.debug("joiner %s: output probe failed: %s", self.name, e)
             return False
+        self._writer.clear_error()
         with self._lock:
             log.warning("joiner %s: the output folder takes writes again (was: %s); joining resumes",
                         self.name, self._writer_error)
@@ -447,7 +488,7 @@ class Joiner:
         with self._lock:
             c, counts = dict(self._c), list(self._counts)
             in_flight = self._in_flight
-            writer_error = self._writer_error
+            writer_error = self._writer_error or self._writer.error
         return JoinerStatistics(writer_error=writer_error,
             name=self.name, address=self.address, in_flight=in_flight, max_in_flight=self._max_in_flight,
             joined=counts[Outcome.JOINED], already_joined=counts[Outcome.ALREADY_JOINED],

@@ -16,8 +16,9 @@ from photon._tls import TlsFiles, raft_password, tls_env, tls_files, use_tls
 from photon._metrics import scrape, serve_metrics
 from photon._process import ProcessSpec, region_ports, remembered_ports
 from photon._service import bind_port, free_port, run_service
-from photon._logs import (LogChunk, Quarantine, RollingWriter, list_log_files, parse_record, fsync_path, wait_until,
+from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, fsync_path, wait_until,
                           write_atomic)
+from photon._writer import LinesLost, RollingWriter
 from photon._output import OutputSnapshot, OutputTailer, output_snapshot, read_output_lines
 from photon._source import (Location, ObjectGone, ObjectInfo, SourceError, SourceUnavailable, open_source,
                             parse_location, stream_source)
@@ -30,7 +31,7 @@ __all__ = [
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
-    "read_stream_json", "stream_lines", "stream_objects", "RollingWriter", "SystemClock", "describe_options",
+    "read_stream_json", "stream_lines", "stream_objects", "LinesLost", "RollingWriter", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
 ]

@@ -187,15 +187,6 @@ def parse_record(raw: bytes, required: Iterable[str]) -> tuple[dict | None, str 
     return event, None
 
 
-@dataclass
-class RollingWriterStatistics:
-    files_rolled: int = 0
-    lines_written: int = 0
-    bytes_written: int = 0
-    commit_records_written: int = 0
-    commit_record_errors: int = 0
-
-
 COMMITS_DIR = "_committed"
 """Folder (under an output folder) of the writers' commit records: ``<prefix>.json`` each."""
 
@@ -223,7 +214,7 @@ def published_name(name: str) -> str:
     return name[1:] if name.startswith(".") else name
 
 
-def _visible_files(root: Path, pattern: str) -> list[Path]:
+def visible_files(root: Path, pattern: str) -> list[Path]:
     """Files matching ``pattern`` below ``root`` whose path has no part starting with ``_`` or ``.`` (what a
     folder-listing reader such as Spark sees)."""
     out: list[Path] = []
@@ -231,192 +222,6 @@ def _visible_files(root: Path, pattern: str) -> list[Path]:
         dirnames[:] = [d for d in dirnames if not is_hidden(d)]
         out += [Path(dirpath) / f for f in fnmatch.filter(filenames, pattern) if not is_hidden(f)]
     return sorted(out)
-
-
-class RollingWriter:
-    """Writes Photon's output files following the output contract (README "Output contract").
-
-    Lines are appended to the hidden file ``<dir>/date=YYYY-MM-DD/hour=HH/.<prefix>-<start_us>-<seq>.jsonl
-    .inprogress`` (the partition is the UTC hour in which the file was opened, i.e. join time; a file never
-    spans two hours). It is published by renaming it to ``<prefix>-<start_us>-<seq>.jsonl`` in the same
-    folder when rolled: every ``roll_interval_s`` once non-empty, at ``roll_bytes``, when the hour ends, and
-    on :meth:`roll` / :meth:`close`. Published files never change again.
-
-    Commit record: ``<dir>/_committed/<prefix>.json``, replaced atomically, ``{"writer": prefix, "at_us": t,
-    "open": {"<partition>/<published name>": committed_bytes}}``: the first ``committed_bytes`` of each open
-    file are whole lines a reader may count. It is rewritten after a write at most every
-    ``commit_interval_s`` (a write sooner than that leaves it to :meth:`flush_commits`, which
-    :meth:`maybe_roll` calls: call it every ~10-20 ms) and after a roll.
-
-    ``write_lines`` flushes to the OS before returning: a process crash after it returns loses nothing
-    (a machine crash may; the pipeline's verification job covers that window). :meth:`recover_orphans`
-    publishes the in-progress files a crashed writer with the same prefix left, cutting a torn last line.
-    """
-
-    def __init__(self, directory: str | Path, prefix: str, roll_interval_s: float = 60.0,
-                 roll_bytes: int = 64 << 20, commit_interval_s: float = 0.05, publisher=None) -> None:
-        self.dir = Path(directory)
-        self.publisher = publisher
-        """Given (an :class:`photon.S3Publisher`), each published file is uploaded as
-        ``<partition>/<name>`` and removed locally."""
-        self.prefix = prefix
-        self.roll_interval_s = roll_interval_s
-        self.roll_bytes = roll_bytes
-        self.commit_interval_s = commit_interval_s
-        self.commit_path = self.dir / COMMITS_DIR / f"{prefix}.json"
-        self.stats = RollingWriterStatistics()
-        self._start_us = time.time_ns() // 1000
-        self._seq = 0
-        self._f = None
-        self._path: Path | None = None
-        self._logical = ""          # "<partition>/<published name>" of the open file
-        self._partition = ""
-        self._opened_at = 0.0
-        self._size = 0
-        self._dirty = False
-        self._last_commit = float("-inf")
-        self._lock = threading.Lock()
-
-    def recover_orphans(self) -> list[Path]:
-        """Publish the in-progress files of this prefix a crashed writer left (torn last line cut, empty
-        ones removed) and reset this prefix's commit record. Call once, before writing."""
-        published = []
-        if not self.dir.is_dir():
-            return published
-        orphans = [*self.dir.rglob(inprogress_name(f"{self.prefix}-*.jsonl")),
-                   *self.dir.glob(f"{self.prefix}-*.jsonl{INPROGRESS}")]       # the older flat layout
-        for p in sorted(set(orphans)):
-            data = p.read_bytes()
-            cut = data.rfind(b"\n") + 1
-            if cut < len(data):
-                with open(p, "r+b") as f:
-                    f.truncate(cut)
-            final = p.with_name(published_name(p.name))
-            if cut == 0:
-                p.unlink()
-                continue
-            os.replace(p, final)
-            published.append(final)
-        if self.publisher is not None:      # closed files a crashed writer had not uploaded yet
-            self.publisher.publish_pending(self.dir, prefix=f"{self.prefix}-")
-        with self._lock:
-            self._write_commit_record()
-        return published
-
-    def lines_written_since(self, since_us: int) -> list[bytes]:
-        """The lines of this prefix's published files last modified at or after ``since_us`` (wall clock,
-        µs): what an earlier run wrote since then, for a restarted writer that may be asked to write
-        them again. Call after :meth:`recover_orphans`."""
-        out: list[bytes] = []
-        if self.publisher is not None:
-            for o in self.publisher.objects():
-                base = o.name.rsplit("/", 1)[-1]
-                if base.startswith(f"{self.prefix}-") and base.endswith(".jsonl") and int(o.version) >= since_us:
-                    out.extend(self.publisher.read(o.name).splitlines())
-        if not self.dir.is_dir():
-            return out
-        for p in _visible_files(self.dir, f"{self.prefix}-*.jsonl"):
-            try:
-                if p.stat().st_mtime_ns // 1000 >= since_us:
-                    out.extend(p.read_bytes().splitlines())
-            except FileNotFoundError:   # removed meanwhile by whoever consumes the output
-                continue
-        return out
-
-    def write_lines(self, lines: list[bytes]) -> None:
-        """Append ``lines`` (each without ``\\n``) and hand them to the OS, all or none: when the write
-        fails (``ENOSPC``, ``EIO``) the file is cut back to its size before the call and the error is raised,
-        so no torn or partial line stays behind and a later call may simply try again."""
-        if not lines:
-            return
-        data = b"\n".join(lines) + b"\n"
-        with self._lock:
-            if self._f is not None and partition_of(time.time_ns() // 1000) != self._partition:
-                self._roll()                 # the hour ended: a file never spans two partitions
-            if self._f is None:
-                self._open()
-            try:
-                view, done = memoryview(data), 0
-                while done < len(data):           # an unbuffered file: a short write is continued
-                    done += self._f.write(view[done:])
-            except OSError:
-                os.ftruncate(self._f.fileno(), self._size)
-                raise
-            self._size += len(data)
-            self._dirty = True
-            self.stats.lines_written += len(lines)
-            self.stats.bytes_written += len(data)
-            if self._size >= self.roll_bytes:
-                self._roll()
-            elif time.monotonic() - self._last_commit >= self.commit_interval_s:
-                self._write_commit_record()
-
-    def maybe_roll(self) -> None:
-        """Roll if the current file is older than the roll interval or its hour ended, and publish the
-        commit record if it is due; call this periodically (every ~10-20 ms for fresh readers)."""
-        with self._lock:
-            if self._f is not None and (time.monotonic() - self._opened_at >= self.roll_interval_s
-                                        or partition_of(time.time_ns() // 1000) != self._partition):
-                self._roll()
-            elif self.publisher is not None and self.publisher.statistics().pending_files:
-                self.publisher.publish_pending()
-            if self._dirty and time.monotonic() - self._last_commit >= self.commit_interval_s:
-                self._write_commit_record()
-
-    def flush_commits(self) -> None:
-        """Publish the commit record now if lines were written since it was last published."""
-        with self._lock:
-            if self._dirty:
-                self._write_commit_record()
-
-    def roll(self) -> None:
-        with self._lock:
-            if self._f is not None:
-                self._roll()
-            if self._dirty:
-                self._write_commit_record()
-
-    close = roll
-
-    def _open(self) -> None:
-        now_us = time.time_ns() // 1000
-        self._partition = partition_of(now_us)
-        folder = self.dir / self._partition
-        folder.mkdir(parents=True, exist_ok=True)
-        self._seq += 1
-        name = f"{self.prefix}-{self._start_us}-{self._seq:06d}.jsonl"
-        self._logical = f"{self._partition}/{name}"
-        self._path = folder / inprogress_name(name)
-        self._f = open(self._path, "ab", buffering=0)   # unbuffered: a failed write leaves nothing queued
-        self._opened_at = time.monotonic()
-        self._size = 0
-
-    def _roll(self) -> None:
-        self._f.close()
-        final = self._path.with_name(published_name(self._path.name))
-        os.replace(self._path, final)
-        if self.publisher is not None:
-            self.publisher.publish(final, f"{self._partition}/{final.name}")
-        self.stats.files_rolled += 1
-        self._f = None
-        self._path = None
-        self._dirty = True          # the record still names the file: readers then look for it published
-
-    def _write_commit_record(self) -> None:
-        """Replace the commit record (caller holds the lock). A failure (e.g. a full disk) is counted and
-        logged; the lines stay written and the record is retried on the next call."""
-        record = {"writer": self.prefix, "at_us": time.time_ns() // 1000,
-                  "open": {self._logical: self._size} if self._f is not None else {}}
-        try:
-            self.commit_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.commit_path, orjson.dumps(record))
-        except OSError as e:
-            self.stats.commit_record_errors += 1
-            log.warning("output %s: publishing the commit record %s failed: %s", self.prefix, self.commit_path, e)
-            return
-        self.stats.commit_records_written += 1
-        self._dirty = False
-        self._last_commit = time.monotonic()
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.02, message: str = "condition") -> None:

@@ -120,8 +120,8 @@ def test_rolling_writer_lists_the_lines_an_earlier_run_wrote_since_a_time(tmp_pa
     w.roll()
     old = next(tmp_path.rglob("dispatcher-a-*.jsonl"))
     os.utime(old, ns=(1_000_000_000, 1_000_000_000))     # written long ago
-    w.write_lines([b'{"n":2}', b'{"n":3}'])
-    w._f.close()                                         # died without rolling
+    w.sync(w.write_lines([b'{"n":2}', b'{"n":3}']))      # committed ...
+    w._f.close()                                         # ... then died without rolling
     other = RollingWriter(tmp_path, "a-j0")
     other.write_lines([b'{"n":9}'])
     other.roll()
@@ -138,17 +138,22 @@ def test_rolling_writer_publishes_whole_files_and_recovers_orphans(tmp_path):
     w.write_lines([b'{"n":3}' * 3])            # crosses roll_bytes: published
     assert sorted(p.suffix for p in data_files(tmp_path)) == [".jsonl"]
     w.write_lines([b'{"n":4}'])
+    w.sync()                                   # committed: the record vouches for it
+    w.write_lines([b'{"n":6}'])                # not committed (within commit_interval_s)
     w._f.close()                               # the writer dies without rolling
-    # a crash leaves an in-progress file with a torn last line; a successor publishes the whole lines
+    # a crash leaves an in-progress file with a torn last line; a successor publishes what the record
+    # vouched for and sets the whole lines beyond it aside
     orphan = next(tmp_path.rglob("*.inprogress"))
     with open(orphan, "ab") as f:
         f.write(b'{"n":5')
+    set_aside = []
     successor = RollingWriter(tmp_path, "a-j0")
-    published = successor.recover_orphans()
-    assert len(published) == 1 and published[0].read_bytes() == b'{"n":4}\n'
+    orphans = successor.recover_orphans(set_aside.append)
+    assert len(orphans.published) == 1 and orphans.published[0].read_bytes() == b'{"n":4}\n'
+    assert orphans.cut_lines == [b'{"n":6}'] and set_aside == [[b'{"n":6}']]
     assert not list(tmp_path.rglob("*.inprogress"))
     other = RollingWriter(tmp_path, "a-j1")
-    assert other.recover_orphans() == []
+    assert other.recover_orphans().published == []
 
 
 def test_write_atomic_replaces_whole_files_and_leaves_no_temp(tmp_path):

@@ -88,7 +88,7 @@ def test_recovered_orphans_are_published_and_the_dead_writers_record_reset(tmp_p
         f.write(b'{"n":')
     assert read_output_lines(tmp_path) == lines(1)    # the committed prefix is visible meanwhile
     again = RollingWriter(tmp_path, "a-j0")
-    [published] = again.recover_orphans()
+    [published] = again.recover_orphans().published
     assert published.parent == orphan.parent and published.name == orphan.name[1:-len(".inprogress")]
     assert record(tmp_path)["open"] == {} and read_output_lines(tmp_path) == lines(1)
 
