@@ -262,7 +262,7 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
         figures["backlog_clicks_joined_per_s"] = round(args.backlog / (time.monotonic() - t0), 1)
         figures.update(_steady(root, writer, config, args))
         figures.update(_outage(writer, joined, config, args))
-        wasted = sum(_status(config, n).get("already_joined", 0) for n in PIPELINE)
+        wasted = sum(_status(config, n).get("wasted_joins", 0) for n in PIPELINE)
         figures["wasted_joins"] = wasted
         figures["wasted_joins_fraction"] = round(wasted / len(writer.click_ids), 4)
         figures["clicks"] = len(writer.click_ids)

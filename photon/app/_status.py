@@ -55,7 +55,7 @@ def _fig(row: dict, before: dict | None, dt: float) -> str:
                 f"retry queue {m.get('photon_dispatcher_retry_queue', 0):.0f}  "
                 f"join p50/p90 {m.get('photon_dispatcher_join_latency_ms_p50', 0):.0f}/"
                 f"{m.get('photon_dispatcher_join_latency_ms_p90', 0):.0f} ms  "
-                f"wasted joins {m.get('photon_dispatcher_already_joined', 0):.0f}")
+                f"wasted joins {m.get('photon_dispatcher_wasted_joins', 0):.0f}")
     if role == "registry":
         cmds = m.get("photon_registry_commands", 0)
         batch = m.get("photon_registry_ids_committed", 0) / cmds if cmds else 0
@@ -63,7 +63,7 @@ def _fig(row: dict, before: dict | None, dt: float) -> str:
                 f"{m.get('photon_registry_term', 0):.0f}  ids held {m.get('photon_registry_ids_held', 0):.0f}  "
                 f"ids/command {batch:.1f}  queue {m.get('photon_registry_queued_ids', 0):.0f}")
     if role == "joiner":
-        return (f"joined {m.get('photon_joiner_joined', 0):.0f}  already {m.get('photon_joiner_already_joined', 0):.0f}  "
+        return (f"joined {m.get('photon_joiner_joined', 0):.0f}  already {m.get('photon_joiner_already_registered', 0):.0f}  "
                 f"in flight {m.get('photon_joiner_in_flight', 0):.0f}")
     if role == "eventstore":
         hits, misses = m.get("photon_eventstore_hits", 0), m.get("photon_eventstore_misses", 0)

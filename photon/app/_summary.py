@@ -3,7 +3,7 @@ clicks lost awaiting recovery.
 
 *Lost, awaiting recovery* counts the distinct ids of a region's lost-ids ledgers (:func:`joiner.read_lost`):
 registered by a joiner whose output write then failed (the joiner answers LOST for them, which the
-dispatcher counts as ``lost``, never among ``duplicates_prevented``), and the candidates of commits whose
+dispatcher counts as ``lost``, never among ``already_registered``), and the candidates of commits whose
 outcome stayed unknown (answered THROTTLED and retried: one the registry had taken comes back as a prevented
 duplicate too; the verification job tells which are really lost). The ledger is never edited, so the count
 stays after a recovery job has re-joined them (the verification job tells which are in the output by now)."""
@@ -19,7 +19,7 @@ import joiner
 from photon import LatencyHistogram, PhotonConfig, read_object_lines
 from photon._output import count_output_lines
 
-COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "lost",
+COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
             "bad_records", "retry_queue", "in_flight")
 
 
@@ -62,7 +62,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         entry["joined_output_lines"] = (len(read_object_lines(region.output_url("joined"), config.s3))
                                         if region.output_on_s3 else count_output_lines(region.joined_dir))
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
-        entry["wasted_joins"] = entry["already_joined"]
+        entry["wasted_joins"] = entry["wasted_joins"]
         hist = LatencyHistogram.from_json(status.get("join_latency_hist"))
         hists.append(hist)
         # every join of the run (the dispatcher's mergeable histogram); an older status: its recent joins
@@ -90,7 +90,7 @@ def format_summary(summary: dict) -> str:
     for name, e in rows:
         lat = e.get("join_latency_ms") or {}
         lines.append(f"{name:<8}{e['events_read']:>10}{e['joined']:>10}{e['unjoinable']:>9}"
-                     f"{e['quarantined']:>7}{e['duplicates_prevented']:>12}{e.get('wasted_joins', 0):>8}"
+                     f"{e['quarantined']:>7}{e['already_registered']:>12}{e.get('wasted_joins', 0):>8}"
                      f"{e['lost_awaiting_recovery']:>7}"
                      f"{lat.get('p50', 0):>9.1f}{lat.get('p90', 0):>9.1f}")
     t = summary["total"]

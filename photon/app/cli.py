@@ -180,7 +180,7 @@ def _cmd_status(args) -> int:
     for region in config.pipeline_regions:
         for name, j in sorted(joiner.read_status(region.state_dir).items()):
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
-                  f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
+                  f"already {j.get('already_registered', 0):>6}  not found {j.get('not_found', 0):>6}  "
                   f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
                   f"in flight {j.get('in_flight', 0)}  lost {j.get('lost_ids', 0)}")
             if j.get("writer_error"):

@@ -14,7 +14,7 @@ def test_lost_ids_are_shown_as_lost_not_as_prevented_duplicates(tmp_path):
                           str(tmp_path / "photon.toml"), tmp_path)
     (tmp_path / "state" / "dispatcher").mkdir(parents=True)
     (tmp_path / "state" / "dispatcher" / "status.json").write_bytes(orjson.dumps(
-        {"events_read": 100, "joined": 90, "already_joined": 8, "duplicates_prevented": 7, "unjoinable": 0,
+        {"events_read": 100, "joined": 90, "wasted_joins": 8, "already_registered": 7, "unjoinable": 0,
          "lost": 3}))
     (tmp_path / "state" / "lost").mkdir()
     entries = [{"id": f"c{i}", "token": "t", "at_us": 1, "reason": "output write failed: [Errno 28] No space "
@@ -22,7 +22,7 @@ def test_lost_ids_are_shown_as_lost_not_as_prevented_duplicates(tmp_path):
     (tmp_path / "state" / "lost" / "a-j0.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in entries))
     s = build_summary(config, 1.0)
     assert s["regions"]["a"]["lost_awaiting_recovery"] == 3
-    assert s["regions"]["a"]["duplicates_prevented"] == 7 and s["regions"]["a"]["lost"] == 3
+    assert s["regions"]["a"]["already_registered"] == 7 and s["regions"]["a"]["lost"] == 3
     assert s["total"]["lost_awaiting_recovery"] == 3
     text = format_summary(s)
     assert "lost, awaiting recovery: 3" in text
