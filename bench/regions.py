@@ -15,21 +15,30 @@ running deployment, in phases:
 2. backlog: ``--backlog`` clicks written at once; clicks joined per second until every one is in the
    union of both regions' output (``backlog_clicks_joined_per_s``: what the deployment can drain);
 3. steady: ``--seconds`` of ``--rate`` clicks per second; ``clicks_joined_per_s`` is the steady clicks
-   divided by the real time from the first being written to the last being joined (union), and the join
-   latency ``join_p50_ms``... runs from a click's line being complete in both copies to its joined line
-   being complete in an output file of either region (a follower outside the pipeline,
-   :mod:`bench._output`, as ``bench.pipeline`` measures);
+   divided by the real time from the first being written to the last being visible (union; paced, so
+   about the rate asked), and the join latency ``join_p50_ms``... runs from a click's line being complete
+   in both copies to its joined line being visible in either region's output to a reader following the
+   output contract (published files and the committed prefix of open ones, :class:`photon.OutputTailer`
+   in a follower outside the pipeline, :mod:`bench._output`: ``bench.pipeline``'s ``published_p50_ms``).
+   ``flushed_p50_ms``... stop the clock earlier, at the first flush of the line into any file, hidden
+   in-progress files included (what a reader of the contract cannot see yet). At the end of the phase
+   the bench waits until both dispatchers have caught up and takes the wasted joins so far:
+   ``wasted_joins`` (clicks sent to a joiner whose commit found them already registered, both regions)
+   over the ``both_up_clicks`` written while both regions were up (start-up, backlog and steady phases),
+   ``wasted_joins_fraction``;
 4. outage: region b taken down whole (SIGKILL, its 2 registry replicas too) while writing goes on at
    ``--rate`` for ``--outage-s`` (region a joins everything alone), writing stops, b comes back:
-   ``catch_up_s`` is the time until b's new dispatcher has read its whole copy and resolved every click.
+   ``catch_up_s`` is the time until b's new dispatcher has read its whole copy and resolved every click;
+   ``outage_wasted_joins``: wasted joins during the outage and b's catch-up (not in the fraction above).
 
 Also per round trip: registry ids per replicated command (leaders' counters) and the region of the
 shard leader (at the end of the steady phase), each dispatcher's own join latency p50 (from reading a
-click to its joiner's answer, over its latest joins: the region far from the leader pays more), wasted joins (clicks sent
-to a joiner that found them already joined, both regions, every phase) and their fraction of the clicks,
-and duplicates in the union (must be 0). At the end: whether the issue's targets hold at the largest round
-trip against 0 ms (``target_throughput_met``: clicks joined/s at least 80% of the 0 ms figure;
-``target_latency_met``: p50 within the round trip plus 50 ms of the 0 ms p50).
+click to its joiner's answer, over its latest joins: the region far from the leader pays more), and
+duplicates in the union (must be 0). At the end: whether the targets hold at the largest round trip
+against 0 ms (``target_throughput_met``: the unpaced backlog drain, ``backlog_clicks_joined_per_s``, at
+least 80% of the 0 ms figure, ``throughput_ratio_far_vs_0ms``; the steady phase is paced, so its rate
+says only that the offered load was carried; ``target_latency_met``: the visible p50 within the round
+trip plus 50 ms of the 0 ms p50).
 """
 from __future__ import annotations
 
@@ -177,8 +186,22 @@ def _registry_leaders(config) -> tuple[float, str]:
     return (round(ids / commands, 1) if commands else 0.0), ",".join(where)
 
 
+def _both_caught_up(config, since_us: int) -> bool:
+    """Both dispatchers report caught up from a scan that began after ``since_us``."""
+    for n in PIPELINE:
+        st = _status(config, n)
+        if not st.get("caught_up") or st.get("scan_at_us", 0) <= since_us:
+            return False
+    return True
+
+
+def _wasted_joins(config) -> int:
+    return sum(_status(config, n).get("wasted_joins", 0) for n in PIPELINE)
+
+
 def _steady(root: Path, writer: Copies, config, args) -> dict:
-    """Phase 3: ``--rate`` clicks/s for ``--seconds``; clicks joined/s and join latency (union)."""
+    """Phase 3: ``--rate`` clicks/s for ``--seconds``; clicks joined/s and join latency (union) to the joined
+    line being visible under the output contract; then the wasted joins of the clicks written so far."""
     follower = OutputFollower(root / "out")
     follower.poll()                                  # what is there already: read now, not timed
     first = len(writer.click_ids)
@@ -196,23 +219,32 @@ def _steady(root: Path, writer: Copies, config, args) -> dict:
     pacer.join()
     steady = writer.click_ids[first:]
     try:
-        wait_until(lambda: all(c in follower.seen_us for c in steady), args.timeout, interval=0.1,
-                   message="the steady phase's clicks joined")
+        wait_until(lambda: all(c in follower.published_us for c in steady), args.timeout, interval=0.1,
+                   message="the steady phase's clicks visible in the output")
     finally:
         stop_follow.set()
         following.join(timeout=10)
     w = writer.written_us
-    lat = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
-    last_joined_us = max(follower.seen_us[c] for c in steady)
+    visible = [(follower.published_us[c] - w[c]) / 1000 for c in steady]
+    flushed = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
+    last_visible_us = max(follower.published_us[c] for c in steady)
     first_written_us = min(w[c] for c in steady)
     figures = {"offered_clicks_per_s": round(len(steady) / (pacer.ended - pacer.began), 1),
-               "clicks_joined_per_s": round(len(steady) / ((last_joined_us - first_written_us) / 1e6), 1),
+               "clicks_joined_per_s": round(len(steady) / ((last_visible_us - first_written_us) / 1e6), 1),
                "steady_clicks": len(steady),
-               "join_p50_ms": round(percentile(lat, 50), 1), "join_p90_ms": round(percentile(lat, 90), 1),
-               "join_p99_ms": round(percentile(lat, 99), 1)}
+               "join_p50_ms": round(percentile(visible, 50), 1), "join_p90_ms": round(percentile(visible, 90), 1),
+               "join_p99_ms": round(percentile(visible, 99), 1),
+               "flushed_p50_ms": round(percentile(flushed, 50), 1),
+               "flushed_p90_ms": round(percentile(flushed, 90), 1)}
     figures["registry_ids_per_command"], figures["registry_leader_region"] = _registry_leaders(config)
     for n in PIPELINE:      # each dispatcher's own view: first read -> joiner's answer, its last joins
         figures[f"dispatcher_{n}_join_p50_ms"] = _status(config, n).get("join_latency_ms", {}).get("p50")
+    written_us = max(w.values())
+    wait_until(lambda: _both_caught_up(config, written_us), args.timeout, interval=0.05,
+               message="both dispatchers caught up on the clicks written while both regions were up")
+    figures["wasted_joins"] = _wasted_joins(config)
+    figures["both_up_clicks"] = len(writer.click_ids)
+    figures["wasted_joins_fraction"] = round(figures["wasted_joins"] / figures["both_up_clicks"], 4)
     return figures
 
 
@@ -262,9 +294,7 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
         figures["backlog_clicks_joined_per_s"] = round(args.backlog / (time.monotonic() - t0), 1)
         figures.update(_steady(root, writer, config, args))
         figures.update(_outage(writer, joined, config, args))
-        wasted = sum(_status(config, n).get("already_joined", 0) for n in PIPELINE)
-        figures["wasted_joins"] = wasted
-        figures["wasted_joins_fraction"] = round(wasted / len(writer.click_ids), 4)
+        figures["outage_wasted_joins"] = _wasted_joins(config) - figures["wasted_joins"]
         figures["clicks"] = len(writer.click_ids)
         stop_groups(procs)
         procs = []
@@ -275,18 +305,18 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
 
 
 def _targets(figures: dict, rtts: list[float]) -> None:
-    """Whether the issue's targets hold at the largest round trip against 0 ms."""
+    """Whether the targets hold at the largest round trip against 0 ms: throughput judged on the unpaced
+    backlog drain (the steady phase is paced: it carries the offered rate at any distance), latency on the
+    steady phase's visible p50."""
     far = max(rtts)
     if 0.0 not in rtts or far == 0:
         return
-    base_rate, far_rate = figures.get("rtt0ms_clicks_joined_per_s"), figures.get(f"rtt{far:g}ms_clicks_joined_per_s")
+    base_rate, far_rate = (figures.get("rtt0ms_backlog_clicks_joined_per_s"),
+                           figures.get(f"rtt{far:g}ms_backlog_clicks_joined_per_s"))
     base_p50, far_p50 = figures.get("rtt0ms_join_p50_ms"), figures.get(f"rtt{far:g}ms_join_p50_ms")
     if base_rate and far_rate is not None:
         figures["throughput_ratio_far_vs_0ms"] = round(far_rate / base_rate, 3)
         figures["target_throughput_met"] = far_rate >= 0.8 * base_rate
-    if base_rate and figures.get("rtt0ms_backlog_clicks_joined_per_s"):
-        figures["backlog_throughput_ratio_far_vs_0ms"] = round(
-            figures[f"rtt{far:g}ms_backlog_clicks_joined_per_s"] / figures["rtt0ms_backlog_clicks_joined_per_s"], 3)
     if base_p50 is not None and far_p50 is not None:
         figures["p50_excess_over_0ms_ms"] = round(far_p50 - base_p50, 1)
         figures["target_latency_met"] = far_p50 <= base_p50 + far + 50

@@ -6,15 +6,24 @@ Phases: *light* (one client thread, one small commit at a time: latency without 
 client process and thread committing batches of fresh ids as fast as answers come: ids/s), *half*
 (the same clients paced to half the peak rate: latency under moderate load), *race* (two clients commit
 the same ids under different tokens: each id must be accepted exactly once). Then the bytes per held id
-of a shard holding ``--memory-ids`` ids, measured in-process on the shard's state object.
+of a shard holding ``--memory-ids`` ids, measured in-process on the shard's state object (``sys.getsizeof``
+of everything it holds, and this process's RSS growth): with tokens cleared (``bytes_per_id``), and with one
+joiner-style token per join request, never cleared, under GC churn, for each of ``--ids-per-request``
+(default 20, what a request holds in the pipeline at 1,000 clicks/s: ``pipeline_tokens_bytes_per_id``; and
+300: ``tokens_of_300_ids_bytes_per_id``). Last, as a replica process holds them: a fresh cluster is filled
+with ``--replica-memory-ids`` ids by clients sending requests of the pipeline's size (20 ids), each under
+its own token, and the growth of each replica process's resident memory is divided by the ids it holds
+(``replica_rss_bytes_per_id``: the leader's; ``replica_anon_bytes_per_id``: without file-backed pages
+such as the memory-mapped Raft journal; ``replica_rss_bytes_per_id_max``: the largest over replicas).
 
 Prints a table, or with ``--json`` one JSON object on its last line (ids_per_s, commit_p50_ms,
-commit_p99_ms, ids_per_command, raft_commands_per_s, bytes_per_id, ...).
+commit_p99_ms, ids_per_command, raft_commands_per_s, bytes_per_id, replica_rss_bytes_per_id, ...).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,6 +44,7 @@ def worker(args) -> None:
     client.sharding()
     start_at = args.start_at
     stop_at = start_at + args.duration
+    limit = args.count // args.threads if args.count else 0      # ids per thread (0: until the duration ends)
     per_thread_rate = args.rate / args.threads if args.rate else 0.0
     lock = threading.Lock()
     out = {"ok": 0, "exists": 0, "too_old": 0, "latencies_ms": [], "ok_ids": []}
@@ -48,13 +58,18 @@ def worker(args) -> None:
             time.sleep(0.001)
         began = time.perf_counter()
         began_wall = time.time()
-        while time.time() < stop_at:
+        seq = 0
+        while time.time() < stop_at and (not limit or sent < limit):
             ids = []
             for _ in range(args.batch):
                 ids.append(f"{prefix}{ts:016d}")
                 ts += 1
             t0 = time.perf_counter()
-            results = client.commit(ids, args.token)
+            token = args.token
+            if args.token_per_request:      # the joiner's shape: host:port/pid/start_us/seq, one per request
+                seq += 1
+                token = f"127.0.0.{t + 1}:{7000 + args.seed}/{os.getpid()}/{args.base_us}/{seq}"
+            results = client.commit(ids, token)
             lat.append((time.perf_counter() - t0) * 1000)
             for event_id, r in zip(ids, results):
                 if r == idregistry.CommitResult.OK:
@@ -127,7 +142,7 @@ class Bench:
         return sum(r["ids_held"] for r in self.client.status() if r.get("is_leader"))
 
     def run_clients(self, clients: int, threads: int, batch: int, duration: float, rate: float = 0.0,
-                    race: bool = False) -> list[dict]:
+                    race: bool = False, count: int = 0, token_per_request: bool = False) -> list[dict]:
         start_at = time.time() + 1.5
         self.base_us = int(time.time() * 1e6)   # fresh seeds (id prefixes) keep phases apart
         procs = []
@@ -139,6 +154,10 @@ class Bench:
                     "--start-at", str(start_at), "--base-us", str(self.base_us)]
             if race:
                 argv.append("--keep-ids")
+            if count:
+                argv += ["--count", str(count // clients)]
+            if token_per_request:
+                argv.append("--token-per-request")
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True))
         self.seed += clients + 1
         outs = []
@@ -199,6 +218,35 @@ class Bench:
         return figures
 
 
+    def replica_memory(self, n_ids: int, ids_per_request: int) -> dict:
+        """Fill this (fresh) cluster with ``n_ids`` ids in requests of ``ids_per_request`` ids, each under its
+        own token, and report each replica process's resident-memory growth per id held."""
+        import psutil
+        procs = [psutil.Process(p.pid) for p in self.procs]
+        before = [p.memory_info() for p in procs]
+        t0 = time.monotonic()
+        outs = self.run_clients(2, 8, ids_per_request, duration=self.args.replica_fill_timeout, count=n_ids,
+                                token_per_request=True)
+        fill_s = time.monotonic() - t0 - 1.5
+        rows = [r for r in self.client.status() if "error" not in r]
+        held = max(r["ids_held"] for r in rows)
+        wait_until(lambda: all(r.get("ids_held") == held for r in self.client.status()), 60, interval=0.2,
+                   message="every replica holding every id")
+        leader = next(r for r in self.client.status() if r.get("is_leader"))
+        after = [p.memory_info() for p in procs]
+        by_pid = {p.pid: (b, a) for p, b, a in zip(procs, before, after)}
+        rss = {pid: (a.rss - b.rss) / max(1, held) for pid, (b, a) in by_pid.items()}
+        anon = {pid: ((a.rss - a.shared) - (b.rss - b.shared)) / max(1, held) for pid, (b, a) in by_pid.items()}
+        lead = leader["pid"] if leader["pid"] in rss else max(rss, key=rss.get)
+        return {"replica_rss_bytes_per_id": round(rss[lead], 2), "replica_anon_bytes_per_id": round(anon[lead], 2),
+                "replica_rss_bytes_per_id_max": round(max(rss.values()), 2), "replica_memory_ids": held,
+                "replica_memory_ids_per_request": ids_per_request,
+                "replica_fill_ids_per_s": round(sum(o["ok"] for o in outs) / max(fill_s, 1e-6)),
+                "replica_memory_measured": (f"resident memory growth of each replica process (psutil), fresh "
+                                            f"{self.args.replicas}-replica cluster filled with {held} ids in requests "
+                                            f"of {ids_per_request} ids, one token each")}
+
+
 def _elapsed(outs: list[dict]) -> float:
     """Real seconds from the first client thread's first commit to the last one's last answer."""
     return max(1e-6, max(o["ended_s"] for o in outs) - min(o["began_s"] for o in outs))
@@ -222,9 +270,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="replicated commands in flight per shard (default 4; 16 with --rtt-ms)")
     parser.add_argument("--fsync", default="batch", choices=["none", "batch", "interval"])
     parser.add_argument("--memory-ids", type=int, default=5_000_000, help="0 skips the bytes-per-id figure")
-    parser.add_argument("--ids-per-request", type=int, default=300,
+    parser.add_argument("--ids-per-request", default="20,300",
                         help="ids per join request (one token each, never cleared) for the pipeline-pattern "
-                             "bytes-per-id figure")
+                             "bytes-per-id figures, comma-separated: the first is the pipeline's (about 20 at "
+                             "1,000 clicks/s), the others are reported as tokens_of_<n>_ids_...")
+    parser.add_argument("--replica-memory-ids", type=int, default=1_000_000,
+                        help="ids a fresh cluster is filled with for the replica resident-memory figure (0 skips)")
+    parser.add_argument("--replica-fill-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     parser.add_argument("--memory-churn", type=float, default=1.0,
                         help="for that figure, commit (1 + this) x --memory-ids ids while GC keeps about "
                              "--memory-ids held")
@@ -238,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--base-us", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--keep-ids", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--token-per-request", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     far = args.rtt_ms > 0      # a long round trip needs more ids in flight to keep the pipeline full
     args.threads = args.threads or (16 if far else 4)
@@ -258,16 +312,25 @@ def main(argv: list[str] | None = None) -> int:
         figures["rss_bytes_per_id"] = mem["rss_bytes_per_id"]
         figures["memory_ids"] = mem["ids"]
         figures["bytes_per_id_measured"] = "in-process, on one shard's state object, tokens cleared"
-        pipe = idregistry.measure_state_memory(args.memory_ids, ids_per_token=args.ids_per_request,
-                                               churn=args.memory_churn)
-        figures["pipeline_tokens_bytes_per_id"] = pipe["bytes_per_id"]
-        figures["pipeline_tokens_rss_bytes_per_id"] = pipe["rss_bytes_per_id"]
-        figures["pipeline_tokens_held"] = pipe["tokens"]
-        figures["pipeline_tokens_ids_committed"] = pipe["ids_committed"]
-        figures["pipeline_tokens_measured"] = (f"the same, one token per join request of {args.ids_per_request} "
-                                               f"ids, never cleared (the pipeline's pattern), "
-                                               f"{pipe['ids_committed']} ids committed while GC keeps about "
-                                               f"{args.memory_ids} held")
+        sizes = [int(x) for x in args.ids_per_request.split(",") if x.strip()]
+        for k, size in enumerate(sizes):
+            pipe = idregistry.measure_state_memory(args.memory_ids, ids_per_token=size, churn=args.memory_churn)
+            key = "pipeline_tokens" if k == 0 else f"tokens_of_{size}_ids"
+            figures[f"{key}_bytes_per_id"] = pipe["bytes_per_id"]
+            figures[f"{key}_rss_bytes_per_id"] = pipe["rss_bytes_per_id"]
+            figures[f"{key}_held"] = pipe["tokens"]
+            figures[f"{key}_ids_committed"] = pipe["ids_committed"]
+            figures[f"{key}_measured"] = (f"the same, one token per join request of {size} ids, never cleared "
+                                          f"(the pipeline's pattern), {pipe['ids_committed']} ids committed while "
+                                          f"GC keeps about {args.memory_ids} held")
+    if args.replica_memory_ids:
+        fresh = Bench(args)
+        try:
+            fresh.start()
+            figures.update(fresh.replica_memory(args.replica_memory_ids,
+                                                int(args.ids_per_request.split(",")[0])))
+        finally:
+            fresh.stop()
     if args.json:
         print(json.dumps(figures))
     else:

@@ -9,7 +9,7 @@ out the commands it returns, **in order**.
 Lifecycle of one foreign event::
 
     LinesRead ──► queued ──► Lookup ──► LookupAnswered ──► SendBatch ──► JoinAnswered ─┬─► resolved
-                    ▲          (present: duplicate prevented, resolved)                 │
+                    ▲          (present: already registered, resolved)                  │
                     └──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
 
 *Unresolved* events (queued, in a lookup or joiner request, or waiting in the retry heap) are unique by id:
@@ -147,15 +147,21 @@ Command = Union[QuarantineRecords, Lookup, SendBatch, WriteUnjoinable, Checkpoin
 class DispatcherStatistics:
     """What a dispatcher has done so far (counters are cumulative across restarts, as checkpointed).
 
-    ``duplicates_prevented`` counts ids dropped by the registry lookup, answered ALREADY_JOINED, and
-    duplicate lines of an id that was still unresolved. ``lost`` counts events answered LOST: registered,
-    their output write failed, recorded in the joiner's lost-ids ledger for the recovery job. ``caught_up`` is true iff the latest scan found
-    no new complete line, nothing is in flight, and nothing is queued or waiting for a retry.
+    ``already_registered`` counts events resolved because the registry already held their id: dropped by
+    the registry lookup, answered ALREADY_REGISTERED, and later lines of an id that was still unresolved
+    (resolved with it). It is what the dispatcher can know, not a count of prevented duplicates: the id
+    being registered does not say that the click is in some output (its joiner may have died between
+    commit and write, or a commit whose outcome stayed unknown may have taken it); only reconciling the
+    registry with the output tells (the run summary, the verification job). ``wasted_joins`` counts the
+    ALREADY_REGISTERED answers alone: joins done only to find the id registered. ``lost`` counts events
+    answered LOST: registered, their output write failed, recorded in the joiner's lost-ids ledger for the
+    recovery job. ``caught_up`` is true iff the latest scan found no new complete line, nothing is in
+    flight, and nothing is queued or waiting for a retry.
     """
     events_read: int = 0
     joined: int = 0
-    already_joined: int = 0
-    duplicates_prevented: int = 0
+    wasted_joins: int = 0
+    already_registered: int = 0
     unjoinable: int = 0
     lost: int = 0
     bad_records: int = 0
@@ -175,8 +181,10 @@ class DispatcherStatistics:
     waiting_for_disk: str = ""   # set by the shell: the write it is paused on (disk full), "" when none
 
 
-_COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "lost",
+_COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
              "bad_records", "attempts", "lookup_failures", "join_failures")
+_RENAMED_COUNTERS = {"already_joined": "wasted_joins", "duplicates_prevented": "already_registered"}
+"""Counters of checkpoints written before their renaming, under their new names."""
 
 
 def backoff_table_us(initial_s: float, max_s: float) -> list[int]:
@@ -434,8 +442,8 @@ class DispatcherState:
                 self._latency_hist.add(waited)
                 c["joined"] += 1
                 self._resolved(cid)
-            elif outcome == Outcome.ALREADY_JOINED:
-                c["already_joined"] += 1
+            elif outcome == Outcome.ALREADY_REGISTERED:
+                c["wasted_joins"] += 1
                 self._resolve_duplicate(cid)
             elif outcome == Outcome.UNJOINABLE:
                 give_up.append(cid)
@@ -470,10 +478,10 @@ class DispatcherState:
         out.append(WriteUnjoinable(raws))
 
     def _resolve_duplicate(self, cid: str) -> None:
-        self.counters["duplicates_prevented"] += 1
+        self.counters["already_registered"] += 1
         self._resolved(cid)
 
-    def _resolved(self, cid: str, dups_counter: str | None = "duplicates_prevented") -> None:
+    def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
         copies = self._dups.pop(cid, None)
         if copies and dups_counter:
@@ -511,6 +519,7 @@ class DispatcherState:
                 self._dups[cid] = [d.encode() for d in dups]
             self._queued.append(cid)
         for name, value in snap.get("counters", {}).items():
+            name = _RENAMED_COUNTERS.get(name, name)
             if name in self.counters:
                 self.counters[name] = int(value)
         self._latency_hist = LatencyHistogram.from_json(snap.get("join_latency_hist"))

@@ -74,7 +74,7 @@ class JoinerStatistics:
     max_in_flight: int
     events: int
     joined: int
-    already_joined: int
+    already_registered: int
     not_found: int
     throttled: int
     unjoinable: int
@@ -491,7 +491,7 @@ class Joiner:
             writer_error = self._writer_error or self._writer.error
         return JoinerStatistics(writer_error=writer_error,
             name=self.name, address=self.address, in_flight=in_flight, max_in_flight=self._max_in_flight,
-            joined=counts[Outcome.JOINED], already_joined=counts[Outcome.ALREADY_JOINED],
+            joined=counts[Outcome.JOINED], already_registered=counts[Outcome.ALREADY_REGISTERED],
             not_found=counts[Outcome.NOT_FOUND], throttled=counts[Outcome.THROTTLED],
             unjoinable=counts[Outcome.UNJOINABLE], lines_written=w.lines_written, bytes_written=w.bytes_written,
             files_rolled=w.files_rolled, **c)

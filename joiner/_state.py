@@ -41,7 +41,7 @@ class JoinBatch:
     """One Join request: ``ids[i]``, ``ref_ids[i]``, ``raws[i]`` describe the i-th foreign event.
 
     Duplicates within the request: only the first copy of an id is looked up and committed. A later copy
-    answers ALREADY_JOINED when the first copy was JOINED or ALREADY_JOINED, and otherwise the first copy's
+    answers ALREADY_REGISTERED when the first copy was JOINED or ALREADY_REGISTERED, and otherwise the first copy's
     own outcome (NOT_FOUND, THROTTLED, UNJOINABLE), so no copy is ever dropped as joined when it was not.
     Committing two copies with one token would be OK twice (same token is idempotent) and write the
     click twice: that is why copies never reach the registry.
@@ -141,7 +141,7 @@ class JoinBatch:
 
     def commit_resolved(self, results: list[int]) -> list[bytes]:
         """``results[k]`` is the registry's CommitResult for ``ids_to_commit()[k]``. Returns the joined
-        lines to write: exactly those whose commit was OK. ALREADY_EXISTS: ALREADY_JOINED; TOO_OLD:
+        lines to write: exactly those whose commit was OK. ALREADY_EXISTS: ALREADY_REGISTERED; TOO_OLD:
         UNJOINABLE; anything else: THROTTLED."""
         idx, lines = self._commit_idx, self._commit_lines
         if len(results) != len(idx):
@@ -168,7 +168,7 @@ class JoinBatch:
         (this attempt's token holds them) and not in the output. Returns their ids, for the lost-ids
         ledger; once they are in it the events answer LOST (the registry holds them, the recovery job
         writes them), never JOINED, and never THROTTLED (a retry would only meet ALREADY_EXISTS and be
-        counted as a prevented duplicate)."""
+        counted as already registered, hiding the loss)."""
         ids, out = self._ids, self._out
         lost = [ids[i] for i in self._written_idx]
         for i in self._written_idx:

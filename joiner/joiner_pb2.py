@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13joiner/joiner.proto\x12\rphoton.joiner\"9\n\x0bJoinRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07ref_ids\x18\x02 \x03(\t\x12\x0c\n\x04raws\x18\x03 \x03(\x0c\"8\n\x0cJoinResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.photon.joiner.Outcome\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t*a\n\x07Outcome\x12\n\n\x06JOINED\x10\x00\x12\x12\n\x0e\x41LREADY_JOINED\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\x12\r\n\tTHROTTLED\x10\x03\x12\x0e\n\nUNJOINABLE\x10\x04\x12\x08\n\x04LOST\x10\x05\x32\x90\x01\n\x06Joiner\x12?\n\x04Join\x12\x1a.photon.joiner.JoinRequest\x1a\x1b.photon.joiner.JoinResponse\x12\x45\n\x06Status\x12\x1c.photon.joiner.StatusRequest\x1a\x1d.photon.joiner.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13joiner/joiner.proto\x12\rphoton.joiner\"9\n\x0bJoinRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07ref_ids\x18\x02 \x03(\t\x12\x0c\n\x04raws\x18\x03 \x03(\x0c\"8\n\x0cJoinResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.photon.joiner.Outcome\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t*e\n\x07Outcome\x12\n\n\x06JOINED\x10\x00\x12\x16\n\x12\x41LREADY_REGISTERED\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\x12\r\n\tTHROTTLED\x10\x03\x12\x0e\n\nUNJOINABLE\x10\x04\x12\x08\n\x04LOST\x10\x05\x32\x90\x01\n\x06Joiner\x12?\n\x04Join\x12\x1a.photon.joiner.JoinRequest\x1a\x1b.photon.joiner.JoinResponse\x12\x45\n\x06Status\x12\x1c.photon.joiner.StatusRequest\x1a\x1d.photon.joiner.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'joiner.joiner_pb2', _global
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OUTCOME']._serialized_start=204
-  _globals['_OUTCOME']._serialized_end=301
+  _globals['_OUTCOME']._serialized_end=305
   _globals['_JOINREQUEST']._serialized_start=38
   _globals['_JOINREQUEST']._serialized_end=95
   _globals['_JOINRESPONSE']._serialized_start=97
@@ -41,6 +41,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_end=170
   _globals['_STATUSRESPONSE']._serialized_start=172
   _globals['_STATUSRESPONSE']._serialized_end=202
-  _globals['_JOINER']._serialized_start=304
-  _globals['_JOINER']._serialized_end=448
+  _globals['_JOINER']._serialized_start=308
+  _globals['_JOINER']._serialized_end=452
 # @@protoc_insertion_point(module_scope)

@@ -68,6 +68,8 @@ class Launcher:
         self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=self._child_env(config), echo=self.echo)
         self.started_at = time.monotonic()
         self._region_specs: list[ProcessSpec] | None = None
+        self.registry_export: Path | None = None     # taken at catch-up (--until-caught-up), see _export_registry
+        self.export_error = ""
 
     @staticmethod
     def _child_env(config: PhotonConfig) -> dict:
@@ -167,6 +169,7 @@ class Launcher:
                     last_progress = time.monotonic()
                 if self.options.until_caught_up and watch.caught_up(self.supervisor.pid):
                     self.echo("caught up: every complete line is consumed and every event resolved")
+                    self._export_registry()
                     break
                 if self.options.timeout_s is not None and time.monotonic() - self.started_at > self.options.timeout_s:
                     self.echo(f"timed out after {self.options.timeout_s:.0f} s; not caught up: {watch.lagging}")
@@ -183,6 +186,29 @@ class Launcher:
             self.echo("stopping (dispatchers, then joiners rolling their output, then event stores and registry)")
             self.supervisor.stop()
         return code
+
+
+    def joiner_regions(self) -> dict[str, str]:
+        """``{address: region}`` of every joiner this launcher runs (the address its tokens start with)."""
+        return {spec.address: spec.region for spec in self._region_specs or () if spec.role == "joiner"}
+
+    def _export_registry(self) -> None:
+        """At catch-up, while the registry still runs: its export, for reconciling it with the output once the
+        joiners have stopped (:mod:`photon.app._reconcile`). A failure is kept in ``export_error``, never
+        raised: the run still stops cleanly and its summary says that it could not reconcile."""
+        from photon.app._reconcile import reconcile_dir, take_export
+        out = reconcile_dir(self.config, self.options.regions) / "export"
+        t0 = time.monotonic()
+        self.echo("taking the registry export to reconcile the registry with the output")
+        try:
+            manifest = take_export(self.config, out)
+        except Exception as e:  # noqa: BLE001  (any failure: reported in the summary, the run stops cleanly)
+            self.export_error = f"the registry export failed: {type(e).__name__}: {e}"
+            self.echo(self.export_error)
+            return
+        self.registry_export = out
+        rows = sum(s["rows"] for s in manifest["shards"].values())
+        self.echo(f"registry export: {rows} id(s) in {time.monotonic() - t0:.1f} s")
 
 
 class AlreadyRunning(RuntimeError):

@@ -1,6 +1,6 @@
 """``photon status``: per region and component, up or down and what it is doing, read from the
 Prometheus metrics every process serves (addresses from the ``launcher.json`` of every region whose
-state dir is visible here), plus each region's run summary counters and lost-ids ledger."""
+state dir is visible here), plus each region's run summary counters and lost-ids ledger and unrecorded ids."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from photon import PhotonConfig, scrape
 from photon.app._regions import LAUNCHER_FILE
-from photon.app._summary import lost_ids
+from photon.app._summary import lost_ids, unrecorded_ids
 
 
 def _launcher_states(config: PhotonConfig) -> list[dict]:
@@ -38,7 +38,8 @@ def collect(config: PhotonConfig) -> dict:
                    "up": m is not None, "metrics": m or {}}
             rows.append(row)
     regions = {r.name: {"visible": (Path(r.state_dir) / LAUNCHER_FILE).exists(), "down": r.name in down_regions,
-                        "lost": len(lost_ids(r)) if not r.registry_only else 0}
+                        "lost": len(lost_ids(r)) if not r.registry_only else 0,
+                        "unrecorded": unrecorded_ids(r) if not r.registry_only else 0}
                for r in config.regions}
     return {"processes": rows, "regions": regions, "at": time.monotonic()}
 
@@ -55,7 +56,7 @@ def _fig(row: dict, before: dict | None, dt: float) -> str:
                 f"retry queue {m.get('photon_dispatcher_retry_queue', 0):.0f}  "
                 f"join p50/p90 {m.get('photon_dispatcher_join_latency_ms_p50', 0):.0f}/"
                 f"{m.get('photon_dispatcher_join_latency_ms_p90', 0):.0f} ms  "
-                f"wasted joins {m.get('photon_dispatcher_already_joined', 0):.0f}")
+                f"wasted joins {m.get('photon_dispatcher_wasted_joins', 0):.0f}")
     if role == "registry":
         cmds = m.get("photon_registry_commands", 0)
         batch = m.get("photon_registry_ids_committed", 0) / cmds if cmds else 0
@@ -63,7 +64,7 @@ def _fig(row: dict, before: dict | None, dt: float) -> str:
                 f"{m.get('photon_registry_term', 0):.0f}  ids held {m.get('photon_registry_ids_held', 0):.0f}  "
                 f"ids/command {batch:.1f}  queue {m.get('photon_registry_queued_ids', 0):.0f}")
     if role == "joiner":
-        return (f"joined {m.get('photon_joiner_joined', 0):.0f}  already {m.get('photon_joiner_already_joined', 0):.0f}  "
+        return (f"joined {m.get('photon_joiner_joined', 0):.0f}  already registered {m.get('photon_joiner_already_registered', 0):.0f}  "
                 f"in flight {m.get('photon_joiner_in_flight', 0):.0f}")
     if role == "eventstore":
         hits, misses = m.get("photon_eventstore_hits", 0), m.get("photon_eventstore_misses", 0)
@@ -78,7 +79,8 @@ def format_status(now: dict, before: dict | None = None) -> str:
     lines = []
     for name, r in now["regions"].items():
         state = "DOWN (photon region down)" if r["down"] else ("launched here" if r["visible"] else "not launched here")
-        lines.append(f"region {name}: {state}; lost awaiting recovery: {r['lost']}")
+        lines.append(f"region {name}: {state}; lost awaiting recovery: {r['lost']}"
+                     + (f"; UNRECORDED (lost, in no ledger): {r['unrecorded']}" if r.get("unrecorded") else ""))
         for row in (x for x in now["processes"] if x["region"] == name):
             lines.append(f"  {row['name']:<18} {'up' if row['up'] else 'DOWN':<5} pid {row['pid']!s:<8} "
                          f"{_fig(row, prev.get(row['name']), dt)}")

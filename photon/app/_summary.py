@@ -1,12 +1,21 @@
 """The run summary: what each region's dispatcher read and resolved, quarantined records, latencies, and the
-clicks lost awaiting recovery.
+clicks lost.
 
-*Lost, awaiting recovery* counts the distinct ids of a region's lost-ids ledgers (:func:`joiner.read_lost`):
-registered by a joiner whose output write then failed (the joiner answers LOST for them, which the
-dispatcher counts as ``lost``, never among ``duplicates_prevented``), and the candidates of commits whose
-outcome stayed unknown (answered THROTTLED and retried: one the registry had taken comes back as a prevented
-duplicate too; the verification job tells which are really lost). The ledger is never edited, so the count
-stays after a recovery job has re-joined them (the verification job tells which are in the output by now)."""
+*Already registered* (``already_registered``) counts events the dispatcher resolved because the registry
+already held their id (its lookup found it, or a joiner's commit did: those joins are *wasted*). That is all
+the dispatcher can know: it is not a count of prevented duplicates, since a registered id need not be in any
+output (its joiner died between commit and write, its write failed, a commit whose outcome stayed unknown
+took it, or a stopping joiner could record it nowhere).
+
+*Lost*: in a run's summary (``since_us`` given), the clicks lost in that run (``lost_in_run``). When the run
+caught up (``--until-caught-up``) the launcher reconciled the registry with the output
+(:mod:`photon.app._reconcile`): ids this run's joiners registered that are in no region's output. Without a
+reconciliation (stopped, timed out, or the export failed): the ids its lost-ids ledgers recorded during the
+run plus the joiners' ``unrecorded_ids`` (registered ids a stopping joiner could neither write nor put into
+its ledger). Either way, a region's unrecorded ids are never shown as less. Outside a run (``photon
+status``): the distinct ids of the lost-ids ledgers (*lost, awaiting recovery*, :func:`joiner.read_lost`;
+the ledger is never edited, so the count stays after a recovery job re-joined them) plus unrecorded ids.
+"""
 from __future__ import annotations
 
 import json
@@ -19,7 +28,7 @@ import joiner
 from photon import LatencyHistogram, PhotonConfig, read_object_lines
 from photon._output import count_output_lines
 
-COUNTERS = ("events_read", "joined", "already_joined", "duplicates_prevented", "unjoinable", "lost",
+COUNTERS = ("events_read", "joined", "already_registered", "wasted_joins", "unjoinable", "lost",
             "bad_records", "retry_queue", "in_flight")
 
 
@@ -43,17 +52,31 @@ def lost_ids(region, since_us: int = 0) -> set[str]:
     return {e["id"] for e in joiner.read_lost(region.state_dir) if int(e.get("at_us", 0)) >= since_us}
 
 
-def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
-    """Per pipeline region (all, or ``regions``) and in total: the dispatcher's counters, quarantined
-    records, joined output lines, join latency, and ``wasted_joins``: events that reached a joiner which
-    found them already joined (almost always by another region first; also a click logged twice in one
-    region, or retried after its first joiner died, when the lookup did not catch it)."""
+def unrecorded_ids(region, since_us: int = 0) -> int:
+    """The ``unrecorded_ids`` of a region's joiner status files written at or after ``since_us``."""
+    return sum(int(st.get("unrecorded_ids", 0)) for st in joiner.read_status(region.state_dir).values()
+               if int(st.get("written_at_us", 0)) >= since_us)
+
+
+def _lost_in_run(region, since_us: int, unrecorded: int, reconciliation) -> int:
+    if reconciliation is not None and not reconciliation.error:
+        return max(reconciliation.lost_by_region.get(region.name, 0), unrecorded)
+    return len(lost_ids(region, since_us)) + unrecorded
+
+
+def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since_us: int | None = None,
+                  reconciliation=None) -> dict:
+    """Per pipeline region (all, or ``regions``) and in total: the dispatcher's counters (``already_registered``,
+    ``wasted_joins``: events that reached a joiner whose commit found the id registered, almost always by
+    another region first), quarantined records, joined output lines, join latency, the lost-ids ledgers
+    (``lost_awaiting_recovery``) and ``unrecorded_ids``. For a run (``since_us``: when it started) also
+    ``lost_in_run`` (see the module docstring) and, given a :class:`~photon.app._reconcile.Reconciliation`,
+    its figures under ``"reconciliation"``."""
     out = {"elapsed_s": round(elapsed_s, 2), "regions": {}}
-    totals = dict.fromkeys(COUNTERS, 0)
-    totals["quarantined"] = 0
-    totals["joined_output_lines"] = 0
-    totals["lost_awaiting_recovery"] = 0
-    totals["wasted_joins"] = 0
+    extra = ["quarantined", "joined_output_lines", "lost_awaiting_recovery", "unrecorded_ids"]
+    if since_us is not None:
+        extra.append("lost_in_run")
+    totals = dict.fromkeys([*COUNTERS, *extra], 0)
     hists: list[LatencyHistogram] = []
     for region in config.pipeline_regions_of(regions):
         status = dispatcher.read_status(region.state_dir) or {}
@@ -62,7 +85,9 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         entry["joined_output_lines"] = (len(read_object_lines(region.output_url("joined"), config.s3))
                                         if region.output_on_s3 else count_output_lines(region.joined_dir))
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
-        entry["wasted_joins"] = entry["already_joined"]
+        entry["unrecorded_ids"] = unrecorded_ids(region, since_us or 0)
+        if since_us is not None:
+            entry["lost_in_run"] = _lost_in_run(region, since_us, entry["unrecorded_ids"], reconciliation)
         hist = LatencyHistogram.from_json(status.get("join_latency_hist"))
         hists.append(hist)
         # every join of the run (the dispatcher's mergeable histogram); an older status: its recent joins
@@ -71,6 +96,8 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
         for k in totals:
             totals[k] += entry[k]
     out["total"] = totals
+    if reconciliation is not None:
+        out["reconciliation"] = reconciliation.as_dict()
     merged = LatencyHistogram()
     for hist in hists:
         merged.merge(hist)
@@ -79,9 +106,16 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None) -> dict:
     return out
 
 
+def lost_shown(entry: dict) -> int:
+    """The summary's *lost* column: the run's lost clicks, or outside a run the ledgers' plus unrecorded."""
+    if "lost_in_run" in entry:
+        return entry["lost_in_run"]
+    return entry["lost_awaiting_recovery"] + entry.get("unrecorded_ids", 0)
+
+
 def format_summary(summary: dict) -> str:
     lines = [f"Photon run summary ({summary['elapsed_s']} s)"]
-    header = f"{'region':<8}{'read':>10}{'joined':>10}{'unjoin.':>9}{'bad':>7}{'dups prev.':>12}{'wasted':>8}" \
+    header = f"{'region':<8}{'read':>10}{'joined':>10}{'unjoin.':>9}{'bad':>7}{'already reg.':>14}{'wasted':>8}" \
              f"{'lost':>7}{'p50 ms':>9}{'p90 ms':>9}"
     lines.append(header)
     rows = list(summary["regions"].items())
@@ -90,15 +124,32 @@ def format_summary(summary: dict) -> str:
     for name, e in rows:
         lat = e.get("join_latency_ms") or {}
         lines.append(f"{name:<8}{e['events_read']:>10}{e['joined']:>10}{e['unjoinable']:>9}"
-                     f"{e['quarantined']:>7}{e['duplicates_prevented']:>12}{e.get('wasted_joins', 0):>8}"
-                     f"{e['lost_awaiting_recovery']:>7}"
+                     f"{e['quarantined']:>7}{e['already_registered']:>14}{e.get('wasted_joins', 0):>8}"
+                     f"{lost_shown(e):>7}"
                      f"{lat.get('p50', 0):>9.1f}{lat.get('p90', 0):>9.1f}")
     t = summary["total"]
     lines.append(f"joined lines in output: {t['joined_output_lines']}; still waiting for retry: "
                  f"{t['retry_queue']}; quarantined bad records: {t['quarantined']}")
+    rec = summary.get("reconciliation")
+    if rec and rec.get("error"):
+        lines.append(f"not reconciled with the output ({rec['error']}): lost counts the ids the lost-ids "
+                     f"ledgers recorded in this run and the unrecorded ids only")
+    elif rec:
+        line = (f"reconciled with the output: {rec['registered']} id(s) registered by this run's joiners, "
+                f"{rec['lost']} of them in no region's output")
+        if rec["lost"]:
+            line += (f": LOST (e.g. {' '.join(rec['lost_sample'][:3])}; all in {rec['lost_file']}); "
+                     f"`photon verify` finds them and `photon recover` re-joins them")
+        lines.append(line)
+    if t.get("unrecorded_ids"):
+        lines.append(f"unrecorded: {t['unrecorded_ids']} registered id(s) neither written nor in a lost-ids ledger "
+                     f"(a joiner stopped while its output and its ledger failed; its log names them): lost")
     if t["lost_awaiting_recovery"]:
-        lines.append(f"lost, awaiting recovery: {t['lost_awaiting_recovery']} click(s) registered but not written "
-                     f"(output write failed; ids in <state_dir>/lost/*.jsonl); run the recovery job")
+        lines.append(f"lost, awaiting recovery: {t['lost_awaiting_recovery']} click(s) in the lost-ids ledgers "
+                     f"(registered, output write failed or commit outcome unknown; ids in "
+                     f"<state_dir>/lost/*.jsonl); run the recovery job")
+    if t.get("lost_in_run"):
+        lines.append(f"lost in this run: {t['lost_in_run']} click(s)")
     return "\n".join(lines)
 
 

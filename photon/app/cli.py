@@ -20,11 +20,12 @@ import joiner
 from photon import ConfigError, describe_options, load_config, read_output_lines
 from photon.app._gen import GenOptions, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions
-from photon.app._summary import build_summary, dumps, format_summary, lost_ids
+from photon.app._summary import build_summary, dumps, format_summary
 
 EXIT_LOST = 5
-"""``photon run`` caught up or stopped, but clicks were lost in this run (registered, output write failed):
-they are in the lost-ids ledger, awaiting the recovery job."""
+"""``photon run`` lost clicks in this run: registered yet in no output (found by reconciling the registry
+with the output at catch-up), recorded in a lost-ids ledger, or unrecorded by a stopping joiner. It wins
+over every other code of the run (caught up, stopped, timed out or interrupted)."""
 
 
 def _cmd_gen(args) -> int:
@@ -58,16 +59,38 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None,
     launcher = Launcher(config, opts)
     started_us = time.time_ns() // 1000
     code = launcher.run()
-    summary = build_summary(config, time.monotonic() - launcher.started_at, regions)
-    lost_now = sum(len(lost_ids(r, started_us)) for r in config.pipeline_regions_of(regions))
-    if code == 0 and lost_now:
-        print(f"photon: {lost_now} click(s) lost in this run, awaiting recovery (exit {EXIT_LOST})", file=sys.stderr)
-        code = EXIT_LOST
+    elapsed = time.monotonic() - launcher.started_at
+    summary = build_summary(config, elapsed, regions, since_us=started_us,
+                            reconciliation=_reconciliation(config, launcher, started_us))
+    code = run_exit_code(code, summary)
+    if code == EXIT_LOST:
+        print(f"photon: {summary['total']['lost_in_run']} click(s) lost in this run (exit {EXIT_LOST})",
+              file=sys.stderr)
     summary["exit_code"] = code
     print(format_summary(summary), flush=True)
     if as_json:
         print(dumps(summary), flush=True)
     return code, summary
+
+
+def run_exit_code(code: int, summary: dict) -> int:
+    """``photon run``'s exit code: :data:`EXIT_LOST` when its summary counts a click lost in the run (see
+    :mod:`photon.app._summary`), else the launcher's ``code``."""
+    return EXIT_LOST if summary["total"].get("lost_in_run") else code
+
+
+def _reconciliation(config, launcher: Launcher, started_us: int):
+    """The registry export taken at catch-up compared with the output (None when none was taken: the run
+    did not catch up). Its failure is reported in the summary, never raised."""
+    from photon.app._reconcile import Reconciliation, reconcile
+    if launcher.registry_export is None:
+        return Reconciliation(started_us, error=launcher.export_error) if launcher.export_error else None
+    try:
+        return reconcile(config, launcher.registry_export, started_us, launcher.joiner_regions(), echo=launcher.echo)
+    except Exception as e:  # noqa: BLE001  (an unreadable export or output: said in the summary)
+        return Reconciliation(started_us, error=f"{type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(launcher.registry_export, ignore_errors=True)
 
 
 def _cmd_run(args) -> int:
@@ -180,9 +203,10 @@ def _cmd_status(args) -> int:
     for region in config.pipeline_regions:
         for name, j in sorted(joiner.read_status(region.state_dir).items()):
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
-                  f"already {j.get('already_joined', 0):>6}  not found {j.get('not_found', 0):>6}  "
+                  f"already registered {j.get('already_registered', 0):>6}  not found {j.get('not_found', 0):>6}  "
                   f"throttled {j.get('throttled', 0):>5}  registry errors {j.get('registry_errors', 0)}  "
-                  f"in flight {j.get('in_flight', 0)}  lost {j.get('lost_ids', 0)}")
+                  f"in flight {j.get('in_flight', 0)}  lost {j.get('lost_ids', 0)}  "
+                  f"unrecorded {j.get('unrecorded_ids', 0)}")
             if j.get("writer_error"):
                 print(f"    output writes failing, answering THROTTLED until they work: {j['writer_error']}")
     return 0
@@ -348,8 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the pipeline of a config")
     r.add_argument("--config", required=True)
     r.add_argument("--until-caught-up", action="store_true",
-                   help="exit once every complete line is consumed and every event resolved: 0, or 5 if "
-                        "clicks were lost in this run (registered, output write failed; awaiting recovery)")
+                   help="exit once every complete line is consumed and every event resolved, after "
+                        "reconciling the registry with the output: 0, or 5 if clicks were lost in this run "
+                        "(registered by this run's joiners and in no output)")
     r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
     r.add_argument("--region", action="append", default=None, metavar="NAME",
                    help="run only this region's processes and registry replicas, reaching the other regions' "

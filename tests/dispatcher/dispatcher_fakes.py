@@ -1,7 +1,7 @@
 """FAKES of other rooms' front doors, for dispatcher tests only.
 
 ``FakeJoinService`` stands in for the joiners plus the registry's commit: it joins a click iff its query is
-known and its id has not been joined before (first JOINED, later ALREADY_JOINED), and records every id it
+known and its id has not been joined before (first JOINED, later ALREADY_REGISTERED), and records every id it
 ever answered JOINED, so a test can check that no click was joined twice. ``FakeJoinerClient`` has the
 interface of ``joiner.JoinerClient``; ``FakeRegistry`` the interface of an ``idregistry.connect`` client.
 """
@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from photon import Outcome
 
 OUT_JOINED, OUT_ALREADY, OUT_NOT_FOUND, OUT_THROTTLED, OUT_UNJOINABLE = (
-    Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND, Outcome.THROTTLED, Outcome.UNJOINABLE)
+    Outcome.JOINED, Outcome.ALREADY_REGISTERED, Outcome.NOT_FOUND, Outcome.THROTTLED, Outcome.UNJOINABLE)
 
 
 class FakeJoinerUnavailable(Exception):

@@ -87,8 +87,8 @@ class Harness:
         s = self.core.statistics()
         snap = self.core.snapshot(self.now)
         unresolved = sum(1 + len(e[5]) for e in snap["events"])
-        # ALREADY_JOINED answers are counted in duplicates_prevented too
-        resolved = s.joined + s.duplicates_prevented + s.unjoinable + s.bad_records
+        # ALREADY_REGISTERED answers are counted in already_registered too
+        resolved = s.joined + s.already_registered + s.unjoinable + s.bad_records
         assert resolved + unresolved == s.events_read, (s, unresolved)
         # counters, events and offsets are checkpointed together: after a restart the lines read again
         # are counted again from the checkpoint's counts, so every line up to the read position counts once
@@ -126,7 +126,7 @@ class Harness:
             for i in b.ids:
                 r = rng.random()
                 if i in self.joined:
-                    out.append(Outcome.ALREADY_JOINED)
+                    out.append(Outcome.ALREADY_REGISTERED)
                 elif i in self.refused:
                     out.append(Outcome.UNJOINABLE)
                 elif r < known_fraction:

@@ -107,7 +107,7 @@ def test_restart_resumes_from_the_checkpoint_without_joining_twice(tmp_path, ser
         d.stop()
     assert len(service.joined) == 300 and max(service.joined.values()) == 1
     s = d.statistics()
-    assert s.joined + s.duplicates_prevented >= 300
+    assert s.joined + s.already_registered >= 300
 
 
 def test_unavailable_joiners_and_registry_delay_but_lose_nothing(tmp_path, service):
@@ -188,7 +188,7 @@ def test_a_hung_registry_delays_batches_by_the_lookup_deadline_only(tmp_path, se
         assert len(service.joined) == 300 and d.statistics().lookup_failures >= 6
         registry.answering.set()  # the late answers are ignored: nothing is resolved twice
         append_lines(tmp_path / "logs" / "clicks" / "c.jsonl", [click_line(5)])
-        wait_until(lambda: d.statistics().duplicates_prevented == 1 and d.statistics().caught_up, 10,
+        wait_until(lambda: d.statistics().already_registered == 1 and d.statistics().caught_up, 10,
                    message="the repeated click dropped by the lookup")
     finally:
         registry.close()

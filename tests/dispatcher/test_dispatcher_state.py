@@ -73,7 +73,7 @@ def test_lookup_drops_present_ids_and_a_failed_lookup_sends_anyway():
     assert lk.ids == [cid(1), cid(2), cid(3)]
     [send] = of(st.handle(LookupAnswered(lk.batch_id, [False, True, False], clock.now_us())), SendBatch)
     assert send.ids == [cid(1), cid(3)]
-    assert st.statistics().duplicates_prevented == 1 and st.statistics().in_flight == 2
+    assert st.statistics().already_registered == 1 and st.statistics().in_flight == 2
     [lk2] = of(st.handle(LinesRead([chunk([line(4)], start=1000)], clock.now_us())), Lookup)
     [send2] = of(st.handle(LookupFailed(lk2.batch_id, "down", clock.now_us())), SendBatch)
     assert send2.ids == [cid(4)]
@@ -175,8 +175,8 @@ def test_a_lost_answer_resolves_the_event_as_lost_never_retried_nor_a_prevented_
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.LOST, Outcome.JOINED], clock.advance(1)))
     assert of(cmds, WriteUnjoinable) == []
     s = st.statistics()
-    assert (s.lost, s.joined, s.already_joined, s.retry_queue) == (1, 1, 0, 0)
-    assert s.duplicates_prevented == 1              # the second line of the lost id: a real duplicate
+    assert (s.lost, s.joined, s.wasted_joins, s.retry_queue) == (1, 1, 0, 0)
+    assert s.already_registered == 1              # the second line of the lost id: a real duplicate
     assert st.unresolved_ids() == set() and st.next_due_us() is None
     [cp] = of(st.handle(TimePassed(clock.advance(S))), Checkpoint)
     assert cp.snapshot["events"] == [] and cp.snapshot["counters"]["lost"] == 1
@@ -197,7 +197,7 @@ def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
     assert send.ids == [cid(1)]
     st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(1)))
     s = st.statistics()
-    assert (s.events_read, s.joined, s.duplicates_prevented) == (5, 2, 3)
+    assert (s.events_read, s.joined, s.already_registered) == (5, 2, 3)
     # an unjoinable id takes its copies with it to the unjoinable output
     [send] = of(st.handle(LinesRead([chunk([line(3), line(3, extra=2)], start=2000)], clock.now_us())),
                 SendBatch)
@@ -254,10 +254,10 @@ def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     assert resumed.offsets == {"w0/clicks-1.jsonl": ch.end}
     [send] = of(resumed.handle(TimePassed(clock.advance(1))), SendBatch)
     assert sorted(send.ids) == [cid(i) for i in range(2, 7)]
-    cmds = resumed.handle(JoinAnswered(send.batch_id, [Outcome.JOINED if i == cid(6) else Outcome.ALREADY_JOINED
+    cmds = resumed.handle(JoinAnswered(send.batch_id, [Outcome.JOINED if i == cid(6) else Outcome.ALREADY_REGISTERED
                                                        for i in send.ids], clock.advance(1)))
     s = resumed.statistics()
-    assert (s.joined, s.already_joined, s.duplicates_prevented) == (2, 4, 5)
+    assert (s.joined, s.wasted_joins, s.already_registered) == (2, 4, 5)
     assert resumed.unresolved_ids() == set()
     assert of(resumed.handle(StopRequested(clock.advance(1))), Checkpoint)[0].snapshot["events"] == []
 

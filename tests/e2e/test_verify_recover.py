@@ -27,6 +27,32 @@ def run_cli(capsys, *argv) -> tuple[int, dict | None, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_run_that_caught_up_with_clicks_registered_in_no_output_shows_them_lost_and_exits_5(
+        tmp_path, pipeline, truth, monkeypatch):
+    """The killed joiner's batch is registered, not written; the dispatcher's retry finds it registered (all
+    it can know: already registered). The summary reconciles the registry with the output and says lost."""
+    generate(GenOptions(out=str(tmp_path), queries=2000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
+                        bad_line_fraction=0.0, seed=12))
+    marker = tmp_path / "killed-batch.txt"
+    monkeypatch.setenv(KILL_ENV, str(marker))
+    p = pipeline(tmp_path / "photon.toml").start("--until-caught-up", "--timeout", "180", "--json")
+    code = p.wait(220)
+    text = p.output_text()
+    lost = set(marker.read_text().split())
+    assert lost and code == 5, text[-3000:]
+    summary = json.loads(text.strip().splitlines()[-1])
+    assert summary["exit_code"] == 5 and summary["total"]["lost_in_run"] == len(lost)
+    rec = summary["reconciliation"]
+    assert (rec["lost"], rec["lost_by_region"], rec["error"]) == (len(lost), {"a": len(lost)}, "")
+    assert set(Path(rec["lost_file"]).read_text().split()) == lost
+    assert summary["total"]["already_registered"] >= len(lost) and summary["total"]["lost_awaiting_recovery"] == 0
+    assert set(p.joined_ids()) == truth(tmp_path, "joinable") - lost
+    assert f"{len(lost)} of them in no region's output: LOST" in text
+    assert f"photon: {len(lost)} click(s) lost in this run (exit 5)" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_lost_clicks_are_found_recovered_and_joined_once(tmp_path, pipeline, truth, spark, capsys, monkeypatch):
     generate(GenOptions(out=str(tmp_path), queries=3000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
                         bad_line_fraction=0.0, seed=11))

@@ -17,7 +17,7 @@ from photon import free_port, load_config, wait_until
 from joiner_helpers import click_id, clicks, joined_lines, write_queries
 from service_helpers import read_serving_address, write_photon_toml
 
-J, AJ, NF = Outcome.JOINED, Outcome.ALREADY_JOINED, Outcome.NOT_FOUND
+J, AJ, NF = Outcome.JOINED, Outcome.ALREADY_REGISTERED, Outcome.NOT_FOUND
 NOW_US = time.time_ns() // 1000  # the real registry answers TOO_OLD for ids older than its GC horizon
 
 

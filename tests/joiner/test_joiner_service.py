@@ -42,7 +42,7 @@ def test_join_not_found_then_found_and_never_twice(stack):
         assert e["_photon"]["region"] == "a" and e["_photon"]["joiner"] == "a-j0"
         assert e["_photon"]["joined_at_us"] > BASE_US
     st = s.client.status()
-    assert (st["requests"], st["events"], st["joined"], st["already_joined"], st["not_found"]) == (3, 35, 15, 10, 10)
+    assert (st["requests"], st["events"], st["joined"], st["already_registered"], st["not_found"]) == (3, 35, 15, 10, 10)
     assert st["lines_written"] == 15 and st["in_flight"] == 0 and st["name"] == "a-j0"
     wait_until(lambda: joiner.read_status(s.root / "state").get("a-j0", {}).get("joined") == 15, 10,
                message="status file with 15 joined")

@@ -52,7 +52,7 @@ def test_duplicate_id_in_a_request_is_committed_once_and_joined_once():
     assert list(b.outcomes()) == [J, J, AJ, AJ]
 
 
-def test_a_failed_write_answers_lost_and_a_copy_of_the_id_already_joined():
+def test_a_failed_write_answers_lost_and_a_copy_of_the_id_already_registered():
     ids, refs, raws = clicks([1, 2, 1])
     b = JoinBatch(ids, refs, raws)
     b.ref_ids_to_look_up()
