@@ -11,7 +11,7 @@ took it, or a stopping joiner could record it nowhere).
 caught up (``--until-caught-up``) the launcher reconciled the registry with the output
 (:mod:`photon.app._reconcile`): ids this run's joiners registered that are in no region's output. Without a
 reconciliation (stopped, timed out, or the export failed): the ids its lost-ids ledgers recorded during the
-run plus the joiners' ``unrecorded_ids`` (registered ids a stopping joiner could neither write nor put into
+run and found in no pipeline region's joined output readable here (recovery may have joined them since) plus the joiners' ``unrecorded_ids`` (registered ids a stopping joiner could neither write nor put into
 its ledger). Either way, a region's unrecorded ids are never shown as less. Outside a run (``photon
 status``): the distinct ids of the lost-ids ledgers (*lost, awaiting recovery*, :func:`joiner.read_lost`;
 the ledger is never edited, so the count stays after a recovery job re-joined them) plus unrecorded ids.
@@ -58,10 +58,30 @@ def unrecorded_ids(region, since_us: int = 0) -> int:
                if int(st.get("written_at_us", 0)) >= since_us)
 
 
-def _lost_in_run(region, since_us: int, unrecorded: int, reconciliation) -> int:
+def _lost_in_run(region, since_us: int, unrecorded: int, reconciliation, not_in_output) -> int:
     if reconciliation is not None and not reconciliation.error:
         return max(reconciliation.lost_by_region.get(region.name, 0), unrecorded)
-    return len(lost_ids(region, since_us)) + unrecorded
+    return len(not_in_output(lost_ids(region, since_us))) + unrecorded
+
+
+def _not_in_output(config: PhotonConfig):
+    """``f(ids) -> the ids of ``ids`` in no pipeline region's joined output readable here``: a ledger id
+    that recovery (or another joiner) has joined since is not lost. The output is read once, and only when
+    some ledger id asks."""
+    seen = []
+
+    def not_in_output(ids: set[str]) -> set[str]:
+        if not ids:
+            return ids
+        if not seen:
+            from photon.app._reconcile import output_ids
+            seen.append(output_ids(config)[0])
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        asked = pa.array(sorted(ids), pa.string())
+        found = pc.is_in(asked, value_set=seen[0].combine_chunks() if seen[0].num_chunks else pa.array([], pa.string()))
+        return {i for i, f in zip(asked.to_pylist(), found.to_pylist()) if not f}
+    return not_in_output
 
 
 def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since_us: int | None = None,
@@ -78,6 +98,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since
         extra.append("lost_in_run")
     totals = dict.fromkeys([*COUNTERS, *extra], 0)
     hists: list[LatencyHistogram] = []
+    not_in_output = _not_in_output(config)
     for region in config.pipeline_regions_of(regions):
         status = dispatcher.read_status(region.state_dir) or {}
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
@@ -87,7 +108,8 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
         entry["unrecorded_ids"] = unrecorded_ids(region, since_us or 0)
         if since_us is not None:
-            entry["lost_in_run"] = _lost_in_run(region, since_us, entry["unrecorded_ids"], reconciliation)
+            entry["lost_in_run"] = _lost_in_run(region, since_us, entry["unrecorded_ids"], reconciliation,
+                                                not_in_output)
         hist = LatencyHistogram.from_json(status.get("join_latency_hist"))
         hists.append(hist)
         # every join of the run (the dispatcher's mergeable histogram); an older status: its recent joins

@@ -57,6 +57,12 @@ def test_ledger_ids_are_shown_as_lost_not_as_already_registered(tmp_path):
     assert run["total"]["lost_in_run"] == 3 and run_exit_code(0, run) == EXIT_LOST
     later = build_summary(config, 1.0, since_us=RUN_START_US + 10)   # a later run lost nothing itself
     assert later["total"]["lost_in_run"] == 0 and run_exit_code(0, later) == 0
+    # recovery re-joined c2 (in region a's output now): no longer lost in that run; c1 and c3 still are
+    w = RollingWriter(config.region("a").joined_dir, "a-j9", commit_interval_s=0)
+    w.sync(w.write_lines([orjson.dumps({"click_id": "c2", "query_id": "q"})]))
+    w.roll()
+    run = build_summary(config, 1.0, since_us=RUN_START_US)
+    assert run["total"]["lost_in_run"] == 2 and run_exit_code(0, run) == EXIT_LOST
 
 
 @pytest.mark.timeout(30)

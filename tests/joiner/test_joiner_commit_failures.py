@@ -13,7 +13,6 @@ import pytest
 import joiner
 from joiner import Outcome
 from photon import read_output_lines, wait_until
-from photon import _writer
 
 from fake_registry import FakeRegistry
 from joiner_helpers import clicks, write_queries
@@ -24,7 +23,7 @@ J, AJ, NF, T, U, L = Outcome
 def fail_fsync(monkeypatch):
     def failing(fd):
         raise OSError(errno.EIO, "Input/output error")
-    monkeypatch.setattr(_writer.os, "fdatasync", failing)
+    monkeypatch.setattr(os, "fdatasync", failing)
 
 
 def fail_record(monkeypatch):
@@ -34,7 +33,7 @@ def fail_record(monkeypatch):
         if "_committed" in str(dst):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(src, dst)
-    monkeypatch.setattr(_writer.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
 
 
 def output_ids(s, include_inprogress=False):

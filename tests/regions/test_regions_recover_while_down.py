@@ -19,7 +19,6 @@ import orjson
 import pytest
 
 from photon import load_config, read_output_lines, wait_until
-from photon._logs import COMMITS_DIR, inprogress_name
 from photon.app import run_recover, run_verify
 from regions_helpers import joinable, regions_workload, union_joined
 
@@ -29,10 +28,10 @@ MAX_ROUNDS = 4
 def uncommitted_ids(joined_dir: Path, id_field: str) -> set[str]:
     """Ids on whole lines of in-progress files beyond what their writers' commit records vouch for."""
     out: set[str] = set()
-    for rec in (joined_dir / COMMITS_DIR).glob("*.json"):
+    for rec in (joined_dir / "_committed").glob("*.json"):        # README, output contract point 4
         vouched = orjson.loads(rec.read_bytes()).get("open", {})
         prefix = rec.stem
-        for p in joined_dir.rglob(inprogress_name(f"{prefix}-*.jsonl")):
+        for p in joined_dir.rglob(f".{prefix}-*.jsonl.inprogress"):
             logical = p.relative_to(joined_dir).parent / p.name[1:-len(".inprogress")]
             data = p.read_bytes()
             keep = int(vouched.get(logical.as_posix(), 0))
