@@ -104,7 +104,7 @@ def _raft_password(spec: ReplicaSpec) -> str | None:
                  "(fingerprint %s; replicas with another fingerprint cannot join this group)", spec.shard,
                  spec.replica, source, secret_fingerprint(secret))
     else:
-        log.warning("registry shard %d replica %d: Raft traffic in the clear ([tls] off and no "
+        log.info("registry shard %d replica %d: Raft traffic in the clear ([tls] off and no "
                     "raft_secret_file)", spec.shard, spec.replica)
     return secret
 

@@ -100,12 +100,14 @@ class JoinerServer:
 
     def serving_problem(self) -> str | None:
         """Why the joiner should not be sent requests now (None: it can take them): its output writes
-        fail, or it is throttled (every request slot busy now, or a request refused at the door since the
+        fail (the output folder is probed again, as the joiner does at its door), or it is throttled (every request slot busy now, or a request refused at the door since the
         last call). Called from the roll thread about every :data:`photon.rpc.HEALTH_POLL_S`."""
         st = self.joiner.statistics()
         refused = st.requests_throttled + st.requests_throttled_writer
         refused_since, self._refused_before = refused - self._refused_before, refused
-        if st.writer_error:
+        # a failing writer is probed here too (at most once per writer_probe_s), not only when a request
+        # comes: a joiner taken out of rotation for its health must be able to come back without traffic
+        if st.writer_error and not self.joiner._writer_usable():
             return f"output writes fail: {st.writer_error}"
         if st.in_flight >= st.max_in_flight:
             return f"throttled: all {st.max_in_flight} request slots busy"
