@@ -1,20 +1,21 @@
-"""The gRPC health of a joiner and of its event store follows what they can do, read with the standard
-health client: the joiner is NOT_SERVING while its output writes fail (a real full tmpfs) or it is
-throttled (every request slot busy), and from the moment it starts to stop; the event store is
-NOT_SERVING until its primary reader has caught up with the logs."""
+"""The gRPC health of a joiner follows what it can do, read with the standard health client: NOT_SERVING
+while its output writes fail (a real full tmpfs) or it is throttled (every request slot busy), and from
+the moment it starts to stop. Its metrics declare every statistic a counter or a gauge."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import eventstore
+import joiner
+from joiner._server import METRIC_KINDS
 from photon import wait_until
 
 from fake_registry import FakeRegistry
-from joiner_helpers import clicks, join_held_in_commit, make_config, write_queries
+from joiner_helpers import clicks, join_held_in_commit, write_queries
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -86,35 +87,7 @@ def test_joiner_is_not_serving_while_throttled_and_from_the_start_of_its_stop(st
         health.close()
 
 
-@pytest.mark.timeout(60)
-def test_event_store_is_not_serving_until_its_reader_has_caught_up(tmp_path, monkeypatch):
-    from eventstore._shell import CacheEventStore
-    release = threading.Event()
-    real_read_once = CacheEventStore.read_once
-
-    def held_read_once(self):                     # a pause point before the reader's first pass
-        release.wait(30)
-        return real_read_once(self)
-
-    monkeypatch.setattr(CacheEventStore, "read_once", held_read_once)
-    config = make_config(tmp_path)
-    write_queries(tmp_path, range(20))
-    store = eventstore.serve(config, "a")
-    health = HealthClient(store.address)
-    try:
-        assert health.status() == NOT_SERVING and health.status("photon.EventStore") == NOT_SERVING
-        assert "catching up" in store.store.serving_problem()
-        release.set()
-        health.wait(SERVING, message="SERVING once the primary logs are read to their end")
-        assert store.statistics().events_indexed == 20
-        watch = health.stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
-        assert next(watch).status == SERVING
-        stopper = threading.Thread(target=store.stop, daemon=True)
-        stopper.start()
-        assert next(watch).status == NOT_SERVING
-        stopper.join(timeout=30)
-        watch.cancel()
-    finally:
-        release.set()
-        health.close()
-        store.stop()
+def test_every_numeric_joiner_statistic_is_declared_a_counter_or_a_gauge():
+    numeric = [f.name for f in dataclasses.fields(joiner.JoinerStatistics) if str(f.type) in ("int", "float", "bool")]
+    assert sorted(numeric) == sorted(METRIC_KINDS.counters | METRIC_KINDS.gauges)
+    assert not METRIC_KINDS.counters & METRIC_KINDS.gauges
