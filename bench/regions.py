@@ -180,8 +180,8 @@ def _registry_leaders(config) -> tuple[float, str]:
         for p in procs.values():
             m = scrape(p["metrics"]) if p.get("role") == "registry" and p.get("metrics") else None
             if m and m.get("photon_registry_is_leader"):
-                commands += m.get("photon_registry_commands", 0)
-                ids += m.get("photon_registry_ids_committed", 0)
+                commands += m.get("photon_registry_commands_total", 0)
+                ids += m.get("photon_registry_ids_committed_total", 0)
                 where.append(name)
     return (round(ids / commands, 1) if commands else 0.0), ",".join(where)
 

@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 
-from photon import ConfigError, load_config, serve_metrics
+from photon import ConfigError, MetricKinds, load_config, serve_metrics
 
 from dispatcher._files import DispatcherLocked
 from dispatcher._shell import serve
+from dispatcher._state import _COUNTERS
+
+
+METRIC_KINDS = MetricKinds(
+    counters=frozenset(_COUNTERS),
+    gauges=frozenset({"retry_queue", "queued", "in_flight", "requests_in_flight", "pending_bytes", "caught_up",
+                      "scan_at_us", "pid"}),
+    latency_histograms={"join_latency_hist": "join_latency_seconds"},
+    skip=frozenset({"join_latency_ms"}))
+"""How :class:`DispatcherStatistics` is exposed: its counters (cumulative across restarts, as
+checkpointed), its gauges, and every join's latency as a histogram in seconds (``join_latency_ms``, the
+percentiles of the last joins, is left to the status file: Prometheus derives them from the histogram)."""
 
 
 def _list(text: str) -> list[str]:
@@ -51,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dispatcher: {e}", file=sys.stderr)
         return 2
     try:
-        serve_metrics("dispatcher", dispatcher.statistics, process=f"dispatcher {args.region}")
+        serve_metrics("dispatcher", dispatcher.statistics, kinds=METRIC_KINDS, region=args.region,
+                      process=os.environ.get("PHOTON_PROCESS") or f"dispatcher {args.region}")
     except OSError as e:
         logging.getLogger("dispatcher").warning("metrics not served: %s", e)
     while not stop.wait(0.2) and dispatcher.running:

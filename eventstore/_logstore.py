@@ -213,6 +213,13 @@ class LogsEventStore:
             return data, 0
         return data + more, len(more)
 
+    def serving_problem(self) -> str | None:
+        """Why this store should not be asked yet (None: it can answer): the primary reader whose map it
+        follows (cache server 0) has not yet read the logs to their end, so the map is still catching up."""
+        if not self.read_through_us:
+            return "catching up: the primary reader it follows has not read the logs to their end yet"
+        return None
+
     def statistics(self) -> LogsStoreStatistics:
         with self._lock:
             c, reasons = dict(self._c), dict(self._reasons)

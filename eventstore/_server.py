@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import ConfigError, PhotonConfig, bind_port, output_publisher, stream_source
+from photon import ConfigError, MetricKinds, PhotonConfig, bind_port, output_publisher, stream_source
 
 from eventstore import eventstore_pb2_grpc as pb_grpc
 from eventstore._client import CHANNEL_OPTIONS
@@ -14,17 +14,34 @@ from eventstore._servicer import EventStoreServicer
 from eventstore._logstore import LogsEventStore
 from eventstore._mapfiles import map_dir
 from eventstore._shell import CacheEventStore, EventStoreStatistics, ReaderOptions
-from photon.rpc import add_health, server_credentials
+from photon.rpc import Health, add_health, server_credentials
 
 SERVER_THREADS = 16
+
+_CACHE_COUNTERS = frozenset({"puts", "evictions", "too_large", "lookups", "lookup_ids", "hits", "misses"})
+CACHE_METRIC_KINDS = MetricKinds(
+    counters=_CACHE_COUNTERS | {"lines_read", "bytes_read", "events_indexed", "bad_records", "map_entries_written",
+                                "checkpoints"},
+    gauges=frozenset({"entries", "bytes", "max_bytes", "shard", "servers", "read_through_us", "files",
+                      "pending_bytes", "reader_alive", "resumed", "warm_bytes", "warm_s"}))
+"""How a cache server's :class:`EventStoreStatistics` is exposed."""
+LOGS_METRIC_KINDS = MetricKinds(
+    counters=frozenset({"lookups", "lookup_ids", "found", "not_found", "not_found_reasons", "bytes_read",
+                        "bad_map_entries", "files_opened", "refreshes"}),
+    gauges=frozenset({"map_entries", "map_keys", "open_files", "read_through_us"}),
+    labels={"not_found_reasons": "reason"})
+"""How a logs store's :class:`LogsStoreStatistics` is exposed (``not_found_reasons`` by ``reason``)."""
 
 
 class EventStoreServer:
     """A running event store: :attr:`address` is ``host:port`` as bound. :meth:`stop` stops accepting
     requests, lets those in flight finish within ``grace`` seconds, then stops the primary reader."""
 
-    def __init__(self, store: CacheEventStore, server: grpc.Server, host: str, port: int) -> None:
+    def __init__(self, store: CacheEventStore, server: grpc.Server, host: str, port: int,
+                 health: Health | None = None) -> None:
         self.store = store
+        self.health = health
+        self.metric_kinds = CACHE_METRIC_KINDS if isinstance(store, CacheEventStore) else LOGS_METRIC_KINDS
         self.host = host
         self.port = port
         self.address = f"{host}:{port}"
@@ -34,6 +51,8 @@ class EventStoreServer:
         return self.store.statistics()
 
     def stop(self, grace: float = 5.0) -> None:
+        if self.health is not None:
+            self.health.stopping()
         self._server.stop(grace).wait()
         self.store.close()
 
@@ -88,8 +107,8 @@ def _start(store, host: str, port: int, what: str) -> EventStoreServer:
     server = grpc.server(futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix=what.replace(" ", "-")),
                          options=CHANNEL_OPTIONS)
     pb_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
-    add_health(server, "photon.EventStore")
     bound = bind_port(server, host, port, what, server_credentials())
     store.start()
+    health = add_health(server, "photon.EventStore", store.serving_problem)
     server.start()
-    return EventStoreServer(store, server, host, bound)
+    return EventStoreServer(store, server, host, bound, health)

@@ -248,6 +248,16 @@ class CacheEventStore:
             reader_alive=self._thread.is_alive(), resumed=self.resumed, warm_bytes=self._warm_bytes,
             warm_s=round(self._warm_s, 3), map_entries_written=self._map_written, checkpoints=self._checkpoints)
 
+    def serving_problem(self) -> str | None:
+        """Why this store should not be asked yet (None: it can answer): it is still catching up (it has
+        not read to the end of the primary logs since it started, so a NOT_FOUND means little), or its
+        reader thread is gone."""
+        if self._thread.ident is not None and not self._thread.is_alive():
+            return "the primary reader has stopped"
+        if not self.read_through_us:
+            return "catching up: the primary logs are not yet read to their end"
+        return None
+
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():

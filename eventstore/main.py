@@ -25,9 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.logs:
         return run_service(f"logstore {args.region}", lambda: serve_logs(load_config(args.config), args.region,
-                                                                         port=args.port, host=args.host))
+                                                                         port=args.port, host=args.host),
+                           region=args.region)
     return run_service(f"eventstore {args.region}", lambda: serve(load_config(args.config), args.region,
-                                                                  port=args.port, host=args.host, shard=args.shard))
+                                                                  port=args.port, host=args.host, shard=args.shard),
+                       region=args.region)
 
 
 if __name__ == "__main__":

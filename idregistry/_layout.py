@@ -139,7 +139,7 @@ def replica_specs(config: PhotonConfig, regions: list[str] | None = None) -> lis
                 fsync=reg.fsync, fsync_interval_ms=reg.fsync_interval_ms, max_in_flight=reg.max_in_flight,
                 max_ids_per_command=reg.max_ids_per_command, max_queued_ids=reg.max_queued_ids,
                 snapshot_after_commands=reg.snapshot_after_commands, simulated_rtt_ms=reg.simulated_rtt_ms,
-                election_timeout_scale=scale[replica]))
+                election_timeout_scale=scale[replica], region=placement[replica]))
     return specs
 
 

@@ -19,7 +19,9 @@ Durability beyond pysyncobj's own: the term/vote record (``raft.journal.meta``) 
 file, fsynced, renamed and its folder fsynced before pysyncobj sends the vote or message that depends on it
 (:class:`_DurableMetaStorer`, installed into ``pysyncobj.journal`` when this module is imported); a
 snapshot file is fsynced before pysyncobj renames it, and compacting the journal writes a new file and
-renames it into place (file and folder fsynced) instead of rewriting the live journal in place. Any failure there is fail-stop: the
+renames it into place (file and folder fsynced) instead of rewriting the live journal in place; the
+journal's disk space is reserved (``posix_fallocate``) before pysyncobj writes into its memory map, so a
+full disk is an ENOSPC up front, not a SIGBUS mid-entry (:class:`_ReservedFile`). Any failure there is fail-stop: the
 replica logs why and exits with :data:`EXIT_STORAGE_FAILED` (the supervisor restarts it), so nothing that
 is not on disk is ever acknowledged.
 
@@ -29,6 +31,7 @@ names is missing, instead of silently skipping the acknowledgement rule.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pickle
@@ -81,9 +84,12 @@ def check_pysyncobj(version: str = _INSTALLED_PYSYNCOBJ) -> None:
 
 def storage_failed(what: str, error: BaseException) -> None:
     """Fail-stop: log why, then exit at once (no cleanup that could acknowledge anything)."""
+    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
     log.critical("registry replica: %s failed (%s: %s); exiting (status %d) so that nothing not on disk is "
-                 "ever acknowledged; the supervisor restarts this replica", what, type(error).__name__, error,
-                 EXIT_STORAGE_FAILED)
+                 "ever acknowledged; %s", what, type(error).__name__, error, EXIT_STORAGE_FAILED,
+                 "THE DISK IS FULL: this replica stays out of its group (the others keep the majority) and "
+                 "comes back, journal intact, once space is freed" if full else
+                 "the supervisor restarts this replica")
     for h in logging.getLogger().handlers:
         try:
             h.flush()
@@ -122,8 +128,51 @@ class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
             raise
 
 
+class _ReservedFile(pysyncobj.journal.ResizableFile):
+    """pysyncobj's memory-mapped journal file, whose space is reserved on disk before it is written.
+
+    pysyncobj grows the journal with ``mmap.resize`` (a sparse ``ftruncate``) and writes entries through the
+    map. On a full disk (a full tmpfs at once, a full ext4 at write-back) the kernel can only answer a write
+    into a page it cannot allocate with SIGBUS: the process dies there, mid-entry, with no message, and a
+    supervisor restarting it would loop. Here the blocks are reserved with ``posix_fallocate`` first: the
+    whole file when it is opened, and every growth before any byte of the entry goes into the map. A
+    failure (ENOSPC) is fail-stop through ``on_failure`` (default :func:`storage_failed`: a clear message
+    and exit status :data:`EXIT_STORAGE_FAILED`) while the journal on disk is still whole: its header's
+    last-record offset is only moved after a complete entry is in place."""
+
+    on_failure = staticmethod(storage_failed)
+
+    def __init__(self, fileName, *args, **kwargs) -> None:  # noqa: N803 (pysyncobj's name)
+        super().__init__(fileName, *args, **kwargs)
+        missing = [n for n in ("_ResizableFile__mm", "_ResizableFile__f", "_ResizableFile__resizeFactor")
+                   if not hasattr(self, n)]
+        if missing:
+            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: ResizableFile lacks {missing}")
+        self._path = fileName
+        self._reserve(0, self._ResizableFile__mm.size())
+
+    def _reserve(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        try:
+            os.posix_fallocate(self._ResizableFile__f.fileno(), start, end - start)
+        except OSError as e:
+            type(self).on_failure(f"reserving {end} bytes of disk for the Raft journal {self._path}", e)
+            raise
+
+    def write(self, offset, values) -> None:
+        mm = self._ResizableFile__mm
+        size = len(mm)
+        if offset + len(values) > size:       # grown as pysyncobj would, but reserved on disk first
+            new = max(int(size * self._ResizableFile__resizeFactor), offset + len(values))
+            self._reserve(size, new)
+            mm.resize(new)
+        super().write(offset, values)
+
+
 check_pysyncobj()
 pysyncobj.journal.MetaStorer = _DurableMetaStorer   # every FileJournal created from now on stores durably
+pysyncobj.journal.ResizableFile = _ReservedFile     # ... and reserves its disk space before writing into it
 
 # pysyncobj's failure reasons, grouped by what the caller should do about them.
 QUEUE_FULL_REASONS = frozenset({FAIL_REASON.QUEUE_FULL})
@@ -408,6 +457,20 @@ class RaftReplica:
 
     def raft_status(self) -> dict:
         return self._sync.getStatus()
+
+    def serving_problem(self) -> str | None:
+        """Why this member cannot serve now (None: it can): no leader known, or a follower that lost its
+        connection to the leader (a follower left alone keeps naming the old leader: pysyncobj only forgets
+        it when it can stand for election, which needs a connection), or no majority connected."""
+        sync = self._sync
+        leader = sync._getLeader()
+        if leader is None:
+            return "no Raft leader known"
+        if leader != sync.selfNode and not sync.isNodeConnected(leader):
+            return f"not connected to the Raft leader {leader.address}"
+        if not sync.hasQuorum:
+            return "no majority of the Raft group connected"
+        return None
 
     def journal_path(self) -> str:
         return str(self.data_dir / JOURNAL_FILE)

@@ -10,7 +10,7 @@ from concurrent import futures
 
 import grpc
 
-from photon import serve_metrics
+from photon import MetricKinds, serve_metrics
 
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._shell import ReplicaServer, ReplicaSpec
@@ -18,6 +18,19 @@ from idregistry._servicer import RegistryServicer
 from photon.rpc import add_health, server_credentials
 
 log = logging.getLogger("idregistry")
+
+METRIC_KINDS = MetricKinds(
+    counters=frozenset({"commands", "ids_committed", "refused_overloaded", "fsyncs"}),
+    gauges=frozenset({"shard", "replica", "pid", "is_leader", "term", "commit_index", "last_applied", "log_len",
+                      "ids_held", "bytes_held", "tokens_dropped_ids", "bytes_saved_by_clearing", "gc_boundary_us",
+                      "bucket_us", "queue_depth", "queued_ids", "in_flight", "commands_per_s", "ids_per_s",
+                      "sharding_lease_until_us", "fsync_ms_mean", "uptime_s"}),
+    skip=frozenset({"sharding"}),
+    size_histograms={"batch_ids_histogram": ("command_ids", "ids_committed")},
+    latency_histograms={"fsync_latency_hist": "fsync_latency_seconds"})
+"""How the replica's :meth:`~idregistry._shell.ReplicaServer.status` numbers are exposed: counters
+(``photon_registry_<name>_total``), gauges, the ids per replicated command as a histogram, and the journal
+fsync latency as a histogram in seconds."""
 
 GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20), ("grpc.max_send_message_length", 64 * 2**20),
                 ("grpc.so_reuseport", 0)]
@@ -36,9 +49,10 @@ def serve(spec: ReplicaSpec, stop: threading.Event | None = None, workers: int =
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="registry-rpc"),
                          options=GRPC_OPTIONS)
     pb_grpc.add_RegistryServicer_to_server(RegistryServicer(replica), server)
-    add_health(server, "photon.Registry")
+    health = add_health(server, "photon.Registry", replica.serving_problem)
     try:
-        serve_metrics("registry", replica.status, process=f"registry-s{spec.shard}-r{spec.replica}")
+        serve_metrics("registry", replica.status, kinds=METRIC_KINDS, region=spec.region,
+                      process=f"registry-s{spec.shard}-r{spec.replica}", serving=lambda: health.serving)
     except OSError as e:
         log.warning("metrics not served: %s", e)
     creds = server_credentials()
@@ -60,6 +74,7 @@ def serve(spec: ReplicaSpec, stop: threading.Event | None = None, workers: int =
         while not stop.wait(0.5):
             pass
     finally:
+        health.stopping()
         server.stop(grace=1.0).wait(2.0)
         replica.close()
         log.info("registry shard %d replica %d stopped", spec.shard, spec.replica)

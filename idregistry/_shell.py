@@ -25,7 +25,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, SystemClock, fsync_path, raft_password
+from photon import Clock, LatencyHistogram, SystemClock, fsync_path, raft_secret, secret_fingerprint
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
@@ -76,6 +76,7 @@ class ReplicaSpec:
     snapshot_after_commands: int = 2000
     simulated_rtt_ms: float = 0.0
     election_timeout_scale: float = 1.0   # > 1: this replica rarely becomes leader (see replica_specs)
+    region: str = ""                      # the region it is placed in (a label of its metrics)
 
     @property
     def raft_address(self) -> str:
@@ -85,13 +86,27 @@ class ReplicaSpec:
     def grpc_address(self) -> str:
         return self.grpc_peers[self.replica]
 
-    def raft_settings(self) -> RaftSettings:
+    def raft_settings(self, raft_password: str | None = None) -> RaftSettings:
         s = self.election_timeout_scale
         return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
                             raft_min_timeout_s=RaftSettings.raft_min_timeout_s * s,
                             raft_max_timeout_s=RaftSettings.raft_max_timeout_s * s,
                             log_compaction_min_entries=self.snapshot_after_commands,
-                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password())
+                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password)
+
+
+def _raft_password(spec: ReplicaSpec) -> str | None:
+    """The Raft secret (see :func:`photon.raft_secret`), logged by fingerprint; an ``OSError`` (the replica
+    refuses to start) when TLS is on and no secret can be had, so Raft never runs in the clear under TLS."""
+    secret, source = raft_secret()
+    if secret:
+        log.info("registry shard %d replica %d: Raft traffic authenticated and encrypted with a secret %s "
+                 "(fingerprint %s; replicas with another fingerprint cannot join this group)", spec.shard,
+                 spec.replica, source, secret_fingerprint(secret))
+    else:
+        log.info("registry shard %d replica %d: Raft traffic in the clear ([tls] off and no "
+                    "raft_secret_file)", spec.shard, spec.replica)
+    return secret
 
 
 class ReplicaServer:
@@ -109,7 +124,7 @@ class ReplicaServer:
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         batch = spec.fsync == FSYNC_BATCH
         self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft_settings(), ack_after_sync=self._syncer.after_sync if batch else None,
+                                spec.raft_settings(_raft_password(spec)), ack_after_sync=self._syncer.after_sync if batch else None,
                                 on_append=self._syncer.appended if self._syncer else None)
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
@@ -324,8 +339,16 @@ class ReplicaServer:
             "sharding_lease_until_us": lease.valid_below_us if lease else 0,
             "fsync": self.spec.fsync, "fsyncs": self._syncer.fsyncs if self._syncer else 0,
             "fsync_ms_mean": self._syncer.mean_ms() if self._syncer else 0.0,
+            "fsync_latency_hist": self._syncer.latency_json() if self._syncer else {},
             "uptime_s": round(time.monotonic() - self._started, 3),
         }
+
+    def serving_problem(self) -> str | None:
+        """Why this replica should not be sent requests now (None: it can serve): stopping, or its Raft
+        member has no leader it is connected to (see :meth:`RaftReplica.serving_problem`)."""
+        if self._stop.is_set():
+            return "stopping"
+        return self.raft.serving_problem()
 
     def close(self) -> None:
         self._stop.set()
@@ -366,6 +389,7 @@ class _Syncer:
         self._closing = threading.Event()
         self.fsyncs = 0
         self._seconds = 0.0
+        self._latency = LatencyHistogram()      # every fsync's duration (µs); read under _cond
         self._thread = threading.Thread(target=self._run, name="registry-fsync", daemon=True)
         self._thread.start()
 
@@ -386,6 +410,11 @@ class _Syncer:
                 self._cond.notify()
                 return
         fn()
+
+    def latency_json(self) -> dict:
+        """Every fsync's duration so far, as :meth:`photon.LatencyHistogram.to_json`."""
+        with self._cond:
+            return self._latency.to_json()
 
     def mean_ms(self) -> float:
         return round(1000 * self._seconds / self.fsyncs, 3) if self.fsyncs else 0.0
@@ -408,9 +437,11 @@ class _Syncer:
                     self._waiting = []
                 self._on_failure("fsync of the Raft journal", e)
                 return
-            self._seconds += time.perf_counter() - t
+            took = time.perf_counter() - t
+            self._seconds += took
             self.fsyncs += 1
             with self._cond:
+                self._latency.add(int(took * 1e6))
                 self._synced = max(self._synced, covering)
                 ready = [fn for need, fn in self._waiting if need <= covering]
                 self._waiting = [(need, fn) for need, fn in self._waiting if need > covering]
@@ -452,7 +483,7 @@ class _Rates:
 
 _SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
                 "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
-                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale")
+                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale", "region")
 
 
 def spec_to_json(spec: ReplicaSpec) -> str:
@@ -464,6 +495,7 @@ def spec_to_json(spec: ReplicaSpec) -> str:
 
 def spec_from_json(text: str) -> ReplicaSpec:
     d = json.loads(text)
+    d.setdefault("region", "")
     d["data_dir"] = Path(d["data_dir"])
     d["initial_sharding"] = Sharding.from_dict(d["initial_sharding"])
     return ReplicaSpec(**d)

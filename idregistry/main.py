@@ -5,6 +5,7 @@ The launcher builds the argv with :func:`idregistry.registry_processes`; the pro
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import sys
 
@@ -17,8 +18,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="the replica's spec as JSON (from registry_processes)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
+    faulthandler.enable()    # a fatal signal (SIGBUS, SIGSEGV) still says where, in this replica's log
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(spec_from_json(args.spec))
+    spec = spec_from_json(args.spec)
+    try:
+        serve(spec)
+    except OSError as e:        # a port taken, a Raft secret that cannot be had under [tls], a disk refused
+        print(f"registry shard {spec.shard} replica {spec.replica}: refusing to start: {e}", file=sys.stderr,
+              flush=True)
+        return 2
     return 0
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 
 from eventstore import connect as connect_eventstore
-from photon import (Clock, ConfigError, PhotonConfig, RollingWriter, SystemClock, bind_port,
+from photon import (Clock, ConfigError, MetricKinds, PhotonConfig, RollingWriter, SystemClock, bind_port,
                     output_publisher)
 
 from joiner import joiner_pb2_grpc as pb_grpc
-from photon.rpc import add_health, server_credentials
+from photon.rpc import HEALTH_POLL_S, Health, add_health, server_credentials
 from joiner._adapter import load_adapter
 from joiner._client import CHANNEL_OPTIONS
 from joiner._lost import LostLedger
@@ -31,20 +31,36 @@ EXTRA_SERVER_THREADS = 4
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
+METRIC_KINDS = MetricKinds(
+    gauges=frozenset({"in_flight", "max_in_flight"}),
+    counters=frozenset({
+        "requests", "requests_throttled", "events", "joined", "already_registered", "not_found", "throttled",
+        "unjoinable", "duplicates_in_request", "adapter_errors", "bad_ids", "eventstore_errors", "registry_errors",
+        "commit_retries", "lines_written", "bytes_written", "files_rolled", "orphans_recovered",
+        "not_found_store_behind", "served_by_cache", "served_by_logs", "write_failures", "lost_ids",
+        "requests_throttled_writer", "refused_ids", "commit_unknown_ids", "unrecorded_ids"}))
+"""How :class:`JoinerStatistics` is exposed: everything counts since the process started, but the
+requests in flight and their limit."""
+
 
 class JoinerServer:
     """A running joiner; :attr:`address` is ``host:port`` as bound.
 
-    A background thread rolls the output file on time and rewrites the status file (see
-    :func:`joiner.read_status`) about once a second. :meth:`stop` is the clean shutdown: stop accepting
+    A background thread rolls the output file on time, rewrites the status file (see
+    :func:`joiner.read_status`) about once a second, and keeps the gRPC health (:attr:`health`) following
+    :meth:`serving_problem`. :meth:`stop` is the clean shutdown: stop accepting
     requests, let those in flight finish their commits and writes (:meth:`Joiner.drain`,
     within ``[joiner].stop_patience_s``; what is still unfinished then goes into the lost-ids ledger), roll
     (publish) the output file, write the final status, close the clients this server opened.
     """
 
     def __init__(self, joiner: Joiner, server: grpc.Server, writer: RollingWriter, host: str, port: int,
-                 owned: list, status_file: Path, clock: Clock, stop_patience_s: float = 15.0) -> None:
+                 owned: list, status_file: Path, clock: Clock, stop_patience_s: float = 15.0,
+                 health: Health | None = None) -> None:
         self.joiner = joiner
+        self.health = health
+        self.metric_kinds = METRIC_KINDS
+        self._refused_before = 0
         self.host, self.port, self.address = host, port, f"{host}:{port}"
         self._server = server
         self._writer = writer
@@ -60,12 +76,15 @@ class JoinerServer:
         self._roller.start()
 
     def _roll_loop(self, period: float) -> None:
-        next_status = 0.0
+        next_status = next_health = 0.0
         while not self._stop.wait(period):
             try:
                 self._writer.maybe_roll()
             except Exception:
                 log.exception("joiner %s: rolling the output file failed", self.joiner.name)
+            if self.health is not None and time.monotonic() >= next_health:
+                next_health = time.monotonic() + HEALTH_POLL_S
+                self.health.update(self.serving_problem())
             if time.monotonic() >= next_status:
                 next_status = time.monotonic() + STATUS_INTERVAL_S
                 self._write_status()
@@ -79,8 +98,27 @@ class JoinerServer:
     def statistics(self) -> JoinerStatistics:
         return self.joiner.statistics()
 
+    def serving_problem(self) -> str | None:
+        """Why the joiner should not be sent requests now (None: it can take them): its output writes
+        fail (the output folder is probed again, as the joiner does at its door), or it is throttled (every request slot busy now, or a request refused at the door since the
+        last call). Called from the roll thread about every :data:`photon.rpc.HEALTH_POLL_S`."""
+        st = self.joiner.statistics()
+        refused = st.requests_throttled + st.requests_throttled_writer
+        refused_since, self._refused_before = refused - self._refused_before, refused
+        # a failing writer is probed here too (at most once per writer_probe_s), not only when a request
+        # comes: a joiner taken out of rotation for its health must be able to come back without traffic
+        if st.writer_error and not self.joiner._writer_usable():
+            return f"output writes fail: {st.writer_error}"
+        if st.in_flight >= st.max_in_flight:
+            return f"throttled: all {st.max_in_flight} request slots busy"
+        if refused_since > 0:
+            return f"throttled: {refused_since} request(s) refused since the last check"
+        return None
+
     def stop(self, grace: float | None = None) -> None:
         """``grace``: how long requests in flight may take (default ``[joiner].stop_patience_s``)."""
+        if self.health is not None:
+            self.health.stopping()
         patience = self._stop_patience_s if grace is None else grace
         stopped = self._server.stop(patience + 2.0)   # refuse new requests; RPCs in flight are answered
         unfinished = self.joiner.drain(patience)
@@ -137,10 +175,10 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
                     ledger=LostLedger(reg.state_dir, reg.name, name), writer_probe_s=jc.writer_probe_s)
     joiner.recover_orphans(config.join.foreign_id_field)
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
-    add_health(server, "photon.Joiner")
+    health = add_health(server, "photon.Joiner")     # updated from the server's roll thread
     server.start()
     return JoinerServer(joiner, server, writer, host, bound, owned, status_path(reg.state_dir, name), clock,
-                        stop_patience_s=jc.stop_patience_s)
+                        stop_patience_s=jc.stop_patience_s, health=health)
 
 
 def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64) -> tuple[object, object, list]:

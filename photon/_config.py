@@ -297,14 +297,15 @@ class SparkConfig:
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """``[tls]``: mutual TLS on every gRPC connection and a secret on Raft traffic (``photon certs`` makes
-    test files). Off when ``ca`` is empty."""
+    """``[tls]``: mutual TLS on every gRPC connection and on the metrics endpoints, and a secret on Raft
+    traffic (``photon certs`` makes test files). Off when ``ca`` is empty."""
     ca: str = opt("", "PEM file of the CA that signs every process's certificate (empty: TLS off)")
     cert: str = opt("", "PEM certificate of this deployment's processes (servers and clients)")
     key: str = opt("", "PEM private key of that certificate")
     server_name: str = opt("photon", "the name servers' certificates carry and clients check them for")
     raft_secret_file: str = opt("", "file whose contents authenticate and encrypt Raft traffic between "
-                                    "registry replicas (empty: Raft in the clear)")
+                                    "registry replicas (empty: with TLS on, a secret derived from `key`; "
+                                    "with TLS off, Raft in the clear)")
 
 
 @dataclass(frozen=True)

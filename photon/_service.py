@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -11,10 +12,12 @@ from typing import Callable
 from photon._config import ConfigError
 
 
-def run_service(name: str, start: Callable[[], object]) -> int:
+def run_service(name: str, start: Callable[[], object], region: str | None = None) -> int:
     """Start a service and keep it running until SIGTERM or SIGINT.
 
-    ``start()`` returns a server with ``.address``, ``.stop()`` and ``.statistics()``. Once it is up,
+    ``start()`` returns a server with ``.address``, ``.stop()`` and ``.statistics()`` (and optionally
+    ``.metric_kinds``, a :class:`photon.MetricKinds`, and ``.health``, whose ``.serving`` its metrics
+    report); its metrics carry ``region`` (default: ``PHOTON_REGION``). Once it is up,
     ``<name> serving on <address>`` is printed (callers wait for that line). A configuration error or a
     port in use makes the process exit 2 with a message naming the cause; a clean stop exits 0. A signal
     that arrives during startup stops the service right after it has started.
@@ -30,7 +33,10 @@ def run_service(name: str, start: Callable[[], object]) -> int:
         return 2
     from photon._metrics import serve_metrics
     try:
-        serve_metrics(name.split()[0], server.statistics, process=name)
+        health = getattr(server, "health", None)
+        serve_metrics(name.split()[0], server.statistics, kinds=getattr(server, "metric_kinds", None),
+                      region=region, process=os.environ.get("PHOTON_PROCESS") or name,
+                      serving=(lambda: health.serving) if health is not None else None)
     except OSError as e:
         logging.getLogger("photon").warning("%s: metrics not served: %s", name, e)
     print(f"{name} serving on {server.address}", flush=True)

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from photon import PhotonConfig, scrape
+from photon import PhotonConfig, histogram_quantile, scrape
 from photon.app._regions import LAUNCHER_FILE
 from photon.app._summary import lost_ids, unrecorded_ids
 
@@ -44,33 +44,48 @@ def collect(config: PhotonConfig) -> dict:
     return {"processes": rows, "regions": regions, "at": time.monotonic()}
 
 
+def _join_latency_ms(m: dict, before: dict | None, q: float) -> float | None:
+    """The join latency quantile from the dispatcher's histogram: over the joins since ``before`` (the
+    previous refresh) when there were any, else over the whole run."""
+    name = "photon_dispatcher_join_latency_seconds"
+    value = histogram_quantile(m, name, q, before) if before else None
+    if value is None:
+        value = histogram_quantile(m, name, q)
+    return None if value is None else value * 1000
+
+
 def _fig(row: dict, before: dict | None, dt: float) -> str:
     m, role = row["metrics"], row["role"]
     if not row["up"]:
         return ""
+    serving = "" if m.get("photon_serving", 1.0) else "NOT SERVING  "
     if role == "dispatcher":
         rate = ""
-        if before and before.get("up") and dt > 0:
-            rate = f"{(m.get('photon_dispatcher_events_read', 0) - before['metrics'].get('photon_dispatcher_events_read', 0)) / dt:.0f}"
+        earlier = before["metrics"] if before and before.get("up") else None
+        if earlier is not None and dt > 0:
+            rate = f"{(m.get('photon_dispatcher_events_read_total', 0) - earlier.get('photon_dispatcher_events_read_total', 0)) / dt:.0f}"
+        p50, p90 = (_join_latency_ms(m, earlier, q) for q in (0.5, 0.9))
+        latency = "-/-" if p50 is None else f"{p50:.0f}/{p90:.0f}"
         return (f"lag {m.get('photon_dispatcher_pending_bytes', 0) / 2**20:.1f} MB  events/s {rate or '-'}  "
                 f"retry queue {m.get('photon_dispatcher_retry_queue', 0):.0f}  "
-                f"join p50/p90 {m.get('photon_dispatcher_join_latency_ms_p50', 0):.0f}/"
-                f"{m.get('photon_dispatcher_join_latency_ms_p90', 0):.0f} ms  "
-                f"wasted joins {m.get('photon_dispatcher_wasted_joins', 0):.0f}")
+                f"join p50/p90 {latency} ms  "
+                f"wasted joins {m.get('photon_dispatcher_wasted_joins_total', 0):.0f}")
     if role == "registry":
-        cmds = m.get("photon_registry_commands", 0)
-        batch = m.get("photon_registry_ids_committed", 0) / cmds if cmds else 0
-        return (f"{'LEADER' if m.get('photon_registry_is_leader') else 'follower'}  term "
+        cmds = m.get("photon_registry_commands_total", 0)
+        batch = m.get("photon_registry_ids_committed_total", 0) / cmds if cmds else 0
+        return (f"{serving}{'LEADER' if m.get('photon_registry_is_leader') else 'follower'}  term "
                 f"{m.get('photon_registry_term', 0):.0f}  ids held {m.get('photon_registry_ids_held', 0):.0f}  "
                 f"ids/command {batch:.1f}  queue {m.get('photon_registry_queued_ids', 0):.0f}")
     if role == "joiner":
-        return (f"joined {m.get('photon_joiner_joined', 0):.0f}  already registered {m.get('photon_joiner_already_registered', 0):.0f}  "
+        return (f"{serving}joined {m.get('photon_joiner_joined_total', 0):.0f}  "
+                f"already registered {m.get('photon_joiner_already_registered_total', 0):.0f}  "
                 f"in flight {m.get('photon_joiner_in_flight', 0):.0f}")
     if role == "eventstore":
-        hits, misses = m.get("photon_eventstore_hits", 0), m.get("photon_eventstore_misses", 0)
+        hits = m.get("photon_eventstore_hits_total", 0)
+        misses = m.get("photon_eventstore_misses_total", 0)
         ratio = hits / (hits + misses) if hits + misses else 0
-        return f"cache hit ratio {ratio:.2f}"
-    return ""
+        return f"{serving}cache hit ratio {ratio:.2f}"
+    return serving.strip()
 
 
 def format_status(now: dict, before: dict | None = None) -> str:

@@ -206,10 +206,13 @@ class Supervisor:
                          daemon=True).start()
         child.started_at = time.monotonic()
 
-    def _env(self, spec) -> dict | None:
-        if not spec.metrics_address:
-            return self.env
-        return {**(self.env if self.env is not None else os.environ), "PHOTON_METRICS_ADDR": spec.metrics_address}
+    def _env(self, spec) -> dict:
+        """The child's environment: the launcher's, plus where it serves metrics and the labels they carry."""
+        env = {**(self.env if self.env is not None else os.environ), "PHOTON_REGION": spec.region,
+               "PHOTON_PROCESS": spec.name}
+        if spec.metrics_address:
+            env["PHOTON_METRICS_ADDR"] = spec.metrics_address
+        return env
 
     def _write_state(self) -> None:
         state = {"launcher_pid": os.getpid(), "down_regions": sorted(self.held_regions), "processes": {
