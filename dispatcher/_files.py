@@ -12,10 +12,10 @@ from pathlib import Path
 
 import orjson
 
-from photon import write_atomic
+from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, write_atomic
 
 CHECKPOINT_FILE = "checkpoint.json"
-STATUS_FILE = "status.json"
+STATUS_FILE = DISPATCHER_STATUS_FILE      # readers outside this room find it through photon.joined_horizon_us
 LOCK_FILE = "dispatcher.lock"
 
 
@@ -24,7 +24,7 @@ class DispatcherLocked(RuntimeError):
 
 
 def dispatcher_dir(state_dir: str | Path) -> Path:
-    return Path(state_dir) / "dispatcher"
+    return Path(state_dir) / DISPATCHER_DIR
 
 
 def save_checkpoint(directory: Path, snapshot: dict) -> None:

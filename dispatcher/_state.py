@@ -30,7 +30,8 @@ from typing import Union
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
-from photon import BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id, parse_event_id
+from photon import (TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id,
+                    parse_event_id)
 
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
@@ -179,6 +180,7 @@ class DispatcherStatistics:
     join_latency_hist: dict = field(default_factory=dict)  # every join of the run: LatencyHistogram.to_json()
     pid: int = 0
     waiting_for_disk: str = ""   # set by the shell: the write it is paused on (disk full), "" when none
+    oldest_unresolved_us: int = 0  # event time of the oldest click still unresolved (0: none); see photon._horizon
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -321,7 +323,16 @@ class DispatcherState:
             in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
             caught_up=self.caught_up, scan_at_us=self._scan_at_us,
             join_latency_ms=percentiles_ms(self._latencies), join_latency_hist=self._latency_hist.to_json(),
-            pid=pid)
+            pid=pid, oldest_unresolved_us=self.oldest_unresolved_us())
+
+    def oldest_unresolved_us(self) -> int:
+        """The event time (from its id) of the oldest click queued, in flight or waiting for a retry; 0 when
+        there is none. Every click whose joined line may still appear is unresolved here or not read yet."""
+        if not self._events:
+            return 0
+        # every id here passed is_event_id: its last TIMESTAMP_DIGITS characters are zero-padded digits, so
+        # the smallest string is the smallest time (about 8 ms per 100,000 unresolved clicks)
+        return int(min(i[-TIMESTAMP_DIGITS:] for i in self._events))
 
     def snapshot(self, now_us: int) -> dict:
         """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting)::

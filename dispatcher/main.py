@@ -22,7 +22,7 @@ from dispatcher._state import _COUNTERS
 METRIC_KINDS = MetricKinds(
     counters=frozenset(_COUNTERS),
     gauges=frozenset({"retry_queue", "queued", "in_flight", "requests_in_flight", "pending_bytes", "caught_up",
-                      "scan_at_us", "pid"}),
+                      "scan_at_us", "pid", "oldest_unresolved_us"}),
     latency_histograms={"join_latency_hist": "join_latency_seconds"},
     skip=frozenset({"join_latency_ms"}))
 """How :class:`DispatcherStatistics` is exposed: its counters (cumulative across restarts, as

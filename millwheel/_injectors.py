@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from photon import LogTailer, OutputTailer, Quarantine, id_timestamp_us, parse_record
+from photon import LogTailer, OutputTailer, Quarantine, id_timestamp_us, joined_horizon_us, parse_record
 
 from millwheel._watermarks import END_OF_TIME, NO_WATERMARK
 
@@ -191,28 +191,94 @@ class FileInjector(Injector):
             self._quarantine.close()
 
 
-def joined_root(path: str | Path) -> Path:
-    """Photon's joined output: ``<output_root>/joined`` if it exists, else ``path`` itself."""
+def joined_root(path: str | Path) -> Path | str:
+    """Photon's joined output: ``<output_root>/joined`` if it exists, else ``path`` itself (an ``s3://`` URL
+    is taken as it is)."""
+    if str(path).startswith("s3://"):
+        return str(path)
     p = Path(path)
     return p / "joined" if (p / "joined").is_dir() else p
 
 
+class _RegionTailers:
+    """Several regions' joined output folders read as one, with the :class:`photon.OutputTailer` face
+    (``poll``, ``pending_bytes``, ``offsets``, ``open_files``); file names are ``<region>/<name>``."""
+
+    def __init__(self, roots: dict[str, str | Path], offsets: dict, read_bytes: int, s3=None) -> None:
+        self.tailers = {}
+        for region, root in roots.items():
+            mine = {k[len(region) + 1:]: v for k, v in offsets.items() if k.startswith(region + "/")}
+            self.tailers[region] = OutputTailer(root, mine, read_bytes=read_bytes, s3=s3)
+
+    def poll(self, max_bytes: int) -> list:
+        chunks = []
+        for region, tailer in self.tailers.items():
+            for chunk in tailer.poll(max(1, max_bytes // len(self.tailers))):
+                chunk.file = f"{region}/{chunk.file}"
+                chunks.append(chunk)
+        return chunks
+
+    def pending_bytes(self) -> int:
+        return sum(t.pending_bytes() for t in self.tailers.values())
+
+    @property
+    def open_files(self) -> set[str]:
+        return {f"{region}/{name}" for region, t in self.tailers.items() for name in t.open_files}
+
+
 class JoinedInjector(FileInjector):
-    """Photon's joined output under ``<output_root>/joined``, read the way the output contract says (README
-    "Output contract"): a joined line is read once its joiner's commit record covers it (within about
-    ``[joiner].commit_interval_ms`` of its write), not only when its file is published a minute later. One
-    record per joined click, keyed by ``click_id``, at the click id's timestamp; the value is the joined
-    event. Positions are byte offsets per published file name (an open file and its published self are one
-    file), so a restart resumes exactly where the last committed poll ended.
+    """Photon's joined output, read the way the output contract says (README "Output contract"): a joined line
+    is read once its joiner's commit record covers it (a joiner answers JOINED only then), not only when its
+    file is published. One record per joined click, keyed by ``click_id``, at the click id's timestamp; the
+    value is the joined event. Positions are byte offsets per published file name (an open file and its
+    published self are one file), so a restart resumes exactly where the last committed poll ended.
 
-    Unfinished files for the watermark estimate are the files still open (named by a commit record)."""
+    ``path``: an output root or joined folder (local or ``s3://``), or a Photon config file (``*.toml``): then
+    every pipeline region's joined output is read (local folders or ``s3://``, positions keyed
+    ``<region>/<file>``), and the watermark estimate is the *joined horizon* (:func:`photon.joined_horizon_us`:
+    the oldest click a live dispatcher still holds unresolved, or its last complete scan less ``log_delay_us``)
+    once everything committed has been read: windows close seconds after their end, not when files roll.
+    Without a live dispatcher (or without a config) the estimate comes from the files: unfinished files are
+    the files still open (named by a commit record)."""
 
-    def __init__(self, path: str | Path, **kw) -> None:
-        super().__init__(joined_root(path), key=lambda e: e["click_id"],
-                         timestamp_us=lambda e: id_timestamp_us(e["click_id"]), required=("click_id",), **kw)
+    def __init__(self, path: str | Path, *, log_delay_us: int = 2_000_000, stale_after_us: int = 10_000_000,
+                 **kw) -> None:
+        self._roots: dict[str, str | Path] | None = None
+        self._state_dirs: list[Path] = []
+        self._s3 = None
+        id_field = "click_id"
+        if str(path).endswith(".toml"):
+            from photon import load_config
+            config = load_config(path)
+            self._roots = {r.name: (r.output_url("joined") if r.output_on_s3 else r.joined_dir)
+                           for r in config.pipeline_regions}
+            self._state_dirs = [Path(r.state_dir) for r in config.pipeline_regions]
+            self._s3 = config.s3
+            id_field = config.join.foreign_id_field
+        self.log_delay_us = log_delay_us
+        self.stale_after_us = stale_after_us
+        self._horizon: int | None = None
+        self._single = joined_root(path)
+        root = self._single if self._roots is None else Path(path).parent
+        super().__init__(root, key=lambda e: e[id_field], timestamp_us=lambda e: id_timestamp_us(e[id_field]),
+                         required=(id_field,), **kw)
 
     def _make_tailer(self, offsets: dict):
-        return OutputTailer(self.root, offsets, read_bytes=self.read_bytes)
+        if self._roots is not None:
+            return _RegionTailers(self._roots, offsets, self.read_bytes, self._s3)
+        return OutputTailer(self._single, offsets, read_bytes=self.read_bytes)
+
+    def poll(self, max_records: int, now_us: int) -> Poll:
+        # the horizon is read before the output: what the dispatchers had resolved by then is committed, so
+        # once this poll has read everything committed, nothing older than the horizon is still to come
+        self._horizon = (joined_horizon_us(self._state_dirs, now_us, self.log_delay_us, self.stale_after_us)
+                         if self._state_dirs else None)
+        return super().poll(max_records, now_us)
+
+    def _compute_estimate(self, now_us: int) -> int:
+        if self._horizon is None:
+            return super()._compute_estimate(now_us)
+        return min([self._horizon, *(ts for _, _, _, v, ts in self._buffer if v is not _BAD)])
 
     def _unfinished(self, now_us: int) -> set[str]:
         return set(self._tailer.open_files)

@@ -9,7 +9,7 @@ from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, Dispatc
                             PhotonConfig, RegionConfig, RegistryConfig, S3Config, InputConfig, SparkConfig, VerifyConfig, describe_options, load_config,
                             parse_config, recovery_stream)
 from photon._histogram import LatencyHistogram
-from photon._ids import (BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
+from photon._ids import (TIMESTAMP_DIGITS, BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
 from photon._outcomes import OUTCOMES, Outcome
 from photon._tls import TlsFiles, raft_password, raft_secret, secret_fingerprint, tls_env, tls_files, tls_paths, use_tls
@@ -19,6 +19,7 @@ from photon._service import bind_port, free_port, run_service
 from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, fsync_path, wait_until,
                           write_atomic)
 from photon._writer import LinesLost, RollingWriter
+from photon._horizon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, joined_horizon_us
 from photon._output import OutputSnapshot, OutputTailer, output_snapshot, read_output_lines
 from photon._source import (Location, ObjectGone, ObjectInfo, SourceError, SourceUnavailable, open_source,
                             parse_location, stream_source)
@@ -31,7 +32,7 @@ __all__ = [
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
-    "read_stream_json", "stream_lines", "stream_objects", "LinesLost", "RollingWriter", "SystemClock", "describe_options",
+    "read_stream_json", "stream_lines", "stream_objects", "TIMESTAMP_DIGITS", "LinesLost", "RollingWriter", "DISPATCHER_DIR", "DISPATCHER_STATUS_FILE", "joined_horizon_us", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
 ]

@@ -8,7 +8,7 @@ from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, Outcome, QuarantineRecords, SendBatch,
                                StopRequested, TimePassed, WriteUnjoinable, backoff_table_us, percentiles_ms)
-from photon import FakeClock, JoinConfig, format_event_id
+from photon import FakeClock, JoinConfig, Outcome, format_event_id, id_timestamp_us
 
 S = 1_000_000
 
@@ -314,3 +314,15 @@ def test_latency_percentiles():
 def test_unknown_checkpoint_format_is_refused():
     with pytest.raises(ValueError, match="format"):
         state(restore={"format": 99, "offsets": {}, "events": []})
+
+
+def test_the_oldest_unresolved_click_is_reported_until_it_is_resolved():
+    clock = FakeClock()
+    st = state()
+    assert st.statistics().oldest_unresolved_us == 0
+    cmds = st.handle(LinesRead([chunk([line(5), line(2), line(9)])], clock.now_us()))
+    assert st.statistics().oldest_unresolved_us == id_timestamp_us(cid(2))   # the smallest time, not the first
+    [send] = of(cmds, SendBatch)
+    outcomes = bytearray(Outcome.JOINED if i == cid(2) else Outcome.THROTTLED for i in send.ids)
+    st.handle(JoinAnswered(send.batch_id, outcomes, clock.advance(1000)))
+    assert st.statistics().oldest_unresolved_us == id_timestamp_us(cid(5))   # 2 joined; 5 and 9 wait
