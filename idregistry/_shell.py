@@ -53,6 +53,15 @@ class ShardingUnknown(Exception):
     """This replica has no sharding config fresh enough to judge the ids it was sent (retry later)."""
 
 
+class JobOnly(Exception):
+    """This replica was started for a job (``photon verify``/``recover``/``registry export`` with no
+    registry running) and refuses what only the pipeline sends: commits, token clearing, reshards."""
+
+    def __init__(self, job: str, what: str) -> None:
+        super().__init__(f"this registry runs only for {job}: {what} refused until it stops and the pipeline's "
+                         f"registry runs again")
+
+
 class FutureId(ValueError):
     """An id whose timestamp is further ahead of this replica's clock than the clock-skew bound."""
 
@@ -76,6 +85,12 @@ class ReplicaSpec:
     snapshot_after_commands: int = 2000
     simulated_rtt_ms: float = 0.0
     election_timeout_scale: float = 1.0   # > 1: this replica rarely becomes leader (see replica_specs)
+    job: str = ""           # non-empty: serves only this job (e.g. "photon verify (pid 7)"), see JobOnly
+
+    @property
+    def holder(self) -> str:
+        """What this replica writes into its data dir's lock file."""
+        return f"registry replica s{self.shard}-r{self.replica}" + (f" for {self.job}" if self.job else "")
 
     @property
     def raft_address(self) -> str:
@@ -108,9 +123,14 @@ class ReplicaServer:
             interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         batch = spec.fsync == FSYNC_BATCH
-        self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft_settings(), ack_after_sync=self._syncer.after_sync if batch else None,
-                                on_append=self._syncer.appended if self._syncer else None)
+        try:
+            self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
+                                    spec.raft_settings(), ack_after_sync=self._syncer.after_sync if batch else None,
+                                    on_append=self._syncer.appended if self._syncer else None, holder=spec.holder)
+        except BaseException:
+            if self._syncer is not None:
+                self._syncer.close()
+            raise
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
                                max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}",
@@ -144,8 +164,13 @@ class ReplicaServer:
         wrong = self.sharding().wrong_shard(self.spec.shard, ids)
         return self.state.lookup(ids), wrong
 
+    def _refuse_for_job(self, what: str) -> None:
+        if self.spec.job:
+            raise JobOnly(self.spec.job, what)
+
     def commit(self, token: str, ids: list[str]) -> bytes:
         """One :class:`CommitResult` byte per id, decided by the leader after replication."""
+        self._refuse_for_job("commits are")
         self._require_leader()
         validate_ids(ids)
         wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
@@ -157,6 +182,7 @@ class ReplicaServer:
         return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
 
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
+        self._refuse_for_job("clearing tokens is")
         self._require_leader()
         validate_ids(ids)
         wrong = set(self._judge(ids).wrong_shard(self.spec.shard, ids))
@@ -184,6 +210,7 @@ class ReplicaServer:
         """Add a sharding epoch (shard 0's leader only). Returns why it was refused, or None."""
         if self.spec.shard != 0:
             return f"reshard must be sent to shard 0, not shard {self.spec.shard}"
+        self._refuse_for_job("resharding is")
         self._require_leader()
         self._ensure_sharding_initialised()
         return self.batcher.run((OP_ADD_EPOCH, int(start_us), int(shards), endpoints, self.clock.now_us(),
@@ -452,7 +479,7 @@ class _Rates:
 
 _SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
                 "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
-                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale")
+                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale", "job")
 
 
 def spec_to_json(spec: ReplicaSpec) -> str:

@@ -1,6 +1,8 @@
 """Entry point of one registry replica process: ``python -m idregistry.main --spec '<json>'``.
 
 The launcher builds the argv with :func:`idregistry.registry_processes`; the process stops cleanly on SIGTERM.
+It exits with :data:`~idregistry._replica.EXIT_DATA_DIR_IN_USE` (73), saying which process holds it, when
+another live replica holds its data dir.
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import argparse
 import logging
 import sys
 
+from idregistry._replica import EXIT_DATA_DIR_IN_USE, DataDirInUse
 from idregistry._server import serve
 from idregistry._shell import spec_from_json
 
@@ -18,7 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(spec_from_json(args.spec))
+    spec = spec_from_json(args.spec)
+    try:
+        serve(spec)
+    except DataDirInUse as e:
+        print(f"registry shard {spec.shard} replica {spec.replica} not started: {e}", file=sys.stderr, flush=True)
+        return EXIT_DATA_DIR_IN_USE
     return 0
 
 
