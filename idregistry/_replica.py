@@ -76,8 +76,11 @@ class DataDirInUse(RuntimeError):
     def __init__(self, data_dir: Path, held: LockHeld) -> None:
         self.data_dir = Path(data_dir)
         self.pid = held.pid
-        super().__init__(f"registry data dir {data_dir} is in use by {held.describe()}: a second replica on "
-                         f"the same data would write the same Raft journal; stop that one first")
+        who = f"pid {held.pid}" if held.pid else "another process"
+        what = held.holder.split(" ", 1)[1] if held.pid and " " in held.holder else ""
+        super().__init__(f"registry data dir {data_dir} is in use by {who}" + (f" ({what})" if what else "")
+                         + ": a second replica on the same data would write the same Raft journal; stop that "
+                           "one first")
 
 
 def lock_data_dir(data_dir: Path, what: str = "registry replica"):

@@ -39,6 +39,7 @@ log = logging.getLogger("idregistry.server")
 
 FSYNC_NONE, FSYNC_BATCH, FSYNC_INTERVAL = "none", "batch", "interval"
 SERVER_CLOCK_GUARD_US = 1_000_000   # registry servers' clocks may disagree by this much (or S/2 if smaller)
+BARRIER_RETRY_S = 2.0               # a catch-up no-op unanswered this long is sent again
 
 
 class NotLeader(Exception):
@@ -60,6 +61,11 @@ class JobOnly(Exception):
     def __init__(self, job: str, what: str) -> None:
         super().__init__(f"this registry runs only for {job}: {what} refused until it stops and the pipeline's "
                          f"registry runs again")
+
+
+class CatchingUp(Exception):
+    """This replica started recently and has not yet applied an entry of the current leader's term, so its
+    copy may miss committed operations (deletes too): it does not answer lookups yet."""
 
 
 class FutureId(ValueError):
@@ -141,6 +147,8 @@ class ReplicaServer:
         self._meta_leader = ""
         self._started = time.monotonic()
         self._stop = threading.Event()
+        self._caught_up = threading.Event()     # set once a barrier of this replica's was applied here
+        self._barrier_sent = 0.0                # monotonic time of the last catch-up no-op sent
         self._rates = _Rates()
         self._housekeeper = threading.Thread(target=self._housekeeping, name="registry-housekeeping",
                                              daemon=True)
@@ -159,7 +167,13 @@ class ReplicaServer:
 
     def lookup(self, ids: list[str]) -> tuple[list[bool], list[int]]:
         """``(present per id, indexes of ids of another shard)``; answered from this replica's copy.
-        A stale answer only costs a wasted join, so lookups never wait for a fresh sharding lease."""
+        A stale "absent" only costs a wasted join, so lookups never wait for a fresh sharding lease. A
+        replica that has just started raises :class:`CatchingUp` until it has caught up once (see
+        :meth:`_catch_up`): until then its copy may still hold ids that recovery deleted, and a stale
+        "present" would make a dispatcher drop a re-injected click as already joined."""
+        if not self._caught_up.is_set():
+            raise CatchingUp(f"registry shard {self.spec.shard} replica {self.spec.replica} has just started and "
+                             f"is catching up with the leader; retry in a moment")
         validate_ids(ids)
         wrong = self.sharding().wrong_shard(self.spec.shard, ids)
         return self.state.lookup(ids), wrong
@@ -301,6 +315,8 @@ class ReplicaServer:
         last = {"leader": 0.0, "lease": 0.0}
         while not self._stop.wait(0.05):
             now = time.monotonic()
+            if not self._caught_up.is_set():
+                self._quietly(self._catch_up)
             if now - last["leader"] >= 0.2:
                 last["leader"] = now
                 self._rates.sample(self.batcher.stats, now)
@@ -314,6 +330,25 @@ class ReplicaServer:
             fn()
         except Exception:   # lost leadership or an unreachable shard 0: the next round retries
             log.debug("registry housekeeping step failed", exc_info=True)
+
+    def _catch_up(self) -> None:
+        """Until it succeeds once: replicate a no-op from this replica. pysyncobj calls back with success
+        only once this replica has applied that entry, which the leader appended in its current term, so
+        every operation committed before (a recovery's deletes before a restart included) is applied here
+        too. After a restart a replica applies only up to the commit index it had saved (pysyncobj saves it
+        once a second), the rest once a leader commits an entry of its own term: this waits for that. A
+        no-op unanswered for :data:`BARRIER_RETRY_S` (its message lost) is sent again."""
+        now = time.monotonic()
+        if self._caught_up.is_set() or now - self._barrier_sent < BARRIER_RETRY_S:
+            return
+        self._barrier_sent = now
+
+        def done(_result, error) -> None:
+            if error == 0:
+                self._caught_up.set()
+            else:
+                self._barrier_sent = 0.0        # no leader yet, or it changed: try again at once
+        self.raft.submit([(OP_NOOP,)], done)
 
     def _leader_work(self) -> None:
         if not self.raft.is_leader():
@@ -338,6 +373,7 @@ class ReplicaServer:
             "shard": self.spec.shard, "replica": self.spec.replica, "address": self.spec.grpc_address,
             "raft_address": self.spec.raft_address, "pid": os.getpid(),
             "is_leader": self.raft.is_leader(), "leader": self._raft_to_grpc.get(leader, "") if leader else "",
+            "caught_up": self._caught_up.is_set(),
             "term": raft["raft_term"], "commit_index": raft["commit_idx"], "last_applied": raft["last_applied"],
             "log_len": raft["log_len"], "ids_held": state.ids_held, "bytes_held": state.approx_bytes(),
             "tokens_dropped_ids": saved[0], "bytes_saved_by_clearing": saved[1],
