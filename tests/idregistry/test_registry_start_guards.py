@@ -1,6 +1,8 @@
-"""One replica per data dir (the lock a replica holds on ``replica.lock`` for its life), and replicas started
-for a job (``registry_processes(config, job=...)``) that refuse the pipeline's commits but serve the job's
-lookups, deletes and exports. Real replica processes on free ports."""
+"""What a replica guards when it starts: one replica per data dir (the lock it holds on ``replica.lock`` for
+its life); replicas started for a job (``registry_processes(config, job=...)``) refuse the pipeline's
+commits but serve the job's lookups, deletes and exports; and a restarted replica answers no lookup before
+it has caught up (never a stale "present" for an id deleted before the restart). Real replica processes on
+free ports."""
 from __future__ import annotations
 
 import json
@@ -91,3 +93,61 @@ def test_replicas_started_for_a_job_refuse_commits_and_serve_lookups_deletes_and
         assert [(i, t) for i, t, _ in client.export(0)] == [(kept, "t1")]      # nothing else changed
     finally:
         client.close()
+
+
+def _saved_commit_index(spec) -> int:
+    """The commit index a replica saved in its term/vote record (pysyncobj saves it once a second)."""
+    import pysyncobj.journal
+    path = Path(_spec(spec.argv)["data_dir"]) / "raft.journal.meta"
+    return pysyncobj.journal.loads(path.read_bytes()).get("raftCommitIndex", 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_replica_never_answers_present_for_an_id_deleted_just_before_it_stopped(tmp_path, procs):
+    """pysyncobj saves a replica's commit index once a second, so after a restart its copy lacks the last
+    committed operations until a leader commits an entry of its term. Lookups wait for that (UNAVAILABLE,
+    which clients retry) instead of answering "present" for an id recovery deleted: a dispatcher would drop
+    the re-injected click as already joined."""
+    from idregistry import registry_pb2 as pb
+    from idregistry import registry_pb2_grpc as pb_grpc
+    import grpc
+    from photon.rpc import open_channel
+    config = make_config(tmp_path)
+    gen = IdGenerator("10.8.8.8", 90)
+    ids = [gen.next_id() for _ in range(20)]
+    specs = idregistry.registry_processes(config)
+    running = [procs.start(s.argv) for s in specs]
+    client = RegistryClient(idregistry.registry_endpoints(config), retry_timeout_s=30)
+    try:
+        assert client.commit(ids, "t1") == [idregistry.CommitResult.OK] * len(ids)
+        committed = {r["address"]: r["commit_index"] for r in client.status()}
+        wait_until(lambda: all(_saved_commit_index(s) >= committed[s.address] for s in specs), 30, interval=0.05,
+                   message="every replica saved a commit index covering the commits")
+        assert all(client.delete(i, "t1") for i in ids)
+        deleted = {r["address"]: r["commit_index"] for r in client.status()}
+    finally:
+        client.close()
+    for p in running:                  # killed right after the deletes: the journal holds them, the index not
+        p.kill()
+    for p in running:
+        p.wait(timeout=30)
+    assert any(_saved_commit_index(s) < deleted[s.address] for s in specs), "no replica is behind: no test"
+
+    for s in specs:
+        procs.start(s.argv)
+    stubs = [pb_grpc.RegistryStub(open_channel(s.address, [])) for s in specs]
+    answers: list[tuple] = []
+
+    def every_replica_answers() -> bool:
+        row = []
+        for stub in stubs:
+            try:
+                row.append(tuple(stub.Lookup(pb.LookupRequest(ids=ids), timeout=1.0).present))
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.UNAVAILABLE, e
+                row.append(None)
+        answers.append(tuple(row))
+        return None not in row
+    wait_until(every_replica_answers, 60, interval=0.02, message="every restarted replica answers lookups")
+    assert not [a for row in answers for a in row if a is not None and any(a)]   # never "present"
+    assert answers[-1] == ((False,) * len(ids),) * len(specs)
