@@ -30,9 +30,9 @@ from photon.app._tables import joined_dataframe, register_tables, unjoinable_dat
 from photon.app._compact import CompactionStatistics, compact
 from photon.app._sql import run_query, sql_command
 from photon.app._supervisor import Supervisor
-from photon.app._jobregistry import JobRegistryError, registry_for_job
+from photon.app._jobregistry import JobRegistryError, registry_for_job, replicas_answering
 
-__all__ = ["AlreadyRunning", "JobRegistryError", "registry_for_job", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
+__all__ = ["AlreadyRunning", "JobRegistryError", "registry_for_job", "replicas_answering", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
            "Progress", "RecoverReport", "RegionControlError", "RunOptions", "Supervisor", "VerifyInputError",
            "VerifyReport", "build_map", "build_summary", "compact", "format_report", "format_summary", "generate",
            "joined_dataframe", "launcher_state_file", "make_certs", "parse_time", "plan_region", "progress",

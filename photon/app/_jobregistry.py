@@ -68,6 +68,11 @@ def answering(places) -> list[str]:
     return [p.grpc_address for p, row in zip(places, rows) if "error" not in row]
 
 
+def replicas_answering(config: PhotonConfig) -> list[str]:
+    """The gRPC addresses of the config's registry replicas that answer now (see :func:`answering`)."""
+    return answering(idregistry.replica_places(config))
+
+
 def _not_here(places) -> list[str]:
     return [f"shard {p.shard} replica {p.replica} (region {p.region}, {p.grpc_address}): no data dir {p.data_dir} "
             f"on this machine" for p in places if not p.data_dir.is_dir()]

@@ -257,8 +257,7 @@ def test_photon_run_exits_5_after_a_full_disk_then_verify_and_recover_bring_the_
     and stop them after: verify finds exactly the ledger's clicks, recover re-injects them, a second run
     joins them (exit 0), and verify reports 0 lost. ``photon registry export`` works the same way."""
     import joiner
-    import idregistry
-    from photon.app._jobregistry import answering
+    from photon.app import replicas_answering
     generate(GenOptions(out=str(tmp_path), queries=4000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
                         bad_line_fraction=0.0, seed=19))
     cfg = tmp_path / "photon.toml"
@@ -277,8 +276,8 @@ def test_photon_run_exits_5_after_a_full_disk_then_verify_and_recover_bring_the_
     assert "click(s) lost in this run, awaiting recovery (exit 5)" in first.output_text()
     ledger = {e["id"] for e in joiner.read_lost(state_dir)}
     assert ledger and set(first.joined_ids(True)) == joinable - ledger
-    places = idregistry.replica_places(first.config)
-    assert answering(places) == []                            # the run stopped the registry with it
+    replicas = first.config.registry.replicas                 # per shard; one shard here
+    assert replicas_answering(first.config) == []               # the run stopped the registry with it
 
     code, report, err = run_cli(capsys, "verify", "--config", str(cfg), "--json")
     assert code == 0, err
@@ -286,18 +285,18 @@ def test_photon_run_exits_5_after_a_full_disk_then_verify_and_recover_bring_the_
                       "lost": len(ledger), "recoverable": len(ledger), "pending": 0, "unjoinable": 0,
                       "wrongly_unjoinable": 0}
     progress = [x for x in err.splitlines() if x.startswith("photon verify: ")]
-    assert progress[0].startswith(f"photon verify: registry not running: starting its {len(places)} replicas from "
+    assert progress[0].startswith(f"photon verify: registry not running: starting its {replicas} replicas from "
                                   f"{tmp_path / 'state/a/registry'} ")
     assert progress[1].startswith("photon verify: leader elected after ")
-    assert progress[2].startswith(f"photon verify: registry stopped ({len(places)} replicas")
-    assert answering(places) == []                            # stopped after the job
+    assert progress[2].startswith(f"photon verify: registry stopped ({replicas} replicas")
+    assert replicas_answering(first.config) == []           # stopped after the job
     assert {r["id"] for r in read_recoverable(tmp_path / "state" / "a" / "verify" / "recoverable")} == ledger
 
     code, done, err = run_cli(capsys, "recover", "--config", str(cfg), "--json")
     assert code == 0, err
     assert (done["candidates"], done["deleted"], done["reinjected"], done["token_changed"]) == \
         (len(ledger), len(ledger), len(ledger), 0)
-    assert "photon recover: registry stopped" in err and answering(places) == []
+    assert "photon recover: registry stopped" in err and replicas_answering(first.config) == []
 
     second = pipeline(cfg).start("--until-caught-up")
     assert second.wait(timeout=180) == 0
@@ -311,4 +310,4 @@ def test_photon_run_exits_5_after_a_full_disk_then_verify_and_recover_bring_the_
     assert cli.main(["registry", "export", "--config", str(cfg), "--out", str(tmp_path / "export")]) == 0
     out, err = capsys.readouterr()
     assert f"exported {len(joinable)} ids" in out and "photon registry export: registry stopped" in err
-    assert answering(places) == []
+    assert replicas_answering(first.config) == []
