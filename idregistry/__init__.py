@@ -7,6 +7,9 @@ Front door for other rooms and the launcher:
 * :func:`registry_processes` (its replicas, as :class:`photon.ProcessSpec`) / :func:`registry_endpoints`
   for the launcher;
 * :func:`export_registry` / :func:`check_export` (every shard as Parquet) and :func:`clear_output_tokens`;
+* :func:`replica_places` (where each replica runs and keeps its data) and ``registry_processes(config,
+  job=...)`` for a job that brings the registry up itself when none runs (its replicas refuse pipeline
+  traffic); :data:`DATA_LOCK_FILE`, the lock a replica holds on its data dir for its life;
 * :func:`serve` to run one replica in this process; :func:`registry_command` for ``photon registry``.
 """
 from __future__ import annotations
@@ -15,9 +18,10 @@ from idregistry._cli import registry_command
 from idregistry._client import (ClientStatistics, RegistryClient, RegistryStatistics, RegistryUnavailable,
                                 ShardStatistics)
 from idregistry._export import ExportError, check_export, clear_output_tokens, export_registry
-from idregistry._layout import registry_endpoints, registry_processes
+from idregistry._layout import ReplicaPlace, registry_endpoints, registry_processes, replica_places
 from idregistry._memory import InMemoryRegistry, shared_memory_registry
 from idregistry._probe import measure_state_memory
+from idregistry._replica import DATA_LOCK_FILE, DataDirInUse
 from idregistry._server import serve
 from idregistry._shell import ReplicaSpec
 from idregistry._state import CommitResult
@@ -37,7 +41,8 @@ def connect(endpoints: list[str] | str, near_host: str | None = None) -> Registr
     return RegistryClient(list(endpoints), near_host=near_host)
 
 
-__all__ = ["ClientStatistics", "CommitResult", "ExportError", "check_export", "clear_output_tokens",
+__all__ = ["ClientStatistics", "CommitResult", "DATA_LOCK_FILE", "DataDirInUse", "ExportError", "ReplicaPlace",
+           "replica_places", "check_export", "clear_output_tokens",
            "export_registry", "InMemoryRegistry", "RegistryClient", "RegistryConfig",
            "RegistryStatistics", "RegistryUnavailable", "ReplicaSpec", "ShardStatistics", "connect",
            "measure_state_memory", "registry_command", "registry_endpoints", "registry_processes", "serve"]

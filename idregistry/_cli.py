@@ -1,11 +1,14 @@
 """``photon registry <command>``: ``status`` (every replica of every shard), ``reshard``, ``export`` (every
-shard as Parquet) and ``clear-tokens`` (drop the tokens of ids found in the output)."""
+shard as Parquet; when no replica answers, the ``photon`` command brings the registry up from its data for
+the export, see :mod:`photon.app._jobregistry`) and ``clear-tokens`` (drop the tokens of ids found in the
+output)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 
 from photon import ConfigError, PhotonConfig, SystemClock, load_config, use_tls, wait_until
 from idregistry._client import RegistryClient, RegistryUnavailable
@@ -87,16 +90,18 @@ def _reshard(args) -> int:
         client.close()
 
 
-def _export(args) -> int:
-    client = _client(_load(args), args.timeout)
-    try:
-        manifest = export_registry(client, args.out, on_shard=lambda s, n: print(
-            f"shard {s}: {n} ids", file=sys.stderr, flush=True))
-    except OSError as e:
-        print(f"cannot write the export to {args.out}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
+def _export(args, job_registry=None) -> int:
+    config = _load(args)
+    with job_registry(config, "photon registry export") if job_registry else nullcontext():
+        client = _client(config, args.timeout)
+        try:
+            manifest = export_registry(client, args.out, on_shard=lambda s, n: print(
+                f"shard {s}: {n} ids", file=sys.stderr, flush=True))
+        except OSError as e:
+            print(f"cannot write the export to {args.out}: {e}", file=sys.stderr)
+            return 1
+        finally:
+            client.close()
     total = sum(s["rows"] for s in manifest["shards"].values())
     print(f"exported {total} ids of {len(manifest['shards'])} shard(s) to {args.out}")
     return 0
@@ -121,8 +126,10 @@ def _clear_tokens(args) -> int:
     return 0
 
 
-def registry_command(argv: list[str]) -> int:
-    """Run ``photon registry <argv>``; returns the process exit code."""
+def registry_command(argv: list[str], job_registry=None) -> int:
+    """Run ``photon registry <argv>``; returns the process exit code. ``job_registry(config, job)``, when
+    given, is a context manager ``export`` runs inside: the launcher layer's, which brings the registry up
+    from its data for the export when no replica answers."""
     parser = argparse.ArgumentParser(prog="photon registry", description="IdRegistry commands")
     sub = parser.add_subparsers(dest="command", required=True)
     st = sub.add_parser("status", help="every replica of every shard: leader, term, commit index, ids held")
@@ -142,7 +149,7 @@ def registry_command(argv: list[str]) -> int:
     ex.add_argument("--config", "-c", required=True, help="photon.toml")
     ex.add_argument("--out", required=True, help="folder to write shard-<s>.parquet and _export.json into")
     ex.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")
-    ex.set_defaults(fn=_export)
+    ex.set_defaults(fn=lambda a: _export(a, job_registry))
     ct = sub.add_parser("clear-tokens", help="clear the tokens of ids found in the joined output")
     ct.add_argument("--config", "-c", required=True, help="photon.toml")
     ct.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry")

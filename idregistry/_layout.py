@@ -18,6 +18,7 @@ import fcntl
 import json
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from photon import REGION_PORTS, ConfigError, PhotonConfig, ProcessSpec, free_port, remembered_ports, write_atomic
@@ -118,7 +119,7 @@ def read_layout(config: PhotonConfig, grow_to: int | None = None,
         return dict(layout), addresses
 
 
-def replica_specs(config: PhotonConfig, regions: list[str] | None = None) -> list[ReplicaSpec]:
+def replica_specs(config: PhotonConfig, regions: list[str] | None = None, job: str = "") -> list[ReplicaSpec]:
     layout, addresses = read_layout(config, regions=regions)
     initial = Sharding(epochs=[(0, layout["initial_shards"])], version=1,
                        endpoints={s: [g for _, g, _ in addresses[s]] for s in range(layout["initial_shards"])})
@@ -139,7 +140,7 @@ def replica_specs(config: PhotonConfig, regions: list[str] | None = None) -> lis
                 fsync=reg.fsync, fsync_interval_ms=reg.fsync_interval_ms, max_in_flight=reg.max_in_flight,
                 max_ids_per_command=reg.max_ids_per_command, max_queued_ids=reg.max_queued_ids,
                 snapshot_after_commands=reg.snapshot_after_commands, simulated_rtt_ms=reg.simulated_rtt_ms,
-                election_timeout_scale=scale[replica], region=placement[replica]))
+                election_timeout_scale=scale[replica], region=placement[replica], job=job))
     return specs
 
 
@@ -154,7 +155,31 @@ def _check_regions(config: PhotonConfig, regions: list[str] | None) -> None:
                           f"(or [registry].port_base)")
 
 
-def registry_processes(config: PhotonConfig, regions: list[str] | None = None) -> list[ProcessSpec]:
+@dataclass(frozen=True)
+class ReplicaPlace:
+    """Where one replica runs and keeps its data, as the config (and the remembered layout) says."""
+    shard: int
+    replica: int
+    region: str
+    grpc_address: str
+    data_dir: Path
+
+    @property
+    def name(self) -> str:
+        """Its process name (as :func:`registry_processes` names it)."""
+        return f"registry-s{self.shard}-r{self.replica}"
+
+
+def replica_places(config: PhotonConfig) -> list[ReplicaPlace]:
+    """Every replica of every shard (shards added by a reshard included), in shard then replica order."""
+    _, addresses = read_layout(config)
+    placement = replica_placement(config)
+    return [ReplicaPlace(shard, replica, placement[replica], triples[replica][1],
+                         replica_data_dir(config, shard, replica))
+            for shard, triples in sorted(addresses.items()) for replica in range(len(triples))]
+
+
+def registry_processes(config: PhotonConfig, regions: list[str] | None = None, job: str = "") -> list[ProcessSpec]:
     """The registry replica processes for this config, named ``registry-s<shard>-r<replica>``: every
     replica, or with ``regions`` only those placed in these regions (the others run elsewhere and are
     reached at their configured addresses; then every address must be fixed by the config, else
@@ -162,10 +187,12 @@ def registry_processes(config: PhotonConfig, regions: list[str] | None = None) -
 
     Call it again at any time: the same config names the same processes with the same argv (ports are
     fixed or remembered); after a reshard that adds shards it also names the new shards' replicas.
+    ``job`` (e.g. ``"photon verify (pid 7)"``) starts them for that job only: they refuse commits, token
+    clearing and reshards (see :class:`~idregistry._shell.JobOnly`).
     """
     _check_regions(config, regions)
     placement = replica_placement(config)
-    specs = replica_specs(config, regions)
+    specs = replica_specs(config, regions, job)
     metrics = _metrics_addresses(config, regions)
     out = []
     for spec in specs:

@@ -25,6 +25,11 @@ full disk is an ENOSPC up front, not a SIGBUS mid-entry (:class:`_ReservedFile`)
 replica logs why and exits with :data:`EXIT_STORAGE_FAILED` (the supervisor restarts it), so nothing that
 is not on disk is ever acknowledged.
 
+One replica per data dir: a replica holds an exclusive lock on ``<data_dir>/replica.lock`` (which names its
+pid and what started it) for its whole life, taken before pysyncobj opens the journal, so a second replica
+on the same data (a launcher's and a verify job's, or two launchers) refuses to start with
+:class:`DataDirInUse` instead of two Raft members writing one journal.
+
 This module overrides private internals of pysyncobj :data:`PYSYNCOBJ_VERSION` (pinned in
 ``pyproject.toml``); :func:`check_pysyncobj` refuses to start on any other version or when one of those
 names is missing, instead of silently skipping the acknowledgement rule.
@@ -46,13 +51,16 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
-from photon import fsync_path
+from photon import LockHeld, fsync_path, hold_lock
 
 from idregistry._state import ShardState
 
 log = logging.getLogger("idregistry.replica")
 
 JOURNAL_FILE = "raft.journal"
+DATA_LOCK_FILE = "replica.lock"
+EXIT_DATA_DIR_IN_USE = 73
+"""Exit status of a replica process that found its data dir held by another live replica."""
 PYSYNCOBJ_VERSION = "0.3.17"
 """The pysyncobj release whose private names this module overrides (and ``pyproject.toml`` pins)."""
 EXIT_STORAGE_FAILED = 75
@@ -63,6 +71,28 @@ _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCur
                         TCPTransport: ("_onMessageReceived", "_onTick"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
 _PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex")
+
+
+class DataDirInUse(RuntimeError):
+    """Another live process holds this replica's data dir; the message names the dir and the holder's pid."""
+
+    def __init__(self, data_dir: Path, held: LockHeld) -> None:
+        self.data_dir = Path(data_dir)
+        self.pid = held.pid
+        who = f"pid {held.pid}" if held.pid else "another process"
+        what = held.holder.split(" ", 1)[1] if held.pid and " " in held.holder else ""
+        super().__init__(f"registry data dir {data_dir} is in use by {who}" + (f" ({what})" if what else "")
+                         + ": a second replica on the same data would write the same Raft journal; stop that "
+                           "one first")
+
+
+def lock_data_dir(data_dir: Path, what: str = "registry replica"):
+    """Hold ``<data_dir>/replica.lock`` for this process (the returned file; close it to release);
+    raises :class:`DataDirInUse` when another live process holds it."""
+    try:
+        return hold_lock(Path(data_dir) / DATA_LOCK_FILE, what)
+    except LockHeld as e:
+        raise DataDirInUse(data_dir, e) from None
 
 
 class PysyncobjMismatch(RuntimeError):
@@ -428,17 +458,23 @@ class RaftReplica:
     runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
     def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: ShardState,
-                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None) -> None:
+                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None,
+                 holder: str = "registry replica") -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
+        self._data_lock = lock_data_dir(data_dir, holder)      # before pysyncobj opens the journal
         self.self_addr = self_addr
         self._consumer = _StateConsumer(state)
         self.settings = settings or RaftSettings()
         others = [p for p in peers if p != self_addr]
         conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
-        self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
-                                      transportClass=_transport_class(self.settings.simulated_rtt_ms),
-                                      ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir)
+        try:
+            self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
+                                          transportClass=_transport_class(self.settings.simulated_rtt_ms),
+                                          ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir)
+        except BaseException:
+            self._data_lock.close()
+            raise
         self._destroyed = threading.Event()
 
     @property
@@ -479,8 +515,13 @@ class RaftReplica:
         self._sync.addOnTickCallback(callback)
 
     def destroy(self) -> None:
+        """Leave the group and release the data dir (only once pysyncobj has stopped writing to it)."""
         if not self._destroyed.is_set():
             self._destroyed.set()
             self._sync.destroy()
+            thread = getattr(self._sync, "_SyncObj__thread", None)
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=5)
+            self._data_lock.close()
 
 

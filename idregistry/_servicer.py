@@ -1,6 +1,7 @@
 """The gRPC adapter: proto in, :class:`~idregistry._shell.ReplicaServer` call, proto out. Nothing decides
 here; errors map to status codes (malformed ids: INVALID_ARGUMENT, Raft queue full: RESOURCE_EXHAUSTED,
-no quorum or not applied in time: UNAVAILABLE)."""
+no quorum or not applied in time, a replica catching up after its start, or one run for a job refusing pipeline
+traffic: UNAVAILABLE)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from photon import BadEventId
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Rejected
-from idregistry._shell import FutureId, NotLeader, ReplicaServer, ShardingUnknown
+from idregistry._shell import CatchingUp, FutureId, JobOnly, NotLeader, ReplicaServer, ShardingUnknown
 
 EXPORT_CHUNK = 5000
 
@@ -26,7 +27,7 @@ def _errors(context):
     except Rejected as e:
         code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.overloaded else grpc.StatusCode.UNAVAILABLE
         context.abort(code, str(e))
-    except (TimeoutError, ShardingUnknown) as e:
+    except (TimeoutError, ShardingUnknown, JobOnly, CatchingUp) as e:
         context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
 

@@ -39,6 +39,7 @@ log = logging.getLogger("idregistry.server")
 
 FSYNC_NONE, FSYNC_BATCH, FSYNC_INTERVAL = "none", "batch", "interval"
 SERVER_CLOCK_GUARD_US = 1_000_000   # registry servers' clocks may disagree by this much (or S/2 if smaller)
+BARRIER_RETRY_S = 2.0               # a catch-up no-op unanswered this long is sent again
 
 
 class NotLeader(Exception):
@@ -51,6 +52,20 @@ class NotLeader(Exception):
 
 class ShardingUnknown(Exception):
     """This replica has no sharding config fresh enough to judge the ids it was sent (retry later)."""
+
+
+class JobOnly(Exception):
+    """This replica was started for a job (``photon verify``/``recover``/``registry export`` with no
+    registry running) and refuses what only the pipeline sends: commits, token clearing, reshards."""
+
+    def __init__(self, job: str, what: str) -> None:
+        super().__init__(f"this registry runs only for {job}: {what} refused until it stops and the pipeline's "
+                         f"registry runs again")
+
+
+class CatchingUp(Exception):
+    """This replica started recently and has not yet applied an entry of the current leader's term, so its
+    copy may miss committed operations (deletes too): it does not answer lookups yet."""
 
 
 class FutureId(ValueError):
@@ -77,6 +92,12 @@ class ReplicaSpec:
     simulated_rtt_ms: float = 0.0
     election_timeout_scale: float = 1.0   # > 1: this replica rarely becomes leader (see replica_specs)
     region: str = ""                      # the region it is placed in (a label of its metrics)
+    job: str = ""           # non-empty: serves only this job (e.g. "photon verify (pid 7)"), see JobOnly
+
+    @property
+    def holder(self) -> str:
+        """What this replica writes into its data dir's lock file."""
+        return f"registry replica s{self.shard}-r{self.replica}" + (f" for {self.job}" if self.job else "")
 
     @property
     def raft_address(self) -> str:
@@ -123,9 +144,15 @@ class ReplicaServer:
             interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         batch = spec.fsync == FSYNC_BATCH
-        self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
-                                spec.raft_settings(_raft_password(spec)), ack_after_sync=self._syncer.after_sync if batch else None,
-                                on_append=self._syncer.appended if self._syncer else None)
+        try:
+            self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
+                                    spec.raft_settings(_raft_password(spec)),
+                                    ack_after_sync=self._syncer.after_sync if batch else None,
+                                    on_append=self._syncer.appended if self._syncer else None, holder=spec.holder)
+        except BaseException:
+            if self._syncer is not None:
+                self._syncer.close()
+            raise
         self.batcher = Batcher(self.raft.submit, lambda reason: reason in QUEUE_FULL_REASONS,
                                max_in_flight=spec.max_in_flight, max_ids_per_command=spec.max_ids_per_command,
                                max_queued_ids=spec.max_queued_ids, name=f"registry-batcher-{spec.shard}",
@@ -136,6 +163,8 @@ class ReplicaServer:
         self._meta_leader = ""
         self._started = time.monotonic()
         self._stop = threading.Event()
+        self._caught_up = threading.Event()     # set once a barrier of this replica's was applied here
+        self._barrier_sent = 0.0                # monotonic time of the last catch-up no-op sent
         self._rates = _Rates()
         self._housekeeper = threading.Thread(target=self._housekeeping, name="registry-housekeeping",
                                              daemon=True)
@@ -154,13 +183,24 @@ class ReplicaServer:
 
     def lookup(self, ids: list[str]) -> tuple[list[bool], list[int]]:
         """``(present per id, indexes of ids of another shard)``; answered from this replica's copy.
-        A stale answer only costs a wasted join, so lookups never wait for a fresh sharding lease."""
+        A stale "absent" only costs a wasted join, so lookups never wait for a fresh sharding lease. A
+        replica that has just started raises :class:`CatchingUp` until it has caught up once (see
+        :meth:`_catch_up`): until then its copy may still hold ids that recovery deleted, and a stale
+        "present" would make a dispatcher drop a re-injected click as already joined."""
+        if not self._caught_up.is_set():
+            raise CatchingUp(f"registry shard {self.spec.shard} replica {self.spec.replica} has just started and "
+                             f"is catching up with the leader; retry in a moment")
         validate_ids(ids)
         wrong = self.sharding().wrong_shard(self.spec.shard, ids)
         return self.state.lookup(ids), wrong
 
+    def _refuse_for_job(self, what: str) -> None:
+        if self.spec.job:
+            raise JobOnly(self.spec.job, what)
+
     def commit(self, token: str, ids: list[str]) -> bytes:
         """One :class:`CommitResult` byte per id, decided by the leader after replication."""
+        self._refuse_for_job("commits are")
         self._require_leader()
         validate_ids(ids)
         wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
@@ -172,6 +212,7 @@ class ReplicaServer:
         return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
 
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
+        self._refuse_for_job("clearing tokens is")
         self._require_leader()
         validate_ids(ids)
         wrong = set(self._judge(ids).wrong_shard(self.spec.shard, ids))
@@ -199,6 +240,7 @@ class ReplicaServer:
         """Add a sharding epoch (shard 0's leader only). Returns why it was refused, or None."""
         if self.spec.shard != 0:
             return f"reshard must be sent to shard 0, not shard {self.spec.shard}"
+        self._refuse_for_job("resharding is")
         self._require_leader()
         self._ensure_sharding_initialised()
         return self.batcher.run((OP_ADD_EPOCH, int(start_us), int(shards), endpoints, self.clock.now_us(),
@@ -289,6 +331,8 @@ class ReplicaServer:
         last = {"leader": 0.0, "lease": 0.0}
         while not self._stop.wait(0.05):
             now = time.monotonic()
+            if not self._caught_up.is_set():
+                self._quietly(self._catch_up)
             if now - last["leader"] >= 0.2:
                 last["leader"] = now
                 self._rates.sample(self.batcher.stats, now)
@@ -302,6 +346,25 @@ class ReplicaServer:
             fn()
         except Exception:   # lost leadership or an unreachable shard 0: the next round retries
             log.debug("registry housekeeping step failed", exc_info=True)
+
+    def _catch_up(self) -> None:
+        """Until it succeeds once: replicate a no-op from this replica. pysyncobj calls back with success
+        only once this replica has applied that entry, which the leader appended in its current term, so
+        every operation committed before (a recovery's deletes before a restart included) is applied here
+        too. After a restart a replica applies only up to the commit index it had saved (pysyncobj saves it
+        once a second), the rest once a leader commits an entry of its own term: this waits for that. A
+        no-op unanswered for :data:`BARRIER_RETRY_S` (its message lost) is sent again."""
+        now = time.monotonic()
+        if self._caught_up.is_set() or now - self._barrier_sent < BARRIER_RETRY_S:
+            return
+        self._barrier_sent = now
+
+        def done(_result, error) -> None:
+            if error == 0:
+                self._caught_up.set()
+            else:
+                self._barrier_sent = 0.0        # no leader yet, or it changed: try again at once
+        self.raft.submit([(OP_NOOP,)], done)
 
     def _leader_work(self) -> None:
         if not self.raft.is_leader():
@@ -326,6 +389,7 @@ class ReplicaServer:
             "shard": self.spec.shard, "replica": self.spec.replica, "address": self.spec.grpc_address,
             "raft_address": self.spec.raft_address, "pid": os.getpid(),
             "is_leader": self.raft.is_leader(), "leader": self._raft_to_grpc.get(leader, "") if leader else "",
+            "caught_up": self._caught_up.is_set(),
             "term": raft["raft_term"], "commit_index": raft["commit_idx"], "last_applied": raft["last_applied"],
             "log_len": raft["log_len"], "ids_held": state.ids_held, "bytes_held": state.approx_bytes(),
             "tokens_dropped_ids": saved[0], "bytes_saved_by_clearing": saved[1],
@@ -483,7 +547,7 @@ class _Rates:
 
 _SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
                 "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
-                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale", "region")
+                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale", "region", "job")
 
 
 def spec_to_json(spec: ReplicaSpec) -> str:

@@ -1,6 +1,8 @@
 """Entry point of one registry replica process: ``python -m idregistry.main --spec '<json>'``.
 
 The launcher builds the argv with :func:`idregistry.registry_processes`; the process stops cleanly on SIGTERM.
+It exits with :data:`~idregistry._replica.EXIT_DATA_DIR_IN_USE` (73), saying which process holds it, when
+another live replica holds its data dir.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import faulthandler
 import logging
 import sys
 
+from idregistry._replica import EXIT_DATA_DIR_IN_USE, DataDirInUse
 from idregistry._server import serve
 from idregistry._shell import spec_from_json
 
@@ -23,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = spec_from_json(args.spec)
     try:
         serve(spec)
+    except DataDirInUse as e:
+        print(f"registry shard {spec.shard} replica {spec.replica} not started: {e}", file=sys.stderr, flush=True)
+        return EXIT_DATA_DIR_IN_USE
     except OSError as e:        # a port taken, a Raft secret that cannot be had under [tls], a disk refused
         print(f"registry shard {spec.shard} replica {spec.replica}: refusing to start: {e}", file=sys.stderr,
               flush=True)

@@ -24,6 +24,7 @@ from photon._output import OutputSnapshot, OutputTailer, output_snapshot, read_o
 from photon._source import (Location, ObjectGone, ObjectInfo, SourceError, SourceUnavailable, open_source,
                             parse_location, stream_source)
 from photon._tail import LogTailer
+from photon._lock import LockHeld, hold_lock, lock_holder
 from photon._publish import S3Publisher, output_publisher, read_object_lines
 from photon._spark_io import read_stream_json, stream_lines, stream_objects
 
@@ -35,4 +36,5 @@ __all__ = [
     "read_stream_json", "stream_lines", "stream_objects", "TIMESTAMP_DIGITS", "LinesLost", "RollingWriter", "DISPATCHER_DIR", "DISPATCHER_STATUS_FILE", "joined_horizon_us", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
     "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
+    "LockHeld", "hold_lock", "lock_holder",
 ]

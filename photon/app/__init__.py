@@ -8,7 +8,8 @@
 * :func:`joined_dataframe` (the joined output of a set of regions as a Spark DataFrame, following the output
   contract), :func:`register_tables` (every table of ``photon sql``), :func:`compact` (``photon compact``);
 * :func:`run_verify` / :func:`run_recover`: the verification and recovery jobs (``photon verify``,
-  ``photon recover``; see docs/verify.md);
+  ``photon recover``; see docs/verify.md); :func:`registry_for_job`: the registry they (and
+  ``photon registry export``) use, brought up from its data for the job when no replica answers;
 * :func:`generate` / :class:`GenOptions`: the workload generator (``photon gen``, the demo, the benchmarks);
 * :func:`region_down` / :func:`region_up`: take a region down (SIGKILL with ``hard``) and bring it back
   during a run (``photon region down|up``);
@@ -29,8 +30,9 @@ from photon.app._tables import joined_dataframe, register_tables, unjoinable_dat
 from photon.app._compact import CompactionStatistics, compact
 from photon.app._sql import run_query, sql_command
 from photon.app._supervisor import Supervisor
+from photon.app._jobregistry import JobRegistryError, registry_for_job, replicas_answering
 
-__all__ = ["AlreadyRunning", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
+__all__ = ["AlreadyRunning", "JobRegistryError", "registry_for_job", "replicas_answering", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
            "Progress", "RecoverReport", "RegionControlError", "RunOptions", "Supervisor", "VerifyInputError",
            "VerifyReport", "build_map", "build_summary", "compact", "format_report", "format_summary", "generate",
            "joined_dataframe", "launcher_state_file", "make_certs", "parse_time", "plan_region", "progress",

@@ -10,7 +10,6 @@ fault tests).
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import sys
@@ -22,9 +21,10 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import ConfigError, PhotonConfig, ProcessSpec, output_publisher, stream_source, tls_env
+from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, stream_source,
+                    tls_env)
 from photon._source import is_remote
-from photon.app._regions import LAUNCHER_FILE, LOCK_FILE, RegionControls
+from photon.app._regions import LAUNCHER_FILE, LAUNCHER_HOLDER, LOCK_FILE, RegionControls, held_by_launcher
 from photon.app._supervisor import Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
@@ -39,6 +39,15 @@ def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]
     feeders = dispatcher.plan_processes(config, region, joiners=[j.address for j in joiners],
                                         registry=registry_endpoints)
     return stores + joiners + feeders
+
+
+def child_env(config: PhotonConfig) -> dict:
+    """The environment of every process Photon starts: this one's, the config's TLS files, and this
+    checkout first on ``PYTHONPATH``."""
+    env = {**os.environ, **tls_env(config)}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 def launcher_state_file(config: PhotonConfig, regions: list | None = None) -> Path:
@@ -73,10 +82,7 @@ class Launcher:
 
     @staticmethod
     def _child_env(config: PhotonConfig) -> dict:
-        env = {**os.environ, **tls_env(config)}
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return env
+        return child_env(config)
 
     def specs(self) -> list[ProcessSpec]:
         """The registry's replicas (re-planned each call: a reshard adds some) and the regions' services
@@ -212,34 +218,38 @@ class Launcher:
 
 
 class AlreadyRunning(RuntimeError):
-    """Another ``photon run`` holds a region's state dir."""
+    """Another ``photon run`` (or a verify/recover job that brought the registry up) holds a region's state
+    dir; ``held`` says who."""
+
+    def __init__(self, message: str, held: LockHeld | None = None) -> None:
+        super().__init__(message)
+        self.held = held
 
 
-def lock_state_dirs(config: PhotonConfig, regions=None) -> list:
-    """Take an exclusive lock on every region's state dir for the life of this process, so two launchers
-    can never run the same region's services (their joiners would share output names)."""
+def holder_name(held: LockHeld) -> str:
+    """``another photon run (pid 7)`` or ``photon verify (pid 7)``."""
+    return f"another {LAUNCHER_HOLDER} (pid {held.pid})" if held_by_launcher(held) else held.describe()
+
+
+def lock_state_dirs(config: PhotonConfig, regions=None, what: str = LAUNCHER_HOLDER, only_existing: bool = False) -> list:
+    """Take an exclusive lock on every region's state dir (``launcher.lock``) for the life of this process,
+    so two launchers can never run the same region's services (their joiners would share output names),
+    and no launcher runs beside a job that started the registry itself (:mod:`photon.app._jobregistry`).
+    ``what`` names the holder in the lock file; ``only_existing`` skips regions whose state dir does not
+    exist here (a job locks only this machine's regions). Raises :class:`AlreadyRunning` naming the holder."""
     held = []
     for region in config.regions:
         if regions is not None and region.name not in regions:
             continue
-        path = Path(region.state_dir) / LOCK_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+")
+        if only_existing and not Path(region.state_dir).is_dir():
+            continue
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            owner = f.read().strip() or "unknown"
-            f.close()
+            held.append(hold_lock(Path(region.state_dir) / LOCK_FILE, what))
+        except LockHeld as e:
             for g in held:
                 g.close()
-            raise AlreadyRunning(f"region {region.name!r} is already run by another photon run (pid {owner}) "
-                                 f"using {region.state_dir}; stop it first") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        held.append(f)
+            raise AlreadyRunning(f"region {region.name!r} is already run by {holder_name(e)} using "
+                                 f"{region.state_dir}; stop it first", e) from None
     return held
 
 

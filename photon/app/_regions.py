@@ -9,17 +9,17 @@ machine where the region's launcher runs (where its state dir is).
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import time
 from pathlib import Path
 
-from photon import ConfigError, PhotonConfig, wait_until, write_atomic
+from photon import ConfigError, LockHeld, PhotonConfig, lock_holder, wait_until, write_atomic
 
 CONTROL_FILE = "region-control.json"
 STATE_FILE = "region-state.json"
 LAUNCHER_FILE = "launcher.json"      # in a launcher's first region's state dir: its processes and pids
 LOCK_FILE = "launcher.lock"          # in each state dir a launcher runs: held while it runs
+LAUNCHER_HOLDER = "photon run"       # what a launcher writes into LOCK_FILE after its pid
 
 
 class RegionControlError(RuntimeError):
@@ -48,17 +48,15 @@ def write_region_state(state_dir, seq: int, down: bool, processes: list[str]) ->
         {"seq": seq, "down": down, "processes": processes, "at_us": time.time_ns() // 1000}).encode(), durable=True)
 
 
+def held_by_launcher(held: LockHeld) -> bool:
+    """True when a state dir's lock is held by a launcher (older launchers wrote only their pid), not by a
+    verify/recover job that brought the registry up itself."""
+    return held.describe().startswith(LAUNCHER_HOLDER) or held.describe() == f"pid {held.pid}"
+
+
 def _launcher_running(state_dir: Path) -> bool:
-    lock = state_dir / LOCK_FILE
-    if not lock.exists():
-        return False
-    with open(lock, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+    held = lock_holder(state_dir / LOCK_FILE)
+    return held is not None and held_by_launcher(held)
 
 
 def set_region(config: PhotonConfig, name: str, down: bool, hard: bool = False, wait_s: float = 60.0) -> dict:

@@ -303,14 +303,23 @@ def _verify_times(args):
         raise ConfigError(f"--since/--until: {e}") from None
 
 
+def _registry_for(config, job: str, needed: bool = True):
+    """The registry for a batch job: the running one, or brought up from its data for the job's duration
+    when none answers (see photon.app._jobregistry); nothing when the job does not need it."""
+    from contextlib import nullcontext
+    from photon.app._jobregistry import registry_for_job
+    return registry_for_job(config, job) if needed else nullcontext()
+
+
 def _cmd_verify(args) -> int:
     from photon.app._verify import format_report, run_verify
     since, until = _verify_times(args)
 
     def job(config, spark):
         show = not args.json and sys.stderr.isatty()
-        report = run_verify(config, spark, since_us=since, until_us=until, export_dir=args.export,
-                            out_dir=args.out, show_progress=show)
+        with _registry_for(config, "photon verify", needed=args.export is None):
+            report = run_verify(config, spark, since_us=since, until_us=until, export_dir=args.export,
+                                out_dir=args.out, show_progress=show)
         print(json.dumps(report.as_dict()) if args.json else format_report(report), flush=True)
         if report.duplicates:
             names = ", ".join(f"{i} ({n} times)" for i, n in report.duplicate_ids)
@@ -325,6 +334,10 @@ def _cmd_recover(args) -> int:
     from photon.app._verify import format_report, run_verify
 
     def job(config, spark):
+        with _registry_for(config, "photon recover"):
+            return recover(config, spark)
+
+    def recover(config, spark):
         path = args.from_dir
         if path is None:
             report = run_verify(config, spark, out_dir=args.out, show_progress=not args.json and sys.stderr.isatty())
@@ -467,15 +480,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     reg = sub.add_parser("registry", help="IdRegistry commands (status, reshard)", add_help=False)
     reg.add_argument("rest", nargs=argparse.REMAINDER)
-    reg.set_defaults(fn=lambda a: idregistry.registry_command(a.rest))
+    reg.set_defaults(fn=lambda a: _registry_command(a.rest))
     return p
+
+
+def _registry_command(argv: list[str]) -> int:
+    """``photon registry ...``; ``export`` brings the registry up for itself when none runs."""
+    from photon.app._jobregistry import registry_for_job
+    return idregistry.registry_command(argv, job_registry=registry_for_job)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["registry"]:           # the registry room parses its own subcommands
         try:
-            return idregistry.registry_command(argv[1:])
+            return _registry_command(argv[1:])
         except ConfigError as e:
             print(f"photon: configuration error: {e}", file=sys.stderr)
             return 2

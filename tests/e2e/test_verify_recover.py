@@ -271,3 +271,69 @@ def test_full_output_disk_mid_run_then_verify_and_recover_make_it_exact(small_di
     assert (report["lost"], report["duplicates"], report["joined"], report["pending"]) == (0, 0, len(joinable), 0)
     ids = p.joined_ids(include_inprogress=True)
     assert set(ids) == joinable and max(ids.values()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_photon_run_exits_5_after_a_full_disk_then_verify_and_recover_bring_the_registry_up_themselves(
+        small_disk, tmp_path, pipeline, truth, spark, capsys):
+    """As a new user meets it: ``photon run --until-caught-up`` whose joined output disk fills for a few
+    seconds exits 5 (clicks lost, awaiting recovery) and stops the registry with it. ``photon verify`` and
+    ``photon recover``, with no replica answering, start the registry's replicas from their data for the job
+    and stop them after: verify finds exactly the ledger's clicks, recover re-injects them, a second run
+    joins them (exit 0), and verify reports 0 lost. ``photon registry export`` works the same way."""
+    import joiner
+    from photon.app import replicas_answering
+    generate(GenOptions(out=str(tmp_path), queries=4000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
+                        bad_line_fraction=0.0, seed=19))
+    cfg = tmp_path / "photon.toml"
+    with open(cfg, "a") as f:
+        f.write("\n[registry]\nclear_tokens_every_s = 0\n\n[joiner]\nwriter_probe_s = 0.2\n"
+                "\n[dispatcher]\nbatch_size = 20\n")
+    disk = small_disk(tmp_path / "out/a/joined", "48k")      # about a third of the joined lines fit
+    first = pipeline(cfg).start("--until-caught-up")
+    joinable = truth(tmp_path, "joinable")
+    state_dir = first.config.regions[0].state_dir
+    wait_until(lambda: joiner.read_lost(state_dir), 120, interval=0.3, message="clicks in a lost-ids ledger")
+    wait_until(lambda: any(j.get("writer_error") for j in joiner.read_status(state_dir).values()), 60,
+               interval=0.3, message="the run pauses for the disk")
+    disk.resize("8m")                                         # full for a few seconds only
+    assert first.wait(timeout=180) == 5
+    assert "click(s) lost in this run, awaiting recovery (exit 5)" in first.output_text()
+    ledger = {e["id"] for e in joiner.read_lost(state_dir)}
+    assert ledger and set(first.joined_ids(True)) == joinable - ledger
+    replicas = first.config.registry.replicas                 # per shard; one shard here
+    assert replicas_answering(first.config) == []               # the run stopped the registry with it
+
+    code, report, err = run_cli(capsys, "verify", "--config", str(cfg), "--json")
+    assert code == 0, err
+    assert report == {"foreign_events": len(joinable), "joined": len(joinable) - len(ledger), "duplicates": 0,
+                      "lost": len(ledger), "recoverable": len(ledger), "pending": 0, "unjoinable": 0,
+                      "wrongly_unjoinable": 0}
+    progress = [x for x in err.splitlines() if x.startswith("photon verify: ")]
+    assert progress[0].startswith(f"photon verify: registry not running: starting its {replicas} replicas from "
+                                  f"{tmp_path / 'state/a/registry'} ")
+    assert progress[1].startswith("photon verify: leader elected after ")
+    assert progress[2].startswith(f"photon verify: registry stopped ({replicas} replicas")
+    assert replicas_answering(first.config) == []           # stopped after the job
+    assert {r["id"] for r in read_recoverable(tmp_path / "state" / "a" / "verify" / "recoverable")} == ledger
+
+    code, done, err = run_cli(capsys, "recover", "--config", str(cfg), "--json")
+    assert code == 0, err
+    assert (done["candidates"], done["deleted"], done["reinjected"], done["token_changed"]) == \
+        (len(ledger), len(ledger), len(ledger), 0)
+    assert "photon recover: registry stopped" in err and replicas_answering(first.config) == []
+
+    second = pipeline(cfg).start("--until-caught-up")
+    assert second.wait(timeout=180) == 0
+    ids = second.joined_ids(include_inprogress=True)
+    assert set(ids) == joinable and max(ids.values()) == 1
+    code, report, err = run_cli(capsys, "verify", "--config", str(cfg), "--json")
+    assert code == 0, err
+    assert (report["lost"], report["duplicates"], report["joined"], report["pending"]) == (0, 0, len(joinable), 0)
+
+    capsys.readouterr()
+    assert cli.main(["registry", "export", "--config", str(cfg), "--out", str(tmp_path / "export")]) == 0
+    out, err = capsys.readouterr()
+    assert f"exported {len(joinable)} ids" in out and "photon registry export: registry stopped" in err
+    assert replicas_answering(first.config) == []
