@@ -214,6 +214,12 @@ def percentiles_ms(samples_us, points=(50, 90, 99)) -> dict:
 
 _REF, _RAW, _FIRST_SEEN, _ATTEMPTS = range(4)  # fields of an unresolved event's record (a list)
 
+RECOVERY_FILE_PREFIX = "../"
+"""Files of the recovery stream are named ``../<stream>-recovery/<file>`` (see ``_recovery.py``). Their clicks
+are never dropped on a registry lookup's "present": ``photon recover`` deleted them from the registry just
+before, and a replica that has not seen the delete yet (cut off from its leader) may still say present; the
+joiner's commit decides instead (ALREADY_EXISTS if another joiner did join them since)."""
+
 
 class DispatcherState:
     """The dispatcher's decisions. Only :meth:`handle` changes state; see the module doc for the lifecycle.
@@ -237,6 +243,7 @@ class DispatcherState:
         self.offsets: dict[str, int] = {}
         self._events: dict[str, list] = {}        # unresolved id -> [ref, raw, first_seen_us, attempts]
         self._dups: dict[str, list[bytes]] = {}    # unresolved id -> raw lines of its later copies
+        self._recovered: set[str] = set()          # unresolved ids read from the recovery stream: no lookup
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
@@ -339,6 +346,7 @@ class DispatcherState:
 
             {"format": 1, "written_at_us": int, "offsets": {file: offset},
              "events": [[id, ref_id, raw_line, first_seen_us, attempts, [raw_of_later_copy, ...]], ...],
+             "recovered": [id, ...],     # unresolved ids read from the recovery stream (never dropped on a lookup)
              "counters": {name: int}, "join_latency_hist": {bucket: count}}
         """
         dups = self._dups
@@ -346,7 +354,7 @@ class DispatcherState:
                    [d.decode() for d in dups[i]] if i in dups else []]
                   for i, r in self._events.items()]
         return {"format": CHECKPOINT_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
-                "events": events, "counters": dict(self.counters),
+                "events": events, "recovered": sorted(self._recovered), "counters": dict(self.counters),
                 "join_latency_hist": self._latency_hist.to_json()}
 
     # ------------------------------------------------------------ transitions
@@ -365,6 +373,7 @@ class DispatcherState:
         read = 0
         for chunk in ev.chunks:
             file = chunk.file
+            recovered = file.startswith(RECOVERY_FILE_PREFIX)
             read += len(chunk.lines)
             for off, line in zip(chunk.offsets, chunk.lines):
                 try:
@@ -392,6 +401,8 @@ class DispatcherState:
                     continue
                 events[cid] = [ref, line, now, 0]
                 queued.append(cid)
+                if recovered:
+                    self._recovered.add(cid)
             self.offsets[file] = chunk.end
         self.counters["events_read"] += read
         if bad:
@@ -407,8 +418,9 @@ class DispatcherState:
             present = None  # a malformed answer is no answer: send them all
         if present is not None and any(present):
             keep = []
+            recovered = self._recovered
             for cid, known in zip(ids, present):
-                if known:
+                if known and cid not in recovered:
                     self._resolve_duplicate(cid)
                 else:
                     keep.append(cid)
@@ -494,6 +506,7 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
+        self._recovered.discard(cid)
         copies = self._dups.pop(cid, None)
         if copies and dups_counter:
             self.counters[dups_counter] += len(copies)
@@ -529,6 +542,7 @@ class DispatcherState:
             if dups:
                 self._dups[cid] = [d.encode() for d in dups]
             self._queued.append(cid)
+        self._recovered = {cid for cid in snap.get("recovered", ()) if cid in self._events}
         for name, value in snap.get("counters", {}).items():
             name = _RENAMED_COUNTERS.get(name, name)
             if name in self.counters:
