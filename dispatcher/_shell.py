@@ -19,6 +19,7 @@ from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock,
                     stream_source)
 
 from dispatcher._recovery import StreamAndRecovery
+from dispatcher._share import RegionShare
 from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
                                write_status)
 from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics, JoinAnswered, JoinFailed,
@@ -114,7 +115,7 @@ class Dispatcher:
             self._registry = registry_client
             self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
                                         jitter=jitter if jitter is not None else random.Random(),
-                                        restore=snapshot)
+                                        restore=snapshot, share=region_share(config, self.region.name))
             self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}",
                                          publisher=output_publisher(config, self.region, "quarantine"))
             self.quarantine.skip_known(self.core.offsets)   # lines past the checkpoint are read again
@@ -433,3 +434,14 @@ def serve(config: PhotonConfig, region: str, joiners: list[str], registry=None, 
     ``status_interval_s``, ``jitter`` (an object with ``random()`` scaling each retry delay by
     ``1 - 0.2 * jitter.random()``; default a fresh ``random.Random``)."""
     return Dispatcher(config, region, joiners, registry, **options).start()
+
+
+def region_share(config: PhotonConfig, region: str) -> RegionShare | None:
+    """Each click's first region among the config's pipeline regions (``[dispatcher].share_by_region``), or
+    None with a single pipeline region or the option off."""
+    names = [r.name for r in config.pipeline_regions]
+    d = config.dispatcher
+    if not d.share_by_region or len(names) < 2 or region not in names:
+        return None
+    return RegionShare(names, region, int(d.share_grace_initial_ms * 1000), int(d.share_grace_min_ms * 1000),
+                       int(d.share_grace_max_ms * 1000))

@@ -30,6 +30,7 @@ from typing import Union
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
+from dispatcher._share import RegionShare
 from photon import (TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id,
                     parse_event_id)
 
@@ -181,6 +182,12 @@ class DispatcherStatistics:
     pid: int = 0
     waiting_for_disk: str = ""   # set by the shell: the write it is paused on (disk full), "" when none
     oldest_unresolved_us: int = 0  # event time of the oldest click still unresolved (0: none); see photon._horizon
+    held_for_owner: int = 0        # clicks held back for their owner region (this process; see _share.py)
+    held_found_present: int = 0    # of those, found joined by their owner after the grace: no join here
+    held_joined: int = 0           # of those, joined here (the owner had not)
+    held_wasted: int = 0           # of those, joined here too late: wasted after all
+    share_grace_ms: dict = field(default_factory=dict)   # owner region -> its grace now
+    share_down: list = field(default_factory=list)       # owner regions judged down (their clicks taken at once)
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -232,7 +239,7 @@ class DispatcherState:
     """
 
     def __init__(self, join: JoinConfig, dispatcher: DispatcherConfig, *, lookups: bool = True,
-                 jitter=None, restore: dict | None = None) -> None:
+                 jitter=None, restore: dict | None = None, share: RegionShare | None = None) -> None:
         self.join = join
         self.config = dispatcher
         self.lookups = lookups
@@ -244,6 +251,8 @@ class DispatcherState:
         self._events: dict[str, list] = {}        # unresolved id -> [ref, raw, first_seen_us, attempts]
         self._dups: dict[str, list[bytes]] = {}    # unresolved id -> raw lines of its later copies
         self._recovered: set[str] = set()          # unresolved ids read from the recovery stream: no lookup
+        self._share = share if lookups else None   # each click's first region (see _share.py)
+        self._held: dict[str, int] = {}            # unresolved id held back for its owner -> owner index
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
@@ -330,7 +339,16 @@ class DispatcherState:
             in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
             caught_up=self.caught_up, scan_at_us=self._scan_at_us,
             join_latency_ms=percentiles_ms(self._latencies), join_latency_hist=self._latency_hist.to_json(),
-            pid=pid, oldest_unresolved_us=self.oldest_unresolved_us())
+            pid=pid, oldest_unresolved_us=self.oldest_unresolved_us(), **self._share_statistics())
+
+    def _share_statistics(self) -> dict:
+        if self._share is None:
+            return {}
+        s = self._share.statistics()
+        return dict(held_for_owner=s.deferred, held_found_present=s.found_present, held_joined=s.deferred_joined,
+                    held_wasted=s.deferred_wasted,
+                    share_grace_ms={r: g for k, (r, g) in enumerate(zip(s.owners, s.grace_ms)) if k != self._share.me},
+                    share_down=[r for r, d in zip(s.owners, s.down) if d])
 
     def oldest_unresolved_us(self) -> int:
         """The event time (from its id) of the oldest click queued, in flight or waiting for a retry; 0 when
@@ -369,6 +387,7 @@ class DispatcherState:
         idf, reff = self.join.foreign_id_field, self.join.foreign_ref_field
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         events, dups, queued = self._events, self._dups, self._queued
+        share = self._share
         bad: list = []
         read = 0
         for chunk in ev.chunks:
@@ -400,9 +419,19 @@ class DispatcherState:
                     dups.setdefault(cid, []).append(line)
                     continue
                 events[cid] = [ref, line, now, 0]
-                queued.append(cid)
                 if recovered:
                     self._recovered.add(cid)
+                    queued.append(cid)
+                elif share is None:
+                    queued.append(cid)
+                else:
+                    owner = share.owner(cid)
+                    hold = share.hold_us(owner)
+                    if hold:
+                        self._held[cid] = owner
+                        heapq.heappush(self._retry, (now + hold, cid))
+                    else:
+                        queued.append(cid)
             self.offsets[file] = chunk.end
         self.counters["events_read"] += read
         if bad:
@@ -419,8 +448,11 @@ class DispatcherState:
         if present is not None and any(present):
             keep = []
             recovered = self._recovered
+            held = self._held
             for cid, known in zip(ids, present):
                 if known and cid not in recovered:
+                    if cid in held:
+                        self._share.found_present(held[cid])
                     self._resolve_duplicate(cid)
                 else:
                     keep.append(cid)
@@ -458,7 +490,10 @@ class DispatcherState:
             return
         events, c, lat = self._events, self.counters, self._latencies
         give_up: list[str] = []
+        held = self._held
         for cid, outcome in zip(ids, outcomes):
+            if cid in held:
+                self._held_answered(held[cid], outcome)
             if outcome == Outcome.JOINED:
                 waited = now - events[cid][_FIRST_SEEN]
                 lat.append(waited)
@@ -504,9 +539,16 @@ class DispatcherState:
         self.counters["already_registered"] += 1
         self._resolved(cid)
 
+    def _held_answered(self, owner: int, outcome: int) -> None:
+        if outcome == Outcome.JOINED:
+            self._share.joined(owner)
+        elif outcome == Outcome.ALREADY_REGISTERED:
+            self._share.wasted(owner)
+
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
         self._recovered.discard(cid)
+        self._held.pop(cid, None)
         copies = self._dups.pop(cid, None)
         if copies and dups_counter:
             self.counters[dups_counter] += len(copies)

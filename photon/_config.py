@@ -282,6 +282,15 @@ class DispatcherConfig:
                                         "unresolved (queued, in flight or waiting for a retry), so memory and "
                                         "checkpoint size stay bounded while joiners, event store or registry "
                                         "are down", check=_positive)
+    share_by_region: bool = opt(True, "with two or more pipeline regions, each click's first region is picked by "
+                                      "a hash of its id; the others hold it back for a grace period and join it "
+                                      "only if the registry lookup then still finds it unjoined (fewer wasted "
+                                      "joins; see docs/dispatcher.md)")
+    share_grace_initial_ms: float = opt(200.0, "grace before a region takes another region's click, at start "
+                                               "(it then adapts to how late the owner joins)", check=_positive)
+    share_grace_min_ms: float = opt(20.0, "the shortest grace", check=_positive)
+    share_grace_max_ms: float = opt(2000.0, "the longest grace (also how long a region that went down delays "
+                                            "its share, until that is noticed)", check=_positive)
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,12 @@ def chunk(lines: list[bytes], file: str = "w0/clicks-1.jsonl", start: int = 0) -
     return ChunkRead(file, offsets, lines, pos)
 
 
-def state(lookups=False, restore=None, **over) -> DispatcherState:
+def state(lookups=False, restore=None, share=None, **over) -> DispatcherState:
     d = dict(batch_size=100, max_in_flight=4, retry_initial_s=0.25, retry_max_s=8.0, min_attempts=3,
              checkpoint_interval_s=0.2)
     d.update(over)
     return DispatcherState(JoinConfig(unjoinable_after_s=60.0), DispatcherConfig(**d), lookups=lookups,
-                           restore=restore)
+                           restore=restore, share=share)
 
 
 def of(cmds, kind):
