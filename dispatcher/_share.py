@@ -14,9 +14,13 @@ The grace adapts per owner, from what the deferred clicks turn out to be (all fa
 * found present at the lookup after the grace: the owner was in time; the grace shrinks slowly (x0.98);
 * joined here and answered ALREADY_REGISTERED (a wasted join after all: the owner was slower than the grace):
   the grace grows (x1.5 + 5 ms), up to ``grace_max``;
-* joined here successfully: the owner had not joined it. ``DOWN_AFTER`` such in a row (and none found
-  present) mark the owner down: its clicks are then taken at once, except one in ``PROBE_EVERY``, still held
-  back for the grace as a probe; a probe found present (or wasted) marks the owner up again.
+* joined here successfully: the owner had not joined it in time. While the owner is seen alive (one of its
+  held clicks was found present within the last ``ALIVE_WINDOW_GRACES`` graces, at least
+  ``ALIVE_WINDOW_MIN_US``), this is a race the owner probably lost later (its own commit then finds the id
+  registered: a wasted join counted on its side), so the grace grows as on a wasted join. Otherwise it counts
+  towards the owner being down: ``DOWN_AFTER`` such in a row mark it down, and its clicks are then taken at
+  once, except one in ``PROBE_EVERY``, still held back for the grace as a probe; a probe found present (or
+  wasted) marks the owner up again.
 
 So with both regions up, wasted joins are the share of clicks the owner joins later than the grace (which
 the grace learns to cover), and the owner's clicks are joined at the owner's latency; a region that goes
@@ -35,6 +39,8 @@ PROBE_EVERY = 16
 """While an owner is down, one of this many of its clicks is still held back for the grace (a probe)."""
 GROW, SHRINK = 1.5, 0.98
 GROW_ADD_US = 5_000
+ALIVE_WINDOW_GRACES = 3
+ALIVE_WINDOW_MIN_US = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class RegionShare:
         self.grace_min_us, self.grace_max_us = grace_min_us, grace_max_us
         self._grace = [0 if k == self.me else grace_initial_us for k in range(len(regions))]
         self._joined_in_row = [0] * len(regions)
+        self._present_at = [None] * len(regions)       # when a held click of each owner was last found present
         self._down = [False] * len(regions)
         self._seen = [0] * len(regions)
         self._c = dict(deferred=0, found_present=0, deferred_joined=0, deferred_wasted=0)
@@ -77,14 +84,20 @@ class RegionShare:
         self._c["deferred"] += 1
         return self._grace[owner]
 
-    def found_present(self, owner: int) -> None:
+    def found_present(self, owner: int, now_us: int) -> None:
         self._c["found_present"] += 1
+        self._present_at[owner] = now_us
         self._joined_in_row[owner] = 0
         self._down[owner] = False
         self._grace[owner] = max(self.grace_min_us, int(self._grace[owner] * SHRINK))
 
-    def joined(self, owner: int) -> None:
+    def joined(self, owner: int, now_us: int) -> None:
         self._c["deferred_joined"] += 1
+        seen = self._present_at[owner]
+        window = max(ALIVE_WINDOW_MIN_US, ALIVE_WINDOW_GRACES * self._grace[owner])
+        if seen is not None and now_us - seen <= window and not self._down[owner]:
+            self._grow(owner)            # alive, and slower than the grace: we raced it
+            return
         self._joined_in_row[owner] += 1
         if self._joined_in_row[owner] >= DOWN_AFTER:
             self._down[owner] = True
@@ -93,6 +106,9 @@ class RegionShare:
         self._c["deferred_wasted"] += 1
         self._joined_in_row[owner] = 0
         self._down[owner] = False
+        self._grow(owner)
+
+    def _grow(self, owner: int) -> None:
         self._grace[owner] = min(self.grace_max_us, int(self._grace[owner] * GROW) + GROW_ADD_US)
 
     def statistics(self) -> ShareStatistics:

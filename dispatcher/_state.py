@@ -279,10 +279,10 @@ class DispatcherState:
             if kind is LinesRead:
                 self._on_lines(ev, out)
             elif kind is LookupAnswered:
-                self._on_lookup(ev.batch_id, ev.present, out)
+                self._on_lookup(ev.batch_id, ev.present, out, now)
             elif kind is LookupFailed:
                 self.counters["lookup_failures"] += 1
-                self._on_lookup(ev.batch_id, None, out)
+                self._on_lookup(ev.batch_id, None, out, now)
             elif kind is JoinAnswered:
                 self._on_answer(ev.batch_id, ev.outcomes, now, out)
             elif kind is JoinFailed:
@@ -438,7 +438,7 @@ class DispatcherState:
             self.counters["bad_records"] += len(bad)
             out.append(QuarantineRecords(bad))
 
-    def _on_lookup(self, batch_id: int, present: list | None, out: list) -> None:
+    def _on_lookup(self, batch_id: int, present: list | None, out: list, now: int = 0) -> None:
         ids = self._batches.get(batch_id)
         if ids is None:
             raise KeyError(f"lookup answer for unknown batch {batch_id}")
@@ -452,7 +452,7 @@ class DispatcherState:
             for cid, known in zip(ids, present):
                 if known and cid not in recovered:
                     if cid in held:
-                        self._share.found_present(held[cid])
+                        self._share.found_present(held[cid], now)
                     self._resolve_duplicate(cid)
                 else:
                     keep.append(cid)
@@ -493,7 +493,7 @@ class DispatcherState:
         held = self._held
         for cid, outcome in zip(ids, outcomes):
             if cid in held:
-                self._held_answered(held[cid], outcome)
+                self._held_answered(held[cid], outcome, now)
             if outcome == Outcome.JOINED:
                 waited = now - events[cid][_FIRST_SEEN]
                 lat.append(waited)
@@ -539,9 +539,9 @@ class DispatcherState:
         self.counters["already_registered"] += 1
         self._resolved(cid)
 
-    def _held_answered(self, owner: int, outcome: int) -> None:
+    def _held_answered(self, owner: int, outcome: int, now: int) -> None:
         if outcome == Outcome.JOINED:
-            self._share.joined(owner)
+            self._share.joined(owner, now)
         elif outcome == Outcome.ALREADY_REGISTERED:
             self._share.wasted(owner)
 

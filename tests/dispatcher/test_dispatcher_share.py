@@ -33,7 +33,7 @@ def test_the_grace_grows_on_a_wasted_join_shrinks_when_the_owner_was_in_time_and
     s.wasted(1)
     assert s.hold_us(1) == 305 * MS
     for _ in range(500):
-        s.found_present(1)
+        s.found_present(1, 0)
     assert s.hold_us(1) == 20 * MS                       # the floor
     for _ in range(50):
         s.wasted(1)
@@ -42,13 +42,16 @@ def test_the_grace_grows_on_a_wasted_join_shrinks_when_the_owner_was_in_time_and
 
 def test_an_owner_that_does_not_join_is_judged_down_probed_and_back_when_a_probe_finds_it():
     s = share()
-    for _ in range(DOWN_AFTER):
+    s.found_present(1, 0)                                # alive at t=0 ...
+    s.joined(1, 500 * MS)                                # ... so a click joined here soon after is a race:
+    assert s.statistics().down == (False, False) and s.hold_us(1) == 299 * MS   # (196 after the present) grows
+    for k in range(DOWN_AFTER):                          # long after the owner was last seen: it is down
         assert s.hold_us(1) > 0
-        s.joined(1)
+        s.joined(1, 10_000 * MS + k)
     assert s.statistics().down == (False, True)
     holds = [s.hold_us(1) for _ in range(4 * PROBE_EVERY)]
     assert holds.count(0) == len(holds) - 4 and all(h in (0, 200 * MS) for h in holds)   # probes only
-    s.found_present(1)
+    s.found_present(1, 20_000 * MS)
     assert s.statistics().down == (False, False) and s.hold_us(1) > 0
 
 
@@ -57,7 +60,12 @@ def test_an_owner_that_does_not_join_is_judged_down_probed_and_back_when_a_probe
 def test_the_grace_never_leaves_its_bounds(facts):
     s = share()
     for f in facts:
-        getattr(s, {"present": "found_present", "joined": "joined", "wasted": "wasted"}[f])(1)
+        if f == "present":
+            s.found_present(1, 0)
+        elif f == "joined":
+            s.joined(1, 0)
+        else:
+            s.wasted(1)
         g = s.statistics().grace_ms[1]
         assert 20 <= g <= 2000
 
