@@ -211,13 +211,15 @@ Command = Assign | Revoke | Split | Merge | Move
 @dataclass(frozen=True, slots=True)
 class Interval:
     """One entry of a computation's map: ``[lo, hi)`` (``hi`` None: unbounded) owned by ``worker`` (""
-    while no worker lives) under ``sequencer``, leased until ``lease_until_us`` (master time)."""
+    while no worker lives; ``address`` as it registered) under ``sequencer``, leased until
+    ``lease_until_us`` (master time)."""
     computation: str
     lo: str
     hi: str | None
     worker: str
     sequencer: int
     lease_until_us: int
+    address: str = ""
 
     def covers(self, key: str) -> bool:
         return self.lo <= key and (self.hi is None or key < self.hi)
@@ -636,8 +638,9 @@ class MasterState:
 
     def _view(self, computation: str, s: _Slot) -> Interval:
         w = self.workers.get(s.worker)
-        return Interval(computation, s.lo, s.hi, s.worker if w is not None else "", s.sequencer,
-                        w.lease_until_us if w is not None else 0)
+        if w is None:
+            return Interval(computation, s.lo, s.hi, "", s.sequencer, 0)
+        return Interval(computation, s.lo, s.hi, s.worker, s.sequencer, w.lease_until_us, w.address)
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
