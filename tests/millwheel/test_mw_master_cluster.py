@@ -16,6 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from photon import wait_until
 from millwheel import IntervalLoad, MasterClient, PlacementPolicy, WorkerLoad, master_specs
+from millwheel import master_pb2 as pb
+from millwheel import master_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -168,6 +170,13 @@ def test_workers_register_and_get_every_interval_and_health_says_serving(make_cl
     rows = cluster.wait_same_map()
     assert {r[3] for r in rows} == {"w-a", "w-b"}
     assert [r[1] for r in rows if r[0] == "counts"] == ["", "g", "n", "t"] and rows[-1][2] is None
+    leader = cluster.wait_leader()["address"]
+    for address in cluster.endpoints:      # a follower redirects writes to the leader, and any replica reads
+        with grpc.insecure_channel(address) as ch:
+            stub = pb_grpc.MasterStub(ch)
+            reply = stub.Heartbeat(pb.HeartbeatRequest(worker="w-a", incarnation=a.incarnation), timeout=5)
+            assert (reply.redirect, reply.known) == (("", True) if address == leader else (leader, False))
+            assert len(stub.GetIntervalMap(pb.IntervalMapRequest(computation="counts"), timeout=5).intervals) == 4
     for address in cluster.endpoints:      # the standard health service, on every replica
         with grpc.insecure_channel(address) as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
@@ -253,3 +262,11 @@ def test_a_hot_interval_is_split_and_a_cold_pair_merged_from_reported_load(make_
     assert stats["splits"] == 1 and stats["merges"] == 1
     assert cluster.wait_same_map()[1][1:3] == ("d", "f")
     assert not w.errors
+
+
+def test_a_replica_with_a_bad_spec_refuses_to_start_naming_the_option(procs):
+    bad = '{"replica": 0, "raft_peers": ["127.0.0.1:1"], "grpc_peers": ["127.0.0.1:2"], "data_dir": "/tmp/x", ' \
+          '"policy": {"lease": 5}}'
+    p = procs.python("-m", "millwheel.master", "--spec", bad, stderr=subprocess.PIPE)
+    assert p.wait(timeout=30) == 2
+    assert "unknown master option(s) ['lease']" in p.stderr.read().decode()
