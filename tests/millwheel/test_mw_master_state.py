@@ -201,8 +201,9 @@ def test_policy_is_validated_naming_the_option():
     assert PlacementPolicy.from_mapping({"lease_us": 7}).lease_us == 7
 
 
-def test_the_placement_core_reads_no_clock_and_touches_no_socket_or_thread():
-    tree = ast.parse((Path(__file__).resolve().parents[2] / "millwheel" / "_master_state.py").read_text())
+@pytest.mark.parametrize("module", ["_master_state.py", "_master_facts.py"])
+def test_the_placement_core_reads_no_clock_and_touches_no_socket_or_thread(module):
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "millwheel" / module).read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {n.split(".")[0] for n in names} & {"time", "socket", "threading", "grpc", "pysyncobj",
