@@ -21,3 +21,11 @@ __all__ = [
     "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology", "TopologyError", "Transport",
     "open_store", "serve",
 ]
+
+# The replicated master (docs/millwheel.md, "The master"): placement core, replica and client.
+from millwheel._master import MasterSpec, RunningMaster, master_specs, serve_master  # noqa: E402
+from millwheel._master_client import Assignments, MasterClient, MasterUnavailable  # noqa: E402
+from millwheel._master_state import Interval, IntervalLoad, PlacementPolicy, WorkerLoad  # noqa: E402
+
+__all__ += ["Assignments", "Interval", "IntervalLoad", "MasterClient", "MasterSpec", "MasterUnavailable",
+            "PlacementPolicy", "RunningMaster", "WorkerLoad", "master_specs", "serve_master"]

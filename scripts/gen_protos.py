@@ -5,7 +5,7 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOMS = ["idregistry", "eventstore", "joiner"]
+ROOMS = ["idregistry", "eventstore", "joiner", "millwheel"]
 
 
 def main() -> int:

@@ -29,7 +29,7 @@ def _sources(room: str):
 # plumbing the service rooms share, ``photon/rpc``).
 LAYERS = [["photon"], ["photon.rpc"], ["idregistry", "eventstore"], ["joiner"], ["dispatcher"], ["photon.app"]]
 SUB_UNITS = ("app", "rpc")                  # photon's sub-packages that are layers of their own
-SIDE_ROOMS = {"millwheel": ["photon"]}      # millwheel stands on the base only
+SIDE_ROOMS = {"millwheel": ["photon", "photon.rpc"]}      # millwheel stands on the base (and its gRPC plumbing)
 SERVICE_ROOMS = ["idregistry", "eventstore", "joiner", "dispatcher", "millwheel"]
 
 

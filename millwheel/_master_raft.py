@@ -1,0 +1,348 @@
+"""The master replica's Raft member: a pysyncobj group whose one replicated method applies a batch of
+placement facts to the :class:`~millwheel._master_state.MasterState`.
+
+What the IdRegistry learned about pysyncobj (docs/registry.md), kept here because MillWheel stands on the
+base only and may not use the registry's private modules:
+
+* **Durable term and vote.** pysyncobj writes its term/vote record without fsync; here it is written to a
+  temporary file, fsynced, renamed and its folder fsynced before the vote or message that depends on it
+  is sent (:class:`_DurableMetaStorer`), and an unreadable record raises instead of reading as empty (a
+  replica that forgot its vote could vote twice in one term).
+* **Nothing acknowledged that is not on disk.** pysyncobj's journal is memory-mapped and never flushed.
+  The master's traffic is a few batched commands per second (heartbeats, time), so the journal is
+  simply synced (``msync``) after every entry is written, in the Raft thread, before the member counts
+  the entry towards a majority (leader) or acknowledges it (follower) (:class:`_SyncedJournal`). The
+  registry, with thousands of commands per second, groups these fsyncs off the Raft thread instead.
+* **A full disk is an error up front, not a SIGBUS.** The journal's blocks are reserved with
+  ``posix_fallocate`` before pysyncobj writes into its map (:class:`_ReservedFile`).
+* **Fsync failure is fail-stop.** A failed write, fsync, reservation or snapshot logs why and exits with
+  :data:`EXIT_STORAGE_FAILED` at once (a later fsync that succeeds proves nothing after one that failed);
+  the supervisor restarts the replica, which reads its journal back.
+* **Compaction without tearing.** After pysyncobj renames a new snapshot into place, the journal's
+  remaining entries are written to a new file, fsynced and renamed over the old one (folder fsynced),
+  never rewritten in place; a crash leaves either journal whole (:meth:`_SyncedJournal.deleteEntriesTo`).
+* **Snapshots by the master's own serializer** (``serializer``/``deserializer``), fsynced before
+  pysyncobj renames them; never a fork (a child forked from a process running gRPC's threads crashes).
+* ``appendEntriesUseBatch=False`` (a command costs a round trip, not a tick) and a bounded command queue.
+
+This module overrides private internals of pysyncobj :data:`PYSYNCOBJ_VERSION` (pinned in
+``pyproject.toml``); it refuses to load on another version.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import pickle
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pysyncobj.journal
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
+
+from photon import fsync_path
+
+from millwheel._master_state import MasterState
+
+log = logging.getLogger("millwheel.master.raft")
+
+PYSYNCOBJ_VERSION = "0.3.17"
+JOURNAL_FILE = "raft.journal"
+SNAPSHOT_FILE = "raft.snapshot"
+SNAPSHOT_FORMAT = 1
+EXIT_STORAGE_FAILED = 75
+"""Exit status of a master replica that stopped because its journal, term/vote record or snapshot could
+not be made durable."""
+QUEUE_FULL = FAIL_REASON.QUEUE_FULL
+
+
+class PysyncobjMismatch(RuntimeError):
+    """The installed pysyncobj is not the release whose internals the master overrides."""
+
+
+if _INSTALLED_PYSYNCOBJ != PYSYNCOBJ_VERSION:
+    raise PysyncobjMismatch(f"the MillWheel master needs pysyncobj=={PYSYNCOBJ_VERSION} (it overrides its "
+                            f"private internals), found {_INSTALLED_PYSYNCOBJ}")
+
+
+def storage_failed(what: str, error: BaseException) -> None:
+    """Fail-stop: log why, then exit at once (no cleanup that could acknowledge anything)."""
+    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    log.critical("master replica: %s failed (%s: %s); exiting (status %d) so that nothing not on disk is "
+                 "ever acknowledged%s", what, type(error).__name__, error, EXIT_STORAGE_FAILED,
+                 "; THE DISK IS FULL" if full else "")
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:
+            pass
+    os._exit(EXIT_STORAGE_FAILED)
+
+
+class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
+    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync."""
+
+    on_failure = staticmethod(storage_failed)
+
+    def getMeta(self):  # noqa: N802 (pysyncobj's name)
+        try:
+            with open(self.getPath(), "rb") as f:
+                return pysyncobj.journal.loads(f.read())
+        except FileNotFoundError:
+            return {}
+
+    def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
+        path = self.getPath()
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(pysyncobj.journal.dumps(meta))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_path(os.path.dirname(os.path.abspath(path)))
+        except OSError as e:
+            type(self).on_failure(f"writing the Raft term/vote record {path}", e)
+            raise
+
+
+class _ReservedFile(pysyncobj.journal.ResizableFile):
+    """pysyncobj's memory-mapped journal file, its disk blocks reserved before anything is written into
+    the map (a full disk then fails here, with a message, instead of a SIGBUS mid-entry)."""
+
+    on_failure = staticmethod(storage_failed)
+
+    def __init__(self, fileName, *args, **kwargs) -> None:  # noqa: N803 (pysyncobj's name)
+        super().__init__(fileName, *args, **kwargs)
+        missing = [n for n in ("_ResizableFile__mm", "_ResizableFile__f", "_ResizableFile__resizeFactor")
+                   if not hasattr(self, n)]
+        if missing:
+            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: ResizableFile lacks {missing}")
+        self._path = fileName
+        self._reserve(0, self._ResizableFile__mm.size())
+
+    def _reserve(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        try:
+            os.posix_fallocate(self._ResizableFile__f.fileno(), start, end - start)
+        except OSError as e:
+            type(self).on_failure(f"reserving {end} bytes of disk for the Raft journal {self._path}", e)
+            raise
+
+    def write(self, offset, values) -> None:
+        mm = self._ResizableFile__mm
+        size = len(mm)
+        if offset + len(values) > size:
+            new = max(int(size * self._ResizableFile__resizeFactor), offset + len(values))
+            self._reserve(size, new)
+            mm.resize(new)
+        super().write(offset, values)
+
+
+pysyncobj.journal.MetaStorer = _DurableMetaStorer       # every FileJournal created from now on stores durably
+pysyncobj.journal.ResizableFile = _ReservedFile         # ... and reserves its disk before writing into it
+
+
+class _SyncedJournal:
+    """pysyncobj's file journal, on disk after every change before pysyncobj goes on (see the module
+    docstring), compacted by writing a new file instead of rewriting the live one."""
+
+    COMPACT_FILE = ".raft.journal.compacting"
+
+    def __init__(self, journal, data_dir: Path, on_failure=None, open_journal=None) -> None:
+        self._journal = journal
+        self._data_dir = data_dir
+        self._on_failure = on_failure or storage_failed
+        self._open = open_journal or pysyncobj.journal.FileJournal
+        self.syncs = 0
+
+    def _sync(self, what: str) -> None:
+        try:
+            self._journal.flush()
+        except OSError as e:
+            self._on_failure(f"syncing the Raft journal after {what}", e)
+            raise
+        self.syncs += 1
+
+    def add(self, *entry) -> None:
+        self._journal.add(*entry)
+        self._sync("appending an entry")
+
+    def deleteEntriesFrom(self, entry_from) -> None:  # noqa: N802 (pysyncobj's name)
+        self._journal.deleteEntriesFrom(entry_from)
+        self._sync("cutting conflicting entries")
+
+    def clear(self) -> None:
+        self._journal.clear()
+        self._sync("clearing it")
+
+    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
+        path = self._data_dir / JOURNAL_FILE
+        tmp = self._data_dir / self.COMPACT_FILE
+        what = f"fsync of the folder holding the new snapshot ({self._data_dir})"
+        try:
+            fsync_path(self._data_dir)                  # the snapshot's rename first
+            what = f"writing the compacted Raft journal {tmp}"
+            for leftover in (tmp, Path(f"{tmp}.meta")):
+                leftover.unlink(missing_ok=True)
+            new = self._open(str(tmp))
+            for i in range(entry_to, len(self._journal)):
+                new.add(*self._journal[i])
+            new.flush()
+            new._destroy()
+            fsync_path(tmp)
+            what = f"replacing the Raft journal {path} by its compacted copy"
+            self._journal.onOneSecondTimer()           # the commit index not saved yet, durably
+            os.replace(tmp, path)
+            fsync_path(self._data_dir)
+            self._journal._destroy()
+            self._journal = self._open(str(path))
+            Path(f"{tmp}.meta").unlink(missing_ok=True)
+        except OSError as e:
+            self._on_failure(what, e)
+            raise
+
+    def __len__(self) -> int:
+        return len(self._journal)
+
+    def __getitem__(self, item):
+        return self._journal[item]
+
+    def __getattr__(self, name):
+        return getattr(self._journal, name)
+
+
+@dataclass(frozen=True)
+class RaftSettings:
+    """The pysyncobj knobs the master sets; defaults suit replicas on one LAN or one host."""
+    commands_queue: int = 256
+    append_entries_period_s: float = 0.1
+    raft_min_timeout_s: float = 1.0
+    raft_max_timeout_s: float = 2.0
+    connection_retry_s: float = 0.5
+    leader_fallback_s: float = 3.0
+    log_compaction_min_entries: int = 1000
+    log_compaction_min_time_s: float = 60.0
+    raft_password: str | None = None
+
+    def conf(self, data_dir: Path, serializer, deserializer) -> SyncObjConf:
+        return SyncObjConf(
+            serializer=serializer, deserializer=deserializer,
+            autoTickPeriod=0.05, appendEntriesUseBatch=False, appendEntriesBatchSizeBytes=2 ** 22,
+            commandsQueueSize=self.commands_queue, appendEntriesPeriod=self.append_entries_period_s,
+            raftMinTimeout=self.raft_min_timeout_s, raftMaxTimeout=self.raft_max_timeout_s,
+            connectionTimeout=max(3.5, self.raft_max_timeout_s * 1.5),
+            connectionRetryTime=self.connection_retry_s, leaderFallbackTimeout=self.leader_fallback_s,
+            logCompactionMinEntries=self.log_compaction_min_entries,
+            logCompactionMinTime=self.log_compaction_min_time_s,
+            journalFile=str(data_dir / JOURNAL_FILE), fullDumpFile=str(data_dir / SNAPSHOT_FILE),
+            useFork=False, dynamicMembershipChange=False, commandsWaitLeader=False,
+            password=self.raft_password)
+
+
+class _PlacementConsumer(SyncObjConsumer):
+    """Holds the replicated :class:`MasterState`. ``lock`` is held while a batch applies (and while a
+    snapshot is written), so readers in other threads copy whole states only. ``apply`` returns, per
+    fact, ``(commands, view)`` where ``view`` is what the fact's sender is told (see :func:`reply_for`)."""
+
+    def __init__(self, state: MasterState) -> None:
+        super().__init__()
+        self.state = state
+        self.lock = threading.Lock()
+
+    def write_snapshot(self, path: str, raft_data) -> None:
+        try:
+            with self.lock, open(path, "wb") as f:
+                pickle.dump((SNAPSHOT_FORMAT, self.state, raft_data), f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            storage_failed(f"writing the snapshot {path}", e)
+            raise
+
+    def read_snapshot(self, path: str):
+        with open(path, "rb") as f:
+            fmt, state, raft_data = pickle.load(f)
+        if fmt != SNAPSHOT_FORMAT:
+            raise ValueError(f"{path}: master snapshot format {fmt}, expected {SNAPSHOT_FORMAT}")
+        with self.lock:
+            self.state = state
+        return raft_data
+
+    @replicated
+    def apply(self, facts):
+        out = []
+        with self.lock:
+            for fact in facts:
+                commands = self.state.handle(fact)
+                out.append((commands, reply_for(self.state, fact)))
+        return out
+
+
+def reply_for(state: MasterState, fact):
+    """What the sender of ``fact`` is told once it applied: a worker's own view for worker facts."""
+    worker = getattr(fact, "worker", None)
+    if worker is None:
+        return None
+    incarnation = getattr(fact, "incarnation", None)
+    return state.view_of(worker, incarnation)
+
+
+class RaftMember:
+    """A running Raft member. ``submit(facts, callback)`` replicates one command (a batch of facts); the
+    callback runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
+
+    def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: MasterState,
+                 settings: RaftSettings) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
+        self._consumer = _PlacementConsumer(state)
+        others = [p for p in peers if p != self_addr]
+        conf = settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
+        self._sync = SyncObj(self_addr, others, conf=conf, consumers=[self._consumer])
+        if not hasattr(self._sync, "_SyncObj__raftLog"):
+            self._sync.destroy()
+            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: SyncObj lacks its journal")
+        self.journal = _SyncedJournal(self._sync._SyncObj__raftLog, data_dir)
+        self._sync._SyncObj__raftLog = self.journal
+        self._destroyed = threading.Event()
+
+    @property
+    def state(self) -> MasterState:
+        return self._consumer.state
+
+    @property
+    def state_lock(self) -> threading.Lock:
+        return self._consumer.lock
+
+    def submit(self, facts: list, callback) -> None:
+        self._consumer.apply(facts, callback=callback)
+
+    def is_leader(self) -> bool:
+        return self._sync._isLeader()
+
+    def leader(self) -> str | None:
+        node = self._sync._getLeader()
+        return None if node is None else node.address
+
+    def raft_status(self) -> dict:
+        return self._sync.getStatus()
+
+    def serving_problem(self) -> str | None:
+        sync = self._sync
+        leader = sync._getLeader()
+        if leader is None:
+            return "no Raft leader known"
+        if leader != sync.selfNode and not sync.isNodeConnected(leader):
+            return f"not connected to the Raft leader {leader.address}"
+        if not sync.hasQuorum:
+            return "no majority of the Raft group connected"
+        return None
+
+    def destroy(self) -> None:
+        if not self._destroyed.is_set():
+            self._destroyed.set()
+            self._sync.destroy()
