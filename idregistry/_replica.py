@@ -36,7 +36,6 @@ names is missing, instead of silently skipping the acknowledgement rule.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import pickle
@@ -52,6 +51,9 @@ from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from photon import LockHeld, fsync_path, hold_lock
+from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
+                         PYSYNCOBJ_VERSION, PysyncobjMismatch, storage_failed,
+                         DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
 
 from idregistry._state import ShardState
 
@@ -61,11 +63,6 @@ JOURNAL_FILE = "raft.journal"
 DATA_LOCK_FILE = "replica.lock"
 EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
-PYSYNCOBJ_VERSION = "0.3.17"
-"""The pysyncobj release whose private names this module overrides (and ``pyproject.toml`` pins)."""
-EXIT_STORAGE_FAILED = 75
-"""Exit status of a replica that stopped because its journal, term/vote record or snapshot could not be
-made durable."""
 
 _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"),
                         TCPTransport: ("_onMessageReceived", "_onTick"),
@@ -95,10 +92,6 @@ def lock_data_dir(data_dir: Path, what: str = "registry replica"):
         raise DataDirInUse(data_dir, e) from None
 
 
-class PysyncobjMismatch(RuntimeError):
-    """The installed pysyncobj is not the release whose internals the registry overrides."""
-
-
 def check_pysyncobj(version: str = _INSTALLED_PYSYNCOBJ) -> None:
     """Raise :class:`PysyncobjMismatch` unless pysyncobj is :data:`PYSYNCOBJ_VERSION` and has every private
     name the registry overrides."""
@@ -112,97 +105,7 @@ def check_pysyncobj(version: str = _INSTALLED_PYSYNCOBJ) -> None:
                                     f"acknowledgement and durability rules cannot be installed")
 
 
-def storage_failed(what: str, error: BaseException) -> None:
-    """Fail-stop: log why, then exit at once (no cleanup that could acknowledge anything)."""
-    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-    log.critical("registry replica: %s failed (%s: %s); exiting (status %d) so that nothing not on disk is "
-                 "ever acknowledged; %s", what, type(error).__name__, error, EXIT_STORAGE_FAILED,
-                 "THE DISK IS FULL: this replica stays out of its group (the others keep the majority) and "
-                 "comes back, journal intact, once space is freed" if full else
-                 "the supervisor restarts this replica")
-    for h in logging.getLogger().handlers:
-        try:
-            h.flush()
-        except Exception:
-            pass
-    os._exit(EXIT_STORAGE_FAILED)
-
-
-class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
-    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync.
-    ``on_failure(what, error)`` is called on any OSError (default: :func:`storage_failed`, which exits)."""
-
-    on_failure = staticmethod(storage_failed)
-
-    def getMeta(self):  # noqa: N802 (pysyncobj's name)
-        """The stored record; {} when there is none yet. Unlike pysyncobj's, an unreadable record raises
-        (a replica that forgot its vote could vote twice in one term) and the file is closed."""
-        try:
-            with open(self.getPath(), "rb") as f:
-                return pysyncobj.journal.loads(f.read())
-        except FileNotFoundError:
-            return {}
-
-    def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
-        path = self.getPath()
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(pysyncobj.journal.dumps(meta))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            fsync_path(os.path.dirname(os.path.abspath(path)))
-        except OSError as e:
-            type(self).on_failure(f"writing the Raft term/vote record {path}", e)
-            raise
-
-
-class _ReservedFile(pysyncobj.journal.ResizableFile):
-    """pysyncobj's memory-mapped journal file, whose space is reserved on disk before it is written.
-
-    pysyncobj grows the journal with ``mmap.resize`` (a sparse ``ftruncate``) and writes entries through the
-    map. On a full disk (a full tmpfs at once, a full ext4 at write-back) the kernel can only answer a write
-    into a page it cannot allocate with SIGBUS: the process dies there, mid-entry, with no message, and a
-    supervisor restarting it would loop. Here the blocks are reserved with ``posix_fallocate`` first: the
-    whole file when it is opened, and every growth before any byte of the entry goes into the map. A
-    failure (ENOSPC) is fail-stop through ``on_failure`` (default :func:`storage_failed`: a clear message
-    and exit status :data:`EXIT_STORAGE_FAILED`) while the journal on disk is still whole: its header's
-    last-record offset is only moved after a complete entry is in place."""
-
-    on_failure = staticmethod(storage_failed)
-
-    def __init__(self, fileName, *args, **kwargs) -> None:  # noqa: N803 (pysyncobj's name)
-        super().__init__(fileName, *args, **kwargs)
-        missing = [n for n in ("_ResizableFile__mm", "_ResizableFile__f", "_ResizableFile__resizeFactor")
-                   if not hasattr(self, n)]
-        if missing:
-            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: ResizableFile lacks {missing}")
-        self._path = fileName
-        self._reserve(0, self._ResizableFile__mm.size())
-
-    def _reserve(self, start: int, end: int) -> None:
-        if end <= start:
-            return
-        try:
-            os.posix_fallocate(self._ResizableFile__f.fileno(), start, end - start)
-        except OSError as e:
-            type(self).on_failure(f"reserving {end} bytes of disk for the Raft journal {self._path}", e)
-            raise
-
-    def write(self, offset, values) -> None:
-        mm = self._ResizableFile__mm
-        size = len(mm)
-        if offset + len(values) > size:       # grown as pysyncobj would, but reserved on disk first
-            new = max(int(size * self._ResizableFile__resizeFactor), offset + len(values))
-            self._reserve(size, new)
-            mm.resize(new)
-        super().write(offset, values)
-
-
 check_pysyncobj()
-pysyncobj.journal.MetaStorer = _DurableMetaStorer   # every FileJournal created from now on stores durably
-pysyncobj.journal.ResizableFile = _ReservedFile     # ... and reserves its disk space before writing into it
 
 # pysyncobj's failure reasons, grouped by what the caller should do about them.
 QUEUE_FULL_REASONS = frozenset({FAIL_REASON.QUEUE_FULL})

@@ -30,7 +30,6 @@ This module overrides private internals of pysyncobj :data:`PYSYNCOBJ_VERSION` (
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import pickle
@@ -43,107 +42,18 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from photon import fsync_path
+from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
+                         PYSYNCOBJ_VERSION, PysyncobjMismatch, storage_failed,
+                         DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
 
 from millwheel._master_state import MasterState
 
 log = logging.getLogger("millwheel.master.raft")
 
-PYSYNCOBJ_VERSION = "0.3.17"
 JOURNAL_FILE = "raft.journal"
 SNAPSHOT_FILE = "raft.snapshot"
 SNAPSHOT_FORMAT = 1
-EXIT_STORAGE_FAILED = 75
-"""Exit status of a master replica that stopped because its journal, term/vote record or snapshot could
-not be made durable."""
 QUEUE_FULL = FAIL_REASON.QUEUE_FULL
-
-
-class PysyncobjMismatch(RuntimeError):
-    """The installed pysyncobj is not the release whose internals the master overrides."""
-
-
-if _INSTALLED_PYSYNCOBJ != PYSYNCOBJ_VERSION:
-    raise PysyncobjMismatch(f"the MillWheel master needs pysyncobj=={PYSYNCOBJ_VERSION} (it overrides its "
-                            f"private internals), found {_INSTALLED_PYSYNCOBJ}")
-
-
-def storage_failed(what: str, error: BaseException) -> None:
-    """Fail-stop: log why, then exit at once (no cleanup that could acknowledge anything)."""
-    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-    log.critical("master replica: %s failed (%s: %s); exiting (status %d) so that nothing not on disk is "
-                 "ever acknowledged%s", what, type(error).__name__, error, EXIT_STORAGE_FAILED,
-                 "; THE DISK IS FULL" if full else "")
-    for h in logging.getLogger().handlers:
-        try:
-            h.flush()
-        except Exception:
-            pass
-    os._exit(EXIT_STORAGE_FAILED)
-
-
-class _DurableMetaStorer(pysyncobj.journal.MetaStorer):
-    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync."""
-
-    on_failure = staticmethod(storage_failed)
-
-    def getMeta(self):  # noqa: N802 (pysyncobj's name)
-        try:
-            with open(self.getPath(), "rb") as f:
-                return pysyncobj.journal.loads(f.read())
-        except FileNotFoundError:
-            return {}
-
-    def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
-        path = self.getPath()
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(pysyncobj.journal.dumps(meta))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            fsync_path(os.path.dirname(os.path.abspath(path)))
-        except OSError as e:
-            type(self).on_failure(f"writing the Raft term/vote record {path}", e)
-            raise
-
-
-class _ReservedFile(pysyncobj.journal.ResizableFile):
-    """pysyncobj's memory-mapped journal file, its disk blocks reserved before anything is written into
-    the map (a full disk then fails here, with a message, instead of a SIGBUS mid-entry)."""
-
-    on_failure = staticmethod(storage_failed)
-
-    def __init__(self, fileName, *args, **kwargs) -> None:  # noqa: N803 (pysyncobj's name)
-        super().__init__(fileName, *args, **kwargs)
-        missing = [n for n in ("_ResizableFile__mm", "_ResizableFile__f", "_ResizableFile__resizeFactor")
-                   if not hasattr(self, n)]
-        if missing:
-            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: ResizableFile lacks {missing}")
-        self._path = fileName
-        self._reserve(0, self._ResizableFile__mm.size())
-
-    def _reserve(self, start: int, end: int) -> None:
-        if end <= start:
-            return
-        try:
-            os.posix_fallocate(self._ResizableFile__f.fileno(), start, end - start)
-        except OSError as e:
-            type(self).on_failure(f"reserving {end} bytes of disk for the Raft journal {self._path}", e)
-            raise
-
-    def write(self, offset, values) -> None:
-        mm = self._ResizableFile__mm
-        size = len(mm)
-        if offset + len(values) > size:
-            new = max(int(size * self._ResizableFile__resizeFactor), offset + len(values))
-            self._reserve(size, new)
-            mm.resize(new)
-        super().write(offset, values)
-
-
-pysyncobj.journal.MetaStorer = _DurableMetaStorer       # every FileJournal created from now on stores durably
-pysyncobj.journal.ResizableFile = _ReservedFile         # ... and reserves its disk before writing into it
 
 
 class _SyncedJournal:

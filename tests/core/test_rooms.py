@@ -27,9 +27,10 @@ def _sources(room: str):
 # Layers, bottom up. A module may import its own layer's room and any room of a lower layer. ``photon``
 # is the base (every module of the photon package but the launcher layer, ``photon/app``, and the gRPC
 # plumbing the service rooms share, ``photon/rpc``).
-LAYERS = [["photon"], ["photon.rpc"], ["idregistry", "eventstore"], ["joiner"], ["dispatcher"], ["photon.app"]]
-SUB_UNITS = ("app", "rpc")                  # photon's sub-packages that are layers of their own
-SIDE_ROOMS = {"millwheel": ["photon", "photon.rpc"]}      # millwheel stands on the base (and its gRPC plumbing)
+LAYERS = [["photon"], ["photon.rpc", "photon.raft"], ["idregistry", "eventstore"], ["joiner"], ["dispatcher"],
+          ["photon.app"]]
+SUB_UNITS = ("app", "rpc", "raft")          # photon's sub-packages that are layers of their own
+SIDE_ROOMS = {"millwheel": ["photon", "photon.rpc", "photon.raft"]}   # millwheel: the base, its gRPC and Raft plumbing
 SERVICE_ROOMS = ["idregistry", "eventstore", "joiner", "dispatcher", "millwheel"]
 
 

@@ -1,0 +1,131 @@
+"""Durable Raft storage for pysyncobj, shared by every replicated room (the IdRegistry's replicas and the
+MillWheel master): a layer of its own above the base, like :mod:`photon.rpc`, because the base stays free of
+pysyncobj.
+
+pysyncobj keeps its term and vote in a small file it rewrites in place without fsync, and writes its journal
+through a memory map that it grows sparsely. Importing this module installs, once for the process:
+
+* :class:`DurableMetaStorer`: the term/vote/commit-index record written as temp file, fsync, rename, folder
+  fsync; an unreadable record raises (a replica that forgot its vote could vote twice in one term);
+* :class:`ReservedFile`: the journal's disk blocks reserved with ``posix_fallocate`` before any byte of an
+  entry goes into the map (the whole file when opened, every growth before it is used). On a full disk the
+  kernel could otherwise only answer a write into an unallocated page with SIGBUS: the process would die
+  mid-entry with no message. Here it is an ENOSPC while the journal is still whole.
+
+Any failure goes to ``on_failure(what, error)`` (default :func:`storage_failed`: a clear message, exit
+status :data:`EXIT_STORAGE_FAILED`, nothing more acknowledged). It overrides private internals of pysyncobj
+:data:`PYSYNCOBJ_VERSION` (pinned in ``pyproject.toml``) and refuses to load on another version.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+import pysyncobj.journal
+from pysyncobj.version import VERSION as INSTALLED_PYSYNCOBJ
+
+from photon import fsync_path
+
+log = logging.getLogger("photon.raft")
+
+PYSYNCOBJ_VERSION = "0.3.17"
+"""The pysyncobj release whose private names Photon overrides (and ``pyproject.toml`` pins)."""
+EXIT_STORAGE_FAILED = 75
+"""Exit status of a replica that stopped because its journal, term/vote record or snapshot could not be
+made durable."""
+
+__all__ = ["DurableMetaStorer", "EXIT_STORAGE_FAILED", "INSTALLED_PYSYNCOBJ", "PYSYNCOBJ_VERSION",
+           "PysyncobjMismatch", "ReservedFile", "storage_failed"]
+
+
+class PysyncobjMismatch(RuntimeError):
+    """The installed pysyncobj is not the release whose internals Photon overrides."""
+
+
+if INSTALLED_PYSYNCOBJ != PYSYNCOBJ_VERSION:
+    raise PysyncobjMismatch(f"Photon's replicated parts need pysyncobj=={PYSYNCOBJ_VERSION} (they override its "
+                            f"private internals), found {INSTALLED_PYSYNCOBJ}: install the pinned version")
+
+
+def storage_failed(what: str, error: BaseException) -> None:
+    """Fail-stop: log why, then exit at once (no cleanup that could acknowledge anything)."""
+    full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    log.critical("replica: %s failed (%s: %s); exiting (status %d) so that nothing not on disk is ever "
+                 "acknowledged; %s", what, type(error).__name__, error, EXIT_STORAGE_FAILED,
+                 "THE DISK IS FULL: this replica stays out of its group (the others keep the majority) and "
+                 "comes back, journal intact, once space is freed" if full else
+                 "the supervisor restarts this replica")
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:
+            pass
+    os._exit(EXIT_STORAGE_FAILED)
+
+
+class DurableMetaStorer(pysyncobj.journal.MetaStorer):
+    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync."""
+
+    on_failure = staticmethod(storage_failed)
+
+    def getMeta(self):  # noqa: N802 (pysyncobj's name)
+        """The stored record; {} when there is none yet. Unlike pysyncobj's, an unreadable record raises
+        and the file is closed."""
+        try:
+            with open(self.getPath(), "rb") as f:
+                return pysyncobj.journal.loads(f.read())
+        except FileNotFoundError:
+            return {}
+
+    def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
+        path = self.getPath()
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(pysyncobj.journal.dumps(meta))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_path(os.path.dirname(os.path.abspath(path)))
+        except OSError as e:
+            type(self).on_failure(f"writing the Raft term/vote record {path}", e)
+            raise
+
+
+class ReservedFile(pysyncobj.journal.ResizableFile):
+    """pysyncobj's memory-mapped journal file, its disk blocks reserved before anything is written into the
+    map (see the module docstring); its header's last-record offset only moves after a whole entry."""
+
+    on_failure = staticmethod(storage_failed)
+
+    def __init__(self, fileName, *args, **kwargs) -> None:  # noqa: N803 (pysyncobj's name)
+        super().__init__(fileName, *args, **kwargs)
+        missing = [n for n in ("_ResizableFile__mm", "_ResizableFile__f", "_ResizableFile__resizeFactor")
+                   if not hasattr(self, n)]
+        if missing:
+            raise PysyncobjMismatch(f"pysyncobj {INSTALLED_PYSYNCOBJ}: ResizableFile lacks {missing}")
+        self._path = fileName
+        self._reserve(0, self._ResizableFile__mm.size())
+
+    def _reserve(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        try:
+            os.posix_fallocate(self._ResizableFile__f.fileno(), start, end - start)
+        except OSError as e:
+            type(self).on_failure(f"reserving {end} bytes of disk for the Raft journal {self._path}", e)
+            raise
+
+    def write(self, offset, values) -> None:
+        mm = self._ResizableFile__mm
+        size = len(mm)
+        if offset + len(values) > size:       # grown as pysyncobj would, but reserved on disk first
+            new = max(int(size * self._ResizableFile__resizeFactor), offset + len(values))
+            self._reserve(size, new)
+            mm.resize(new)
+        super().write(offset, values)
+
+
+pysyncobj.journal.MetaStorer = DurableMetaStorer    # every FileJournal created from now on stores durably
+pysyncobj.journal.ResizableFile = ReservedFile      # ... and reserves its disk space before writing into it
