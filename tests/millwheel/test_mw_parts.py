@@ -11,7 +11,7 @@ from millwheel import (END_OF_TIME, FileInjector, JoinedInjector, ListInjector, 
                        RuntimeConfig, Topology, TopologyError)
 from millwheel._bloom import BloomFilter
 from millwheel._model import Delivery, Record
-from millwheel._worker import StateCache
+from millwheel._interval import StateCache
 from mw_helpers import BASE_US, joined_event
 from photon import id_timestamp_us, wait_until
 
