@@ -31,7 +31,7 @@ from millwheel._bloom import BloomFilter
 from millwheel._model import WALL, WATERMARK, Delivery, Record
 from millwheel._routing import encode
 from millwheel._runner import KeyResult
-from millwheel._store import KEEP, StoredProduction, Write
+from millwheel._store import KEEP, Write
 from millwheel._watermarks import NO_WATERMARK, TimestampBag, WatermarkReported, interval_low
 
 MIN_BLOOM_CAPACITY = 1024
@@ -317,7 +317,7 @@ class IntervalCore:
         self._weak: list[_Run] = []             # weak productions sent, checkpoint not written yet
         self._commits: dict[int, _Run | None] = {}
         self._next_id = 1
-        self._reported: tuple[int, int] | None = None
+        self._reported: tuple | None = None
         self.cache.clear()
 
     # ------------------------------------------------------------ the one way in
@@ -344,6 +344,11 @@ class IntervalCore:
             if heap and heap[0][0] <= bound:
                 return True
         return False
+
+    def wants_step(self, now_us: int) -> bool:
+        """Something would happen at :class:`TimePassed` with no new records: records wait for their key,
+        weak checkpoints wait, or a timer is due."""
+        return bool(self._incoming or self._weak) or self.has_due(now_us)
 
     @property
     def weak_waiting(self) -> bool:
@@ -572,10 +577,10 @@ class IntervalCore:
         if timer is not None and (oldest is None or timer < oldest):
             oldest = timer
         low = interval_low(oldest, self.input_wm)
-        if (low, self.input_wm) != self._reported:
-            self._reported = (low, self.input_wm)
+        if (low, self.input_wm, oldest) != self._reported:
+            self._reported = (low, self.input_wm, oldest)
             out.append(ReportWatermark(WatermarkReported(self.name, self.interval, self.sequencer, low,
-                                                         self.input_wm)))
+                                                         self.input_wm, oldest)))
 
     def _new_id(self) -> int:
         n = self._next_id

@@ -110,14 +110,19 @@ class WatermarkReported:
     sequencer: int
     low_us: int
     input_us: int | None = None
+    oldest_us: int | None = None
+    """The interval's oldest work itself (``None``: none), which tells the authority when the interval
+    will have something to do as its input rises (see :attr:`WatermarksPublished.settled`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class WatermarksPublished:
     """What the authority publishes: every computation's and injector's low watermark (``lows``), the
     input watermark each computation's consumers will compute from them (``inputs``), and whether the
-    reports are *settled*: every interval has reported, each with the input now published, so nothing
-    more will move until some work changes."""
+    reports are *settled*: every interval has reported, and once the current reports have propagated
+    (each consumer reporting again with its new input) no interval's oldest work would fall at or below
+    its input unless it already does with the input it used. Then no watermark timer is about to become
+    due: a runtime whose records are all acked may call itself idle."""
     lows: Mapping[str, int]
     inputs: Mapping[str, int]
     settled: bool
@@ -135,7 +140,7 @@ class WatermarkAuthority:
     """The low watermark authority (paper §7.2): a pure object, reports in, publications out.
 
     Per name (computation or injector) it keeps an *interval map*: interval → (sequencer, last value,
-    input used). Lifecycle: :meth:`restore` the last persisted watermarks (optional, once), then any
+    input used, oldest work). Lifecycle: :meth:`restore` the last persisted watermarks (optional, once), then any
     sequence of :meth:`handle` (:class:`IntervalAssigned`, :class:`WatermarkReported`) and
     :meth:`publish`.
 
@@ -149,7 +154,7 @@ class WatermarkAuthority:
     """
 
     def __init__(self) -> None:
-        self._intervals: dict[str, dict[Hashable, list]] = {}   # name -> interval -> [seq, low, input]
+        self._intervals: dict[str, dict[Hashable, list]] = {}   # name -> interval -> [seq, low, input, oldest]
         self._published: dict[str, int] = {}
         self._accepted = self._stale = 0
 
@@ -164,7 +169,8 @@ class WatermarkAuthority:
             if kind is WatermarkReported:
                 self._on_report(ev)
             elif kind is IntervalAssigned:
-                entry = self._intervals.setdefault(ev.name, {}).setdefault(ev.interval, [ev.sequencer, None, None])
+                intervals = self._intervals.setdefault(ev.name, {})
+                entry = intervals.setdefault(ev.interval, [ev.sequencer, None, None, None])
                 entry[0] = max(entry[0], ev.sequencer)
             else:
                 raise TypeError(f"WatermarkAuthority cannot handle {ev!r}")
@@ -172,11 +178,11 @@ class WatermarkAuthority:
     def _on_report(self, ev: WatermarkReported) -> None:
         entry = self._intervals.setdefault(ev.name, {}).get(ev.interval)
         if entry is None:
-            entry = self._intervals[ev.name][ev.interval] = [ev.sequencer, None, None]
+            entry = self._intervals[ev.name][ev.interval] = [ev.sequencer, None, None, None]
         if ev.sequencer < entry[0]:
             self._stale += 1
             return
-        entry[0], entry[1], entry[2] = ev.sequencer, ev.low_us, ev.input_us
+        entry[0], entry[1], entry[2], entry[3] = ev.sequencer, ev.low_us, ev.input_us, ev.oldest_us
         self._accepted += 1
 
     def publish(self, producers: Mapping[str, Iterable[str]]) -> WatermarksPublished:
@@ -191,15 +197,38 @@ class WatermarkAuthority:
             else:
                 pub[name] = prev
         inputs = {c: input_watermark(ps, pub) for c, ps in producers.items()}
-        return WatermarksPublished(dict(pub), inputs, self._settled(inputs))
+        return WatermarksPublished(dict(pub), inputs, self._settled(producers))
 
-    def _settled(self, inputs: Mapping[str, int]) -> bool:
+    def _settled(self, producers: Mapping[str, Iterable[str]]) -> bool:
+        eventual = self._eventual_inputs(producers)
         for name, intervals in self._intervals.items():
-            want = inputs.get(name)
-            for _, low, used in intervals.values():
-                if low is None or (want is not None and used != want):
+            want = eventual.get(name)
+            for _, low, used, oldest in intervals.values():
+                if low is None:
+                    return False
+                if want is not None and used != want and oldest is not None and oldest <= want:
                     return False
         return True
+
+    def _eventual_inputs(self, producers: Mapping[str, Iterable[str]]) -> dict[str, int]:
+        """Each computation's input once the current reports have propagated: from the published values,
+        raise every computation to min(its oldest reported work, its input) until nothing moves (a
+        cycle stays where it is, as it does when published)."""
+        low = dict(self._published)
+        names = [n for n in producers if n in self._intervals]
+        oldest = {}
+        for n in names:
+            values = [e[3] for e in self._intervals[n].values() if e[3] is not None]
+            oldest[n] = min(values) if values else None
+        for _ in range(len(names) + 2):
+            changed = False
+            for n in names:
+                value = max(low.get(n, NO_WATERMARK), interval_low(oldest[n], input_watermark(producers[n], low)))
+                if value != low.get(n):
+                    low[n], changed = value, True
+            if not changed:
+                break
+        return {c: input_watermark(ps, low) for c, ps in producers.items()}
 
     def sequencer(self, name: str, interval: Hashable) -> int | None:
         entry = self._intervals.get(name, {}).get(interval)

@@ -66,10 +66,13 @@ class Worker:
         self.busy = False
         self._deferred: list = []
         self._lows: dict[str, int] = {}
+        self._inputs: dict[str, int] = {}          # each computation's input watermark (min over producers)
+        self._dirty: set[IntervalCore] = set()     # cores whose low watermark may have changed
         self.counters: dict[str, Counter] = {}
         self.dedup_store_lookups = 0
         self._count_lock = threading.Lock()
         self._sends: list[Delivery] = []
+        self._acks: list[Delivery] = []
         self.thread = threading.Thread(target=self._main, name=f"millwheel-worker-{index}", daemon=True)
 
     # ---- ownership and recovery ---------------------------------------------------------------
@@ -91,6 +94,7 @@ class Worker:
             core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
             cores[i] = core
         with self._lock:  # before the replay: acks of replayed productions come back here
+            self._inputs.pop(spec.name, None)   # computed again at the next step, with its producers
             comp.cores.update(cores)
             self.comps[spec.name] = comp
         now = self.clock.now_us()
@@ -108,7 +112,7 @@ class Worker:
         for i in intervals:
             core = comp.cores.pop(i, None) if comp else None
             if core is not None:
-                self._execute(core, core.handle(IntervalRevoked()), self.clock.now_us(), [], [])
+                self._execute(core, core.handle(IntervalRevoked()), self.clock.now_us(), [])
 
     def start(self) -> None:
         self.thread.start()
@@ -133,24 +137,33 @@ class Worker:
             work = self._deferred + [i for i in items if isinstance(i, (Delivery, Done))]
             with self.tracker.producing(self.clock.now_us) as now:  # until its productions are registered
                 self._batch(work, comps, now)
-            self._report_watermarks(comps)
+            self._report_watermarks()
         finally:
             self.busy = False
 
     def _control(self, items: list, comps: list[_Comp]) -> None:
+        lows = None
         for item in items:
             if isinstance(item, LowWatermarks):
-                self._lows = dict(item.lows)
+                lows = item.lows
             elif isinstance(item, RaiseFloors):
                 comp = self.comps.get(item.consumer)
                 for core in (comp.cores.values() if comp else ()):
                     core.handle(FloorsRaised(item.floors))
                 self._report.put_many([FloorsRaisedReply(item.round, item.consumer, self.index)])
+        if lows is not None:
+            self._lows = dict(lows)
+        if lows is None and all(c.spec.name in self._inputs for c in comps):
+            return
         producers = self.topology.producers()
         for comp in comps:
-            wm = input_watermark(producers.get(comp.spec.name, ()), self._lows)
-            for core in comp.cores.values():
-                core.handle(InputWatermarkAdvanced(wm))
+            name = comp.spec.name
+            wm = input_watermark(producers.get(name, ()), self._lows)
+            if self._inputs.get(name) != wm:
+                self._inputs[name] = wm
+                for core in comp.cores.values():
+                    core.handle(InputWatermarkAdvanced(wm))
+                    self._dirty.add(core)
 
     def _batch(self, items: list, comps: list[_Comp], now: int) -> None:
         by_core: dict[tuple[str, int], list] = {}
@@ -160,10 +173,19 @@ class Worker:
             elif isinstance(item, Done):
                 by_core.setdefault((item.sender, item.interval), []).append(item)
         commits: list[tuple[IntervalCore, Commit]] = []
+        runs: list[tuple[IntervalCore, RunUserCode]] = []
         for comp in comps:
             for interval, core in list(comp.cores.items()):
-                events = self._events(core, by_core.pop((comp.spec.name, interval), []), now)
-                self._execute(core, core.handle(*events), now, commits, [])
+                mine = by_core.pop((comp.spec.name, interval), None)
+                if mine is None and not core.wants_step(now):
+                    continue
+                self._dirty.add(core)
+                self._execute(core, core.handle(*self._events(core, mine or [], now)), now, commits, runs=runs)
+        for core, ran in self._run_user_code(runs):
+            self._execute(core, core.handle(ran), now, commits)
+            if core.weak_waiting:  # weak productions just sent may be acked already (or there are none)
+                unacked = self.tracker.unacked(core.pending_weak_ids())
+                self._execute(core, core.handle(AcksObserved(unacked, now)), now, commits)
         self._commit(commits, now)
         # records for intervals this worker does not hold (yet): keep them for the next step
         self._deferred = [i for items in by_core.values() for i in items]
@@ -182,26 +204,35 @@ class Worker:
         return events
 
     def _commit(self, commits: list, now: int) -> None:
+        """One transaction for every core's checkpoints; then, for all of them: register the strong
+        productions, ack the senders, send."""
         if not commits:
             return
         try:
             self.store.commit([w for _, c in commits for w in c.writes])
         except StaleSequencer:
             for core, c in commits:
-                self._execute(core, core.handle(CommitRefused(c.commit_id)), now, [], [])
+                self._execute(core, core.handle(CommitRefused(c.commit_id)), now, [])
             raise
         for core, c in commits:
-            self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [], [])
+            self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [])
+        acks, self._acks = self._acks, []
+        self.tracker.acked(acks)
         sends, self._sends = self._sends, []
         self.tracker.send(sends)
 
-    def _execute(self, core: IntervalCore, commands: list, now: int, commits: list, reports: list) -> None:
-        """Carry out a core's commands in order (some are answered at once with a new event)."""
+    def _execute(self, core: IntervalCore, commands: list, now: int, commits: list, reports: list | None = None,
+                 runs: list | None = None) -> None:
+        """Carry out a core's commands in order. :class:`RunUserCode` goes to ``runs`` (the step runs them
+        together, sharing the store reads), :class:`Commit` to ``commits`` (one transaction), acks and
+        strong sends wait for the end of the commit."""
         tracker, cfg = self.tracker, self.config
         for cmd in commands:
             kind = type(cmd)
             if kind is RunUserCode:
-                self._execute(core, core.handle(self._run_user_code(cmd)), now, commits, reports)
+                if runs is None:
+                    raise RuntimeError(f"{core.name} interval {core.interval}: a run outside a step")
+                runs.append((core, cmd))
             elif kind is Commit:
                 commits.append((core, cmd))
             elif kind is SendProductions:
@@ -209,11 +240,11 @@ class Worker:
                                                                              cmd.productions, cmd.stored),
                                        now, cfg.retry_delay_us)
                 if cmd.stored:
-                    self._sends.extend(out)   # after the acks that follow
+                    self._sends.extend(out)   # after the acks
                 else:
                     tracker.send(out)         # weak: before anything is persisted
             elif kind is AckDeliveries:
-                tracker.acked(cmd.deliveries)
+                self._acks.extend(cmd.deliveries)
             elif kind is MarkStored:
                 tracker.mark_stored(cmd.computation, cmd.interval, cmd.ids)
             elif kind is CountResults:
@@ -234,24 +265,38 @@ class Worker:
             else:
                 raise TypeError(f"worker cannot carry out {cmd!r}")
 
-    def _run_user_code(self, cmd: RunUserCode) -> UserCodeRan:
-        comp = self.comps[cmd.computation]
-        dups = set(cmd.duplicates)
-        if cmd.lookup_ids:
-            self.dedup_store_lookups += len(cmd.lookup_ids)
-            dups |= self.store.seen(cmd.computation, cmd.lookup_ids)
-        found = self.store.read_states(cmd.computation, cmd.read_states) if cmd.read_states else {}
-        produces = comp.spec.produces
-        results = []
-        for w in cmd.keys:
-            state = found.get(w.key) if w.read else w.state
-            inp = KeyInput(cmd.computation, w.key, w.records, state, w.timers, dups, cmd.input_watermark_us,
-                           cmd.now_us, produces)
-            results.append(run_key(comp.computation, inp))
-        return UserCodeRan(cmd.run_id, results, {k: found.get(k) for k in cmd.read_states}, cmd.now_us)
+    def _run_user_code(self, runs: list) -> list:
+        """Carry out the step's :class:`RunUserCode` commands: per computation one dedup lookup and one
+        state read in the store, then user code key by key. Returns ``(core, UserCodeRan)`` pairs."""
+        found: dict[str, tuple[set, dict]] = {}
+        for name in {cmd.computation for _, cmd in runs}:
+            ids = [i for _, cmd in runs if cmd.computation == name for i in cmd.lookup_ids]
+            keys = [k for _, cmd in runs if cmd.computation == name for k in cmd.read_states]
+            if ids:
+                self.dedup_store_lookups += len(ids)
+            found[name] = (self.store.seen(name, ids) if ids else set(),
+                           self.store.read_states(name, keys) if keys else {})
+        out = []
+        for core, cmd in runs:
+            comp = self.comps[cmd.computation]
+            seen, states = found[cmd.computation]
+            dups = set(cmd.duplicates) | seen if seen else set(cmd.duplicates)
+            results = []
+            for w in cmd.keys:
+                inp = KeyInput(cmd.computation, w.key, w.records, states.get(w.key) if w.read else w.state,
+                               w.timers, dups, cmd.input_watermark_us, cmd.now_us, comp.spec.produces)
+                results.append(run_key(comp.computation, inp))
+            out.append((core, UserCodeRan(cmd.run_id, results, {k: states.get(k) for k in cmd.read_states},
+                                          cmd.now_us)))
+        return out
 
-    def _report_watermarks(self, comps: list[_Comp]) -> None:
-        cores = [core for comp in comps for core in comp.cores.values()]
+    def _report_watermarks(self) -> None:
+        """Report the low watermark of every interval touched since the last report (a core reports only
+        a changed value). An interval's work changes only through this worker: records it received or
+        committed, and acks of its productions (:class:`Done`, or weak ones it polls)."""
+        cores, self._dirty = [c for c in self._dirty if c.held], set()
+        if not cores:
+            return
         oldest = self.tracker.oldest([(c.name, c.interval) for c in cores])  # after this step's changes
         reports: list = []
         for core, value in zip(cores, oldest):
