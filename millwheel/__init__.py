@@ -1,5 +1,5 @@
 """MillWheel: keyed computations with per-key persistent state, timers, low watermarks and exactly-once
-delivery (MillWheel paper §3-§6), on one machine with several worker threads.
+delivery (MillWheel paper §3-§7), on one machine with several worker threads.
 
 Write a :class:`Computation`, wire it into a :class:`Topology` with injectors, run it with
 :class:`Runtime` (or :func:`serve`). See docs/millwheel.md.

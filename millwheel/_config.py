@@ -35,9 +35,11 @@ class RuntimeConfig:
     tick_us: int = 5_000
     """How often watermarks are recomputed and due timers looked for when nothing else happens."""
     cache_keys: int = 100_000
-    """Per-worker state cache size in keys."""
+    """Per-worker state cache size in keys, for each computation, split evenly over the intervals the worker
+    holds (each interval core keeps its own cache)."""
     bloom_capacity: int = 1_000_000
-    """Ids per dedup Bloom filter before it is rebuilt from the store."""
+    """Ids per computation's dedup Bloom filters, split evenly over its intervals (one filter per interval,
+    at least 1024 ids); a full filter is rebuilt from the store."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

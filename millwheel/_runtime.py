@@ -1,5 +1,15 @@
-"""The runtime: a whole topology in one process, with worker threads, injector threads and one
-coordinator thread (watermarks, retries, dedup garbage collection).
+"""The runtime: a whole topology in one process, made of the same parts a distributed deployment has.
+
+* Workers (``_worker.py``), each a thread holding key intervals, one pure :class:`IntervalCore` per
+  (computation, interval). Which worker holds an interval is the :class:`Placement`'s answer (here
+  :class:`ModuloPlacement`; a master replaces it).
+* Injector threads (``_injector_shell.py``).
+* One coordinator thread: the low watermark authority (:class:`WatermarkAuthority`, fed by the
+  workers' and injectors' reports, publishing to the workers), retries over a lossy transport, and dedup
+  garbage collection (floors go to the workers as :class:`RaiseFloors`; ids are deleted once every
+  worker holding the consumer has answered).
+
+They talk through inboxes (messages), the store and the tracker; none reaches into another's state.
 
 Lifecycle: ``Runtime(topology, config)`` → :meth:`Runtime.start` (claims every key interval, which
 fences any older writer; loads timers and dedup ids; replays stored productions; restores injector
@@ -15,18 +25,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import mmh3
-import orjson
-
 from photon import Clock, SystemClock
 
 from millwheel._config import RuntimeConfig
-from millwheel._injectors import Injector
-from millwheel._model import Computation, Delivery, Production, Record
-from millwheel._store import Store, StoredProduction, Write, open_store
+from millwheel._injector_shell import InjectorShell
+from millwheel._messages import FloorsRaised, LowWatermarks, RaiseFloors, WatermarksReported
+from millwheel._model import Computation
+from millwheel._routing import ModuloPlacement, Placement, Router
+from millwheel._store import Store, open_store
 from millwheel._topology import Topology
-from millwheel._transport import Done, Inbox, LocalTransport, Tracker, Transport
-from millwheel._watermarks import compute_watermarks
+from millwheel._transport import Inbox, LocalTransport, Tracker, Transport
+from millwheel._watermarks import IntervalAssigned, WatermarkAuthority
 from millwheel._worker import Worker
 
 
@@ -50,149 +59,55 @@ class RuntimeStatistics:
     injected: int
 
 
-class InjectorShell:
-    """Runs one injector: poll, commit position + records as strong productions, send, repeat."""
-
-    def __init__(self, rt: "Runtime", name: str, injector: Injector) -> None:
-        self.rt, self.name, self.injector = rt, name, injector
-        self.inbox = Inbox()
-        self.estimate = 0
-        self.caught_up = False
-        self.busy = False
-        self.injected = 0
-        self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
-
-    def prepare(self) -> None:
-        rt = self.rt
-        self.seq = rt.store.claim(self.name, 0)
-        raw = rt.store.read_states(self.name, [""]).get("")
-        saved = orjson.loads(raw) if raw is not None else {}
-        self.injector.restore(saved.get("position"))
-        self.estimate = int(saved.get("estimate", 0))
-        self._n = 0
-        rt.replay(self.name, 0, rt.store.pending_productions(self.name, 0))
-
-    def _main(self) -> None:
-        try:
-            while not self.rt.stopping.is_set():
-                self._step()
-        except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
-            self.rt.fail(e)
-        finally:
-            self.injector.close()
-
-    def _step(self) -> None:
-        rt, cfg = self.rt, self.rt.config
-        items = self.inbox.take(1 << 30, 0)
-        done = [pid for item in items if isinstance(item, Done) for pid in item.ids]
-        if rt.tracker.outstanding_count(self.name) >= cfg.max_in_flight:
-            if done:
-                rt.store.commit([Write(self.name, 0, self.seq, productions_done=done)])
-            self.inbox.take(0, cfg.tick_us / 1e6)
-            return
-        self.busy = True
-        try:
-            with rt.tracker.producing(rt.clock.now_us) as now:
-                prods = self._inject(now, done)
-        finally:
-            self.busy = False
-        if not prods:
-            self.inbox.take(0, max(cfg.tick_us, 20_000) / 1e6)
-
-    def _inject(self, now: int, done: list[str]) -> list[StoredProduction]:
-        rt, cfg = self.rt, self.rt.config
-        poll = self.injector.poll(cfg.injector_batch, now)
-        stream = rt.topology.injectors[self.name].produces
-        prods = []
-        for key, value, ts in poll.records:
-            self._n += 1
-            prods.append(StoredProduction(f"{self.name}/{self.seq}/{self._n}", stream, str(key),
-                                          orjson.dumps(value), int(ts), now))
-        writes = [Write(self.name, 0, self.seq, productions_done=done)] if done else []
-        if prods:
-            state = orjson.dumps({"position": poll.position, "estimate": max(self.estimate, poll.watermark_us)})
-            writes.append(Write(self.name, 0, self.seq, key="", state=state, productions=prods))
-        rt.store.commit(writes)
-        out = rt.tracker.register(self.name, [(p, 0, True, rt.route(p, self.name)) for p in prods], now,
-                                  cfg.retry_delay_us)
-        rt.tracker.send(out)
-        self.injected += len(prods)
-        self.estimate = max(self.estimate, poll.watermark_us)
-        self.caught_up = poll.caught_up and not prods
-        return prods
-
-
 class Runtime:
     """Runs a topology; see the module docstring for the lifecycle."""
 
     def __init__(self, topology: Topology, config: RuntimeConfig | None = None, clock: Clock | None = None,
-                 store: Store | None = None, transport: Transport | None = None) -> None:
+                 store: Store | None = None, transport: Transport | None = None,
+                 placement: Placement | None = None) -> None:
         self.topology = topology
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
         self.store = store or open_store(self.config.store)
-        self.workers = [Worker(i, self) for i in range(self.config.threads)]
+        self.placement = placement or ModuloPlacement(self.config.threads, self.config.intervals)
+        self.router = Router(topology.consumers_of, self.config.intervals)
         self.transport = transport or LocalTransport()
         self.transport.bind(self._consumer_inbox)
         self.tracker = Tracker(self.transport, self._owner_inbox)
+        self.stopping = threading.Event()
+        self._inbox = Inbox()                 # the coordinator's: watermark reports, floor answers
+        self.workers = [Worker(i, config=self.config, clock=self.clock, store=self.store, tracker=self.tracker,
+                               router=self.router, topology=topology, report=self._inbox,
+                               stopping=self.stopping, fail=self.fail)
+                        for i in range(self.config.threads)]
         self.injectors: dict[str, InjectorShell] = {}
+        self.authority = WatermarkAuthority()
+        self._auth_lock = threading.Lock()
         self.low_watermarks: dict[str, int] = {}
         self.input_watermarks: dict[str, int] = {}
-        self.stopping = threading.Event()
+        self._settled = False
+        self._coordinating = False
         self.error: BaseException | None = None
         self.counters: Counter = Counter()
-        self._count_lock = threading.Lock()
-        self._per_comp: dict[str, Counter] = {}
+        self._gc_round = 0
+        self._gc_pending: tuple[int, dict, set] | None = None
         self._generation = 0
         self._gen_cond = threading.Condition()
         self._coordinator = threading.Thread(target=self._coordinate, name="millwheel-coordinator", daemon=True)
         self._started = False
 
-    # ---- wiring used by the shells ------------------------------------------------------------
+    # ---- wiring ------------------------------------------------------------------------------------
     def interval_of(self, key: str) -> int:
-        return mmh3.hash(key, signed=False) % self.config.intervals
+        return self.router.interval_of(key)
 
     def _consumer_inbox(self, consumer: str, interval: int) -> Inbox:
-        return self.workers[interval % len(self.workers)].inbox
+        return self.workers[self.placement.owner(consumer, interval)].inbox
 
     def _owner_inbox(self, sender: str, interval: int) -> Inbox:
-        if sender in self.injectors:
-            return self.injectors[sender].inbox
-        return self.workers[interval % len(self.workers)].inbox
-
-    def encode(self, p: Production) -> StoredProduction:
-        pid = f"{p.sender}:{mmh3.hash_bytes(p.id).hex()}"
-        return StoredProduction(pid, p.stream, p.key, orjson.dumps(p.value), p.timestamp_us, p.produced_at_us)
-
-    def route(self, p: StoredProduction, sender: str) -> list[Delivery]:
-        """One delivery per consumer of the stream, keyed by that consumer's key extractor."""
-        consumers = self.topology.consumers_of(p.stream)
-        out = []
-        for consumer, extract in consumers:
-            value = orjson.loads(p.value)
-            rec = Record(p.key, value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
-            key = extract(rec)
-            if key != rec.key:
-                rec = Record(str(key), value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
-            out.append(Delivery(consumer, self.interval_of(rec.key), rec))
-        return out
-
-    def replay(self, sender: str, interval: int, prods: list[StoredProduction]) -> None:
-        """Send stored productions again after a restart; consumers drop the ones they committed."""
-        now = self.clock.now_us()
-        out = self.tracker.register(sender, [(p, interval, True, self.route(p, sender)) for p in prods], now,
-                                    self.config.retry_delay_us)
-        self.tracker.send(out)
-        self.counters["replayed"] += len(prods)
-
-    def count(self, name: str, results) -> None:
-        with self._count_lock:
-            c = self._per_comp.setdefault(name, Counter())
-            for res in results:
-                c["records"] += res.records_processed
-                c["duplicates"] += res.duplicates_dropped
-                c["late"] += res.late_records
-                c["timers"] += len(res.fired)
+        shell = self.injectors.get(sender)
+        if shell is not None:
+            return shell.inbox
+        return self.workers[self.placement.owner(sender, interval)].inbox
 
     def fail(self, error: BaseException) -> None:
         if self.error is None:
@@ -203,6 +118,7 @@ class Runtime:
     def _wake_all(self) -> None:
         with self._gen_cond:
             self._gen_cond.notify_all()
+        self._inbox.wake()
         for w in self.workers:
             w.inbox.wake()
         for s in self.injectors.values():
@@ -210,14 +126,18 @@ class Runtime:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self) -> "Runtime":
-        self.low_watermarks = self.store.read_watermarks()
+        self.authority.restore(self.store.read_watermarks())
         for name in list(self.topology.computations):
-            self._own(name)
+            self._grant(name)
         for name, spec in self.topology.injectors.items():
-            shell = InjectorShell(self, name, spec.factory())
+            shell = InjectorShell(name, spec.factory(), spec.produces, config=self.config, clock=self.clock,
+                                  store=self.store, tracker=self.tracker, router=self.router, report=self._inbox,
+                                  stopping=self.stopping, fail=self.fail)
             self.injectors[name] = shell
-            shell.prepare()
-        self._recompute()
+            seq = shell.prepare()
+            with self._auth_lock:
+                self.authority.handle(IntervalAssigned(name, 0, seq))
+        self._publish()
         self._coordinator.start()
         for w in self.workers:
             w.start()
@@ -226,16 +146,22 @@ class Runtime:
         self._started = True
         return self
 
-    def _own(self, name: str) -> None:
-        n = len(self.workers)
+    def _grant(self, name: str) -> None:
+        """Give every worker the intervals of ``name`` the placement says are its own."""
+        spec = self.topology.computations[name]
         for w in self.workers:
-            w.own(name, [i for i in range(self.config.intervals) if i % n == w.index])
+            intervals = self.placement.intervals_of(name, w.index)
+            if not intervals:
+                continue
+            seqs = w.grant(spec, intervals)
+            with self._auth_lock:
+                self.authority.handle(*(IntervalAssigned(name, i, seq) for i, seq in seqs.items()))
 
     def add_computation(self, name: str, computation: Computation, consumes: Any = (),
                         produces: Any = ()) -> None:
         """Add a computation to the running topology: it receives what is produced from now on."""
         self.topology.add_computation(name, computation, consumes, produces)
-        self._own(name)
+        self._grant(name)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -257,63 +183,101 @@ class Runtime:
         self.stop()
 
     # ---- the coordinator -------------------------------------------------------------------------
-    def _recompute(self) -> None:
-        estimates = {name: s.estimate for name, s in self.injectors.items()}
-        inputs, lows = compute_watermarks(self.topology.producers(), self.tracker.oldest(), estimates,
-                                          self.low_watermarks)
-        changed = inputs != self.input_watermarks
-        self.input_watermarks, self.low_watermarks = inputs, lows
-        if changed:
-            for w in self.workers:
-                w.inbox.wake()
-
     def _coordinate(self) -> None:
-        cfg = self.config
-        last_gc = time.monotonic()
+        """Every tick: take the reports and answers that came in, publish watermarks, retry, collect.
+        (Publishing once per tick, not per report, keeps the watermark traffic off the record path.)"""
+        last_gc = self.clock.now_us()
         try:
-            while not self.stopping.wait(cfg.tick_us / 1e6):
-                self._recompute()
-                if self.transport.may_lose:
-                    self.tracker.due_retries(self.clock.now_us())
-                if time.monotonic() - last_gc >= cfg.gc_interval_us / 1e6:
-                    last_gc = time.monotonic()
-                    self.store.save_watermarks(self.low_watermarks)
-                    self._gc_dedup()
+            while not self.stopping.wait(self.config.tick_us / 1e6):
+                self._coordinating = True
+                try:
+                    self._on_messages(self._inbox.take(1 << 30, 0))
+                    self._publish()
+                    now = self.clock.now_us()
+                    if self.transport.may_lose:
+                        self.tracker.due_retries(now)
+                    if now - last_gc >= self.config.gc_interval_us:
+                        last_gc = now
+                        self.store.save_watermarks(self.low_watermarks)
+                        self._start_gc()
+                finally:
+                    self._coordinating = False
                 with self._gen_cond:
                     self._generation += 1
                     self._gen_cond.notify_all()
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
-    def _gc_dedup(self) -> None:
-        """Forget dedup ids no sender can retry: older than each sender's oldest unacked production, and
-        older than the retention."""
+    def _on_messages(self, items: list) -> None:
+        reports = [r for m in items if isinstance(m, WatermarksReported) for r in m.reports]
+        if reports:
+            with self._auth_lock:
+                self.authority.handle(*reports)
+        for m in items:
+            if isinstance(m, FloorsRaised):
+                self._floors_raised(m)
+
+    def _publish(self) -> None:
+        """Publish the authority's watermarks: to the workers first (their inboxes are in order, so a
+        worker sees a watermark before any record sent after it was observable here), then here."""
+        with self._auth_lock:
+            pub = self.authority.publish(self.topology.producers())
+        if pub.inputs != self.input_watermarks:   # what some consumer's input is made of has changed
+            msg = LowWatermarks(pub.lows)
+            for w in self.workers:
+                w.inbox.put_many([msg])
+        self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
+        self._settled = pub.settled
+
+    def _start_gc(self) -> None:
+        """Begin a dedup garbage collection round (unless one is still waiting for answers): send each
+        consumer's floors to the workers holding its intervals."""
+        if self._gc_pending is not None:
+            return
         now = self.clock.now_us()      # read before the snapshot: a step that starts later stamps later
         oldest, producing = self.tracker.oldest_produced_at()
-        if producing is not None:
-            now = min(now, producing)
-        senders = list(self.topology.computations) + list(self.topology.injectors)
-        for consumer in list(self.topology.computations):
-            for sender in senders:
-                floor = min(oldest.get(sender, now), now) - self.config.dedup_retention_us
-                if floor <= 0:
-                    continue
-                for w in self.workers:  # workers drop repeats below the floor before rows go
-                    cs = w.comps.get(consumer)
-                    if cs is not None:
-                        cs.floors[sender] = max(floor, cs.floors.get(sender, 0))
+        floors = dedup_floors(list(self.topology.computations),
+                              list(self.topology.computations) + list(self.injectors),
+                              oldest, now if producing is None else min(now, producing),
+                              self.config.dedup_retention_us)
+        if not floors:
+            return
+        self._gc_round += 1
+        waiting = set()
+        for consumer, fl in floors.items():
+            for w in self.workers:
+                if self.placement.intervals_of(consumer, w.index):
+                    waiting.add((w.index, consumer))
+                    w.inbox.put_many([RaiseFloors(self._gc_round, consumer, fl)])
+        self._gc_pending = (self._gc_round, floors, waiting)
+
+    def _floors_raised(self, m: FloorsRaised) -> None:
+        if self._gc_pending is None or self._gc_pending[0] != m.round:
+            return
+        _, floors, waiting = self._gc_pending
+        waiting.discard((m.worker, m.consumer))
+        if waiting:
+            return
+        self._gc_pending = None
+        for consumer, fl in floors.items():  # every worker drops repeats below the floors: now rows go
+            for sender, floor in fl.items():
                 self.counters["dedup_gc"] += self.store.gc_dedup(consumer, sender, floor)
 
     # ---- observing -------------------------------------------------------------------------------
     def idle(self) -> bool:
-        """Every injector has caught up, nothing is in flight or unacked, and no timer is due."""
+        """Every injector has caught up, nothing is in flight or unacked, no timer is due, and the
+        watermarks are settled (every interval reported with the published input)."""
         if self.error is not None or not all(s.caught_up for s in self.injectors.values()):
             return False
         now = self.clock.now_us()
-        if any(w.has_due(self.input_watermarks, now) for w in self.workers):
+        if any(w.has_due(now) for w in self.workers):
             return False
         # read after has_due: a worker that popped a due timer is busy until its productions are registered
         if any(w.busy or len(w.inbox) for w in self.workers) or any(s.busy for s in self.injectors.values()):
+            return False
+        # reports still in the coordinator's inbox are taken at its next tick, before run_until_idle's
+        # second look (with a clock-driven injector estimate some always are)
+        if self._coordinating or not self._settled:
             return False
         return not (self.tracker.in_flight or self.tracker.outstanding_count())
 
@@ -337,8 +301,10 @@ class Runtime:
             self.wait_ticks(1)
 
     def statistics(self) -> RuntimeStatistics:
-        with self._count_lock:
-            per = {name: Counter(c) for name, c in self._per_comp.items()}
+        per: dict[str, Counter] = {}
+        for w in self.workers:
+            for name, c in w.statistics().items():
+                per.setdefault(name, Counter()).update(c)
         comps = {name: ComputationStatistics(per.get(name, {}).get("records", 0),
                                              per.get(name, {}).get("duplicates", 0),
                                              per.get(name, {}).get("late", 0),
@@ -348,8 +314,22 @@ class Runtime:
                  for name in self.topology.computations}
         return RuntimeStatistics(comps, {n: self.low_watermarks.get(n, 0) for n in self.injectors},
                                  self.tracker.in_flight, self.tracker.outstanding_count(),
-                                 self.counters["dedup_store_lookups"],
+                                 sum(w.dedup_store_lookups for w in self.workers),
                                  sum(s.injected for s in self.injectors.values()))
+
+
+def dedup_floors(consumers: list[str], senders: list[str], oldest: Mapping[str, int], now_us: int,
+                 retention_us: int) -> dict[str, dict[str, int]]:
+    """Per consumer and sender, the production time below which the sender can no longer retry: its
+    oldest unacked production (or ``now_us``, the oldest a step still producing may stamp) minus the
+    retention. Only positive floors."""
+    out: dict[str, dict[str, int]] = {}
+    for sender in senders:
+        floor = min(oldest.get(sender, now_us), now_us) - retention_us
+        if floor > 0:
+            for consumer in consumers:
+                out.setdefault(consumer, {})[sender] = floor
+    return out
 
 
 def serve(topology: Topology, config: RuntimeConfig | None = None, clock: Clock | None = None,

@@ -4,10 +4,11 @@
   hands deliveries to in-process worker inboxes. Senders keep every production until each consumer has
   acked it; over a transport that may lose deliveries they send it again after ``retry_delay_us``
   (doubling), so deliveries may be lost or repeated.
-* :class:`Tracker` is the runtime's bookkeeping of unfinished work, for acks and for watermarks: records
-  received and not yet committed (per consumer), productions not yet acked by every consumer (per
-  sender; this covers records in transit) and pending watermark timers (per computation). Adding new work is always done before the
-  work that caused it is removed, so a low watermark never sees a gap.
+* :class:`Tracker` is the runtime's bookkeeping of unfinished work, for acks and for watermarks, per key
+  interval: records received and not yet committed (by consumer interval) and productions not yet acked
+  by every consumer (by sender interval; this covers records in transit). (Pending watermark timers are
+  the interval cores' own.) New work is always added before the work that caused it is removed, so an
+  interval's oldest work never shows a gap.
 """
 from __future__ import annotations
 
@@ -103,22 +104,32 @@ class Tracker:
         self._lock = threading.Lock()
         self._transport = transport
         self._owner = owner_inbox
-        self.work: dict[str, TimestampBag] = {}
+        self.work: dict[tuple[str, int], TimestampBag] = {}
         self.outstanding: dict[str, Outstanding] = {}
         self.per_sender: dict[str, int] = {}
         self.in_flight = 0
         self.acked_total = 0
         self._producing = TimestampBag()   # production times of steps still making their productions
 
-    def _bag(self, name: str) -> TimestampBag:
-        bag = self.work.get(name)
+    def _bag(self, name: str, interval: int) -> TimestampBag:
+        bag = self.work.get((name, interval))
         if bag is None:
-            bag = self.work[name] = TimestampBag()
+            bag = self.work[(name, interval)] = TimestampBag()
         return bag
 
-    def oldest(self) -> dict[str, int | None]:
+    def oldest(self, pairs: Iterable[tuple[str, int]]) -> list[int | None]:
+        """The oldest unfinished timestamp of each ``(name, interval)`` (``None``: no work), read at once."""
         with self._lock:
-            return {name: bag.min() for name, bag in self.work.items()}
+            work = self.work
+            return [work[p].min() if p in work else None for p in pairs]
+
+    def unreceive(self, deliveries: list[Delivery]) -> None:
+        """Received deliveries handed back uncommitted (their interval moved): no longer this consumer's
+        work; the sender's outstanding production holds them again until someone acks them."""
+        with self._lock:
+            for d in deliveries:
+                self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
+            self.in_flight -= len(deliveries)
 
     def outstanding_count(self, sender: str | None = None) -> int:
         if sender is None:
@@ -149,14 +160,6 @@ class Tracker:
                     out[o.sender] = o.prod.produced_at_us
             return out, self._producing.min()
 
-    def change_holds(self, name: str, add: Iterable[int], remove: Iterable[int]) -> None:
-        with self._lock:
-            bag = self._bag(name)
-            for ts in add:
-                bag.add(ts)
-            for ts in remove:
-                bag.remove(ts)
-
     def register(self, sender: str, productions: list[tuple[StoredProduction, int, bool, list[Delivery]]],
                  now_us: int, retry_delay_us: int) -> list[Delivery]:
         """Register productions ``(production, sender interval, stored?, deliveries)`` of one sender as
@@ -175,7 +178,7 @@ class Tracker:
                 self.outstanding[prod.id] = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
                                                         stored, now_us, now_us + retry_delay_us, retry_delay_us)
                 self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
-                self._bag(sender).add(prod.timestamp_us)
+                self._bag(sender, interval).add(prod.timestamp_us)
                 out.extend(deliveries)
         self._after(done)
         return out
@@ -188,7 +191,7 @@ class Tracker:
         sender's outstanding production holds the watermark instead.)"""
         with self._lock:
             for d in deliveries:
-                self._bag(d.consumer).add(d.record.timestamp_us)
+                self._bag(d.consumer, d.interval).add(d.record.timestamp_us)
             self.in_flight += len(deliveries)
 
     def acked(self, deliveries: list[Delivery]) -> None:
@@ -196,7 +199,7 @@ class Tracker:
         done: dict[tuple[str, int], list[str]] = {}
         with self._lock:
             for d in deliveries:
-                self._bag(d.consumer).remove(d.record.timestamp_us)
+                self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
                 self.in_flight -= 1
                 o = self.outstanding.get(d.record.id)
                 if o is None or d.consumer not in o.left:
@@ -205,7 +208,7 @@ class Tracker:
                 if not o.left:
                     del self.outstanding[d.record.id]
                     self.per_sender[o.sender] -= 1
-                    self._bag(o.sender).remove(o.prod.timestamp_us)
+                    self._bag(o.sender, o.interval).remove(o.prod.timestamp_us)
                     if o.stored:
                         done.setdefault((o.sender, o.interval), []).append(d.record.id)
             self.acked_total += len(deliveries)
@@ -215,9 +218,10 @@ class Tracker:
         for (sender, interval), ids in done.items():
             self._owner(sender, interval).put_many([Done(sender, interval, tuple(ids))])
 
-    def unacked(self, pids: Iterable[str]) -> list[StoredProduction]:
+    def unacked(self, pids: Iterable[str]) -> frozenset[str]:
+        """The ids among ``pids`` some consumer has not acked yet."""
         with self._lock:
-            return [self.outstanding[p].prod for p in pids if p in self.outstanding]
+            return frozenset(p for p in pids if p in self.outstanding)
 
     def mark_stored(self, sender: str, interval: int, pids: Iterable[str]) -> None:
         """These weak productions were checkpointed; one acked while its checkpoint was being written

@@ -1,329 +1,324 @@
-"""The thin threaded shell around the pure key runner.
+"""The thin threaded shell of a worker around its interval cores (``_interval.py``).
 
-A :class:`Worker` owns a set of key intervals (of every computation) and is their single writer: it
-claimed them in the store, and every write carries the claim's sequencer. One loop iteration:
+A :class:`Worker` holds some key intervals of some computations, one :class:`IntervalCore` each, and is
+their single writer: it claimed them in the store, and every write carries the claim's sequencer. It
+talks to the rest of the runtime only through its inbox (deliveries, :class:`Done` acks,
+:class:`LowWatermarks`, :class:`RaiseFloors`), the coordinator's inbox (:class:`WatermarksReported`,
+:class:`FloorsRaised`), the store, and the tracker (which registers, sends and acks productions). It
+reads time only from the injected clock. One loop iteration:
 
-1. take a batch of deliveries (and control messages) from the inbox;
-2. dedup: ids the Bloom filter has never seen are new; the rest are looked up in the store (the truth);
-   ids produced before the sender's garbage-collection floor are repeats too;
-3. per key: read state (cache, else store), run :func:`millwheel._runner.run_key` with the key's
-   records and its due timers; weak productions are sent now;
-4. commit every key's checkpoint (state, timers, processed ids, strong productions) in one store
-   transaction (one atomic write per key);
-5. ack the senders, then send the strong productions.
+1. take a batch from the inbox; apply published watermarks (each computation's input watermark is the
+   minimum over its producers) and dedup floors, then feed each core its records and the time;
+2. carry out the cores' commands: :class:`RunUserCode` (dedup lookups and state reads in the store, then
+   :func:`millwheel._runner.run_key`), weak sends, and collect every :class:`Commit`;
+3. commit every core's key checkpoints in one store transaction, then tell each core, and carry out the
+   results: register strong productions, ack the senders, then send;
+4. report each interval's low watermark to the authority when it changed.
 """
 from __future__ import annotations
 
-import heapq
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
 
-from millwheel._bloom import BloomFilter
-from millwheel._model import WATERMARK, WEAK, Computation, Delivery
-from millwheel._runner import KeyInput, KeyResult, run_key
-from millwheel._store import KEEP, StoredProduction, Write
-from millwheel._transport import Done, Inbox
+from photon import Clock
 
-if TYPE_CHECKING:
-    from millwheel._runtime import Runtime
-
-
-class StateCache:
-    """Per-worker cache of encoded key state (``None``: known to have none). Write-through: it holds what
-    the store holds. When full it evicts the least recently used keys, but first those with no pending
-    timer: a key with a timer will be read again when the timer fires."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._d: OrderedDict[str, bytes | None] = OrderedDict()
-        self.hits = self.misses = 0
-
-    def get(self, key: str):
-        if key in self._d:
-            self._d.move_to_end(key)
-            self.hits += 1
-            return True, self._d[key]
-        self.misses += 1
-        return False, None
-
-    def put(self, key: str, value: bytes | None) -> None:
-        self._d[key] = value
-        self._d.move_to_end(key)
-
-    def evict(self, will_be_read) -> None:
-        while len(self._d) > self.capacity:
-            victim = None
-            for i, key in enumerate(self._d):
-                if i >= 64:
-                    break
-                if not will_be_read(key):
-                    victim = key
-                    break
-            self._d.pop(victim if victim is not None else next(iter(self._d)))
+from millwheel._config import RuntimeConfig
+from millwheel._interval import (AckDeliveries, AcksObserved, CheckpointCommitted, Commit, CommitRefused,
+                                 CountResults, DedupIdsLoaded, FloorsRaised, InputWatermarkAdvanced,
+                                 IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, MarkStored,
+                                 ProductionsAcked, RebuildDedupFilter, RecordsDelivered, Relinquish,
+                                 ReportWatermark, ReturnDeliveries, RunUserCode, SendProductions, TimePassed,
+                                 UserCodeRan, WorkObserved)
+from millwheel._messages import FloorsRaised as FloorsRaisedReply
+from millwheel._messages import LowWatermarks, RaiseFloors, WatermarksReported
+from millwheel._model import WEAK, Computation, Delivery
+from millwheel._routing import Router
+from millwheel._runner import KeyInput, run_key
+from millwheel._store import StaleSequencer, Store
+from millwheel._topology import ComputationSpec, Topology
+from millwheel._transport import Done, Inbox, Tracker
+from millwheel._watermarks import input_watermark
 
 
 @dataclass
-class CompState:
-    """What a worker keeps about one computation for the intervals it owns."""
-    name: str
+class _Comp:
+    """What a worker keeps about one computation: the user code and the cores of its intervals."""
+    spec: ComputationSpec
     computation: Computation
-    produces: tuple[str, ...]
-    seqs: dict[int, int]
-    cache: StateCache
-    bloom: BloomFilter | None = None
-    floors: dict[str, int] = field(default_factory=dict)
-    timers: dict[str, dict[str, tuple[int, str]]] = field(default_factory=dict)
-    heaps: dict[str, list] = field(default_factory=lambda: {"watermark": [], "wall": []})
+    cores: dict[int, IntervalCore]
 
 
 class Worker:
-    def __init__(self, index: int, rt: "Runtime") -> None:
+    """See the module docstring. ``report`` is where watermark reports and floor answers go (the
+    coordinator's inbox); ``fail`` stops the runtime with an error."""
+
+    def __init__(self, index: int, *, config: RuntimeConfig, clock: Clock, store: Store, tracker: Tracker,
+                 router: Router, topology: Topology, report: Inbox, stopping: threading.Event,
+                 fail: Callable[[BaseException], None]) -> None:
         self.index = index
-        self.rt = rt
+        self.config, self.clock, self.store, self.tracker = config, clock, store, tracker
+        self.router, self.topology, self._report, self._stopping, self._fail = router, topology, report, stopping, fail
         self.inbox = Inbox()
-        self.comps: dict[str, CompState] = {}
+        self.comps: dict[str, _Comp] = {}
         self._lock = threading.Lock()
         self.busy = False
-        self._deferred: list[Delivery] = []
-        self._locked: set[tuple[str, str]] = set()
-        self._pending_weak: list = []
+        self._deferred: list = []
+        self._lows: dict[str, int] = {}
+        self._inputs: dict[str, int] = {}          # each computation's input watermark (min over producers)
+        self._dirty: set[IntervalCore] = set()     # cores whose low watermark may have changed
+        self.counters: dict[str, Counter] = {}
+        self.dedup_store_lookups = 0
+        self._count_lock = threading.Lock()
+        self._sends: list[Delivery] = []
+        self._acks: list[Delivery] = []
         self.thread = threading.Thread(target=self._main, name=f"millwheel-worker-{index}", daemon=True)
 
     # ---- ownership and recovery ---------------------------------------------------------------
-    def own(self, name: str, intervals: list[int]) -> None:
-        """Claim the intervals, load timers and dedup ids, and replay stored productions."""
-        rt = self.rt
-        spec = rt.topology.computations[name]
-        seqs = {i: rt.store.claim(name, i) for i in intervals}
-        cs = CompState(name, spec.factory(), spec.produces, seqs, StateCache(rt.config.cache_keys))
-        holds = []
-        for key, tag, ts, domain in rt.store.read_timers(name, intervals):
-            cs.timers.setdefault(key, {})[tag] = (ts, domain)
-            heapq.heappush(cs.heaps[domain], (ts, key, tag))
-            if domain == WATERMARK:
-                holds.append(ts)
-        rt.tracker.change_holds(name, holds, ())
-        if cs.computation.exactly_once:
-            self._rebuild_bloom(cs)
-        with self._lock:
-            self.comps[name] = cs  # before the replay: acks of replayed productions come back here
-        for interval in intervals:
-            rt.replay(name, interval, rt.store.pending_productions(name, interval))
+    def grant(self, spec: ComputationSpec, intervals: list[int]) -> dict[int, int]:
+        """Claim the intervals (fencing older writers), load their timers and dedup ids into new cores,
+        and replay their stored productions. Returns each interval's sequencer."""
+        cfg, store = self.config, self.store
+        comp = self.comps.get(spec.name) or _Comp(spec, spec.factory(), {})
+        weak = comp.computation.productions == WEAK
+        per_interval_cache = max(16, cfg.cache_keys // max(1, len(intervals)))
+        bloom = max(1024, cfg.bloom_capacity // cfg.intervals)
+        floors = store.gc_floors(spec.name)
+        cores, seqs = {}, {}
+        for i in intervals:
+            seqs[i] = store.claim(spec.name, i)
+            core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
+                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us))
+            ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
+            core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
+            cores[i] = core
+        with self._lock:  # before the replay: acks of replayed productions come back here
+            self._inputs.pop(spec.name, None)   # computed again at the next step, with its producers
+            comp.cores.update(cores)
+            self.comps[spec.name] = comp
+        now = self.clock.now_us()
+        for i in intervals:
+            prods = store.pending_productions(spec.name, i)
+            self.tracker.send(self.tracker.register(spec.name, self.router.outgoing(spec.name, i, prods, True),
+                                                    now, cfg.retry_delay_us))
+        self.inbox.wake()
+        return seqs
 
-    def _rebuild_bloom(self, cs: CompState) -> None:
-        ids = self.rt.store.dedup_ids(cs.name, cs.seqs)
-        cs.bloom = BloomFilter(max(self.rt.config.bloom_capacity, 2 * len(ids)))
-        for i in ids:
-            cs.bloom.add(i)
-        cs.floors = self.rt.store.gc_floors(cs.name)
+    def revoke(self, name: str, intervals: list[int]) -> None:
+        """Give intervals up (a master moved them): their received records go back to be routed again.
+        Call from the worker's own thread or while it is stopped."""
+        comp = self.comps.get(name)
+        for i in intervals:
+            core = comp.cores.pop(i, None) if comp else None
+            if core is not None:
+                self._execute(core, core.handle(IntervalRevoked()), self.clock.now_us(), [])
 
     def start(self) -> None:
         self.thread.start()
 
     # ---- the loop -----------------------------------------------------------------------------
     def _main(self) -> None:
-        cfg = self.rt.config
+        cfg = self.config
         try:
-            while not self.rt.stopping.is_set():
-                items = self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6)
-                self.step(items)
+            while not self._stopping.is_set():
+                self.step(self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6))
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
-            self.rt.fail(e)
+            self._fail(e)
 
     def step(self, items: list) -> None:
-        rt = self.rt
         self.busy = True
         try:
-            rt.tracker.received([d for d in items if isinstance(d, Delivery)])
-            with rt.tracker.producing(rt.clock.now_us) as now:   # until its productions are registered
-                by_comp: dict[str, list[Delivery]] = {}
-                writes: list[Write] = []
-                for item in self._deferred + items:
-                    if isinstance(item, Delivery):
-                        by_comp.setdefault(item.consumer, []).append(item)
-                    elif isinstance(item, Done):
-                        seq = self.comps[item.sender].seqs[item.interval]
-                        writes.append(Write(item.sender, item.interval, seq, productions_done=list(item.ids)))
-                self._deferred = []
-                with self._lock:
-                    comps = list(self.comps.values())
-                after = [self._run_comp(cs, by_comp.pop(cs.name, []), now, writes) for cs in comps]
-                after.extend(self._weak_ready(now, writes))
-                rt.store.commit(writes)
-                for fn in after:
-                    if fn is not None:
-                        fn()
-                # deliveries for a computation this worker does not own yet: keep them for the next step
-                self._deferred.extend(d for ds in by_comp.values() for d in ds)
+            deliveries = [d for d in items if isinstance(d, Delivery)]
+            self.tracker.received(deliveries)
+            with self._lock:
+                comps = list(self.comps.values())
+            self._control([i for i in items if not isinstance(i, (Delivery, Done))], comps)
+            work = self._deferred + [i for i in items if isinstance(i, (Delivery, Done))]
+            with self.tracker.producing(self.clock.now_us) as now:  # until its productions are registered
+                self._batch(work, comps, now)
+            self._report_watermarks()
         finally:
             self.busy = False
 
-    def _due_keys(self, cs: CompState, input_wm: int, now: int) -> set[str]:
-        """Keys with a due timer; a key whose weak checkpoint is pending keeps its timers for later."""
-        keys: set[str] = set()
-        for domain, bound in (("watermark", input_wm), ("wall", now)):
-            heap, kept = cs.heaps[domain], []
-            while heap and heap[0][0] <= bound:
-                ts, key, tag = heapq.heappop(heap)
-                if cs.timers.get(key, {}).get(tag) == (ts, domain):
-                    if (cs.name, key) in self._locked:
-                        kept.append((ts, key, tag))
-                    else:
-                        keys.add(key)
-            for entry in kept:
-                heapq.heappush(heap, entry)
-        return keys
+    def _control(self, items: list, comps: list[_Comp]) -> None:
+        lows = None
+        for item in items:
+            if isinstance(item, LowWatermarks):
+                lows = item.lows
+            elif isinstance(item, RaiseFloors):
+                comp = self.comps.get(item.consumer)
+                for core in (comp.cores.values() if comp else ()):
+                    core.handle(FloorsRaised(item.floors))
+                self._report.put_many([FloorsRaisedReply(item.round, item.consumer, self.index)])
+        if lows is not None:
+            self._lows = dict(lows)
+        if lows is None and all(c.spec.name in self._inputs for c in comps):
+            return
+        producers = self.topology.producers()
+        for comp in comps:
+            name = comp.spec.name
+            wm = input_watermark(producers.get(name, ()), self._lows)
+            if self._inputs.get(name) != wm:
+                self._inputs[name] = wm
+                for core in comp.cores.values():
+                    core.handle(InputWatermarkAdvanced(wm))
+                    self._dirty.add(core)
 
-    def has_due(self, input_wms: dict[str, int], now: int) -> bool:
-        with self._lock:
-            comps = list(self.comps.values())
-        for cs in comps:
-            for domain, bound in (("watermark", input_wms.get(cs.name, 0)), ("wall", now)):
-                heap = cs.heaps[domain]
-                if heap and heap[0][0] <= bound:
-                    return True
-        return False
+    def _batch(self, items: list, comps: list[_Comp], now: int) -> None:
+        by_core: dict[tuple[str, int], list] = {}
+        for item in items:
+            if isinstance(item, Delivery):
+                by_core.setdefault((item.consumer, item.interval), []).append(item)
+            elif isinstance(item, Done):
+                by_core.setdefault((item.sender, item.interval), []).append(item)
+        commits: list[tuple[IntervalCore, Commit]] = []
+        runs: list[tuple[IntervalCore, RunUserCode]] = []
+        for comp in comps:
+            for interval, core in list(comp.cores.items()):
+                mine = by_core.pop((comp.spec.name, interval), None)
+                if mine is None and not core.wants_step(now):
+                    continue
+                self._dirty.add(core)
+                self._execute(core, core.handle(*self._events(core, mine or [], now)), now, commits, runs=runs)
+        for core, ran in self._run_user_code(runs):
+            self._execute(core, core.handle(ran), now, commits)
+            if core.weak_waiting:  # weak productions just sent may be acked already (or there are none)
+                unacked = self.tracker.unacked(core.pending_weak_ids())
+                self._execute(core, core.handle(AcksObserved(unacked, now)), now, commits)
+        self._commit(commits, now)
+        # records for intervals this worker does not hold (yet): keep them for the next step
+        self._deferred = [i for items in by_core.values() for i in items]
 
-    def _dedup(self, cs: CompState, deliveries: list[Delivery]) -> set[str]:
-        if not cs.computation.exactly_once:
-            return set()
-        dups = {d.record.id for d in deliveries if d.record.produced_at_us < cs.floors.get(d.record.sender, 0)}
-        maybe = [d.record.id for d in deliveries if d.record.id not in dups and cs.bloom.might_contain(d.record.id)]
-        if maybe:
-            self.rt.counters["dedup_store_lookups"] += len(maybe)
-            dups |= self.rt.store.seen(cs.name, maybe)
-        return dups
+    def _events(self, core: IntervalCore, items: list, now: int) -> list:
+        events: list = []
+        delivered = [i for i in items if isinstance(i, Delivery)]
+        done = tuple(pid for i in items if isinstance(i, Done) for pid in i.ids)
+        if done:
+            events.append(ProductionsAcked(done))
+        if delivered:
+            events.append(RecordsDelivered(delivered))
+        if core.weak_waiting:
+            events.append(AcksObserved(self.tracker.unacked(core.pending_weak_ids()), now))
+        events.append(TimePassed(now))
+        return events
 
-    def _states(self, cs: CompState, keys) -> dict[str, bytes | None]:
-        out: dict[str, bytes | None] = {}
-        missing = []
-        for key in keys:
-            hit, value = cs.cache.get(key)
-            if hit:
-                out[key] = value
+    def _commit(self, commits: list, now: int) -> None:
+        """One transaction for every core's checkpoints; then, for all of them: register the strong
+        productions, ack the senders, send."""
+        if not commits:
+            return
+        try:
+            self.store.commit([w for _, c in commits for w in c.writes])
+        except StaleSequencer:
+            for core, c in commits:
+                self._execute(core, core.handle(CommitRefused(c.commit_id)), now, [])
+            raise
+        for core, c in commits:
+            self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [])
+        acks, self._acks = self._acks, []
+        self.tracker.acked(acks)
+        sends, self._sends = self._sends, []
+        self.tracker.send(sends)
+
+    def _execute(self, core: IntervalCore, commands: list, now: int, commits: list, reports: list | None = None,
+                 runs: list | None = None) -> None:
+        """Carry out a core's commands in order. :class:`RunUserCode` goes to ``runs`` (the step runs them
+        together, sharing the store reads), :class:`Commit` to ``commits`` (one transaction), acks and
+        strong sends wait for the end of the commit."""
+        tracker, cfg = self.tracker, self.config
+        for cmd in commands:
+            kind = type(cmd)
+            if kind is RunUserCode:
+                if runs is None:
+                    raise RuntimeError(f"{core.name} interval {core.interval}: a run outside a step")
+                runs.append((core, cmd))
+            elif kind is Commit:
+                commits.append((core, cmd))
+            elif kind is SendProductions:
+                out = tracker.register(cmd.computation, self.router.outgoing(cmd.computation, cmd.interval,
+                                                                             cmd.productions, cmd.stored),
+                                       now, cfg.retry_delay_us)
+                if cmd.stored:
+                    self._sends.extend(out)   # after the acks
+                else:
+                    tracker.send(out)         # weak: before anything is persisted
+            elif kind is AckDeliveries:
+                self._acks.extend(cmd.deliveries)
+            elif kind is MarkStored:
+                tracker.mark_stored(cmd.computation, cmd.interval, cmd.ids)
+            elif kind is CountResults:
+                self._count(core.name, cmd.results)
+            elif kind is RebuildDedupFilter:
+                loaded = DedupIdsLoaded(self.store.dedup_ids(cmd.computation, [cmd.interval]),
+                                        self.store.gc_floors(cmd.computation))
+                self._execute(core, core.handle(loaded), now, commits, reports)
+            elif kind is ReportWatermark:
+                reports.append(cmd.report)
+            elif kind is ReturnDeliveries:
+                tracker.unreceive(cmd.deliveries)
+                tracker.send(cmd.deliveries)
+            elif kind is Relinquish:
+                comp = self.comps.get(cmd.computation)
+                if comp is not None:
+                    comp.cores.pop(cmd.interval, None)
             else:
-                missing.append(key)
-        if missing:
-            found = self.rt.store.read_states(cs.name, missing)
-            for key in missing:
-                out[key] = found.get(key)
-                cs.cache.put(key, out[key])
+                raise TypeError(f"worker cannot carry out {cmd!r}")
+
+    def _run_user_code(self, runs: list) -> list:
+        """Carry out the step's :class:`RunUserCode` commands: per computation one dedup lookup and one
+        state read in the store, then user code key by key. Returns ``(core, UserCodeRan)`` pairs."""
+        found: dict[str, tuple[set, dict]] = {}
+        for name in {cmd.computation for _, cmd in runs}:
+            ids = [i for _, cmd in runs if cmd.computation == name for i in cmd.lookup_ids]
+            keys = [k for _, cmd in runs if cmd.computation == name for k in cmd.read_states]
+            if ids:
+                self.dedup_store_lookups += len(ids)
+            found[name] = (self.store.seen(name, ids) if ids else set(),
+                           self.store.read_states(name, keys) if keys else {})
+        out = []
+        for core, cmd in runs:
+            comp = self.comps[cmd.computation]
+            seen, states = found[cmd.computation]
+            dups = set(cmd.duplicates) | seen if seen else set(cmd.duplicates)
+            results = []
+            for w in cmd.keys:
+                inp = KeyInput(cmd.computation, w.key, w.records, states.get(w.key) if w.read else w.state,
+                               w.timers, dups, cmd.input_watermark_us, cmd.now_us, comp.spec.produces)
+                results.append(run_key(comp.computation, inp))
+            out.append((core, UserCodeRan(cmd.run_id, results, {k: states.get(k) for k in cmd.read_states},
+                                          cmd.now_us)))
         return out
 
-    def _run_comp(self, cs: CompState, deliveries: list[Delivery], now: int, writes: list[Write]):
-        rt = self.rt
-        input_wm = rt.input_watermarks.get(cs.name, 0)
-        weak = cs.computation.productions == WEAK
-        if weak and self._locked:  # a key whose weak checkpoint is pending waits for it
-            held = [d for d in deliveries if (cs.name, d.record.key) in self._locked]
-            if held:
-                self._deferred.extend(held)
-                deliveries = [d for d in deliveries if (cs.name, d.record.key) not in self._locked]
-        due = self._due_keys(cs, input_wm, now)
-        if not deliveries and not due:
-            return None
-        dups = self._dedup(cs, deliveries)
-        by_key: dict[str, list[Delivery]] = {}
-        for d in deliveries:
-            by_key.setdefault(d.record.key, []).append(d)
-        for key in due:
-            by_key.setdefault(key, [])
-        states = self._states(cs, by_key)
-        results: list[_KeyDone] = []
-        for key, ds in by_key.items():
-            old_timers = cs.timers.get(key, {})
-            inp = KeyInput(cs.name, key, [d.record for d in ds], states[key], old_timers, dups, input_wm, now,
-                           cs.produces)
-            res = run_key(cs.computation, inp)
-            interval = rt.interval_of(key)
-            prods = [rt.encode(p) for p in res.productions]
-            write = Write(cs.name, interval, cs.seqs[interval], key, res.state, res.timers_set,
-                          res.timers_deleted, res.processed, [] if weak else prods)
-            results.append(_KeyDone(res, ds, interval, prods, old_timers, write))
-        if weak:
-            self._send_weak(cs, results, now)
-            return None
-        writes.extend(r.write for r in results)
-        return lambda: self._after_commit(cs, results, now)
+    def _report_watermarks(self) -> None:
+        """Report the low watermark of every interval touched since the last report (a core reports only
+        a changed value). An interval's work changes only through this worker: records it received or
+        committed, and acks of its productions (:class:`Done`, or weak ones it polls)."""
+        cores, self._dirty = [c for c in self._dirty if c.held], set()
+        if not cores:
+            return
+        oldest = self.tracker.oldest([(c.name, c.interval) for c in cores])  # after this step's changes
+        reports: list = []
+        for core, value in zip(cores, oldest):
+            self._execute(core, core.handle(WorkObserved(value)), 0, [], reports)
+        if reports:
+            self._report.put_many([WatermarksReported(tuple(reports))])
 
-    def _send_weak(self, cs: CompState, results: list["_KeyDone"], now: int) -> None:
-        """Paper Figure 11: weak productions go out before anything is persisted; the keys' checkpoints
-        wait (the keys are locked) until every production is acked or the delay has passed."""
-        rt = self.rt
-        out = []
-        for r in results:
-            out.extend(rt.tracker.register(cs.name, [(p, r.interval, False, rt.route(p, cs.name))
-                                                     for p in r.prods], now, rt.config.retry_delay_us))
-            self._locked.add((cs.name, r.res.key))
-        rt.tracker.send(out)
-        self._pending_weak.append((cs, results, now + rt.config.weak_checkpoint_delay_us))
+    def _count(self, name: str, results) -> None:
+        with self._count_lock:
+            c = self.counters.setdefault(name, Counter())
+            for res in results:
+                c["records"] += res.records_processed
+                c["duplicates"] += res.duplicates_dropped
+                c["late"] += res.late_records
+                c["timers"] += len(res.fired)
 
-    def _weak_ready(self, now: int, writes: list[Write]) -> list:
-        """Checkpoints of weak keys whose productions are all acked, or whose delay has passed: the
-        productions still unacked are checkpointed in the key's atomic write."""
-        after, waiting = [], []
-        for cs, results, deadline in self._pending_weak:
-            unacked = {r.res.key: self.rt.tracker.unacked(p.id for p in r.prods) for r in results}
-            if now < deadline and any(unacked.values()):
-                waiting.append((cs, results, deadline))
-                continue
-            for r in results:
-                r.write.productions = unacked[r.res.key]
-                writes.append(r.write)
-            after.append(lambda cs=cs, results=results, unacked=unacked: self._weak_committed(cs, results, unacked))
-        self._pending_weak = waiting
-        return after
+    # ---- observing -------------------------------------------------------------------------------
+    def has_due(self, now: int) -> bool:
+        with self._lock:
+            comps = list(self.comps.values())
+        return any(core.has_due(now) for comp in comps for core in list(comp.cores.values()))
 
-    def _weak_committed(self, cs: CompState, results: list["_KeyDone"], unacked: dict) -> None:
-        for r in results:
-            if unacked[r.res.key]:
-                self.rt.tracker.mark_stored(cs.name, r.interval, [p.id for p in unacked[r.res.key]])
-            self._locked.discard((cs.name, r.res.key))
-        self._after_commit(cs, results, self.rt.clock.now_us(), weak=True)
-
-    def _after_commit(self, cs: CompState, results: list["_KeyDone"], now: int, weak: bool = False) -> None:
-        rt = self.rt
-        add, remove, acks, out = [], [], [], []
-        for r in results:
-            res, key = r.res, r.res.key
-            if not isinstance(res.state, type(KEEP)):
-                cs.cache.put(key, res.state)
-            for tag, (ts, domain) in r.old_timers.items():
-                if domain == WATERMARK and res.timers.get(tag) != (ts, domain):
-                    remove.append(ts)
-            for tag, ts, domain in res.timers_set:
-                heapq.heappush(cs.heaps[domain], (ts, key, tag))
-                if domain == WATERMARK:
-                    add.append(ts)
-            if res.timers:
-                cs.timers[key] = res.timers
-            else:
-                cs.timers.pop(key, None)
-            if cs.bloom is not None:
-                for rid, _, _ in res.processed:
-                    cs.bloom.add(rid)
-            acks.extend(r.deliveries)
-            if not weak:
-                out.extend(rt.tracker.register(cs.name, [(p, r.interval, True, rt.route(p, cs.name))
-                                                         for p in r.prods], now, rt.config.retry_delay_us))
-        rt.tracker.change_holds(cs.name, add, remove)
-        rt.count(cs.name, [r.res for r in results])
-        rt.tracker.acked(acks)  # the senders are acked, then the productions are sent
-        rt.tracker.send(out)
-        cs.cache.evict(lambda k: k in cs.timers or (cs.name, k) in self._locked)
-        if cs.bloom is not None and cs.bloom.full:
-            self._rebuild_bloom(cs)
-
-
-@dataclass(slots=True)
-class _KeyDone:
-    """One key's runner result waiting for (or past) its commit."""
-    res: KeyResult
-    deliveries: list[Delivery]
-    interval: int
-    prods: list[StoredProduction]
-    old_timers: dict
-    write: Write
-
+    def statistics(self) -> dict[str, Counter]:
+        with self._count_lock:
+            return {name: Counter(c) for name, c in self.counters.items()}

@@ -11,7 +11,7 @@ from millwheel import (END_OF_TIME, FileInjector, JoinedInjector, ListInjector, 
                        RuntimeConfig, Topology, TopologyError)
 from millwheel._bloom import BloomFilter
 from millwheel._model import Delivery, Record
-from millwheel._worker import StateCache
+from millwheel._interval import StateCache
 from mw_helpers import BASE_US, joined_event
 from photon import id_timestamp_us, wait_until
 
@@ -224,3 +224,33 @@ def test_joined_injector_reads_committed_lines_of_open_files_and_resumes_after_p
     w.write_lines([orjson.dumps(e) for e in evs[4:]])
     w.roll()                                 # published under its visible name: read on from the same offset
     assert [r[0] for r in again.poll(100, NOW).records] == [e["click_id"] for e in evs[4:]]
+
+
+@pytest.mark.timeout(60)
+def test_dedup_gc_follows_the_injected_clock_and_reaches_workers_as_messages(tmp_path):
+    from millwheel._messages import RaiseFloors
+    from photon import FakeClock
+    from test_mw_runtime import QueueInjector, records, topo
+    clock = FakeClock()
+    inj = QueueInjector()
+    cfg = RuntimeConfig(store=f"sqlite:///{tmp_path / 's.db'}", threads=2, intervals=4, dedup_retention_us=1_000,
+                        gc_interval_us=60_000_000)
+    rt = Runtime(topo(inj), cfg, clock=clock)
+    sent: list = []
+    for w in rt.workers:   # watch what reaches the workers' inboxes
+        put = w.inbox.put_many
+        w.inbox.put_many = lambda items, put=put: (sent.extend(i for i in items if isinstance(i, RaiseFloors)),
+                                                   put(items))
+    rt.start()
+    try:
+        inj.push(records(40), estimate=0)
+        wait_until(lambda: rt.statistics().computations["count"].records_processed == 40, 30, message="counted")
+        rt.wait_ticks(5)
+        assert rt.store.gc_floors("count") == {} and sent == []    # the clock has not moved: no GC round
+        clock.advance(60_000_000)
+        wait_until(lambda: rt.store.gc_floors("count").get("in") == clock.now_us() - 1_000, 30,
+                   message="a GC round at the injected clock's time")
+        assert {(m.consumer, m.floors["in"]) for m in sent} >= {("count", clock.now_us() - 1_000)}
+        assert rt.store.dedup_ids("count", range(4)) == []
+    finally:
+        rt.stop()

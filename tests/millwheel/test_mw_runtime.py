@@ -296,3 +296,37 @@ def test_wall_timers_fire_when_the_injected_clock_reaches_them(tmp_path):
         assert fired == {"fired_at": start + 1_000_000, "due": start + 1_000_000, "domain": WALL}
     finally:
         rt.stop()
+
+
+@pytest.mark.timeout(60)
+def test_the_authority_publishes_from_interval_reports_and_ignores_stale_ones(tmp_path):
+    from millwheel._messages import WatermarksReported
+    from millwheel._watermarks import WatermarkReported
+    rt = Runtime(topo(ListInjector(records(50), estimate=lambda rest, now: END_OF_TIME)), config(tmp_path)).start()
+    try:
+        rt.run_until_idle(30)
+        assert rt.low_watermarks["count"] == END_OF_TIME and rt.input_watermarks["collect"] == END_OF_TIME
+        stats = rt.authority.statistics()
+        assert stats.intervals == 2 * 8 + 1 and stats.unreported == 0 and stats.reports_stale == 0
+        rt._inbox.put_many([WatermarksReported((WatermarkReported("count", 3, 0, 5, 5, 5),))])  # a fenced owner
+        wait_until(lambda: rt.authority.statistics().reports_stale == 1, 30, message="the stale report taken")
+        rt.wait_ticks(2)
+        assert rt.low_watermarks["count"] == END_OF_TIME
+    finally:
+        rt.stop()
+
+
+def test_workers_and_cores_do_not_reach_into_the_runtime():
+    import ast
+    import pathlib
+    import millwheel
+    root = pathlib.Path(millwheel.__file__).parent
+    for name in ("_worker.py", "_interval.py", "_injector_shell.py", "_watermarks.py", "_routing.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "millwheel._runtime" not in imported, name
+    for name in ("_interval.py", "_interval_events.py", "_routing.py", "_messages.py", "_watermarks.py"):
+        pure = ast.parse((root / name).read_text())
+        modules = {n.module for n in ast.walk(pure) if isinstance(n, ast.ImportFrom)}
+        modules |= {a.name for n in ast.walk(pure) if isinstance(n, ast.Import) for a in n.names}
+        assert not modules & {"threading", "time", "socket", "sqlite3", "photon"}, (name, modules)

@@ -1,58 +1,140 @@
-"""Low-watermark arithmetic: definitions, cycles, and monotonicity under arbitrary work (Hypothesis)."""
+"""Low watermarks: the per-interval arithmetic and the authority (paper §7.2), with Hypothesis properties
+(published watermarks never go back, stale reports never change anything)."""
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from millwheel._watermarks import END_OF_TIME, NO_WATERMARK, TimestampBag, compute_watermarks, is_late
+from millwheel._watermarks import (END_OF_TIME, NO_WATERMARK, IntervalAssigned, TimestampBag, WatermarkAuthority,
+                                   WatermarkReported, input_watermark, interval_low, is_late)
 
 CHAIN = {"a": ["inj"], "b": ["a"], "c": ["b"]}
 
 
+def authority(intervals=2, names=("a", "b", "c")) -> WatermarkAuthority:
+    auth = WatermarkAuthority()
+    auth.handle(IntervalAssigned("inj", 0, 1))
+    auth.handle(*(IntervalAssigned(n, i, 1) for n in names for i in range(intervals)))
+    return auth
+
+
+def report_chain(auth, oldest: dict, estimate: int, rounds: int = 4):
+    """Let every interval report against the last publication, ``rounds`` times (the workers' loop)."""
+    auth.handle(WatermarkReported("inj", 0, 1, interval_low(oldest.get(("inj", 0)), estimate)))
+    pub = auth.publish(CHAIN)
+    for _ in range(rounds):
+        for name in CHAIN:
+            for i in range(2):
+                auth.handle(WatermarkReported(name, i, 1, interval_low(oldest.get((name, i)), pub.inputs[name]),
+                                              pub.inputs[name]))
+        pub = auth.publish(CHAIN)
+    return pub
+
+
 def test_chain_takes_min_of_oldest_work_and_upstream():
-    inputs, low = compute_watermarks(CHAIN, {"inj": None, "a": 50, "b": None, "c": 70}, {"inj": 100}, {})
-    assert low == {"inj": 100, "a": 50, "b": 50, "c": 50}
-    assert inputs == {"a": 100, "b": 50, "c": 50}
+    pub = report_chain(authority(), {("a", 1): 50, ("c", 0): 70}, 100)
+    assert pub.lows == {"inj": 100, "a": 50, "b": 50, "c": 50}
+    assert pub.inputs == {"a": 100, "b": 50, "c": 50}
+    assert pub.settled
 
 
 def test_injector_is_held_by_its_unacked_productions():
-    _, low = compute_watermarks(CHAIN, {"inj": 40}, {"inj": 100}, {})
-    assert low["inj"] == 40 and low["c"] == 40
+    pub = report_chain(authority(), {("inj", 0): 40}, 100)
+    assert pub.lows["inj"] == 40 and pub.lows["c"] == 40
 
 
 def test_no_producers_means_no_watermark_and_input_complete_means_end_of_time():
-    inputs, low = compute_watermarks({"lonely": [], "a": ["inj"]}, {}, {"inj": END_OF_TIME}, {})
-    assert inputs["lonely"] == NO_WATERMARK and low["lonely"] == NO_WATERMARK
-    assert low["a"] == END_OF_TIME
+    assert input_watermark([], {"x": 5}) == NO_WATERMARK
+    assert interval_low(None, END_OF_TIME) == END_OF_TIME and interval_low(None, None) == END_OF_TIME
+    pub = report_chain(authority(), {}, END_OF_TIME)
+    assert pub.lows["c"] == END_OF_TIME
 
 
-def test_cycle_takes_greatest_fixpoint():
+def test_an_unreported_interval_holds_its_computation_and_a_moved_one_keeps_its_last_value():
+    auth = authority()
+    auth.restore({"a": 10})
+    auth.handle(WatermarkReported("inj", 0, 1, 100), WatermarkReported("a", 0, 1, 100, 100))
+    pub = auth.publish(CHAIN)
+    assert pub.lows["a"] == 10 and not pub.settled   # interval 1 never reported: held at the restored value
+    auth.handle(WatermarkReported("a", 1, 1, 60, 100))
+    assert auth.publish(CHAIN).lows["a"] == 60
+    auth.handle(IntervalAssigned("a", 1, 2))                # moved: the new owner has not reported yet
+    auth.handle(WatermarkReported("a", 0, 1, 200, 200), WatermarkReported("inj", 0, 1, 200))
+    assert auth.publish(CHAIN).lows["a"] == 60           # its last value holds the computation
+    auth.handle(WatermarkReported("a", 1, 1, 500, 200))  # the old owner, fenced: ignored
+    assert auth.publish(CHAIN).lows["a"] == 60 and auth.statistics().reports_stale == 1
+    auth.handle(WatermarkReported("a", 1, 2, 150, 200))  # the new owner
+    assert auth.publish(CHAIN).lows["a"] == 150
+
+
+def test_a_late_report_does_not_move_the_watermark_back_and_late_records_are_flagged():
+    auth = authority()
+    pub = report_chain(auth, {}, 100)
+    assert pub.lows["a"] == 100
+    pub = report_chain(auth, {("a", 0): 20}, 100)   # a late record entered a's work
+    assert pub.lows["a"] == 100
+    assert is_late(20, pub.inputs["a"]) and not is_late(100, pub.inputs["a"])
+
+
+def test_a_cycle_holds_at_the_value_it_started_with():
     producers = {"a": ["inj", "b"], "b": ["a"]}
-    _, low = compute_watermarks(producers, {"a": None, "b": 30}, {"inj": 100}, {})
-    assert low["a"] == 30 and low["b"] == 30
-    _, low = compute_watermarks(producers, {}, {"inj": 100}, {})
-    assert low["a"] == 100 and low["b"] == 100
+    auth = WatermarkAuthority()
+    auth.restore({"a": 7, "b": 7})
+    auth.handle(IntervalAssigned("inj", 0, 1), IntervalAssigned("a", 0, 1), IntervalAssigned("b", 0, 1))
+    pub = auth.publish(producers)
+    for _ in range(5):
+        auth.handle(WatermarkReported("inj", 0, 1, 100),
+                    WatermarkReported("a", 0, 1, interval_low(None, pub.inputs["a"]), pub.inputs["a"]),
+                    WatermarkReported("b", 0, 1, interval_low(None, pub.inputs["b"]), pub.inputs["b"]))
+        pub = auth.publish(producers)
+    assert pub.lows["a"] == 7 and pub.lows["b"] == 7 and pub.lows["inj"] == 100
 
 
-def test_late_record_does_not_move_watermark_back():
-    prev = {"inj": 100, "a": 100}
-    inputs, low = compute_watermarks({"a": ["inj"]}, {"a": 20}, {"inj": 100}, prev)
-    assert low["a"] == 100
-    assert is_late(20, inputs["a"]) and not is_late(100, inputs["a"])
+def test_the_authority_never_leads_work_in_flight_between_two_reports():
+    """b reported before a's production reached it; a then reports no work. b's old report is bounded by
+    the input it used, so c's input cannot pass the production now held by b."""
+    auth = authority(intervals=1)
+    auth.handle(WatermarkReported("inj", 0, 1, 100))
+    auth.handle(WatermarkReported("a", 0, 1, 30, 100))       # a holds a production at 30
+    pub = auth.publish(CHAIN)
+    auth.handle(WatermarkReported("b", 0, 1, interval_low(None, pub.inputs["b"]), pub.inputs["b"]))
+    auth.handle(WatermarkReported("c", 0, 1, interval_low(None, 30), 30))
+    auth.publish(CHAIN)
+    auth.handle(WatermarkReported("a", 0, 1, 100, 100))      # b took it (its production at 30 is b's now)
+    pub = auth.publish(CHAIN)
+    assert pub.lows["a"] == 100 and pub.lows["b"] == 30 and pub.inputs["c"] == 30
 
 
-work = st.dictionaries(st.sampled_from(["inj", "a", "b", "c"]), st.one_of(st.none(), st.integers(0, 10**6)))
+names = st.sampled_from(["inj", "a", "b", "c"])
+event = st.one_of(
+    st.tuples(st.just("report"), names, st.integers(0, 1), st.integers(0, 4), st.integers(0, 10**6),
+              st.integers(0, 10**6)),
+    st.tuples(st.just("assign"), names, st.integers(0, 1), st.integers(0, 4)),
+    st.tuples(st.just("publish")))
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(work, st.integers(0, 10**6)), min_size=1, max_size=20))
-def test_published_watermarks_never_move_back(steps):
-    prev: dict[str, int] = {}
-    for oldest, estimate in steps:
-        _, low = compute_watermarks(CHAIN | {"a": ["inj", "c"]}, oldest, {"inj": estimate}, prev)
-        for name, wm in prev.items():
-            assert low[name] >= wm
-        prev = low
+@given(st.lists(event, max_size=60), st.dictionaries(names, st.integers(0, 10**6)))
+def test_published_watermarks_never_move_back_and_stale_reports_change_nothing(events, restored):
+    auth = WatermarkAuthority()
+    auth.restore(restored)
+    last = auth.publish(CHAIN).lows
+    assert all(last[n] >= wm for n, wm in restored.items())
+    for ev in events:
+        if ev[0] == "report":
+            _, name, interval, seq, low, used = ev
+            known = auth.sequencer(name, interval)
+            before = auth.publish(CHAIN)
+            auth.handle(WatermarkReported(name, interval, seq, low, None if name == "inj" else used))
+            if known is not None and seq < known:
+                assert auth.publish(CHAIN) == before   # a stale report is ignored
+        elif ev[0] == "assign":
+            auth.handle(IntervalAssigned(ev[1], ev[2], ev[3]))
+        pub = auth.publish(CHAIN)
+        for name, wm in last.items():
+            assert pub.lows[name] >= wm
+        assert all(pub.inputs[c] == input_watermark(ps, pub.lows) for c, ps in CHAIN.items())
+        last = pub.lows
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,0 +1,116 @@
+"""The thread running one injector: poll, commit position + records as strong productions, send, report.
+
+It talks to the rest of the runtime through its inbox (:class:`Done` acks of its productions), the
+coordinator's inbox (its low watermark, :class:`WatermarksReported`), the store and the tracker. An
+injector has one interval (0) and one sequencer; its low watermark is min(its own estimate, its oldest
+unacked production), which seeds the watermarks of everything downstream (paper §5.2).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import orjson
+from photon import Clock
+
+from millwheel._config import RuntimeConfig
+from millwheel._injectors import Injector
+from millwheel._messages import WatermarksReported
+from millwheel._routing import Router
+from millwheel._store import Store, StoredProduction, Write
+from millwheel._transport import Done, Inbox, Tracker
+from millwheel._watermarks import WatermarkReported, interval_low
+
+
+class InjectorShell:
+    """Lifecycle: :meth:`prepare` (claim, restore the position, replay stored productions), then
+    ``thread.start()``; the thread stops when ``stopping`` is set."""
+
+    def __init__(self, name: str, injector: Injector, stream: str, *, config: RuntimeConfig, clock: Clock,
+                 store: Store, tracker: Tracker, router: Router, report: Inbox, stopping: threading.Event,
+                 fail: Callable[[BaseException], None]) -> None:
+        self.name, self.injector, self.stream = name, injector, stream
+        self.config, self.clock, self.store, self.tracker, self.router = config, clock, store, tracker, router
+        self._report, self._stopping, self._fail = report, stopping, fail
+        self.inbox = Inbox()
+        self.estimate = 0
+        self.caught_up = False
+        self.busy = False
+        self.injected = 0
+        self.seq = 0
+        self._n = 0
+        self._reported: int | None = None
+        self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
+
+    def prepare(self) -> int:
+        """Claim interval 0, restore the position, replay stored productions; returns the sequencer."""
+        self.seq = self.store.claim(self.name, 0)
+        raw = self.store.read_states(self.name, [""]).get("")
+        saved = orjson.loads(raw) if raw is not None else {}
+        self.injector.restore(saved.get("position"))
+        self.estimate = int(saved.get("estimate", 0))
+        prods = self.store.pending_productions(self.name, 0)
+        out = self.tracker.register(self.name, self.router.outgoing(self.name, 0, prods, True),
+                                    self.clock.now_us(), self.config.retry_delay_us)
+        self.tracker.send(out)
+        return self.seq
+
+    def _main(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._step()
+        except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
+            self._fail(e)
+        finally:
+            self.injector.close()
+
+    def _step(self) -> None:
+        cfg = self.config
+        items = self.inbox.take(1 << 30, 0)
+        done = [pid for item in items if isinstance(item, Done) for pid in item.ids]
+        if self.tracker.outstanding_count(self.name) >= cfg.max_in_flight:
+            if done:
+                self.store.commit([Write(self.name, 0, self.seq, productions_done=done)])
+            self._report_watermark()
+            self.inbox.take(0, cfg.tick_us / 1e6)
+            return
+        self.busy = True
+        try:
+            with self.tracker.producing(self.clock.now_us) as now:
+                prods = self._inject(now, done)
+            self._report_watermark()
+        finally:
+            self.busy = False
+        if not prods:
+            self.inbox.take(0, max(cfg.tick_us, 20_000) / 1e6)
+
+    def _inject(self, now: int, done: list[str]) -> list[StoredProduction]:
+        cfg = self.config
+        poll = self.injector.poll(cfg.injector_batch, now)
+        prods = []
+        for key, value, ts in poll.records:
+            self._n += 1
+            prods.append(StoredProduction(f"{self.name}/{self.seq}/{self._n}", self.stream, str(key),
+                                          orjson.dumps(value), int(ts), now))
+        writes = [Write(self.name, 0, self.seq, productions_done=done)] if done else []
+        if prods:
+            state = orjson.dumps({"position": poll.position, "estimate": max(self.estimate, poll.watermark_us)})
+            writes.append(Write(self.name, 0, self.seq, key="", state=state, productions=prods))
+        self.store.commit(writes)
+        out = self.tracker.register(self.name, self.router.outgoing(self.name, 0, prods, True), now,
+                                    cfg.retry_delay_us)
+        self.tracker.send(out)
+        self.injected += len(prods)
+        self.estimate = max(self.estimate, poll.watermark_us)
+        self.caught_up = poll.caught_up and not prods
+        return prods
+
+    def _report_watermark(self) -> None:
+        """min(estimate, oldest unacked production), read in that order: productions are registered
+        before the estimate rises, so the pair never shows a gap."""
+        estimate = self.estimate
+        (oldest,) = self.tracker.oldest([(self.name, 0)])
+        low = interval_low(oldest, estimate)
+        if low != self._reported:
+            self._reported = low
+            self._report.put_many([WatermarksReported((WatermarkReported(self.name, 0, self.seq, low),))])

@@ -1,0 +1,420 @@
+"""The deciding core of one key interval of one computation: a pure object, facts in, commands out.
+
+:class:`IntervalCore` owns everything a worker decides for an interval it holds: which keys are locked
+(a run of theirs is not committed yet), the heaps of pending timers, the dedup floors and Bloom filter,
+the weak productions waiting for their checkpoint, the state cache and what it evicts, and the low
+watermark it reports. It has no sockets, threads, store or clock reads; it never runs user code. The
+shell (``_worker.py``) feeds it events through :meth:`IntervalCore.handle` and carries out the commands
+it returns, **in order**, answering some of them with new events.
+
+Lifecycle of one batch (the shell runs it synchronously; the core does not rely on that)::
+
+    IntervalGranted ─► RecordsDelivered / TimePassed ─► RunUserCode ─► UserCodeRan ─┬─ strong: Commit
+                                                                                    └─ weak: SendProductions,
+                                                       AcksObserved … ─► Commit (once acked or late)
+    Commit ─► CheckpointCommitted ─► CountResults, SendProductions (strong) / MarkStored (weak), AckDeliveries
+           └► CommitRefused ─► Relinquish (the interval was fenced: someone else holds it now)
+    WorkObserved ─► ReportWatermark (when the interval's low watermark or its input changed)
+
+Rules kept here: a key has at most one run between :class:`RunUserCode` and its commit (later records
+and due timers of a locked key wait, in order); acks follow the commit; strong productions are registered
+before the acks and sent after them; records produced before their sender's floor are repeats.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from millwheel._bloom import BloomFilter
+from millwheel._interval_events import (  # the events and commands, re-exported
+    IntervalGranted, IntervalRevoked, InputWatermarkAdvanced, FloorsRaised,
+    RecordsDelivered, TimePassed, UserCodeRan, AcksObserved, ProductionsAcked,
+    CheckpointCommitted, CommitRefused, DedupIdsLoaded, WorkObserved, KeyWork,
+    RunUserCode, Commit, SendProductions, MarkStored, AckDeliveries,
+    CountResults, RebuildDedupFilter, ReportWatermark, Relinquish,
+    ReturnDeliveries, Event, Command)
+from millwheel._model import WALL, WATERMARK, Delivery, Record
+from millwheel._routing import encode
+from millwheel._runner import KeyResult
+from millwheel._store import KEEP, Write
+from millwheel._watermarks import NO_WATERMARK, TimestampBag, WatermarkReported, interval_low
+
+MIN_BLOOM_CAPACITY = 1024
+
+# ---------------------------------------------------------------- the state cache
+
+class StateCache:
+    """Encoded key state (``None``: known to have none), write-through: it holds what the store holds.
+    When full it evicts the least recently used keys, but first those that will not be read soon (no
+    pending timer, not locked)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[str, bytes | None] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: str):
+        if key in self._d:
+            self._d.move_to_end(key)
+            self.hits += 1
+            return True, self._d[key]
+        self.misses += 1
+        return False, None
+
+    def put(self, key: str, value: bytes | None) -> None:
+        self._d[key] = value
+        self._d.move_to_end(key)
+
+    def evict(self, will_be_read) -> list[str]:
+        """Evict down to capacity; returns the evicted keys."""
+        gone = []
+        while len(self._d) > self.capacity:
+            victim = None
+            for i, key in enumerate(self._d):
+                if i >= 64:
+                    break
+                if not will_be_read(key):
+                    victim = key
+                    break
+            victim = victim if victim is not None else next(iter(self._d))
+            self._d.pop(victim)
+            gone.append(victim)
+        return gone
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+# ---------------------------------------------------------------- the core
+
+@dataclass(slots=True)
+class _Run:
+    """One batch of keys between RunUserCode and its commit."""
+    works: dict                       # key -> KeyWork
+    deliveries: dict                  # key -> [Delivery]
+    results: list = field(default_factory=list)
+    prods: dict = field(default_factory=dict)     # key -> [StoredProduction]
+    writes: dict = field(default_factory=dict)    # key -> Write
+    deadline_us: int = 0              # weak: checkpoint by then even if unacked
+    unacked: dict = field(default_factory=dict)   # weak: key -> [StoredProduction] checkpointed with it
+
+
+@dataclass(frozen=True)
+class IntervalSettings:
+    """What an interval core needs to know about its computation and the runtime's options."""
+    computation: str
+    interval: int
+    exactly_once: bool = True
+    weak: bool = False
+    cache_keys: int = 100_000
+    bloom_capacity: int = MIN_BLOOM_CAPACITY
+    weak_checkpoint_delay_us: int = 100_000
+
+
+class IntervalCore:
+    """The decisions for one (computation, interval); only :meth:`handle` changes state."""
+
+    def __init__(self, settings: IntervalSettings) -> None:
+        self.s = settings
+        self.name, self.interval = settings.computation, settings.interval
+        self.sequencer: int | None = None
+        self.cache = StateCache(settings.cache_keys)
+        self.input_wm = NO_WATERMARK
+        self._reset()
+
+    def _reset(self) -> None:
+        self.timers: dict[str, dict[str, tuple[int, str]]] = {}
+        self._heaps: dict[str, list] = {WATERMARK: [], WALL: []}
+        self._holds = TimestampBag()            # timestamps of pending watermark timers
+        self.floors: dict[str, int] = {}
+        self._bloom: BloomFilter | None = None
+        self._incoming: list[Delivery] = []     # delivered, waiting for their key to be free
+        self.locked: set[str] = set()
+        self._runs: dict[int, _Run] = {}        # sent to user code, no answer yet
+        self._weak: list[_Run] = []             # weak productions sent, checkpoint not written yet
+        self._commits: dict[int, _Run | None] = {}
+        self._next_id = 1
+        self._reported: tuple | None = None
+        self.cache.clear()
+
+    # ------------------------------------------------------------ the one way in
+
+    def handle(self, *events: Event) -> list[Command]:
+        out: list[Command] = []
+        for ev in events:
+            handler = _HANDLERS.get(type(ev))
+            if handler is None:
+                raise TypeError(f"IntervalCore cannot handle {ev!r}")
+            handler(self, ev, out)
+        return out
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def held(self) -> bool:
+        return self.sequencer is not None
+
+    def has_due(self, now_us: int) -> bool:
+        """A timer is due (or records wait for a free key): the shell should run a batch."""
+        for domain, bound in ((WATERMARK, self.input_wm), (WALL, now_us)):
+            heap = self._heaps[domain]
+            if heap and heap[0][0] <= bound:
+                return True
+        return False
+
+    def wants_step(self, now_us: int) -> bool:
+        """Something would happen at :class:`TimePassed` with no new records: records wait for their key,
+        weak checkpoints wait, or a timer is due."""
+        return bool(self._incoming or self._weak) or self.has_due(now_us)
+
+    @property
+    def weak_waiting(self) -> bool:
+        """Weak productions were sent and their keys' checkpoints wait: feed :class:`AcksObserved`."""
+        return bool(self._weak)
+
+    def pending_weak_ids(self) -> list[str]:
+        return [p.id for run in self._weak for ps in run.prods.values() for p in ps]
+
+    def oldest_timer_us(self) -> int | None:
+        return self._holds.min()
+
+    # ------------------------------------------------------------ ownership
+
+    def _on_granted(self, ev: IntervalGranted, out: list) -> None:
+        self._reset()
+        self.sequencer = ev.sequencer
+        for key, tag, ts, domain in ev.timers:
+            self.timers.setdefault(key, {})[tag] = (ts, domain)
+            heapq.heappush(self._heaps[domain], (ts, key, tag))
+            if domain == WATERMARK:
+                self._holds.add(ts)
+        self._load_dedup(ev.dedup_ids, ev.floors)
+
+    def _load_dedup(self, ids: list, floors: Mapping[str, int]) -> None:
+        if not self.s.exactly_once:
+            return
+        self._bloom = BloomFilter(max(self.s.bloom_capacity, MIN_BLOOM_CAPACITY, 2 * len(ids)))
+        for i in ids:
+            self._bloom.add(i)
+        for sender, floor in floors.items():
+            self.floors[sender] = max(floor, self.floors.get(sender, 0))
+
+    def _on_revoked(self, ev: IntervalRevoked, out: list) -> None:
+        back = list(self._incoming)
+        for run in list(self._runs.values()) + self._weak + [r for r in self._commits.values() if r]:
+            back.extend(d for ds in run.deliveries.values() for d in ds)
+        self.sequencer = None
+        self._reset()
+        if back:
+            out.append(ReturnDeliveries(back))
+
+    def _on_refused(self, ev: CommitRefused, out: list) -> None:
+        if ev.commit_id not in self._commits:
+            return
+        self.sequencer = None
+        self._reset()
+        out.append(Relinquish(self.name, self.interval))
+
+    # ------------------------------------------------------------ inputs
+
+    def _on_input(self, ev: InputWatermarkAdvanced, out: list) -> None:
+        if ev.watermark_us > self.input_wm:
+            self.input_wm = ev.watermark_us
+
+    def _on_floors(self, ev: FloorsRaised, out: list) -> None:
+        for sender, floor in ev.floors.items():
+            if floor > self.floors.get(sender, 0):
+                self.floors[sender] = floor
+
+    def _on_delivered(self, ev: RecordsDelivered, out: list) -> None:
+        self._incoming.extend(ev.deliveries)
+
+    def _on_time(self, ev: TimePassed, out: list) -> None:
+        if self.sequencer is None:
+            return
+        now = ev.now_us
+        ready, waiting = [], []
+        for d in self._incoming:
+            (waiting if d.record.key in self.locked else ready).append(d)
+        self._incoming = waiting
+        due = self._pop_due(now)
+        if ready or due:
+            out.append(self._start_run(ready, due, now))
+
+    def _pop_due(self, now: int) -> set[str]:
+        """Keys with a due timer; a locked key keeps its timers for later."""
+        keys: set[str] = set()
+        for domain, bound in ((WATERMARK, self.input_wm), (WALL, now)):
+            heap, kept = self._heaps[domain], []
+            while heap and heap[0][0] <= bound:
+                ts, key, tag = heapq.heappop(heap)
+                if self.timers.get(key, {}).get(tag) == (ts, domain):
+                    if key in self.locked:
+                        kept.append((ts, key, tag))
+                    else:
+                        keys.add(key)
+            for entry in kept:
+                heapq.heappush(heap, entry)
+        return keys
+
+    def _start_run(self, ready: list[Delivery], due: set[str], now: int) -> RunUserCode:
+        dups, lookups = self._dedup(ready)
+        by_key: dict[str, list[Delivery]] = {}
+        for d in ready:
+            by_key.setdefault(d.record.key, []).append(d)
+        for key in due:
+            by_key.setdefault(key, [])
+        works, reads = {}, []
+        for key, ds in by_key.items():
+            hit, state = self.cache.get(key)
+            if not hit:
+                reads.append(key)
+            works[key] = KeyWork(key, [d.record for d in ds], self.timers.get(key, {}), state, not hit)
+        run_id = self._new_id()
+        self._runs[run_id] = _Run(works, by_key)
+        self.locked.update(by_key)
+        return RunUserCode(run_id, self.name, list(works.values()), reads, lookups, frozenset(dups),
+                           self.input_wm, now)
+
+    def _dedup(self, deliveries: list[Delivery]) -> tuple[set[str], list[str]]:
+        """Ids certainly repeated (produced before their sender's floor), and ids to ask the store about
+        (the Bloom filter may have seen them)."""
+        if not self.s.exactly_once or not deliveries:
+            return set(), []
+        floors, bloom = self.floors, self._bloom
+        dups: set[str] = set()
+        maybe: list[str] = []
+        for d in deliveries:
+            rec: Record = d.record
+            if rec.produced_at_us < floors.get(rec.sender, 0):
+                dups.add(rec.id)
+            elif bloom is not None and bloom.might_contain(rec.id):
+                maybe.append(rec.id)
+        return dups, maybe
+
+    # ------------------------------------------------------------ runs and commits
+
+    def _on_ran(self, ev: UserCodeRan, out: list) -> None:
+        run = self._runs.pop(ev.run_id)
+        for key, value in ev.states_read.items():
+            self.cache.put(key, value)
+        weak = self.s.weak
+        run.results = list(ev.results)
+        for res in run.results:
+            prods = [encode(p) for p in res.productions]
+            run.prods[res.key] = prods
+            run.writes[res.key] = Write(self.name, self.interval, self.sequencer, res.key, res.state,
+                                        res.timers_set, res.timers_deleted, res.processed,
+                                        [] if weak else prods)
+        if not weak:
+            self._commit(run, list(run.writes.values()), out)
+            return
+        # paper Figure 11: weak productions go out before anything is persisted; the keys stay locked
+        # until every production is acked or the delay has passed
+        sent = [p for ps in run.prods.values() for p in ps]
+        if sent:
+            out.append(SendProductions(self.name, self.interval, sent, False))
+        run.deadline_us = ev.now_us + self.s.weak_checkpoint_delay_us
+        self._weak.append(run)
+
+    def _on_acks(self, ev: AcksObserved, out: list) -> None:
+        waiting = []
+        for run in self._weak:
+            unacked = {k: [p for p in ps if p.id in ev.unacked] for k, ps in run.prods.items()}
+            if ev.now_us < run.deadline_us and any(unacked.values()):
+                waiting.append(run)
+                continue
+            run.unacked = unacked
+            for key, write in run.writes.items():
+                write.productions = unacked[key]
+            self._commit(run, list(run.writes.values()), out)
+        self._weak = waiting
+
+    def _on_done(self, ev: ProductionsAcked, out: list) -> None:
+        if self.sequencer is not None and ev.ids:
+            self._commit(None, [Write(self.name, self.interval, self.sequencer, productions_done=list(ev.ids))],
+                         out)
+
+    def _commit(self, run: _Run | None, writes: list, out: list) -> None:
+        commit_id = self._new_id()
+        self._commits[commit_id] = run
+        out.append(Commit(commit_id, writes))
+
+    def _on_committed(self, ev: CheckpointCommitted, out: list) -> None:
+        run = self._commits.pop(ev.commit_id, None)
+        if run is None:
+            return
+        for res in run.results:
+            self._apply(res, run.works[res.key].timers)
+        out.append(CountResults(run.results))
+        if self.s.weak:
+            stored = [p.id for ps in run.unacked.values() for p in ps]
+            if stored:
+                out.append(MarkStored(self.name, self.interval, stored))
+        else:
+            sent = [p for ps in run.prods.values() for p in ps]
+            if sent:
+                out.append(SendProductions(self.name, self.interval, sent, True))
+        out.append(AckDeliveries([d for ds in run.deliveries.values() for d in ds]))
+        self.cache.evict(lambda k: k in self.timers or k in self.locked)
+        if self._bloom is not None and self._bloom.full:
+            out.append(RebuildDedupFilter(self.name, self.interval))
+
+    def _apply(self, res: KeyResult, old_timers: dict) -> None:
+        """The key's checkpoint is durable: cache, timers, watermark holds, Bloom filter, lock."""
+        key = res.key
+        if res.state is not KEEP:
+            self.cache.put(key, res.state)
+        for tag, (ts, domain) in old_timers.items():
+            if domain == WATERMARK and res.timers.get(tag) != (ts, domain):
+                self._holds.remove(ts)
+        for tag, ts, domain in res.timers_set:
+            heapq.heappush(self._heaps[domain], (ts, key, tag))
+            if domain == WATERMARK and old_timers.get(tag) != (ts, domain):
+                self._holds.add(ts)
+        if res.timers:
+            self.timers[key] = res.timers
+        else:
+            self.timers.pop(key, None)
+        if self._bloom is not None:
+            for rid, _, _ in res.processed:
+                self._bloom.add(rid)
+        self.locked.discard(key)
+
+    def _on_dedup_loaded(self, ev: DedupIdsLoaded, out: list) -> None:
+        self._load_dedup(ev.ids, ev.floors)
+
+    # ------------------------------------------------------------ watermark
+
+    def _on_work(self, ev: WorkObserved, out: list) -> None:
+        if self.sequencer is None:
+            return
+        oldest = ev.oldest_us
+        timer = self._holds.min()
+        if timer is not None and (oldest is None or timer < oldest):
+            oldest = timer
+        low = interval_low(oldest, self.input_wm)
+        if (low, self.input_wm, oldest) != self._reported:
+            self._reported = (low, self.input_wm, oldest)
+            out.append(ReportWatermark(WatermarkReported(self.name, self.interval, self.sequencer, low,
+                                                         self.input_wm, oldest)))
+
+    def _new_id(self) -> int:
+        n = self._next_id
+        self._next_id += 1
+        return n
+
+
+_HANDLERS = {
+    IntervalGranted: IntervalCore._on_granted, IntervalRevoked: IntervalCore._on_revoked,
+    InputWatermarkAdvanced: IntervalCore._on_input, FloorsRaised: IntervalCore._on_floors,
+    RecordsDelivered: IntervalCore._on_delivered, TimePassed: IntervalCore._on_time,
+    UserCodeRan: IntervalCore._on_ran, AcksObserved: IntervalCore._on_acks, ProductionsAcked: IntervalCore._on_done,
+    CheckpointCommitted: IntervalCore._on_committed, CommitRefused: IntervalCore._on_refused,
+    DedupIdsLoaded: IntervalCore._on_dedup_loaded, WorkObserved: IntervalCore._on_work,
+}

@@ -1,0 +1,81 @@
+"""Where things go: key intervals, their placement on workers, production ids and routing to consumers.
+
+Pure: no threads, clocks or I/O. :class:`Placement` is the one place that says which worker owns a
+computation's key interval; the one-process runtime uses :class:`ModuloPlacement`, and a master that moves
+intervals between worker processes replaces it with its own map (same two methods).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+import mmh3
+import orjson
+
+from millwheel._model import Delivery, Production, Record
+from millwheel._store import StoredProduction
+
+
+class Placement(Protocol):
+    """Which worker owns each key interval of each computation."""
+
+    def owner(self, computation: str, interval: int) -> int:
+        """The index of the worker owning ``interval`` of ``computation``."""
+        ...
+
+    def intervals_of(self, computation: str, worker: int) -> list[int]:
+        """Every interval of ``computation`` that ``worker`` owns (in increasing order)."""
+        ...
+
+
+class ModuloPlacement:
+    """Interval ``i`` of every computation belongs to worker ``i mod workers`` (fixed for the run)."""
+
+    def __init__(self, workers: int, intervals: int) -> None:
+        if workers <= 0 or intervals <= 0:
+            raise ValueError("workers and intervals must be positive")
+        self.workers, self.intervals = workers, intervals
+
+    def owner(self, computation: str, interval: int) -> int:
+        return interval % self.workers
+
+    def intervals_of(self, computation: str, worker: int) -> list[int]:
+        return list(range(worker, self.intervals, self.workers))
+
+
+def interval_of(key: str, intervals: int) -> int:
+    """The key interval of ``key``: ``mmh3(key) mod intervals``."""
+    return mmh3.hash(key, signed=False) % intervals
+
+
+def encode(p: Production) -> StoredProduction:
+    """A production as stored and sent: its id is the sender's name and a hash of the causing id, so a
+    deterministic re-run produces the same ids."""
+    pid = f"{p.sender}:{mmh3.hash_bytes(p.id).hex()}"
+    return StoredProduction(pid, p.stream, p.key, orjson.dumps(p.value), p.timestamp_us, p.produced_at_us)
+
+
+class Router:
+    """One delivery per consumer of a production's stream, keyed by that consumer's key extractor.
+    ``consumers_of(stream)`` gives ``(consumer, extractor)`` pairs (the topology's method)."""
+
+    def __init__(self, consumers_of, intervals: int) -> None:
+        self._consumers_of = consumers_of
+        self.intervals = intervals
+
+    def interval_of(self, key: str) -> int:
+        return interval_of(key, self.intervals)
+
+    def route(self, p: StoredProduction, sender: str) -> list[Delivery]:
+        out = []
+        for consumer, extract in self._consumers_of(p.stream):
+            value = orjson.loads(p.value)
+            rec = Record(p.key, value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
+            key = extract(rec)
+            if key != rec.key:
+                rec = Record(str(key), value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
+            out.append(Delivery(consumer, self.interval_of(rec.key), rec))
+        return out
+
+    def outgoing(self, sender: str, interval: int, prods: Iterable[StoredProduction], stored: bool) -> list:
+        """The ``(production, sender interval, stored?, deliveries)`` rows the tracker registers."""
+        return [(p, interval, stored, self.route(p, sender)) for p in prods]
