@@ -20,6 +20,7 @@ import orjson
 
 from photon import Clock, SystemClock
 
+from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
 from millwheel._injectors import Injector
 from millwheel._model import Computation, Delivery, Production, Record
@@ -130,7 +131,7 @@ class Runtime:
         self.topology = topology
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
-        self.store = store or open_store(self.config.store)
+        self.store = CachedStore(store or open_store(self.config.store), self.config.cache_keys)
         self.workers = [Worker(i, self) for i in range(self.config.threads)]
         self.transport = transport or LocalTransport()
         self.transport.bind(self._consumer_inbox)

@@ -6,8 +6,8 @@ claimed them in the store, and every write carries the claim's sequencer. One lo
 1. take a batch of deliveries (and control messages) from the inbox;
 2. dedup: ids the Bloom filter has never seen are new; the rest are looked up in the store (the truth);
    ids produced before the sender's garbage-collection floor are repeats too;
-3. per key: read state (cache, else store), run :func:`millwheel._runner.run_key` with the key's
-   records and its due timers; weak productions are sent now;
+3. per key: read state (through the framework cache), run :func:`millwheel._runner.run_key` with the
+   key's records and its due timers; weak productions are sent now;
 4. commit every key's checkpoint (state, timers, processed ids, strong productions) in one store
    transaction (one atomic write per key);
 5. ack the senders, then send the strong productions.
@@ -16,52 +16,17 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from millwheel._bloom import BloomFilter
 from millwheel._model import WATERMARK, WEAK, Computation, Delivery
 from millwheel._runner import KeyInput, KeyResult, run_key
-from millwheel._store import KEEP, StoredProduction, Write
+from millwheel._store import StoredProduction, Write
 from millwheel._transport import Done, Inbox
 
 if TYPE_CHECKING:
     from millwheel._runtime import Runtime
-
-
-class StateCache:
-    """Per-worker cache of encoded key state (``None``: known to have none). Write-through: it holds what
-    the store holds. When full it evicts the least recently used keys, but first those with no pending
-    timer: a key with a timer will be read again when the timer fires."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._d: OrderedDict[str, bytes | None] = OrderedDict()
-        self.hits = self.misses = 0
-
-    def get(self, key: str):
-        if key in self._d:
-            self._d.move_to_end(key)
-            self.hits += 1
-            return True, self._d[key]
-        self.misses += 1
-        return False, None
-
-    def put(self, key: str, value: bytes | None) -> None:
-        self._d[key] = value
-        self._d.move_to_end(key)
-
-    def evict(self, will_be_read) -> None:
-        while len(self._d) > self.capacity:
-            victim = None
-            for i, key in enumerate(self._d):
-                if i >= 64:
-                    break
-                if not will_be_read(key):
-                    victim = key
-                    break
-            self._d.pop(victim if victim is not None else next(iter(self._d)))
 
 
 @dataclass
@@ -71,7 +36,6 @@ class CompState:
     computation: Computation
     produces: tuple[str, ...]
     seqs: dict[int, int]
-    cache: StateCache
     bloom: BloomFilter | None = None
     floors: dict[str, int] = field(default_factory=dict)
     timers: dict[str, dict[str, tuple[int, str]]] = field(default_factory=dict)
@@ -97,7 +61,7 @@ class Worker:
         rt = self.rt
         spec = rt.topology.computations[name]
         seqs = {i: rt.store.claim(name, i) for i in intervals}
-        cs = CompState(name, spec.factory(), spec.produces, seqs, StateCache(rt.config.cache_keys))
+        cs = CompState(name, spec.factory(), spec.produces, seqs)
         holds = []
         for key, tag, ts, domain in rt.store.read_timers(name, intervals):
             cs.timers.setdefault(key, {})[tag] = (ts, domain)
@@ -197,20 +161,8 @@ class Worker:
         return dups
 
     def _states(self, cs: CompState, keys) -> dict[str, bytes | None]:
-        out: dict[str, bytes | None] = {}
-        missing = []
-        for key in keys:
-            hit, value = cs.cache.get(key)
-            if hit:
-                out[key] = value
-            else:
-                missing.append(key)
-        if missing:
-            found = self.rt.store.read_states(cs.name, missing)
-            for key in missing:
-                out[key] = found.get(key)
-                cs.cache.put(key, out[key])
-        return out
+        found = self.rt.store.read_states(cs.name, keys)  # through the framework cache (millwheel._cache)
+        return {key: found.get(key) for key in keys}
 
     def _run_comp(self, cs: CompState, deliveries: list[Delivery], now: int, writes: list[Write]):
         rt = self.rt
@@ -288,8 +240,6 @@ class Worker:
         add, remove, acks, out = [], [], [], []
         for r in results:
             res, key = r.res, r.res.key
-            if not isinstance(res.state, type(KEEP)):
-                cs.cache.put(key, res.state)
             for tag, (ts, domain) in r.old_timers.items():
                 if domain == WATERMARK and res.timers.get(tag) != (ts, domain):
                     remove.append(ts)
@@ -312,7 +262,6 @@ class Worker:
         rt.count(cs.name, [r.res for r in results])
         rt.tracker.acked(acks)  # the senders are acked, then the productions are sent
         rt.tracker.send(out)
-        cs.cache.evict(lambda k: k in cs.timers or (cs.name, k) in self._locked)
         if cs.bloom is not None and cs.bloom.full:
             self._rebuild_bloom(cs)
 
