@@ -21,6 +21,7 @@ import ctypes
 import importlib.util
 import os
 import pwd
+import shutil
 import signal
 import socket
 import stat
@@ -28,7 +29,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from photon import wait_until
+import psutil
+
+from photon import fsync_path, wait_until
 
 SYSTEM_USER = "embedded_postgres"
 SUPERUSER = "postgres"
@@ -116,26 +119,41 @@ class EmbeddedPostgres:
 
     def _prepare_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self._user is None:
-            self.data_dir.chmod(0o700)
-            return
-        entry = _ensure_user(self._user)
-        os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
-        self.data_dir.chmod(0o700)
-        for parent in self.data_dir.parents:  # the server must be able to reach its data directory
-            mode = parent.stat().st_mode
-            if mode & stat.S_IXOTH == 0:
-                parent.chmod(mode | stat.S_IXOTH | stat.S_IXGRP)
-        if not self.log_path.exists():
+        self._own_dir(self.data_dir)
+        if self._user is not None:
+            entry = _ensure_user(self._user)
+            for parent in self.data_dir.parents:  # the server must be able to reach its data directory
+                mode = parent.stat().st_mode
+                if mode & stat.S_IXOTH == 0:
+                    parent.chmod(mode | stat.S_IXOTH | stat.S_IXGRP)
             self.log_path.touch()
-        os.chown(self.log_path, entry.pw_uid, entry.pw_gid)
+            os.chown(self.log_path, entry.pw_uid, entry.pw_gid)
+
+    def _own_dir(self, path: Path) -> None:
+        if self._user is not None:
+            entry = _ensure_user(self._user)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        path.chmod(0o700)
 
     def _initdb(self) -> None:
-        r = subprocess.run([str(postgres_bin() / "initdb"), "-D", str(self.data_dir), "--auth=trust",
+        """Initialise into a fresh sibling folder and rename it into place, so that a kill during
+        ``initdb`` never leaves a half-made data directory behind."""
+        if any(self.data_dir.iterdir()):
+            raise EmbeddedPostgresError(f"{self.data_dir} is not empty and holds no PostgreSQL data directory")
+        fresh = self.data_dir.with_name(self.data_dir.name + ".initdb")
+        if fresh.exists():
+            shutil.rmtree(fresh)
+        fresh.mkdir()
+        self._own_dir(fresh)
+        r = subprocess.run([str(postgres_bin() / "initdb"), "-D", str(fresh), "--auth=trust",
                             "-U", SUPERUSER, "--encoding=UTF8", "--locale=C"],
                            user=self._user, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
+            shutil.rmtree(fresh, ignore_errors=True)
             raise EmbeddedPostgresError(f"initdb {self.data_dir} failed ({r.returncode}): {r.stderr.strip()}")
+        self.data_dir.rmdir()
+        fresh.rename(self.data_dir)
+        fsync_path(self.data_dir.parent)
 
     def _try_start(self, deadline: float) -> str | None:
         """Start ``postgres``; None once it accepts connections, else why it did not."""
@@ -208,17 +226,22 @@ def _ready(pidfile: Path, pid: int) -> bool:
 
 
 def _live_holder(pidfile: Path) -> int | None:
-    """The pid of a live ``postgres`` that holds the data directory, if any (a stale file is fine:
-    the server replaces it)."""
+    """The pid of a live ``postgres`` that holds the data directory, if any. A stale pid file (its
+    process gone, a zombie, or another program) is removed: a killed server's zombie would otherwise keep
+    the new server from starting. (The server still refuses to start while a process of the old one is
+    attached to its shared memory.)"""
     try:
-        pid = int(pidfile.read_text().splitlines()[0])
+        pid = abs(int(pidfile.read_text().splitlines()[0]))  # negative: a single-user backend
     except (OSError, ValueError, IndexError):
         return None
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            return pid if f.read().strip() == "postgres" else None
-    except OSError:
-        return None
+        proc = psutil.Process(pid)
+        if proc.name() == "postgres" and proc.status() != psutil.STATUS_ZOMBIE:
+            return pid
+    except (psutil.Error, ValueError):
+        pass
+    pidfile.unlink(missing_ok=True)
+    return None
 
 
 def _ensure_user(name: str) -> pwd.struct_passwd:

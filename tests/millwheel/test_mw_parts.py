@@ -11,7 +11,6 @@ from millwheel import (END_OF_TIME, FileInjector, JoinedInjector, ListInjector, 
                        RuntimeConfig, Topology, TopologyError)
 from millwheel._bloom import BloomFilter
 from millwheel._model import Delivery, Record
-from millwheel._worker import StateCache
 from mw_helpers import BASE_US, joined_event
 from photon import id_timestamp_us, wait_until
 
@@ -90,14 +89,6 @@ def test_bad_lines_are_quarantined_and_skipped(tmp_path):
     bad = [orjson.loads(x) for x in (tmp_path / "q" / "millwheel-injector.jsonl").read_bytes().splitlines()]
     assert [b["offset"] for b in bad] == [21, 30]
     assert p.position["offsets"] == {"a.jsonl": (root / "a.jsonl").stat().st_size}
-
-
-def test_state_cache_evicts_keys_that_will_not_be_read_again_first():
-    cache = StateCache(2)
-    for key in ("timer-key", "plain", "newest"):
-        cache.put(key, b"1")
-    cache.evict(lambda k: k == "timer-key")
-    assert cache.get("timer-key") == (True, b"1") and cache.get("plain") == (False, None)
 
 
 def test_bloom_filter_has_no_false_negatives():
