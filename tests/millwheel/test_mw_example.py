@@ -30,9 +30,9 @@ def as_counts(windows: list[dict]) -> dict:
 
 
 @pytest.mark.timeout(90)
-def test_run_until_idle_prints_and_writes_every_window_once(tmp_path, procs):
+def test_run_until_idle_prints_and_writes_every_window_once(tmp_path, reachable_tmp, procs):
     events = write_joined(tmp_path / "in", 3000, 8, bad_every=500)
-    out = tmp_path / "out"
+    out = reachable_tmp / "out"  # the embedded server's data directory is under it
     p = procs.python(*run_argv(tmp_path / "in", out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 0, stderr.decode()
@@ -50,10 +50,10 @@ def test_run_until_idle_prints_and_writes_every_window_once(tmp_path, procs):
 
 
 @pytest.mark.timeout(150)
-def test_sigkill_at_random_points_then_restart_matches_batch(tmp_path, procs):
+def test_sigkill_at_random_points_then_restart_matches_batch(tmp_path, reachable_tmp, procs):
     events = write_joined(tmp_path / "in", 40000, 60, minutes=15)
     expected = batch_windows(events)
-    out = tmp_path / "out"
+    out = reachable_tmp / "out"
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     kills, finished = 0, False
     for attempt in range(12):
@@ -104,9 +104,10 @@ def gone(pid: int) -> bool:
 
 
 @pytest.mark.timeout(90)
-def test_default_store_is_an_embedded_postgres_stopped_on_sigint_and_when_the_command_is_killed(tmp_path, procs):
+def test_default_store_is_an_embedded_postgres_stopped_on_sigint_and_when_the_command_is_killed(
+        tmp_path, reachable_tmp, procs):
     write_joined(tmp_path / "in", 500, 2)
-    out = tmp_path / "out"
+    out = reachable_tmp / "out"
     argv = run_argv(tmp_path / "in", out)[:-1]  # no --until-idle: runs until stopped
     p = procs.python(*argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_until(lambda: server_pid(out) is not None or p.poll() is not None, 60, message="the embedded server")

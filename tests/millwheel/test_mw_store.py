@@ -201,9 +201,9 @@ def test_store_url_is_checked(pg_url):
 
 # ---- PostgreSQL only: a server that goes away and comes back --------------------------------------------
 @pytest.fixture
-def own_pg(tmp_path):
+def own_pg(reachable_tmp):
     """A server of the test's own, free to stop and start (the session's server is shared)."""
-    server = EmbeddedPostgres(tmp_path / "pg")
+    server = EmbeddedPostgres(reachable_tmp / "pg")
     try:
         yield server.start()
     finally:
