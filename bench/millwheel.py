@@ -1,4 +1,4 @@
-"""MillWheel paper §8.1-§8.2 in miniature, on a real SQLite store.
+"""MillWheel paper §8.1-§8.3 in miniature, on real stores (an embedded PostgreSQL server, SQLite).
 
 * Record delay: numbers injected at a steady rate (timestamped at injection) go through one stage that
   buckets and re-keys them; a final consumer measures now - timestamp. Once with exactly-once and strong
@@ -7,8 +7,11 @@
 * Throughput: records/s through the same pipeline with both guarantees on, injecting as fast as it goes.
 * Watermark lag: a three-stage pipeline; median of now - low watermark of each stage, sampled while it
   runs. (Paper: 1.8 s at the first stage, then under 200 ms per stage.)
+* Per store in ``--store`` (§8.3): the throughput run again, with the framework cache's hit ratio. The
+  delay and lag figures are measured on the first store listed.
 
-    python -m bench.millwheel [--json] [--rate 1000] [--seconds 6] [--records 30000] [--threads 2]
+    python -m bench.millwheel [--json] [--store postgres,sqlite] [--rate 1000] [--seconds 6]
+                              [--records 30000] [--threads 2]
 """
 from __future__ import annotations
 
@@ -21,10 +24,29 @@ import time
 from pathlib import Path
 
 from bench._common import percentile
-from millwheel import STRONG, WEAK, Computation, Injector, Poll, Runtime, RuntimeConfig, Topology
+from millwheel import (STRONG, WEAK, CacheStatistics, Computation, EmbeddedPostgres, Injector, Poll, Runtime,
+                       RuntimeConfig, Topology)
 from photon import SystemClock
 
 BUCKETS = 100
+STORES = ("postgres", "sqlite")
+
+
+class Stores:
+    """A fresh store URL per run: a file per run for SQLite, a schema per run on one embedded server."""
+
+    def __init__(self, tmp: Path, kind: str) -> None:
+        self.tmp, self.kind = tmp, kind
+        self.server = EmbeddedPostgres(tmp / "pg").start() if kind == "postgres" else None
+
+    def url(self, name: str) -> str:
+        if self.server is not None:
+            return f"{self.server.url}?schema={name.replace('-', '_')}"
+        return f"sqlite:///{self.tmp / f'{name}.db'}"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
 
 
 class RateInjector(Injector):
@@ -79,7 +101,8 @@ class Measure(Computation):
         pass
 
 
-def run_delay(tmp: Path, guarantees: bool, rate: int, total: int, threads: int) -> tuple[list[int], float]:
+def run_delay(stores: Stores, guarantees: bool, rate: int, total: int,
+              threads: int) -> tuple[list[int], float, CacheStatistics]:
     clock = SystemClock()
     delays: list[int] = []
     t = Topology()
@@ -89,24 +112,23 @@ def run_delay(tmp: Path, guarantees: bool, rate: int, total: int, threads: int) 
     measure = Measure(delays, clock)
     t.add_computation("measure", measure, consumes=["buckets"])
     name = "on" if guarantees else "off"
-    rt = Runtime(t, RuntimeConfig(store=f"sqlite:///{tmp / f'delay-{name}-{rate}.db'}", threads=threads),
-                 clock).start()
+    rt = Runtime(t, RuntimeConfig(store=stores.url(f"delay-{name}-{rate}"), threads=threads), clock).start()
     start = time.monotonic()
     try:
         rt.run_until_idle(600)
     finally:
         rt.stop()
-    return delays, time.monotonic() - start
+    return delays, time.monotonic() - start, rt.store.statistics()
 
 
-def run_lag(tmp: Path, rate: int, seconds: float, threads: int) -> dict[str, float]:
+def run_lag(stores: Stores, rate: int, seconds: float, threads: int) -> dict[str, float]:
     clock = SystemClock()
     t = Topology()
     t.add_injector("numbers", RateInjector(rate, int(rate * seconds)), produces="s0")
     for i in (1, 2, 3):
         t.add_computation(f"stage{i}", bucket_stage(True, STRONG, f"s{i}"), consumes=[f"s{i - 1}"],
                           produces=[f"s{i}"])
-    rt = Runtime(t, RuntimeConfig(store=f"sqlite:///{tmp / 'lag.db'}", threads=threads), clock).start()
+    rt = Runtime(t, RuntimeConfig(store=stores.url("lag"), threads=threads), clock).start()
     lags: dict[str, list[int]] = {f"stage{i}": [] for i in (1, 2, 3)}
     done = threading.Event()
     try:
@@ -124,6 +146,21 @@ def run_lag(tmp: Path, rate: int, seconds: float, threads: int) -> dict[str, flo
     return {name: stats.median(v) / 1000 for name, v in lags.items()}
 
 
+def first_store_figures(stores: Stores, args: argparse.Namespace, figures: dict[str, float]) -> None:
+    for guarantees, tag in ((False, "eo_off"), (True, "eo_on")):
+        delays, _, _ = run_delay(stores, guarantees, args.rate, int(args.rate * args.seconds), args.threads)
+        figures[f"delay_p50_ms_{tag}"] = round(percentile(delays, 50) / 1000, 2)
+        figures[f"delay_p95_ms_{tag}"] = round(percentile(delays, 95) / 1000, 2)
+        print(f"  record delay, exactly-once + strong productions {tag[3:]}: median "
+              f"{figures[f'delay_p50_ms_{tag}']} ms, p95 {figures[f'delay_p95_ms_{tag}']} ms "
+              f"({len(delays)} records at {args.rate}/s)")
+    lags = run_lag(stores, args.rate, args.seconds, args.threads)
+    for name, lag in lags.items():
+        figures[f"{name}_watermark_lag_ms"] = round(lag, 1)
+    print("  low-watermark lag (median), three-stage pipeline: "
+          + ", ".join(f"{n} {v:.1f} ms" for n, v in lags.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
@@ -131,26 +168,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="length of each delay and lag run")
     ap.add_argument("--records", type=int, default=30000, help="records for the throughput run")
     ap.add_argument("--threads", type=int, default=2, help="worker threads")
+    ap.add_argument("--store", default=",".join(STORES),
+                    help="comma-separated stores to measure (postgres: an embedded server; sqlite: a file)")
     args = ap.parse_args(argv)
+    kinds = [k.strip() for k in args.store.split(",") if k.strip()]
+    if not kinds or set(kinds) - set(STORES):
+        ap.error(f"--store takes a comma-separated list of {', '.join(STORES)}")
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="millwheel-bench-") as d:
-        tmp = Path(d)
-        for guarantees, tag in ((False, "eo_off"), (True, "eo_on")):
-            delays, _ = run_delay(tmp, guarantees, args.rate, int(args.rate * args.seconds), args.threads)
-            figures[f"delay_p50_ms_{tag}"] = round(percentile(delays, 50) / 1000, 2)
-            figures[f"delay_p95_ms_{tag}"] = round(percentile(delays, 95) / 1000, 2)
-            print(f"record delay, exactly-once + strong productions {tag[3:]}: median "
-                  f"{figures[f'delay_p50_ms_{tag}']} ms, p95 {figures[f'delay_p95_ms_{tag}']} ms "
-                  f"({len(delays)} records at {args.rate}/s)")
-        delays, elapsed = run_delay(tmp, True, 0, args.records, args.threads)
-        figures["records_per_s"] = round(len(delays) / elapsed)
-        print(f"throughput, exactly-once + strong productions on: {figures['records_per_s']} records/s "
-              f"({len(delays)} records in {elapsed:.2f} s)")
-        lags = run_lag(tmp, args.rate, args.seconds, args.threads)
-        for name, lag in lags.items():
-            figures[f"{name}_watermark_lag_ms"] = round(lag, 1)
-        print("low-watermark lag (median), three-stage pipeline: "
-              + ", ".join(f"{n} {v:.1f} ms" for n, v in lags.items()))
+        for n, kind in enumerate(kinds):
+            stores = Stores(Path(d) / kind, kind)
+            try:
+                if n == 0:
+                    print(f"delay and watermark lag on {kind}:")
+                    first_store_figures(stores, args, figures)
+                delays, elapsed, cache = run_delay(stores, True, 0, args.records, args.threads)
+            finally:
+                stores.close()
+            figures[f"records_per_s_{kind}"] = round(len(delays) / elapsed)
+            figures[f"cache_hit_ratio_{kind}"] = round(cache.hit_ratio, 3)
+            if n == 0:
+                figures["records_per_s"] = figures[f"records_per_s_{kind}"]
+            print(f"{kind}: {figures[f'records_per_s_{kind}']} records/s with exactly-once + strong productions "
+                  f"({len(delays)} records in {elapsed:.2f} s); state cache hit ratio "
+                  f"{figures[f'cache_hit_ratio_{kind}']} ({cache.hits} hits, {cache.misses} misses)")
     if args.json:
         import json
         print(json.dumps(figures))

@@ -1,12 +1,16 @@
 """MillWheel: keyed computations with per-key persistent state, timers, low watermarks and exactly-once
-delivery (MillWheel paper §3-§7), on one machine with several worker threads.
+delivery (MillWheel paper §3-§7), with several worker threads per process and its state in PostgreSQL
+(shared by every worker), SQLite (one process) or memory.
 
 Write a :class:`Computation`, wire it into a :class:`Topology` with injectors, run it with
 :class:`Runtime` (or :func:`serve`). See docs/millwheel.md.
 """
+from millwheel._cache import CachedStore, CacheStatistics
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._injectors import FileInjector, Injector, JoinedInjector, ListInjector, Poll
 from millwheel._model import STRONG, WALL, WATERMARK, WEAK, Computation, Context, Record, Timer
+from millwheel._pgserver import EmbeddedPostgres, EmbeddedPostgresError
+from millwheel._pgstore import PostgresStatistics, PostgresStore
 from millwheel._runtime import ComputationStatistics, Runtime, RuntimeStatistics, serve
 from millwheel._sinks import FileSink
 from millwheel._store import MemoryStore, SQLiteStore, StaleSequencer, Store, open_store
@@ -15,11 +19,12 @@ from millwheel._transport import LocalTransport, Transport
 from millwheel._watermarks import END_OF_TIME
 
 __all__ = [
-    "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "Computation", "ComputationStatistics",
-    "Context", "FileInjector", "FileSink", "Injector", "JoinedInjector", "ListInjector", "LocalTransport",
-    "MemoryStore", "MillWheelConfigError", "Poll", "Record", "Runtime", "RuntimeConfig",
-    "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology", "TopologyError", "Transport",
-    "open_store", "serve",
+    "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "CacheStatistics", "CachedStore", "Computation",
+    "ComputationStatistics", "Context", "EmbeddedPostgres", "EmbeddedPostgresError", "FileInjector",
+    "FileSink", "Injector", "JoinedInjector", "ListInjector", "LocalTransport", "MemoryStore",
+    "MillWheelConfigError", "Poll", "PostgresStatistics", "PostgresStore", "Record", "Runtime",
+    "RuntimeConfig", "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology",
+    "TopologyError", "Transport", "open_store", "serve",
 ]
 
 # The replicated master (docs/millwheel.md, "The master"): placement core, replica and client.

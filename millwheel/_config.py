@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from millwheel._store import SCHEMES
+
 
 class MillWheelConfigError(ValueError):
     """An unknown option or a bad value; the message names the option."""
@@ -12,8 +14,9 @@ class MillWheelConfigError(ValueError):
 @dataclass(frozen=True)
 class RuntimeConfig:
     store: str = "sqlite:///millwheel-state.db"
-    """State store URL: ``sqlite:///relative.db`` / ``sqlite:////absolute.db`` (durable, the default) or
-    ``memory://`` (nothing survives the process; for tests)."""
+    """State store URL: ``sqlite:///relative.db`` / ``sqlite:////absolute.db`` (durable, one process; the
+    default here), ``postgresql://user@host:port/db`` (shared by every worker; ``millwheel run`` starts an
+    embedded one by default) or ``memory://`` (nothing survives the process; for tests)."""
     threads: int = 2
     """Worker threads; key intervals are spread over them."""
     intervals: int = 16
@@ -35,8 +38,9 @@ class RuntimeConfig:
     tick_us: int = 5_000
     """How often watermarks are recomputed and due timers looked for when nothing else happens."""
     cache_keys: int = 100_000
-    """Per-worker state cache size in keys, for each computation, split evenly over the intervals the worker
-    holds (each interval core keeps its own cache)."""
+    """State cache size in keys: each worker's interval cores share it for each computation (split evenly
+    over the intervals it holds), and the framework cache in front of the store (one per process; keys with
+    a pending timer are kept beyond it) holds as many."""
     bloom_capacity: int = 1_000_000
     """Ids per computation's dedup Bloom filters, split evenly over its intervals (one filter per interval,
     at least 1024 ids); a full filter is rebuilt from the store."""
@@ -47,8 +51,8 @@ class RuntimeConfig:
             if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise MillWheelConfigError(f"millwheel option {f.name!r} must be a positive integer, "
                                            f"not {value!r}")
-        if not isinstance(self.store, str) or not self.store.startswith(("sqlite:///", "memory://")):
-            raise MillWheelConfigError(f"millwheel option 'store' must be a sqlite:/// or memory:// URL, "
+        if not isinstance(self.store, str) or not self.store.startswith(tuple(SCHEMES)):
+            raise MillWheelConfigError(f"millwheel option 'store' must be a {', '.join(SCHEMES)} URL, "
                                        f"not {self.store!r}")
 
     @classmethod

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from photon import Clock, SystemClock
 
+from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
 from millwheel._injector_shell import InjectorShell
 from millwheel._messages import FloorsRaised, LowWatermarks, RaiseFloors, WatermarksReported
@@ -68,7 +69,7 @@ class Runtime:
         self.topology = topology
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
-        self.store = store or open_store(self.config.store)
+        self.store = CachedStore(store or open_store(self.config.store), self.config.cache_keys)
         self.placement = placement or ModuloPlacement(self.config.threads, self.config.intervals)
         self.router = Router(topology.consumers_of, self.config.intervals)
         self.transport = transport or LocalTransport()

@@ -1,4 +1,5 @@
-"""The state store behind one interface: SQLite (embedded, on disk) and an in-memory twin.
+"""The state store behind one interface: SQLite (embedded, on disk, one process), PostgreSQL (shared by
+every worker, in :mod:`millwheel._pgstore`) and an in-memory twin.
 
 Everything the runtime persists goes through :meth:`Store.commit`: a list of :class:`Write`, one per key
 checkpoint (state, timer changes, processed record ids, new productions, productions now acked). Each
@@ -106,18 +107,36 @@ class Store:
         pass
 
 
+def _open_memory(url: str) -> Store:
+    return MemoryStore()
+
+
+def _open_sqlite(url: str) -> Store:
+    path, _, query = url[len("sqlite:///"):].partition("?")
+    sync = parse_qs(query).get("synchronous", ["NORMAL"])[0].upper()
+    if not path:
+        raise ValueError(f"store url {url!r} names no file")
+    return SQLiteStore(path, synchronous=sync)
+
+
+def _open_postgres(url: str) -> Store:
+    from millwheel._pgstore import PostgresStore  # psycopg is needed only by those who use it
+    return PostgresStore.from_url(url)
+
+
+SCHEMES = {"memory://": _open_memory, "sqlite:///": _open_sqlite, "postgresql://": _open_postgres,
+           "postgres://": _open_postgres}
+"""The one map from a store URL's scheme to the store kind that opens it."""
+
+
 def open_store(url: str) -> Store:
-    """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (append ``?synchronous=FULL``
-    to survive power loss), or ``memory://``."""
-    if url.startswith("memory://"):
-        return MemoryStore()
-    if url.startswith("sqlite:///"):
-        path, _, query = url[len("sqlite:///"):].partition("?")
-        sync = parse_qs(query).get("synchronous", ["NORMAL"])[0].upper()
-        if not path:
-            raise ValueError(f"store url {url!r} names no file")
-        return SQLiteStore(path, synchronous=sync)
-    raise ValueError(f"store url {url!r}: scheme must be sqlite:/// or memory://")
+    """``memory://``; ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (append
+    ``?synchronous=FULL`` to survive power loss); ``postgresql://user@host:port/db`` (``?schema=NAME``,
+    ``?retry_s=SECONDS``, any libpq parameter; see :mod:`millwheel._pgstore`)."""
+    for prefix, opener in SCHEMES.items():
+        if url.startswith(prefix):
+            return opener(url)
+    raise ValueError(f"store url {url!r}: scheme must be one of {', '.join(SCHEMES)}")
 
 
 class MemoryStore(Store):

@@ -38,7 +38,8 @@ BENCHES = {
                       "recovered"}),
     "bench.millwheel": (["--rate", "200", "--seconds", "1", "--records", "2000"],
                         {"records_per_s", "delay_p50_ms_eo_on", "delay_p95_ms_eo_off",
-                         "stage1_watermark_lag_ms"}),
+                         "stage1_watermark_lag_ms", "records_per_s_postgres", "records_per_s_sqlite",
+                         "cache_hit_ratio_postgres", "cache_hit_ratio_sqlite"}),
 }
 
 

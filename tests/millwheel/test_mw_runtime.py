@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -106,12 +107,15 @@ class LossyTransport(LocalTransport):
         super().send(kept)
 
 
-@pytest.mark.timeout(60)
-def test_lost_and_repeated_deliveries_are_processed_exactly_once(tmp_path):
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_lost_and_repeated_deliveries_are_processed_exactly_once(tmp_path, kind, request):
     recs = records(3000)
     lossy = LossyTransport()
-    rt = Runtime(topo(ListInjector(recs)), config(tmp_path, retry_delay_us=20_000, max_batch=50),
-                 clock=SystemClock(), transport=lossy).start()
+    cfg = config(tmp_path, retry_delay_us=20_000, max_batch=50)
+    if kind == "postgres":
+        cfg = replace(cfg, store=request.getfixturevalue("pg_url"))
+    rt = Runtime(topo(ListInjector(recs)), cfg, clock=SystemClock(), transport=lossy).start()
     try:
         rt.run_until_idle(45)
         stats = rt.statistics().computations

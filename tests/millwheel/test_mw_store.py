@@ -1,17 +1,51 @@
-"""One conformance suite for every store: SQLite on disk and the in-memory twin."""
+"""One conformance suite for every store: in memory, SQLite on disk, PostgreSQL (a real embedded server),
+and the framework cache in front of SQLite; then what only PostgreSQL does (restarts, lost acks)."""
 from __future__ import annotations
 
+import threading
+
+import psycopg
 import pytest
 
-from millwheel import MemoryStore, SQLiteStore, StaleSequencer, open_store
+from millwheel import (CachedStore, EmbeddedPostgres, MemoryStore, PostgresStore, SQLiteStore, StaleSequencer,
+                       open_store)
 from millwheel._store import KEEP, StoredProduction, Write
+from photon import wait_until
+
+KINDS = ["memory", "sqlite", "postgres", "cached-sqlite"]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-def store(request, tmp_path):
-    s = SQLiteStore(tmp_path / "state.db") if request.param == "sqlite" else MemoryStore()
-    yield s
-    s.close()
+@pytest.fixture(params=KINDS)
+def opener(request, tmp_path):
+    """``opener()`` opens a handle on the test's store; each call is another connection to the same data
+    (another worker), except in memory, where the one object is shared."""
+    handles = []
+    shared = MemoryStore()
+
+    def open_handle():
+        kind = request.param
+        if kind == "memory":
+            s = shared
+        elif kind == "sqlite":
+            s = SQLiteStore(tmp_path / "state.db")
+        elif kind == "postgres":
+            s = open_store(url)
+        else:
+            s = CachedStore(SQLiteStore(tmp_path / "state.db"), capacity=4)
+        handles.append(s)
+        return s
+
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    try:
+        yield open_handle
+    finally:
+        for h in handles:
+            h.close()
+
+
+@pytest.fixture
+def store(opener):
+    return opener()
 
 
 def prod(i: str, ts: int = 10, at: int = 100) -> StoredProduction:
@@ -82,12 +116,12 @@ def test_watermarks_never_decrease(store):
     assert store.read_watermarks() == {"a": 10, "b": 9}
 
 
-def test_sqlite_survives_reopen_and_fences_across_connections(tmp_path):
-    path = tmp_path / "s.db"
-    s1 = SQLiteStore(path)
+@pytest.mark.timeout(60)
+def test_survives_reopen_and_fences_across_connections(opener):
+    s1 = opener()
     seq1 = s1.claim("c", 0)
     s1.commit([Write("c", 0, seq1, "k", b"1", [("t", 9, "watermark")], [], [("r", "s", 1)], [prod("p")])])
-    s2 = open_store(f"sqlite:///{path}")
+    s2 = opener()
     assert s2.read_states("c", ["k"]) == {"k": b"1"}
     assert s2.read_timers("c", [0]) == [("k", "t", 9, "watermark")]
     assert [p.id for p in s2.pending_productions("c", 0)] == ["p"]
@@ -95,11 +129,160 @@ def test_sqlite_survives_reopen_and_fences_across_connections(tmp_path):
     with pytest.raises(StaleSequencer):
         s1.commit([Write("c", 0, seq1, "k", b"2")])
     assert s2.read_states("c", ["k"]) == {"k": b"1"}
-    s1.close()
-    s2.close()
+    assert s1.read_states("c", ["k"]) == {"k": b"1"}
 
 
-def test_store_url_is_checked():
+def test_a_batch_ends_as_its_writes_applied_one_by_one(store):
+    """The same key, timer and production changed several times in one batch: the last change wins."""
+    seq = store.claim("c", 1)
+    store.commit([Write("c", 1, seq, "gone", b"old", [("x", 1, "wall")])])
+    store.commit([
+        Write("c", 1, seq, "k", b"a", [("t", 10, "watermark")], [], [("r1", "s", 5)], [prod("p1"), prod("p2")]),
+        Write("c", 1, seq, "k", KEEP, [("u", 20, "wall")], ["t"], [("r2", "s", 6)], [], ["p1"]),
+        Write("c", 1, seq, "k", b"b", [("t", 30, "watermark")], ["u"]),
+        Write("c", 1, seq, "gone", None, [], ["x"], productions=[prod("p1")]),
+        Write("c", 1, seq, "k2", b"c", [("v", 5, "wall")]),
+        Write("c", 1, seq, "k2", KEEP, [], ["v"], productions_done=["p2"]),
+    ])
+    assert store.read_states("c", ["k", "k2", "gone"]) == {"k": b"b", "k2": b"c"}
+    assert sorted(store.read_timers("c", [1])) == [("k", "t", 30, "watermark")]
+    assert store.seen("c", ["r1", "r2"]) == {"r1", "r2"}
+    assert [p.id for p in store.pending_productions("c", 1)] == ["p1"]
+
+
+@pytest.mark.timeout(60)
+def test_two_workers_racing_on_one_interval_with_a_claim_between(opener):
+    """Worker A commits ever higher values to one key; worker B claims the interval midway. Every commit
+    of A that returned is before the claim (B sees the last one), and every later one is refused whole."""
+    a, b = opener(), opener()
+    seq_a = a.claim("c", 7)
+    done: list[int] = []
+    refused: list[BaseException] = []
+
+    def worker_a() -> None:
+        n = 0
+        while True:
+            n += 1
+            try:
+                a.commit([Write("c", 7, seq_a, "k", str(n).encode(), [("t", n, "watermark")], [],
+                                [(f"r{n}", "s", n)])])
+            except StaleSequencer as e:
+                refused.append(e)
+                return
+            done.append(n)
+
+    t = threading.Thread(target=worker_a, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: len(done) >= 20 or not t.is_alive(), 30, message="worker A committing")
+        seq_b = b.claim("c", 7)
+        seen_by_b = b.read_states("c", ["k"])["k"]
+    finally:
+        t.join(30)
+    assert refused and done, (refused, len(done))
+    assert seen_by_b == str(done[-1]).encode()
+    assert b.read_timers("c", [7]) == [("k", "t", done[-1], "watermark")]
+    refused_id = f"r{done[-1] + 1}"
+    assert b.seen("c", [refused_id, f"r{done[-1]}"]) == {f"r{done[-1]}"}
+    b.commit([Write("c", 7, seq_b, "k", b"b")])
+    assert a.read_states("c", ["k"]) == {"k": b"b"}
+
+
+def test_store_url_is_checked(pg_url):
     assert isinstance(open_store("memory://"), MemoryStore)
-    with pytest.raises(ValueError, match="scheme"):
+    pg = open_store(pg_url)
+    assert isinstance(pg, PostgresStore) and pg.schema.startswith("t_")
+    pg.close()
+    with pytest.raises(ValueError, match="scheme must be one of memory://, sqlite:///, postgresql://"):
         open_store("redis://x")
+    with pytest.raises(ValueError, match="schema"):
+        open_store(pg_url.split("?")[0] + "?schema=Robert'); DROP TABLE state;--")
+
+
+# ---- PostgreSQL only: a server that goes away and comes back --------------------------------------------
+@pytest.fixture
+def own_pg(reachable_tmp):
+    """A server of the test's own, free to stop and start (the session's server is shared)."""
+    server = EmbeddedPostgres(reachable_tmp / "pg")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_postgres_restarted_between_commits_the_client_retries_and_nothing_is_lost_or_doubled(own_pg):
+    store = open_store(f"{own_pg.url}?retry_s=60")
+    try:
+        seq = store.claim("c", 0)
+        store.commit([Write("c", 0, seq, "k", b"1", processed=[("r1", "s", 1)], productions=[prod("p1")])])
+        own_pg.crash()  # as after a power cut: the next start replays the WAL
+        own_pg.start()
+        # the pooled connection is dead: the commit fails once, then succeeds on a new connection
+        store.commit([Write("c", 0, seq, "k", b"2", processed=[("r2", "s", 2)], productions=[prod("p2")])])
+        assert store.statistics().retries >= 1
+        own_pg.stop()
+        outcome: list = []
+
+        def commit_while_down() -> None:
+            try:
+                store.commit([Write("c", 0, seq, "k", b"3", processed=[("r3", "s", 3)],
+                                    productions_done=["p1"])])
+                outcome.append("ok")
+            except BaseException as e:  # noqa: BLE001 - reported below
+                outcome.append(e)
+
+        before = store.statistics().retries
+        t = threading.Thread(target=commit_while_down, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: store.statistics().retries >= before + 2, 30, message="the client retrying")
+            assert outcome == []  # still waiting for the server
+            own_pg.start()
+        finally:
+            t.join(60)
+        assert outcome == ["ok"]
+        assert store.read_states("c", ["k"]) == {"k": b"3"}
+        assert store.seen("c", ["r1", "r2", "r3"]) == {"r1", "r2", "r3"}
+        assert [p.id for p in store.pending_productions("c", 0)] == ["p2"]
+        assert store.claim("c", 0) == seq + 1
+    finally:
+        store.close()
+
+
+class LosesTheAck(PostgresStore):
+    """Commits, then lets another worker claim the interval, then reports the connection lost: the commit
+    landed, but its writer cannot know."""
+
+    def __init__(self, url: str, rival: PostgresStore) -> None:
+        self.rival, self.fired = rival, False
+        super().__init__(url.split("?")[0], schema=url.split("schema=")[1])
+
+    def _commit(self, conn, attempt, net):
+        landed = super()._commit(conn, attempt, net)
+        if not self.fired:
+            self.fired = True
+            self.rival.claim("c", 0)
+            raise psycopg.OperationalError("server closed the connection unexpectedly (injected)")
+        return landed
+
+
+@pytest.mark.timeout(60)
+def test_postgres_commit_whose_ack_was_lost_is_found_by_its_dedup_ids_and_not_applied_again(pg_url):
+    rival = open_store(pg_url)
+    store = LosesTheAck(pg_url, rival)
+    try:
+        seq = store.claim("c", 0)
+        store.commit([Write("c", 0, seq, "k", b"1", processed=[("r1", "s", 1), ("r2", "s", 1)],
+                            productions=[prod("p1")])])  # lands, then the ack is lost; retried: found
+        stats = store.statistics()
+        assert (stats.retries, stats.already_applied, stats.commits, stats.fenced) == (1, 1, 0, 0)
+        assert rival.read_states("c", ["k"]) == {"k": b"1"}
+        assert rival.seen("c", ["r1", "r2"]) == {"r1", "r2"}
+        assert [p.id for p in rival.pending_productions("c", 0)] == ["p1"]
+        with pytest.raises(StaleSequencer):  # the interval is the rival's now
+            store.commit([Write("c", 0, seq, "k", b"2", processed=[("r3", "s", 2)])])
+        assert store.statistics().fenced == 1
+    finally:
+        store.close()
+        rival.close()

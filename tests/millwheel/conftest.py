@@ -1,0 +1,47 @@
+"""MillWheel fixtures: one embedded PostgreSQL server for the session (a real server on a free port of
+127.0.0.1, stopped after the last test, also on failure) and a fresh schema in it per test.
+
+Under root the server runs as another user, which must be able to reach its data directory. pytest
+resets its own temporary root to mode 0700 whenever a session starts (other sessions on the same machine
+included), so data directories live in folders of their own under the system's temporary directory."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from millwheel import EmbeddedPostgres
+
+
+def _reachable_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="millwheel-test-"))
+
+
+@pytest.fixture
+def reachable_tmp():
+    """A temporary folder outside pytest's own (see the module docstring), removed at teardown."""
+    d = _reachable_dir()
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    d = _reachable_dir()
+    server = EmbeddedPostgres(d / "pg")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A store URL on the session's server whose tables live in a schema of their own."""
+    return f"{pg_server.url}?schema=t_{uuid.uuid4().hex[:12]}"
