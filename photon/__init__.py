@@ -5,9 +5,9 @@ launcher layer that imports the rooms (launcher, supervisor, run summary, genera
 line) lives above them in :mod:`photon.app`.
 """
 from photon._clock import Clock, FakeClock, SystemClock
-from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
+from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, ControlConfig, DispatcherConfig, EventStoreConfig, JoinConfig, JoinerConfig,
                             PhotonConfig, RegionConfig, RegistryConfig, S3Config, InputConfig, SparkConfig, VerifyConfig, describe_options, load_config,
-                            parse_config, recovery_stream)
+                            check_config, parse_config, recovery_stream)
 from photon._histogram import LatencyHistogram
 from photon._ids import (TIMESTAMP_DIGITS, BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
                          is_event_id, parse_event_id)
@@ -34,7 +34,7 @@ __all__ = [
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
     "read_stream_json", "stream_lines", "stream_objects", "TIMESTAMP_DIGITS", "LinesLost", "RollingWriter", "DISPATCHER_DIR", "DISPATCHER_STATUS_FILE", "joined_horizon_us", "SystemClock", "describe_options",
-    "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config",
+    "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config", "check_config", "ControlConfig",
     "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
     "LockHeld", "hold_lock", "lock_holder",
 ]

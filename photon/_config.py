@@ -164,6 +164,7 @@ class InputConfig:
 REGION_PORTS = {
     # offsets from a region's port_base (when it is set)
     "dispatcher_metrics": 2,
+    "control": 3,             # the region launcher's control endpoint (photon region down|up, status)
     "eventstore": 500,        # cache server n: gRPC at +500 + 2n, metrics at +501 + 2n (up to 50)
     "logstore": 600,          # logs store n: gRPC at +600 + 2n, metrics at +601 + 2n (up to 50)
     "joiners": 10,            # joiner i: gRPC at +10 + 2i, metrics at +11 + 2i (up to 45 joiners)
@@ -318,6 +319,20 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class ControlConfig:
+    """``[control]``: the control endpoint every region launcher serves at its region's ``host`` and
+    ``port_base`` + 3 (``photon region down|up`` and ``photon status`` from any machine holding the config).
+    Every request is authenticated: by mutual TLS when ``[tls]`` is on, else by an HMAC of the request
+    made with the shared secret in ``secret_file``; with neither, the endpoint refuses every request."""
+    secret_file: str = opt("", "file holding a shared secret (the same file on every machine) that authenticates "
+                               "control requests when [tls] is off; empty: without [tls], remote control is off")
+    max_skew_s: float = opt(60.0, "without [tls]: a signed request older or newer than this (by the "
+                                  "launcher's clock) is refused", check=_positive)
+    timeout_s: float = opt(5.0, "how long a client waits for a control endpoint to answer (region down/up "
+                                "waits for the launcher to act on top of it: --wait)", check=_positive)
+
+
+@dataclass(frozen=True)
 class SqlConfig:
     """``[sql]``: the tables of ``photon sql`` (and the DataFrames of :func:`photon.app.joined_dataframe`)."""
     foreign_schema: str = opt("", "Spark DDL of the foreign event's fields, e.g. \"click_id STRING, cost_micros "
@@ -367,6 +382,7 @@ class PhotonConfig:
     sql: SqlConfig = field(default_factory=SqlConfig)
     compact: CompactConfig = field(default_factory=CompactConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
     path: str = ""
 
     def region(self, name: str) -> RegionConfig:
@@ -398,8 +414,23 @@ class PhotonConfig:
 _SECTIONS = {"join": JoinConfig, "registry": RegistryConfig, "eventstore": EventStoreConfig,
              "joiner": JoinerConfig, "dispatcher": DispatcherConfig, "spark": SparkConfig,
              "tls": TlsConfig, "s3": S3Config, "input": InputConfig, "sql": SqlConfig, "compact": CompactConfig,
-             "verify": VerifyConfig}
-_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file", "out_dir"}
+             "verify": VerifyConfig, "control": ControlConfig}
+_PATH_KEYS = {"log_root", "output_root", "state_dir", "data_dir", "ca", "cert", "key", "raft_secret_file", "out_dir",
+              "secret_file"}
+
+
+class _Problems:
+    """Where validation problems go: raised at once (``collect=False``, :func:`load_config`), or all
+    gathered (``collect=True``, :func:`check_config`), the bad value then left at its default."""
+
+    def __init__(self, collect: bool = False) -> None:
+        self.collect = collect
+        self.found: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        if not self.collect:
+            raise ConfigError(message)
+        self.found.append(message)
 
 
 def _check_type(where: str, value: Any, typ: type) -> Any:
@@ -417,90 +448,106 @@ def _check_type(where: str, value: Any, typ: type) -> Any:
     raise ConfigError(f"{where} must be {typ.__name__}, got {type(value).__name__} {value!r}")
 
 
-def _build(cls, table: Any, where: str, base: Path):
+def _build(cls, table: Any, where: str, base: Path, problem: _Problems | None = None):
+    problem = problem or _Problems()
     if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table, got {type(table).__name__}")
+        problem(f"{where} must be a table, got {type(table).__name__}")
+        return cls()
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(table) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(fields))})")
+    for name in sorted(set(table) - set(fields)):
+        problem(f"{where}: unknown key {name!r} (known keys: {', '.join(sorted(fields))})")
     values = {}
     for name, value in table.items():
+        if name not in fields:
+            continue
         key = f"{where}.{name}"
-        value = _check_type(key, value, hints[name])
+        try:
+            value = _check_type(key, value, hints[name])
+        except ConfigError as e:
+            problem(str(e))
+            continue
         meta = fields[name].metadata
         if meta.get("choices") and value not in meta["choices"]:
-            raise ConfigError(f"{key} must be one of {meta['choices']}, got {value!r}")
-        if meta.get("check") and (problem := meta["check"](value)):
-            raise ConfigError(f"{key} {problem}, got {value!r}")
+            problem(f"{key} must be one of {meta['choices']}, got {value!r}")
+            continue
+        if meta.get("check") and (bad := meta["check"](value)):
+            problem(f"{key} {bad}, got {value!r}")
+            continue
         if name in _PATH_KEYS and value and "://" not in value:
             value = str((base / Path(value).expanduser()).resolve())
         values[name] = value
     return cls(**values)
 
 
-def parse_config(data: dict, path: str = "<config>", base: Path | None = None) -> PhotonConfig:
+def parse_config(data: dict, path: str = "<config>", base: Path | None = None,
+                 problem: _Problems | None = None) -> PhotonConfig:
+    """Validate ``data`` (a parsed ``photon.toml``). Raises :class:`ConfigError` at the first problem, or,
+    with a collecting ``problem`` sink, notes every problem and returns what could be built (None when no
+    region could)."""
     base = base or Path.cwd()
-    unknown = sorted(set(data) - set(_SECTIONS) - {"regions"})
-    if unknown:
-        raise ConfigError(f"{path}: unknown section [{unknown[0]}] (known: [{'], ['.join(sorted(_SECTIONS))}], "
-                          f"[[regions]])")
-    sections = {name: _build(cls, data.get(name, {}), f"{path}: [{name}]", base) for name, cls in _SECTIONS.items()}
+    problem = problem or _Problems()
+    for name in sorted(set(data) - set(_SECTIONS) - {"regions"}):
+        problem(f"{path}: unknown section [{name}] (known: [{'], ['.join(sorted(_SECTIONS))}], [[regions]])")
+    sections = {name: _build(cls, data.get(name, {}), f"{path}: [{name}]", base, problem)
+                for name, cls in _SECTIONS.items()}
     raw_regions = data.get("regions", [])
     if not isinstance(raw_regions, list) or not raw_regions:
-        raise ConfigError(f"{path}: at least one [[regions]] entry is required")
+        problem(f"{path}: at least one [[regions]] entry is required")
+        return None
     regions = []
     for i, table in enumerate(raw_regions):
         where = f"{path}: [[regions]] #{i + 1}"
-        region = _build(RegionConfig, table, where, base)
+        region = _build(RegionConfig, table, where, base, problem)
         required = ("name", "state_dir") if region.registry_only else ("name", "log_root", "output_root", "state_dir")
-        for key in required:
-            if not getattr(region, key):
-                raise ConfigError(f"{where}: missing required key {key!r}")
+        missing = [key for key in required if not getattr(region, key)]
+        for key in missing:
+            problem(f"{where}: missing required key {key!r}")
+        if not region.name:
+            region = dataclasses.replace(region, name=f"#{i + 1}")
         regions.append(region)
     names = [r.name for r in regions]
     if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: region names must be unique, got {names}")
+        problem(f"{path}: region names must be unique, got {names}")
     if not any(not r.registry_only for r in regions):
-        raise ConfigError(f"{path}: every region has registry_only = true; at least one must run the pipeline")
+        problem(f"{path}: every region has registry_only = true; at least one must run the pipeline")
     reg = sections["registry"]
     if not reg.replica_regions and len(regions) >= 3:
-        replicas = reg.replicas if "replicas" in data.get("registry", {}) else DEFAULT_SPREAD_REPLICAS
+        raw_registry = data.get("registry", {}) if isinstance(data.get("registry", {}), dict) else {}
+        replicas = reg.replicas if "replicas" in raw_registry else DEFAULT_SPREAD_REPLICAS
         reg = sections["registry"] = dataclasses.replace(
             reg, replicas=replicas, replica_regions=spread_replicas(names, replicas))
-    _check_port_ranges(path, regions)
+    _check_port_ranges(path, regions, problem)
     tls = sections["tls"]
     if tls.ca and not (tls.cert and tls.key):
-        raise ConfigError(f"{path}: [tls].ca is set, so [tls].cert and [tls].key are required too")
+        problem(f"{path}: [tls].ca is set, so [tls].cert and [tls].key are required too")
     for r in reg.replica_regions:
         if r not in names:
-            raise ConfigError(f"{path}: [registry].replica_regions names unknown region {r!r} (regions: {names})")
+            problem(f"{path}: [registry].replica_regions names unknown region {r!r} (regions: {names})")
     if reg.replica_regions and len(reg.replica_regions) != reg.replicas:
-        raise ConfigError(f"{path}: [registry].replica_regions has {len(reg.replica_regions)} entries "
-                          f"but replicas = {reg.replicas}")
+        problem(f"{path}: [registry].replica_regions has {len(reg.replica_regions)} entries "
+                f"but replicas = {reg.replicas}")
     return PhotonConfig(regions=regions, path=path, **sections)
 
 
 REGION_PORT_SPAN = 1000   # a region with port_base P uses ports P .. P + 999
 
 
-def _check_port_ranges(path: str, regions: list) -> None:
+def _check_port_ranges(path: str, regions: list, problem: _Problems) -> None:
     """Two regions on the same host must not share fixed ports."""
     fixed = [r for r in regions if r.port_base]
     for i, a in enumerate(fixed):
         if a.port_base + REGION_PORT_SPAN > 65536:
-            raise ConfigError(f"{path}: [[regions]] {a.name!r}: port_base must be at most {65536 - REGION_PORT_SPAN} "
-                              f"(a region uses {REGION_PORT_SPAN} ports from it), got {a.port_base}")
+            problem(f"{path}: [[regions]] {a.name!r}: port_base must be at most {65536 - REGION_PORT_SPAN} "
+                    f"(a region uses {REGION_PORT_SPAN} ports from it), got {a.port_base}")
         for b in fixed[i + 1:]:
             if (a.host or "127.0.0.1") == (b.host or "127.0.0.1") and abs(a.port_base - b.port_base) < REGION_PORT_SPAN:
-                raise ConfigError(f"{path}: [[regions]] {a.name!r} and {b.name!r} share host "
-                                  f"{a.host or '127.0.0.1'} and their port_base values are less than "
-                                  f"{REGION_PORT_SPAN} apart ({a.port_base}, {b.port_base})")
+                problem(f"{path}: [[regions]] {a.name!r} and {b.name!r} share host "
+                        f"{a.host or '127.0.0.1'} and their port_base values are less than "
+                        f"{REGION_PORT_SPAN} apart ({a.port_base}, {b.port_base})")
 
 
-def load_config(path: str | Path) -> PhotonConfig:
-    """Read and validate ``photon.toml``; raises :class:`ConfigError` naming the file and the bad key."""
+def _read_toml(path: str | Path) -> dict:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -509,10 +556,29 @@ def load_config(path: str | Path) -> PhotonConfig:
     except OSError as e:
         raise ConfigError(f"config file {p} cannot be read: {e}") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    return parse_config(data, str(p), p.resolve().parent)
+
+
+def load_config(path: str | Path) -> PhotonConfig:
+    """Read and validate ``photon.toml``; raises :class:`ConfigError` naming the file and the bad key."""
+    p = Path(path)
+    return parse_config(_read_toml(p), str(p), p.resolve().parent)
+
+
+def check_config(path: str | Path) -> tuple[PhotonConfig | None, list[str]]:
+    """Every problem of the config file at ``path`` at once (``photon config --check``): ``(config, problems)``,
+    the config built with each bad value left at its default (None when the file cannot be read or names no
+    region), and one message per problem, each naming the file and the key."""
+    p = Path(path)
+    try:
+        data = _read_toml(p)
+    except ConfigError as e:
+        return None, [str(e)]
+    problems = _Problems(collect=True)
+    config = parse_config(data, str(p), p.resolve().parent, problems)
+    return config, problems.found
 
 
 def describe_options() -> str:

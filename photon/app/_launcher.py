@@ -159,6 +159,8 @@ class Launcher:
                                             [r.name for r in self.pipeline_regions()] if self.options.regions
                                             else None)
         clearing = self._token_clearing()
+        from photon.app._control import serve_controls
+        endpoints = serve_controls(self.config, self.regions(), self.control_status, self._control_wish, self.echo)
         try:
             while not self.options.stop_requested:
                 controls.apply(self.supervisor)
@@ -185,6 +187,8 @@ class Launcher:
             else:
                 code = EXIT_INTERRUPTED if self.options.stop_requested[0] == signal.SIGINT else EXIT_OK
         finally:
+            for endpoint in endpoints:
+                endpoint.stop()
             if compaction is not None:
                 compaction.stop()
             if clearing is not None:
@@ -193,6 +197,28 @@ class Launcher:
             self.supervisor.stop()
         return code
 
+
+    def _control_wish(self, region: str, down: bool, hard: bool, wait_s: float) -> dict:
+        """A wish that came through the control endpoint: written and answered as on this machine."""
+        from photon.app._regions import wish_and_wait
+        return wish_and_wait(self.config, region, down, hard, wait_s)
+
+    def control_status(self) -> dict:
+        """What the control endpoint's ``GET /v1/status`` answers: per region this launcher runs, whether it
+        is down on purpose, its processes (pid, role, restarts) and its lost-ids ledger and unrecorded ids."""
+        from photon.app._summary import lost_ids, unrecorded_ids
+        children = dict(self.supervisor.children)
+        held = set(self.supervisor.held_regions)
+        regions = {}
+        for region in self.regions():
+            regions[region.name] = {
+                "down": region.name in held,
+                "lost": 0 if region.registry_only else len(lost_ids(region)),
+                "unrecorded": 0 if region.registry_only else unrecorded_ids(region),
+                "processes": {name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role,
+                                     "restarts": c.restarts}
+                              for name, c in children.items() if c.spec.region == region.name}}
+        return {"launcher_pid": os.getpid(), "regions": regions}
 
     def joiner_regions(self) -> dict[str, str]:
         """``{address: region}`` of every joiner this launcher runs (the address its tokens start with)."""

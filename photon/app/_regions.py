@@ -4,8 +4,8 @@ The operator's wish is a small file in the region's state dir, ``region-control.
 (``{"down": bool, "hard": bool, "seq": n}``); the ``photon run`` that runs the region polls it, takes every
 process of the region down (SIGKILL all at once with ``hard``, else stopped in order) or starts them again,
 and answers in ``region-state.json`` with the same ``seq``. The wish is durable: a launcher started while
-its region is marked down keeps it down until ``photon region up``. The command therefore works on the
-machine where the region's launcher runs (where its state dir is).
+its region is marked down keeps it down until ``photon region up``. On another machine the command
+reaches the launcher's control endpoint (:mod:`photon.app._control`), which writes the same wish.
 """
 from __future__ import annotations
 
@@ -62,13 +62,32 @@ def _launcher_running(state_dir: Path) -> bool:
 def set_region(config: PhotonConfig, name: str, down: bool, hard: bool = False, wait_s: float = 60.0) -> dict:
     """Ask the running ``photon run`` of region ``name`` to take it down (``down``; SIGKILL with ``hard``)
     or bring it back, and wait until it has: returns its answer (``{"seq", "down", "processes", "at_us"}``,
-    ``processes`` naming what it stopped or started). Raises :class:`RegionControlError` when no launcher
-    runs the region on this machine or it did not answer within ``wait_s``."""
+    ``processes`` naming what it stopped or started).
+
+    From any machine holding the config when the region has a ``port_base`` and the config authenticates
+    control requests (``[tls]`` or ``[control].secret_file``): through the launcher's control endpoint
+    (:mod:`photon.app._control`). Otherwise on the launcher's own machine, through its state dir. Raises
+    :class:`RegionControlError` when neither reaches a launcher of the region, or it did not act within
+    ``wait_s``."""
+    from photon.app._control import ControlError, auth_kind, set_region_remote
     region = config.region(name)
     state_dir = Path(region.state_dir)
+    if region.port_base and auth_kind(config):
+        try:
+            return set_region_remote(config, region, down, hard, wait_s)
+        except ControlError as e:
+            raise RegionControlError(str(e)) from None
     if not _launcher_running(state_dir):
         raise RegionControlError(f"no photon run runs region {name!r} here (its state dir {state_dir} is not "
-                                 f"locked by a launcher); run this command where the region runs")
+                                 f"locked by a launcher); run this command where the region runs, or give the "
+                                 f"region a port_base and the config [tls] or [control].secret_file to control "
+                                 f"it from any machine")
+    return wish_and_wait(config, name, down, hard, wait_s)
+
+
+def wish_and_wait(config: PhotonConfig, name: str, down: bool, hard: bool, wait_s: float) -> dict:
+    """Write the wish into region ``name``'s state dir and wait for its launcher's answer (this machine)."""
+    state_dir = Path(config.region(name).state_dir)
     seq = int(read_region_control(state_dir).get("seq", 0)) + 1
     write_atomic(state_dir / CONTROL_FILE, json.dumps({"down": down, "hard": hard, "seq": seq}).encode(),
                  durable=True)

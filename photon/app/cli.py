@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -36,6 +37,11 @@ def _cmd_gen(args) -> int:
                       bad_line_fraction=args.bad_lines, seed=args.seed, unjoinable_after_s=args.unjoinable_after_s)
     t0 = time.monotonic()
     s = generate(opts)
+    if args.json:
+        from dataclasses import asdict
+        print(json.dumps({**asdict(s), "regions": list(s.regions), "truth": str(Path(args.out).resolve() / "truth"),
+                          "seconds": round(time.monotonic() - t0, 3)}, sort_keys=True), flush=True)
+        return 0
     print(f"wrote {s.queries} queries and {s.clicks_lines} click lines ({s.joinable_clicks} joinable, "
           f"{s.unjoinable_clicks} unjoinable, {s.duplicate_click_lines} duplicated lines, "
           f"{s.bad_query_lines + s.bad_click_lines} bad lines) for region(s) {', '.join(s.regions)} "
@@ -159,6 +165,10 @@ def _cmd_compact(args) -> int:
     except Exception as e:
         print(f"photon compact: {spark_error(e, args.verbose)}", file=sys.stderr)
         return 1
+    if args.json:
+        from dataclasses import asdict
+        print(json.dumps({**asdict(st), "seconds": round(time.monotonic() - t0, 3)}, sort_keys=True), flush=True)
+        return 0
     print(f"photon compact: {st.partitions_compacted} partition(s), {st.lines_compacted} lines as Parquet "
           f"({st.jsonl_files_swapped} JSONL files swapped out, {st.jsonl_files_deleted} deleted) in "
           f"{time.monotonic() - t0:.1f} s", flush=True)
@@ -182,8 +192,9 @@ def _demo_query(config) -> None:
 
 
 def _cmd_status(args) -> int:
+    """Exit 0 only when every process of the config answers SERVING (1 otherwise, the reasons named)."""
     from photon import use_tls
-    from photon.app._status import collect, format_status, watch
+    from photon.app._status import format_status, sample, summarize, watch
     config = load_config(args.config)
     use_tls(config)
     if args.watch:
@@ -192,15 +203,31 @@ def _cmd_status(args) -> int:
         except KeyboardInterrupt:
             pass
         return 0
-    before = collect(config)
-    time.sleep(1.0)                      # a second sample gives the rates
-    print(format_status(collect(config), before))
+    only = [config.region(r.strip()).name for r in args.region.split(",") if r.strip()] if args.region else None
+    now, before = sample(config, args.interval, args.timeout)
+    status = summarize(config, now, before, only=only)
+    if args.json:
+        print(json.dumps(status.as_dict(), sort_keys=True, default=str), flush=True)
+    else:
+        print(format_status(config, now, before))
+        _print_local_counters(config)
+    if not status.ok:
+        print(f"photon status: not every process is SERVING ({len(status.problems)} problem(s)): "
+              + "; ".join(status.problems[:10]), file=sys.stderr)
+    return 0 if status.ok else 1
+
+
+def _print_local_counters(config) -> None:
+    """The run summary and each joiner's counters, for the regions whose state dirs are on this machine."""
+    local = [r for r in config.pipeline_regions if Path(r.state_dir).is_dir()]
+    if not local:
+        return
     print(format_summary(build_summary(config, 0.0)))
-    for region in config.pipeline_regions:
+    for region in local:
         waiting = (dispatcher.read_status(region.state_dir) or {}).get("waiting_for_disk")
         if waiting:
             print(f"  region {region.name}: dispatcher PAUSED waiting for disk: {waiting}")
-    for region in config.pipeline_regions:
+    for region in local:
         for name, j in sorted(joiner.read_status(region.state_dir).items()):
             print(f"  joiner {name:<10} requests {j.get('requests', 0):>7}  joined {j.get('joined', 0):>8}  "
                   f"already registered {j.get('already_registered', 0):>6}  not found {j.get('not_found', 0):>6}  "
@@ -209,7 +236,6 @@ def _cmd_status(args) -> int:
                   f"unrecorded {j.get('unrecorded_ids', 0)}")
             if j.get("writer_error"):
                 print(f"    output writes failing, answering THROTTLED until they work: {j['writer_error']}")
-    return 0
 
 
 def _cmd_region(args) -> int:
@@ -219,10 +245,16 @@ def _cmd_region(args) -> int:
     try:
         if args.action == "down":
             state = region_down(config, args.name, hard=args.hard, wait_s=args.wait)
+            if args.json:
+                print(json.dumps(state, sort_keys=True))
+                return 0
             print(f"region {args.name} is down: {len(state['processes'])} processes "
                   f"{'killed' if args.hard else 'stopped'} ({', '.join(state['processes'])})")
         else:
             state = region_up(config, args.name, wait_s=args.wait)
+            if args.json:
+                print(json.dumps(state, sort_keys=True))
+                return 0
             print(f"region {args.name} is up: {len(state['processes'])} processes started")
     except RegionControlError as e:
         print(f"photon region: {e}", file=sys.stderr)
@@ -244,10 +276,27 @@ def _cmd_certs(args) -> int:
 
 
 def _cmd_config(args) -> int:
-    if args.check:
-        cfg = load_config(args.check)
-        print(f"{args.check}: OK ({len(cfg.regions)} region(s): {', '.join(r.name for r in cfg.regions)})")
-        return 0
+    """``--check FILE``: every error of the file at once (exit 2 if any), then warnings (unreachable S3
+    buckets, fixed ports in use here); without it, every option with its default."""
+    if args.check is not None:
+        args.check = args.check or os.environ.get(ENV_CONFIG) or ""
+        if not args.check:
+            raise ConfigError(f"--check needs a FILE (or ${ENV_CONFIG})")
+        from photon.app._configcheck import check_config_file
+        check = check_config_file(args.check, network=not args.offline)
+        if args.json:
+            print(json.dumps(check.as_dict(), sort_keys=True))
+        else:
+            for e in check.errors:
+                print(f"error: {e}", file=sys.stderr)
+            for w in check.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+            if not check.errors:
+                print(f"{args.check}: OK ({len(check.regions)} region(s): {', '.join(check.regions)})"
+                      + (f", {len(check.warnings)} warning(s)" if check.warnings else ""))
+            else:
+                print(f"{args.check}: {len(check.errors)} error(s)", file=sys.stderr)
+        return 2 if check.errors else 0
     print(describe_options())
     return 0
 
@@ -363,9 +412,53 @@ def _cmd_recover(args) -> int:
     return _spark_job(args, "recover", job)
 
 
+ENV_CONFIG = "PHOTON_CONFIG"
+"""The config file every command uses when ``--config`` is not given."""
+
+EXAMPLES = {
+    "gen": "photon gen --out /tmp/w --queries 10000 --regions a,b --json",
+    "run": "photon run --config /etc/photon/photon.toml --region a     # one region, as its systemd unit does",
+    "demo": "photon demo --dir /tmp/demo --queries 20000",
+    "sql": "photon sql --config photon.toml \"SELECT region, count(*) FROM joined GROUP BY region\"",
+    "compact": "photon compact --config photon.toml --json",
+    "status": "photon status --config photon.toml --json || echo 'not every process is SERVING'",
+    "region": "photon region down b --hard --config photon.toml && photon region up b --config photon.toml",
+    "certs": "photon certs --out /etc/photon/tls --hosts 10.0.0.1,10.0.0.2,10.0.0.3",
+    "config": "photon config --check photon.toml",
+    "eventstore": "photon eventstore build-map --config photon.toml --region a",
+    "verify": "photon verify --config photon.toml --since 2025-11-21T00:00:00Z --json",
+    "recover": "photon recover --config photon.toml --dry-run",
+    "registry": "photon registry status --config photon.toml --json",
+}
+"""One example per command, shown at the end of its --help."""
+
+REGISTRY_EXAMPLES = """examples:
+  photon registry status --config photon.toml --json
+  photon registry reshard --config photon.toml --shards 4
+  photon registry export --config photon.toml --out /backup/registry-$(date +%F)
+  photon registry clear-tokens --config photon.toml --regions a
+(--config may be left out when PHOTON_CONFIG names the file)"""
+
+
+def _config_arg(parser) -> None:
+    env = os.environ.get(ENV_CONFIG)
+    parser.add_argument("--config", required=not env, default=env,
+                        help=f"photon.toml of the deployment (default: ${ENV_CONFIG}" + (f", now {env})" if env else ")"))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("photon-joiner")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="photon", description="Photon: joining of log streams, at most once at every instant and "
-                                "exactly once after the verification and recovery jobs")
+                                "exactly once after the verification and recovery jobs",
+                                epilog=f"every command's --help ends with an example; --config defaults to ${ENV_CONFIG}")
+    p.add_argument("--version", action="version", version=f"photon {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("gen", help="write a generated workload, its photon.toml and its truth files")
@@ -380,10 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bad-lines", type=float, default=0.001, help="fraction of corrupt lines")
     g.add_argument("--unjoinable-after-s", type=float, default=5.0, help="written to the config's [join]")
     g.add_argument("--seed", type=int, default=7)
+    g.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     g.set_defaults(fn=_cmd_gen)
 
     r = sub.add_parser("run", help="run the pipeline of a config")
-    r.add_argument("--config", required=True)
+    _config_arg(r)
     r.add_argument("--until-caught-up", action="store_true",
                    help="exit once every complete line is consumed and every event resolved, after "
                         "reconciling the registry with the output: 0, or 5 if clicks were lost in this run "
@@ -412,20 +506,29 @@ def build_parser() -> argparse.ArgumentParser:
                                    "quarantine (no query: an interactive prompt)")
     q.add_argument("query", nargs="?", default=None, help="one SQL statement (tables: joined, unjoinable, "
                                                          "quarantine and one per input stream)")
-    q.add_argument("--config", required=True)
+    _config_arg(q)
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument("--out", default=None, help="write the result to this file instead of standard output")
     q.add_argument("--verbose", action="store_true", help="Spark's warnings and Java stacks too")
     q.set_defaults(fn=_cmd_sql)
 
     k = sub.add_parser("compact", help="rewrite closed output partitions as Parquet and swap them in")
-    k.add_argument("--config", required=True)
+    _config_arg(k)
     k.add_argument("--regions", default=None, help="only these regions (comma-separated)")
     k.add_argument("--verbose", action="store_true")
+    k.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     k.set_defaults(fn=_cmd_compact)
 
-    s = sub.add_parser("status", help="processes and counters of a (running or finished) pipeline")
-    s.add_argument("--config", required=True)
+    s = sub.add_parser("status", help="every process of the config, reached over the network from any machine: "
+                                      "exit 0 only when all answer SERVING")
+    s.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    s.add_argument("--interval", type=float, default=1.0,
+                   help="seconds between the two samples the rates come from (0: one sample, no rates)")
+    s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for each process to answer")
+    s.add_argument("--region", default=None, metavar="NAMES",
+                   help="judge (exit code, problems) only these regions' processes (comma-separated): a "
+                        "per-region probe")
+    _config_arg(s)
     s.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
     s.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
     s.set_defaults(fn=_cmd_status)
@@ -433,9 +536,10 @@ def build_parser() -> argparse.ArgumentParser:
     rg = sub.add_parser("region", help="take a region of a running deployment down, or bring it back")
     rg.add_argument("action", choices=["down", "up"])
     rg.add_argument("name", help="the region")
-    rg.add_argument("--config", required=True)
+    _config_arg(rg)
     rg.add_argument("--hard", action="store_true", help="with down: SIGKILL every process of the region at once")
     rg.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the region's launcher to act")
+    rg.add_argument("--json", action="store_true", help="print the launcher's answer as one JSON object")
     rg.set_defaults(fn=_cmd_region)
 
     ce = sub.add_parser("certs", help="make a test CA, a certificate for every process and a Raft secret")
@@ -445,13 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
     ce.set_defaults(fn=_cmd_certs)
 
     c = sub.add_parser("config", help="list every option with its default, or --check a config file")
-    c.add_argument("--check", metavar="FILE")
+    c.add_argument("--check", metavar="FILE", nargs="?", const="", default=None,
+                   help=f"report every error of FILE (default ${ENV_CONFIG}) at once, then warnings: S3 buckets "
+                        f"that cannot be reached, fixed ports already in use on this machine")
+    c.add_argument("--offline", action="store_true", help="with --check: no S3 requests and no port probes")
+    c.add_argument("--json", action="store_true", help="with --check: one JSON object")
     c.set_defaults(fn=_cmd_config)
 
     es = sub.add_parser("eventstore", help="event store commands (build-map)")
     es_sub = es.add_subparsers(dest="eventstore_command", required=True)
     bm = es_sub.add_parser("build-map", help="build the log-file map of the primary logs with Spark")
-    bm.add_argument("--config", required=True)
+    _config_arg(bm)
     bm.add_argument("--region", default=None, help="only this region (default: every region)")
     bm.add_argument("--range-mb", type=float, default=64.0, help="bytes of primary log per Spark task")
     bm.add_argument("--json", action="store_true", help="print each region's result as one JSON line")
@@ -459,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.set_defaults(fn=_cmd_eventstore_build_map)
 
     v = sub.add_parser("verify", help="Spark job: duplicates, lost, recoverable, pending and unjoinable clicks")
-    v.add_argument("--config", required=True)
+    _config_arg(v)
     v.add_argument("--since", default=None, help="only ids timestamped at or after T (epoch s, epoch us or ISO 8601)")
     v.add_argument("--until", default=None, help="only ids timestamped before T")
     v.add_argument("--json", action="store_true", help="print one JSON object (and no progress)")
@@ -469,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=_cmd_verify)
 
     rc = sub.add_parser("recover", help="delete lost clicks from the registry (token must match) and re-inject them")
-    rc.add_argument("--config", required=True)
+    _config_arg(rc)
     rc.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
     rc.add_argument("--from", dest="from_dir", default=None,
                     help="the recoverable Parquet of an earlier verify (default: run verify now)")
@@ -481,6 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
     reg = sub.add_parser("registry", help="IdRegistry commands (status, reshard)", add_help=False)
     reg.add_argument("rest", nargs=argparse.REMAINDER)
     reg.set_defaults(fn=lambda a: _registry_command(a.rest))
+    for name, parser in sub.choices.items():
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = f"example:\n  {EXAMPLES[name]}"
     return p
 
 
@@ -490,11 +601,25 @@ def _registry_command(argv: list[str]) -> int:
     return idregistry.registry_command(argv, job_registry=registry_for_job)
 
 
+def _registry_argv(argv: list[str]) -> list[str]:
+    """``photon registry ...`` arguments with ``--config $PHOTON_CONFIG`` added when none is given."""
+    env = os.environ.get(ENV_CONFIG)
+    helping = any(a in ("-h", "--help") for a in argv)
+    named = any(a in ("--config", "-c") or a.startswith("--config=") for a in argv)
+    if env and argv and not helping and not named:
+        return [*argv, "--config", env]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["registry"]:           # the registry room parses its own subcommands
         try:
-            return _registry_command(argv[1:])
+            return _registry_command(_registry_argv(argv[1:]))
+        except SystemExit as e:             # its --help (or a usage error): examples follow its own text
+            if any(a in ("-h", "--help") for a in argv[1:]):
+                print(REGISTRY_EXAMPLES)
+            return e.code if isinstance(e.code, int) else 2
         except ConfigError as e:
             print(f"photon: configuration error: {e}", file=sys.stderr)
             return 2

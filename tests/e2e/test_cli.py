@@ -41,7 +41,8 @@ def test_timeout_exits_3_naming_the_region_not_caught_up(tmp_path, procs):
     assert '"exit_code": 3' in r.stdout.strip().splitlines()[-1]
     assert "retry" in r.stdout
     status = photon("status", "--config", str(tmp_path / "photon.toml"))
-    assert status.returncode == 0
+    assert status.returncode == 1                    # a probe: nothing runs any more, so not SERVING
+    assert "a-dispatcher (region a): metrics at" in status.stderr and "deployment: NOT SERVING" in status.stdout
     assert "a-dispatcher" in status.stdout and "joiner a-j0" in status.stdout and "not found" in status.stdout
 
 

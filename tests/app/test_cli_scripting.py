@@ -1,0 +1,126 @@
+"""The ``photon`` command line as scripts use it: --version, an example in every command's help,
+--config from PHOTON_CONFIG, --json on the commands that print figures, ``config --check`` reporting every
+error at once and warning about unreachable S3 buckets and ports in use, and ``status`` as a probe."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from photon import free_port
+from photon.app.cli import EXAMPLES, build_parser, main
+
+
+def photon(*args, env=None, timeout=60):
+    return subprocess.run([sys.executable, "-m", "photon.app.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.timeout(60)
+def test_version_and_an_example_in_every_commands_help():
+    r = photon("--version")
+    assert r.returncode == 0 and r.stdout.startswith("photon 0.")
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert set(commands) == set(EXAMPLES)
+    for name, sub in commands.items():
+        text = sub.format_help()
+        assert f"example:\n  photon {name}" in text, name
+    r = photon("registry", "status", "--help")
+    assert r.returncode == 0 and "examples:\n  photon registry status" in r.stdout
+
+
+def _write_config(path, text: str):
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.timeout(60)
+def test_config_from_the_environment(tmp_path):
+    r = photon("gen", "--out", str(tmp_path), "--queries", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    assert made["queries"] == 200 and made["config"] == str(tmp_path / "photon.toml") and made["regions"] == ["a"]
+    env = {"PHOTON_CONFIG": str(tmp_path / "photon.toml")}
+    r = photon("config", "--check", "--offline", env=env)
+    assert r.returncode == 0 and "1 region(s): a" in r.stdout
+    r = photon("status", "--interval", "0", "--json", env=env)          # no --config: PHOTON_CONFIG
+    assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False
+    r = photon("registry", "status", "--timeout", "1", env=env)        # the registry room's parser too
+    assert "registry unavailable" in r.stderr and r.returncode == 1
+    r = photon("status")
+    assert r.returncode == 2 and "--config" in r.stderr                 # neither: argparse names it
+
+
+@pytest.mark.timeout(60)
+def test_config_check_reports_every_error_at_once(tmp_path):
+    cfg = _write_config(tmp_path / "photon.toml", """
+[join]
+unjoinable_after_s = -1
+color = "blue"
+[registry]
+fsync = "sometimes"
+[nonsense]
+x = 1
+[[regions]]
+name = "a"
+log_root = "l"
+state_dir = "s"
+port_base = 70000
+""")
+    r = photon("config", "--check", str(cfg), "--json")
+    assert r.returncode == 2
+    found = json.loads(r.stdout)
+    errors = "\n".join(found["errors"])
+    for expected in ("[join].unjoinable_after_s must be > 0", "[join]: unknown key 'color'",
+                     "[registry].fsync must be one of", "unknown section [nonsense]",
+                     "missing required key 'output_root'", "port_base must be at most"):
+        assert expected in errors, (expected, errors)
+    assert len(found["errors"]) == 6 and found["ok"] is False
+    r = photon("config", "--check", str(cfg))
+    assert r.returncode == 2 and r.stderr.count("error: ") == 6 and "6 error(s)" in r.stderr
+    r = photon("run", "--config", str(cfg))                 # a run still stops at the first, as before
+    assert r.returncode == 2 and r.stderr.count("configuration error") == 1
+
+
+@pytest.mark.timeout(60)
+def test_config_check_warns_about_ports_in_use_and_unreachable_buckets(tmp_path):
+    closed = free_port()                                     # nothing listens there: S3 unreachable
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = port - 10                                     # region a's first joiner's gRPC port: taken
+        cfg = _write_config(tmp_path / "photon.toml", f"""
+[s3]
+endpoint_url = "http://127.0.0.1:{closed}"
+connect_timeout_s = 1.0
+read_timeout_s = 1.0
+[[regions]]
+name = "a"
+log_root = "s3://no-such-bucket/logs"
+output_root = "out"
+state_dir = "state"
+port_base = {base}
+""")
+        r = photon("config", "--check", str(cfg), "--json",
+                   env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"})
+    assert r.returncode == 0, r.stderr                       # warnings only: the file is valid
+    warnings = json.loads(r.stdout)["warnings"]
+    assert any(f"port 127.0.0.1:{port} (a-j0) is in use" in w for w in warnings), warnings
+    assert any("S3 unreachable" in w and "no-such-bucket" in w and f"127.0.0.1:{closed}" in w for w in warnings), warnings
+    assert not (tmp_path / "state").exists()                 # checking writes nothing into a state dir
+
+
+@pytest.mark.timeout(300)
+def test_compact_prints_its_figures_as_json(tmp_path, spark, capsys):
+    from photon.app import GenOptions, generate
+    generate(GenOptions(out=str(tmp_path), queries=100, seed=2))
+    (tmp_path / "out" / "a" / "joined").mkdir(parents=True, exist_ok=True)
+    assert main(["compact", "--config", str(tmp_path / "photon.toml"), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["partitions_compacted"] == 0 and figures["lines_compacted"] == 0 and "seconds" in figures
