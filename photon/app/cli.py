@@ -70,8 +70,9 @@ def _run(config, until_caught_up: bool, timeout_s, as_json: bool, regions=None,
                             reconciliation=_reconciliation(config, launcher, started_us))
     code = run_exit_code(code, summary)
     if code == EXIT_LOST:
-        print(f"photon: {summary['total']['lost_in_run']} click(s) lost in this run (exit {EXIT_LOST})",
-              file=sys.stderr)
+        print(f"photon: {summary['total']['lost_in_run']} click(s) lost in this run, awaiting recovery (exit "
+              f"{EXIT_LOST}): run `photon verify --config {config.path}` and then `photon recover --config "
+              f"{config.path}` (no pipeline needs to run)", file=sys.stderr)
     summary["exit_code"] = code
     print(format_summary(summary), flush=True)
     if as_json:

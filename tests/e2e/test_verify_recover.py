@@ -48,7 +48,7 @@ def test_a_run_that_caught_up_with_clicks_registered_in_no_output_shows_them_los
     assert summary["total"]["already_registered"] >= len(lost) and summary["total"]["lost_awaiting_recovery"] == 0
     assert set(p.joined_ids()) == truth(tmp_path, "joinable") - lost
     assert f"{len(lost)} of them in no region's output: LOST" in text
-    assert f"photon: {len(lost)} click(s) lost in this run (exit 5)" in text
+    assert f"photon: {len(lost)} click(s) lost in this run, awaiting recovery (exit 5)" in text
 
 
 @pytest.mark.slow
