@@ -7,11 +7,15 @@ dead); recovery deletes them from the registry and re-injects them, and region a
 back: its restarted writers publish only what the records vouched for and set the rest aside in the lost-ids
 ledger. Whatever verify counted as "not in the output" never appears later; whatever it counted stays.
 
-The kill moment is random; rounds repeat (each a fresh deployment) until a kill has really left uncommitted
-whole lines behind, which the test counts from the files and the records."""
+The kill moment is random, and the window (lines written, not yet committed: about one fsync long) is hit
+on purpose: at random moments b's joiners are frozen (SIGSTOP), and if their files then hold whole lines
+beyond their records, the region is SIGKILLed in that very state (else they go on, SIGCONT, and are tried
+again). The test counts those lines; rounds repeat (each a fresh deployment) until a kill has hit."""
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -39,13 +43,31 @@ def uncommitted_ids(joined_dir: Path, id_field: str) -> set[str]:
     return out
 
 
+def freeze_until_uncommitted(run, joined_dir: Path, id_field: str, tries: int = 400) -> set[str]:
+    """Freeze the region's joiners at random moments until their files hold uncommitted whole lines (then
+    leave them frozen and return those ids), or give up after ``tries`` (return an empty set, frozen)."""
+    pids = [p["pid"] for p in run.processes().values() if p.get("role") == "joiner" and p.get("pid")]
+    assert pids, "region b has no joiner running"
+    window: set[str] = set()
+    for _ in range(tries):
+        time.sleep(random.uniform(0, 0.01))
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        window = uncommitted_ids(joined_dir, id_field)
+        if window:
+            break
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    return window
+
+
 def committed_ids(config, region: str) -> list[str]:
     field = config.join.foreign_id_field
     return [orjson.loads(line)[field] for line in read_output_lines(config.region(region).joined_dir)]
 
 
 def one_round(root: Path, region_run, spark, seed: int) -> int:
-    config_path = regions_workload(root, regions=("a", "b"), registry_only=("c",), queries=60_000, seed=seed)
+    config_path = regions_workload(root, regions=("a", "b"), registry_only=("c",), queries=100_000, seed=seed)
     config = load_config(config_path)
     field = config.join.foreign_id_field
     expected = joinable(root)
@@ -53,11 +75,11 @@ def one_round(root: Path, region_run, spark, seed: int) -> int:
     try:
         # b writes at full speed through the backlog: kill it at a random moment
         b_out = config.region("b").joined_dir
-        target = random.randint(1, max(2, len(expected) // 4))
+        target = random.randint(1, max(2, len(expected) // 10))
         wait_until(lambda: len(read_output_lines(b_out, include_inprogress=True)) >= target, 180, interval=0.005,
                    message=f"region b wrote {target} joined lines")
-        runs["b"].kill_hard()
-        window = uncommitted_ids(b_out, field)
+        window = freeze_until_uncommitted(runs["b"], b_out, field)
+        runs["b"].kill_hard()                                   # in the frozen state: nothing moves meanwhile
         runs["a"] = region_run(config_path, "a").start()       # the majority again: a's 2 replicas and c's
         print(f"round {seed}: killed b after {target}+ lines; {len(window)} uncommitted whole line(s) at the kill")
 
