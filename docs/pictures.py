@@ -17,13 +17,14 @@ FONT = 'font-family="Helvetica, Arial, sans-serif"'
 # bench.regions, one full default run over the TUN relay (README, Regions): join latency to the first flush
 RTT_MS = [0, 30, 100]
 LATENCY_MS = {"p50": [36.6, 70.2, 166.1], "p90": [68.0, 93.3, 201.5], "p99": [108.1, 118.8, 255.6]}
-# clicks joined per second (README, Benchmarks; DESIGN.md section 5 for Spark's streaming join)
+# clicks joined per second (README, Benchmarks; the last two bars side by side from bench.compare, loaded machine)
 THROUGHPUT = [
     ("one region, bench.pipeline backlog", 19_800, "#2b6cb0"),
     ("two regions at 0 ms, bench.regions backlog", 12_165, "#3182ce"),
     ("two regions at 30 ms", 7_461, "#4299e1"),
     ("two regions at 100 ms", 7_050, "#63b3ed"),
-    ("Spark streaming join (measured once, DESIGN.md)", 4_000, "#a0aec0"),
+    ("Photon from a cold start, bench.compare (1M queries)", 6_336, "#2c5282"),
+    ("Spark stream-stream join, same bench and files", 1_954, "#a0aec0"),
 ]
 
 
@@ -143,8 +144,8 @@ def latency_vs_rtt() -> str:
 def throughput() -> str:
     x0, y0, bar_h, gap, w, xmax = 330, 70, 26, 14, 380, 25_000
     body = [_text(370, 28, "Clicks joined per second on this 2-core machine", 16, "middle", "bold"),
-            _text(370, 48, "backlog drains (unpaced); Spark's figure is one earlier measurement, not a "
-                           "side-by-side bench", 12, "middle", fill="#4a5568")]
+            _text(370, 48, "backlog drains (unpaced); the last two bars: bench.compare, one workload, "
+                           "both from a cold start", 12, "middle", fill="#4a5568")]
     for i, (label, value, color) in enumerate(THROUGHPUT):
         y = y0 + i * (bar_h + gap)
         body += [_text(x0 - 10, y + 17, label, 12, "end"),
