@@ -157,7 +157,7 @@ def throughput() -> str:
         x = x0 + w * t / xmax
         body += [f'<line x1="{x:g}" y1="{axis_y}" x2="{x:g}" y2="{axis_y + 5}" stroke="#2d3748"/>',
                  _text(x, axis_y + 19, f"{t // 1000}K", 11, "middle")]
-    body.append(_text(370, axis_y + 40, "clicks joined/s (README, Benchmarks; DESIGN.md section 5)", 12, "middle"))
+    body.append(_text(370, axis_y + 40, "clicks joined/s (README, Benchmarks; bench.compare on a loaded machine)", 12, "middle"))
     return _svg(760, axis_y + 56, body, "Clicks joined per second")
 
 
