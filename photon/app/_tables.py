@@ -25,11 +25,12 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
 from photon import PhotonConfig, output_snapshot, read_stream_json, stream_objects
-from photon._output import LINE_COLUMN, s3_output_snapshot
+from photon._output import LINE_COLUMN, pinned_compacted, pinned_paths, s3_output_snapshot
 from photon._source import is_remote
 from photon._spark_io import stream_text, union_all
 
@@ -89,8 +90,11 @@ def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratc
     snap = output_snapshot(root)
     parts = []
     reader = spark.read.schema(schema).option("mode", "PERMISSIVE")
-    if snap.published:
-        parts.append(reader.option("basePath", str(root)).json([str(root / rel) for rel in snap.published]))
+    by_base: dict[str, list[str]] = {}          # published files, pinned where compaction may move them
+    for rel, path in pinned_paths(snap, time.time_ns() // 1000).items():
+        by_base.setdefault(str(path)[: -len(rel) - 1], []).append(str(path))
+    for base, files in sorted(by_base.items()):
+        parts.append(reader.option("basePath", base).json(files))
     copies = []
     for rel in snap.open:
         data = snap.read_open(rel)
@@ -102,12 +106,11 @@ def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratc
             copies.append(str(target))
     if copies:
         parts.append(reader.option("basePath", str(scratch)).json(copies))
-    by_generation: dict[str, list[str]] = {}
-    for part, rel_dir in snap.compacted.items():
-        gen = rel_dir[: -len(part) - 1]
-        by_generation.setdefault(gen, []).append(str(root / rel_dir))
-    for gen, dirs in sorted(by_generation.items()):
-        df = spark.read.option("basePath", str(root / gen)).parquet(*dirs)
+    by_table: dict[str, list[str]] = {}        # the Parquet table, or (mid-swap) a staging generation
+    for part, folder in pinned_compacted(snap).items():
+        by_table.setdefault(str(folder)[: -len(part) - 1], []).append(str(folder))
+    for table, dirs in sorted(by_table.items()):
+        df = spark.read.option("basePath", table).parquet(*dirs)
         have = {f.name: f.dataType for f in df.schema.fields}
         if all(have.get(f.name) == f.dataType for f in schema.fields):
             parts.append(df.select(*[F.col(f"`{f.name}`") for f in schema.fields], "date", "hour"))
