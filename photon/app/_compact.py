@@ -115,18 +115,12 @@ def compact_partition(spark, root: Path, part: str, names: list[str], schema, so
     return written
 
 
-def _move(src: Path, dst: Path) -> None:
-    """Rename folder ``src`` to ``dst`` (one atomic step on one file system), durably."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(src, dst)
-    fsync_path(dst.parent)
-    fsync_path(src.parent)
-
-
 def finish_swap(root: Path, part: str, entry: dict) -> None:
     """Steps 4 and 5 of the module docstring for one recorded partition, each only if not done yet
-    (idempotent: also finishes a swap a killed run began). Hide first, then show."""
+    (idempotent: also finishes a swap a killed run began). Hide first, then show; the hide's removal from
+    the JSONL table is made durable before the show, so not even a power loss leaves the hour in both."""
     kept, staged, shown = root / entry["kept"], root / entry["path"], parquet_table(root) / part
+    synced: set[Path] = set()
     if (root / part).is_dir():
         stray = sorted(p.name for p in (root / part).iterdir()
                        if not p.name.startswith(("_", ".")) and p.name not in entry.get("files", []))
@@ -134,12 +128,19 @@ def finish_swap(root: Path, part: str, entry: dict) -> None:
             raise RuntimeError(f"cannot hide {root / part}: {stray} are not in its Parquet")
         if kept.exists():
             raise RuntimeError(f"cannot hide {root / part}: {kept} exists already")
-        _move(root / part, kept)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(root / part, kept)
+        fsync_path((root / part).parent)
+        synced.add(kept.parent)
     _step("hidden", root, part)
     if staged.is_dir():
         if shown.exists():
             raise RuntimeError(f"cannot show {staged}: {shown} exists already")
-        _move(staged, shown)
+        shown.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staged, shown)
+        synced.update((shown.parent, staged.parent))
+    for folder in synced:
+        fsync_path(folder)
     _step("shown", root, part)
 
 
