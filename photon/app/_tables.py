@@ -1,5 +1,6 @@
 """Photon's logs as Spark tables: the joined output, the input streams, unjoinable events and quarantine,
-across every region of a config, with explicit schemas.
+across every region of a config. Schemas are ``[sql]``'s when given; otherwise each stream's is inferred
+from a sample of it and cached under the state dir (:func:`stream_schemas`).
 
 Every DataFrame here is a snapshot taken when it is made, following the output contract (see
 :mod:`photon._output`): published JSONL files, the committed prefix of files still being written (copied
