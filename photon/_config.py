@@ -336,9 +336,12 @@ class ControlConfig:
 class SqlConfig:
     """``[sql]``: the tables of ``photon sql`` (and the DataFrames of :func:`photon.app.joined_dataframe`)."""
     foreign_schema: str = opt("", "Spark DDL of the foreign event's fields, e.g. \"click_id STRING, cost_micros "
-                                  "BIGINT\" (default: its id and reference fields as STRING); fields not named "
-                                  "are not columns, a value of the wrong type reads as NULL")
-    primary_schema: str = opt("", "Spark DDL of the primary event's fields (default: its id field as STRING)")
+                                  "BIGINT\" (default: inferred from a sample of the stream, see sample_lines); "
+                                  "fields not named are not columns, a value of the wrong type reads as NULL")
+    primary_schema: str = opt("", "Spark DDL of the primary event's fields (default: inferred, as foreign_schema)")
+    sample_lines: int = opt(1000, "without foreign_schema / primary_schema: how many lines of each stream (the "
+                                  "newest files first) the schema is inferred from; the result is cached in "
+                                  "<first region state_dir>/sql/schemas.json", check=_positive)
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,24 @@ contract"): published files, the committed prefix of open files, and compacted p
 
 A snapshot is taken in this order, which is what makes it exact while writers roll and compaction swaps:
 
-1. the compaction record ``_compaction.json`` (which partitions are served from Parquet, and which of
-   their JSONL files the Parquet holds);
-2. every writer's commit record ``_committed/<writer>.json`` (open files and their committed bytes);
-3. the listing of published ``*.jsonl`` files (folders and files starting with ``_`` or ``.`` skipped).
+1. every writer's commit record ``_committed/<writer>.json`` (open files and their committed bytes);
+2. the listing of published ``*.jsonl`` files (folders and files starting with ``_`` or ``.`` skipped);
+3. the compaction record ``_compaction.json`` (which partitions are served from Parquet, and which of
+   their JSONL files the Parquet holds).
 
 An open file that the listing already shows published is taken from the listing, whole; one still open is
 taken up to its committed bytes (read from its hidden in-progress name, or from its published name if it
-was published after the listing: the bytes are the same). A compacted partition's JSONL files named in
-the record are taken from the Parquet, never from the JSONL (kept a while for readers that listed before
-the swap); any other file there is taken as JSONL.
+was published after the listing: the bytes are the same). A partition the record names is taken from its
+Parquet, never from JSONL; any other listed file is taken as JSONL.
+
+Compaction (:mod:`photon.app._compact`) moves a closed hour from the JSONL table ``<kind>/`` to the Parquet
+table ``<kind>_parquet/`` beside it: Parquet written under ``<kind>/_compacted/g<N>/<partition>``, the
+record replaced, then the JSONL hour folder renamed away to ``<kind>/_compacted/g<N>/jsonl/<partition>``
+(kept ``[compact].keep_jsonl_s``), then the Parquet folder renamed to ``<kind>_parquet/<partition>``. The
+record is read last because it is written before the JSONL leaves the listing: a partition missing from
+the listing is in the record. A listed file that moved away before it is read is read from its kept name
+(:meth:`OutputSnapshot.path`); a Parquet folder named by the record is found under its staging or its
+table name (:func:`compacted_dir`), whichever holds it when read.
 
 An output on S3 (``s3://bucket/prefix/<kind>``, see :mod:`photon._publish`) holds published objects only:
 files appear when they close, whole. :func:`s3_output_snapshot` takes, in this order, the region's local
@@ -25,7 +33,10 @@ since. :func:`read_output_lines` and :class:`OutputTailer` take an ``s3://`` fol
 """
 from __future__ import annotations
 
+import calendar
 import os
+import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +46,13 @@ from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, is_hidden, line
 from photon._source import ObjectGone, S3Source, is_remote
 
 COMPACTION_RECORD = "_compaction.json"
-"""``{"partitions": {"date=D/hour=H": {"path": "_compacted/g<N>/date=D/hour=H", "files": [names],
-"at_us": t}}}``, replaced atomically by ``photon compact``."""
+"""``{"partitions": {"date=D/hour=H": {"path": "_compacted/g<N>/date=D/hour=H", "kept":
+"_compacted/g<N>/jsonl/date=D/hour=H", "files": [names], "at_us": t}}}``, replaced atomically by
+``photon compact``: ``path`` is where the partition's Parquet was written (it then moves to
+``<kind>_parquet/<partition>``), ``kept`` where its JSONL folder is moved when it leaves the JSONL table.
+An entry without ``kept`` was written before the Parquet table existed (its JSONL stayed in place)."""
+PARQUET_TABLE_SUFFIX = "_parquet"
+"""The Parquet table of output folder ``<output_root>/<kind>`` is ``<output_root>/<kind>_parquet``."""
 LINE_COLUMN = "_line"
 """Column of a compacted Parquet file holding each output line exactly as it was written."""
 
@@ -46,8 +62,8 @@ class OutputSnapshot:
     """What a reader following the contract counts in one output folder at one moment.
 
     ``published``: relative paths of published JSONL files to read whole; ``open``: relative published
-    path -> committed bytes of files still being written; ``compacted``: partition -> relative Parquet
-    folder."""
+    path -> committed bytes of files still being written; ``compacted``: partition -> its Parquet folder
+    (absolute, as found when the snapshot was taken; read it with :func:`compacted_lines`)."""
     root: Path
     published: list[str] = field(default_factory=list)
     open: dict[str, int] = field(default_factory=dict)
@@ -67,6 +83,11 @@ class OutputSnapshot:
                 continue
         return b""
 
+    def path(self, rel: str) -> Path | None:
+        """Where published file ``rel`` is now: its published name, or its kept name once compaction moved
+        its partition out of the JSONL table (see the module docstring); None once it is gone for good."""
+        return resolve_published(self.root, rel)
+
 
 def read_json(path: Path) -> dict:
     try:
@@ -81,15 +102,56 @@ def compaction_record(root: str | Path) -> dict:
     return read_json(Path(root) / COMPACTION_RECORD).get("partitions", {})
 
 
+def partition_start_us(partition: str) -> int | None:
+    """``date=YYYY-MM-DD/hour=HH`` -> its first microsecond (UTC), None for anything else."""
+    try:
+        d, h = partition.split("/")
+        t = time.strptime(f"{d.removeprefix('date=')} {h.removeprefix('hour=')}", "%Y-%m-%d %H")
+    except ValueError:
+        return None
+    return calendar.timegm(t) * 1_000_000
+
+
+def parquet_table(root: str | Path) -> Path:
+    """The Parquet table beside output folder ``root`` (``joined`` -> ``joined_parquet``)."""
+    root = Path(root)
+    return root.with_name(root.name + PARQUET_TABLE_SUFFIX)
+
+
+def _has_parquet(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.glob("*.parquet"))
+
+
+def compacted_dir(root: str | Path, part: str, entry: dict) -> Path | None:
+    """The folder holding compacted partition ``part``'s Parquet now: ``<kind>_parquet/<part>`` once it
+    is shown there, its staging folder ``entry["path"]`` before; None if neither holds it (deleted from
+    the table by someone else). Looked up table, staging, table: the move between them is one rename."""
+    root = Path(root)
+    table = parquet_table(root) / part
+    for folder in (table, root / entry["path"], table):
+        if _has_parquet(folder):
+            return folder
+    return None
+
+
+def resolve_published(root: str | Path, rel: str) -> Path | None:
+    """Where published file ``rel`` of output folder ``root`` is now (see :meth:`OutputSnapshot.path`)."""
+    root = Path(root)
+    path = root / rel
+    if path.exists():
+        return path
+    part, _, name = rel.rpartition("/")
+    kept = compaction_record(root).get(part, {}).get("kept")
+    for candidate in ((root / kept / name) if kept else None, path):
+        if candidate is not None and candidate.exists():
+            return candidate
+    return None
+
+
 def output_snapshot(root: str | Path) -> OutputSnapshot:
     """The snapshot of output folder ``root`` (see the module docstring for the order and its guarantee)."""
     root = Path(root)
     snap = OutputSnapshot(root)
-    compacted = compaction_record(root)
-    in_parquet: set[str] = set()
-    for part, entry in compacted.items():
-        snap.compacted[part] = entry["path"]
-        in_parquet.update(f"{part}/{name}" for name in entry.get("files", []))
     open_files: dict[str, int] = {}
     commits = root / COMMITS_DIR
     if commits.is_dir():
@@ -102,14 +164,98 @@ def output_snapshot(root: str | Path) -> OutputSnapshot:
         rel_dir = os.path.relpath(dirpath, root)
         for name in filenames:
             if name.endswith(".jsonl") and not is_hidden(name):
-                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-                if rel not in in_parquet:
-                    published.append(rel)
-    snap.published = sorted(published)
+                published.append(name if rel_dir == "." else f"{rel_dir}/{name}")
+    in_parquet: set[str] = set()
+    for part, entry in compaction_record(root).items():      # after the listing: see the module docstring
+        folder = compacted_dir(root, part, entry)
+        if folder is None:
+            continue
+        snap.compacted[part] = str(folder)
+        in_parquet.update(f"{part}/{name}" for name in entry.get("files", []))
+    snap.published = sorted(rel for rel in published if rel not in in_parquet)
     listed = set(published)
     snap.open = {rel: size for rel, size in sorted(open_files.items())
                  if rel not in listed and rel not in in_parquet and size > 0}
     return snap
+
+
+PINS_DIR = "_pinned"
+"""Folder (under an output folder) of the hard links :func:`pinned_paths` makes for Photon's Spark reads."""
+_pin_folder: dict[Path, Path] = {}
+
+
+def _pin_folder_of(root: Path) -> Path:
+    import atexit
+    import uuid
+
+    if root not in _pin_folder:
+        folder = root / PINS_DIR / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        _pin_folder[root] = folder
+        atexit.register(shutil.rmtree, folder, True)
+    return _pin_folder[root]
+
+
+def pinned_paths(snap: OutputSnapshot, now_us: int) -> dict[str, Path]:
+    """Relative name -> a path that stays readable for this process's life, for every published file of
+    ``snap`` (for Spark, which lists when a DataFrame is made and opens files later). A file of an hour
+    that has ended (one compaction may move out of the JSONL table meanwhile) is hard-linked under
+    ``<root>/_pinned/<pid>-<id>/`` (removed at exit; ``photon compact`` removes those older than
+    ``keep_jsonl_s``); other files, and every file when linking is refused (read-only output), are given by
+    their current path."""
+    out: dict[str, Path] = {}
+    for rel in snap.published:
+        path = snap.path(rel)
+        if path is None:
+            continue
+        out[rel] = path
+        start = partition_start_us(rel.rpartition("/")[0])
+        if start is None or start + 3_600_000_000 > now_us:
+            continue
+        pin = _pin_folder_of(snap.root) / rel
+        try:
+            if not pin.exists():
+                pin.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(path, pin)
+                except FileNotFoundError:        # moved to its kept name meanwhile
+                    moved = snap.path(rel)
+                    if moved is None:
+                        del out[rel]
+                        continue
+                    os.link(moved, pin)
+            out[rel] = pin
+        except OSError:
+            pass
+    return out
+
+
+def pinned_compacted(snap: OutputSnapshot) -> dict[str, Path]:
+    """Partition -> a Parquet folder that stays readable for this process's life, for every compacted
+    partition of ``snap``: its folder in the Parquet table, or (a swap under way) hard links to its staged
+    files under ``<root>/_pinned/<pid>-<id>/_parquet/`` (the staging folder moves into the table)."""
+    table = parquet_table(snap.root)
+    out: dict[str, Path] = {}
+    for part, folder in snap.compacted.items():
+        folder = Path(folder)
+        for _ in range(3):
+            if folder.parent.parent == table:
+                break
+            pin = _pin_folder_of(snap.root) / "_parquet" / part
+            try:
+                files = sorted(folder.glob("*.parquet"))
+                if not files:
+                    raise FileNotFoundError(folder)
+                for f in files:
+                    pin.mkdir(parents=True, exist_ok=True)
+                    if not (pin / f.name).exists():
+                        os.link(f, pin / f.name)
+                folder = pin
+                break
+            except FileNotFoundError:          # shown in the table meanwhile
+                shutil.rmtree(pin, ignore_errors=True)
+                folder = compacted_dir(snap.root, part, compaction_record(snap.root)[part]) or folder
+        out[part] = folder
+    return out
 
 
 @dataclass
@@ -140,10 +286,14 @@ def _snapshot_files(snap: OutputSnapshot) -> dict[str, bytes]:
     left out."""
     out: dict[str, bytes] = {}
     for rel in snap.published:
+        path = snap.path(rel)
         try:
-            out[rel] = (snap.root / rel).read_bytes()
-        except FileNotFoundError:
-            continue
+            out[rel] = path.read_bytes() if path is not None else None
+        except FileNotFoundError:       # moved to its kept name between the two looks: look once more
+            path = snap.path(rel)
+            out[rel] = path.read_bytes() if path is not None else None
+        if out[rel] is None:
+            del out[rel]
     for rel in snap.open:
         out[rel] = snap.read_open(rel)
     return out
@@ -184,12 +334,24 @@ def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, clie
     return S3OutputSnapshot(url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness, pub)
 
 
+def _parquet_files(folder: str | Path) -> list[Path]:
+    """The Parquet files of a compacted partition's folder (as :attr:`OutputSnapshot.compacted` names it);
+    a staging folder shown in the table since is looked up there."""
+    folder = Path(folder)
+    files = sorted(folder.rglob("*.parquet"))
+    if not files and folder.parent.parent.parent.name == "_compacted":     # <root>/_compacted/g<N>/<part>
+        part = f"{folder.parent.name}/{folder.name}"
+        files = sorted((parquet_table(folder.parents[3]) / part).rglob("*.parquet"))
+    return files
+
+
 def compacted_lines(root: Path, rel_dir: str) -> list[bytes]:
-    """The original lines held by a compacted partition's Parquet files."""
+    """The original lines held by a compacted partition's Parquet files (``rel_dir``: relative to ``root``,
+    or absolute as :attr:`OutputSnapshot.compacted` gives it)."""
     import pyarrow.parquet as pq       # only when there is compacted output
 
     lines: list[bytes] = []
-    for path in sorted((root / rel_dir).rglob("*.parquet")):
+    for path in _parquet_files(Path(root) / rel_dir):
         table = pq.read_table(path, columns=[LINE_COLUMN])
         lines += [v.encode() if isinstance(v, str) else v for v in table.column(LINE_COLUMN).to_pylist()]
     return lines
@@ -203,14 +365,16 @@ def count_output_lines(directory: str | Path) -> int:
     total = 0
     if snap.compacted:
         import pyarrow.parquet as pq
-        for rel_dir in snap.compacted.values():
-            total += sum(pq.ParquetFile(p).metadata.num_rows for p in (snap.root / rel_dir).rglob("*.parquet"))
+        for folder in snap.compacted.values():
+            total += sum(pq.ParquetFile(p).metadata.num_rows for p in _parquet_files(folder))
     for rel in snap.published:
+        path = snap.path(rel)
         try:
-            with open(snap.root / rel, "rb") as f:
+            with open(path, "rb") if path is not None else open(os.devnull, "rb") as f:
                 total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-        except FileNotFoundError:
-            continue
+        except FileNotFoundError:       # moved to its kept name meanwhile
+            path = snap.path(rel)
+            total += path.read_bytes().count(b"\n") if path is not None else 0
     for rel in snap.open:
         total += snap.read_open(rel).count(b"\n")
     return total
@@ -325,16 +489,21 @@ class OutputTailer:
         for part, entry in compaction_record(self.root).items():   # kept JSONL of a partition begun here
             if any(k.startswith(part + "/") and not k.endswith("/_compacted") for k in self.offsets):
                 for name in entry.get("files", []):
-                    if (self.root / part / name).exists():
-                        ends.setdefault(f"{part}/{name}", None)
+                    ends.setdefault(f"{part}/{name}", None)
+        paths: dict[str, Path] = {}
         for rel in sorted(ends):
             start = self.offsets.get(rel, 0)
             end = ends[rel]
             if end is None:
+                path = resolve_published(self.root, rel)
                 try:
-                    end = os.path.getsize(self.root / rel)
-                except FileNotFoundError:
+                    end = os.path.getsize(path) if path is not None else None
+                except FileNotFoundError:      # moved to its kept name meanwhile
+                    path = resolve_published(self.root, rel)
+                    end = os.path.getsize(path) if path is not None else None
+                if end is None:
                     continue
+                paths[rel] = path
             if end <= start:
                 continue
             if budget <= 0:
@@ -344,9 +513,7 @@ class OutputTailer:
             if rel in snap.open:
                 data = snap.read_open(rel, start)[:limit]
             else:
-                with open(self.root / rel, "rb") as f:
-                    f.seek(start)
-                    data = f.read(limit)
+                data = self._read_published(rel, paths[rel], start, limit)
             chunk = self._chunk(rel, start, data)
             cut = chunk.end - start if chunk is not None else 0
             pending += end - start - cut
@@ -356,6 +523,18 @@ class OutputTailer:
             chunks.append(chunk)
         self._pending = pending
         return chunks
+
+    def _read_published(self, rel: str, path: Path, start: int, limit: int) -> bytes:
+        for _ in range(2):      # moved to its kept name between the two looks: the rename is atomic
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    return f.read(limit)
+            except FileNotFoundError:
+                path = resolve_published(self.root, rel)
+                if path is None:
+                    break
+        return b""
 
     def _compacted(self, part: str, rel_dir: str, snap: OutputSnapshot) -> LogChunk | None:
         key = f"{part}/_compacted"

@@ -1,32 +1,49 @@
-"""``photon compact``: closed partitions of the output folders rewritten as Parquet and swapped in.
+"""``photon compact``: closed hours of the output folders moved from the JSONL table to the Parquet table.
 
-A partition (``date=D/hour=H``, one UTC hour of join time) is *closed* once its hour ended more than
-``[compact].close_after_s`` ago and no file in it is open (no commit record names one, no in-progress
-file is there). Compaction of one output folder, per run:
+Each output folder ``<output_root>/<kind>`` (``joined``, ``unjoinable``) is the JSONL table; beside it,
+``<output_root>/<kind>_parquet`` is the Parquet table, partitioned the same way (``date=D/hour=H``). Every
+published hour is visible in exactly one of them, so a plain reader reads the Parquet table, then the JSONL
+table, and gets every row once (README "Output contract"; the one window is below).
 
+A partition (one UTC hour of join time) is *closed* once its hour ended more than ``[compact].close_after_s``
+ago and no file in it is open (no commit record names one, no in-progress file is there). Per run, for each
+output folder:
+
+0. swaps that an earlier run began and did not finish (it was killed) are finished, steps 4-5 below;
 1. each closed partition's published JSONL files are read with Spark (each line parsed with the table's
-   explicit schema and also kept whole in the ``_line`` column), sorted by ``[compact].sort_by`` and
-   written as Parquet to ``_compacted/g<N>/date=D/hour=H/`` (hidden from folder-listing readers);
+   schema and also kept whole in the ``_line`` column), sorted by ``[compact].sort_by`` and written as
+   Parquet to ``<kind>/_compacted/g<N>/date=D/hour=H/`` (hidden: every reader skips ``_`` folders);
 2. the Parquet is checked to hold exactly as many rows as the JSONL has lines;
-3. the compaction record ``_compaction.json`` is replaced atomically (fsynced), naming the partition's
-   Parquet folder and the JSONL files it replaces: from then on a reader following the contract takes
-   those lines from the Parquet and not from the JSONL (see :mod:`photon._output` for the order a reader
-   reads in, which is what makes the swap exact);
-4. JSONL files swapped out at least ``[compact].keep_jsonl_s`` ago are deleted (readers that listed them
-   before the swap may still be reading them until then).
+3. the compaction record ``_compaction.json`` is replaced atomically (fsynced), naming the partition, its
+   Parquet and the JSONL files it replaces: from then on Photon's readers take the hour from the Parquet
+   (see :mod:`photon._output`);
+4. *hide*: the JSONL hour folder ``<kind>/date=D/hour=H`` is renamed to
+   ``<kind>/_compacted/g<N>/jsonl/date=D/hour=H`` (one atomic rename; out of every plain reader's sight);
+5. *show*: the Parquet folder is renamed to ``<kind>_parquet/date=D/hour=H`` (one atomic rename);
+6. kept JSONL folders swapped out at least ``[compact].keep_jsonl_s`` ago are deleted (Photon's readers that
+   listed their files before step 4 read them there until then), and so are readers' pin folders
+   (``<kind>/_pinned/``, :func:`photon._output.pinned_paths`) older than that.
+
+Hide before show: the hour is never visible in both tables, so no reader counts it twice. A reader that
+lists the Parquet table first and the JSONL table second (the README's order) misses the hour only when
+the swap falls between its two listings; one that lists them the other way round counts it twice in that
+case. A reader that listed the hour's JSONL files before step 4 and opens one after fails (file not
+found); it never counts wrongly. A run killed between steps 4 and 5 leaves the hour in neither table for
+plain readers until the next run finishes the swap (Photon's readers still count it, from the record).
 """
 from __future__ import annotations
 
-import calendar
 import os
+import shutil
 import time
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import orjson
 
-from photon import PhotonConfig, output_snapshot, write_atomic
-from photon._output import COMPACTION_RECORD, LINE_COLUMN, compaction_record
+from photon import PhotonConfig, fsync_path, output_snapshot, write_atomic
+from photon._output import (COMPACTION_RECORD, LINE_COLUMN, PINS_DIR, compaction_record, parquet_table,
+                            partition_start_us)
 from photon.app._periodic import PeriodicChild
 
 HOUR_US = 3600 * 1_000_000
@@ -43,16 +60,6 @@ class CompactionStatistics:
         return CompactionStatistics(*(a + b for a, b in zip(astuple(self), astuple(o))))
 
 
-def partition_start_us(partition: str) -> int | None:
-    """``date=YYYY-MM-DD/hour=HH`` -> its first microsecond (UTC), None for anything else."""
-    try:
-        d, h = partition.split("/")
-        t = time.strptime(f"{d.removeprefix('date=')} {h.removeprefix('hour=')}", "%Y-%m-%d %H")
-    except ValueError:
-        return None
-    return calendar.timegm(t) * 1_000_000
-
-
 def closed_partitions(root: Path, now_us: int, close_after_s: float) -> dict[str, list[str]]:
     """Closed, not yet compacted partitions of output folder ``root`` -> their published file names."""
     snap = output_snapshot(root)
@@ -61,10 +68,11 @@ def closed_partitions(root: Path, now_us: int, close_after_s: float) -> dict[str
         part, _, name = rel.rpartition("/")
         by_part.setdefault(part, []).append(name)
     open_parts = {rel.rpartition("/")[0] for rel in snap.open}
+    recorded = compaction_record(root)
     out = {}
     for part, names in sorted(by_part.items()):
         start = partition_start_us(part)
-        if start is None or part in snap.compacted or part in open_parts:
+        if start is None or part in recorded or part in open_parts:
             continue
         if start + HOUR_US + int(close_after_s * 1e6) > now_us:
             continue
@@ -77,6 +85,16 @@ def closed_partitions(root: Path, now_us: int, close_after_s: float) -> dict[str
 def _next_generation(root: Path) -> int:
     gens = [int(p.name[1:]) for p in (root / "_compacted").glob("g*") if p.name[1:].isdigit()]
     return max(gens, default=0) + 1
+
+
+SWAP_HOOK = None
+"""Test pause point: called as ``SWAP_HOOK(step, root, partition)`` after each step of a swap (``"written"``,
+``"recorded"``, ``"hidden"``, ``"shown"``); None in production."""
+
+
+def _step(step: str, root: Path, part: str) -> None:
+    if SWAP_HOOK is not None:
+        SWAP_HOOK(step, root, part)
 
 
 def compact_partition(spark, root: Path, part: str, names: list[str], schema, sort_by: list[str],
@@ -97,6 +115,51 @@ def compact_partition(spark, root: Path, part: str, names: list[str], schema, so
     return written
 
 
+def finish_swap(root: Path, part: str, entry: dict) -> None:
+    """Steps 4 and 5 of the module docstring for one recorded partition, each only if not done yet
+    (idempotent: also finishes a swap a killed run began). Hide first, then show; the hide's removal from
+    the JSONL table is made durable before the show, so not even a power loss leaves the hour in both."""
+    kept, staged, shown = root / entry["kept"], root / entry["path"], parquet_table(root) / part
+    synced: set[Path] = set()
+    if (root / part).is_dir():
+        stray = sorted(p.name for p in (root / part).iterdir()
+                       if not p.name.startswith(("_", ".")) and p.name not in entry.get("files", []))
+        if stray:
+            raise RuntimeError(f"cannot hide {root / part}: {stray} are not in its Parquet")
+        if kept.exists():
+            raise RuntimeError(f"cannot hide {root / part}: {kept} exists already")
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(root / part, kept)
+        fsync_path((root / part).parent)
+        synced.add(kept.parent)
+    _step("hidden", root, part)
+    if staged.is_dir():
+        if shown.exists():
+            raise RuntimeError(f"cannot show {staged}: {shown} exists already")
+        shown.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staged, shown)
+        synced.update((shown.parent, staged.parent))
+    for folder in synced:
+        fsync_path(folder)
+    _step("shown", root, part)
+
+
+def _finish_earlier_swaps(root: Path) -> None:
+    """Step 0: finish every recorded swap; an entry written before the Parquet table existed (no ``kept``)
+    is given one first, so its hour moves to the Parquet table like any other."""
+    record = compaction_record(root)
+    todo = {part: e for part, e in record.items()
+            if "kept" not in e or (root / part).is_dir() or (root / e["path"]).is_dir()}
+    if not todo:
+        return
+    for part, entry in todo.items():
+        if "kept" not in entry:
+            entry["kept"] = f"{entry['path'][: -len(part)]}jsonl/{part}"
+    write_atomic(root / COMPACTION_RECORD, orjson.dumps({"partitions": record}), durable=True)
+    for part, entry in todo.items():
+        finish_swap(root, part, entry)
+
+
 def compact_folder(spark, root: str | Path, schema, sort_by: list[str], config: PhotonConfig,
                    now_us: int | None = None) -> CompactionStatistics:
     """Compact the closed partitions of one output folder and delete JSONL swapped out long enough ago."""
@@ -104,32 +167,49 @@ def compact_folder(spark, root: str | Path, schema, sort_by: list[str], config: 
     stats = CompactionStatistics()
     if not root.is_dir():
         return stats
+    _finish_earlier_swaps(root)
     todo = closed_partitions(root, now_us if now_us is not None else time.time_ns() // 1000,
                              config.compact.close_after_s)
     gen = _next_generation(root) if todo else 0
     for part, names in todo.items():
-        rel_dir = f"_compacted/g{gen:06d}/{part}"
-        rows = compact_partition(spark, root, part, names, schema, sort_by, root / rel_dir)
+        staged = f"_compacted/g{gen:06d}/{part}"
+        rows = compact_partition(spark, root, part, names, schema, sort_by, root / staged)
+        _step("written", root, part)
         record = compaction_record(root)
-        record[part] = {"path": rel_dir, "files": names, "at_us": time.time_ns() // 1000}
+        entry = record[part] = {"path": staged, "kept": f"_compacted/g{gen:06d}/jsonl/{part}", "files": names,
+                                "at_us": time.time_ns() // 1000}
         write_atomic(root / COMPACTION_RECORD, orjson.dumps({"partitions": record}), durable=True)
+        _step("recorded", root, part)
+        finish_swap(root, part, entry)
         stats += CompactionStatistics(1, rows, len(names), 0)
     return stats + delete_swapped_out(root, config.compact.keep_jsonl_s,     # after this run's swaps
                                       now_us if now_us is not None else time.time_ns() // 1000)
 
 
 def delete_swapped_out(root: Path, keep_s: float, now_us: int) -> CompactionStatistics:
-    """Delete the JSONL files that compacted partitions replaced at least ``keep_s`` ago."""
+    """Delete the kept JSONL of partitions swapped out at least ``keep_s`` ago (and the empty folders their
+    generation leaves)."""
     deleted = 0
     for part, entry in compaction_record(root).items():
-        if entry.get("at_us", now_us) + int(keep_s * 1e6) > now_us:
+        if entry.get("at_us", now_us) + int(keep_s * 1e6) > now_us or "kept" not in entry:
             continue
-        for name in entry.get("files", []):
+        kept = root / entry["kept"]
+        if kept.is_dir():
+            deleted += sum(1 for p in kept.iterdir() if p.name.endswith(".jsonl"))
+            shutil.rmtree(kept)
+        gen = root / Path(entry["path"]).parts[0] / Path(entry["path"]).parts[1]
+        for folder in sorted((p for p in gen.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [gen, gen.parent]:
             try:
-                os.unlink(root / part / name)
-                deleted += 1
-            except FileNotFoundError:
+                folder.rmdir()                       # only empty ones: Parquet not shown yet stays
+            except OSError:
                 pass
+    pins = root / PINS_DIR
+    for folder in pins.iterdir() if pins.is_dir() else ():     # pins of readers gone (killed) long ago
+        try:
+            if folder.stat().st_mtime * 1e6 + keep_s * 1e6 <= now_us:
+                shutil.rmtree(folder, ignore_errors=True)
+        except FileNotFoundError:
+            pass
     return CompactionStatistics(jsonl_files_deleted=deleted)
 
 

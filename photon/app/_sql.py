@@ -19,7 +19,7 @@ import orjson
 
 from photon import PhotonConfig
 from photon.app._spark import progress, spark_error, spark_session
-from photon.app._tables import register_tables
+from photon.app._tables import pin_snippet, register_tables, schema_cache_path, stream_schemas
 
 FORMATS = ("table", "csv", "json")
 HISTORY_FILE = "~/.photon_sql_history"
@@ -143,10 +143,35 @@ def interactive(config, spark, fmt: str, out: str | None, verbose: bool, stdin=N
     return code
 
 
+def announce_schemas(config: PhotonConfig, schemas: dict, stream=None) -> None:
+    """Say on standard error which schemas were inferred (sampled now: with the ``[sql]`` lines that pin
+    them; taken from the cache: one line)."""
+    stream = stream or sys.stderr
+    j = config.join
+    names = {"foreign": j.foreign_stream, "primary": j.primary_stream}
+    fresh = {k: s for k, s in schemas.items() if s.origin == "inferred"}
+    cached = [names[k] for k, s in schemas.items() if s.origin == "cached"]
+    bare = [names[k] for k, s in schemas.items() if s.origin == "ids"]
+    where = schema_cache_path(config)
+    if fresh:
+        said = ", ".join(f"{names[k]} from {s.lines} lines" for k, s in fresh.items())
+        print(f"photon sql: no [sql] schema given; inferred {said} (cached in {where}; --infer-schemas samples "
+              f"again). To pin them, put this in {config.path or 'the config'}:\n"
+              f"{pin_snippet({k: s for k, s in schemas.items() if s.origin != 'config'})}", file=stream, flush=True)
+    if cached:
+        print(f"photon sql: schemas of {', '.join(cached)} as inferred earlier ({where}; pin them in [sql], or "
+              f"--infer-schemas to sample again)", file=stream, flush=True)
+    if bare:
+        print(f"photon sql: nothing to sample in {', '.join(bare)}: only its id fields are columns", file=stream,
+              flush=True)
+
+
 def sql_command(config: PhotonConfig, query: str | None, fmt: str = "table", out: str | None = None,
-                verbose: bool = False) -> int:
-    """``photon sql``: 0 when every query ran, 1 when one failed."""
+                verbose: bool = False, infer_schemas: bool = False) -> int:
+    """``photon sql``: 0 when every query ran, 1 when one failed. Without ``[sql]`` schemas, the streams'
+    schemas are inferred from a sample and cached (``infer_schemas``: sample again)."""
     spark = spark_session(config, "photon-sql", verbose=verbose)
+    announce_schemas(config, stream_schemas(config, spark, refresh=infer_schemas))
     if query is None:
         return interactive(config, spark, fmt, out, verbose)
     return _one(config, spark, query, fmt, out, verbose)

@@ -1,5 +1,6 @@
 """Photon's logs as Spark tables: the joined output, the input streams, unjoinable events and quarantine,
-across every region of a config, with explicit schemas.
+across every region of a config. Schemas are ``[sql]``'s when given; otherwise each stream's is inferred
+from a sample of it and cached under the state dir (:func:`stream_schemas`).
 
 Every DataFrame here is a snapshot taken when it is made, following the output contract (see
 :mod:`photon._output`): published JSONL files, the committed prefix of files still being written (copied
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import atexit
 import shutil
+from dataclasses import dataclass
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
-from photon import PhotonConfig, output_snapshot, read_stream_json, stream_objects
-from photon._output import LINE_COLUMN, s3_output_snapshot
+from photon import PhotonConfig, output_snapshot, read_stream_json, stream_objects, write_atomic
+from photon._output import LINE_COLUMN, pinned_compacted, pinned_paths, s3_output_snapshot
 from photon._source import is_remote
 from photon._spark_io import stream_text, union_all
 
@@ -47,14 +50,117 @@ def _ddl(spark, text: str):
     return parsed
 
 
-def foreign_schema(config: PhotonConfig, spark):
+SCHEMA_CACHE = "sql/schemas.json"
+"""Under the first region's ``state_dir``: the schemas inferred for streams without an explicit ``[sql]``
+schema, ``{"<stream>": {"ddl", "lines", "at_us"}}``."""
+SAMPLE_READ_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class StreamSchema:
+    """One stream's schema and where it came from: ``"config"`` (``[sql]``), ``"inferred"`` (sampled now),
+    ``"cached"`` (sampled earlier, read from :data:`SCHEMA_CACHE`) or ``"ids"`` (nothing to sample)."""
+    ddl: str
+    origin: str
+    lines: int = 0
+
+
+def schema_cache_path(config: PhotonConfig) -> Path:
+    return Path(config.regions[0].state_dir) / SCHEMA_CACHE
+
+
+def sample_stream(config: PhotonConfig, stream: str, n: int) -> list[bytes]:
+    """Up to ``n`` complete lines of ``stream`` over every pipeline region, newest files first (local or
+    S3, through the source layer)."""
+    from photon import open_source
+
+    out: list[bytes] = []
+    for region in config.pipeline_regions:
+        try:
+            source = open_source(region.stream_url(stream), config.s3)
+            objects = sorted(source.scan().values(), key=lambda o: o.name, reverse=True)
+        except (OSError, ValueError):
+            continue
+        per_region = n // max(1, len(config.pipeline_regions)) or n
+        got: list[bytes] = []
+        for o in objects:
+            if len(got) >= per_region or o.size <= 0:
+                break
+            try:
+                data, _ = source.read(o.name, 0, min(o.size, SAMPLE_READ_BYTES))
+            except OSError:
+                continue
+            got += [x for x in data[: data.rfind(b"\n") + 1].split(b"\n") if x.strip()][: per_region - len(got)]
+        out += got
+    return out[:n]
+
+
+def infer_schema(spark, lines: list[bytes], id_fields: list[str]):
+    """Spark's JSON schema inference over ``lines``; the id fields always STRING; None without a row."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    if not lines:
+        return None
+    folder = _sample_dir()
+    (folder / "sample.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    schema = spark.read.json(str(folder / "sample.jsonl")).schema
+    shutil.rmtree(folder, ignore_errors=True)
+    fields = [StructField(f.name, StringType() if f.name in id_fields else f.dataType)
+              for f in schema.fields if f.name != "_corrupt_record"]
+    fields += [StructField(name, StringType()) for name in id_fields if name not in {f.name for f in fields}]
+    return StructType(fields)
+
+
+def stream_schemas(config: PhotonConfig, spark, refresh: bool = False) -> dict[str, StreamSchema]:
+    """The schema of the foreign and the primary stream (keys ``"foreign"``, ``"primary"``): ``[sql]``'s
+    when given (it always wins), else inferred from ``[sql].sample_lines`` lines of the stream and cached
+    under the state dir (``refresh``: sample again)."""
+    import orjson
     j = config.join
-    return _ddl(spark, config.sql.foreign_schema or f"`{j.foreign_id_field}` STRING, `{j.foreign_ref_field}` STRING")
+    wanted = {"foreign": (config.sql.foreign_schema, j.foreign_stream, [j.foreign_id_field, j.foreign_ref_field]),
+              "primary": (config.sql.primary_schema, j.primary_stream, [j.primary_id_field])}
+    cache_path = schema_cache_path(config)
+    try:
+        cache = {} if refresh else orjson.loads(cache_path.read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        cache = {}
+    out, changed = {}, False
+    for kind, (explicit, stream, ids) in wanted.items():
+        if explicit:
+            out[kind] = StreamSchema(explicit, "config")
+            continue
+        hit = cache.get(stream)
+        if hit and hit.get("sample_lines") == config.sql.sample_lines and hit.get("ddl"):
+            out[kind] = StreamSchema(hit["ddl"], "cached", int(hit.get("lines", 0)))
+            continue
+        lines = sample_stream(config, stream, config.sql.sample_lines)
+        schema = infer_schema(spark, lines, ids)
+        if schema is None:
+            out[kind] = StreamSchema(", ".join(f"`{f}` STRING" for f in ids), "ids")
+            continue
+        ddl = ", ".join(type(schema)([f]).toDDL() for f in schema.fields)      # one field per item, readable
+        out[kind] = StreamSchema(ddl, "inferred", len(lines))
+        cache[stream] = {"ddl": out[kind].ddl, "lines": len(lines), "sample_lines": config.sql.sample_lines,
+                         "at_us": time.time_ns() // 1000}
+        changed = True
+    if changed:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cache_path, orjson.dumps(cache, option=orjson.OPT_INDENT_2))
+    return out
+
+
+def pin_snippet(schemas: dict[str, StreamSchema]) -> str:
+    """The ``[sql]`` section that pins ``schemas`` (TOML)."""
+    import json
+    return "[sql]\n" + "".join(f"{kind}_schema = {json.dumps(s.ddl)}\n" for kind, s in schemas.items())
+
+
+def foreign_schema(config: PhotonConfig, spark):
+    return _ddl(spark, stream_schemas(config, spark)["foreign"].ddl)
 
 
 def primary_schema(config: PhotonConfig, spark):
-    j = config.join
-    return _ddl(spark, config.sql.primary_schema or f"`{j.primary_id_field}` STRING")
+    return _ddl(spark, stream_schemas(config, spark)["primary"].ddl)
 
 
 def joined_schema(config: PhotonConfig, spark):
@@ -66,6 +172,17 @@ def joined_schema(config: PhotonConfig, spark):
     fields.append(StructField(config.join.nest_primary_as, primary_schema(config, spark)))
     fields.append(StructField("_photon", _ddl(spark, PHOTON_DDL)))
     return StructType(fields)
+
+
+def _sample_dir() -> Path:
+    """A fresh scratch folder under the system's temp folder (removed when the process exits)."""
+    global _scratch_root
+    if _scratch_root is None:
+        _scratch_root = Path(tempfile.mkdtemp(prefix="photon-tables-"))
+        atexit.register(shutil.rmtree, _scratch_root, True)
+    d = _scratch_root / uuid.uuid4().hex
+    d.mkdir(parents=True)
+    return d
 
 
 def scratch_dir(config: PhotonConfig) -> Path:
@@ -89,8 +206,11 @@ def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratc
     snap = output_snapshot(root)
     parts = []
     reader = spark.read.schema(schema).option("mode", "PERMISSIVE")
-    if snap.published:
-        parts.append(reader.option("basePath", str(root)).json([str(root / rel) for rel in snap.published]))
+    by_base: dict[str, list[str]] = {}          # published files, pinned where compaction may move them
+    for rel, path in pinned_paths(snap, time.time_ns() // 1000).items():
+        by_base.setdefault(str(path)[: -len(rel) - 1], []).append(str(path))
+    for base, files in sorted(by_base.items()):
+        parts.append(reader.option("basePath", base).json(files))
     copies = []
     for rel in snap.open:
         data = snap.read_open(rel)
@@ -102,12 +222,11 @@ def output_dataframe(spark, directory: str | Path, schema, id_field: str, scratc
             copies.append(str(target))
     if copies:
         parts.append(reader.option("basePath", str(scratch)).json(copies))
-    by_generation: dict[str, list[str]] = {}
-    for part, rel_dir in snap.compacted.items():
-        gen = rel_dir[: -len(part) - 1]
-        by_generation.setdefault(gen, []).append(str(root / rel_dir))
-    for gen, dirs in sorted(by_generation.items()):
-        df = spark.read.option("basePath", str(root / gen)).parquet(*dirs)
+    by_table: dict[str, list[str]] = {}        # the Parquet table, or (mid-swap) a staging generation
+    for part, folder in pinned_compacted(snap).items():
+        by_table.setdefault(str(folder)[: -len(part) - 1], []).append(str(folder))
+    for table, dirs in sorted(by_table.items()):
+        df = spark.read.option("basePath", table).parquet(*dirs)
         have = {f.name: f.dataType for f in df.schema.fields}
         if all(have.get(f.name) == f.dataType for f in schema.fields):
             parts.append(df.select(*[F.col(f"`{f.name}`") for f in schema.fields], "date", "hour"))

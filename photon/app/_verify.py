@@ -44,7 +44,7 @@ import idregistry
 import joiner
 from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, recovery_stream, stream_objects
 from photon._ids import ID_REGEX, TIMESTAMP_DIGITS
-from photon._output import compacted_lines, s3_output_snapshot
+from photon._output import compacted_lines, pinned_paths, s3_output_snapshot
 from photon._publish import S3Publisher
 from photon._source import is_remote
 from photon._spark_io import new_staging, stream_text, union_all
@@ -111,7 +111,7 @@ def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
     if not directory.is_dir():
         return published, partial
     snap = output_snapshot(directory)
-    published = [str(directory / rel) for rel in snap.published]
+    published = [str(path) for path in pinned_paths(snap, time.time_ns() // 1000).values()]
     for rel in snap.open:
         data = snap.read_open(rel)
         partial.append((str(directory / rel), data[: data.rfind(b"\n") + 1]))

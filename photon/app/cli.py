@@ -153,7 +153,7 @@ def _cmd_demo(args) -> int:
 def _cmd_sql(args) -> int:
     from photon.app._sql import sql_command
     config = load_config(args.config)
-    return sql_command(config, args.query, args.format, args.out, args.verbose)
+    return sql_command(config, args.query, args.format, args.out, args.verbose, args.infer_schemas)
 
 
 def _cmd_compact(args) -> int:
@@ -511,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     q.add_argument("--out", default=None, help="write the result to this file instead of standard output")
     q.add_argument("--verbose", action="store_true", help="Spark's warnings and Java stacks too")
+    q.add_argument("--infer-schemas", action="store_true", help="without [sql] schemas: sample the streams again "
+                                                                "instead of using the cached inferred schemas")
     q.set_defaults(fn=_cmd_sql)
 
     k = sub.add_parser("compact", help="rewrite closed output partitions as Parquet and swap them in")

@@ -142,14 +142,16 @@ def test_compaction_swaps_closed_partitions_while_counts_never_change(spark, tmp
             stop.wait(0.05)
         stop.set()
         t.join(timeout=120)
-    assert not errors, errors
+    assert not errors, [str(e)[:600] for e in errors]
     assert first.partitions_compacted == 3 and first.lines_compacted == 300 and first.jsonl_files_swapped == 6
     assert counts and set(counts) == {expected}, Counter(counts)
-    assert len(list(region.joined_dir.glob("date=2024-05-01/hour=*/*.jsonl"))) == 6   # kept keep_jsonl_s
+    assert not list(region.joined_dir.glob("date=2024-05-01/hour=*/*.jsonl"))        # out of the JSONL table
+    assert len(list(region.joined_dir.glob("_compacted/g*/jsonl/date=2024-05-01/hour=*/*.jsonl"))) == 6  # kept
+    assert len(list((tmp_path / "a/out/joined_parquet").glob("date=2024-05-01/hour=*/*.parquet"))) == 3
     assert joined_dataframe(config, spark=spark).count() == expected
     later = make_config(tmp_path, regions=("a",), compact={"close_after_s": 0, "keep_jsonl_s": 0})
     assert compact(later, spark=spark).jsonl_files_deleted == 6          # their time is up: deleted
-    assert not list(region.joined_dir.glob("date=2024-05-01/hour=*/*.jsonl"))
+    assert not list(region.joined_dir.rglob("*.jsonl")) and not (region.joined_dir / "_compacted").exists()
     assert sorted(read_output_lines(region.joined_dir)) == sorted(lines)            # every byte still there
     assert joined_dataframe(config, spark=spark).count() == expected
     [row] = query(config, spark, "SELECT count(*) AS n, count(DISTINCT click_id) AS d, "
