@@ -381,7 +381,12 @@ class PostgresStore(Store):
             _columns(watermarks.items(), 2)))
 
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
-        rows = [tuple(r) for r in reports]
+        last: dict[tuple, tuple] = {}
+        for r in reports:      # one row per interval (one statement cannot change a row twice)
+            old = last.get((r[0], r[1]))
+            if old is None or old[2] <= r[2]:
+                last[(r[0], r[1])] = tuple(r)
+        rows = list(last.values())
         if not rows:
             return
         self._retry(lambda conn, _: conn.execute(
