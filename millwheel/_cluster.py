@@ -178,8 +178,15 @@ def cluster_idle(topology, out, client: MasterClient) -> bool:
     intervals = client.interval_map()
     if not intervals or any(not iv.worker for iv in intervals):
         return False
+    owners = {iv.address for iv in intervals}
     statuses = [worker_status(a) for a in known_workers(out, client)]
+    # a worker that does not answer and owns nothing is gone (killed: its announcement stays behind)
+    statuses = [s for s in statuses if "unreachable" not in s or s["address"] in owners]
     if not statuses or any("unreachable" in s or not s["idle"] for s in statuses):
+        return False
+    # every interval is held by its owner under the map's sequencer (an owner learns at its next heartbeat)
+    holding = {(iv["computation"], iv["lo"], iv["sequencer"]) for s in statuses for iv in s["intervals"]}
+    if any((iv.computation, iv.lo, iv.sequencer) not in holding for iv in intervals):
         return False
     held = {n for s in statuses for n, i in s["injectors"].items() if i["caught_up"]}
     return held >= set(topology.injectors)

@@ -108,6 +108,7 @@ class WorkerHost:
         self.low_watermarks: dict[str, int] = {}
         self.input_watermarks: dict[str, int] = {}
         self.settled = False
+        self._report_seqs: dict[tuple[str, int], int] = {}
         self._last_counts: Counter = Counter()
         self._rates: dict[tuple[str, int], float] = {}
         self._started_at = time.monotonic()
@@ -368,6 +369,7 @@ class WorkerHost:
                     self.store.report_watermarks([(r.name, r.interval, r.sequencer, r.low_us, r.input_us,
                                                    r.oldest_us) for r in reports])
                 rows = self.store.read_watermark_reports()
+                self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
                 self.authority.handle(*(WatermarkReported(*row) for row in rows))
                 pub = self.authority.publish(self.topology.producers())
                 if pub.inputs != self.input_watermarks:
@@ -389,15 +391,27 @@ class WorkerHost:
     def idle(self) -> bool:
         """Nothing to do here: held injectors caught up, no record waiting, running, in flight or unacked,
         no timer due, and the watermarks settled."""
+        return not self.busy_because()
+
+    def busy_because(self) -> list[str]:
+        """Why this process is not idle (empty: it is)."""
+        why = []
         if self.error is not None:
-            return False
+            why.append("failed")
         if not all(s.caught_up and not s.busy for s, _ in self.injectors.values()):
-            return False
+            why.append("injecting")
         now = self.clock.now_us()
-        if any(w.has_due(now) or w.busy or len(w.inbox) or w._deferred for w in self.workers):
-            return False
-        return self.settled and not len(self._inbox) and not self.tracker.in_flight \
-            and not self.tracker.outstanding_count()
+        if any(w.has_due(now) for w in self.workers):
+            why.append("timers due")
+        if any(w.busy or len(w.inbox) or w._deferred for w in self.workers):
+            why.append("records waiting")
+        if not self.settled:
+            why.append("watermarks not settled")
+        if any(self._report_seqs.get(k) != seq for k, seq in self._held().items()):
+            why.append("an interval not reported by its owner yet")
+        if self.tracker.in_flight or self.tracker.outstanding_count():
+            why.append("unacked records")
+        return why
 
     def status(self) -> dict[str, Any]:
         per: dict[str, Counter] = {}
@@ -413,7 +427,7 @@ class WorkerHost:
                           for n, (s, _) in self.injectors.items()},
             "computations": {n: dict(c) for n, c in per.items()},
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
-            "settled": self.settled, "idle": self.idle(), "in_flight": self.tracker.in_flight,
+            "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
             "outstanding": self.tracker.outstanding_count(), "counters": dict(self.counters),
             "transport": dict(self.transport.counters), "error": repr(self.error) if self.error else None,
             "uptime_s": round(time.monotonic() - self._started_at, 3),
