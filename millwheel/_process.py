@@ -292,11 +292,14 @@ class WorkerHost:
         self.holding = tuple(intervals)
 
     def _inputs_may_start(self) -> bool:
-        """Injectors wait (up to ``wait_for_workers_s``) until ``wait_for_workers`` workers hold intervals,
-        so a cluster started at once spreads its intervals before the input flows."""
-        if time.monotonic() >= self._wait_until:
+        """Injectors wait (up to ``wait_for_workers_s``) until ``wait_for_workers`` workers each hold at
+        least half their share of the intervals, so a cluster started at once spreads its intervals (the
+        master moves them one per round) before the input flows."""
+        if time.monotonic() >= self._wait_until or self._wait_for_workers <= 1:
             return True
-        return len({iv.worker for iv in self.map.rows if iv.worker}) >= self._wait_for_workers
+        per = Counter(iv.worker for iv in self.map.rows if iv.worker)
+        share = len(self.map.rows) // (2 * self._wait_for_workers)
+        return len(per) >= self._wait_for_workers and min(per.values()) >= share
 
     def _give_up(self, lost: list[tuple[str, int]]) -> None:
         if not lost:

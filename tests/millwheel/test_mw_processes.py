@@ -110,10 +110,6 @@ def test_two_worker_processes_exchange_records_over_grpc_and_equal_the_batch(run
     assert st["watermarks"]["windows"]["low_watermark_us"] > 0
 
 
-@pytest.mark.xfail(strict=False, reason="known defect: when the killed worker held every interval (it registered "
-                   "first and was killed before they spread), the survivor's restarted injector sometimes keeps "
-                   "its restored estimate, so the windows' watermark stays below the windows and they never "
-                   "close (2 runs in 5); see docs/millwheel.md, 'Not done yet'")
 def test_a_worker_sigkilled_mid_stream_its_intervals_move_and_each_window_is_written_once(run_factory):
     run = run_factory(workers=2, n_clicks=6000, files=12)
     wait_until(lambda: sum(w["computations"].get("windows", {}).get("records", 0) for w in run.workers()) > 500,
