@@ -179,10 +179,10 @@ class CachedStore(Store):
                     self._dirty.add(ck)
                 self._put(ck, entry)
 
-    def claim(self, computation: str, interval: int) -> int:
+    def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         with self._lock:
             self._invalidate(computation, interval)
-        return self.store.claim(computation, interval)
+        return self.store.claim(computation, interval, sequencer)
 
     def _drop(self, ck: tuple[str, str]) -> None:
         if self._pinned.pop(ck, None) is not None or self._lru.pop(ck, None) is not None:
@@ -221,6 +221,12 @@ class CachedStore(Store):
 
     def save_watermarks(self, watermarks: dict[str, int]) -> None:
         self.store.save_watermarks(watermarks)
+
+    def report_watermarks(self, reports) -> None:
+        self.store.report_watermarks(reports)
+
+    def read_watermark_reports(self) -> list[tuple]:
+        return self.store.read_watermark_reports()
 
     def statistics(self) -> CacheStatistics:
         with self._lock:

@@ -42,9 +42,10 @@ class InjectorShell:
         self._reported: int | None = None
         self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
 
-    def prepare(self) -> int:
-        """Claim interval 0, restore the position, replay stored productions; returns the sequencer."""
-        self.seq = self.store.claim(self.name, 0)
+    def prepare(self, sequencer: int | None = None) -> int:
+        """Claim interval 0 (under a master's ``sequencer`` when given), restore the position, replay stored
+        productions; returns the sequencer."""
+        self.seq = self.store.claim(self.name, 0, sequencer)
         raw = self.store.read_states(self.name, [""]).get("")
         saved = orjson.loads(raw) if raw is not None else {}
         self.injector.restore(saved.get("position"))

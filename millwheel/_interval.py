@@ -204,10 +204,14 @@ class IntervalCore:
         for sender, floor in floors.items():
             self.floors[sender] = max(floor, self.floors.get(sender, 0))
 
-    def _on_revoked(self, ev: IntervalRevoked, out: list) -> None:
+    def _unfinished(self) -> list:
         back = list(self._incoming)
         for run in list(self._runs.values()) + self._weak + [r for r in self._commits.values() if r]:
             back.extend(d for ds in run.deliveries.values() for d in ds)
+        return back
+
+    def _on_revoked(self, ev: IntervalRevoked, out: list) -> None:
+        back = self._unfinished()
         self.sequencer = None
         self._reset()
         if back:
@@ -216,8 +220,11 @@ class IntervalCore:
     def _on_refused(self, ev: CommitRefused, out: list) -> None:
         if ev.commit_id not in self._commits:
             return
+        back = self._unfinished()
         self.sequencer = None
         self._reset()
+        if back:
+            out.append(ReturnDeliveries(back))   # not acked: they go to the interval's owner again
         out.append(Relinquish(self.name, self.interval))
 
     # ------------------------------------------------------------ inputs

@@ -58,6 +58,8 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval_id INTEGER, id TEX
     key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, produced_at BIGINT NOT NULL,
     PRIMARY KEY (sender, interval_id, id));
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
+    low BIGINT NOT NULL, input BIGINT, oldest BIGINT, PRIMARY KEY (name, interval_id));
 """
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
@@ -241,11 +243,21 @@ class PostgresStore(Store):
                     conn.execute(stmt)
 
     # ---- the contract --------------------------------------------------------------------------------
-    def claim(self, computation: str, interval: int) -> int:
-        return self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO intervals VALUES (%s, %s, 1) ON CONFLICT (computation, interval_id) "
-            "DO UPDATE SET sequencer = intervals.sequencer + 1 RETURNING sequencer",
-            (computation, interval)).fetchone()[0])
+    def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
+        if sequencer is None:
+            return self._retry(lambda conn, _: conn.execute(
+                "INSERT INTO intervals VALUES (%s, %s, 1) ON CONFLICT (computation, interval_id) "
+                "DO UPDATE SET sequencer = intervals.sequencer + 1 RETURNING sequencer",
+                (computation, interval)).fetchone()[0])
+        # a master's sequencer: stored unless a newer owner's is (then no row comes back)
+        row = self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO intervals VALUES (%s, %s, %s) ON CONFLICT (computation, interval_id) "
+            "DO UPDATE SET sequencer = EXCLUDED.sequencer WHERE intervals.sequencer <= EXCLUDED.sequencer "
+            "RETURNING sequencer", (computation, interval, sequencer)).fetchone())
+        if row is None:
+            raise StaleSequencer(f"claim of {computation!r} interval {interval} with sequencer {sequencer} "
+                                 f"refused: a newer owner holds it")
+        return row[0]
 
     def commit(self, writes: list[Write]) -> None:
         if not writes:
@@ -367,6 +379,24 @@ class PostgresStore(Store):
             "INSERT INTO watermarks (name, wm) SELECT * FROM unnest(%s::text[], %s::bigint[]) "
             "ON CONFLICT (name) DO UPDATE SET wm = GREATEST(watermarks.wm, EXCLUDED.wm)",
             _columns(watermarks.items(), 2)))
+
+    def report_watermarks(self, reports: Iterable[tuple]) -> None:
+        last: dict[tuple, tuple] = {}
+        for r in reports:      # one row per interval (one statement cannot change a row twice)
+            old = last.get((r[0], r[1]))
+            if old is None or old[2] <= r[2]:
+                last[(r[0], r[1])] = tuple(r)
+        rows = list(last.values())
+        if not rows:
+            return
+        self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO wm_reports SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[], %s::bigint[]) ON CONFLICT (name, interval_id) DO UPDATE SET "
+            "sequencer = EXCLUDED.sequencer, low = EXCLUDED.low, input = EXCLUDED.input, oldest = EXCLUDED.oldest "
+            "WHERE wm_reports.sequencer <= EXCLUDED.sequencer", _columns(rows, 6)))
+
+    def read_watermark_reports(self) -> list[tuple]:
+        return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
 
     def statistics(self) -> PostgresStatistics:
         with self._pool_lock:

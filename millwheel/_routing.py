@@ -79,3 +79,63 @@ class Router:
     def outgoing(self, sender: str, interval: int, prods: Iterable[StoredProduction], stored: bool) -> list:
         """The ``(production, sender interval, stored?, deliveries)`` rows the tracker registers."""
         return [(p, interval, stored, self.route(p, sender)) for p in prods]
+
+
+# ---- the master's key ranges over slots -------------------------------------------------------------
+#
+# Keys are spread over ``slots`` slots (``interval_of``); the store fences, and keeps timers, dedup ids and
+# productions, per slot. A master's interval of a computation is a lexicographic range [lo, hi) of *slot
+# keys* (``slot_key``: fixed-width hex, so their order is the slots' order): it covers whole slots, and a
+# split or merge moves slot boundaries. The sequencer the master gives an interval is claimed for every
+# slot it covers, so a write of a fenced owner is refused by the store in its own transaction.
+
+SLOT_KEY_WIDTH = 4
+
+
+def slot_key(slot: int) -> str:
+    """The master's key for ``slot``."""
+    return f"{slot:0{SLOT_KEY_WIDTH}x}"
+
+
+def split_keys(slots: int, pieces: int) -> list[str]:
+    """Split keys cutting ``slots`` into ``pieces`` (at most ``slots``) nearly equal ranges."""
+    pieces = max(1, min(pieces, slots))
+    return [slot_key(slots * i // pieces) for i in range(1, pieces)]
+
+
+def slots_in(lo: str, hi: str | None, slots: int) -> list[int]:
+    """The slots whose keys lie in [lo, hi)."""
+    return [s for s in range(slots) if lo <= slot_key(s) and (hi is None or slot_key(s) < hi)]
+
+
+def middle_slot_key(lo: str, hi: str | None, counts: dict[int, int], slots: int) -> str:
+    """A slot key strictly inside (lo, hi) near the middle of the traffic ``counts`` (slot -> records),
+    where a split would halve it; ``""`` when the range has fewer than two slots or no traffic."""
+    inside = slots_in(lo, hi, slots)
+    total = sum(counts.get(s, 0) for s in inside)
+    if len(inside) < 2 or total == 0:
+        return ""
+    seen = 0
+    for s in inside[1:]:
+        seen += counts.get(s - 1, 0)
+        if 2 * seen >= total:
+            return slot_key(s)
+    return slot_key(inside[-1])
+
+
+class IntervalMap:
+    """The master's interval map as a router uses it: for each (computation, slot), the owner's worker
+    name, address and sequencer. Built from ``MasterClient.interval_map()`` rows; replaced whole."""
+
+    def __init__(self, intervals, slots: int) -> None:
+        self.slots = slots
+        self.rows = list(intervals)
+        self._owner: dict[tuple[str, int], tuple[str, str, int]] = {}
+        for iv in self.rows:
+            for s in slots_in(iv.lo, iv.hi, slots):
+                self._owner[(iv.computation, s)] = (iv.worker, iv.address, iv.sequencer)
+
+    def owner(self, computation: str, slot: int) -> tuple[str, str, int] | None:
+        """``(worker, address, sequencer)``, or None when the map has no live owner for it."""
+        got = self._owner.get((computation, slot))
+        return got if got and got[0] else None

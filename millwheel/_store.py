@@ -63,8 +63,12 @@ class Write:
 class Store:
     """The interface. Thread-safe. See the module docstring for the contract."""
 
-    def claim(self, computation: str, interval: int) -> int:
-        """Make the caller the interval's single writer; returns its new sequencer."""
+    def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
+        """Make the caller the interval's single writer; returns its sequencer. Without ``sequencer`` the
+        stored one is bumped (one process owns everything). With one (given by a master, whose sequencers
+        only grow) it is stored as the interval's, unless the stored one is larger: then a newer owner
+        holds the interval and :class:`StaleSequencer` is raised. Claiming the same sequencer again is
+        allowed (a retried grant)."""
         raise NotImplementedError
 
     def commit(self, writes: list[Write]) -> None:
@@ -101,6 +105,17 @@ class Store:
 
     def save_watermarks(self, watermarks: dict[str, int]) -> None:
         """Persist published watermarks; a stored value never decreases."""
+        raise NotImplementedError
+
+    def report_watermarks(self, reports: Iterable[tuple]) -> None:
+        """Record interval low watermark reports ``(name, interval, sequencer, low_us, input_us, oldest_us)``
+        (the last two may be ``None``): each replaces the interval's stored report unless that one has a
+        larger sequencer (a report of a fenced owner changes nothing). Worker processes share their
+        reports through the store, and each computes the authority's publication from all of them."""
+        raise NotImplementedError
+
+    def read_watermark_reports(self) -> list[tuple]:
+        """Every interval's last report, as given to :meth:`report_watermarks`."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -151,10 +166,11 @@ class MemoryStore(Store):
         self._floors: dict[tuple[str, str], int] = {}
         self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
         self._wms: dict[str, int] = {}
+        self._reports: dict[tuple[str, int], tuple] = {}
 
-    def claim(self, computation: str, interval: int) -> int:
+    def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         with self._lock:
-            seq = self._seq.get((computation, interval), 0) + 1
+            seq = _claimed(computation, interval, self._seq.get((computation, interval), 0), sequencer)
             self._seq[(computation, interval)] = seq
             return seq
 
@@ -232,6 +248,27 @@ class MemoryStore(Store):
             for name, wm in watermarks.items():
                 self._wms[name] = max(wm, self._wms.get(name, wm))
 
+    def report_watermarks(self, reports: Iterable[tuple]) -> None:
+        with self._lock:
+            for r in reports:
+                old = self._reports.get((r[0], r[1]))
+                if old is None or old[2] <= r[2]:
+                    self._reports[(r[0], r[1])] = tuple(r)
+
+    def read_watermark_reports(self) -> list[tuple]:
+        with self._lock:
+            return list(self._reports.values())
+
+
+def _claimed(computation: str, interval: int, current: int, sequencer: int | None) -> int:
+    """The sequencer a claim leaves (see :meth:`Store.claim`)."""
+    if sequencer is None:
+        return current + 1
+    if sequencer < current:
+        raise StaleSequencer(f"claim of {computation!r} interval {interval} with sequencer {sequencer} "
+                             f"refused: a newer owner holds {current}")
+    return sequencer
+
 
 def _check_sequencers(writes: list[Write], current) -> None:
     stale = sorted({(w.computation, w.interval, w.sequencer) for w in writes
@@ -259,6 +296,8 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval INTEGER, id TEXT, 
     key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL, produced_at INTEGER NOT NULL,
     PRIMARY KEY (sender, interval, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval INTEGER, seq INTEGER NOT NULL, low INTEGER NOT NULL,
+    input INTEGER, oldest INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
 """
 
 
@@ -282,9 +321,9 @@ class SQLiteStore(Store):
                                (computation, interval)).fetchone()
         return row[0] if row else 0
 
-    def claim(self, computation: str, interval: int) -> int:
+    def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         with self._lock, self._tx():
-            seq = self._seq(computation, interval) + 1
+            seq = _claimed(computation, interval, self._seq(computation, interval), sequencer)
             self._db.execute("INSERT OR REPLACE INTO sequencers VALUES (?, ?, ?)", (computation, interval, seq))
             return seq
 
@@ -390,6 +429,17 @@ class SQLiteStore(Store):
             self._db.executemany(
                 "INSERT INTO watermarks VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET wm=max(wm, excluded.wm)",
                 list(watermarks.items()))
+
+    def report_watermarks(self, reports: Iterable[tuple]) -> None:
+        with self._lock, self._tx():
+            self._db.executemany(
+                "INSERT INTO wm_reports VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name, interval) DO UPDATE SET "
+                "seq=excluded.seq, low=excluded.low, input=excluded.input, oldest=excluded.oldest "
+                "WHERE wm_reports.seq <= excluded.seq", [tuple(r) for r in reports])
+
+    def read_watermark_reports(self) -> list[tuple]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute("SELECT * FROM wm_reports").fetchall()]
 
     def close(self) -> None:
         with self._lock:

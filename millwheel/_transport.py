@@ -201,18 +201,46 @@ class Tracker:
             for d in deliveries:
                 self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
                 self.in_flight -= 1
-                o = self.outstanding.get(d.record.id)
-                if o is None or d.consumer not in o.left:
-                    continue
-                del o.left[d.consumer]
-                if not o.left:
-                    del self.outstanding[d.record.id]
-                    self.per_sender[o.sender] -= 1
-                    self._bag(o.sender, o.interval).remove(o.prod.timestamp_us)
-                    if o.stored:
-                        done.setdefault((o.sender, o.interval), []).append(d.record.id)
+                self._sender_acked(d.consumer, d.record.id, done)
             self.acked_total += len(deliveries)
         self._after(done)
+
+    def acked_remotely(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Consumers in other processes acked ``(consumer, production id)``: the sender's half of
+        :meth:`acked` (the consumer's half happened there). Acks of unknown productions are ignored."""
+        done: dict[tuple[str, int], list[str]] = {}
+        with self._lock:
+            for consumer, pid in pairs:
+                self._sender_acked(consumer, pid, done)
+        self._after(done)
+
+    def _sender_acked(self, consumer: str, pid: str, done: dict) -> None:
+        o = self.outstanding.get(pid)
+        if o is None or consumer not in o.left:
+            return
+        del o.left[consumer]
+        if not o.left:
+            del self.outstanding[pid]
+            self.per_sender[o.sender] -= 1
+            self._bag(o.sender, o.interval).remove(o.prod.timestamp_us)
+            if o.stored:
+                done.setdefault((o.sender, o.interval), []).append(pid)
+
+    def forget(self, sender: str, interval: int) -> int:
+        """The sender's interval moved away: stop retrying its productions here (its new owner replays the
+        stored ones). Returns how many were dropped."""
+        with self._lock:
+            gone = [pid for pid, o in self.outstanding.items() if o.sender == sender and o.interval == interval]
+            for pid in gone:
+                o = self.outstanding.pop(pid)
+                self.per_sender[sender] -= 1
+                self._bag(sender, interval).remove(o.prod.timestamp_us)
+            return len(gone)
+
+    def oldest_unacked_us(self) -> int | None:
+        """The first send time of the oldest outstanding production (for delay statistics)."""
+        with self._lock:
+            return min((o.first_sent_us for o in self.outstanding.values()), default=None)
 
     def _after(self, done: dict) -> None:
         for (sender, interval), ids in done.items():
@@ -236,14 +264,17 @@ class Tracker:
                     o.stored = True
         self._after(done)
 
-    def due_retries(self, now_us: int) -> int:
-        """Send again every delivery not acked within its retry delay (the delay doubles per attempt)."""
+    def due_retries(self, now_us: int, max_backoff_us: int | None = None) -> int:
+        """Send again every delivery not acked within its retry delay (the delay doubles per attempt, up to
+        ``max_backoff_us`` when given)."""
         out: list[Delivery] = []
         with self._lock:
             for o in self.outstanding.values():
                 if o.retry_after_us <= now_us:
                     out.extend(o.left.values())
                     o.backoff_us *= 2
+                    if max_backoff_us is not None and o.backoff_us > max_backoff_us:
+                        o.backoff_us = max_backoff_us
                     o.retry_after_us = now_us + o.backoff_us
         self._transport.send(out)
         return len(out)

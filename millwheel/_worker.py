@@ -42,6 +42,15 @@ from millwheel._transport import Done, Inbox, Tracker
 from millwheel._watermarks import input_watermark
 
 
+@dataclass(frozen=True)
+class GiveUp:
+    """A worker process's host → one of its workers: stop holding these intervals of ``computation`` (the
+    master moved them); ``done`` is set once they are given up."""
+    computation: str
+    intervals: tuple[int, ...]
+    done: threading.Event
+
+
 @dataclass
 class _Comp:
     """What a worker keeps about one computation: the user code and the cores of its intervals."""
@@ -73,12 +82,18 @@ class Worker:
         self._count_lock = threading.Lock()
         self._sends: list[Delivery] = []
         self._acks: list[Delivery] = []
+        # set by a worker process's host (None: one process, which owns everything for good):
+        self.on_fenced: Callable[[StaleSequencer], None] | None = None   # a commit was refused
+        self.may_run: Callable[[], bool] | None = None                   # False: the lease has run out
+        self.received_per_slot: Counter = Counter()                      # (computation, interval) -> records
         self.thread = threading.Thread(target=self._main, name=f"millwheel-worker-{index}", daemon=True)
 
     # ---- ownership and recovery ---------------------------------------------------------------
-    def grant(self, spec: ComputationSpec, intervals: list[int]) -> dict[int, int]:
-        """Claim the intervals (fencing older writers), load their timers and dedup ids into new cores,
-        and replay their stored productions. Returns each interval's sequencer."""
+    def grant(self, spec: ComputationSpec, intervals: list[int],
+              sequencers: dict[int, int] | None = None) -> dict[int, int]:
+        """Claim the intervals (fencing older writers; under the master's ``sequencers`` when given), load
+        their timers and dedup ids into new cores, and replay their stored productions, all before the
+        cores take any record. Returns each interval's sequencer."""
         cfg, store = self.config, self.store
         comp = self.comps.get(spec.name) or _Comp(spec, spec.factory(), {})
         weak = comp.computation.productions == WEAK
@@ -87,7 +102,7 @@ class Worker:
         floors = store.gc_floors(spec.name)
         cores, seqs = {}, {}
         for i in intervals:
-            seqs[i] = store.claim(spec.name, i)
+            seqs[i] = store.claim(spec.name, i, sequencers.get(i) if sequencers else None)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
                                                  per_interval_cache, bloom, cfg.weak_checkpoint_delay_us))
             ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
@@ -135,6 +150,11 @@ class Worker:
                 comps = list(self.comps.values())
             self._control([i for i in items if not isinstance(i, (Delivery, Done))], comps)
             work = self._deferred + [i for i in items if isinstance(i, (Delivery, Done))]
+            if self.may_run is not None and not self.may_run():
+                self._deferred = work      # the lease ran out: touch nothing until the host knows more
+                return
+            with self._lock:
+                comps = list(self.comps.values())   # intervals given up just now are gone
             with self.tracker.producing(self.clock.now_us) as now:  # until its productions are registered
                 self._batch(work, comps, now)
             self._report_watermarks()
@@ -146,6 +166,9 @@ class Worker:
         for item in items:
             if isinstance(item, LowWatermarks):
                 lows = item.lows
+            elif isinstance(item, GiveUp):
+                self.revoke(item.computation, list(item.intervals))
+                item.done.set()
             elif isinstance(item, RaiseFloors):
                 comp = self.comps.get(item.consumer)
                 for core in (comp.cores.values() if comp else ()):
@@ -177,6 +200,8 @@ class Worker:
         for comp in comps:
             for interval, core in list(comp.cores.items()):
                 mine = by_core.pop((comp.spec.name, interval), None)
+                if mine is not None:
+                    self.received_per_slot[(comp.spec.name, interval)] += len(mine)
                 if mine is None and not core.wants_step(now):
                     continue
                 self._dirty.add(core)
@@ -187,8 +212,14 @@ class Worker:
                 unacked = self.tracker.unacked(core.pending_weak_ids())
                 self._execute(core, core.handle(AcksObserved(unacked, now)), now, commits)
         self._commit(commits, now)
-        # records for intervals this worker does not hold (yet): keep them for the next step
-        self._deferred = [i for items in by_core.values() for i in items]
+        # records for intervals this worker does not hold (yet): keep them for the next step; in a worker
+        # process, records of intervals it gave up are dropped unacked (their senders send them again to
+        # the new owner) and acks of productions it no longer owns are dropped (the new owner replays them)
+        left = [i for items in by_core.values() for i in items]
+        if self.on_fenced is not None and left:
+            self.tracker.unreceive([i for i in left if isinstance(i, Delivery)])
+            left = []
+        self._deferred = left
 
     def _events(self, core: IntervalCore, items: list, now: int) -> list:
         events: list = []
@@ -210,10 +241,15 @@ class Worker:
             return
         try:
             self.store.commit([w for _, c in commits for w in c.writes])
-        except StaleSequencer:
+        except StaleSequencer as e:
             for core, c in commits:
                 self._execute(core, core.handle(CommitRefused(c.commit_id)), now, [])
-            raise
+            self._acks.clear()
+            self._sends.clear()
+            if self.on_fenced is None:
+                raise
+            self.on_fenced(e)      # a worker process asks its master what it still owns
+            return
         for core, c in commits:
             self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [])
         acks, self._acks = self._acks, []

@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from millwheel._cluster import (ClusterFile, Processes, cluster_path, cluster_status, new_specs, start_masters,
+                                wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
+from millwheel._master_client import MasterClient
+from millwheel._master_state import PlacementPolicy
+from millwheel._process import WorkerHost
 from millwheel._pgserver import EmbeddedPostgres
 from millwheel._runtime import Runtime
 
@@ -50,6 +57,8 @@ def _options(pairs: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workers:
+        return run_cluster(args)
     module = _load(args.module)
     topology = module.build(args.input, args.out)
     options = _options(args.option)
@@ -69,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     def on_signal(*_) -> None:
         stop.set()
-        if args.until_idle:
-            raise KeyboardInterrupt  # out of run_until_idle; the runtime and the server stop on the way
+        raise KeyboardInterrupt  # out of any wait; the runtime and the server stop on the way
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
@@ -86,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
                     pass
                 if rt.error is not None:
                     raise rt.error
+        except KeyboardInterrupt:
+            if args.until_idle:
+                raise
+            # a stop asked for while running for ever is the normal end
         finally:
             rt.stop()
     finally:
@@ -98,6 +110,138 @@ def run(args: argparse.Namespace) -> int:
                       f"{c.late_records} late, {c.timers_fired} timers" for n, c in s.computations.items())
           + f"; state cache hit ratio {cache.hit_ratio:.3f} ({cache.hits} hits, {cache.misses} misses)",
           file=sys.stderr)
+    return 0
+
+
+def _store_for(args, options: dict, state_dir: Path):
+    """The store URL, and the embedded server to start (None: the URL is somebody else's)."""
+    if args.store:
+        return args.store, None
+    if "store" in options:
+        return options["store"], None
+    RuntimeConfig.from_mapping(options)   # a bad option is reported before a server is started
+    return None, EmbeddedPostgres(state_dir / "pg")
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    """``millwheel run --workers N``: the master's replicas and N worker processes on this machine."""
+    module = _load(args.module)
+    topology = module.build(args.input, args.out)
+    options = _options(args.option)
+    options.setdefault("threads", args.threads or 1)
+    # intervals held by the first worker to register spread to the others after a short cooldown
+    policy = PlacementPolicy.from_mapping({"cooldown_us": 1_000_000, **_options(args.master_option)})
+    state_dir = Path(args.out).resolve() / ".millwheel"
+    url, server = _store_for(args, options, state_dir)
+    stop = threading.Event()
+
+    def on_signal(*_) -> None:
+        stop.set()
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    procs = Processes()
+    try:
+        if server is not None:
+            url = server.start().url
+        options["store"] = url
+        config = RuntimeConfig.from_mapping(options)
+        path = cluster_path(args.out)
+        old = ClusterFile.load(path) if path.exists() else None
+        specs = old.specs if old and old.specs else new_specs(args.out, topology, config.intervals, policy)
+        cf = ClusterFile(args.module, str(Path(args.input).resolve()), str(Path(args.out).resolve()), url,
+                         options, specs, args.workers)
+        cf.save(path)
+        start_masters(procs, specs)
+        client = MasterClient(cf.masters, retry_timeout_s=30.0)
+        for _ in range(args.workers):
+            _, address = procs.start(worker_argv(path), "millwheel worker serving on ")
+        print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_redact(url)}",
+              file=sys.stderr, flush=True)
+        try:
+            if args.until_idle:
+                wait_cluster_idle(topology, args.out, client, stop)
+            else:
+                stop.wait()
+            st = cluster_status(cf, client)
+        finally:
+            client.close()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        procs.stop()
+        if server is not None:
+            server.stop()
+    done = {n: sum(w["computations"].get(n, {}).get("records", 0) for w in st["workers"])
+            for n in topology.computations}
+    print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
+          + f"; {len(st['workers'])} workers", file=sys.stderr)
+    return 0
+
+
+def _redact(url: str) -> str:
+    return url.split("@")[-1] if "@" in url else url
+
+
+def worker(args: argparse.Namespace) -> int:
+    """``millwheel worker``: one more worker process, here or on another machine."""
+    cf = ClusterFile.load(args.cluster or cluster_path(args.out)) if (args.cluster or args.out) else None
+    module_name = args.module or (cf.module if cf else None)
+    if module_name is None or not (args.input or cf) or not (args.master or cf):
+        raise MillWheelConfigError("millwheel worker needs --cluster FILE (or --out DIR of a cluster), or "
+                                   "MODULE --input DIR --out DIR --store URL --master ADDR[,ADDR...]")
+    out = args.out or cf.out
+    topology = _load(module_name).build(args.input or cf.input, out)
+    options = dict(cf.options) if cf else {}
+    options.update(_options(args.option))
+    if args.store:
+        options["store"] = args.store
+    if args.threads:
+        options["threads"] = args.threads
+    masters = args.master.split(",") if args.master else cf.masters
+    host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,
+                      port=args.port, wait_for_workers=cf.workers if cf else 0).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    announce = Path(out).resolve() / ".millwheel" / "workers" / f"{host.name}.json"
+    announce.parent.mkdir(parents=True, exist_ok=True)
+    announce.write_text(json.dumps({"pid": os.getpid(), "address": host.address, "worker": host.name}))
+    print(f"millwheel worker serving on {host.address}", flush=True)
+    try:
+        while not stop.wait(0.2) and host.error is None:
+            pass
+    finally:
+        announce.unlink(missing_ok=True)
+        host.stop()
+    if host.error is not None:
+        print(f"millwheel worker: {host.error!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """``millwheel status --out DIR [--json]``."""
+    cf = ClusterFile.load(cluster_path(args.out))
+    client = MasterClient(cf.masters, retry_timeout_s=5.0)
+    try:
+        st = cluster_status(cf, client)
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(st, indent=1))
+        return 0
+    print(f"master leader: {st['leader'] or 'none'}")
+    for w in st["workers"]:
+        print(f"worker {w['worker']} pid {w['pid']} at {w['address']}: {len(w['intervals'])} intervals, "
+              f"{'idle' if w['idle'] else 'busy'}")
+    for w in st["unreachable"]:
+        print(f"worker at {w['address']}: unreachable ({w['unreachable']})")
+    for iv in st["intervals"]:
+        print(f"  {iv['computation']} [{iv['lo']!r}, {iv['hi']!r}) -> {iv['worker'] or '-'} seq {iv['sequencer']}")
+    for n, wm in st["watermarks"].items():
+        print(f"watermark {n}: {wm['low_watermark_us']} (lag {wm['lag_s']} s)")
+    print(f"records/s: {st['records_per_s']}; set aside: {st['set_aside']}")
     return 0
 
 
@@ -116,8 +260,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, help="worker threads")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="any runtime option (see docs/millwheel.md)")
+    p.add_argument("--workers", type=int, help="run as processes: the master's 3 replicas and this many "
+                                               "worker processes")
+    p.add_argument("--master-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a master placement option (with --workers), e.g. lease_us=2000000")
+    w = sub.add_parser("worker", help="start one more worker process (here or on another machine)")
+    w.add_argument("module", nargs="?", help="topology module (default: the cluster's)")
+    w.add_argument("--cluster", help="the cluster file (<out>/.millwheel/cluster.json)")
+    w.add_argument("--master", help="master replicas' addresses, comma separated")
+    w.add_argument("--input")
+    w.add_argument("--out")
+    w.add_argument("--store")
+    w.add_argument("--threads", type=int)
+    w.add_argument("--host", default="127.0.0.1", help="address to serve on (reachable by the other workers)")
+    w.add_argument("--port", type=int, default=0)
+    w.add_argument("--option", action="append", default=[], metavar="NAME=VALUE")
+    st = sub.add_parser("status", help="the master's leader, the workers, interval owners, watermarks")
+    st.add_argument("--out", required=True)
+    st.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
+        if args.command == "worker":
+            return worker(args)
+        if args.command == "status":
+            return status(args)
         return run(args)
     except KeyboardInterrupt:
         print("millwheel: stopped before the input was consumed", file=sys.stderr)

@@ -101,6 +101,31 @@ def test_zombie_writer_with_old_sequencer_is_rejected_and_writes_nothing(store):
     assert store.read_states("c", ["k"]) == {"k": b'"owner"'}
 
 
+def test_claim_under_a_masters_sequencer_fences_older_ones_in_the_commit(opener):
+    """A master's sequencers: the store keeps the one it is given, refuses a claim with a smaller one and
+    a commit under any other; claiming the same one again (a retried grant) is allowed."""
+    a, b = opener(), opener()
+    assert a.claim("c", 2, 7) == 7
+    assert a.claim("c", 2, 7) == 7
+    a.commit([Write("c", 2, 7, "k", b"1")])
+    assert b.claim("c", 2, 9) == 9                       # moved: the new owner claims under 9
+    with pytest.raises(StaleSequencer):
+        a.commit([Write("c", 2, 7, "k", b"2")])          # the zombie's write is refused ...
+    assert b.read_states("c", ["k"]) == {"k": b"1"}     # ... and changes nothing
+    with pytest.raises(StaleSequencer):
+        a.claim("c", 2, 8)                               # a grant older than the holder's
+    b.commit([Write("c", 2, 9, "k", b"3")])
+    assert a.read_states("c", ["k"]) == {"k": b"3"}
+
+
+def test_watermark_reports_keep_the_newest_sequencer_per_interval(opener):
+    a, b = opener(), opener()
+    a.report_watermarks([("c", 1, 5, 100, 90, 100), ("c", 2, 5, 200, None, None)])
+    b.report_watermarks([("c", 1, 6, 150, 140, 150)])
+    a.report_watermarks([("c", 1, 5, 900, 900, 900)])    # a fenced owner's report changes nothing
+    assert sorted(b.read_watermark_reports()) == [("c", 1, 6, 150, 140, 150), ("c", 2, 5, 200, None, None)]
+
+
 def test_dedup_gc_floor_only_rises(store):
     seq = store.claim("c", 0)
     store.commit([Write("c", 0, seq, "k", KEEP, processed=[("a", "s1", 10), ("b", "s1", 20), ("c", "s2", 5)])])

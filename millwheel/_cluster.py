@@ -1,0 +1,207 @@
+"""Running MillWheel as processes on one machine: the master's three replicas and N worker processes
+(``millwheel run --workers N``), one more worker from anywhere (``millwheel worker``), and what
+``millwheel status`` shows.
+
+The cluster's description lives in ``<out>/.millwheel/cluster.json``: the module, input, output, store
+URL, runtime options and the master replicas' specs. A later ``millwheel run`` on the same ``--out``
+reuses the same master (same data, same ports), so its sequencers keep growing above those the store
+holds. Each worker process announces itself in ``<out>/.millwheel/workers/<name>.json`` (pid, address)
+and removes the file when it stops.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from photon.rpc import open_channel
+
+from millwheel import worker_pb2 as wpb
+from millwheel import worker_pb2_grpc as wpb_grpc
+from millwheel._master import MasterSpec, master_specs
+from millwheel._master_client import MasterClient
+from millwheel._master_state import PlacementPolicy
+from millwheel._routing import split_keys
+
+INITIAL_PIECES = 4
+"""Master intervals per computation at declaration (each covers whole slots)."""
+
+
+@dataclass
+class ClusterFile:
+    module: str
+    input: str
+    out: str
+    store: str
+    options: dict = field(default_factory=dict)
+    specs: list = field(default_factory=list)
+    workers: int = 0
+    """How many workers ``millwheel run`` started: injectors wait for that many to hold intervals."""
+
+    @property
+    def masters(self) -> list[str]:
+        return [MasterSpec.from_json(s).grpc_address for s in self.specs]
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=1))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "ClusterFile":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def cluster_path(out) -> Path:
+    return Path(out).resolve() / ".millwheel" / "cluster.json"
+
+
+def declared(topology, slots: int) -> dict[str, list[str]]:
+    """The master's computations: every computation cut into ``INITIAL_PIECES`` ranges of slots, every
+    injector one interval."""
+    out = {name: split_keys(slots, INITIAL_PIECES) for name in topology.computations}
+    out.update({name: [] for name in topology.injectors})
+    return out
+
+
+def new_specs(out, topology, slots: int, policy: PlacementPolicy) -> list[str]:
+    root = Path(out).resolve() / ".millwheel" / "master"
+    return [s.to_json() for s in master_specs(root, declared(topology, slots), policy=policy, tick_ms=100)]
+
+
+class Processes:
+    """Child processes started by this one, stopped (TERM, then KILL) in reverse order."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, **kw)
+        self.procs.append(p)
+        line = p.stdout.readline().decode()
+        if not line.startswith(ready):
+            p.wait(timeout=timeout_s)
+            raise RuntimeError(f"{' '.join(argv[:4])} ... did not start (exit {p.returncode}): {line!r}")
+        return p, line[len(ready):].strip()
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Last started first, each waited for (workers leave while the master still answers)."""
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+            if p.stdout:
+                p.stdout.close()
+
+
+def start_masters(procs: Processes, specs: list[str]) -> list[str]:
+    addresses = []
+    for text in specs:
+        spec = MasterSpec.from_json(text)
+        procs.start(spec.argv(), "millwheel master serving on ")
+        addresses.append(spec.grpc_address)
+    return addresses
+
+
+def worker_argv(cluster: Path, threads: int | None = None) -> list[str]:
+    argv = [sys.executable, "-m", "millwheel.cli", "worker", "--cluster", str(cluster)]
+    if threads:
+        argv += ["--threads", str(threads)]
+    return argv
+
+
+def worker_status(address: str, timeout_s: float = 2.0) -> dict:
+    channel = open_channel(address, [])
+    try:
+        reply = wpb_grpc.WorkerStub(channel).Status(wpb.WorkerStatusRequest(), timeout=timeout_s)
+        return json.loads(reply.status_json)
+    except grpc.RpcError as e:
+        return {"address": address, "unreachable": e.code().name}
+    finally:
+        channel.close()
+
+
+def known_workers(out, client: MasterClient | None) -> list[str]:
+    """Addresses of the workers: those announced under ``<out>`` and every owner in the master's map."""
+    addresses = set()
+    folder = Path(out).resolve() / ".millwheel" / "workers"
+    for f in folder.glob("*.json") if folder.exists() else ():
+        try:
+            addresses.add(json.loads(f.read_text())["address"])
+        except (OSError, ValueError, KeyError):
+            continue
+    if client is not None:
+        addresses.update(iv.address for iv in client.interval_map() if iv.address)
+    return sorted(addresses)
+
+
+def cluster_status(cf: ClusterFile, client: MasterClient) -> dict:
+    """Everything ``millwheel status`` shows, as one dict."""
+    replicas = client.status()
+    leader = next((r.get("address") for r in replicas if r.get("is_leader")), None)
+    intervals = client.interval_map()
+    workers = [worker_status(a) for a in known_workers(cf.out, client)]
+    live = [w for w in workers if "unreachable" not in w]
+    lows: dict[str, int] = {}
+    for w in live:
+        for n, v in w.get("low_watermarks_us", {}).items():
+            lows[n] = max(v, lows.get(n, 0))
+    now_us = time.time_ns() // 1000
+    rate = sum(iv["records_per_s"] for w in live for iv in w["intervals"])
+    return {
+        "leader": leader, "masters": replicas,
+        "workers": live, "unreachable": [w for w in workers if "unreachable" in w],
+        "intervals": [{"computation": iv.computation, "lo": iv.lo, "hi": iv.hi, "worker": iv.worker,
+                       "address": iv.address, "sequencer": iv.sequencer} for iv in intervals],
+        "watermarks": {n: {"low_watermark_us": v, "lag_s": round((now_us - v) / 1e6, 3) if v > 0 else None}
+                       for n, v in sorted(lows.items())},
+        "records_per_s": round(rate, 1),
+        "set_aside": sum(w.get("counters", {}).get("set_aside", 0) for w in live),
+    }
+
+
+def cluster_idle(topology, out, client: MasterClient) -> bool:
+    """Every interval has a live owner, every worker answers and is idle, and every injector is held by
+    one and caught up."""
+    intervals = client.interval_map()
+    if not intervals or any(not iv.worker for iv in intervals):
+        return False
+    owners = {iv.address for iv in intervals}
+    statuses = [worker_status(a) for a in known_workers(out, client)]
+    # a worker that does not answer and owns nothing is gone (killed: its announcement stays behind)
+    statuses = [s for s in statuses if "unreachable" not in s or s["address"] in owners]
+    if not statuses or any("unreachable" in s or not s["idle"] for s in statuses):
+        return False
+    # every interval is held by its owner under the map's sequencer (an owner learns at its next heartbeat)
+    holding = {(iv["computation"], iv["lo"], iv["sequencer"]) for s in statuses for iv in s["intervals"]}
+    if any((iv.computation, iv.lo, iv.sequencer) not in holding for iv in intervals):
+        return False
+    held = {n for s in statuses for n, i in s["injectors"].items() if i["caught_up"]}
+    return held >= set(topology.injectors)
+
+
+def wait_cluster_idle(topology, out, client: MasterClient, stop, timeout_s: float | None = None) -> None:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not stop.is_set():
+        if cluster_idle(topology, out, client):
+            stop.wait(0.3)   # settle: idle at two looks apart
+            if cluster_idle(topology, out, client):
+                return
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("millwheel cluster not idle")
+        stop.wait(0.2)
+    raise KeyboardInterrupt
+
+

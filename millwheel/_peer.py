@@ -1,0 +1,197 @@
+"""Records between worker processes over gRPC (``worker.proto``): the transport, the tracker's remote
+acks, and the servicer.
+
+* :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
+  when this process owns the consumer's slot, else into the batch of the owner's process, which one
+  thread per peer sends (``Exchange``, up to ``PEER_BATCH`` records and every pending ack per call). A
+  delivery whose owner is unknown, or whose call fails, is not sent now: the sender's tracker retries
+  every unacked delivery (``may_lose``), so records are retried until acknowledged.
+* :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
+  it, acks it to that process (batched with its records); acks that come in are the sender's half of
+  :meth:`Tracker.acked`.
+* :class:`WorkerServicer` takes records for slots this process holds and answers the others with the
+  owner it knows (a stale route); the sender then reads the map again.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from typing import Callable
+
+import grpc
+import orjson
+
+from photon.rpc import open_channel
+
+from millwheel import worker_pb2 as pb
+from millwheel import worker_pb2_grpc as pb_grpc
+from millwheel._model import Delivery, Record
+from millwheel._transport import Tracker, Transport
+
+PEER_BATCH = 5000
+CALL_TIMEOUT_S = 5.0
+CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500),
+                   ("grpc.min_reconnect_backoff_ms", 50), ("grpc.max_receive_message_length", 64 * 2**20),
+                   ("grpc.max_send_message_length", 64 * 2**20)]
+
+
+def to_wire(d: Delivery) -> pb.WireRecord:
+    r = d.record
+    return pb.WireRecord(consumer=d.consumer, interval=d.interval, key=r.key, value=orjson.dumps(r.value),
+                         timestamp_us=r.timestamp_us, id=r.id, stream=r.stream, sender=r.sender,
+                         produced_at_us=r.produced_at_us)
+
+
+def from_wire(w: pb.WireRecord) -> Delivery:
+    return Delivery(w.consumer, w.interval, Record(w.key, orjson.loads(w.value), w.timestamp_us, w.id, w.stream,
+                                                   w.sender, w.produced_at_us))
+
+
+class _Peer:
+    """One other worker process: a queue of records and acks and the thread that sends them in batches."""
+
+    def __init__(self, address: str, reply_to: str, on_moved: Callable[[], None], counters: dict) -> None:
+        self.address, self._reply_to, self._on_moved, self._counters = address, reply_to, on_moved, counters
+        self._records: deque = deque()
+        self._acks: deque = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._channel = open_channel(address, CHANNEL_OPTIONS)
+        self._stub = pb_grpc.WorkerStub(self._channel)
+        self.thread = threading.Thread(target=self._main, name=f"millwheel-peer-{address}", daemon=True)
+        self.thread.start()
+
+    def put(self, records=(), acks=()) -> None:
+        with self._cond:
+            self._records.extend(records)
+            self._acks.extend(acks)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self.thread.join(timeout=CALL_TIMEOUT_S + 1)
+        self._channel.close()
+
+    def _main(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._records or self._acks or self._closed):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                n = min(PEER_BATCH, len(self._records))
+                records = [self._records.popleft() for _ in range(n)]
+                acks, self._acks = list(self._acks), deque()
+            req = pb.ExchangeRequest(reply_to=self._reply_to, records=[to_wire(d) for d in records],
+                                     acks=[pb.WireAck(consumer=c, id=i) for c, i in acks])
+            try:
+                reply = self._stub.Exchange(req, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError:
+                self._counters["failed_calls"] += 1    # the senders retry the records; acks come again
+                continue
+            self._counters["calls"] += 1
+            self._counters["records_sent"] += len(records)
+            if reply.moved:
+                self._counters["moved"] += len(reply.moved)
+                self._on_moved()
+
+
+class GrpcTransport(Transport):
+    """See the module docstring. ``owner(consumer, slot)`` gives the owner's address (None: unknown);
+    ``bind``'s route gives the local inbox for slots owned here."""
+    may_lose = True
+
+    def __init__(self, address: str, owner: Callable[[str, int], str | None], on_moved: Callable[[], None]) -> None:
+        self.address = address
+        self._owner, self._on_moved = owner, on_moved
+        self._peers: dict[str, _Peer] = {}
+        self._lock = threading.Lock()
+        self.counters: dict[str, int] = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0,
+                                         "unrouted": 0, "local": 0}
+
+    def _peer(self, address: str) -> _Peer:
+        with self._lock:
+            peer = self._peers.get(address)
+            if peer is None:
+                peer = self._peers[address] = _Peer(address, self.address, self._on_moved, self.counters)
+            return peer
+
+    def send(self, deliveries: list[Delivery]) -> None:
+        local: dict[int, tuple] = {}
+        remote: dict[str, list] = {}
+        for d in deliveries:
+            address = self._owner(d.consumer, d.interval)
+            if address is None:
+                self.counters["unrouted"] += 1     # no owner known now: the sender's retry sends it later
+            elif address == self.address:
+                inbox = self._route(d.consumer, d.interval)
+                local.setdefault(id(inbox), (inbox, []))[1].append(d)
+            else:
+                remote.setdefault(address, []).append(d)
+        for inbox, items in local.values():
+            self.counters["local"] += len(items)
+            inbox.put_many(items)
+        for address, items in remote.items():
+            self._peer(address).put(records=items)
+
+    def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
+        self._peer(address).put(acks=pairs)
+
+    def close(self) -> None:
+        with self._lock:
+            peers, self._peers = list(self._peers.values()), {}
+        for p in peers:
+            p.close()
+
+
+class RemoteTracker(Tracker):
+    """A :class:`Tracker` whose consumers ack records received from other processes back to them."""
+
+    def __init__(self, transport: GrpcTransport, owner_inbox) -> None:
+        super().__init__(transport, owner_inbox)
+        self._origin: dict[tuple[str, str], str] = {}
+        self._origin_lock = threading.Lock()
+
+    def note_origin(self, deliveries: list[Delivery], address: str) -> None:
+        with self._origin_lock:
+            for d in deliveries:
+                self._origin[(d.consumer, d.record.id)] = address
+
+    def _take_origins(self, deliveries: list[Delivery]) -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list] = {}
+        with self._origin_lock:
+            for d in deliveries:
+                address = self._origin.pop((d.consumer, d.record.id), None)
+                if address is not None:
+                    out.setdefault(address, []).append((d.consumer, d.record.id))
+        return out
+
+    def acked(self, deliveries: list[Delivery]) -> None:
+        super().acked(deliveries)
+        for address, pairs in self._take_origins(deliveries).items():
+            self._transport.send_acks(address, pairs)
+
+    def unreceive(self, deliveries: list[Delivery]) -> None:
+        super().unreceive(deliveries)
+        self._take_origins(deliveries)
+
+
+class WorkerServicer(pb_grpc.WorkerServicer):
+    """``accept(reply_to, deliveries) -> [(consumer, slot, owner)]`` takes what this process holds and
+    names the rest; ``status()`` is this process's statistics as a dict."""
+
+    def __init__(self, tracker: RemoteTracker, accept, status) -> None:
+        self._tracker, self._accept, self._status = tracker, accept, status
+
+    def Exchange(self, request, context):
+        if request.acks:
+            self._tracker.acked_remotely([(a.consumer, a.id) for a in request.acks])
+        moved = self._accept(request.reply_to, [from_wire(w) for w in request.records]) if request.records else []
+        return pb.ExchangeReply(accepted=len(request.records) - len(moved),
+                                moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved])
+
+    def Status(self, request, context):
+        return pb.WorkerStatusReply(status_json=json.dumps(self._status()))

@@ -1,0 +1,459 @@
+"""A worker process: the same workers, injector shells and watermark authority as the one-process
+runtime, holding the key intervals a master gives it and exchanging records with other processes.
+
+:class:`WorkerHost` lifecycle: ``WorkerHost(topology, config, masters)`` → :meth:`start` (serves gRPC,
+registers with the master) → … → :meth:`stop` (tells the master it leaves, so its intervals move at once).
+
+* **Ownership.** A heartbeat thread renews the lease (every quarter of it) with each held interval's
+  records/s and a split key, and compares what the master says it owns with what it holds: a slot it lost
+  (moved, split, merged, revoked, or held under another sequencer) is given up first (its cores drop
+  their state; records they held go back to their senders unacked; its productions are left to the new
+  owner, which replays them from the store); then every slot it gained is claimed under the master's
+  sequencer and its pending timers, dedup ids and checkpointed productions are loaded before it takes a
+  record. An injector is a computation with one interval: its owner runs it. If no heartbeat has
+  succeeded by (when the last good one was sent) + the lease, workers stop processing (``may_run``). A
+  commit refused by the store (a newer owner claimed the slot) makes the process ask the master at once.
+* **Routing.** Records go to the owner of the consumer's slot per the master's interval map (read from
+  any replica at every heartbeat, and again when a peer answers that a slot moved), over
+  :mod:`millwheel._peer`.
+* **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
+  keeps the newest sequencer per slot) and computes the authority's publication from every process's
+  reports, every ``tick``; so every process publishes the same watermarks without a coordinator.
+  Dedup garbage collection is not run across processes (ids are kept).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from photon import Clock, SystemClock
+from photon.rpc import server_credentials
+
+from millwheel import worker_pb2_grpc as pb_grpc
+from millwheel._cache import CachedStore
+from millwheel._config import RuntimeConfig
+from millwheel._injector_shell import InjectorShell
+from millwheel._master_client import MasterClient, MasterUnavailable
+from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
+from millwheel._messages import LowWatermarks, WatermarksReported
+from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
+from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
+from millwheel._store import StaleSequencer, open_store
+from millwheel._topology import Topology
+from millwheel._transport import Inbox
+from millwheel._watermarks import IntervalAssigned, WatermarkAuthority, WatermarkReported
+from millwheel._worker import GiveUp, Worker
+
+COORDINATOR_TICK_S = 0.02
+GIVE_UP_WAIT_S = 10.0
+
+
+class WorkerHost:
+    """See the module docstring. ``masters``: the master replicas' gRPC addresses."""
+
+    def __init__(self, topology: Topology, config: RuntimeConfig, masters: list[str], *, name: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0, clock: Clock | None = None,
+                 lease_gate: bool = True, wait_for_workers: int = 0, wait_for_workers_s: float = 30.0) -> None:
+        self.topology, self.config = topology, config
+        self.clock = clock or SystemClock()
+        self.slots = config.intervals
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.store = CachedStore(open_store(config.store), config.cache_keys)
+        self.router = Router(topology.consumers_of, self.slots)
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.client = MasterClient(masters, retry_timeout_s=5.0)
+        self.map = IntervalMap([], self.slots)
+        self._map_stale = threading.Event()
+        self._resync = threading.Event()
+        self._lease_gate = lease_gate
+        self._wait_for_workers = wait_for_workers
+        self._wait_until = time.monotonic() + wait_for_workers_s
+        self._lease_until = 0.0
+        self.incarnation = 0
+        self.lease_us = 0
+        self.holding: tuple[Interval, ...] = ()
+        self.counters: Counter = Counter()
+        self._inbox = Inbox()
+        self._discard = Inbox()
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="mw-peer-rpc"),
+                                 options=[("grpc.max_receive_message_length", 64 * 2**20), ("grpc.so_reuseport", 0)])
+        creds = server_credentials()
+        bound = self._grpc.add_secure_port(f"{host}:{port}", creds) if creds else \
+            self._grpc.add_insecure_port(f"{host}:{port}")
+        self.address = f"{host}:{bound}"
+        self.transport = GrpcTransport(self.address, self._owner_address, self._map_stale.set)
+        self.transport.bind(self._consumer_inbox)
+        self.tracker = RemoteTracker(self.transport, self._owner_inbox)
+        self.workers = [Worker(i, config=config, clock=self.clock, store=self.store, tracker=self.tracker,
+                               router=self.router, topology=topology, report=self._inbox, stopping=self.stopping,
+                               fail=self.fail) for i in range(config.threads)]
+        for w in self.workers:
+            w.on_fenced = self._fenced
+            w.may_run = self._lease_ok
+        self.injectors: dict[str, tuple[InjectorShell, threading.Event]] = {}
+        self._accepting: dict[tuple[str, int], int] = {}
+        self.authority = WatermarkAuthority()
+        for cname in topology.computations:
+            self.authority.handle(*(IntervalAssigned(cname, s, 0) for s in range(self.slots)))
+        for iname in topology.injectors:
+            self.authority.handle(IntervalAssigned(iname, 0, 0))
+        self.low_watermarks: dict[str, int] = {}
+        self.input_watermarks: dict[str, int] = {}
+        self.settled = False
+        self._report_seqs: dict[tuple[str, int], int] = {}
+        self._last_counts: Counter = Counter()
+        self._rates: dict[tuple[str, int], float] = {}
+        self._started_at = time.monotonic()
+        pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
+        self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
+                         threading.Thread(target=self._coordinate, name="millwheel-process-coordinator", daemon=True)]
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> "WorkerHost":
+        self.authority.restore(self.store.read_watermarks())
+        self._grpc.start()
+        for w in self.workers:
+            w.start()
+        self._register()
+        for t in self._threads:
+            t.start()
+        return self
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, StaleSequencer):   # an injector fenced: ask the master what is still ours
+            self._fenced(error)
+            return
+        if self.error is None:
+            self.error = error
+        self.stopping.set()
+
+    def stop(self, leave: bool = True) -> None:
+        if leave and self.incarnation:
+            try:
+                self.client.heartbeat(self.name, self.incarnation, leaving=True)
+            except MasterUnavailable:
+                pass
+        self.stopping.set()
+        for shell, ev in list(self.injectors.values()):
+            ev.set()
+            shell.inbox.wake()
+        for w in self.workers:
+            w.inbox.wake()
+        for t in [w.thread for w in self.workers] + [s.thread for s, _ in self.injectors.values()] + self._threads:
+            if t.is_alive():
+                t.join(timeout=30)
+        self._grpc.stop(grace=0.5).wait(2)
+        self.transport.close()
+        self.client.close()
+        if self.error is None:
+            self.store.save_watermarks(self.low_watermarks)
+        self.store.close()
+
+    # ---- wiring ------------------------------------------------------------------------------------
+    def _thread_of(self, slot: int) -> Worker:
+        return self.workers[slot % len(self.workers)]
+
+    def _consumer_inbox(self, consumer: str, slot: int) -> Inbox:
+        return self._thread_of(slot).inbox
+
+    def _owner_inbox(self, sender: str, slot: int) -> Inbox:
+        if sender in self.topology.injectors:
+            held = self.injectors.get(sender)
+            return held[0].inbox if held else self._discard
+        return self._thread_of(slot).inbox
+
+    def _owner_address(self, consumer: str, slot: int) -> str | None:
+        if (consumer, slot) in self._accepting:
+            return self.address
+        owner = self.map.owner(consumer, slot)
+        return owner[1] if owner else None
+
+    def _accept(self, reply_to: str, deliveries: list) -> list[tuple[str, int, str]]:
+        """Records from another process: take those of slots held here, name the owner of the others."""
+        moved, mine = [], {}
+        for d in deliveries:
+            if (d.consumer, d.interval) in self._accepting:
+                mine.setdefault(d.interval % len(self.workers), []).append(d)
+            else:
+                owner = self.map.owner(d.consumer, d.interval)
+                moved.append((d.consumer, d.interval, owner[1] if owner else ""))
+        for index, items in mine.items():
+            self.tracker.note_origin(items, reply_to)
+            self.workers[index].inbox.put_many(items)
+        if moved:
+            self.counters["stale_routes"] += len(moved)
+        return moved
+
+    def _lease_ok(self) -> bool:
+        return not self._lease_gate or time.monotonic() < self._lease_until
+
+    def _fenced(self, error: StaleSequencer) -> None:
+        self.counters["fenced_commits"] += 1
+        self._resync.set()
+
+    # ---- ownership ---------------------------------------------------------------------------------
+    def _register(self) -> None:
+        sent = time.monotonic()
+        a = self.client.register(self.name, self.address)
+        self.incarnation, self.lease_us = a.incarnation, a.lease_us
+        self._lease_until = sent + a.lease_us / 1e6
+        self.counters["registrations"] += 1
+        self._apply(a.intervals)
+
+    def _heartbeats(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                period = max(0.05, self.lease_us / 4e6) if self.lease_us else 0.5
+                self._resync.wait(period)
+                self._resync.clear()
+                if self.stopping.is_set():
+                    return
+                sent = time.monotonic()
+                try:
+                    a = self.client.heartbeat(self.name, self.incarnation, self._load())
+                except MasterUnavailable:
+                    self.counters["heartbeats_failed"] += 1
+                    continue
+                if not a.known:     # the master dropped this incarnation (its lease lapsed): start again
+                    self.counters["lost_incarnations"] += 1
+                    self._apply(())
+                    self._register()
+                else:
+                    self._lease_until = sent + a.lease_us / 1e6
+                    self.lease_us = a.lease_us
+                    self._refresh_map()
+                    self._apply(a.intervals)
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    def _refresh_map(self) -> None:
+        self._map_stale.clear()
+        try:
+            self.map = IntervalMap(self.client.interval_map(), self.slots)
+        except MasterUnavailable:
+            self._map_stale.set()
+
+    def _held(self) -> dict[tuple[str, int], int]:
+        out = {}
+        for w in self.workers:
+            with w._lock:
+                comps = list(w.comps.items())
+            for cname, comp in comps:
+                for slot, core in list(comp.cores.items()):
+                    if core.sequencer is not None:
+                        out[(cname, slot)] = core.sequencer
+        for iname, (shell, ev) in list(self.injectors.items()):
+            if shell.thread.is_alive() and not ev.is_set():
+                out[(iname, 0)] = shell.seq
+        return out
+
+    def _apply(self, intervals) -> None:
+        """Make what this process holds what the master says it owns: give up first, then claim."""
+        want: dict[tuple[str, int], int] = {}
+        for iv in intervals:
+            if iv.computation in self.topology.injectors:
+                if iv.covers("0000"):
+                    want[(iv.computation, 0)] = iv.sequencer
+            elif iv.computation in self.topology.computations:
+                for s in slots_in(iv.lo, iv.hi, self.slots):
+                    want[(iv.computation, s)] = iv.sequencer
+        held = self._held()
+        lost = [k for k, seq in held.items() if want.get(k) != seq]
+        # also slots accepted but whose core went away (a refused commit): take them out of routing
+        for k in list(self._accepting):
+            if k not in held or want.get(k) != held[k]:
+                self._accepting.pop(k, None)
+        self._give_up(lost)
+        # computations first: an injector starts sending at once, to owners that must be known
+        for (cname, slot), seq in sorted(want.items(), key=lambda kv: (kv[0][0] in self.topology.injectors, kv[0])):
+            if held.get((cname, slot)) == seq:
+                continue
+            try:
+                if cname in self.topology.injectors:
+                    if not self._inputs_may_start():
+                        continue
+                    self._start_injector(cname, seq)
+                else:
+                    self._thread_of(slot).grant(self.topology.computations[cname], [slot], {slot: seq})
+                    self._accepting[(cname, slot)] = slot % len(self.workers)
+            except StaleSequencer:
+                self.counters["stale_grants"] += 1      # a newer owner holds it already
+                continue
+            self.counters["granted"] += 1
+            self.authority.handle(IntervalAssigned(cname, slot, seq))
+        self.holding = tuple(intervals)
+
+    def _inputs_may_start(self) -> bool:
+        """Injectors wait (up to ``wait_for_workers_s``) until ``wait_for_workers`` workers each hold at
+        least half their share of the intervals, so a cluster started at once spreads its intervals (the
+        master moves them one per round) before the input flows."""
+        if time.monotonic() >= self._wait_until or self._wait_for_workers <= 1:
+            return True
+        per = Counter(iv.worker for iv in self.map.rows if iv.worker)
+        share = len(self.map.rows) // (2 * self._wait_for_workers)
+        return len(per) >= self._wait_for_workers and min(per.values()) >= share
+
+    def _give_up(self, lost: list[tuple[str, int]]) -> None:
+        if not lost:
+            return
+        self.counters["given_up"] += len(lost)
+        waits = []
+        per: dict[tuple[int, str], list[int]] = {}
+        for cname, slot in lost:
+            self._accepting.pop((cname, slot), None)
+            if cname in self.topology.injectors:
+                shell, ev = self.injectors.pop(cname)
+                ev.set()
+                shell.inbox.wake()
+                waits.append(shell.thread)
+            else:
+                per.setdefault((slot % len(self.workers), cname), []).append(slot)
+        events = []
+        for (index, cname), slots in per.items():
+            done = threading.Event()
+            self.workers[index].inbox.put_many([GiveUp(cname, tuple(slots), done)])
+            events.append(done)
+        for done in events:
+            done.wait(GIVE_UP_WAIT_S)
+        for t in waits:
+            t.join(GIVE_UP_WAIT_S)
+        for cname, slot in lost:
+            self.tracker.forget(cname, slot)    # its new owner replays the stored productions
+
+    def _start_injector(self, iname: str, seq: int) -> None:
+        spec = self.topology.injectors[iname]
+        ev = threading.Event()
+        stopping = _Either(self.stopping, ev)
+        shell = InjectorShell(iname, spec.factory(), spec.produces, config=self.config, clock=self.clock,
+                              store=self.store, tracker=self.tracker, router=self.router, report=self._inbox,
+                              stopping=stopping, fail=self.fail)
+        shell.prepare(seq)
+        self.injectors[iname] = (shell, ev)
+        shell.thread.start()
+
+    def _load(self) -> WorkerLoad:
+        counts: Counter = Counter()
+        for w in self.workers:
+            counts.update(w.received_per_slot)
+        elapsed = max(1e-3, time.monotonic() - getattr(self, "_load_at", self._started_at))
+        self._load_at = time.monotonic()
+        delta = {k: v - self._last_counts.get(k, 0) for k, v in counts.items()}
+        self._last_counts = counts
+        rates = []
+        for iv in self.holding:
+            if iv.computation not in self.topology.computations:
+                rates.append(IntervalLoad(iv.computation, iv.lo, iv.sequencer, 1.0, ""))
+                continue
+            per_slot = {s: delta.get((iv.computation, s), 0) for s in slots_in(iv.lo, iv.hi, self.slots)}
+            # at least 1 record/s: intervals held idle still count, so an idle cluster spreads them by count
+            rate = max(1.0, sum(per_slot.values()) / elapsed)
+            rates.append(IntervalLoad(iv.computation, iv.lo, iv.sequencer, rate,
+                                      middle_slot_key(iv.lo, iv.hi, per_slot, self.slots)))
+            self._rates[(iv.computation, iv.lo)] = rate
+        queue = sum(len(w.inbox) for w in self.workers)
+        return WorkerLoad(cpu=0.0, queue=queue, intervals=tuple(rates))
+
+    # ---- watermarks and retries ------------------------------------------------------------------
+    def _coordinate(self) -> None:
+        last_save = time.monotonic()
+        try:
+            while not self.stopping.wait(COORDINATOR_TICK_S):
+                items = self._inbox.take(1 << 30, 0)
+                reports = [r for m in items if isinstance(m, WatermarksReported) for r in m.reports]
+                if reports:
+                    self.store.report_watermarks([(r.name, r.interval, r.sequencer, r.low_us, r.input_us,
+                                                   r.oldest_us) for r in reports])
+                rows = self.store.read_watermark_reports()
+                self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
+                self.authority.handle(*(WatermarkReported(*row) for row in rows))
+                pub = self.authority.publish(self.topology.producers())
+                if pub.inputs != self.input_watermarks:
+                    msg = LowWatermarks(pub.lows)
+                    for w in self.workers:
+                        w.inbox.put_many([msg])
+                self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
+                self.settled = pub.settled
+                self.tracker.due_retries(self.clock.now_us(), max_backoff_us=self.config.retry_delay_us * 4)
+                if self._map_stale.is_set():
+                    self._resync.set()
+                if time.monotonic() - last_save >= self.config.gc_interval_us / 1e6:
+                    last_save = time.monotonic()
+                    self.store.save_watermarks(self.low_watermarks)
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    # ---- observing ---------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """Nothing to do here: held injectors caught up, no record waiting, running, in flight or unacked,
+        no timer due, and the watermarks settled."""
+        return not self.busy_because()
+
+    def busy_because(self) -> list[str]:
+        """Why this process is not idle (empty: it is)."""
+        why = []
+        if self.error is not None:
+            why.append("failed")
+        if not all(s.caught_up and not s.busy for s, _ in self.injectors.values()):
+            why.append("injecting")
+        now = self.clock.now_us()
+        if any(w.has_due(now) for w in self.workers):
+            why.append("timers due")
+        if any(w.busy or len(w.inbox) or w._deferred for w in self.workers):
+            why.append("records waiting")
+        if not self.settled:
+            why.append("watermarks not settled")
+        if any(self._report_seqs.get(k) != seq for k, seq in self._held().items()):
+            why.append("an interval not reported by its owner yet")
+        if self.tracker.in_flight or self.tracker.outstanding_count():
+            why.append("unacked records")
+        return why
+
+    def status(self) -> dict[str, Any]:
+        per: dict[str, Counter] = {}
+        for w in self.workers:
+            for cname, c in w.statistics().items():
+                per.setdefault(cname, Counter()).update(c)
+        return {
+            "worker": self.name, "pid": os.getpid(), "address": self.address, "incarnation": self.incarnation,
+            "intervals": [{"computation": iv.computation, "lo": iv.lo, "hi": iv.hi, "sequencer": iv.sequencer,
+                           "records_per_s": round(self._rates.get((iv.computation, iv.lo), 0.0), 1)}
+                          for iv in self.holding],
+            "injectors": {n: {"caught_up": s.caught_up, "injected": s.injected}
+                          for n, (s, _) in self.injectors.items()},
+            "computations": {n: dict(c) for n, c in per.items()},
+            "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
+            "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
+            "outstanding": self.tracker.outstanding_count(), "counters": dict(self.counters),
+            "transport": dict(self.transport.counters), "error": repr(self.error) if self.error else None,
+            "uptime_s": round(time.monotonic() - self._started_at, 3),
+        }
+
+
+class _Either:
+    """An event-like object set when either of two events is (what an injector shell waits on)."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        self._a, self._b = a, b
+
+    def is_set(self) -> bool:
+        return self._a.is_set() or self._b.is_set()
+
+    def set(self) -> None:
+        self._b.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                break
+            self._b.wait(left)
+        return self.is_set()

@@ -1,0 +1,207 @@
+"""MillWheel as processes for real: three master replicas, worker processes and the session's PostgreSQL
+server, records between workers over gRPC. A worker is SIGKILLed mid-stream, SIGSTOPped past its lease,
+the master's leader is killed; each time the windows equal the batch answer, each window once."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from photon import wait_until
+from millwheel import MasterClient
+from millwheel._cluster import (ClusterFile, cluster_path, cluster_status, known_workers, wait_cluster_idle,
+                                worker_status)
+
+from mw_helpers import batch_windows, read_windows, write_joined
+
+pytestmark = pytest.mark.timeout(300)
+
+LEASE = "lease_us=2000000"
+
+
+def _key(w: dict) -> tuple:
+    return (w["advertiser_id"], w["window_start_us"])
+
+
+class Run:
+    """``millwheel run --workers N`` as a child process, its cluster file and a master client."""
+
+    def __init__(self, tmp: Path, pg_url: str, workers: int, n_clicks: int, files: int) -> None:
+        self.input, self.out = tmp / "in", tmp / "out"
+        self.events = write_joined(self.input, n_clicks, files)
+        argv = [sys.executable, "-m", "millwheel.cli", "run", "examples.ad_windows", "--input", str(self.input),
+                "--out", str(self.out), "--workers", str(workers), "--store", pg_url, "--master-option", LEASE,
+                "--option", "retry_delay_us=500000", "--option", "injector_batch=200"]
+        self.log = open(tmp / "run.log", "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, 60,
+                   message="the cluster file")
+        self.cluster = ClusterFile.load(cluster_path(self.out))
+        self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
+        wait_until(lambda: len(self.workers()) == workers, 90, message=f"{workers} workers answering")
+
+    def workers(self) -> list[dict]:
+        return [s for s in (worker_status(a) for a in known_workers(self.out, None)) if "unreachable" not in s]
+
+    def windows(self) -> list[dict]:
+        return read_windows(self.out / "windows.jsonl")
+
+    def wait_idle(self, timeout: float = 150) -> None:
+        topology = _topology(self.input, self.out)
+        wait_cluster_idle(topology, self.out, self.client, threading.Event(), timeout)
+
+    def check(self) -> None:
+        got = self.windows()
+        keys = [_key(w) for w in got]
+        assert len(keys) == len(set(keys)), "a window written twice"
+        assert {_key(w): w["clicks"] for w in got} == batch_windows(self.events)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+
+def _topology(input_dir, out):
+    from millwheel.examples import ad_windows
+    return ad_windows.build(str(input_dir), str(out))
+
+
+@pytest.fixture
+def run_factory(reachable_tmp, pg_url):
+    runs = []
+
+    def make(workers: int = 2, n_clicks: int = 4000, files: int = 8) -> Run:
+        r = Run(reachable_tmp, pg_url, workers, n_clicks, files)
+        runs.append(r)
+        return r
+    try:
+        yield make
+    finally:
+        for r in runs:
+            r.close()
+        # every process the run started is gone (workers, masters)
+        for r in runs:
+            assert r.proc.poll() is not None
+
+
+def test_two_worker_processes_exchange_records_over_grpc_and_equal_the_batch(run_factory):
+    run = run_factory(workers=2)
+    run.wait_idle()
+    run.check()
+    st = cluster_status(run.cluster, run.client)
+    assert st["leader"] in run.cluster.masters
+    assert len(st["workers"]) == 2 and all(w["pid"] > 0 for w in st["workers"])
+    assert {iv["worker"] for iv in st["intervals"]} == {w["worker"] for w in st["workers"]}, \
+        "intervals spread over both processes"
+    assert sum(w["transport"]["records_sent"] for w in st["workers"]) > 0, "records crossed processes"
+    assert st["watermarks"]["windows"]["low_watermark_us"] > 0
+
+
+def test_a_worker_sigkilled_mid_stream_its_intervals_move_and_each_window_is_written_once(run_factory):
+    run = run_factory(workers=2, n_clicks=6000, files=12)
+    wait_until(lambda: sum(w["computations"].get("windows", {}).get("records", 0) for w in run.workers()) > 500,
+               90, message="records flowing")
+    victim = max(run.workers(), key=lambda w: len(w["intervals"]))
+    os.kill(victim["pid"], signal.SIGKILL)
+    wait_until(lambda: all(iv.worker and iv.worker != victim["worker"] for iv in run.client.interval_map()),
+               30, message="the killed worker's intervals moved")
+    run.wait_idle()
+    run.check()
+
+
+def test_a_worker_stopped_past_its_lease_loses_its_intervals_and_carries_on(run_factory):
+    run = run_factory(workers=2, n_clicks=6000, files=12)
+    wait_until(lambda: sum(w["computations"].get("windows", {}).get("records", 0) for w in run.workers()) > 500,
+               90, message="records flowing")
+    victim = max(run.workers(), key=lambda w: len(w["intervals"]))
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        wait_until(lambda: all(iv.worker != victim["worker"] or iv.sequencer not in
+                               {h["sequencer"] for h in victim["intervals"]} for iv in run.client.interval_map()),
+                   30, message="the stopped worker's intervals moved")
+    finally:
+        os.kill(victim["pid"], signal.SIGCONT)
+    # it learns it lost them: a new incarnation, and it holds (and processes) what it is given again
+    wait_until(lambda: (worker_status(victim["address"]).get("counters", {}).get("lost_incarnations", 0)
+                        + worker_status(victim["address"]).get("counters", {}).get("fenced_commits", 0)) > 0,
+               30, message="the resumed worker learned it lost its intervals")
+    run.wait_idle()
+    run.check()
+    assert worker_status(victim["address"])["incarnation"] > victim["incarnation"]
+
+
+def test_the_masters_leader_killed_assignment_and_watermarks_go_on(run_factory):
+    run = run_factory(workers=2, n_clicks=4000, files=8)
+    leader = cluster_status(run.cluster, run.client)["leader"]
+    pids = _master_pids(run.cluster, leader)
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+    wait_until(lambda: cluster_status(run.cluster, run.client)["leader"] not in (None, leader), 60,
+               message="a new master leader")
+    run.wait_idle()
+    run.check()
+
+
+def _master_pids(cluster: ClusterFile, address: str) -> list[int]:
+    port = address.rsplit(":", 1)[1]
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"millwheel.master" in cmd and any(f'"grpc_address": "127.0.0.1:{port}"'.encode() in c
+                                              or f"127.0.0.1:{port}".encode() in c for c in cmd):
+            spec = json.loads(cmd[cmd.index(b"--spec") + 1])
+            if spec["grpc_peers"][spec["replica"]] == address:
+                out.append(int(pid))
+    return out
+
+
+def test_millwheel_status_json_lists_leader_workers_owners_and_watermarks(run_factory):
+    run = run_factory(workers=2, n_clicks=2000, files=4)
+    run.wait_idle()
+    out = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out), "--json"],
+                         capture_output=True, timeout=60, check=True)
+    st = json.loads(out.stdout)
+    assert st["leader"] in run.cluster.masters
+    assert sorted(w["pid"] for w in st["workers"]) == sorted(w["pid"] for w in run.workers())
+    assert all(isinstance(w["intervals"], list) for w in st["workers"])
+    assert {iv["computation"] for iv in st["intervals"]} >= {"windows", "window-sink", "joined"}
+    assert set(st["watermarks"]) >= {"windows", "joined"} and "lag_s" in st["watermarks"]["windows"]
+    text = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out)],
+                          capture_output=True, timeout=60, check=True).stdout.decode()
+    assert "master leader:" in text and "watermark windows" in text
+
+
+def test_ctrl_c_stops_until_idle_mode(reachable_tmp, pg_url):
+    write_joined(reachable_tmp / "in", 2000, 4)
+    p = subprocess.Popen([sys.executable, "-m", "millwheel.cli", "run", "examples.ad_windows", "--input",
+                          str(reachable_tmp / "in"), "--out", str(reachable_tmp / "out"), "--store", pg_url,
+                          "--until-idle", "--option", "injector_batch=10"], stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: (reachable_tmp / "out" / ".millwheel").exists() or p.poll() is not None, 30,
+                   message="the run started")
+        threading.Event().wait(1.0)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) in (0, 130)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+        p.stderr.close()
