@@ -17,7 +17,6 @@ The package itself is never imported (its import has side effects); only its ``p
 """
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import pwd
@@ -35,7 +34,6 @@ from photon import fsync_path, wait_until
 
 SYSTEM_USER = "embedded_postgres"
 SUPERUSER = "postgres"
-_PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -56,10 +54,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGINT (fast shutdown) when the parent thread dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
+def _setpriv(argv: list[str], user: str | None, die_with_parent: bool = False) -> list[str]:
+    """``argv`` run through util-linux ``setpriv``: as ``user`` (when given) and, with ``die_with_parent``,
+    sent SIGINT (fast shutdown) when the thread that started it dies. Done by a program between fork and
+    exec, not by ``preexec_fn`` or ``subprocess``'s ``user=``: in a process with other threads (gRPC, Spark)
+    Python code, and glibc's set*id, may deadlock in the forked child before it ever execs."""
+    prefix = ["setpriv"]
+    if user is not None:
+        prefix += ["--reuid", user, "--regid", user, "--init-groups"]
+    if die_with_parent:
+        prefix += ["--pdeathsig", "INT"]      # after the uid change (a credential change clears it)
+    return prefix + argv if len(prefix) > 1 else argv
 
 
 class EmbeddedPostgres:
@@ -145,9 +150,9 @@ class EmbeddedPostgres:
             shutil.rmtree(fresh)
         fresh.mkdir()
         self._own_dir(fresh)
-        r = subprocess.run([str(postgres_bin() / "initdb"), "-D", str(fresh), "--auth=trust",
-                            "-U", SUPERUSER, "--encoding=UTF8", "--locale=C"],
-                           user=self._user, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(_setpriv([str(postgres_bin() / "initdb"), "-D", str(fresh), "--auth=trust",
+                                     "-U", SUPERUSER, "--encoding=UTF8", "--locale=C"], self._user),
+                           capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             shutil.rmtree(fresh, ignore_errors=True)
             raise EmbeddedPostgresError(f"initdb {self.data_dir} failed ({r.returncode}): {r.stderr.strip()}")
@@ -165,10 +170,10 @@ class EmbeddedPostgres:
         log = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(
-                [str(postgres_bin() / "postgres"), "-D", str(self.data_dir), "-h", self.host,
-                 "-p", str(self.port), "-k", "", "-c", "logging_collector=off"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, user=self._user,
-                preexec_fn=_die_with_parent)
+                _setpriv([str(postgres_bin() / "postgres"), "-D", str(self.data_dir), "-h", self.host,
+                          "-p", str(self.port), "-k", "", "-c", "logging_collector=off"], self._user,
+                         die_with_parent=True),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         finally:
             log.close()
         proc = self._proc
