@@ -53,7 +53,7 @@ from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from photon import LockHeld, fsync_path, hold_lock
 from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
-                         PYSYNCOBJ_VERSION, PysyncobjMismatch, storage_failed,
+                         PYSYNCOBJ_VERSION, PysyncobjMismatch, RaftMember, storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
 
 from idregistry._state import ShardState
@@ -370,7 +370,7 @@ class _AckAfterSyncObj(SyncObj):
             SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, next_idx, success)
 
 
-class RaftReplica:
+class RaftReplica(RaftMember):
     """A running Raft member of one shard. ``submit(ops, callback)`` replicates one command; the callback
     runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
@@ -401,30 +401,6 @@ class RaftReplica:
 
     def submit(self, ops, callback) -> None:
         self._consumer.apply(ops, callback=callback)
-
-    def is_leader(self) -> bool:
-        return self._sync._isLeader()
-
-    def leader(self) -> str | None:
-        node = self._sync._getLeader()
-        return None if node is None else node.address
-
-    def raft_status(self) -> dict:
-        return self._sync.getStatus()
-
-    def serving_problem(self) -> str | None:
-        """Why this member cannot serve now (None: it can): no leader known, or a follower that lost its
-        connection to the leader (a follower left alone keeps naming the old leader: pysyncobj only forgets
-        it when it can stand for election, which needs a connection), or no majority connected."""
-        sync = self._sync
-        leader = sync._getLeader()
-        if leader is None:
-            return "no Raft leader known"
-        if leader != sync.selfNode and not sync.isNodeConnected(leader):
-            return f"not connected to the Raft leader {leader.address}"
-        if not sync.hasQuorum:
-            return "no majority of the Raft group connected"
-        return None
 
     def journal_path(self) -> str:
         return str(self.data_dir / JOURNAL_FILE)

@@ -42,6 +42,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from photon import fsync_path
+from photon.raft import RaftMember as _SyncObjMember
 from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
                          PYSYNCOBJ_VERSION, PysyncobjMismatch, storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
@@ -201,7 +202,7 @@ def reply_for(state: MasterState, fact):
     return state.view_of(worker, incarnation)
 
 
-class RaftMember:
+class RaftMember(_SyncObjMember):
     """A running Raft member. ``submit(facts, callback)`` replicates one command (a batch of facts); the
     callback runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
@@ -230,27 +231,6 @@ class RaftMember:
 
     def submit(self, facts: list, callback) -> None:
         self._consumer.apply(facts, callback=callback)
-
-    def is_leader(self) -> bool:
-        return self._sync._isLeader()
-
-    def leader(self) -> str | None:
-        node = self._sync._getLeader()
-        return None if node is None else node.address
-
-    def raft_status(self) -> dict:
-        return self._sync.getStatus()
-
-    def serving_problem(self) -> str | None:
-        sync = self._sync
-        leader = sync._getLeader()
-        if leader is None:
-            return "no Raft leader known"
-        if leader != sync.selfNode and not sync.isNodeConnected(leader):
-            return f"not connected to the Raft leader {leader.address}"
-        if not sync.hasQuorum:
-            return "no majority of the Raft group connected"
-        return None
 
     def destroy(self) -> None:
         if not self._destroyed.is_set():

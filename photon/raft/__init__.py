@@ -36,7 +36,7 @@ EXIT_STORAGE_FAILED = 75
 made durable."""
 
 __all__ = ["DurableMetaStorer", "EXIT_STORAGE_FAILED", "INSTALLED_PYSYNCOBJ", "PYSYNCOBJ_VERSION",
-           "PysyncobjMismatch", "ReservedFile", "storage_failed"]
+           "PysyncobjMismatch", "RaftMember", "ReservedFile", "storage_failed"]
 
 
 class PysyncobjMismatch(RuntimeError):
@@ -129,3 +129,35 @@ class ReservedFile(pysyncobj.journal.ResizableFile):
 
 pysyncobj.journal.MetaStorer = DurableMetaStorer    # every FileJournal created from now on stores durably
 pysyncobj.journal.ResizableFile = ReservedFile      # ... and reserves its disk space before writing into it
+
+
+class RaftMember:
+    """What a replicated room asks of its pysyncobj member (``self._sync``, a ``SyncObj``): leadership,
+    status, and whether it can serve now (the registry's replicas and the MillWheel master share this)."""
+
+    _sync = None
+
+    def is_leader(self) -> bool:
+        return self._sync._isLeader()
+
+    def leader(self) -> str | None:
+        node = self._sync._getLeader()
+        return None if node is None else node.address
+
+    def raft_status(self) -> dict:
+        return self._sync.getStatus()
+
+    def serving_problem(self) -> str | None:
+        """Why this member cannot serve now (None: it can): no leader known, or a follower that lost its
+        connection to the leader (a follower left alone keeps naming the old leader: pysyncobj only forgets
+        it when it can stand for election, which needs a connection), or no majority connected."""
+        sync = self._sync
+        leader = sync._getLeader()
+        if leader is None:
+            return "no Raft leader known"
+        if leader != sync.selfNode and not sync.isNodeConnected(leader):
+            return f"not connected to the Raft leader {leader.address}"
+        if not sync.hasQuorum:
+            return "no majority of the Raft group connected"
+        return None
+
