@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import random
 import threading
 import time
 from collections import deque
@@ -68,8 +67,7 @@ EXIT_DATA_DIR_IN_USE = 73
 _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"),
                         TCPTransport: ("_onMessageReceived", "_onTick"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
-_PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
-                           "_SyncObj__raftElectionDeadline")
+_PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex")
 
 
 class DataDirInUse(RuntimeError):
@@ -120,11 +118,6 @@ class RaftSettings:
     append_entries_period_s: float = 0.1
     raft_min_timeout_s: float = 1.0
     raft_max_timeout_s: float = 2.0
-    # A member's first election timeout after it starts, drawn from this range (pysyncobj draws it from the
-    # steady one above, which kept a freshly started group leaderless for 1-2 s). Only liveness depends on
-    # it: a member hearing a leader before then never stands (it takes the steady timeout from then on).
-    first_election_min_s: float = 0.3
-    first_election_max_s: float = 0.6
     connection_retry_s: float = 0.5
     leader_fallback_s: float = 3.0
     log_compaction_min_entries: int = 2000
@@ -339,13 +332,6 @@ class _AckAfterSyncObj(SyncObj):
         if ack_after_sync is not None:
             self.addOnTickCallback(self._send_synced_acks)
 
-    def shorten_first_election(self, low_s: float, high_s: float) -> None:
-        """Stand for election ``uniform(low_s, high_s)`` seconds from now at the latest, unless a leader is heard
-        first (then pysyncobj sets its steady timeout). Safety does not depend on timeouts."""
-        deadline = time.monotonic() + random.uniform(low_s, high_s)
-        if deadline < self._SyncObj__raftElectionDeadline:
-            self._SyncObj__raftElectionDeadline = deadline
-
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         if self._ack_after_sync is None or (not success and not self._acks):
             return SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, nextNodeIdx, success)
@@ -392,7 +378,6 @@ class RaftReplica(RaftMember):
         except BaseException:
             self._data_lock.close()
             raise
-        self._sync.shorten_first_election(self.settings.first_election_min_s, self.settings.first_election_max_s)
         self._destroyed = threading.Event()
 
     @property

@@ -112,8 +112,6 @@ class ReplicaSpec:
         return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
                             raft_min_timeout_s=RaftSettings.raft_min_timeout_s * s,
                             raft_max_timeout_s=RaftSettings.raft_max_timeout_s * s,
-                            first_election_min_s=RaftSettings.first_election_min_s * s,
-                            first_election_max_s=RaftSettings.first_election_max_s * s,
                             log_compaction_min_entries=self.snapshot_after_commands,
                             simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password)
 
