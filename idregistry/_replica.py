@@ -50,16 +50,16 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
-from photon import LockHeld, fsync_path, hold_lock
+from photon import LockHeld, hold_lock
 from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
-                         PYSYNCOBJ_VERSION, PysyncobjMismatch, RaftMember, storage_failed,
+                         JOURNAL_FILE, PYSYNCOBJ_VERSION, CompactingJournal, PysyncobjMismatch, RaftMember,
+                         storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
 
 from idregistry._state import ShardState
 
 log = logging.getLogger("idregistry.replica")
 
-JOURNAL_FILE = "raft.journal"
 DATA_LOCK_FILE = "replica.lock"
 EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
@@ -241,69 +241,19 @@ class _StateConsumer(SyncObjConsumer):
         return self.state.apply(ops)
 
 
-class _NotifyingJournal:
+class _NotifyingJournal(CompactingJournal):
     """pysyncobj's journal, telling ``on_append`` after every entry written to it (so the fsync thread
-    starts flushing as soon as an entry is in, while it is still being replicated).
-
-    Compaction (``deleteEntriesTo``, which pysyncobj runs right after renaming a new snapshot into place)
-    never rewrites the live journal in place (pysyncobj's own does, through a memory map whose pages the
-    kernel may write back in any order, so a power loss in the middle could leave a torn journal). Instead
-    it fsyncs the data folder (making the snapshot's rename durable), writes the entries that remain into a
-    new journal file beside it, fsyncs that, renames it over the old one, fsyncs the folder again and reads
-    the new journal back. A crash at any point leaves either the old journal (whose entries the snapshot
-    already covers, as after a crash between pysyncobj's snapshot and its compaction) or the new one, each
-    whole. A failure is fail-stop (``on_failure``)."""
-
-    COMPACT_FILE = ".raft.journal.compacting"
+    starts flushing as soon as an entry is in, while it is still being replicated), and compacted without
+    rewriting the live file (:class:`photon.raft.CompactingJournal`)."""
 
     def __init__(self, journal, on_append, data_dir: Path, on_failure=None, open_journal=None) -> None:
-        self._journal = journal
+        super().__init__(journal, data_dir, on_failure, open_journal)
         self._on_append = on_append
-        self._data_dir = data_dir
-        self._on_failure = on_failure or storage_failed
-        self._open = open_journal or pysyncobj.journal.FileJournal
 
     def add(self, *entry) -> None:
         self._journal.add(*entry)
         if self._on_append is not None:
             self._on_append()
-
-    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
-        try:
-            fsync_path(self._data_dir)
-        except OSError as e:
-            self._on_failure(f"fsync of the folder holding the new snapshot ({self._data_dir})", e)
-            raise
-        path = self._data_dir / JOURNAL_FILE
-        tmp = self._data_dir / self.COMPACT_FILE
-        what = f"writing the compacted Raft journal {tmp}"
-        try:
-            for leftover in (tmp, Path(f"{tmp}.meta")):
-                leftover.unlink(missing_ok=True)
-            new = self._open(str(tmp))
-            for i in range(entry_to, len(self._journal)):
-                new.add(*self._journal[i])
-            new.flush()
-            new._destroy()
-            fsync_path(tmp)
-            what = f"replacing the Raft journal {path} by its compacted copy"
-            self._journal.onOneSecondTimer()       # the commit index it has not saved yet, durably
-            os.replace(tmp, path)                  # the old journal's open map keeps its own (old) file
-            fsync_path(self._data_dir)
-            self._journal._destroy()
-            self._journal = self._open(str(path))
-        except OSError as e:
-            self._on_failure(what, e)
-            raise
-
-    def __len__(self) -> int:
-        return len(self._journal)
-
-    def __getitem__(self, item):
-        return self._journal[item]
-
-    def __getattr__(self, name):
-        return getattr(self._journal, name)
 
 
 class _AckAfterSyncObj(SyncObj):

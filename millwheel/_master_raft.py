@@ -37,12 +37,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import pysyncobj.journal
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
-from photon import fsync_path
 from photon.raft import RaftMember as _SyncObjMember
+from photon.raft import CompactingJournal, JOURNAL_FILE  # noqa: F401 (JOURNAL_FILE re-exported)
 from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
                          PYSYNCOBJ_VERSION, PysyncobjMismatch, storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
@@ -51,23 +50,17 @@ from millwheel._master_state import MasterState
 
 log = logging.getLogger("millwheel.master.raft")
 
-JOURNAL_FILE = "raft.journal"
 SNAPSHOT_FILE = "raft.snapshot"
 SNAPSHOT_FORMAT = 1
 QUEUE_FULL = FAIL_REASON.QUEUE_FULL
 
 
-class _SyncedJournal:
+class _SyncedJournal(CompactingJournal):
     """pysyncobj's file journal, on disk after every change before pysyncobj goes on (see the module
     docstring), compacted by writing a new file instead of rewriting the live one."""
 
-    COMPACT_FILE = ".raft.journal.compacting"
-
     def __init__(self, journal, data_dir: Path, on_failure=None, open_journal=None) -> None:
-        self._journal = journal
-        self._data_dir = data_dir
-        self._on_failure = on_failure or storage_failed
-        self._open = open_journal or pysyncobj.journal.FileJournal
+        super().__init__(journal, data_dir, on_failure, open_journal)
         self.syncs = 0
 
     def _sync(self, what: str) -> None:
@@ -89,41 +82,6 @@ class _SyncedJournal:
     def clear(self) -> None:
         self._journal.clear()
         self._sync("clearing it")
-
-    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
-        path = self._data_dir / JOURNAL_FILE
-        tmp = self._data_dir / self.COMPACT_FILE
-        what = f"fsync of the folder holding the new snapshot ({self._data_dir})"
-        try:
-            fsync_path(self._data_dir)                  # the snapshot's rename first
-            what = f"writing the compacted Raft journal {tmp}"
-            for leftover in (tmp, Path(f"{tmp}.meta")):
-                leftover.unlink(missing_ok=True)
-            new = self._open(str(tmp))
-            for i in range(entry_to, len(self._journal)):
-                new.add(*self._journal[i])
-            new.flush()
-            new._destroy()
-            fsync_path(tmp)
-            what = f"replacing the Raft journal {path} by its compacted copy"
-            self._journal.onOneSecondTimer()           # the commit index not saved yet, durably
-            os.replace(tmp, path)
-            fsync_path(self._data_dir)
-            self._journal._destroy()
-            self._journal = self._open(str(path))
-            Path(f"{tmp}.meta").unlink(missing_ok=True)
-        except OSError as e:
-            self._on_failure(what, e)
-            raise
-
-    def __len__(self) -> int:
-        return len(self._journal)
-
-    def __getitem__(self, item):
-        return self._journal[item]
-
-    def __getattr__(self, name):
-        return getattr(self._journal, name)
 
 
 @dataclass(frozen=True)

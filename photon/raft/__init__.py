@@ -25,18 +25,22 @@ import os
 import pysyncobj.journal
 from pysyncobj.version import VERSION as INSTALLED_PYSYNCOBJ
 
+from pathlib import Path
+
 from photon import fsync_path
 
 log = logging.getLogger("photon.raft")
 
 PYSYNCOBJ_VERSION = "0.3.17"
 """The pysyncobj release whose private names Photon overrides (and ``pyproject.toml`` pins)."""
+JOURNAL_FILE = "raft.journal"
+"""A group member's journal file, in its data folder."""
 EXIT_STORAGE_FAILED = 75
 """Exit status of a replica that stopped because its journal, term/vote record or snapshot could not be
 made durable."""
 
 __all__ = ["DurableMetaStorer", "EXIT_STORAGE_FAILED", "INSTALLED_PYSYNCOBJ", "PYSYNCOBJ_VERSION",
-           "PysyncobjMismatch", "RaftMember", "ReservedFile", "storage_failed"]
+           "CompactingJournal", "JOURNAL_FILE", "PysyncobjMismatch", "RaftMember", "ReservedFile", "storage_failed"]
 
 
 class PysyncobjMismatch(RuntimeError):
@@ -160,4 +164,60 @@ class RaftMember:
         if not sync.hasQuorum:
             return "no majority of the Raft group connected"
         return None
+
+
+class CompactingJournal:
+    """pysyncobj's journal, compacted without ever rewriting the live file; everything else is passed on.
+
+    Compaction (``deleteEntriesTo``, which pysyncobj runs right after renaming a new snapshot into place)
+    never rewrites the live journal in place (pysyncobj's own does, through a memory map whose pages the
+    kernel may write back in any order, so a power loss in the middle could leave a torn journal). Instead
+    it fsyncs the data folder (making the snapshot's rename durable), writes the entries that remain into a
+    new journal file beside it, fsyncs that, renames it over the old one, fsyncs the folder again and reads
+    the new journal back. A crash at any point leaves either the old journal (whose entries the snapshot
+    already covers, as after a crash between pysyncobj's snapshot and its compaction) or the new one, each
+    whole. A failure is fail-stop (``on_failure``, default :func:`storage_failed`)."""
+
+    COMPACT_FILE = ".raft.journal.compacting"
+
+    def __init__(self, journal, data_dir: Path, on_failure=None, open_journal=None) -> None:
+        self._journal = journal
+        self._data_dir = Path(data_dir)
+        self._on_failure = on_failure or storage_failed
+        self._open = open_journal or pysyncobj.journal.FileJournal
+
+    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
+        path = self._data_dir / JOURNAL_FILE
+        tmp = self._data_dir / self.COMPACT_FILE
+        what = f"fsync of the folder holding the new snapshot ({self._data_dir})"
+        try:
+            fsync_path(self._data_dir)                  # the snapshot's rename first
+            what = f"writing the compacted Raft journal {tmp}"
+            for leftover in (tmp, Path(f"{tmp}.meta")):
+                leftover.unlink(missing_ok=True)
+            new = self._open(str(tmp))
+            for i in range(entry_to, len(self._journal)):
+                new.add(*self._journal[i])
+            new.flush()
+            new._destroy()
+            fsync_path(tmp)
+            what = f"replacing the Raft journal {path} by its compacted copy"
+            self._journal.onOneSecondTimer()            # the commit index it has not saved yet, durably
+            os.replace(tmp, path)                       # the old journal's open map keeps its own (old) file
+            fsync_path(self._data_dir)
+            self._journal._destroy()
+            self._journal = self._open(str(path))
+            Path(f"{tmp}.meta").unlink(missing_ok=True)
+        except OSError as e:
+            self._on_failure(what, e)
+            raise
+
+    def __len__(self) -> int:
+        return len(self._journal)
+
+    def __getitem__(self, item):
+        return self._journal[item]
+
+    def __getattr__(self, name):
+        return getattr(self._journal, name)
 
