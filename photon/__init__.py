@@ -13,7 +13,7 @@ from photon._ids import (TIMESTAMP_DIGITS, BadEventId, EventId, IdGenerator, for
                          is_event_id, parse_event_id)
 from photon._outcomes import OUTCOMES, Outcome
 from photon._tls import TlsFiles, raft_password, raft_secret, secret_fingerprint, tls_env, tls_files, tls_paths, use_tls
-from photon._metrics import MetricKinds, histogram_quantile, scrape, serve_metrics
+from photon._metrics import MetricKinds, NamedHTTPSConnection, histogram_quantile, scrape, serve_metrics
 from photon._process import ProcessSpec, region_ports, remembered_ports
 from photon._service import bind_port, free_port, run_service
 from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, fsync_path, wait_until,
@@ -29,7 +29,7 @@ from photon._publish import S3Publisher, output_publisher, read_object_lines
 from photon._spark_io import read_stream_json, stream_lines, stream_objects
 
 __all__ = [
-    "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
+    "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "NamedHTTPSConnection", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",

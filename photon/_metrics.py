@@ -171,7 +171,7 @@ def serve_metrics(component: str, statistics: Callable[[], object], address: str
     return address
 
 
-class _NamedHTTPSConnection(http.client.HTTPSConnection):
+class NamedHTTPSConnection(http.client.HTTPSConnection):
     """HTTPS to an address, checking the server's certificate for ``server_name`` (as the gRPC clients do)."""
 
     def __init__(self, host: str, port: int, server_name: str, **kw) -> None:
@@ -192,7 +192,7 @@ def _fetch(address: str, timeout_s: float) -> str:
         ca, cert, key = tls_paths()
         ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
         ctx.load_cert_chain(cert, key)
-        conn = _NamedHTTPSConnection(host, int(port), tls.server_name, timeout=timeout_s, context=ctx)
+        conn = NamedHTTPSConnection(host, int(port), tls.server_name, timeout=timeout_s, context=ctx)
     try:
         conn.request("GET", "/metrics")
         response = conn.getresponse()

@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from photon import PhotonConfig, RegionConfig, tls_files, tls_paths
+from photon import NamedHTTPSConnection, PhotonConfig, RegionConfig, tls_files, tls_paths
 from photon.app._deployment import control_address
 
 STATUS_PATH, REGION_PATH = "/v1/status", "/v1/region"
@@ -228,18 +228,6 @@ def _client_context(config: PhotonConfig) -> ssl.SSLContext:
     return ctx
 
 
-class _NamedHTTPS(http.client.HTTPSConnection):
-    """HTTPS to an address, checking the server's certificate for ``[tls].server_name``."""
-
-    def __init__(self, host: str, port: int, server_name: str, **kw) -> None:
-        super().__init__(host, port, **kw)
-        self._server_name = server_name
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name)
-
-
 def control_request(config: PhotonConfig, region: RegionConfig, method: str, path: str, payload: dict | None = None,
                     timeout_s: float | None = None) -> dict:
     """Send one authenticated request to ``region``'s control endpoint and return its JSON answer. Raises
@@ -256,7 +244,7 @@ def control_request(config: PhotonConfig, region: RegionConfig, method: str, pat
     body = json.dumps(payload).encode() if payload is not None else b""
     headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
     if kind == "tls":
-        conn = _NamedHTTPS(host, int(port), config.tls.server_name, timeout=timeout_s, context=_client_context(config))
+        conn = NamedHTTPSConnection(host, int(port), config.tls.server_name, timeout=timeout_s, context=_client_context(config))
     else:
         secret = _read_secret(config)
         at, nonce = f"{time.time():.3f}", secrets.token_hex(16)
