@@ -6,13 +6,11 @@
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 from pathlib import Path
 
 import orjson
 
-from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, write_atomic
+from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, LockHeld, hold_lock, write_atomic
 
 CHECKPOINT_FILE = "checkpoint.json"
 STATUS_FILE = DISPATCHER_STATUS_FILE      # readers outside this room find it through photon.joined_horizon_us
@@ -54,21 +52,16 @@ def read_status(state_dir: str | Path) -> dict | None:
 
 
 class ProcessLock:
-    """An exclusive ``flock`` on ``dispatcher.lock``: one dispatcher per region state folder. The kernel
-    releases it when the process dies, however it dies."""
+    """An exclusive lock on ``dispatcher.lock`` (:func:`photon.hold_lock`): one dispatcher per region state
+    folder. The kernel releases it when the process dies, however it dies."""
 
     def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            raise DispatcherLocked(f"another dispatcher is running on {directory}") from None
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, f"{os.getpid()}\n".encode())
+            self._file = hold_lock(directory / LOCK_FILE, "dispatcher")
+        except LockHeld as e:
+            raise DispatcherLocked(f"another dispatcher is running on {directory} ({e.describe()})") from None
 
     def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None
