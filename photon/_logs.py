@@ -52,19 +52,37 @@ def fsync_path(path: str | Path) -> None:
         os.close(fd)
 
 
+class FolderNotDurable(OSError):
+    """:func:`write_atomic` replaced the file, but the fsync of its folder failed: readers see the new file,
+    and a power loss may bring the old one back."""
+
+
 def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` so readers see the old file or the new one, never a torn one
-    (temp file + rename). ``durable``: also fsync the file and its folder, so it survives a power loss."""
+    (temp file + rename; a failure before the rename leaves the old file and no temp file). ``durable``:
+    also fsync the file and its folder, so it survives a power loss; a failing fsync of the folder after
+    the rename raises :class:`FolderNotDurable` (the new file is in place)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
     if durable:
-        fsync_path(path.parent)
+        try:
+            fsync_path(path.parent)
+        except OSError as e:
+            raise FolderNotDurable(e.errno, f"{path} replaced, but the fsync of {path.parent} failed: "
+                                            f"{e.strerror}") from e
 
 
 def list_log_files(root: Path) -> list[str]:

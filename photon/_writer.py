@@ -51,8 +51,8 @@ from typing import Callable
 import orjson
 
 from photon._clock import Clock, SystemClock
-from photon._logs import (COMMITS_DIR, INPROGRESS, fsync_path, inprogress_name, partition_of, published_name,
-                          visible_files)
+from photon._logs import (COMMITS_DIR, INPROGRESS, FolderNotDurable, fsync_path, inprogress_name, partition_of,
+                          published_name, visible_files, write_atomic)
 
 log = logging.getLogger("photon.logs")
 
@@ -434,31 +434,16 @@ class RollingWriter:
         if self._f is not None and self._size > 0:
             record[self._logical] = self._size
         data = orjson.dumps({"writer": self.prefix, "at_us": self._clock.now_us(), "open": record})
-        tmp = self.commit_path.with_name(f".{self.commit_path.name}.tmp")
         try:
             self.commit_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view, done = memoryview(data), 0
-                while done < len(data):
-                    done += os.write(fd, view[done:])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.commit_path)
+            write_atomic(self.commit_path, data, durable=True)
+        except FolderNotDurable as e:
+            self._set_error(str(e))
         except OSError as e:
             self.stats.commit_record_errors += 1
             self._set_error(f"replacing the commit record {self.commit_path} failed: {e}")
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             raise
         self.stats.commit_records_written += 1
-        try:
-            fsync_path(self.commit_path.parent)
-        except OSError as e:
-            self._set_error(f"fsync of {self.commit_path.parent} failed: {e}")
 
     def _set_error(self, reason: str) -> None:
         if reason != self.error:
