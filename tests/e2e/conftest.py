@@ -75,6 +75,16 @@ class Pipeline:
     def joined_ids(self, include_inprogress: bool = False) -> Counter:
         return Counter(r[self.config.join.foreign_id_field] for r in self.joined(include_inprogress))
 
+    def exit_code_after_kills(self, loss_window) -> int:
+        """The exit code a stopped run must have after kills: 5 when a killed joiner's lost-ids ledger (its
+        restart sets aside the lines it wrote beyond its commit record) holds clicks no output has, which must
+        all be in ``loss_window`` (clicks registered under a killed joiner's token); 0 otherwise."""
+        import joiner
+        ledger = {e["id"] for r in self.config.pipeline_regions for e in joiner.read_lost(r.state_dir)}
+        lost = ledger - set(self.joined_ids())
+        assert lost <= set(loss_window), f"ledger clicks outside the loss window: {sorted(lost - set(loss_window))[:5]}"
+        return 5 if lost else 0
+
     def quarantined(self) -> list[dict]:
         out = []
         for region in self.config.regions:

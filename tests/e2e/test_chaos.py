@@ -110,4 +110,5 @@ def test_chaos_soak_two_regions(tmp_path, pipeline):
     finally:
         writer.stop.set()
         client.close()
-    assert p.stop() == 0
+    code = p.stop()
+    assert code == p.exit_code_after_kills(missing), p.output_text()[-2000:]

@@ -104,5 +104,6 @@ def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth):
     finally:
         feeder.stop.set()
         client.close()
-    assert p.stop() == 0
+    code = p.stop()
+    assert code == p.exit_code_after_kills(missing), p.output_text()[-2000:]
     assert set(p.joined_ids()) | set(missing) == joinable
