@@ -53,6 +53,8 @@ from millwheel._worker import GiveUp, Worker
 
 COORDINATOR_TICK_S = 0.02
 GIVE_UP_WAIT_S = 10.0
+LOAD_HALF_LIFE_S = 1.0
+"""Half-life of the per-slot records/s a worker reports (the master's split and merge input)."""
 
 
 class WorkerHost:
@@ -111,6 +113,7 @@ class WorkerHost:
         self._report_seqs: dict[tuple[str, int], int] = {}
         self._last_counts: Counter = Counter()
         self._rates: dict[tuple[str, int], float] = {}
+        self._slot_rates: dict[tuple[str, int], float] = {}
         self._started_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
@@ -340,21 +343,27 @@ class WorkerHost:
         shell.thread.start()
 
     def _load(self) -> WorkerLoad:
+        """Each held interval's records/s and split key, from per-slot rates smoothed over
+        ``LOAD_HALF_LIFE_S`` (one heartbeat's count swings with batching and retries)."""
         counts: Counter = Counter()
         for w in self.workers:
             counts.update(w.received_per_slot)
-        elapsed = max(1e-3, time.monotonic() - getattr(self, "_load_at", self._started_at))
-        self._load_at = time.monotonic()
-        delta = {k: v - self._last_counts.get(k, 0) for k, v in counts.items()}
+        now = time.monotonic()
+        elapsed = max(1e-3, now - getattr(self, "_load_at", self._started_at))
+        self._load_at = now
+        keep = 0.5 ** (elapsed / LOAD_HALF_LIFE_S)
+        for k in set(counts) | set(self._slot_rates):
+            current = (counts.get(k, 0) - self._last_counts.get(k, 0)) / elapsed
+            self._slot_rates[k] = keep * self._slot_rates.get(k, current) + (1 - keep) * current
         self._last_counts = counts
         rates = []
         for iv in self.holding:
             if iv.computation not in self.topology.computations:
                 rates.append(IntervalLoad(iv.computation, iv.lo, iv.sequencer, 1.0, ""))
                 continue
-            per_slot = {s: delta.get((iv.computation, s), 0) for s in slots_in(iv.lo, iv.hi, self.slots)}
+            per_slot = {s: self._slot_rates.get((iv.computation, s), 0.0) for s in slots_in(iv.lo, iv.hi, self.slots)}
             # at least 1 record/s: intervals held idle still count, so an idle cluster spreads them by count
-            rate = max(1.0, sum(per_slot.values()) / elapsed)
+            rate = max(1.0, sum(per_slot.values()))
             rates.append(IntervalLoad(iv.computation, iv.lo, iv.sequencer, rate,
                                       middle_slot_key(iv.lo, iv.hi, per_slot, self.slots)))
             self._rates[(iv.computation, iv.lo)] = rate

@@ -108,19 +108,21 @@ def slots_in(lo: str, hi: str | None, slots: int) -> list[int]:
     return [s for s in range(slots) if lo <= slot_key(s) and (hi is None or slot_key(s) < hi)]
 
 
-def middle_slot_key(lo: str, hi: str | None, counts: dict[int, int], slots: int) -> str:
-    """A slot key strictly inside (lo, hi) near the middle of the traffic ``counts`` (slot -> records),
-    where a split would halve it; ``""`` when the range has fewer than two slots or no traffic."""
+def middle_slot_key(lo: str, hi: str | None, counts: dict[int, float], slots: int) -> str:
+    """The slot key strictly inside (lo, hi) where a split divides the traffic ``counts`` (slot -> records
+    or records/s) most evenly (the first such boundary on a tie); ``""`` when the range has fewer than two
+    slots or no traffic."""
     inside = slots_in(lo, hi, slots)
     total = sum(counts.get(s, 0) for s in inside)
-    if len(inside) < 2 or total == 0:
+    if len(inside) < 2 or total <= 0:
         return ""
-    seen = 0
+    best, best_gap, seen = inside[1], None, 0.0
     for s in inside[1:]:
         seen += counts.get(s - 1, 0)
-        if 2 * seen >= total:
-            return slot_key(s)
-    return slot_key(inside[-1])
+        gap = abs(2 * seen - total)
+        if best_gap is None or gap < best_gap:
+            best, best_gap = s, gap
+    return slot_key(best)
 
 
 class IntervalMap:

@@ -22,15 +22,16 @@ def joined_event(click_ts: int, advertiser: str, n: int) -> dict:
 
 
 def write_joined(root: Path, n_clicks: int, n_files: int, advertisers: int = 20, minutes: int = 10,
-                 seed: int = 7, bad_every: int = 0) -> list[dict]:
+                 seed: int = 7, bad_every: int = 0, names: list[str] | None = None) -> list[dict]:
     """Write ``n_clicks`` joined clicks over ``minutes`` minutes into ``n_files`` whole files under
     ``root/joined/<day>/``; clicks are in time order within a file, files overlap in time. Returns the
-    events written (bad lines excluded)."""
+    events written (bad lines excluded). The advertiser of each click is drawn from ``names`` (uniformly,
+    so a name listed twice gets twice the clicks) when given, else ``adv-<n>`` skewed over ``advertisers``."""
     rng = random.Random(seed)
     events = []
     for n in range(n_clicks):
         ts = BASE_US + rng.randrange(minutes * WINDOW_US)
-        adv = f"adv-{min(int(rng.expovariate(0.3)), advertisers - 1)}"
+        adv = rng.choice(names) if names else f"adv-{min(int(rng.expovariate(0.3)), advertisers - 1)}"
         events.append(joined_event(ts, adv, n))
     per_file: list[list[dict]] = [[] for _ in range(n_files)]
     for i, e in enumerate(events):

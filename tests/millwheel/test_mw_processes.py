@@ -32,12 +32,18 @@ def _key(w: dict) -> tuple:
 class Run:
     """``millwheel run --workers N`` as a child process, its cluster file and a master client."""
 
-    def __init__(self, tmp: Path, pg_url: str, workers: int, n_clicks: int, files: int) -> None:
+    def __init__(self, tmp: Path, pg_url: str, workers: int, n_clicks: int, files: int,
+                 names: list[str] | None = None, master_options: tuple[str, ...] = (),
+                 options: tuple[str, ...] = ("injector_batch=200",)) -> None:
         self.input, self.out = tmp / "in", tmp / "out"
-        self.events = write_joined(self.input, n_clicks, files)
+        self.events = write_joined(self.input, n_clicks, files, names=names)
         argv = [sys.executable, "-m", "millwheel.cli", "run", "examples.ad_windows", "--input", str(self.input),
                 "--out", str(self.out), "--workers", str(workers), "--store", pg_url, "--master-option", LEASE,
-                "--option", "retry_delay_us=500000", "--option", "injector_batch=200"]
+                "--option", "retry_delay_us=500000"]
+        for o in master_options:
+            argv += ["--master-option", o]
+        for o in options:
+            argv += ["--option", o]
         self.log = open(tmp / "run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, 60,
