@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from dataclasses import asdict
 from concurrent import futures
 from typing import Any
 
@@ -441,7 +442,8 @@ class WorkerHost:
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
             "outstanding": self.tracker.outstanding_count(), "counters": dict(self.counters),
-            "transport": dict(self.transport.counters), "error": repr(self.error) if self.error else None,
+            "transport": dict(self.transport.counters), "cache": asdict(self.store.statistics()),
+            "error": repr(self.error) if self.error else None,
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
 

@@ -1,0 +1,246 @@
+"""The process benchmark of ``bench.millwheel --workers``: the two-stage shuffle of
+:mod:`bench.millwheel_shuffle` on three master replicas and N worker processes (``millwheel worker``),
+state in an embedded PostgreSQL server (or a SQLite file, for one worker process only).
+
+One :func:`run_cluster` is one run on a fresh schema (or file): start the master and the workers, wait
+for the injector to finish and the cluster to go idle, read every worker's status (cache) and the
+delays the ``sort`` stage wrote, stop everything. While it runs it samples each stage's watermark lag
+(now - the published low watermark) from the workers' status RPC, and the store server's CPU time
+(the postmaster and its backends, from /proc) before and after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import millwheel_shuffle as shuffle
+from bench._common import percentile
+from millwheel._cluster import (ClusterFile, Processes, cluster_path, known_workers, new_specs, wait_cluster_idle,
+                                worker_argv, worker_status)
+from millwheel._master import MasterSpec
+from millwheel._config import RuntimeConfig
+from millwheel._master_client import MasterClient
+from millwheel._master_state import PlacementPolicy
+
+STAGES = ("numbers", "bucket", "sort")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ClusterRun:
+    records: int = 0
+    records_per_s: float = 0.0
+    delay_ms: dict = field(default_factory=dict)           # p50 / p95 / p99
+    lag_ms: dict = field(default_factory=dict)             # median lag per stage while injecting
+    cache_hits: int = 0
+    cache_misses: int = 0
+    store_cpu_s: float | None = None
+    wall_s: float = 0.0
+    transport: dict = field(default_factory=dict)          # summed over the workers: calls, records_sent, ...
+
+    @property
+    def cache_hit_ratio(self) -> float:
+        looked = self.cache_hits + self.cache_misses
+        return self.cache_hits / looked if looked else 0.0
+
+
+def tree_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds of ``pid`` and its children: its own, its reaped children's, and the live ones'."""
+    if pid is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(p: int) -> list[str] | None:
+        try:
+            return Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+    me = stat(pid)
+    if me is None:
+        return None
+    total = sum(int(x) for x in me[11:15])          # utime stime cutime cstime
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != pid:
+            st = stat(int(p))
+            if st is not None and int(st[1]) == pid:
+                total += sum(int(x) for x in st[11:15])
+    return total / tick
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: int, total: int,
+                store_pid: int | None = None, options: dict | None = None, profiler=None,
+                timeout_s: float = 600.0) -> ClusterRun:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    spec = folder / "shuffle.json"
+    spec.write_text(json.dumps({"total": total, "rate": rate, "guarantees": guarantees}))
+    topology = shuffle.build(str(spec), str(out))
+    opts = {"threads": 1, "store": url, **(options or {})}
+    config = RuntimeConfig.from_mapping(opts)
+    policy = PlacementPolicy.from_mapping({"cooldown_us": 1_000_000})
+    specs = new_specs(out, topology, config.intervals, policy)
+    cf = ClusterFile("bench.millwheel_shuffle", str(spec), str(out), url, opts, specs, workers)
+    path = cluster_path(out)
+    cf.save(path)
+    procs = Processes()
+    run = ClusterRun()
+    lags: dict[str, list[int]] = {s: [] for s in STAGES}
+    stop = threading.Event()
+    started = time.monotonic()
+    cpu0 = tree_cpu_s(store_pid)
+    log = open(folder / "processes.log", "ab")
+    try:
+        for text in specs:
+            procs.start(MasterSpec.from_json(text).argv(), "millwheel master serving on ", stderr=log)
+        for _ in range(workers):
+            p, _ = procs.start(worker_argv(path), "millwheel worker serving on ", env=_env(), stderr=log)
+            if profiler is not None:
+                profiler.attach(p.pid, f"worker-w{workers}")
+        client = MasterClient(cf.masters, retry_timeout_s=30.0)
+        sampler = threading.Thread(target=_sample_lags, args=(out, lags, stop), daemon=True)
+        sampler.start()
+        try:
+            wait_cluster_idle(topology, out, client, threading.Event(), timeout_s)
+            statuses = [worker_status(a) for a in known_workers(out, client)]
+        finally:
+            stop.set()
+            sampler.join(timeout=10)
+            client.close()
+        for s in statuses:
+            cache = s.get("cache") or {}
+            run.cache_hits += cache.get("hits", 0)
+            run.cache_misses += cache.get("misses", 0)
+            for k, v in s.get("transport", {}).items():
+                run.transport[k] = run.transport.get(k, 0) + v
+            for k in ("stale_routes", "fenced_commits", "given_up"):
+                run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
+        cpu1 = tree_cpu_s(store_pid)
+        run.store_cpu_s = None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2)
+    finally:
+        procs.stop()
+        log.close()
+        if profiler is not None:
+            profiler.stop()
+    run.wall_s = time.monotonic() - started
+    pairs = shuffle.read_delays(out)
+    run.records = len(pairs)
+    if pairs:
+        first = min(i for i, _ in pairs)
+        last = max(a for _, a in pairs)
+        run.records_per_s = round(len(pairs) / max(1e-6, (last - first) / 1e6))
+        delays = [a - i for i, a in pairs]
+        run.delay_ms = {q: round(percentile(delays, q) / 1000, 2) for q in (50, 95, 99)}
+    run.lag_ms = {s: round(sorted(v)[len(v) // 2] / 1000, 1) for s, v in lags.items() if v}
+    return run
+
+
+def _sample_lags(out: Path, lags: dict[str, list[int]], stop: threading.Event) -> None:
+    """Each stage's lag behind the wall clock, every 100 ms, from the moment the injector's watermark moved
+    until it caught up (after that the lag only measures idleness)."""
+    while not stop.wait(0.1):
+        try:
+            statuses = [s for s in (worker_status(a, 1.0) for a in known_workers(out, None)) if "unreachable" not in s]
+        except Exception:  # noqa: BLE001  (a worker going away mid-read)
+            continue
+        if not statuses:
+            continue
+        injecting = [i for s in statuses for i in s.get("injectors", {}).values()]
+        if not injecting or all(i["caught_up"] for i in injecting):
+            if any(lags.values()):
+                continue
+        lows: dict[str, int] = {}
+        for s in statuses:
+            for n, v in s.get("low_watermarks_us", {}).items():
+                lows[n] = max(v, lows.get(n, 0))
+        if lows.get("numbers", 0) <= 0 or not injecting or all(i["caught_up"] for i in injecting):
+            continue
+        now = time.time_ns() // 1000
+        for n in STAGES:
+            if lows.get(n, 0) > 0:
+                lags[n].append(now - lows[n])
+
+
+
+def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
+    """``bench.millwheel --workers ...``: every store in ``kinds`` for every count in ``counts``."""
+    import tempfile
+
+    from millwheel import EmbeddedPostgres
+    profiler = None
+    if args.profile:
+        from bench._profile import Profiler
+        profiler = Profiler(Path(args.profile))
+    threads = args.threads if args.threads != 2 else 1
+    figures: dict[str, float | None] = {}
+    with tempfile.TemporaryDirectory(prefix="millwheel-bench-") as d:
+        for kind in kinds:
+            server = EmbeddedPostgres(Path(d) / "pg").start() if kind == "postgres" else None
+            try:
+                for workers in counts:
+                    prefix = f"{kind}_w{workers}"
+                    if kind == "sqlite" and workers > 1:
+                        print(f"{kind}, {workers} workers: not applicable (SQLite serves one process)")
+                        figures[f"{prefix}_records_per_s"] = None
+                        continue
+                    n = 0
+
+                    def one(guarantees: bool, rate: int, total: int, prof=None) -> ClusterRun:
+                        nonlocal n
+                        n += 1
+                        name = f"{prefix}_{n}"
+                        url = (f"{server.url}?schema={name}" if server is not None
+                               else f"sqlite:///{Path(d) / (name + '.db')}")
+                        return run_cluster(Path(d) / name, url, workers, guarantees, rate, total,
+                                           store_pid=server.pid if server else None,
+                                           options={"threads": threads}, profiler=prof)
+                    tput = one(True, 0, args.records, profiler)
+                    figures[f"{prefix}_records_per_s"] = tput.records_per_s
+                    figures[f"{prefix}_cache_hit_ratio"] = round(tput.cache_hit_ratio, 3)
+                    figures[f"{prefix}_store_cpu_s"] = tput.store_cpu_s
+                    figures[f"{prefix}_store_cpu_ms_per_1000_records"] = (
+                        round(1e6 * tput.store_cpu_s / tput.records, 1) if tput.store_cpu_s and tput.records else None)
+                    for stage, lag in tput.lag_ms.items():
+                        figures[f"{prefix}_{stage}_watermark_lag_ms_at_max_rate"] = lag
+                    print(f"{kind}, {workers} workers: {tput.records_per_s} records/s with exactly-once + strong "
+                          f"productions ({tput.records} records); framework cache hit ratio "
+                          f"{tput.cache_hit_ratio:.3f} ({tput.cache_hits} hits, {tput.cache_misses} misses); "
+                          f"store CPU {tput.store_cpu_s if tput.store_cpu_s is not None else 'n/a (in process)'} s; "
+                          "watermark lag " + ", ".join(f"{s} {v} ms" for s, v in tput.lag_ms.items())
+                          + f"; {_per_rpc(tput)} records per RPC; transport {tput.transport}", flush=True)
+                    figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
+                    for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
+                        r = one(guarantees, args.rate, int(args.rate * args.seconds))
+                        for q, v in r.delay_ms.items():
+                            figures[f"{prefix}_delay_p{q}_ms_{tag}"] = v
+                        for stage, lag in r.lag_ms.items():
+                            figures[f"{prefix}_{stage}_watermark_lag_ms_{tag}"] = lag
+                        print(f"  at {args.rate} records/s, exactly-once + strong productions {tag[3:]}: delay "
+                              + " / ".join(f"p{q} {v} ms" for q, v in r.delay_ms.items())
+                              + "; watermark lag " + ", ".join(f"{s} {v} ms" for s, v in r.lag_ms.items())
+                              + f"; transport {r.transport}", flush=True)
+            finally:
+                if server is not None:
+                    server.stop()
+    if profiler is not None:
+        from bench._profile import summarize
+        for p in sorted(Path(args.profile).glob("*.txt")):
+            print(summarize(p))
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+def _per_rpc(run: ClusterRun) -> float | None:
+    calls = run.transport.get("calls", 0)
+    return round(run.transport.get("records_sent", 0) / calls, 1) if calls else None

@@ -1,0 +1,121 @@
+"""The two-stage shuffle the process benchmark runs (the paper's bucket-and-sort, §8): numbers are
+injected at a steady rate (or as fast as they go), ``bucket`` (keyed by the number) counts each one and
+re-keys it to its bucket, ``sort`` (keyed by the bucket) keeps each bucket's count and range and notes each
+record's delay: its arrival time less its injection time (one machine, one wall clock).
+
+``build(input, out)`` is what ``millwheel worker`` calls in every worker process. ``input`` is a JSON file:
+``{"total": N, "rate": R (0: as fast as it goes), "guarantees": true|false}``; guarantees on means
+exactly-once and strong productions on both stages, off means neither (weak productions, no dedup).
+Each process appends ``(injected_us, arrived_us)`` pairs of int64 to ``<out>/delays-<pid>.bin`` in batches
+and at exit.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from array import array
+from pathlib import Path
+
+from millwheel import STRONG, WEAK, Computation, Injector, Poll, Topology
+
+BUCKETS = 100
+FLUSH_EVERY = 2000
+
+
+class RateInjector(Injector):
+    """``rate`` numbers per second (or as fast as polled when rate is 0) until ``total`` are out; each is
+    timestamped at injection, so its watermark estimate is the current time."""
+
+    def __init__(self, rate: int, total: int) -> None:
+        self.rate, self.total = rate, total
+        self.sent = 0
+        self.started_us: int | None = None
+
+    def restore(self, position) -> None:
+        self.sent = int(position or 0)
+
+    def poll(self, max_records: int, now_us: int) -> Poll:
+        if self.started_us is None:
+            self.started_us = now_us
+        due = self.total if not self.rate else min(self.total, (now_us - self.started_us) * self.rate // 1_000_000)
+        n = max(0, min(max_records, due - self.sent))
+        records = [(str(i * 7919 % 1_000_003), {"n": i * 7919 % 1_000_003}, now_us)
+                   for i in range(self.sent, self.sent + n)]
+        self.sent += n
+        return Poll(records, self.sent, now_us, self.sent >= self.total)
+
+
+class _Delays:
+    """This process's delay samples, appended to its file in batches and at exit."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.buf = array("q")
+        self.lock = threading.Lock()
+        atexit.register(self.flush)
+
+    def note(self, injected_us: int) -> None:
+        with self.lock:
+            self.buf.append(injected_us)
+            self.buf.append(time.time_ns() // 1000)
+            full = len(self.buf) >= 2 * FLUSH_EVERY
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            buf, self.buf = self.buf, array("q")
+        if buf and self.path is not None:
+            with open(self.path, "ab") as f:
+                buf.tofile(f)
+
+
+DELAYS = _Delays()
+
+
+class Bucket(Computation):
+    def process_record(self, ctx, record):
+        ctx.state = (ctx.state or 0) + 1
+        ctx.produce("buckets", record.value, key=str(record.value["n"] % BUCKETS))
+
+    def process_timer(self, ctx, timer):
+        pass
+
+
+class Sort(Computation):
+    def process_record(self, ctx, record):
+        n = record.value["n"]
+        st = ctx.state or {"count": 0, "lo": n, "hi": n}
+        ctx.state = {"count": st["count"] + 1, "lo": min(st["lo"], n), "hi": max(st["hi"], n)}
+        DELAYS.note(record.timestamp_us)
+
+    def process_timer(self, ctx, timer):
+        pass
+
+
+def _with(cls: type, guarantees: bool) -> type:
+    return type(cls.__name__, (cls,), {"exactly_once": guarantees, "productions": STRONG if guarantees else WEAK})
+
+
+def build(input: str, out: str) -> Topology:
+    spec = json.loads(Path(input).read_text())
+    DELAYS.path = Path(out) / f"delays-{os.getpid()}.bin"
+    g = bool(spec["guarantees"])
+    t = Topology()
+    t.add_injector("numbers", lambda: RateInjector(int(spec["rate"]), int(spec["total"])), produces="numbers")
+    t.add_computation("bucket", _with(Bucket, g), consumes=["numbers"], produces=["buckets"])
+    t.add_computation("sort", _with(Sort, g), consumes=["buckets"])
+    return t
+
+
+def read_delays(out: Path) -> list[tuple[int, int]]:
+    """Every ``(injected_us, arrived_us)`` pair the processes wrote under ``out``."""
+    pairs = []
+    for f in sorted(Path(out).glob("delays-*.bin")):
+        a = array("q")
+        a.frombytes(f.read_bytes())
+        pairs.extend(zip(a[0::2], a[1::2]))
+    return pairs
