@@ -4,8 +4,9 @@ acks, and the servicer.
 * :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
   when this process owns the consumer's slot, else into the batch of the owner's process, which one
   thread per peer sends (``Exchange``, up to ``PEER_BATCH`` records and every pending ack per call). A
-  delivery whose owner is unknown, or whose call fails, is not sent now: the sender's tracker retries
-  every unacked delivery (``may_lose``), so records are retried until acknowledged.
+  delivery whose owner is unknown, or that the receiver answers ``moved``, is parked until the map is
+  read again and then sent at once; one whose call fails is not sent now. Besides, the sender's tracker
+  retries every unacked delivery (``may_lose``), so records are retried until acknowledged.
 * :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
   it, acks it to that process (batched with its records); acks that come in are the sender's half of
   :meth:`Tracker.acked`.
@@ -51,7 +52,8 @@ def from_wire(w: pb.WireRecord) -> Delivery:
 class _Peer:
     """One other worker process: a queue of records and acks and the thread that sends them in batches."""
 
-    def __init__(self, address: str, reply_to: str, on_moved: Callable[[], None], counters: dict) -> None:
+    def __init__(self, address: str, reply_to: str, on_moved: Callable[[list[Delivery]], None],
+                 counters: dict) -> None:
         self.address, self._reply_to, self._on_moved, self._counters = address, reply_to, on_moved, counters
         self._records: deque = deque()
         self._acks: deque = deque()
@@ -96,7 +98,8 @@ class _Peer:
             self._counters["records_sent"] += len(records)
             if reply.moved:
                 self._counters["moved"] += len(reply.moved)
-                self._on_moved()
+                gone = {(m.consumer, m.interval) for m in reply.moved}
+                self._on_moved([d for d in records if (d.consumer, d.interval) in gone])
 
 
 class GrpcTransport(Transport):
@@ -109,23 +112,41 @@ class GrpcTransport(Transport):
         self._owner, self._on_moved = owner, on_moved
         self._peers: dict[str, _Peer] = {}
         self._lock = threading.Lock()
+        self._parked: list[Delivery] = []
         self.counters: dict[str, int] = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0,
-                                         "unrouted": 0, "local": 0}
+                                         "unrouted": 0, "local": 0, "resent_after_map": 0}
 
     def _peer(self, address: str) -> _Peer:
         with self._lock:
             peer = self._peers.get(address)
             if peer is None:
-                peer = self._peers[address] = _Peer(address, self.address, self._on_moved, self.counters)
+                peer = self._peers[address] = _Peer(address, self.address, self._park, self.counters)
             return peer
 
-    def send(self, deliveries: list[Delivery]) -> None:
+    def _park(self, deliveries: list[Delivery]) -> None:
+        """Deliveries answered ``moved`` (or with no owner known): kept until the map is read again, then
+        sent at once (:meth:`resend_parked`) rather than after the sender's retry delay."""
+        with self._lock:
+            self._parked.extend(deliveries)
+        self._on_moved()
+
+    def resend_parked(self) -> int:
+        """Send what was parked again, by the map as it is now (call after reading the map)."""
+        with self._lock:
+            parked, self._parked = self._parked, []
+        if parked:
+            self.counters["resent_after_map"] += len(parked)
+            self.send(parked, park=False)
+        return len(parked)
+
+    def send(self, deliveries: list[Delivery], park: bool = True) -> None:
         local: dict[int, tuple] = {}
         remote: dict[str, list] = {}
+        unrouted: list[Delivery] = []
         for d in deliveries:
             address = self._owner(d.consumer, d.interval)
             if address is None:
-                self.counters["unrouted"] += 1     # no owner known now: the sender's retry sends it later
+                unrouted.append(d)       # no owner known now: sent when the map is read again (and retried)
             elif address == self.address:
                 inbox = self._route(d.consumer, d.interval)
                 local.setdefault(id(inbox), (inbox, []))[1].append(d)
@@ -136,6 +157,10 @@ class GrpcTransport(Transport):
             inbox.put_many(items)
         for address, items in remote.items():
             self._peer(address).put(records=items)
+        if unrouted:
+            self.counters["unrouted"] += len(unrouted)
+            if park:
+                self._park(unrouted)
 
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
         self._peer(address).put(acks=pairs)

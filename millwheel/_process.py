@@ -54,6 +54,8 @@ from millwheel._worker import GiveUp, Worker
 
 COORDINATOR_TICK_S = 0.02
 GIVE_UP_WAIT_S = 10.0
+EARLY_LIMIT = 200_000
+"""Records of slots not claimed yet kept per process at most (beyond, they are answered ``moved``)."""
 LOAD_HALF_LIFE_S = 1.0
 """Half-life of the per-slot records/s a worker reports (the master's split and merge input)."""
 
@@ -103,6 +105,9 @@ class WorkerHost:
             w.may_run = self._lease_ok
         self.injectors: dict[str, tuple[InjectorShell, threading.Event]] = {}
         self._accepting: dict[tuple[str, int], int] = {}
+        self._early: dict[tuple[str, int], list] = {}   # records of slots given here but not claimed yet
+        self._early_n = 0
+        self._accept_lock = threading.Lock()
         self.authority = WatermarkAuthority()
         for cname in topology.computations:
             self.authority.handle(*(IntervalAssigned(cname, s, 0) for s in range(self.slots)))
@@ -115,6 +120,7 @@ class WorkerHost:
         self._last_counts: Counter = Counter()
         self._rates: dict[tuple[str, int], float] = {}
         self._slot_rates: dict[tuple[str, int], float] = {}
+        self._written: dict[tuple[str, int], tuple] = {}     # the last watermark report written per interval
         self._started_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
@@ -182,19 +188,45 @@ class WorkerHost:
 
     def _accept(self, reply_to: str, deliveries: list) -> list[tuple[str, int, str]]:
         """Records from another process: take those of slots held here, name the owner of the others."""
-        moved, mine = [], {}
-        for d in deliveries:
-            if (d.consumer, d.interval) in self._accepting:
-                mine.setdefault(d.interval % len(self.workers), []).append(d)
-            else:
+        moved, mine, early = [], {}, []
+        with self._accept_lock:
+            for d in deliveries:
+                k = (d.consumer, d.interval)
+                if k in self._accepting:
+                    mine.setdefault(d.interval % len(self.workers), []).append(d)
+                    continue
                 owner = self.map.owner(d.consumer, d.interval)
-                moved.append((d.consumer, d.interval, owner[1] if owner else ""))
+                if owner and owner[1] == self.address and self._early_n < EARLY_LIMIT:
+                    early.append(d)        # the master gave it here and the claim is under way: keep it
+                    self._early.setdefault(k, []).append((reply_to, d))
+                    self._early_n += 1
+                else:
+                    moved.append((d.consumer, d.interval, owner[1] if owner else ""))
         for index, items in mine.items():
             self.tracker.note_origin(items, reply_to)
             self.workers[index].inbox.put_many(items)
+        if early:      # claimed at the next heartbeat, as always: no earlier, so as not to run beside its
+            self.counters["taken_before_claim"] += len(early)   # old owner longer (user side effects)
         if moved:
             self.counters["stale_routes"] += len(moved)
         return moved
+
+    def _take_early(self, key: tuple[str, int], claimed: bool) -> None:
+        """Records that came for ``key`` before this process claimed it: into its worker once claimed (the
+        claim loaded its dedup ids, so repeats are dropped), else dropped (their senders retry them)."""
+        with self._accept_lock:
+            items = self._early.pop(key, [])
+            self._early_n -= len(items)
+            if claimed:
+                self._accepting[key] = key[1] % len(self.workers)
+        if not (items and claimed):
+            return
+        per: dict[str, list] = {}
+        for reply_to, d in items:
+            per.setdefault(reply_to, []).append(d)
+        for reply_to, ds in per.items():
+            self.tracker.note_origin(ds, reply_to)
+        self._thread_of(key[1]).inbox.put_many([d for _, d in items])
 
     def _lease_ok(self) -> bool:
         return not self._lease_gate or time.monotonic() < self._lease_until
@@ -235,6 +267,7 @@ class WorkerHost:
                     self.lease_us = a.lease_us
                     self._refresh_map()
                     self._apply(a.intervals)
+                    self.transport.resend_parked()    # records answered "moved" go by the new map at once
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
@@ -244,6 +277,7 @@ class WorkerHost:
             self.map = IntervalMap(self.client.interval_map(), self.slots)
         except MasterUnavailable:
             self._map_stale.set()
+            return
 
     def _held(self) -> dict[tuple[str, int], int]:
         out = {}
@@ -272,9 +306,12 @@ class WorkerHost:
         held = self._held()
         lost = [k for k, seq in held.items() if want.get(k) != seq]
         # also slots accepted but whose core went away (a refused commit): take them out of routing
-        for k in list(self._accepting):
-            if k not in held or want.get(k) != held[k]:
-                self._accepting.pop(k, None)
+        with self._accept_lock:
+            for k in list(self._accepting):
+                if k not in held or want.get(k) != held[k]:
+                    self._accepting.pop(k, None)
+            for k in [k for k in self._early if k not in want]:
+                self._early_n -= len(self._early.pop(k))   # given elsewhere meanwhile: their senders retry them
         self._give_up(lost)
         # computations first: an injector starts sending at once, to owners that must be known
         for (cname, slot), seq in sorted(want.items(), key=lambda kv: (kv[0][0] in self.topology.injectors, kv[0])):
@@ -287,9 +324,10 @@ class WorkerHost:
                     self._start_injector(cname, seq)
                 else:
                     self._thread_of(slot).grant(self.topology.computations[cname], [slot], {slot: seq})
-                    self._accepting[(cname, slot)] = slot % len(self.workers)
+                    self._take_early((cname, slot), True)
             except StaleSequencer:
                 self.counters["stale_grants"] += 1      # a newer owner holds it already
+                self._take_early((cname, slot), False)
                 continue
             self.counters["granted"] += 1
             self.authority.handle(IntervalAssigned(cname, slot, seq))
@@ -312,7 +350,8 @@ class WorkerHost:
         waits = []
         per: dict[tuple[int, str], list[int]] = {}
         for cname, slot in lost:
-            self._accepting.pop((cname, slot), None)
+            with self._accept_lock:
+                self._accepting.pop((cname, slot), None)
             if cname in self.topology.injectors:
                 shell, ev = self.injectors.pop(cname)
                 ev.set()
@@ -377,10 +416,16 @@ class WorkerHost:
         try:
             while not self.stopping.wait(COORDINATOR_TICK_S):
                 items = self._inbox.take(1 << 30, 0)
-                reports = [r for m in items if isinstance(m, WatermarksReported) for r in m.reports]
-                if reports:
-                    self.store.report_watermarks([(r.name, r.interval, r.sequencer, r.low_us, r.input_us,
-                                                   r.oldest_us) for r in reports])
+                rows = {}
+                for m in items:
+                    if isinstance(m, WatermarksReported):
+                        for r in m.reports:     # the newest report per interval, and only if it changed
+                            rows[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.low_us, r.input_us,
+                                                          r.oldest_us)
+                changed = [row for k, row in rows.items() if self._written.get(k) != row]
+                if changed:
+                    self.store.report_watermarks(changed)
+                    self._written.update(((row[0], row[1]), row) for row in changed)
                 rows = self.store.read_watermark_reports()
                 self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
                 self.authority.handle(*(WatermarkReported(*row) for row in rows))

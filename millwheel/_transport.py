@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import deque
 from contextlib import contextmanager
@@ -109,6 +110,7 @@ class Tracker:
         self.per_sender: dict[str, int] = {}
         self.in_flight = 0
         self.acked_total = 0
+        self._retries: list[tuple[int, str]] = []   # heap of (retry_after_us, production id); stale rows skipped
         self._producing = TimestampBag()   # production times of steps still making their productions
 
     def _bag(self, name: str, interval: int) -> TimestampBag:
@@ -177,6 +179,7 @@ class Tracker:
                     continue
                 self.outstanding[prod.id] = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
                                                         stored, now_us, now_us + retry_delay_us, retry_delay_us)
+                heapq.heappush(self._retries, (now_us + retry_delay_us, prod.id))
                 self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
                 self._bag(sender, interval).add(prod.timestamp_us)
                 out.extend(deliveries)
@@ -268,13 +271,22 @@ class Tracker:
         """Send again every delivery not acked within its retry delay (the delay doubles per attempt, up to
         ``max_backoff_us`` when given)."""
         out: list[Delivery] = []
+        later: list[tuple[int, str]] = []
         with self._lock:
-            for o in self.outstanding.values():
-                if o.retry_after_us <= now_us:
-                    out.extend(o.left.values())
-                    o.backoff_us *= 2
-                    if max_backoff_us is not None and o.backoff_us > max_backoff_us:
-                        o.backoff_us = max_backoff_us
-                    o.retry_after_us = now_us + o.backoff_us
-        self._transport.send(out)
+            heap = self._retries
+            while heap and heap[0][0] <= now_us:    # only what is due: no scan of everything outstanding
+                due_us, pid = heapq.heappop(heap)
+                o = self.outstanding.get(pid)
+                if o is None or o.retry_after_us != due_us:
+                    continue                        # acked, forgotten, or already rescheduled
+                out.extend(o.left.values())
+                o.backoff_us *= 2
+                if max_backoff_us is not None and o.backoff_us > max_backoff_us:
+                    o.backoff_us = max_backoff_us
+                o.retry_after_us = now_us + o.backoff_us
+                later.append((o.retry_after_us, pid))
+            for row in later:
+                heapq.heappush(heap, row)
+        if out:
+            self._transport.send(out)
         return len(out)
