@@ -78,6 +78,7 @@ class WorkerHost:
         self.map = IntervalMap([], self.slots)
         self._map_stale = threading.Event()
         self._resync = threading.Event()
+        self._map_behind = threading.Event()
         self._lease_gate = lease_gate
         self._wait_for_workers = wait_for_workers
         self._wait_until = time.monotonic() + wait_for_workers_s
@@ -209,6 +210,7 @@ class WorkerHost:
             self.counters["taken_before_claim"] += len(early)   # old owner longer (user side effects)
         if moved:
             self.counters["stale_routes"] += len(moved)
+            self._map_behind.set()   # the sender may know a newer map: read it (not a heartbeat, no claim)
         return moved
 
     def _take_early(self, key: tuple[str, int], claimed: bool) -> None:
@@ -270,6 +272,14 @@ class WorkerHost:
                     self.transport.resend_parked()    # records answered "moved" go by the new map at once
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
+
+    def _read_map(self) -> None:
+        """Only the map (records that came here for slots it gives to others are answered by it)."""
+        try:
+            self.map = IntervalMap(self.client.interval_map(), self.slots)
+            self.counters["map_reads_on_stale_route"] += 1
+        except MasterUnavailable:
+            pass
 
     def _refresh_map(self) -> None:
         self._map_stale.clear()
@@ -439,6 +449,9 @@ class WorkerHost:
                 self.tracker.due_retries(self.clock.now_us(), max_backoff_us=self.config.retry_delay_us * 4)
                 if self._map_stale.is_set():
                     self._resync.set()
+                elif self._map_behind.is_set():
+                    self._map_behind.clear()
+                    self._read_map()
                 if time.monotonic() - last_save >= self.config.gc_interval_us / 1e6:
                     last_save = time.monotonic()
                     self.store.save_watermarks(self.low_watermarks)
