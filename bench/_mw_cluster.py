@@ -19,12 +19,8 @@ from pathlib import Path
 
 from bench import millwheel_shuffle as shuffle
 from bench._common import percentile
-from millwheel._cluster import (ClusterFile, Processes, cluster_path, known_workers, new_specs, wait_cluster_idle,
-                                worker_argv, worker_status)
-from millwheel._master import MasterSpec
-from millwheel._config import RuntimeConfig
-from millwheel._master_client import MasterClient
-from millwheel._master_state import PlacementPolicy
+from millwheel import (ClusterFile, MasterClient, MasterSpec, PlacementPolicy, Processes, RuntimeConfig,
+                       cluster_path, known_workers, new_specs, wait_cluster_idle, worker_argv, worker_status)
 
 STAGES = ("numbers", "bucket", "sort")
 POLICY = {"cooldown_us": 1_000_000, "move_ratio": 1.6}

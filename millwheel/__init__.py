@@ -34,3 +34,11 @@ from millwheel._master_state import Interval, IntervalLoad, PlacementPolicy, Wor
 
 __all__ += ["Assignments", "Interval", "IntervalLoad", "MasterClient", "MasterSpec", "MasterUnavailable",
             "PlacementPolicy", "RunningMaster", "WorkerLoad", "master_specs", "serve_master"]
+
+# Running as processes on one machine (docs/millwheel.md, "Workers as processes"): what `millwheel run
+# --workers` does, in parts, for tools that start a cluster of their own (the benchmark).
+from millwheel._cluster import (ClusterFile, Processes, cluster_path, known_workers, new_specs,  # noqa: E402
+                                wait_cluster_idle, worker_argv, worker_status)
+
+__all__ += ["ClusterFile", "Processes", "cluster_path", "known_workers", "new_specs", "wait_cluster_idle",
+            "worker_argv", "worker_status"]

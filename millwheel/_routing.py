@@ -111,7 +111,7 @@ def slots_in(lo: str, hi: str | None, slots: int) -> list[int]:
 def middle_slot_key(lo: str, hi: str | None, counts: dict[int, float], slots: int) -> str:
     """The slot key strictly inside (lo, hi) where a split divides the traffic ``counts`` (slot -> records
     or records/s) most evenly (the first such boundary on a tie); ``""`` when the range has fewer than two
-    slots or no traffic."""
+    slots, no traffic, or all of it in one slot (which no split can divide)."""
     inside = slots_in(lo, hi, slots)
     total = sum(counts.get(s, 0) for s in inside)
     if len(inside) < 2 or total <= 0:
@@ -122,7 +122,7 @@ def middle_slot_key(lo: str, hi: str | None, counts: dict[int, float], slots: in
         gap = abs(2 * seen - total)
         if best_gap is None or gap < best_gap:
             best, best_gap = s, gap
-    return slot_key(best)
+    return slot_key(best) if best_gap < total else ""     # all in one slot: no cut divides it
 
 
 class IntervalMap:
