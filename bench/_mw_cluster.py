@@ -124,7 +124,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
             run.cache_misses += cache.get("misses", 0)
             for k, v in s.get("transport", {}).items():
                 run.transport[k] = run.transport.get(k, 0) + v
-            for k in ("stale_routes", "fenced_commits", "given_up"):
+            for k in ("stale_routes", "fenced_commits", "given_up", "lost_incarnations", "heartbeats_failed"):
                 run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
         cpu1 = tree_cpu_s(store_pid)
         run.store_cpu_s = None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2)
