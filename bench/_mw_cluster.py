@@ -19,8 +19,20 @@ from pathlib import Path
 
 from bench import millwheel_shuffle as shuffle
 from bench._common import percentile
-from millwheel import (ClusterFile, MasterClient, MasterSpec, PlacementPolicy, Processes, RuntimeConfig,
-                       cluster_path, known_workers, new_specs, wait_cluster_idle, worker_argv, worker_status)
+from millwheel import (
+    ClusterFile,
+    MasterClient,
+    MasterSpec,
+    PlacementPolicy,
+    Processes,
+    RuntimeConfig,
+    cluster_path,
+    known_workers,
+    new_specs,
+    wait_cluster_idle,
+    worker_argv,
+    worker_status,
+)
 
 STAGES = ("numbers", "bucket", "sort")
 POLICY = {"cooldown_us": 1_000_000, "move_ratio": 1.6}
@@ -152,14 +164,11 @@ def _sample_lags(out: Path, lags: dict[str, list[int]], stop: threading.Event) -
     while not stop.wait(0.1):
         try:
             statuses = [s for s in (worker_status(a, 1.0) for a in known_workers(out, None)) if "unreachable" not in s]
-        except Exception:  # noqa: BLE001  (a worker going away mid-read)
+        except Exception:  # noqa: BLE001, S112  (a worker going away mid-read: the next sample)
             continue
         if not statuses:
             continue
         injecting = [i for s in statuses for i in s.get("injectors", {}).values()]
-        if not injecting or all(i["caught_up"] for i in injecting):
-            if any(lags.values()):
-                continue
         lows: dict[str, int] = {}
         for s in statuses:
             for n, v in s.get("low_watermarks_us", {}).items():
@@ -194,17 +203,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         print(f"{kind}, {workers} workers: not applicable (SQLite serves one process)")
                         figures[f"{prefix}_records_per_s"] = None
                         continue
-                    n = 0
-
-                    def one(guarantees: bool, rate: int, total: int, prof=None) -> ClusterRun:
-                        nonlocal n
-                        n += 1
-                        name = f"{prefix}_{n}"
-                        url = (f"{server.url}?schema={name}" if server is not None
-                               else f"sqlite:///{Path(d) / (name + '.db')}")
-                        return run_cluster(Path(d) / name, url, workers, guarantees, rate, total,
-                                           store_pid=server.pid if server else None,
-                                           options={"threads": threads}, profiler=prof)
+                    runs = _Runs(Path(d), prefix, server, workers, threads)
+                    one = runs.one
                     tput = one(True, 0, args.records, profiler)
                     figures[f"{prefix}_records_per_s"] = tput.records_per_s
                     figures[f"{prefix}_cache_hit_ratio"] = round(tput.cache_hit_ratio, 3)
@@ -245,3 +245,20 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
 def _per_rpc(run: ClusterRun) -> float | None:
     calls = run.transport.get("calls", 0)
     return round(run.transport.get("records_sent", 0) / calls, 1) if calls else None
+
+
+class _Runs:
+    """Numbered runs of one store and worker count, each on a schema (or file) of its own."""
+
+    def __init__(self, root: Path, prefix: str, server, workers: int, threads: int) -> None:
+        self.root, self.prefix, self.server, self.workers, self.threads = root, prefix, server, workers, threads
+        self.n = 0
+
+    def one(self, guarantees: bool, rate: int, total: int, profiler=None) -> ClusterRun:
+        self.n += 1
+        name = f"{self.prefix}_{self.n}"
+        url = (f"{self.server.url}?schema={name}" if self.server is not None
+               else f"sqlite:///{self.root / (name + '.db')}")
+        return run_cluster(self.root / name, url, self.workers, guarantees, rate, total,
+                           store_pid=self.server.pid if self.server else None,
+                           options={"threads": self.threads}, profiler=profiler)

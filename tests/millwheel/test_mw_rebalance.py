@@ -6,14 +6,15 @@ takes up the new ones (loading their timers, dedup ids and productions first), a
 equal the batch answer, each window once."""
 from __future__ import annotations
 
+import json
+import sys
 import threading
 
 import pytest
-
-from photon import wait_until
-from millwheel._routing import interval_of, slot_key
-
 from test_mw_processes import Run
+
+from millwheel._routing import interval_of, slot_key
+from photon import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -98,18 +99,26 @@ def test_a_hot_interval_is_split_and_an_idle_pair_merged_while_records_flow(reba
     assert split_at < total and merged_at < total, \
         f"split after {split_at}, merge after {merged_at} of {total} records: not while they flowed"
     # no other split: the pieces carry half each, below the split threshold
-    assert all(lo in ("", "0004", "0008", "000c", halves_at) for bounds in shapes.seen for lo, _ in bounds), shapes.seen
+    assert all(lo in ("", "0004", "0008", "000c", halves_at) for bounds in shapes.seen for lo, _ in bounds), \
+        shapes.seen
     try:
         run.wait_idle()
     except TimeoutError:
-        import json, sys
-        for w in run.workers():
-            print(json.dumps({k: w[k] for k in ("worker", "intervals", "busy", "counters", "low_watermarks_us", "input_watermarks_us", "outstanding", "in_flight", "injectors", "transport")}), file=sys.stderr)
-        print([ (iv.computation, iv.lo, iv.hi, iv.worker, iv.sequencer) for iv in run.client.interval_map()], file=sys.stderr)
-        print((run.out.parent / "run.log").read_text()[-5000:], file=sys.stderr)
+        _explain(run)
         raise
     run.check()
     counters = [w["counters"] for w in run.workers()]
     assert sum(c.get("given_up", 0) for c in counters) >= 4, "the split and merged pieces were given up"
     st = run.client.status()
     assert max(r["splits"] for r in st) >= 1 and max(r["merges"] for r in st) >= 1
+
+
+def _explain(run: Run) -> None:
+    """What each worker says keeps it busy, the map, and the run's last output (for a cluster not idle)."""
+    for w in run.workers():
+        print(json.dumps({k: w.get(k) for k in ("worker", "intervals", "busy", "counters", "low_watermarks_us",
+                                                "input_watermarks_us", "outstanding", "in_flight", "injectors",
+                                                "transport")}), file=sys.stderr)
+    print([(iv.computation, iv.lo, iv.hi, iv.worker, iv.sequencer) for iv in run.client.interval_map()],
+          file=sys.stderr)
+    print((run.out.parent / "run.log").read_text()[-5000:], file=sys.stderr)
