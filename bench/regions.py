@@ -226,7 +226,8 @@ def _steady(root: Path, writer: Copies, config, args) -> dict:
         following.join(timeout=10)
     w = writer.written_us
     visible = [(follower.published_us[c] - w[c]) / 1000 for c in steady]
-    flushed = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
+    # a line published between two polls was never seen in a hidden file: its first sight is its publication
+    flushed = [(follower.seen_us.get(c, follower.published_us[c]) - w[c]) / 1000 for c in steady]
     last_visible_us = max(follower.published_us[c] for c in steady)
     first_written_us = min(w[c] for c in steady)
     figures = {"offered_clicks_per_s": round(len(steady) / (pacer.ended - pacer.began), 1),
@@ -244,6 +245,11 @@ def _steady(root: Path, writer: Copies, config, args) -> dict:
                message="both dispatchers caught up on the clicks written while both regions were up")
     figures["wasted_joins"] = _wasted_joins(config)
     figures["both_up_clicks"] = len(writer.click_ids)
+    for n in PIPELINE:      # where the wasted joins come from (see dispatcher/_share.py)
+        st = _status(config, n)
+        figures[f"share_{n}"] = " ".join(f"{k}={st.get(k)}" for k in (
+            "wasted_joins", "held_for_owner", "held_found_present", "held_again", "held_joined", "held_wasted",
+            "share_judged_down", "share_grace_ms"))
     figures["wasted_joins_fraction"] = round(figures["wasted_joins"] / figures["both_up_clicks"], 4)
     return figures
 

@@ -52,6 +52,8 @@ class ShareStatistics:
     deferred_wasted: int                 # of those, joined here too late (ALREADY_REGISTERED)
     held_again: int                      # lookups of held clicks that found them unjoined: held again
     judged_down: int                     # times an owner was judged down (silent for its patience)
+    late: int                            # held clicks joined here while their owner progressed: waited longer
+                                         # than the owner's lag plus the patience
 
 
 class RegionShare:
@@ -66,13 +68,14 @@ class RegionShare:
         self.grace_min_us, self.grace_max_us, self.down_after_us = grace_min_us, grace_max_us, down_after_us
         self._grace = [0 if k == self.me else grace_initial_us for k in range(len(regions))]
         self._progress_at: list[int | None] = [None] * len(regions)   # last progress seen of each owner
+        self._lag = [0] * len(regions)      # how long after this region read them its latest clicks were found
         self._silent_since: list[int | None] = [None] * len(regions)  # first unjoined lookup after it
         self._down = [False] * len(regions)
         self._adapted_at: list[int | None] = [None] * len(regions)   # when each owner's grace last changed
         self._grown_at: list[int | None] = [None] * len(regions)     # when it last grew
         self._seen = [0] * len(regions)
         self._c = dict(deferred=0, found_present=0, deferred_joined=0, deferred_wasted=0, held_again=0,
-                       judged_down=0)
+                       judged_down=0, late=0)
 
     def owner(self, cid: str) -> int:
         return mmh3.hash(cid, signed=False) % len(self.regions)
@@ -92,20 +95,32 @@ class RegionShare:
         is judged down."""
         return max(self._grace[owner], self.down_after_us)
 
-    def found_present(self, owner: int, now_us: int, first_lookup: bool = True) -> None:
-        """A held click of ``owner`` was found joined at its lookup (``first_lookup``: at the first one)."""
+    def found_present(self, owner: int, now_us: int, first_lookup: bool = True, waited_us: int = 0) -> None:
+        """A held click of ``owner`` was found joined at its lookup (``first_lookup``: at the first one),
+        ``waited_us`` after this region read it."""
         self._c["found_present"] += 1
+        if self._progress_at[owner] != now_us:
+            self._lag[owner] = waited_us
+        else:
+            self._lag[owner] = max(self._lag[owner], waited_us)
         self._progress(owner, now_us)
         if first_lookup and self._adapted_at[owner] != now_us:
             self._adapted_at[owner] = now_us
             self._grace[owner] = max(self.grace_min_us, int(self._grace[owner] * SHRINK))
 
-    def still_unjoined(self, owner: int, now_us: int, first_lookup: bool = True) -> tuple[int, bool]:
-        """A held click of ``owner`` was found unjoined at its lookup: ``(hold_us, judged_down_now)``.
-        ``hold_us`` > 0: hold it again that long; 0: join it here now. ``judged_down_now``: the owner was
-        judged down by this lookup, so every click of it still held is to be joined here now too."""
+    def still_unjoined(self, owner: int, now_us: int, first_lookup: bool = True,
+                       waited_us: int = 0) -> tuple[int, bool]:
+        """A held click of ``owner`` was found unjoined at its lookup, ``waited_us`` after this region read
+        it: ``(hold_us, judged_down_now)``. ``hold_us`` > 0: hold it again that long; 0: join it here now.
+        ``judged_down_now``: the owner was judged down by this lookup, so every click of it still held is to
+        be joined here now too. A click that waited longer than the owner's lag plus the patience is
+        joined here even while the owner shows progress (it may never join it: it saw another owner)."""
         if self._down[owner]:
             return 0, False
+        if waited_us > self._lag[owner] + self.patience_us(owner) and self._progress_at[owner] is not None:
+            late_alone = now_us - self._progress_at[owner] < self.patience_us(owner)
+        else:
+            late_alone = False
         since = self._silent_since[owner]
         progress = self._progress_at[owner]
         if since is None or (progress is not None and progress >= since):
@@ -117,6 +132,9 @@ class RegionShare:
             self._silent_since[owner] = None
             self._c["judged_down"] += 1
             return 0, True
+        if late_alone:
+            self._c["late"] += 1
+            return 0, False
         self._c["held_again"] += 1
         return self._grace[owner], False
 

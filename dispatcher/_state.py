@@ -188,6 +188,7 @@ class DispatcherStatistics:
     held_wasted: int = 0           # of those, joined here too late: wasted after all
     held_again: int = 0            # lookups of held clicks that found them unjoined, held again (owner progressing)
     share_judged_down: int = 0     # times an owner region was judged down (silent for its patience)
+    held_late: int = 0             # held clicks joined here while their owner progressed (waited > its lag + patience)
     share_grace_ms: dict = field(default_factory=dict)   # owner region -> its grace now
     share_down: list = field(default_factory=list)       # owner regions judged down (their clicks taken at once)
 
@@ -350,6 +351,7 @@ class DispatcherState:
         s = self._share.statistics()
         return dict(held_for_owner=s.deferred, held_found_present=s.found_present, held_joined=s.deferred_joined,
                     held_wasted=s.deferred_wasted, held_again=s.held_again, share_judged_down=s.judged_down,
+                    held_late=s.late,
                     share_grace_ms={r: g for k, (r, g) in enumerate(zip(s.owners, s.grace_ms)) if k != self._share.me},
                     share_down=[r for r, d in zip(s.owners, s.down) if d])
 
@@ -457,7 +459,8 @@ class DispatcherState:
                 owner = held.get(cid)
                 if known and cid not in recovered:
                     if owner is not None:
-                        self._share.found_present(owner, now, cid not in again)
+                        waited = now - self._events[cid][_FIRST_SEEN]
+                        self._share.found_present(owner, now, cid not in again, waited)
                     self._resolve_duplicate(cid)
                 elif owner is not None and self._hold_again(cid, owner, now):
                     pass
@@ -556,7 +559,8 @@ class DispatcherState:
         """A held click found unjoined: hold it again while its owner shows progress (true), else it is
         joined here; an owner judged down by this lookup has every click of it still held released now."""
         share = self._share
-        hold, judged_down = share.still_unjoined(owner, now, cid not in self._held_again)
+        hold, judged_down = share.still_unjoined(owner, now, cid not in self._held_again,
+                                                 now - self._events[cid][_FIRST_SEEN])
         self._held_again.add(cid)
         if judged_down:
             held = self._held

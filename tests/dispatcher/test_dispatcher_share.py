@@ -176,3 +176,16 @@ def test_without_a_registry_lookup_nothing_is_held():
     st_ = state(lookups=False, share=share("a"))
     [send] = of(st_.handle(LinesRead([chunk([line(k) for k in range(20)])], clock.now_us())), SendBatch)
     assert len(send.ids) == 20
+
+
+def test_a_click_far_behind_the_owners_lag_is_joined_here_while_the_owner_keeps_progressing():
+    s = RegionShare(["a", "b"], "a", 200 * MS, 20 * MS, 2000 * MS, down_after_us=1000 * MS)
+    s.found_present(1, 10_000 * MS, first_lookup=False, waited_us=300 * MS)   # the owner is 300 ms behind
+    # a click waiting no longer than the lag plus the patience is held again
+    assert s.still_unjoined(1, 10_001 * MS, first_lookup=False, waited_us=1300 * MS) == (200 * MS, False)
+    s.found_present(1, 10_002 * MS, first_lookup=False, waited_us=300 * MS)
+    # one waiting longer while the owner progresses (it may have judged itself not the owner): joined here,
+    # the owner is not judged down
+    assert s.still_unjoined(1, 10_003 * MS, first_lookup=False, waited_us=1301 * MS) == (0, False)
+    st_ = s.statistics()
+    assert st_.late == 1 and st_.down == (False, False) and st_.judged_down == 0
