@@ -3,8 +3,10 @@
 Every pipeline region reads its own copy of every click. Left alone, both regions race for each click and
 one of the two joins is wasted (the registry lets one commit win; the other gets ALREADY_EXISTS). The Photon
 paper's dispatchers look the id up in the registry before joining (§3.3, §4.4); that only helps when the other
-region has already committed. Here each click also has an *owner*: the pipeline region that a stable hash of
-its id (``mmh3(id) mod n`` over the config's pipeline regions, the same on every machine) picks. A region
+region has already committed. Here each click also has an *owner*: the pipeline region holding the registry's
+leader, when every shard's leader is in one pipeline region (:meth:`RegionShare.follow_leader`: its commits
+pay one round trip, any other region's two), else the one that a stable hash of its id (``mmh3(id) mod n``
+over the config's pipeline regions, the same on every machine) picks. A region
 joins the clicks it owns at once; it holds another region's click back for a *grace* and then looks it up.
 Found present: resolved with no join at all. Found still unjoined: it is held again, for another grace, for
 as long as the owner shows *progress*; it is joined here only once the owner is judged *down*.
@@ -46,6 +48,7 @@ class ShareStatistics:
     owners: tuple[str, ...]
     grace_ms: tuple[float, ...]          # per owner region (0 for this region)
     down: tuple[bool, ...]               # per owner region: judged down
+    leader_region: str                   # the region owning every click ("": the hash picks; see follow_leader)
     deferred: int                        # clicks held back for their owner
     found_present: int                   # of those, found joined by the owner (no join here)
     deferred_joined: int                 # of those, joined here (the owner had not)
@@ -66,6 +69,7 @@ class RegionShare:
         self.regions = list(regions)
         self.me = self.regions.index(me)
         self.grace_min_us, self.grace_max_us, self.down_after_us = grace_min_us, grace_max_us, down_after_us
+        self._leader: int | None = None     # see follow_leader
         self._grace = [0 if k == self.me else grace_initial_us for k in range(len(regions))]
         self._progress_at: list[int | None] = [None] * len(regions)   # last progress seen of each owner
         self._lag = [0] * len(regions)      # how long after this region read them its latest clicks were found
@@ -78,7 +82,16 @@ class RegionShare:
                        judged_down=0, late=0)
 
     def owner(self, cid: str) -> int:
-        return mmh3.hash(cid, signed=False) % len(self.regions)
+        leader = self._leader
+        return leader if leader is not None else mmh3.hash(cid, signed=False) % len(self.regions)
+
+    def follow_leader(self, region: str | None) -> None:
+        """The region of every registry shard's leader (None: unknown, or the leaders are in several
+        regions). When it is a pipeline region, that region owns every click: its commits need one round
+        trip less than any other's (the leader is at home). Every region asks the registry and so finds the
+        same region; while they disagree (a new leader), a click both own costs a wasted join and a click
+        neither owns waits the owner's lag plus the patience."""
+        self._leader = self.regions.index(region) if region in self.regions else None
 
     def hold_us(self, owner: int) -> int:
         """How long to hold back a click of ``owner`` before looking it up (0: at once)."""
@@ -165,5 +178,6 @@ class RegionShare:
         self._grace[owner] = min(self.grace_max_us, int(self._grace[owner] * GROW) + GROW_ADD_US)
 
     def statistics(self) -> ShareStatistics:
+        leader = "" if self._leader is None else self.regions[self._leader]
         return ShareStatistics(tuple(self.regions), tuple(g / 1000 for g in self._grace), tuple(self._down),
-                               **self._c)
+                               leader, **self._c)

@@ -191,6 +191,7 @@ class DispatcherStatistics:
     held_late: int = 0             # held clicks joined here while their owner progressed (waited > its lag + patience)
     share_grace_ms: dict = field(default_factory=dict)   # owner region -> its grace now
     share_down: list = field(default_factory=list)       # owner regions judged down (their clicks taken at once)
+    share_leader_region: str = ""  # the region owning every click (its registry leader's), "" when the hash picks
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -307,6 +308,11 @@ class DispatcherState:
     # ------------------------------------------------------------ queries
 
     @property
+    def share(self) -> RegionShare | None:
+        """Each click's first region (None: every click is looked up and joined at once)."""
+        return self._share
+
+    @property
     def caught_up(self) -> bool:
         return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
 
@@ -353,7 +359,7 @@ class DispatcherState:
                     held_wasted=s.deferred_wasted, held_again=s.held_again, share_judged_down=s.judged_down,
                     held_late=s.late,
                     share_grace_ms={r: g for k, (r, g) in enumerate(zip(s.owners, s.grace_ms)) if k != self._share.me},
-                    share_down=[r for r, d in zip(s.owners, s.down) if d])
+                    share_down=[r for r, d in zip(s.owners, s.down) if d], share_leader_region=s.leader_region)
 
     def oldest_unresolved_us(self) -> int:
         """The event time (from its id) of the oldest click queued, in flight or waiting for a retry; 0 when

@@ -189,3 +189,24 @@ def test_a_click_far_behind_the_owners_lag_is_joined_here_while_the_owner_keeps_
     assert s.still_unjoined(1, 10_003 * MS, first_lookup=False, waited_us=1301 * MS) == (0, False)
     st_ = s.statistics()
     assert st_.late == 1 and st_.down == (False, False) and st_.judged_down == 0
+
+
+def test_the_region_of_the_registry_leader_owns_every_click_and_the_hash_picks_otherwise():
+    from dispatcher._leader import leaders_region
+    by_address = {"10.0.0.1:1": "a", "10.0.0.1:2": "a", "10.0.0.2:1": "b", "10.0.0.3:1": "c"}
+    assert leaders_region({0: "10.0.0.1:1", 1: "10.0.0.1:2"}, by_address) == "a"
+    assert leaders_region({0: "10.0.0.1:1", 1: "10.0.0.2:1"}, by_address) is None     # several regions
+    assert leaders_region({0: "10.9.9.9:1"}, by_address) is None                       # unknown address
+    assert leaders_region({}, by_address) is None
+    a, b = share("a"), share("b")
+    ids = [cid(n) for n in range(200)]
+    hashed = [a.owner(i) for i in ids]
+    for s in (a, b):
+        s.follow_leader("b")
+    assert {a.owner(i) for i in ids} == {b.owner(i) for i in ids} == {1}
+    assert a.hold_us(1) > 0 and b.hold_us(1) == 0 and a.statistics().leader_region == "b"
+    for s in (a, b):
+        s.follow_leader("c")                               # a registry-only region: the hash picks
+    assert [a.owner(i) for i in ids] == [b.owner(i) for i in ids] == hashed
+    a.follow_leader(None)
+    assert [a.owner(i) for i in ids] == hashed and a.statistics().leader_region == ""
