@@ -210,3 +210,31 @@ def test_the_region_of_the_registry_leader_owns_every_click_and_the_hash_picks_o
     assert [a.owner(i) for i in ids] == [b.owner(i) for i in ids] == hashed
     a.follow_leader(None)
     assert [a.owner(i) for i in ids] == hashed and a.statistics().leader_region == ""
+
+
+def test_the_leader_follower_tells_the_share_the_leaders_region_and_keeps_it_when_the_registry_fails():
+    from dispatcher._leader import LeaderFollower
+    from photon import wait_until
+
+    class Registry:                                        # FAKE: the registry client's leaders() answer
+        def __init__(self):
+            self.answer, self.calls = {0: "10.0.0.2:1"}, 0
+
+        def leaders(self):
+            self.calls += 1
+            if self.answer is None:
+                raise ConnectionError("registry unreachable")
+            return dict(self.answer)
+
+    registry, sh = Registry(), share("a")
+    follower = LeaderFollower(sh, registry, {"10.0.0.1:1": "a", "10.0.0.2:1": "b"}, "test", interval_s=0.01).start()
+    try:
+        wait_until(lambda: sh.statistics().leader_region == "b", 10, message="the leader's region followed")
+        registry.answer = None
+        failed_from = registry.calls
+        wait_until(lambda: registry.calls >= failed_from + 3, 10, message="three failed asks")
+        assert sh.statistics().leader_region == "b"        # the last answer stays
+        registry.answer = {0: "10.0.0.1:1"}
+        wait_until(lambda: sh.statistics().leader_region == "a", 10, message="a new leader's region followed")
+    finally:
+        follower.stop()
