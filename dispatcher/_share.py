@@ -3,10 +3,11 @@
 Every pipeline region reads its own copy of every click. Left alone, both regions race for each click and
 one of the two joins is wasted (the registry lets one commit win; the other gets ALREADY_EXISTS). The Photon
 paper's dispatchers look the id up in the registry before joining (§3.3, §4.4); that only helps when the other
-region has already committed. Here each click also has an *owner*: the pipeline region holding the registry's
-leader, when every shard's leader is in one pipeline region (:meth:`RegionShare.follow_leader`: its commits
-pay one round trip, any other region's two), else the one that a stable hash of its id (``mmh3(id) mod n``
-over the config's pipeline regions, the same on every machine) picks. A region
+region has already committed. Here each click also has an *owner*, picked by a stable hash of its id (``mmh3``,
+the same on every machine): when every registry shard's leader is in one pipeline region, that region owns
+``leader_fraction`` of the clicks (:meth:`RegionShare.follow_leader`: its commits pay one round trip, any
+other region's two) and the other pipeline regions the rest; otherwise ``mmh3(id) mod n`` over the config's
+pipeline regions picks. A region
 joins the clicks it owns at once; it holds another region's click back for a *grace* and then looks it up.
 Found present: resolved with no join at all. Found still unjoined: it is held again, for another grace, for
 as long as the owner shows *progress*; it is joined here only once the owner is judged *down*.
@@ -63,13 +64,15 @@ class RegionShare:
     """Which region joins a click first, and how long the others wait (see the module docstring)."""
 
     def __init__(self, regions: list[str], me: str, grace_initial_us: int, grace_min_us: int,
-                 grace_max_us: int, down_after_us: int = 1_000_000) -> None:
+                 grace_max_us: int, down_after_us: int = 1_000_000, leader_fraction: float = 0.75) -> None:
         if me not in regions:
             raise ValueError(f"region {me!r} is not one of the pipeline regions {regions}")
         self.regions = list(regions)
         self.me = self.regions.index(me)
         self.grace_min_us, self.grace_max_us, self.down_after_us = grace_min_us, grace_max_us, down_after_us
         self._leader: int | None = None     # see follow_leader
+        self._others: list[int] = []
+        self._leader_permille = round(leader_fraction * 1000)
         self._grace = [0 if k == self.me else grace_initial_us for k in range(len(regions))]
         self._progress_at: list[int | None] = [None] * len(regions)   # last progress seen of each owner
         self._lag = [0] * len(regions)      # how long after this region read them its latest clicks were found
@@ -82,16 +85,25 @@ class RegionShare:
                        judged_down=0, late=0)
 
     def owner(self, cid: str) -> int:
+        h = mmh3.hash(cid, signed=False)
         leader = self._leader
-        return leader if leader is not None else mmh3.hash(cid, signed=False) % len(self.regions)
+        if leader is None:
+            return h % len(self.regions)
+        if h % 1000 < self._leader_permille:
+            return leader
+        others = self._others
+        return others[(h // 1000) % len(others)]
 
     def follow_leader(self, region: str | None) -> None:
         """The region of every registry shard's leader (None: unknown, or the leaders are in several
-        regions). When it is a pipeline region, that region owns every click: its commits need one round
-        trip less than any other's (the leader is at home). Every region asks the registry and so finds the
+        regions). When it is a pipeline region, that region owns ``leader_fraction`` of the clicks (by the
+        hash) and the other pipeline regions the rest: its commits need one round trip less than any other's
+        (the leader is at home), so with more than half the clicks there the union's median click pays one
+        round trip, while the other regions still take part of the work (a backlog drains on every region). Every region asks the registry and so finds the
         same region; while they disagree (a new leader), a click both own costs a wasted join and a click
         neither owns waits the owner's lag plus the patience."""
         self._leader = self.regions.index(region) if region in self.regions else None
+        self._others = [k for k in range(len(self.regions)) if k != self._leader]
 
     def hold_us(self, owner: int) -> int:
         """How long to hold back a click of ``owner`` before looking it up (0: at once)."""

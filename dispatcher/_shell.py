@@ -448,4 +448,5 @@ def region_share(config: PhotonConfig, region: str) -> RegionShare | None:
     if not d.share_by_region or len(names) < 2 or region not in names:
         return None
     return RegionShare(names, region, int(d.share_grace_initial_ms * 1000), int(d.share_grace_min_ms * 1000),
-                       int(d.share_grace_max_ms * 1000), int(d.share_down_after_ms * 1000))
+                       int(d.share_grace_max_ms * 1000), int(d.share_down_after_ms * 1000),
+                       d.share_leader_fraction)

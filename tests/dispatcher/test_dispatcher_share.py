@@ -203,8 +203,15 @@ def test_the_region_of_the_registry_leader_owns_every_click_and_the_hash_picks_o
     hashed = [a.owner(i) for i in ids]
     for s in (a, b):
         s.follow_leader("b")
-    assert {a.owner(i) for i in ids} == {b.owner(i) for i in ids} == {1}
+    owners = [a.owner(i) for i in ids]
+    assert owners == [b.owner(i) for i in ids]
+    assert 0.65 < owners.count(1) / len(ids) < 0.85          # leader_fraction 0.75 to the leader's region
     assert a.hold_us(1) > 0 and b.hold_us(1) == 0 and a.statistics().leader_region == "b"
+    alone = RegionShare(["a", "b", "c"], "a", 200 * MS, 20 * MS, 2000 * MS, leader_fraction=1.0)
+    alone.follow_leader("c")
+    assert {alone.owner(i) for i in ids} == {2}
+    alone.follow_leader("d")                                  # not a pipeline region: the hash picks
+    assert {alone.owner(i) for i in ids} == {0, 1, 2}
     for s in (a, b):
         s.follow_leader("c")                               # a registry-only region: the hash picks
     assert [a.owner(i) for i in ids] == [b.owner(i) for i in ids] == hashed
