@@ -30,8 +30,9 @@ running deployment, in phases:
    ``--rate`` for ``--outage-s`` (region a joins everything alone), writing stops, b comes back:
    ``catch_up_s`` is the time until b's new dispatcher has read its whole copy and resolved every click;
    ``outage_join_p50_ms``/``p99``: visible latency of the clicks written during the outage (region a alone),
-   ``outage_b_share_...``: of those that b's hash share gives b (what a holds back for b when the registry
-   leader is not in a, until it judges b down): p50, max, and p50 over the outage's first seconds;
+   ``outage_b_share_...``: of those that the share gave b before the outage (what a holds back for b until
+   it judges b down, or until it sees the registry leader move to a): p50, max, and p50 over the outage's
+   first seconds;
    ``outage_a_judged_b_down``: how often a judged b down;
    ``outage_wasted_joins``: wasted joins during the outage and b's catch-up (not in the fraction above).
 
@@ -280,9 +281,9 @@ def _steady(root: Path, writer: Copies, config, args) -> dict:
 
 def _outage(root: Path, writer: Copies, joined: Joined, config, args) -> dict:
     """Phase 4: region b down whole for ``--outage-s`` while clicks keep coming, then back: its catch-up.
-    The visible latency of the clicks written meanwhile: all of them, and b's share by the hash (the share
-    a holds back for b when the leader is not at a: orphaned until a judges b down), over the first
-    ``ORPHAN_WINDOW_S`` of the outage and over all of it."""
+    The visible latency of the clicks written meanwhile: all of them, and b's share (as a saw the owners
+    before: orphaned until a judges b down or sees the leader at home), over the first ``ORPHAN_WINDOW_S``
+    of the outage and over all of it."""
     from photon.app import region_down, region_up
     from dispatcher._share import RegionShare
     old_pid = _status(config, "b").get("pid")
@@ -294,8 +295,9 @@ def _outage(root: Path, writer: Copies, joined: Joined, config, args) -> dict:
     outage, _ = following.run(args.rate, args.outage_s, args.timeout)
     wait_until(lambda: joined.count() >= len(writer.click_ids), args.timeout, interval=0.2,
                message="region a joined everything alone")
-    hashed = RegionShare(list(PIPELINE), "a", 1, 1, 1)
-    b_share = [c for c in outage if hashed.owner(c) == 1]
+    shared = RegionShare(list(PIPELINE), "a", 1, 1, 1, leader_fraction=config.dispatcher.share_leader_fraction)
+    shared.follow_leader(share_a.get("share_leader_region") or None)     # owners as a saw them before
+    b_share = [c for c in outage if shared.owner(c) == 1]
     early = [c for c in b_share if writer.written_us[c] - t_down_us <= ORPHAN_WINDOW_S * 1e6]
     figures = {"outage_join_p50_ms": round(percentile(following.visible_ms(outage), 50), 1),
                "outage_join_p99_ms": round(percentile(following.visible_ms(outage), 99), 1),
