@@ -161,7 +161,10 @@ class RegionShare:
             self._c["late"] += 1
             return 0, False
         self._c["held_again"] += 1
-        return self._grace[owner], False
+        if since == now_us:
+            return self._grace[owner], False
+        # silent: look again when the patience runs out, so a down owner is noticed then, not a grace later
+        return max(self.grace_min_us, min(self._grace[owner], since + self.patience_us(owner) - now_us)), False
 
     def joined(self, owner: int, now_us: int) -> None:
         """A held click of ``owner`` was joined here (the owner had been judged down)."""
