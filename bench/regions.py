@@ -299,11 +299,11 @@ def _outage(root: Path, writer: Copies, joined: Joined, config, args) -> dict:
     shared.follow_leader(share_a.get("share_leader_region") or None)     # owners as a saw them before
     b_share = [c for c in outage if shared.owner(c) == 1]
     early = [c for c in b_share if writer.written_us[c] - t_down_us <= ORPHAN_WINDOW_S * 1e6]
-    figures = {"outage_join_p50_ms": round(percentile(following.visible_ms(outage), 50), 1),
-               "outage_join_p99_ms": round(percentile(following.visible_ms(outage), 99), 1),
-               "outage_b_share_p50_ms": round(percentile(following.visible_ms(b_share), 50), 1),
-               "outage_b_share_max_ms": round(max(following.visible_ms(b_share)), 1),
-               f"outage_b_share_first_{ORPHAN_WINDOW_S}s_p50_ms": round(percentile(following.visible_ms(early), 50), 1),
+    def p(ids, q):
+        return round(percentile(following.visible_ms(ids), q), 1) if ids else None
+    figures = {"outage_join_p50_ms": p(outage, 50), "outage_join_p99_ms": p(outage, 99),
+               "outage_b_share_p50_ms": p(b_share, 50), "outage_b_share_max_ms": p(b_share, 100),
+               f"outage_b_share_first_{ORPHAN_WINDOW_S}s_p50_ms": p(early, 50),
                "outage_leader_region_before": share_a.get("share_leader_region", ""),
                "outage_a_judged_b_down": _status(config, "a").get("share_judged_down", 0)
                - share_a.get("share_judged_down", 0)}
