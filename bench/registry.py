@@ -176,7 +176,8 @@ class Bench:
         procs = []
         for c in range(clients):
             seed = self.seed if race else self.seed + c
-            argv = [*self._prefix(PLACES[0]), sys.executable, "-m", "bench.registry", "--worker", "--endpoints", ",".join(self.endpoints),
+            argv = [*self._prefix(PLACES[0]), sys.executable, "-m", "bench.registry", "--worker",
+                    "--endpoints", ",".join(self.endpoints),
                     "--threads", str(threads), "--batch", str(batch), "--duration", str(duration),
                     "--rate", str(rate / clients), "--seed", str(seed), "--token", f"bench-{c}",
                     "--start-at", str(start_at), "--base-us", str(self.base_us)]

@@ -49,7 +49,7 @@ class ShareStatistics:
     owners: tuple[str, ...]
     grace_ms: tuple[float, ...]          # per owner region (0 for this region)
     down: tuple[bool, ...]               # per owner region: judged down
-    leader_region: str                   # the region owning every click ("": the hash picks; see follow_leader)
+    leader_region: str                   # the leader's region, owning leader_fraction of the clicks ("": none)
     deferred: int                        # clicks held back for their owner
     found_present: int                   # of those, found joined by the owner (no join here)
     deferred_joined: int                 # of those, joined here (the owner had not)
@@ -99,9 +99,9 @@ class RegionShare:
         regions). When it is a pipeline region, that region owns ``leader_fraction`` of the clicks (by the
         hash) and the other pipeline regions the rest: its commits need one round trip less than any other's
         (the leader is at home), so with more than half the clicks there the union's median click pays one
-        round trip, while the other regions still take part of the work (a backlog drains on every region). Every region asks the registry and so finds the
-        same region; while they disagree (a new leader), a click both own costs a wasted join and a click
-        neither owns waits the owner's lag plus the patience."""
+        round trip, while the other regions still take part of the work (a backlog drains on every region).
+        Every region asks the registry and so finds the same region; while they disagree (a new leader), a
+        click both own costs a wasted join and a click neither owns waits the owner's lag plus the patience."""
         self._leader = self.regions.index(region) if region in self.regions else None
         self._others = [k for k in range(len(self.regions)) if k != self._leader]
 

@@ -191,7 +191,7 @@ class DispatcherStatistics:
     held_late: int = 0             # held clicks joined here while their owner progressed (waited > its lag + patience)
     share_grace_ms: dict = field(default_factory=dict)   # owner region -> its grace now
     share_down: list = field(default_factory=list)       # owner regions judged down (their clicks taken at once)
-    share_leader_region: str = ""  # the region owning every click (its registry leader's), "" when the hash picks
+    share_leader_region: str = ""  # the registry leader's region, owning share_leader_fraction of the clicks ("": none)
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
