@@ -142,7 +142,7 @@ def test_an_owner_gone_silent_has_its_held_clicks_joined_here_after_the_grace_an
     clock = FakeClock()
     sh = RegionShare(["a", "b"], "a", 200 * MS, 20 * MS, 2000 * MS, down_after_us=300 * MS)
     st_ = state(lookups=True, share=sh)
-    mine, theirs = _owned_and_not(sh, 80)
+    _, theirs = _owned_and_not(sh, 80)
     first, second = theirs[: len(theirs) // 2], theirs[len(theirs) // 2:]
     t0 = clock.now_us()
     for part in (first, second):                           # two reads 150 ms apart; the owner never joins
