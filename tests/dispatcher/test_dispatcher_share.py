@@ -193,7 +193,7 @@ def test_a_click_far_behind_the_owners_lag_is_joined_here_while_the_owner_keeps_
     assert st_.late == 1 and st_.down == (False, False) and st_.judged_down == 0
 
 
-def test_the_region_of_the_registry_leader_owns_every_click_and_the_hash_picks_otherwise():
+def test_the_region_of_the_registry_leader_owns_its_fraction_of_the_clicks_and_the_hash_picks_otherwise():
     from dispatcher._leader import leaders_region
     by_address = {"10.0.0.1:1": "a", "10.0.0.1:2": "a", "10.0.0.2:1": "b", "10.0.0.3:1": "c"}
     assert leaders_region({0: "10.0.0.1:1", 1: "10.0.0.1:2"}, by_address) == "a"
