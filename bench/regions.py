@@ -29,6 +29,11 @@ running deployment, in phases:
 4. outage: region b taken down whole (SIGKILL, its 2 registry replicas too) while writing goes on at
    ``--rate`` for ``--outage-s`` (region a joins everything alone), writing stops, b comes back:
    ``catch_up_s`` is the time until b's new dispatcher has read its whole copy and resolved every click;
+   ``outage_join_p50_ms``/``p99``: visible latency of the clicks written during the outage (region a alone),
+   ``outage_b_share_...``: of those that the share gave b before the outage (what a holds back for b until
+   it judges b down, or until it sees the registry leader move to a): p50, max, and p50 over the outage's
+   first seconds;
+   ``outage_a_judged_b_down``: how often a judged b down;
    ``outage_wasted_joins``: wasted joins during the outage and b's catch-up (not in the fraction above).
 
 Also per round trip: registry ids per replicated command (leaders' counters) and the region of the
@@ -60,6 +65,8 @@ from bench.pipeline import Writer
 from photon import REGION_PORT_SPAN, load_config, read_output_lines, scrape, wait_until
 
 PIPELINE = ("a", "b")
+ORPHAN_WINDOW_S = 5
+"""The outage's first seconds, over which the latency of b's orphaned share is also reported."""
 REGIONS = ("a", "b", "c")
 
 
@@ -199,34 +206,53 @@ def _wasted_joins(config) -> int:
     return sum(_status(config, n).get("wasted_joins", 0) for n in PIPELINE)
 
 
+class Following:
+    """An :class:`OutputFollower` of both regions' output polled by a thread while ``--rate`` clicks per
+    second are written for ``seconds``; :meth:`run` returns the clicks written, once all are visible."""
+
+    def __init__(self, root: Path, writer: Copies) -> None:
+        self.writer = writer
+        self.follower = OutputFollower(root / "out")
+        self.follower.poll()                         # what is there already: read now, not timed
+
+    def run(self, rate: int, seconds: float, timeout: float, before_wait=None) -> tuple[list[str], "Pacer"]:
+        first = len(self.writer.click_ids)
+        pacer = Pacer(self.writer, rate)
+        pacer.start()
+        stop_follow = threading.Event()
+
+        def follow() -> None:
+            while not stop_follow.wait(0.002):
+                self.follower.poll()
+        following = threading.Thread(target=follow, daemon=True)
+        following.start()
+        time.sleep(seconds)                          # the phase's length: load is being offered
+        pacer.stopped.set()
+        pacer.join()
+        written = self.writer.click_ids[first:]
+        try:
+            wait_until(lambda: all(c in self.follower.published_us for c in written), timeout, interval=0.1,
+                       message="the phase's clicks visible in the output")
+        finally:
+            stop_follow.set()
+            following.join(timeout=10)
+        return written, pacer
+
+    def visible_ms(self, ids) -> list[float]:
+        w, published = self.writer.written_us, self.follower.published_us
+        return [(published[c] - w[c]) / 1000 for c in ids]
+
+
 def _steady(root: Path, writer: Copies, config, args) -> dict:
     """Phase 3: ``--rate`` clicks/s for ``--seconds``; clicks joined/s and join latency (union) to the joined
     line being visible under the output contract; then the wasted joins of the clicks written so far."""
-    follower = OutputFollower(root / "out")
-    follower.poll()                                  # what is there already: read now, not timed
-    first = len(writer.click_ids)
-    pacer = Pacer(writer, args.rate)
-    pacer.start()
-    stop_follow = threading.Event()
-
-    def follow() -> None:
-        while not stop_follow.wait(0.002):
-            follower.poll()
-    following = threading.Thread(target=follow, daemon=True)
-    following.start()
-    time.sleep(args.seconds)                         # the steady phase's length: load is being offered
-    pacer.stopped.set()
-    pacer.join()
-    steady = writer.click_ids[first:]
-    try:
-        wait_until(lambda: all(c in follower.published_us for c in steady), args.timeout, interval=0.1,
-                   message="the steady phase's clicks visible in the output")
-    finally:
-        stop_follow.set()
-        following.join(timeout=10)
+    following = Following(root, writer)
+    steady, pacer = following.run(args.rate, args.seconds, args.timeout)
+    follower = following.follower
     w = writer.written_us
     visible = [(follower.published_us[c] - w[c]) / 1000 for c in steady]
-    flushed = [(follower.seen_us[c] - w[c]) / 1000 for c in steady]
+    # a line published between two polls was never seen in a hidden file: its first sight is its publication
+    flushed = [(follower.seen_us.get(c, follower.published_us[c]) - w[c]) / 1000 for c in steady]
     last_visible_us = max(follower.published_us[c] for c in steady)
     first_written_us = min(w[c] for c in steady)
     figures = {"offered_clicks_per_s": round(len(steady) / (pacer.ended - pacer.began), 1),
@@ -244,23 +270,43 @@ def _steady(root: Path, writer: Copies, config, args) -> dict:
                message="both dispatchers caught up on the clicks written while both regions were up")
     figures["wasted_joins"] = _wasted_joins(config)
     figures["both_up_clicks"] = len(writer.click_ids)
+    for n in PIPELINE:      # where the wasted joins come from (see dispatcher/_share.py)
+        st = _status(config, n)
+        figures[f"share_{n}"] = " ".join(f"{k}={st.get(k)}" for k in (
+            "wasted_joins", "held_for_owner", "held_found_present", "held_again", "held_joined", "held_wasted",
+            "held_late", "share_judged_down", "share_grace_ms", "share_leader_region"))
     figures["wasted_joins_fraction"] = round(figures["wasted_joins"] / figures["both_up_clicks"], 4)
     return figures
 
 
-def _outage(writer: Copies, joined: Joined, config, args) -> dict:
-    """Phase 4: region b down whole for ``--outage-s`` while clicks keep coming, then back: its catch-up."""
+def _outage(root: Path, writer: Copies, joined: Joined, config, args) -> dict:
+    """Phase 4: region b down whole for ``--outage-s`` while clicks keep coming, then back: its catch-up.
+    The visible latency of the clicks written meanwhile: all of them, and b's share (as a saw the owners
+    before: orphaned until a judges b down or sees the leader at home), over the first ``ORPHAN_WINDOW_S``
+    of the outage and over all of it."""
     from photon.app import region_down, region_up
+    from dispatcher._share import RegionShare
     old_pid = _status(config, "b").get("pid")
     before = len(writer.click_ids)
+    share_a = _status(config, "a")
+    following = Following(root, writer)
+    t_down_us = time.time_ns() // 1000
     region_down(config, "b", hard=True)
-    pacer = Pacer(writer, args.rate)
-    pacer.start()
-    time.sleep(args.outage_s)                        # the outage's length, load being offered meanwhile
-    pacer.stopped.set()
-    pacer.join()
+    outage, _ = following.run(args.rate, args.outage_s, args.timeout)
     wait_until(lambda: joined.count() >= len(writer.click_ids), args.timeout, interval=0.2,
                message="region a joined everything alone")
+    shared = RegionShare(list(PIPELINE), "a", 1, 1, 1, leader_fraction=config.dispatcher.share_leader_fraction)
+    shared.follow_leader(share_a.get("share_leader_region") or None)     # owners as a saw them before
+    b_share = [c for c in outage if shared.owner(c) == 1]
+    early = [c for c in b_share if writer.written_us[c] - t_down_us <= ORPHAN_WINDOW_S * 1e6]
+    def p(ids, q):
+        return round(percentile(following.visible_ms(ids), q), 1) if ids else None
+    figures = {"outage_join_p50_ms": p(outage, 50), "outage_join_p99_ms": p(outage, 99),
+               "outage_b_share_p50_ms": p(b_share, 50), "outage_b_share_max_ms": p(b_share, 100),
+               f"outage_b_share_first_{ORPHAN_WINDOW_S}s_p50_ms": p(early, 50),
+               "outage_leader_region_before": share_a.get("share_leader_region", ""),
+               "outage_a_judged_b_down": _status(config, "a").get("share_judged_down", 0)
+               - share_a.get("share_judged_down", 0)}
     t_up = time.monotonic()
     region_up(config, "b")
 
@@ -268,7 +314,8 @@ def _outage(writer: Copies, joined: Joined, config, args) -> dict:
         s = _status(config, "b")
         return s.get("pid") not in (None, old_pid) and bool(s.get("caught_up"))
     wait_until(b_caught_up, args.timeout, interval=0.05, message="region b caught up")
-    return {"catch_up_s": round(time.monotonic() - t_up, 2), "outage_clicks": len(writer.click_ids) - before}
+    return {"catch_up_s": round(time.monotonic() - t_up, 2), "outage_clicks": len(writer.click_ids) - before,
+            **figures}
 
 
 def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict:
@@ -293,7 +340,7 @@ def _one_rtt(root: Path, rtt_ms: float, args, net: RegionNetwork | None) -> dict
                    message=f"{args.backlog} backlog clicks joined")
         figures["backlog_clicks_joined_per_s"] = round(args.backlog / (time.monotonic() - t0), 1)
         figures.update(_steady(root, writer, config, args))
-        figures.update(_outage(writer, joined, config, args))
+        figures.update(_outage(root, writer, joined, config, args))
         figures["outage_wasted_joins"] = _wasted_joins(config) - figures["wasted_joins"]
         figures["clicks"] = len(writer.click_ids)
         stop_groups(procs)

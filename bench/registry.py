@@ -2,6 +2,10 @@
 
     python -m bench.registry --shards 1 --replicas 3 [--rtt-ms 100] [--clients 2] [--json]
 
+With ``--rtt-ms``, the replicas run in three network namespaces (one region each, replica k in region
+k mod 3) any two of them that round trip apart, and the clients in the first region (:class:`Bench`);
+``distance`` says how the delay was made.
+
 Phases: *light* (one client thread, one small commit at a time: latency without load), *peak* (every
 client process and thread committing batches of fresh ids as fast as answers come: ids/s), *half*
 (the same clients paced to half the peak rate: latency under moderate load), *race* (two clients commit
@@ -32,8 +36,13 @@ import time
 from pathlib import Path
 
 from bench._common import percentile, stop_groups
-from photon import parse_config, wait_until
+from bench.netns import RegionNetwork, delay_kind, delay_refused, namespaces_refused
+from photon import REGION_PORT_SPAN, parse_config, wait_until
 import idregistry
+
+
+PLACES = ("r0", "r1", "r2")
+"""The regions of ``--rtt-ms`` runs: r0 runs the clients (a pipeline region), r1 and r2 registry replicas only."""
 
 
 # ---- the client worker (its own process) -------------------------------------------------------------
@@ -104,23 +113,42 @@ def worker(args) -> None:
 # ---- the driver -------------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, args) -> None:
+    """A fresh cluster. With ``net`` (a :class:`bench.netns.RegionNetwork` of :data:`PLACES`), replica k runs
+    in the namespace of ``PLACES[k % 3]`` (the first a pipeline region, the others registry-only, as a
+    deployment places them), any two a real round trip apart, and the clients run in the first region:
+    a commit pays the round trip from the leader to a majority. Without it every replica runs on this
+    host's loopback, and ``simulated_rtt_ms`` (``--rtt-ms`` where namespaces are refused) delays Raft's
+    messages only."""
+
+    def __init__(self, args, net=None) -> None:
         self.args = args
+        self.net = net
         self.tmp = tempfile.TemporaryDirectory(prefix="photon-bench-registry-")
         root = Path(self.tmp.name)
-        self.config = parse_config({
-            "registry": {"shards": args.shards, "replicas": args.replicas, "simulated_rtt_ms": args.rtt_ms,
-                         "fsync": args.fsync, "max_in_flight": args.in_flight},
-            "regions": [{"name": "bench", "log_root": str(root / "logs"), "output_root": str(root / "out"),
-                         "state_dir": str(root / "state")}],
-        }, path=str(root / "photon.toml"), base=root)
+        registry = {"shards": args.shards, "replicas": args.replicas, "fsync": args.fsync,
+                    "max_in_flight": args.in_flight, "simulated_rtt_ms": 0.0 if net else args.rtt_ms}
+        if net:
+            registry["replica_regions"] = [PLACES[k % len(PLACES)] for k in range(args.replicas)]
+            base = 10_000 + (os.getpid() % 7) * len(PLACES) * REGION_PORT_SPAN   # below the ephemeral ports
+            regions = [{"name": n, "state_dir": str(root / n / "state"), "host": net.host(n),
+                        "port_base": base + k * REGION_PORT_SPAN,
+                        **({"log_root": str(root / "logs"), "output_root": str(root / "out")} if k == 0
+                           else {"registry_only": True})} for k, n in enumerate(PLACES)]
+        else:
+            regions = [{"name": "bench", "log_root": str(root / "logs"), "output_root": str(root / "out"),
+                        "state_dir": str(root / "state")}]
+        self.config = parse_config({"registry": registry, "regions": regions},
+                                   path=str(root / "photon.toml"), base=root)
         self.procs: list[subprocess.Popen] = []
         self.seed = 0
         self.base_us = int(time.time() * 1e6)
 
+    def _prefix(self, region: str) -> list[str]:
+        return self.net.prefix(region) if self.net else []
+
     def start(self) -> None:
         for spec in idregistry.registry_processes(self.config):
-            self.procs.append(subprocess.Popen(spec.argv, start_new_session=True))
+            self.procs.append(subprocess.Popen([*self._prefix(spec.region), *spec.argv], start_new_session=True))
         self.endpoints = idregistry.registry_endpoints(self.config)
         self.client = idregistry.RegistryClient(self.endpoints)
 
@@ -148,7 +176,8 @@ class Bench:
         procs = []
         for c in range(clients):
             seed = self.seed if race else self.seed + c
-            argv = [sys.executable, "-m", "bench.registry", "--worker", "--endpoints", ",".join(self.endpoints),
+            argv = [*self._prefix(PLACES[0]), sys.executable, "-m", "bench.registry", "--worker",
+                    "--endpoints", ",".join(self.endpoints),
                     "--threads", str(threads), "--batch", str(batch), "--duration", str(duration),
                     "--rate", str(rate / clients), "--seed", str(seed), "--token", f"bench-{c}",
                     "--start-at", str(start_at), "--base-us", str(self.base_us)]
@@ -170,7 +199,8 @@ class Bench:
 
     def measure(self) -> dict:
         a = self.args
-        figures: dict = {"shards": a.shards, "replicas": a.replicas, "rtt_ms": a.rtt_ms, "clients": a.clients,
+        figures: dict = {"shards": a.shards, "replicas": a.replicas, "rtt_ms": a.rtt_ms, "distance": a.distance,
+                         "clients": a.clients,
                          "threads_per_client": a.threads, "ids_per_rpc": a.batch, "fsync": a.fsync,
                          "max_in_flight": a.in_flight}
         # light: one thread, small commits one at a time
@@ -256,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.registry", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--rtt-ms", type=float, default=0.0, help="simulated round trip between replicas")
+    parser.add_argument("--rtt-ms", type=float, default=0.0,
+                        help="round trip between the replicas' regions (network namespaces, see bench.netns; "
+                             "simulated between replicas only where namespaces are refused)")
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--threads", type=int, default=None,
                         help="threads per client process (default 4; 16 with --rtt-ms)")
@@ -300,12 +332,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
-    bench = Bench(args)
+    net = None
+    refused = namespaces_refused() if far else "no round trip asked"
+    kind = delay_kind() if refused is None else None
+    if kind is not None:
+        args.distance = {"netem": "netns + tc netem", "relay": "netns + TUN relay (bench._wire)"}[kind]
+        net = RegionNetwork(list(PLACES), rtt_ms=args.rtt_ms, delay=kind).open()
+    else:
+        args.distance = ("loopback" if not far else
+                         f"loopback; simulated_rtt_ms between replicas only ({refused or delay_refused()})")
     try:
-        bench.start()
-        figures = bench.measure()
+        bench = Bench(args, net)
+        try:
+            bench.start()
+            figures = bench.measure()
+        finally:
+            bench.stop()
     finally:
-        bench.stop()
+        if net:
+            net.close()
     if args.memory_ids:
         mem = idregistry.measure_state_memory(args.memory_ids)
         figures["bytes_per_id"] = mem["bytes_per_id"]

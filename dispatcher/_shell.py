@@ -19,6 +19,7 @@ from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock,
                     stream_source)
 
 from dispatcher._recovery import StreamAndRecovery
+from dispatcher._leader import follow_leaders
 from dispatcher._share import RegionShare
 from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
                                write_status)
@@ -163,6 +164,7 @@ class Dispatcher:
     def start(self) -> "Dispatcher":
         for w in self._lookup_workers:
             w.start()
+        self._leaders = follow_leaders(self.config, self.core.share, self._registry, self.region.name)
         self._thread.start()
         return self
 
@@ -410,6 +412,8 @@ class Dispatcher:
                     log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
             self._publish_status()
         finally:
+            if getattr(self, "_leaders", None) is not None:
+                self._leaders.stop()
             for _ in self._lookup_workers:
                 self._lookup_tasks.put(None)
             self._joiners.close()
@@ -444,4 +448,5 @@ def region_share(config: PhotonConfig, region: str) -> RegionShare | None:
     if not d.share_by_region or len(names) < 2 or region not in names:
         return None
     return RegionShare(names, region, int(d.share_grace_initial_ms * 1000), int(d.share_grace_min_ms * 1000),
-                       int(d.share_grace_max_ms * 1000))
+                       int(d.share_grace_max_ms * 1000), int(d.share_down_after_ms * 1000),
+                       d.share_leader_fraction)

@@ -186,8 +186,12 @@ class DispatcherStatistics:
     held_found_present: int = 0    # of those, found joined by their owner after the grace: no join here
     held_joined: int = 0           # of those, joined here (the owner had not)
     held_wasted: int = 0           # of those, joined here too late: wasted after all
+    held_again: int = 0            # lookups of held clicks that found them unjoined, held again (owner progressing)
+    share_judged_down: int = 0     # times an owner region was judged down (silent for its patience)
+    held_late: int = 0             # held clicks joined here while their owner progressed (waited > its lag + patience)
     share_grace_ms: dict = field(default_factory=dict)   # owner region -> its grace now
     share_down: list = field(default_factory=list)       # owner regions judged down (their clicks taken at once)
+    share_leader_region: str = ""  # the registry leader's region, owning share_leader_fraction of the clicks ("": none)
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -253,6 +257,7 @@ class DispatcherState:
         self._recovered: set[str] = set()          # unresolved ids read from the recovery stream: no lookup
         self._share = share if lookups else None   # each click's first region (see _share.py)
         self._held: dict[str, int] = {}            # unresolved id held back for its owner -> owner index
+        self._held_again: set[str] = set()         # of those, found unjoined at a lookup already
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
@@ -303,6 +308,11 @@ class DispatcherState:
     # ------------------------------------------------------------ queries
 
     @property
+    def share(self) -> RegionShare | None:
+        """Each click's first region (None: every click is looked up and joined at once)."""
+        return self._share
+
+    @property
     def caught_up(self) -> bool:
         return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
 
@@ -346,9 +356,10 @@ class DispatcherState:
             return {}
         s = self._share.statistics()
         return dict(held_for_owner=s.deferred, held_found_present=s.found_present, held_joined=s.deferred_joined,
-                    held_wasted=s.deferred_wasted,
+                    held_wasted=s.deferred_wasted, held_again=s.held_again, share_judged_down=s.judged_down,
+                    held_late=s.late,
                     share_grace_ms={r: g for k, (r, g) in enumerate(zip(s.owners, s.grace_ms)) if k != self._share.me},
-                    share_down=[r for r, d in zip(s.owners, s.down) if d])
+                    share_down=[r for r, d in zip(s.owners, s.down) if d], share_leader_region=s.leader_region)
 
     def oldest_unresolved_us(self) -> int:
         """The event time (from its id) of the oldest click queued, in flight or waiting for a retry; 0 when
@@ -445,15 +456,20 @@ class DispatcherState:
         self._dirty = True
         if present is not None and len(present) != len(ids):
             present = None  # a malformed answer is no answer: send them all
-        if present is not None and any(present):
+        held = self._held
+        if present is not None and (held or any(present)):
             keep = []
             recovered = self._recovered
-            held = self._held
+            again = self._held_again
             for cid, known in zip(ids, present):
+                owner = held.get(cid)
                 if known and cid not in recovered:
-                    if cid in held:
-                        self._share.found_present(held[cid], now)
+                    if owner is not None:
+                        waited = now - self._events[cid][_FIRST_SEEN]
+                        self._share.found_present(owner, now, cid not in again, waited)
                     self._resolve_duplicate(cid)
+                elif owner is not None and self._hold_again(cid, owner, now):
+                    pass
                 else:
                     keep.append(cid)
             self._in_flight -= len(ids) - len(keep)
@@ -543,12 +559,29 @@ class DispatcherState:
         if outcome == Outcome.JOINED:
             self._share.joined(owner, now)
         elif outcome == Outcome.ALREADY_REGISTERED:
-            self._share.wasted(owner)
+            self._share.wasted(owner, now)
+
+    def _hold_again(self, cid: str, owner: int, now: int) -> bool:
+        """A held click found unjoined: hold it again while its owner shows progress (true), else it is
+        joined here; an owner judged down by this lookup has every click of it still held released now."""
+        share = self._share
+        hold, judged_down = share.still_unjoined(owner, now, cid not in self._held_again,
+                                                 now - self._events[cid][_FIRST_SEEN])
+        self._held_again.add(cid)
+        if judged_down:
+            held = self._held
+            self._retry = [(now if held.get(i) == owner else due, i) for due, i in self._retry]
+            heapq.heapify(self._retry)
+        if not hold:
+            return False
+        heapq.heappush(self._retry, (now + hold, cid))
+        return True
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
         self._recovered.discard(cid)
-        self._held.pop(cid, None)
+        if self._held.pop(cid, None) is not None:
+            self._held_again.discard(cid)
         copies = self._dups.pop(cid, None)
         if copies and dups_counter:
             self.counters[dups_counter] += len(copies)

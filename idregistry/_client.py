@@ -445,6 +445,21 @@ class RegistryClient:
                                 "error": f"{e.code().name}: {e.details()}"})
         return out
 
+    def leaders(self, timeout: float = 2.0) -> dict[int, str]:
+        """``{shard: gRPC address of its leader}`` as the first replica to answer in read order (the near
+        ones first: no wide-area round trip) sees it; a shard whose leader no answering replica knows is
+        left out."""
+        out = {}
+        sharding = self.sharding()
+        for shard, replicas in sorted(sharding.endpoints.items()):
+            for address in read_order(list(replicas), 0, self._near_host):
+                status = self.replica_status(address, timeout)
+                leader = status["address"] if status.get("is_leader") else status.get("leader")
+                if leader:
+                    out[shard] = leader
+                    break
+        return out
+
     def replica_status(self, address: str, timeout: float = 2.0) -> dict:
         """The status dict of the replica at ``address`` (which need not be in the sharding config yet)."""
         try:

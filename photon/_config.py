@@ -290,8 +290,16 @@ class DispatcherConfig:
     share_grace_initial_ms: float = opt(200.0, "grace before a region takes another region's click, at start "
                                                "(it then adapts to how late the owner joins)", check=_positive)
     share_grace_min_ms: float = opt(20.0, "the shortest grace", check=_positive)
-    share_grace_max_ms: float = opt(2000.0, "the longest grace (also how long a region that went down delays "
-                                            "its share, until that is noticed)", check=_positive)
+    share_grace_max_ms: float = opt(2000.0, "the longest grace", check=_positive)
+    share_leader_fraction: float = opt(0.75, "when every registry shard's leader is in one pipeline region, the "
+                                             "share of the clicks that region owns (its commits pay one round "
+                                             "trip less than the others'; the rest is spread over the other "
+                                             "pipeline regions)", check=_fraction)
+    share_down_after_ms: float = opt(1000.0, "an owner region whose held clicks are found unjoined, none found "
+                                             "joined, for this long (or its grace, if longer) is judged down: its "
+                                             "share is then joined by the other regions at once (so a region that "
+                                             "went down delays its share by at most its grace plus this)",
+                                     check=_positive)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ BENCHES = {
                       {"distance", "rtt0ms_clicks_joined_per_s", "rtt30ms_clicks_joined_per_s", "rtt30ms_join_p50_ms",
                        "rtt30ms_join_p90_ms", "rtt30ms_join_p99_ms", "rtt30ms_backlog_clicks_joined_per_s",
                        "rtt30ms_registry_ids_per_command", "rtt30ms_wasted_joins", "rtt30ms_catch_up_s",
+                       "rtt30ms_outage_join_p50_ms", "rtt30ms_outage_b_share_p50_ms", "rtt30ms_share_a",
                        "target_throughput_met", "target_latency_met"}),
     "bench.sql": (["--rates", "200", "--seconds", "1", "--rows", "20000", "--files", "4"],
                   {"published_p50_ms", "published_p90_ms", "files_per_joiner_hour", "groupby_jsonl_s",
@@ -57,3 +58,23 @@ def test_bench_prints_its_figures_as_json_on_the_last_line(module, procs):
     rates = [k for k in figures if k.endswith("_per_s") and isinstance(figures[k], (int, float))]
     assert rates and all(figures[k] > 0 for k in rates), {k: figures[k] for k in rates}
     assert figures.get("duplicates", 0) == 0 and figures.get("duplicates_in_output", 0) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_registry_at_a_distance_places_the_replicas_in_network_namespaces(procs):
+    from bench.netns import delay_kind, namespaces_refused
+    refused = namespaces_refused()
+    if refused is not None or delay_kind() is None:
+        pytest.skip(refused or "no way to delay packets here (see bench.netns.delay_refused)")
+    p = procs.python("-m", "bench.registry", "--rtt-ms", "40", "--clients", "1", "--threads", "2", "--batch", "100",
+                     "--duration", "1", "--half-duration", "0", "--light-duration", "1", "--race-duration", "0.5",
+                     "--memory-ids", "0", "--replica-memory-ids", "0", "--json",
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = p.communicate(timeout=240)
+    text = out.decode(errors="replace")
+    assert p.returncode == 0, text[-3000:]
+    figures = json.loads(text.strip().splitlines()[-1])
+    assert figures["distance"].startswith("netns")
+    assert figures["light_commit_p50_ms"] >= 40          # a commit waits for a replica one round trip away
+    assert figures["ids_per_s"] > 0 and figures["duplicates"] == 0 and figures["accepted_equals_held"]

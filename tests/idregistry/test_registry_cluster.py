@@ -30,6 +30,18 @@ def test_status_names_every_replica_and_one_leader(cluster):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.timeout(60)
+def test_leaders_names_each_shards_leader_as_the_replicas_see_it(cluster):
+    rows = cluster.client.status()
+    leader = next(r["address"] for r in rows if r.get("is_leader"))
+    assert cluster.client.leaders() == {0: leader}
+    near = idregistry.RegistryClient(cluster.endpoints(), near_host=leader.rpartition(":")[0])
+    try:
+        assert near.leaders() == {0: leader}
+    finally:
+        near.close()
+
+
 def test_conflicting_commits_from_many_threads_have_exactly_one_winner(cluster):
     ids = fresh_ids(400)
     threads = 8
