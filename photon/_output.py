@@ -43,7 +43,8 @@ from pathlib import Path
 import orjson
 
 from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, is_hidden, line_offsets, published_name
-from photon._source import ObjectGone, S3Source, is_remote
+from photon._source import ObjectGone
+from photon._storage import storage_kind
 
 COMPACTION_RECORD = "_compaction.json"
 """``{"partitions": {"date=D/hour=H": {"path": "_compacted/g<N>/date=D/hour=H", "kept":
@@ -307,16 +308,14 @@ def staged_lines(outbox: str | Path) -> dict[str, bytes]:
     return {rel: data for rel, data in out.items() if data}
 
 
-def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, client=None) -> S3OutputSnapshot:
-    """The snapshot of the S3 output folder ``url`` (and of the region's staging folder ``outbox``, if given,
-    e.g. ``region.joined_dir``); see the module docstring for the order and its guarantee. Raises
-    :class:`photon.SourceError` for a missing bucket or unreachable endpoint."""
-    from photon._publish import S3Publisher
-    pub = S3Publisher(url, s3, client)
-    pub.check()
+def object_output_snapshot(publisher, outbox: str | Path | None = None) -> S3OutputSnapshot:
+    """The snapshot of the object output folder ``publisher`` publishes to (and of the region's staging
+    folder ``outbox``, if given, e.g. ``region.joined_dir``); see the module docstring for the order and its
+    guarantee. Raises :class:`photon.SourceError` for a missing bucket or unreachable endpoint."""
+    publisher.check()
     local = staged_lines(outbox) if outbox is not None and Path(outbox).is_dir() else {}
     freshness: dict[str, int] = {}
-    records = S3Publisher(pub.location.child(COMMITS_DIR), s3, pub.client)
+    records = publisher.child(COMMITS_DIR)
     for o in records.objects():
         if not o.name.endswith(".json") or "/" in o.name:
             continue
@@ -326,12 +325,18 @@ def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, clie
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{records.url}/{o.name} is not a valid freshness record: {e}") from None
         except Exception as e:  # noqa: BLE001  (deleted between listing and reading: no record)
-            if "NoSuchKey" not in str(e):
+            if "NoSuchKey" not in str(e) and not isinstance(e, FileNotFoundError):
                 raise
-    listed = pub.objects()            # after the records: every object they name is listed
+    listed = publisher.objects()            # after the records: every object they name is listed
     objects = [o for o in listed if o.name.endswith(".jsonl") and not is_hidden(o.name)]
     on_s3 = {o.name for o in objects}
-    return S3OutputSnapshot(url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness, pub)
+    return S3OutputSnapshot(publisher.url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness,
+                            publisher)
+
+
+def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, client=None) -> S3OutputSnapshot:
+    """:func:`object_output_snapshot` of the object output folder ``url`` (``s3://``, ``memory://``)."""
+    return object_output_snapshot(storage_kind(url).publisher(url, s3, client=client), outbox)
 
 
 def _parquet_files(folder: str | Path) -> list[Path]:
@@ -359,8 +364,10 @@ def compacted_lines(root: Path, rel_dir: str) -> list[bytes]:
 
 def count_output_lines(directory: str | Path) -> int:
     """How many lines :func:`read_output_lines` would return, without holding them."""
-    if is_remote(str(directory)):
-        return len(read_output_lines(directory))
+    return storage_kind(directory).output_reader(os.fspath(directory)).count()
+
+
+def _count_folder_lines(directory: Path) -> int:
     snap = output_snapshot(directory)
     total = 0
     if snap.compacted:
@@ -391,9 +398,11 @@ def read_output_lines(directory: str | Path, include_inprogress: bool = False, *
     With ``include_inprogress``, also the whole lines of open files written after their last commit record
     (for tests that look at what a writer has flushed, not what it has committed). An ``s3://`` folder gives
     the lines of its published objects and of ``outbox`` (the region's staging folder), if given."""
-    if is_remote(str(directory)):
-        s3snap = s3_output_snapshot(str(directory), outbox, s3)
-        return [line for rel in s3snap.names() for line in _whole_lines(s3snap.read(rel))]
+    reader = storage_kind(directory).output_reader(os.fspath(directory), s3, outbox=outbox)
+    return reader.lines(include_inprogress)
+
+
+def _read_folder_lines(directory: Path, include_inprogress: bool) -> list[bytes]:
     snap = output_snapshot(directory)
     lines: list[bytes] = []
     for part, rel_dir in sorted(snap.compacted.items()):
@@ -427,9 +436,11 @@ class OutputTailer:
     whole listing, within ``[s3].full_list_interval_s``); ``freshness()`` gives each writer's
     ``complete_us`` from its record."""
 
-    def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20, s3=None) -> None:
-        self._source = S3Source(str(root), s3) if is_remote(str(root)) else None
-        self.root = Path(root) if self._source is None else str(root)
+    def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20, s3=None,
+                 *, source=None) -> None:
+        kind = storage_kind(root)
+        self._source = source if source is not None or kind.in_place else kind.source(os.fspath(root), s3)
+        self.root = kind.local_folder(os.fspath(root)) if self._source is None else os.fspath(root)
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = read_bytes
         self.open_files: set[str] = set()
@@ -439,9 +450,11 @@ class OutputTailer:
         """Writer -> ``complete_us`` of its freshness record (S3 output; {} for a local folder)."""
         if self._source is None:
             return {}
-        return s3_output_snapshot(self.root, None, self._source.config, self._source.client).freshness
+        kind = storage_kind(self.root)
+        return object_output_snapshot(kind.publisher(self.root, getattr(self._source, "config", None),
+                                                     client=getattr(self._source, "client", None))).freshness
 
-    def _poll_s3(self, max_bytes: int) -> list[LogChunk]:
+    def _poll_objects(self, max_bytes: int) -> list[LogChunk]:
         view = self._source.scan(self.offsets)
         chunks: list[LogChunk] = []
         budget, pending = max_bytes, 0
@@ -475,7 +488,7 @@ class OutputTailer:
 
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
         if self._source is not None:
-            return self._poll_s3(max_bytes)
+            return self._poll_objects(max_bytes)
         snap = output_snapshot(self.root)
         self.open_files = set(snap.open)
         chunks: list[LogChunk] = []
@@ -547,3 +560,105 @@ class OutputTailer:
     def pending_bytes(self) -> int:
         """Committed bytes not yet returned, as of the last :meth:`poll`."""
         return self._pending
+
+
+class FolderOutput:
+    """The :class:`photon.OutputReader` of a local output folder (the file kind): published files, the
+    committed prefix of open files and compacted partitions (see the module docstring)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.url = str(self.root)
+
+    @property
+    def folder(self) -> Path:
+        """The local folder that holds the output (readers such as Spark may read its files in place)."""
+        return self.root
+
+    def snapshot(self) -> OutputSnapshot:
+        return output_snapshot(self.root)
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def lines(self, include_inprogress: bool = False) -> list[bytes]:
+        return _read_folder_lines(self.root, include_inprogress)
+
+    def count(self) -> int:
+        return _count_folder_lines(self.root)
+
+    def published(self) -> list[str]:
+        """Every published JSONL file (relative names, sorted), those of compacted partitions included
+        (:meth:`read` finds them at their kept name until ``[compact].keep_jsonl_s`` removes them)."""
+        if not self.root.is_dir():
+            return []
+        snap = output_snapshot(self.root)
+        record = compaction_record(self.root)
+        compacted = [f"{part}/{name}" for part in snap.compacted for name in record.get(part, {}).get("files", [])]
+        return sorted({*snap.published, *compacted})
+
+    def read(self, name: str) -> bytes | None:
+        for _ in range(2):      # moved to its kept name between the two looks
+            path = resolve_published(self.root, name)
+            if path is None:
+                return None
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                continue
+        return None
+
+    def tailer(self, offsets: dict | None = None, read_bytes: int = 4 << 20) -> OutputTailer:
+        return OutputTailer(self.root, offsets, read_bytes)
+
+    def freshness(self) -> dict[str, int]:
+        return {}
+
+
+class ObjectOutput:
+    """The :class:`photon.OutputReader` of an object kind's output folder (``s3://``, ``memory://``):
+    published objects, plus what the region's staging folder ``outbox`` still holds when given (see the
+    module docstring). ``publisher`` lists and reads the objects; ``source()`` makes the
+    :class:`photon.Source` its tailers list incrementally."""
+
+    def __init__(self, url: str, publisher, source, outbox: str | Path | None = None) -> None:
+        self.url = url
+        self.publisher = publisher
+        self._source = source
+        self.outbox = outbox
+
+    folder = None
+    """Not a local folder: objects are read through the kind (:meth:`snapshot`, :meth:`read`)."""
+
+    def snapshot(self) -> S3OutputSnapshot:
+        return object_output_snapshot(self.publisher, self.outbox)
+
+    def exists(self) -> bool:
+        self.publisher.check()
+        return True
+
+    def lines(self, include_inprogress: bool = False) -> list[bytes]:
+        snap = self.snapshot()
+        return [line for rel in snap.names() for line in _whole_lines(snap.read(rel))]
+
+    def count(self) -> int:
+        return len(self.lines())
+
+    def published(self) -> list[str]:
+        return [o.name for o in self.publisher.objects() if o.name.endswith(".jsonl") and not is_hidden(o.name)]
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return self.publisher.read(name)
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001  (S3's NoSuchKey: deleted since it was listed)
+            if "NoSuchKey" in str(e):
+                return None
+            raise
+
+    def tailer(self, offsets: dict | None = None, read_bytes: int = 4 << 20) -> OutputTailer:
+        return OutputTailer(self.url, offsets, read_bytes, source=self._source())
+
+    def freshness(self) -> dict[str, int]:
+        return self.snapshot().freshness

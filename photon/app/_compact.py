@@ -222,11 +222,12 @@ def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None =
     sort_by = config.compact.sort_by or [config.join.foreign_id_field]
     stats = CompactionStatistics()
     for region in config.pipeline_regions_of(regions):
-        if region.output_on_s3:     # its local folders only stage uploads: compacting them would drop files
-            continue
-        stats += compact_folder(spark, region.joined_dir, joined_schema(config, spark), sort_by, config, now_us)
-        stats += compact_folder(spark, region.unjoinable_dir, foreign_schema(config, spark),
-                                [config.join.foreign_id_field], config, now_us)
+        for kind, schema, order in (("joined", joined_schema(config, spark), sort_by),
+                                    ("unjoinable", foreign_schema(config, spark), [config.join.foreign_id_field])):
+            output = region.output_reader(kind, config.s3)
+            if output.folder is None:     # its local folder only stages uploads: compacting it would drop files
+                continue
+            stats += compact_folder(spark, output.folder, schema, order, config, now_us)
     return stats
 
 
