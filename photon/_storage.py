@@ -77,7 +77,8 @@ class OutputSink(Protocol):
     """The write side of the output contract (:class:`photon.RollingWriter` is the one implementation):
     ``write_lines`` -> a ticket; ``sync(ticket)`` makes it durable and visible (fsync, then the commit
     record); ``maybe_roll`` / ``roll`` publish closed files (through the kind's publisher, if any);
-    ``recover_orphans`` at start publishes what a dead predecessor left, up to its record; ``close``."""
+    ``recover_orphans`` at start publishes what a dead predecessor left, up to its record. A last ``roll``
+    publishes everything."""
 
     def write_lines(self, lines: list[bytes], stamp=None) -> int: ...
 
@@ -88,8 +89,6 @@ class OutputSink(Protocol):
     def roll(self) -> None: ...
 
     def recover_orphans(self, set_aside=None): ...
-
-    def close(self) -> None: ...
 
 
 @runtime_checkable
