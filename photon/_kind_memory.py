@@ -107,8 +107,11 @@ class MemoryPublisher(ObjectPublisher):
     def _name(self, name: str) -> str:
         return f"{self.url}/{name}"
 
-    def child(self, name: str) -> "MemoryPublisher":
-        return MemoryPublisher(self.location.child(name))
+    def at(self, location) -> "MemoryPublisher":
+        return MemoryPublisher(location)
+
+    def _delete(self, name: str) -> None:
+        delete(self._name(name))
 
     def _put_file(self, path: Path, name: str) -> None:
         put(self._name(name), Path(path).read_bytes())

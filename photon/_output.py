@@ -43,7 +43,7 @@ from pathlib import Path
 import orjson
 
 from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, is_hidden, line_offsets, published_name
-from photon._source import ObjectGone
+from photon._source import Location, ObjectGone
 from photon._storage import storage_kind
 
 COMPACTION_RECORD = "_compaction.json"
@@ -264,12 +264,14 @@ class S3OutputSnapshot:
     """What a reader following the contract counts in one output folder on S3 at one moment (see the module
     docstring): ``objects`` (published objects, relative names, sorted), ``local`` (relative name ->
     complete lines still staged in the region's outbox, not listed on S3) and ``freshness`` (writer ->
-    ``complete_us`` of its record)."""
+    ``complete_us`` of its record), ``compacted`` (partition -> its compaction record entry, for the
+    partitions served from Parquet: their JSONL objects are left out of ``objects``)."""
     url: str
     objects: list = field(default_factory=list)
     local: dict[str, bytes] = field(default_factory=dict)
     freshness: dict[str, int] = field(default_factory=dict)
     publisher: object = None
+    compacted: dict[str, dict] = field(default_factory=dict)
 
     def read(self, rel: str) -> bytes:
         """The bytes of ``rel`` (an object, or staged lines)."""
@@ -279,6 +281,62 @@ class S3OutputSnapshot:
 
     def names(self) -> list[str]:
         return sorted([o.name for o in self.objects] + list(self.local))
+
+    def compacted_lines(self, part: str) -> list[bytes]:
+        """The original lines of compacted partition ``part``, from its Parquet."""
+        return object_compacted_lines(self.publisher, part, self.compacted[part])
+
+
+def parquet_publisher(publisher):
+    """A publisher of the Parquet table beside an object output folder (``.../joined`` ->
+    ``.../joined_parquet``)."""
+    loc = publisher.location
+    return publisher.at(Location(loc.scheme, bucket=loc.bucket, prefix=loc.prefix + PARQUET_TABLE_SUFFIX))
+
+
+def object_compaction_record(publisher) -> dict:
+    """The compaction record of an object output folder (``{}`` when there is none); same format as a local
+    folder's (:data:`COMPACTION_RECORD`)."""
+    try:
+        data = publisher.read(COMPACTION_RECORD)
+    except FileNotFoundError:
+        return {}
+    try:
+        return orjson.loads(data).get("partitions", {})
+    except orjson.JSONDecodeError as e:      # put whole: a foreign object there
+        raise ValueError(f"{publisher.url}/{COMPACTION_RECORD} is not a valid record: {e}") from None
+
+
+def object_compacted_folder(publisher, part: str, entry: dict):
+    """A publisher of the location holding compacted partition ``part``'s Parquet now: the Parquet table's
+    ``<part>`` once shown there, its staging location ``entry["path"]`` before; None if neither holds it.
+    Looked up table, staging, table: the show copies to the table before it deletes the staging objects."""
+    table = parquet_publisher(publisher).child(part)
+    for folder in (table, publisher.child(entry["path"]), table):
+        if any(o.name.endswith(".parquet") for o in folder.objects()):
+            return folder
+    return None
+
+
+def object_compacted_lines(publisher, part: str, entry: dict) -> list[bytes]:
+    """The original lines held by compacted partition ``part`` of an object output folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for _ in range(3):          # the staging objects deleted while read: look again (the table has them)
+        folder = object_compacted_folder(publisher, part, entry)
+        if folder is None:
+            return []
+        try:
+            blobs = [folder.read(o.name) for o in folder.objects() if o.name.endswith(".parquet")]
+        except FileNotFoundError:
+            continue
+        lines: list[bytes] = []
+        for blob in blobs:
+            table = pq.read_table(pa.BufferReader(blob), columns=[LINE_COLUMN])
+            lines += [v.encode() if isinstance(v, str) else v for v in table.column(LINE_COLUMN).to_pylist()]
+        return lines
+    return []
 
 
 def _snapshot_files(snap: OutputSnapshot) -> dict[str, bytes]:
@@ -328,10 +386,17 @@ def object_output_snapshot(publisher, outbox: str | Path | None = None) -> S3Out
             if "NoSuchKey" not in str(e) and not isinstance(e, FileNotFoundError):
                 raise
     listed = publisher.objects()            # after the records: every object they name is listed
-    objects = [o for o in listed if o.name.endswith(".jsonl") and not is_hidden(o.name)]
-    on_s3 = {o.name for o in objects}
+    compacted: dict[str, dict] = {}
+    in_parquet: set[str] = set()
+    for part, entry in object_compaction_record(publisher).items():   # after the listing, as for a folder
+        if object_compacted_folder(publisher, part, entry) is None:
+            continue
+        compacted[part] = entry
+        in_parquet.update(f"{part}/{name}" for name in entry.get("files", []))
+    objects = [o for o in listed if o.name.endswith(".jsonl") and not is_hidden(o.name) and o.name not in in_parquet]
+    on_s3 = {o.name for o in objects} | in_parquet
     return S3OutputSnapshot(publisher.url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness,
-                            publisher)
+                            publisher, compacted)
 
 
 def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, client=None) -> S3OutputSnapshot:
@@ -431,16 +496,19 @@ class OutputTailer:
     tailer never started and whose JSONL is gone is read from its Parquet once (offset key
     ``<partition>/_compacted``).
 
-    Over an ``s3://`` folder it reads the published objects as they appear (listed incrementally through
-    :class:`photon.S3Source`: a new object whose name sorts before the last one listed is found by the next
-    whole listing, within ``[s3].full_list_interval_s``); ``freshness()`` gives each writer's
-    ``complete_us`` from its record."""
+    Over the folder of an object kind (``s3://``) it reads the published objects as they appear (listed
+    incrementally through the kind's :class:`photon.Source`: a new object whose name sorts before the last
+    one listed, or a deletion, is found by the next whole listing, within ``[s3].full_list_interval_s``);
+    compacted partitions as above (kept JSONL objects under ``_compacted/``, else the Parquet once);
+    ``freshness()`` gives each writer's ``complete_us`` from its record."""
 
     def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20, s3=None,
-                 *, source=None) -> None:
+                 *, source=None, publisher=None) -> None:
         kind = storage_kind(root)
         self._source = source if source is not None or kind.in_place else kind.source(os.fspath(root), s3)
         self.root = kind.local_folder(os.fspath(root)) if self._source is None else os.fspath(root)
+        self._publisher = publisher if publisher is not None or self._source is None else kind.publisher(
+            os.fspath(root), getattr(self._source, "config", None), client=getattr(self._source, "client", None))
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = read_bytes
         self.open_files: set[str] = set()
@@ -450,27 +518,52 @@ class OutputTailer:
         """Writer -> ``complete_us`` of its freshness record (S3 output; {} for a local folder)."""
         if self._source is None:
             return {}
-        kind = storage_kind(self.root)
-        return object_output_snapshot(kind.publisher(self.root, getattr(self._source, "config", None),
-                                                     client=getattr(self._source, "client", None))).freshness
+        return object_output_snapshot(self._publisher).freshness
+
+    def _object_targets(self, view: dict, chunks: list[LogChunk]) -> dict[str, tuple[str, int]]:
+        """Published name -> (object to read it from, its size) for the objects of ``view``, honouring the
+        compaction record (read after the listing): a compacted partition this tailer began is read on from
+        its JSONL objects (listed or kept); one it never began is read from its Parquet once (appended to
+        ``chunks``) and its JSONL skipped."""
+        targets = {rel: (rel, info.size) for rel, info in view.items()
+                   if rel.endswith(".jsonl") and not is_hidden(rel)}
+        for part, entry in object_compaction_record(self._publisher).items():
+            files = [f"{part}/{name}" for name in entry.get("files", [])]
+            for rel in files:
+                targets.pop(rel, None)
+            if any(k.startswith(part + "/") and not k.endswith("/_compacted") for k in self.offsets):
+                for rel in files:
+                    kept = f"{entry.get('kept', '')}/{rel.rpartition('/')[2]}"
+                    for name in (rel, kept):
+                        if name in view:
+                            targets[rel] = (name, view[name].size)
+                            break
+                continue
+            key = f"{part}/_compacted"
+            if key not in self.offsets and object_compacted_folder(self._publisher, part, entry) is not None:
+                lines = object_compacted_lines(self._publisher, part, entry)
+                self.offsets[key] = 1
+                if lines:
+                    chunks.append(LogChunk(key, [0] * len(lines), lines, 1))
+        return targets
 
     def _poll_objects(self, max_bytes: int) -> list[LogChunk]:
         view = self._source.scan(self.offsets)
         chunks: list[LogChunk] = []
         budget, pending = max_bytes, 0
-        for rel, info in view.items():
+        for rel, (name, size) in sorted(self._object_targets(view, chunks).items()):
             start = self.offsets.get(rel, 0)
-            if is_hidden(rel) or not rel.endswith(".jsonl") or info.size <= start:
+            if size <= start:
                 continue
             if budget <= 0:
-                pending += info.size - start
+                pending += size - start
                 continue
             try:
-                data, _ = self._source.read(rel, start, min(info.size - start, budget, self.read_bytes))
+                data, _ = self._source.read(name, start, min(size - start, budget, self.read_bytes))
             except ObjectGone:
                 continue
             chunk = self._chunk(rel, start, data)
-            pending += info.size - start - (chunk.end - start if chunk else 0)
+            pending += size - start - (chunk.end - start if chunk else 0)
             if chunk is not None:
                 budget -= chunk.end - start
                 chunks.append(chunk)
@@ -639,26 +732,40 @@ class ObjectOutput:
 
     def lines(self, include_inprogress: bool = False) -> list[bytes]:
         snap = self.snapshot()
-        return [line for rel in snap.names() for line in _whole_lines(snap.read(rel))]
+        lines = [line for part in sorted(snap.compacted) for line in snap.compacted_lines(part)]
+        for rel in snap.names():
+            try:
+                lines += _whole_lines(snap.read(rel))
+            except FileNotFoundError:      # compacted since it was listed: its partition is in the record
+                return self.lines(include_inprogress)
+        return lines
 
     def count(self) -> int:
         return len(self.lines())
 
     def published(self) -> list[str]:
-        return [o.name for o in self.publisher.objects() if o.name.endswith(".jsonl") and not is_hidden(o.name)]
+        """Every published JSONL object (relative names, sorted), those of compacted partitions included
+        (:meth:`read` finds them at their kept name until ``[compact].keep_jsonl_s`` removes them)."""
+        listed = {o.name for o in self.publisher.objects() if o.name.endswith(".jsonl") and not is_hidden(o.name)}
+        for part, entry in object_compaction_record(self.publisher).items():
+            listed.update(f"{part}/{name}" for name in entry.get("files", []))
+        return sorted(listed)
 
     def read(self, name: str) -> bytes | None:
-        try:
-            return self.publisher.read(name)
-        except FileNotFoundError:
-            return None
-        except Exception as e:  # noqa: BLE001  (S3's NoSuchKey: deleted since it was listed)
-            if "NoSuchKey" in str(e):
-                return None
-            raise
+        part, _, base = name.rpartition("/")
+        for _ in range(2):      # hidden by compaction between the two looks: the record names its kept name
+            kept = object_compaction_record(self.publisher).get(part, {}).get("kept")
+            for candidate in (name, f"{kept}/{base}" if kept else None):
+                if candidate is None:
+                    continue
+                try:
+                    return self.publisher.read(candidate)
+                except FileNotFoundError:
+                    continue
+        return None
 
     def tailer(self, offsets: dict | None = None, read_bytes: int = 4 << 20) -> OutputTailer:
-        return OutputTailer(self.url, offsets, read_bytes, source=self._source())
+        return OutputTailer(self.url, offsets, read_bytes, source=self._source(), publisher=self.publisher)
 
     def freshness(self) -> dict[str, int]:
         return self.snapshot().freshness

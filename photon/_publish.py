@@ -98,11 +98,19 @@ class ObjectPublisher:
         raise NotImplementedError
 
     def _get(self, name: str) -> bytes:
+        """The bytes of object ``name``; FileNotFoundError when there is none."""
+        raise NotImplementedError
+
+    def _delete(self, name: str) -> None:
+        raise NotImplementedError
+
+    def at(self, location: Location | str) -> "ObjectPublisher":
+        """A publisher (without records) of another location of the same kind, sharing this one's client."""
         raise NotImplementedError
 
     def child(self, name: str) -> "ObjectPublisher":
-        """A publisher (without records) of the location ``<location>/<name>``, sharing this one's client."""
-        raise NotImplementedError
+        """A publisher (without records) of the location ``<location>/<name>``."""
+        return self.at(self.location.child(name))
 
     # ---- the contract
 
@@ -187,7 +195,16 @@ class ObjectPublisher:
         return sorted(self._list(), key=lambda o: o.name)
 
     def read(self, name: str) -> bytes:
+        """The bytes of object ``name``; FileNotFoundError once it is gone."""
         return self._get(name)
+
+    def put(self, name: str, body: bytes) -> None:
+        """Store ``body`` as object ``name`` now, whole (raises when it could not be stored)."""
+        self._put(name, body)
+
+    def delete(self, name: str) -> None:
+        """Delete object ``name`` (nothing if there is none)."""
+        self._delete(name)
 
     def statistics(self) -> PublisherStatistics:
         return PublisherStatistics(self.url, self._uploaded, self._bytes, self._multipart, self._failed,
@@ -212,8 +229,8 @@ class S3Publisher(ObjectPublisher):
     def check(self) -> None:
         check_bucket(self.client, self.location.bucket, self.url)
 
-    def child(self, name: str) -> "S3Publisher":
-        return S3Publisher(self.location.child(name), self.config, self.client)
+    def at(self, location: Location | str) -> "S3Publisher":
+        return S3Publisher(location, self.config, self.client)
 
     def _put_file(self, path: Path, name: str) -> None:
         self._retry(self.client.upload_file, str(path), self.location.bucket, self.location.key(name),
@@ -221,7 +238,10 @@ class S3Publisher(ObjectPublisher):
 
     def _put(self, name: str, body: bytes) -> None:
         self._retry(self.client.put_object, Bucket=self.location.bucket, Key=self.location.key(name), Body=body,
-                    ContentType="application/json")
+                    ContentType="application/json" if name.endswith(".json") else "application/octet-stream")
+
+    def _delete(self, name: str) -> None:
+        self._retry(self.client.delete_object, Bucket=self.location.bucket, Key=self.location.key(name))
 
     def _list(self) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []
@@ -235,9 +255,16 @@ class S3Publisher(ObjectPublisher):
         return out
 
     def _get(self, name: str) -> bytes:
+        from botocore.exceptions import ClientError
         try:
             r = self._retry(self.client.get_object, Bucket=self.location.bucket, Key=self.location.key(name))
             return r["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise FileNotFoundError(f"{self.url}/{name} does not exist") from None
+            if is_transient(e):
+                raise SourceUnavailable(f"{self.url}/{name}: {e}") from e
+            raise
         except Exception as e:
             if is_transient(e):
                 raise SourceUnavailable(f"{self.url}/{name}: {e}") from e

@@ -254,11 +254,13 @@ def object_output_dataframe(spark, output, schema, id_field: str, s3, scratch: P
 
     snap = output.snapshot()
     url = output.url
-    if not snap.objects and not snap.local:
+    if not snap.objects and not snap.local and not snap.compacted:
         return None
     text = stream_text(spark, url, s3, snap.objects, scratch)
     rows = [(line.decode("utf-8", "replace"), f"{url}/{rel}") for rel, data in sorted(snap.local.items())
             for line in data.split(b"\n") if line]
+    rows += [(line.decode("utf-8", "replace"), f"{url}/{part}/_compacted") for part in sorted(snap.compacted)
+             for line in snap.compacted_lines(part)]     # compacted hours: their kept lines, from the Parquet
     if rows:
         text = text.unionByName(spark.createDataFrame(rows, "value string, file string"))
     parsed = text.select(F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("r"),

@@ -190,6 +190,8 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
     except (SourceError, OSError) as e:
         raise VerifyInputError(f"region {region.name}: {kind} output {url}: {e}") from None
     partial = [(f"{url}/{rel} (staged in {folder})", data) for rel, data in sorted(snap.local.items())]
+    partial += [(f"{url}/{part} (compacted)", b"".join(line + b"\n" for line in snap.compacted_lines(part)))
+                for part in sorted(snap.compacted)]
     sources = [(f"{url}/{o.name}", lambda n=o.name: snap.read(n)) for o in snap.objects]
     return _lines_df(spark, [], partial, region.name, objects), sources + [(n, lambda d=d: d) for n, d in partial]
 
