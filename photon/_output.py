@@ -30,6 +30,10 @@ both staged and listed is taken from S3 once. A file uploaded (and removed local
 taken is in the listing, which comes last. Without ``outbox`` (a reader that only sees the bucket) a
 snapshot holds closed files only: each writer's lines up to its record's ``complete_us``, plus any closed
 since. :func:`read_output_lines` and :class:`OutputTailer` take an ``s3://`` folder through the same calls.
+The compaction record (same object name, same format) is honoured as for a folder: read after the listing,
+a recorded partition is taken from its Parquet objects (table or staging) and its JSONL objects skipped.
+Each kind's reader is reached through :func:`photon.output_reader` (:class:`FolderOutput`,
+:class:`ObjectOutput`); see docs/storage.md.
 """
 from __future__ import annotations
 
