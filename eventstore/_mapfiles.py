@@ -114,11 +114,11 @@ def plan_map_ranges(primary_root: str | Path, range_bytes: int, s3=None) -> list
     """The primary log files under ``primary_root`` (a folder, or an ``s3://`` prefix listed through the
     source layer with ``s3``, a :class:`photon.S3Config`) cut into ``(file, start, end)`` byte ranges of at
     most ``range_bytes`` (a line belongs to the range it starts in; see :func:`scan_map_range`)."""
-    from photon import list_log_files, stream_objects
-    if str(primary_root).startswith("s3://"):
+    from photon import list_log_files, local_folder, stream_objects
+    root = local_folder(primary_root)
+    if root is None:
         sizes = [(o.name, o.size) for o in stream_objects(str(primary_root), s3)]
     else:
-        root = Path(primary_root)
         sizes = []
         for rel in list_log_files(root):
             try:

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Mapping
 
-from photon import LogChunk, LogTailer, ObjectGone, Quarantine, open_source
+from photon import LogChunk, LogTailer, ObjectGone, Quarantine, local_folder, open_source
 
 RANGE_READ_BYTES = 4 << 20
 
@@ -173,7 +173,8 @@ class SourceFiles:
 
 
 def open_primary(root, max_open: int = 64, s3=None):
-    """:class:`SourceFiles` for an ``s3://`` root, else :class:`LocalFiles`."""
-    if str(root).startswith("s3://"):
+    """:class:`LocalFiles` for a local folder, else :class:`SourceFiles` (objects, e.g. ``s3://``)."""
+    folder = local_folder(root)
+    if folder is None:
         return SourceFiles(str(root), s3)
-    return LocalFiles(root, max_open)
+    return LocalFiles(folder, max_open)

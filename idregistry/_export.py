@@ -127,10 +127,11 @@ def check_export(out: str | Path) -> dict:
     return manifest
 
 
-def output_ids(path: Path, id_field: str) -> list[str]:
-    """The foreign ids of one published output file (lines that do not parse are skipped)."""
+def output_ids(data: bytes | Path, id_field: str) -> list[str]:
+    """The foreign ids of one published output file (its bytes, or its path; lines that do not parse are
+    skipped)."""
     ids = []
-    for line in path.read_bytes().splitlines():
+    for line in (data.read_bytes() if isinstance(data, Path) else data).splitlines():
         try:
             ids.append(orjson.loads(line)[id_field])
         except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -152,13 +153,17 @@ def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
     for region in config.regions:
         if regions is not None and region.name not in regions:
             continue
-        joined = region.joined_dir
-        if not joined.is_dir():
+        output = region.output_reader("joined", config.s3)
+        if not output.exists():
             continue
-        for path in sorted(joined.rglob("*.jsonl")):
-            if str(path) in done:
+        for name in output.published():
+            path = f"{output.url}/{name}"
+            if path in done:
                 continue
-            ids = output_ids(path, config.join.foreign_id_field)
+            data = output.read(name)
+            if data is None:        # gone since it was listed
+                continue
+            ids = output_ids(data, config.join.foreign_id_field)
             for k in range(0, len(ids), CLEAR_BATCH):
                 cleared += client.clear_tokens(ids[k:k + CLEAR_BATCH])
             ids_seen += len(ids)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from photon import LogTailer, OutputTailer, Quarantine, id_timestamp_us, joined_horizon_us, parse_record
+from photon import LogTailer, Quarantine, id_timestamp_us, joined_horizon_us, local_folder, output_reader, parse_record
 
 from millwheel._watermarks import END_OF_TIME, NO_WATERMARK
 
@@ -192,23 +192,24 @@ class FileInjector(Injector):
 
 
 def joined_root(path: str | Path) -> Path | str:
-    """Photon's joined output: ``<output_root>/joined`` if it exists, else ``path`` itself (an ``s3://`` URL
-    is taken as it is)."""
-    if str(path).startswith("s3://"):
+    """Photon's joined output: ``<output_root>/joined`` if it exists, else ``path`` itself (a location of an
+    object kind, e.g. ``s3://``, is taken as it is)."""
+    p = local_folder(path)
+    if p is None:
         return str(path)
-    p = Path(path)
     return p / "joined" if (p / "joined").is_dir() else p
 
 
 class _RegionTailers:
-    """Several regions' joined output folders read as one, with the :class:`photon.OutputTailer` face
-    (``poll``, ``pending_bytes``, ``offsets``, ``open_files``); file names are ``<region>/<name>``."""
+    """Several regions' joined output read as one (``readers``: region -> :class:`photon.OutputReader`), with
+    the :class:`photon.OutputTailer` face (``poll``, ``pending_bytes``, ``offsets``, ``open_files``); file
+    names are ``<region>/<name>``."""
 
-    def __init__(self, roots: dict[str, str | Path], offsets: dict, read_bytes: int, s3=None) -> None:
+    def __init__(self, readers: dict, offsets: dict, read_bytes: int) -> None:
         self.tailers = {}
-        for region, root in roots.items():
+        for region, reader in readers.items():
             mine = {k[len(region) + 1:]: v for k, v in offsets.items() if k.startswith(region + "/")}
-            self.tailers[region] = OutputTailer(root, mine, read_bytes=read_bytes, s3=s3)
+            self.tailers[region] = reader.tailer(mine, read_bytes=read_bytes)
 
     def poll(self, max_bytes: int) -> list:
         chunks = []
@@ -243,30 +244,27 @@ class JoinedInjector(FileInjector):
 
     def __init__(self, path: str | Path, *, log_delay_us: int = 2_000_000, stale_after_us: int = 10_000_000,
                  **kw) -> None:
-        self._roots: dict[str, str | Path] | None = None
+        self._readers: dict | None = None
         self._state_dirs: list[Path] = []
-        self._s3 = None
         id_field = "click_id"
         if str(path).endswith(".toml"):
             from photon import load_config
             config = load_config(path)
-            self._roots = {r.name: (r.output_url("joined") if r.output_on_s3 else r.joined_dir)
-                           for r in config.pipeline_regions}
+            self._readers = {r.name: r.output_reader("joined", config.s3) for r in config.pipeline_regions}
             self._state_dirs = [Path(r.state_dir) for r in config.pipeline_regions]
-            self._s3 = config.s3
             id_field = config.join.foreign_id_field
         self.log_delay_us = log_delay_us
         self.stale_after_us = stale_after_us
         self._horizon: int | None = None
         self._single = joined_root(path)
-        root = self._single if self._roots is None else Path(path).parent
+        root = (local_folder(self._single) or Path()) if self._readers is None else Path(path).parent
         super().__init__(root, key=lambda e: e[id_field], timestamp_us=lambda e: id_timestamp_us(e[id_field]),
                          required=(id_field,), **kw)
 
     def _make_tailer(self, offsets: dict):
-        if self._roots is not None:
-            return _RegionTailers(self._roots, offsets, self.read_bytes, self._s3)
-        return OutputTailer(self._single, offsets, read_bytes=self.read_bytes)
+        if self._readers is not None:
+            return _RegionTailers(self._readers, offsets, self.read_bytes)
+        return output_reader(self._single).tailer(offsets, read_bytes=self.read_bytes)
 
     def poll(self, max_records: int, now_us: int) -> Poll:
         # the horizon is read before the output: what the dispatchers had resolved by then is committed, so

@@ -25,7 +25,9 @@ from photon._source import (Location, ObjectGone, ObjectInfo, SourceError, Sourc
                             parse_location, stream_source)
 from photon._tail import LogTailer
 from photon._lock import LockHeld, hold_lock, lock_holder
-from photon._publish import S3Publisher, output_publisher, read_object_lines
+from photon._publish import ObjectPublisher, S3Publisher, output_publisher, read_object_lines
+from photon._storage import (SCHEMES, OutputReader, OutputSink, Source, StorageKind, join_location, local_folder,
+                             open_output_sink, output_reader, storage_kind)
 from photon._spark_io import read_stream_json, stream_lines, stream_objects
 
 __all__ = [
@@ -37,4 +39,6 @@ __all__ = [
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config", "check_config", "ControlConfig",
     "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
     "LockHeld", "hold_lock", "lock_holder",
+    "SCHEMES", "OutputReader", "OutputSink", "Source", "StorageKind", "join_location", "local_folder", "open_output_sink",
+    "output_reader", "storage_kind", "ObjectPublisher",
 ]

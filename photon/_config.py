@@ -86,29 +86,26 @@ class RegionConfig:
         """The address this region's processes bind to: the region's ``host``, else ``default``."""
         return self.host or default
 
-    @property
-    def output_on_s3(self) -> bool:
-        """With an ``s3://`` output root, writers write local files in ``<state_dir>/outbox/`` and upload
-        each one when it closes."""
-        return self.output_root.startswith("s3://")
-
     def _output_dir(self, kind: str) -> Path:
-        if self.output_on_s3:
-            return Path(self.state_dir) / "outbox" / kind
-        return Path(self.output_root) / kind
+        from photon._storage import storage_kind
+        return storage_kind(self.output_root).output_folder(self.output_root, kind, self.state_dir)
 
     def output_url(self, kind: str) -> str:
         """Where published ``kind`` files (``joined``, ``unjoinable``, ``quarantine``) end up: a folder, or
-        an ``s3://`` prefix."""
-        if self.output_on_s3:
-            return self.output_root.rstrip("/") + "/" + kind
-        return str(Path(self.output_root) / kind)
+        a prefix of an object kind (``s3://``)."""
+        from photon._storage import join_location
+        return join_location(self.output_root, kind)
 
     def stream_url(self, stream: str) -> str:
         """The location of ``stream`` under ``log_root`` (a folder or an ``s3://`` prefix)."""
-        if self.log_root.startswith("s3://"):
-            return self.log_root.rstrip("/") + "/" + stream
-        return str(Path(self.log_root) / stream)
+        from photon._storage import join_location
+        return join_location(self.log_root, stream)
+
+    def output_reader(self, kind: str, s3=None):
+        """The :class:`photon.OutputReader` of this region's ``kind`` output (``joined``, ``unjoinable``): its
+        published output and, for a kind that stages output locally, the staging folder beside it."""
+        from photon._storage import output_reader
+        return output_reader(self.output_url(kind), s3, outbox=self._output_dir(kind))
 
     @property
     def joined_dir(self) -> Path:

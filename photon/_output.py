@@ -30,6 +30,10 @@ both staged and listed is taken from S3 once. A file uploaded (and removed local
 taken is in the listing, which comes last. Without ``outbox`` (a reader that only sees the bucket) a
 snapshot holds closed files only: each writer's lines up to its record's ``complete_us``, plus any closed
 since. :func:`read_output_lines` and :class:`OutputTailer` take an ``s3://`` folder through the same calls.
+The compaction record (same object name, same format) is honoured as for a folder: read after the listing,
+a recorded partition is taken from its Parquet objects (table or staging) and its JSONL objects skipped.
+Each kind's reader is reached through :func:`photon.output_reader` (:class:`FolderOutput`,
+:class:`ObjectOutput`); see docs/storage.md.
 """
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ from pathlib import Path
 import orjson
 
 from photon._logs import COMMITS_DIR, LogChunk, inprogress_name, is_hidden, line_offsets, published_name
-from photon._source import ObjectGone, S3Source, is_remote
+from photon._source import Location, ObjectGone
+from photon._storage import storage_kind
 
 COMPACTION_RECORD = "_compaction.json"
 """``{"partitions": {"date=D/hour=H": {"path": "_compacted/g<N>/date=D/hour=H", "kept":
@@ -263,12 +268,14 @@ class S3OutputSnapshot:
     """What a reader following the contract counts in one output folder on S3 at one moment (see the module
     docstring): ``objects`` (published objects, relative names, sorted), ``local`` (relative name ->
     complete lines still staged in the region's outbox, not listed on S3) and ``freshness`` (writer ->
-    ``complete_us`` of its record)."""
+    ``complete_us`` of its record), ``compacted`` (partition -> its compaction record entry, for the
+    partitions served from Parquet: their JSONL objects are left out of ``objects``)."""
     url: str
     objects: list = field(default_factory=list)
     local: dict[str, bytes] = field(default_factory=dict)
     freshness: dict[str, int] = field(default_factory=dict)
     publisher: object = None
+    compacted: dict[str, dict] = field(default_factory=dict)
 
     def read(self, rel: str) -> bytes:
         """The bytes of ``rel`` (an object, or staged lines)."""
@@ -278,6 +285,62 @@ class S3OutputSnapshot:
 
     def names(self) -> list[str]:
         return sorted([o.name for o in self.objects] + list(self.local))
+
+    def compacted_lines(self, part: str) -> list[bytes]:
+        """The original lines of compacted partition ``part``, from its Parquet."""
+        return object_compacted_lines(self.publisher, part, self.compacted[part])
+
+
+def parquet_publisher(publisher):
+    """A publisher of the Parquet table beside an object output folder (``.../joined`` ->
+    ``.../joined_parquet``)."""
+    loc = publisher.location
+    return publisher.at(Location(loc.scheme, bucket=loc.bucket, prefix=loc.prefix + PARQUET_TABLE_SUFFIX))
+
+
+def object_compaction_record(publisher) -> dict:
+    """The compaction record of an object output folder (``{}`` when there is none); same format as a local
+    folder's (:data:`COMPACTION_RECORD`)."""
+    try:
+        data = publisher.read(COMPACTION_RECORD)
+    except FileNotFoundError:
+        return {}
+    try:
+        return orjson.loads(data).get("partitions", {})
+    except orjson.JSONDecodeError as e:      # put whole: a foreign object there
+        raise ValueError(f"{publisher.url}/{COMPACTION_RECORD} is not a valid record: {e}") from None
+
+
+def object_compacted_folder(publisher, part: str, entry: dict):
+    """A publisher of the location holding compacted partition ``part``'s Parquet now: the Parquet table's
+    ``<part>`` once shown there, its staging location ``entry["path"]`` before; None if neither holds it.
+    Looked up table, staging, table: the show copies to the table before it deletes the staging objects."""
+    table = parquet_publisher(publisher).child(part)
+    for folder in (table, publisher.child(entry["path"]), table):
+        if any(o.name.endswith(".parquet") for o in folder.objects()):
+            return folder
+    return None
+
+
+def object_compacted_lines(publisher, part: str, entry: dict) -> list[bytes]:
+    """The original lines held by compacted partition ``part`` of an object output folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for _ in range(3):          # the staging objects deleted while read: look again (the table has them)
+        folder = object_compacted_folder(publisher, part, entry)
+        if folder is None:
+            return []
+        try:
+            blobs = [folder.read(o.name) for o in folder.objects() if o.name.endswith(".parquet")]
+        except FileNotFoundError:
+            continue
+        lines: list[bytes] = []
+        for blob in blobs:
+            table = pq.read_table(pa.BufferReader(blob), columns=[LINE_COLUMN])
+            lines += [v.encode() if isinstance(v, str) else v for v in table.column(LINE_COLUMN).to_pylist()]
+        return lines
+    return []
 
 
 def _snapshot_files(snap: OutputSnapshot) -> dict[str, bytes]:
@@ -307,16 +370,14 @@ def staged_lines(outbox: str | Path) -> dict[str, bytes]:
     return {rel: data for rel, data in out.items() if data}
 
 
-def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, client=None) -> S3OutputSnapshot:
-    """The snapshot of the S3 output folder ``url`` (and of the region's staging folder ``outbox``, if given,
-    e.g. ``region.joined_dir``); see the module docstring for the order and its guarantee. Raises
-    :class:`photon.SourceError` for a missing bucket or unreachable endpoint."""
-    from photon._publish import S3Publisher
-    pub = S3Publisher(url, s3, client)
-    pub.check()
+def object_output_snapshot(publisher, outbox: str | Path | None = None) -> S3OutputSnapshot:
+    """The snapshot of the object output folder ``publisher`` publishes to (and of the region's staging
+    folder ``outbox``, if given, e.g. ``region.joined_dir``); see the module docstring for the order and its
+    guarantee. Raises :class:`photon.SourceError` for a missing bucket or unreachable endpoint."""
+    publisher.check()
     local = staged_lines(outbox) if outbox is not None and Path(outbox).is_dir() else {}
     freshness: dict[str, int] = {}
-    records = S3Publisher(pub.location.child(COMMITS_DIR), s3, pub.client)
+    records = publisher.child(COMMITS_DIR)
     for o in records.objects():
         if not o.name.endswith(".json") or "/" in o.name:
             continue
@@ -326,12 +387,25 @@ def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, clie
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{records.url}/{o.name} is not a valid freshness record: {e}") from None
         except Exception as e:  # noqa: BLE001  (deleted between listing and reading: no record)
-            if "NoSuchKey" not in str(e):
+            if "NoSuchKey" not in str(e) and not isinstance(e, FileNotFoundError):
                 raise
-    listed = pub.objects()            # after the records: every object they name is listed
-    objects = [o for o in listed if o.name.endswith(".jsonl") and not is_hidden(o.name)]
-    on_s3 = {o.name for o in objects}
-    return S3OutputSnapshot(url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness, pub)
+    listed = publisher.objects()            # after the records: every object they name is listed
+    compacted: dict[str, dict] = {}
+    in_parquet: set[str] = set()
+    for part, entry in object_compaction_record(publisher).items():   # after the listing, as for a folder
+        if object_compacted_folder(publisher, part, entry) is None:
+            continue
+        compacted[part] = entry
+        in_parquet.update(f"{part}/{name}" for name in entry.get("files", []))
+    objects = [o for o in listed if o.name.endswith(".jsonl") and not is_hidden(o.name) and o.name not in in_parquet]
+    on_s3 = {o.name for o in objects} | in_parquet
+    return S3OutputSnapshot(publisher.url, objects, {r: d for r, d in local.items() if r not in on_s3}, freshness,
+                            publisher, compacted)
+
+
+def s3_output_snapshot(url: str, outbox: str | Path | None = None, s3=None, client=None) -> S3OutputSnapshot:
+    """:func:`object_output_snapshot` of the object output folder ``url`` (``s3://``, ``memory://``)."""
+    return object_output_snapshot(storage_kind(url).publisher(url, s3, client=client), outbox)
 
 
 def _parquet_files(folder: str | Path) -> list[Path]:
@@ -359,8 +433,10 @@ def compacted_lines(root: Path, rel_dir: str) -> list[bytes]:
 
 def count_output_lines(directory: str | Path) -> int:
     """How many lines :func:`read_output_lines` would return, without holding them."""
-    if is_remote(str(directory)):
-        return len(read_output_lines(directory))
+    return storage_kind(directory).output_reader(os.fspath(directory)).count()
+
+
+def _count_folder_lines(directory: Path) -> int:
     snap = output_snapshot(directory)
     total = 0
     if snap.compacted:
@@ -391,9 +467,11 @@ def read_output_lines(directory: str | Path, include_inprogress: bool = False, *
     With ``include_inprogress``, also the whole lines of open files written after their last commit record
     (for tests that look at what a writer has flushed, not what it has committed). An ``s3://`` folder gives
     the lines of its published objects and of ``outbox`` (the region's staging folder), if given."""
-    if is_remote(str(directory)):
-        s3snap = s3_output_snapshot(str(directory), outbox, s3)
-        return [line for rel in s3snap.names() for line in _whole_lines(s3snap.read(rel))]
+    reader = storage_kind(directory).output_reader(os.fspath(directory), s3, outbox=outbox)
+    return reader.lines(include_inprogress)
+
+
+def _read_folder_lines(directory: Path, include_inprogress: bool) -> list[bytes]:
     snap = output_snapshot(directory)
     lines: list[bytes] = []
     for part, rel_dir in sorted(snap.compacted.items()):
@@ -422,14 +500,19 @@ class OutputTailer:
     tailer never started and whose JSONL is gone is read from its Parquet once (offset key
     ``<partition>/_compacted``).
 
-    Over an ``s3://`` folder it reads the published objects as they appear (listed incrementally through
-    :class:`photon.S3Source`: a new object whose name sorts before the last one listed is found by the next
-    whole listing, within ``[s3].full_list_interval_s``); ``freshness()`` gives each writer's
-    ``complete_us`` from its record."""
+    Over the folder of an object kind (``s3://``) it reads the published objects as they appear (listed
+    incrementally through the kind's :class:`photon.Source`: a new object whose name sorts before the last
+    one listed, or a deletion, is found by the next whole listing, within ``[s3].full_list_interval_s``);
+    compacted partitions as above (kept JSONL objects under ``_compacted/``, else the Parquet once);
+    ``freshness()`` gives each writer's ``complete_us`` from its record."""
 
-    def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20, s3=None) -> None:
-        self._source = S3Source(str(root), s3) if is_remote(str(root)) else None
-        self.root = Path(root) if self._source is None else str(root)
+    def __init__(self, root: str | Path, offsets: dict | None = None, read_bytes: int = 4 << 20, s3=None,
+                 *, source=None, publisher=None) -> None:
+        kind = storage_kind(root)
+        self._source = source if source is not None or kind.in_place else kind.source(os.fspath(root), s3)
+        self.root = kind.local_folder(os.fspath(root)) if self._source is None else os.fspath(root)
+        self._publisher = publisher if publisher is not None or self._source is None else kind.publisher(
+            os.fspath(root), getattr(self._source, "config", None), client=getattr(self._source, "client", None))
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = read_bytes
         self.open_files: set[str] = set()
@@ -439,25 +522,52 @@ class OutputTailer:
         """Writer -> ``complete_us`` of its freshness record (S3 output; {} for a local folder)."""
         if self._source is None:
             return {}
-        return s3_output_snapshot(self.root, None, self._source.config, self._source.client).freshness
+        return object_output_snapshot(self._publisher).freshness
 
-    def _poll_s3(self, max_bytes: int) -> list[LogChunk]:
+    def _object_targets(self, view: dict, chunks: list[LogChunk]) -> dict[str, tuple[str, int]]:
+        """Published name -> (object to read it from, its size) for the objects of ``view``, honouring the
+        compaction record (read after the listing): a compacted partition this tailer began is read on from
+        its JSONL objects (listed or kept); one it never began is read from its Parquet once (appended to
+        ``chunks``) and its JSONL skipped."""
+        targets = {rel: (rel, info.size) for rel, info in view.items()
+                   if rel.endswith(".jsonl") and not is_hidden(rel)}
+        for part, entry in object_compaction_record(self._publisher).items():
+            files = [f"{part}/{name}" for name in entry.get("files", [])]
+            for rel in files:
+                targets.pop(rel, None)
+            if any(k.startswith(part + "/") and not k.endswith("/_compacted") for k in self.offsets):
+                for rel in files:
+                    kept = f"{entry.get('kept', '')}/{rel.rpartition('/')[2]}"
+                    for name in (rel, kept):
+                        if name in view:
+                            targets[rel] = (name, view[name].size)
+                            break
+                continue
+            key = f"{part}/_compacted"
+            if key not in self.offsets and object_compacted_folder(self._publisher, part, entry) is not None:
+                lines = object_compacted_lines(self._publisher, part, entry)
+                self.offsets[key] = 1
+                if lines:
+                    chunks.append(LogChunk(key, [0] * len(lines), lines, 1))
+        return targets
+
+    def _poll_objects(self, max_bytes: int) -> list[LogChunk]:
         view = self._source.scan(self.offsets)
         chunks: list[LogChunk] = []
         budget, pending = max_bytes, 0
-        for rel, info in view.items():
+        for rel, (name, size) in sorted(self._object_targets(view, chunks).items()):
             start = self.offsets.get(rel, 0)
-            if is_hidden(rel) or not rel.endswith(".jsonl") or info.size <= start:
+            if size <= start:
                 continue
             if budget <= 0:
-                pending += info.size - start
+                pending += size - start
                 continue
             try:
-                data, _ = self._source.read(rel, start, min(info.size - start, budget, self.read_bytes))
+                data, _ = self._source.read(name, start, min(size - start, budget, self.read_bytes))
             except ObjectGone:
                 continue
             chunk = self._chunk(rel, start, data)
-            pending += info.size - start - (chunk.end - start if chunk else 0)
+            pending += size - start - (chunk.end - start if chunk else 0)
             if chunk is not None:
                 budget -= chunk.end - start
                 chunks.append(chunk)
@@ -475,7 +585,7 @@ class OutputTailer:
 
     def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
         if self._source is not None:
-            return self._poll_s3(max_bytes)
+            return self._poll_objects(max_bytes)
         snap = output_snapshot(self.root)
         self.open_files = set(snap.open)
         chunks: list[LogChunk] = []
@@ -547,3 +657,119 @@ class OutputTailer:
     def pending_bytes(self) -> int:
         """Committed bytes not yet returned, as of the last :meth:`poll`."""
         return self._pending
+
+
+class FolderOutput:
+    """The :class:`photon.OutputReader` of a local output folder (the file kind): published files, the
+    committed prefix of open files and compacted partitions (see the module docstring)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.url = str(self.root)
+
+    @property
+    def folder(self) -> Path:
+        """The local folder that holds the output (readers such as Spark may read its files in place)."""
+        return self.root
+
+    def snapshot(self) -> OutputSnapshot:
+        return output_snapshot(self.root)
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def lines(self, include_inprogress: bool = False) -> list[bytes]:
+        return _read_folder_lines(self.root, include_inprogress)
+
+    def count(self) -> int:
+        return _count_folder_lines(self.root)
+
+    def published(self) -> list[str]:
+        """Every published JSONL file (relative names, sorted), those of compacted partitions included
+        (:meth:`read` finds them at their kept name until ``[compact].keep_jsonl_s`` removes them)."""
+        if not self.root.is_dir():
+            return []
+        snap = output_snapshot(self.root)
+        record = compaction_record(self.root)
+        compacted = [f"{part}/{name}" for part in snap.compacted for name in record.get(part, {}).get("files", [])]
+        return sorted({*snap.published, *compacted})
+
+    def read(self, name: str) -> bytes | None:
+        for _ in range(2):      # moved to its kept name between the two looks
+            path = resolve_published(self.root, name)
+            if path is None:
+                return None
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                continue
+        return None
+
+    def tailer(self, offsets: dict | None = None, read_bytes: int = 4 << 20) -> OutputTailer:
+        return OutputTailer(self.root, offsets, read_bytes)
+
+    def freshness(self) -> dict[str, int]:
+        return {}
+
+
+class ObjectOutput:
+    """The :class:`photon.OutputReader` of an object kind's output folder (``s3://``, ``memory://``):
+    published objects, plus what the region's staging folder ``outbox`` still holds when given (see the
+    module docstring). ``publisher`` lists and reads the objects; ``source()`` makes the
+    :class:`photon.Source` its tailers list incrementally."""
+
+    def __init__(self, url: str, publisher, source, outbox: str | Path | None = None) -> None:
+        self.url = url
+        self.publisher = publisher
+        self._source = source
+        self.outbox = outbox
+
+    folder = None
+    """Not a local folder: objects are read through the kind (:meth:`snapshot`, :meth:`read`)."""
+
+    def snapshot(self) -> S3OutputSnapshot:
+        return object_output_snapshot(self.publisher, self.outbox)
+
+    def exists(self) -> bool:
+        self.publisher.check()
+        return True
+
+    def lines(self, include_inprogress: bool = False) -> list[bytes]:
+        snap = self.snapshot()
+        lines = [line for part in sorted(snap.compacted) for line in snap.compacted_lines(part)]
+        for rel in snap.names():
+            try:
+                lines += _whole_lines(snap.read(rel))
+            except FileNotFoundError:      # compacted since it was listed: its partition is in the record
+                return self.lines(include_inprogress)
+        return lines
+
+    def count(self) -> int:
+        return len(self.lines())
+
+    def published(self) -> list[str]:
+        """Every published JSONL object (relative names, sorted), those of compacted partitions included
+        (:meth:`read` finds them at their kept name until ``[compact].keep_jsonl_s`` removes them)."""
+        listed = {o.name for o in self.publisher.objects() if o.name.endswith(".jsonl") and not is_hidden(o.name)}
+        for part, entry in object_compaction_record(self.publisher).items():
+            listed.update(f"{part}/{name}" for name in entry.get("files", []))
+        return sorted(listed)
+
+    def read(self, name: str) -> bytes | None:
+        part, _, base = name.rpartition("/")
+        for _ in range(2):      # hidden by compaction between the two looks: the record names its kept name
+            kept = object_compaction_record(self.publisher).get(part, {}).get("kept")
+            for candidate in (name, f"{kept}/{base}" if kept else None):
+                if candidate is None:
+                    continue
+                try:
+                    return self.publisher.read(candidate)
+                except FileNotFoundError:
+                    continue
+        return None
+
+    def tailer(self, offsets: dict | None = None, read_bytes: int = 4 << 20) -> OutputTailer:
+        return OutputTailer(self.url, offsets, read_bytes, source=self._source(), publisher=self.publisher)
+
+    def freshness(self) -> dict[str, int]:
+        return self.snapshot().freshness

@@ -58,27 +58,22 @@ def record_name(writer: str) -> str:
     return f"{COMMITS_DIR}/{writer}.json"
 
 
-class S3Publisher:
-    """Uploads closed local files to ``location`` (an ``s3://`` URL or :class:`Location`).
+class ObjectPublisher:
+    """Publishes closed local files to an object store at ``location`` (what an :class:`S3Publisher` does for
+    S3; a kind with objects subclasses it and supplies :meth:`_put_file`, :meth:`_put`, :meth:`_list`,
+    :meth:`_get` and :meth:`check`).
 
     ``publish(path, name)`` uploads ``path`` as ``<location>/<name>`` (default ``path.name``; a name may hold
     ``/``, e.g. ``date=.../hour=.../<file>``) and deletes it; ``upload(path)`` keeps
     the local file (for files that go on growing locally, like a quarantine log, re-uploaded whole).
-    Neither raises on an S3 outage: the file is kept and :meth:`publish_pending` tries again. With
+    Neither raises on an outage: the file is kept and :meth:`publish_pending` tries again. With
     ``records``, each published writer file is followed by its writer's freshness record (module docstring).
     """
 
-    def __init__(self, location: Location | str, config: S3Config | None = None, client=None, *,
-                 records: bool = False) -> None:
+    def __init__(self, location: Location | str, *, records: bool = False) -> None:
         self.location = parse_location(location) if isinstance(location, str) else location
-        self.config = config or S3Config()
-        self.client = client or s3_client(self.config)
         self.url = self.location.url
-        self._retry = retrying(self.config)
-        part = max(5 << 20, int(self.config.multipart_mb * (1 << 20)))
-        from boto3.s3.transfer import TransferConfig
-        self._transfer = TransferConfig(multipart_threshold=part, multipart_chunksize=part, use_threads=False)
-        self._part = part
+        self._part = 1 << 62                               # a multipart upload from this size on
         self._pending: dict[Path, tuple[bool, str]] = {}   # local file -> (delete after upload, object name)
         self._uploaded = self._bytes = self._multipart = self._failed = 0
         self._records = records
@@ -86,8 +81,38 @@ class S3Publisher:
         self._record_due: set[str] = set()
         self._records_put = 0
 
+    # ---- what a kind supplies
+
     def check(self) -> None:
-        check_bucket(self.client, self.location.bucket, self.url)
+        """Raise :class:`photon.SourceError` naming a misconfiguration (missing bucket, no credentials)."""
+
+    def _put_file(self, path: Path, name: str) -> None:
+        """Store the bytes of ``path`` as object ``name``, whole (an object appears complete or not at all)."""
+        raise NotImplementedError
+
+    def _put(self, name: str, body: bytes) -> None:
+        raise NotImplementedError
+
+    def _list(self) -> list[ObjectInfo]:
+        """Every object below the location (relative names, any depth)."""
+        raise NotImplementedError
+
+    def _get(self, name: str) -> bytes:
+        """The bytes of object ``name``; FileNotFoundError when there is none."""
+        raise NotImplementedError
+
+    def _delete(self, name: str) -> None:
+        raise NotImplementedError
+
+    def at(self, location: Location | str) -> "ObjectPublisher":
+        """A publisher (without records) of another location of the same kind, sharing this one's client."""
+        raise NotImplementedError
+
+    def child(self, name: str) -> "ObjectPublisher":
+        """A publisher (without records) of the location ``<location>/<name>``."""
+        return self.at(self.location.child(name))
+
+    # ---- the contract
 
     def publish(self, path: str | Path, name: str | None = None) -> bool:
         """Upload ``path`` as ``name`` and delete it; False (kept for :meth:`publish_pending`) on an outage."""
@@ -117,18 +142,17 @@ class S3Publisher:
         return done
 
     def _upload(self, path: Path, delete: bool, name: str) -> bool:
-        key = self.location.key(name)
         try:
             st = path.stat()
             size = st.st_size
-            self._retry(self.client.upload_file, str(path), self.location.bucket, key, Config=self._transfer)
+            self._put_file(path, name)
         except FileNotFoundError:
             self._pending.pop(path, None)
             return False
         except Exception as e:  # noqa: BLE001  (boto3's transfer wraps errors; keep the file, try later)
             self._failed += 1
             self._pending[path] = (delete, name)
-            log.warning("upload of %s to s3://%s/%s failed, will retry: %s", path, self.location.bucket, key, e)
+            log.warning("upload of %s to %s/%s failed, will retry: %s", path, self.url, name, e)
             return False
         self._pending.pop(path, None)
         self._uploaded += 1
@@ -157,12 +181,10 @@ class S3Publisher:
             complete_us, last = self._complete[w]
             body = orjson.dumps({"writer": w, "complete_us": complete_us, "last": last,
                                  "at_us": time.time_ns() // 1000})
-            key = self.location.key(record_name(w))
             try:
-                self._retry(self.client.put_object, Bucket=self.location.bucket, Key=key, Body=body,
-                            ContentType="application/json")
+                self._put(record_name(w), body)
             except Exception as e:  # noqa: BLE001  (a record may lag, never lead: retried with the next upload)
-                log.warning("freshness record s3://%s/%s not put, will retry: %s", self.location.bucket, key, e)
+                log.warning("freshness record %s/%s not put, will retry: %s", self.url, record_name(w), e)
                 continue
             self._record_due.discard(w)
             self._records_put += 1
@@ -170,6 +192,58 @@ class S3Publisher:
     def objects(self) -> list[ObjectInfo]:
         """The objects published so far (names relative to the location, partition folders included),
         sorted by name."""
+        return sorted(self._list(), key=lambda o: o.name)
+
+    def read(self, name: str) -> bytes:
+        """The bytes of object ``name``; FileNotFoundError once it is gone."""
+        return self._get(name)
+
+    def put(self, name: str, body: bytes) -> None:
+        """Store ``body`` as object ``name`` now, whole (raises when it could not be stored)."""
+        self._put(name, body)
+
+    def delete(self, name: str) -> None:
+        """Delete object ``name`` (nothing if there is none)."""
+        self._delete(name)
+
+    def statistics(self) -> PublisherStatistics:
+        return PublisherStatistics(self.url, self._uploaded, self._bytes, self._multipart, self._failed,
+                                   len(self._pending), self._records_put)
+
+
+class S3Publisher(ObjectPublisher):
+    """Uploads closed local files to ``location`` (an ``s3://`` URL or :class:`Location`): one PUT, or a
+    multipart upload above ``[s3].multipart_mb``. See :class:`ObjectPublisher` for the contract."""
+
+    def __init__(self, location: Location | str, config: S3Config | None = None, client=None, *,
+                 records: bool = False) -> None:
+        super().__init__(location, records=records)
+        self.config = config or S3Config()
+        self.client = client or s3_client(self.config)
+        self._retry = retrying(self.config)
+        part = max(5 << 20, int(self.config.multipart_mb * (1 << 20)))
+        from boto3.s3.transfer import TransferConfig
+        self._transfer = TransferConfig(multipart_threshold=part, multipart_chunksize=part, use_threads=False)
+        self._part = part
+
+    def check(self) -> None:
+        check_bucket(self.client, self.location.bucket, self.url)
+
+    def at(self, location: Location | str) -> "S3Publisher":
+        return S3Publisher(location, self.config, self.client)
+
+    def _put_file(self, path: Path, name: str) -> None:
+        self._retry(self.client.upload_file, str(path), self.location.bucket, self.location.key(name),
+                    Config=self._transfer)
+
+    def _put(self, name: str, body: bytes) -> None:
+        self._retry(self.client.put_object, Bucket=self.location.bucket, Key=self.location.key(name), Body=body,
+                    ContentType="application/json" if name.endswith(".json") else "application/octet-stream")
+
+    def _delete(self, name: str) -> None:
+        self._retry(self.client.delete_object, Bucket=self.location.bucket, Key=self.location.key(name))
+
+    def _list(self) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []
         prefix = self.location.key("") if self.location.prefix else ""
         for page in self._retry(lambda: list(self.client.get_paginator("list_objects_v2").paginate(
@@ -178,26 +252,30 @@ class S3Publisher:
                 name = o["Key"][len(prefix):]
                 if name:
                     out.append(ObjectInfo(name, int(o["Size"]), str(int(o["LastModified"].timestamp() * 1e6))))
-        return sorted(out, key=lambda o: o.name)
+        return out
 
-    def read(self, name: str) -> bytes:
+    def _get(self, name: str) -> bytes:
+        from botocore.exceptions import ClientError
         try:
             r = self._retry(self.client.get_object, Bucket=self.location.bucket, Key=self.location.key(name))
             return r["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise FileNotFoundError(f"{self.url}/{name} does not exist") from None
+            if is_transient(e):
+                raise SourceUnavailable(f"{self.url}/{name}: {e}") from e
+            raise
         except Exception as e:
             if is_transient(e):
                 raise SourceUnavailable(f"{self.url}/{name}: {e}") from e
             raise
 
-    def statistics(self) -> PublisherStatistics:
-        return PublisherStatistics(self.url, self._uploaded, self._bytes, self._multipart, self._failed,
-                                   len(self._pending), self._records_put)
-
 
 def read_object_lines(url: str, s3: S3Config | None = None, client=None) -> list[bytes]:
-    """Every line of every object directly below ``url`` (an ``s3://`` output folder such as
-    ``<output_root>/joined``), in name order; published objects are whole, so every line is complete."""
-    pub = S3Publisher(url, s3, client)
+    """Every line of every object directly below ``url`` (an object kind's output folder such as
+    ``s3://bucket/out/joined``), in name order; published objects are whole, so every line is complete."""
+    from photon._storage import storage_kind
+    pub = storage_kind(url).publisher(url, s3, client=client)
     lines: list[bytes] = []
     for o in pub.objects():
         if is_hidden(o.name) or o.name.endswith(INPROGRESS):
@@ -207,12 +285,13 @@ def read_object_lines(url: str, s3: S3Config | None = None, client=None) -> list
     return lines
 
 
-def output_publisher(config, region, kind: str) -> S3Publisher | None:
+def output_publisher(config, region, kind: str) -> ObjectPublisher | None:
     """The checked publisher of ``region``'s ``kind`` output (``joined``, ``unjoinable``, ``quarantine``)
-    when its output root is on S3, else None (local output is published by renaming). Raises
-    :class:`photon.SourceError` naming a misconfiguration."""
-    if not region.output_on_s3:
-        return None
-    publisher = S3Publisher(region.output_url(kind), config.s3, records=kind in ("joined", "unjoinable"))
-    publisher.check()
+    when its output root's kind stages output locally (``s3://``, ``memory://``), else None (a local folder
+    is published in place by renaming). Raises :class:`photon.SourceError` naming a misconfiguration."""
+    from photon._storage import storage_kind
+    url = region.output_url(kind)
+    publisher = storage_kind(url).publisher(url, config.s3, records=kind in ("joined", "unjoinable"))
+    if publisher is not None:
+        publisher.check()
     return publisher

@@ -33,6 +33,7 @@ from typing import Mapping
 from urllib.parse import urlparse
 
 from photon._config import ConfigError, S3Config
+from photon._storage import SCHEMES, storage_kind
 
 INPROGRESS = ".inprogress"
 S3 = "s3"
@@ -58,8 +59,8 @@ class SourceUnavailable(OSError):
 
 @dataclass(frozen=True)
 class Location:
-    """A parsed location: ``scheme`` is ``"file"`` (``path``) or ``"s3"`` (``bucket``, ``prefix``: no
-    leading or trailing ``/``, ``""`` for the whole bucket)."""
+    """A parsed location: ``scheme`` is ``"file"`` (``path``) or an object kind's (``"s3"``, ``"memory"``:
+    ``bucket``, ``prefix``: no leading or trailing ``/``, ``""`` for the whole bucket)."""
     scheme: str
     path: str = ""
     bucket: str = ""
@@ -70,17 +71,22 @@ class Location:
         return self.scheme == S3
 
     @property
+    def is_local(self) -> bool:
+        return self.scheme == LOCAL
+
+    @property
     def url(self) -> str:
-        if self.is_s3:
-            return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        if not self.is_local:
+            base = f"{self.scheme}://{self.bucket}"
+            return f"{base}/{self.prefix}" if self.prefix else base
         return self.path
 
     def child(self, *parts: str) -> "Location":
         """The location of ``parts`` below this one (``loc.child("clicks")``)."""
         rel = "/".join(p.strip("/") for p in parts if p.strip("/"))
-        if self.is_s3:
+        if not self.is_local:
             prefix = f"{self.prefix}/{rel}" if self.prefix and rel else (self.prefix or rel)
-            return Location(S3, bucket=self.bucket, prefix=prefix)
+            return Location(self.scheme, bucket=self.bucket, prefix=prefix)
         return Location(LOCAL, path=str(Path(self.path, rel)) if rel else self.path)
 
     def key(self, name: str) -> str:
@@ -92,8 +98,9 @@ class Location:
 
 
 def parse_location(text: str | os.PathLike) -> Location:
-    """``/a/b``, ``file:///a/b`` or ``s3://bucket/prefix`` -> :class:`Location`; :class:`SourceError`
-    for other schemes or an S3 URL without a bucket."""
+    """``/a/b``, ``file:///a/b`` or ``<scheme>://bucket/prefix`` of an object kind (``s3``, ``memory``) ->
+    :class:`Location`; :class:`SourceError` for a scheme not in :data:`photon._storage.SCHEMES` or an
+    object URL without a bucket."""
     text = os.fspath(text)
     if "://" not in text:
         return Location(LOCAL, path=text)
@@ -102,16 +109,12 @@ def parse_location(text: str | os.PathLike) -> Location:
         if u.netloc not in ("", "localhost"):
             raise SourceError(f"{text!r}: file:// URLs name a local path (file:///path), not host {u.netloc!r}")
         return Location(LOCAL, path=u.path)
-    if u.scheme == "s3":
+    if u.scheme in SCHEMES:
         if not u.netloc:
-            raise SourceError(f"{text!r}: an S3 location needs a bucket (s3://bucket/prefix)")
-        return Location(S3, bucket=u.netloc, prefix=u.path.strip("/"))
-    raise SourceError(f"{text!r}: unsupported scheme {u.scheme!r} (use a path, file:// or s3://)")
-
-
-def is_remote(text: str) -> bool:
-    """True for an ``s3://`` location."""
-    return str(text).startswith("s3://")
+            raise SourceError(f"{text!r}: an object location needs a bucket ({u.scheme}://bucket/prefix)")
+        return Location(u.scheme, bucket=u.netloc, prefix=u.path.strip("/"))
+    known = ", ".join(f"{s}://" for s in SCHEMES)
+    raise SourceError(f"{text!r}: unsupported scheme {u.scheme!r} (use a path, {known})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +140,8 @@ class SourceStatistics:
     last_scan_requests: int
 
 
-def _visible(name: str) -> bool:
+def visible(name: str) -> bool:
+    """Whether object ``name`` is part of a stream (not in progress, not hidden)."""
     base = name.rsplit("/", 1)[-1]
     return bool(base) and not base.endswith(INPROGRESS) and not base.startswith(".")
 
@@ -225,7 +229,7 @@ class LocalSource:
                         stack.append(path)
                         continue
                     name = os.path.relpath(path, self.root).replace(os.sep, "/")
-                    if not _visible(name):
+                    if not visible(name):
                         continue
                     if not full and name in self._retired and name in self._view:
                         view[name] = self._view[name]
@@ -424,7 +428,7 @@ class S3Source:
             cut = len(self._list_prefix)
             for obj in page.get("Contents", ()):
                 name = obj["Key"][cut:]
-                if _visible(name):
+                if visible(name):
                     out.append(ObjectInfo(name, int(obj["Size"]), obj.get("ETag", "")))
             if not page.get("IsTruncated"):
                 return out, requests
@@ -532,14 +536,11 @@ class S3Source:
 
 def open_source(location: Location | str | os.PathLike, s3: S3Config | None = None, client=None,
                 input_config=None):
-    """The source for ``location``: :class:`S3Source` for ``s3://``, else :class:`LocalSource` (with the
-    retirement settings of ``input_config``, an :class:`photon.InputConfig`, if given)."""
-    loc = location if isinstance(location, Location) else parse_location(location)
-    if loc.is_s3:
-        return S3Source(loc, s3, client)
-    if input_config is not None:
-        return LocalSource(loc, input_config.retire_after_s, input_config.full_scan_s)
-    return LocalSource(loc)
+    """The :class:`photon.Source` of ``location``, of the kind its scheme names (:func:`photon.storage_kind`):
+    :class:`S3Source` for ``s3://``, :class:`LocalSource` for a path (with the retirement settings of
+    ``input_config``, an :class:`photon.InputConfig`, if given), ..."""
+    url = location.url if isinstance(location, Location) else os.fspath(location)
+    return storage_kind(url).source(url, s3, input_config=input_config, client=client)
 
 
 def stream_source(config, region, stream: str):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from photon._source import Location, ObjectInfo, ObjectUnreadable, open_source, parse_location
 from photon._config import S3Config
+from photon._storage import storage_kind
 
 
 def stream_objects(location: str | Location, s3: S3Config | None = None) -> list[ObjectInfo]:
@@ -41,34 +42,13 @@ def stream_objects(location: str | Location, s3: S3Config | None = None) -> list
 
 
 def _task_access(location: Location, s3: S3Config | None):
-    """What tasks need to reach ``location``: the S3 options with the endpoint resolved on the driver, and
-    the driver's credentials (resolved once, so executors need no AWS set-up of their own; temporary
-    credentials expire as they do on the driver). None for a local location."""
-    if not location.is_s3:
-        return None
-    import boto3
-    import dataclasses
-    from photon._source import s3_endpoint
-    s3 = s3 or S3Config()
-    s3 = dataclasses.replace(s3, endpoint_url=s3_endpoint(s3) or "")
-    creds = boto3.session.Session().get_credentials()
-    frozen = creds.get_frozen_credentials() if creds is not None else None
-    return s3, ((frozen.access_key, frozen.secret_key, frozen.token) if frozen is not None else None)
+    """What tasks need to reach ``location`` (the kind's :meth:`~photon.StorageKind.task_access`: for S3 the
+    options with the endpoint resolved on the driver, and the driver's credentials)."""
+    return storage_kind(location.url).task_access(location.url, s3)
 
 
 def _task_source(location: Location, access):
-    if access is None:
-        return open_source(location)
-    s3, creds = access
-    client = None
-    if creds is not None:
-        import boto3
-        from photon._source import s3_client
-        key, secret, token = creds
-        session = boto3.session.Session(aws_access_key_id=key, aws_secret_access_key=secret,
-                                        aws_session_token=token)
-        client = s3_client(s3, session)
-    return open_source(location, s3, client)
+    return storage_kind(location.url).task_source(location.url, access)
 
 
 def task_source(location: str | Location, s3: S3Config | None = None):
@@ -125,7 +105,7 @@ def new_staging(base: str | Path | None = None) -> str:
 
 
 def _url(location: Location, name: str) -> str:
-    return f"{location.url.rstrip('/')}/{name}" if location.is_s3 else str(Path(location.path, name))
+    return storage_kind(location.url).join(location.url, name)
 
 
 def stage_objects(spark, location: str | Location, dest: str | Path, s3: S3Config | None = None,
@@ -192,11 +172,11 @@ def stream_text(spark, location: str | Location, s3: S3Config | None = None, obj
     objects = [o for o in (stream_objects(loc, s3) if objects is None else objects) if o.size > 0]
     if not objects:
         return spark.createDataFrame([], "value string, file string")
-    if loc.is_s3 and not spark.sparkContext.master.startswith("local"):
+    if not loc.is_local and not spark.sparkContext.master.startswith("local"):
         base = loc.url.rstrip("/") + "/"
         rows = stream_lines(spark, loc, s3, objects).map(lambda t: (t[2].decode("utf-8", "replace"), base + t[0]))
         return spark.createDataFrame(rows, "value string, file string")
-    if loc.is_s3:
+    if not loc.is_local:
         paths = stage_objects(spark, loc, staging_dir or new_staging(), s3, objects)
     else:
         paths = _local_paths(spark, loc, objects, staging_dir)
@@ -223,7 +203,7 @@ def read_stream_json(spark, location: str | Location, schema=None, s3: S3Config 
             from pyspark.sql.types import StructType
             return spark.createDataFrame([], StructType([]))
         return spark.createDataFrame([], schema)
-    if not loc.is_s3:
+    if loc.is_local:
         return reader.json(list(_local_paths(spark, loc, objects, staging_dir).values()))
     if spark.sparkContext.master.startswith("local"):
         return reader.json(list(stage_objects(spark, loc, staging_dir or new_staging(), s3, objects).values()))

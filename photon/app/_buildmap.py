@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass
 
 import eventstore
-from photon import ObjectGone, PhotonConfig
-from photon._source import is_remote
+from photon import ObjectGone, PhotonConfig, local_folder
 from photon._spark_io import task_source
 
 SCHEMA = "key string, ts long, file string, offset long"
@@ -62,7 +61,7 @@ def build_map(config: PhotonConfig, region: str, *, range_mb: float = 64.0, sess
     es = config.eventstore
     root = reg.stream_url(config.join.primary_stream)
     ranges = eventstore.plan_map_ranges(root, max(1, int(range_mb * (1 << 20))), config.s3)
-    read_at = _ranged_reads(root, config) if is_remote(root) else None
+    read_at = _ranged_reads(root, config) if local_folder(root) is None else None
     spark = session or spark_session(config, "photon build-map")
     id_field, every_s, every_kb = config.join.primary_id_field, es.map_every_s, es.map_every_kb
     build_us = time.time_ns() // 1000

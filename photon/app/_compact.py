@@ -42,8 +42,8 @@ from pathlib import Path
 import orjson
 
 from photon import PhotonConfig, fsync_path, output_snapshot, write_atomic
-from photon._output import (COMPACTION_RECORD, LINE_COLUMN, PINS_DIR, compaction_record, parquet_table,
-                            partition_start_us)
+from photon._output import (COMPACTION_RECORD, LINE_COLUMN, PINS_DIR, compaction_record, object_compaction_record,
+                            parquet_publisher, parquet_table, partition_start_us)
 from photon.app._periodic import PeriodicChild
 
 HOUR_US = 3600 * 1_000_000
@@ -213,6 +213,104 @@ def delete_swapped_out(root: Path, keep_s: float, now_us: int) -> CompactionStat
     return CompactionStatistics(jsonl_files_deleted=deleted)
 
 
+# ---- object kinds (S3) ---------------------------------------------------------------------------------
+#
+# The same tables and the same record, with copies and deletes where a folder has renames: the closed
+# partition's JSONL objects are copied to a local scratch folder and compacted there by Spark (step 1-2);
+# the Parquet files are uploaded under ``<kind>/_compacted/g<N>/<partition>/`` (hidden); the record object
+# ``<kind>/_compaction.json`` is put (3); *hide*: each JSONL object is copied to its kept name
+# ``<kind>/_compacted/g<N>/jsonl/<partition>/<file>`` and deleted (4); *show*: each Parquet object is copied
+# to ``<kind>_parquet/<partition>/`` and its staging copy deleted (5); kept objects are deleted after
+# ``keep_jsonl_s`` (6). An object store has no atomic rename of a folder: during the hide a plain reader
+# listing the JSONL table may see part of the hour (Photon's readers take the hour from the record, whole);
+# hide before show still means a plain reader never counts a row twice.
+
+
+def _object_partitions(snap, now_us: int, close_after_s: float) -> dict[str, list[str]]:
+    """Closed, not yet compacted partitions of an object output snapshot -> their object names: the hour
+    ended ``close_after_s`` ago, no line of it is still staged locally (open, or closed and not uploaded)."""
+    by_part: dict[str, list[str]] = {}
+    for o in snap.objects:
+        part, _, name = o.name.rpartition("/")
+        by_part.setdefault(part, []).append(name)
+    staged = {rel.rpartition("/")[0] for rel in snap.local}
+    out = {}
+    for part, names in sorted(by_part.items()):
+        start = partition_start_us(part)
+        if start is None or part in snap.compacted or part in staged:
+            continue
+        if start + HOUR_US + int(close_after_s * 1e6) > now_us:
+            continue
+        out[part] = sorted(names)
+    return out
+
+
+def finish_object_swap(publisher, part: str, entry: dict, listed: set[str]) -> None:
+    """Steps 4 and 5 for one recorded partition of an object output (``listed``: the object names below
+    ``publisher`` now), each only if not done yet (also finishes a swap a killed run began)."""
+    stray = sorted(n for n in listed if n.startswith(part + "/") and n.endswith(".jsonl")
+                   and n.rpartition("/")[2] not in entry.get("files", []))
+    if stray:
+        raise RuntimeError(f"cannot hide {publisher.url}/{part}: {stray} are not in its Parquet")
+    for name in entry.get("files", []):
+        if f"{part}/{name}" in listed:
+            publisher.put(f"{entry['kept']}/{name}", publisher.read(f"{part}/{name}"))
+            publisher.delete(f"{part}/{name}")
+    _step("hidden", Path(publisher.url), part)
+    table = parquet_publisher(publisher).child(part)
+    for name in sorted(n for n in listed if n.startswith(entry["path"] + "/")):
+        table.put(name[len(entry["path"]) + 1:], publisher.read(name))
+        publisher.delete(name)
+    _step("shown", Path(publisher.url), part)
+
+
+def compact_objects(spark, output, schema, sort_by: list[str], config: PhotonConfig,
+                    now_us: int | None = None) -> CompactionStatistics:
+    """Compact the closed partitions of one object output (``output``: its :class:`photon.OutputReader`)
+    and delete kept JSONL objects swapped out long enough ago (see the comment above)."""
+    import tempfile
+
+    now_us = now_us if now_us is not None else time.time_ns() // 1000
+    pub = output.publisher
+    stats = CompactionStatistics()
+    record = object_compaction_record(pub)
+    listed = {o.name for o in pub.objects()}
+    for part, entry in record.items():                                  # step 0: swaps a killed run began
+        if any(n.startswith((part + "/", entry["path"] + "/")) for n in listed if not n.startswith(entry["kept"])):
+            finish_object_swap(pub, part, entry, listed)
+    todo = _object_partitions(output.snapshot(), now_us, config.compact.close_after_s)
+    gen = f"g{time.time_ns() // 1000:020d}"
+    with tempfile.TemporaryDirectory(prefix="photon-compact-", dir=config.spark.local_dir or None) as tmp:
+        for part, names in todo.items():
+            scratch = Path(tmp) / "jsonl"
+            for name in names:
+                target = scratch / part / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(pub.read(f"{part}/{name}"))
+            written = Path(tmp) / "parquet" / part
+            rows = compact_partition(spark, scratch, part, names, schema, sort_by, written)
+            staged = f"_compacted/{gen}/{part}"
+            for f in sorted(written.glob("*.parquet")):
+                pub.put(f"{staged}/{f.name}", f.read_bytes())
+            _step("written", Path(pub.url), part)
+            record = object_compaction_record(pub)
+            entry = record[part] = {"path": staged, "kept": f"_compacted/{gen}/jsonl/{part}", "files": names,
+                                    "at_us": time.time_ns() // 1000}
+            pub.put(COMPACTION_RECORD, orjson.dumps({"partitions": record}))
+            _step("recorded", Path(pub.url), part)
+            finish_object_swap(pub, part, entry, {o.name for o in pub.objects()})
+            stats += CompactionStatistics(1, rows, len(names), 0)
+    deleted = 0
+    listed = {o.name for o in pub.objects()}
+    for part, entry in object_compaction_record(pub).items():          # step 6
+        if entry.get("at_us", now_us) + int(config.compact.keep_jsonl_s * 1e6) > now_us:
+            continue
+        for name in sorted(n for n in listed if n.startswith(entry["kept"] + "/")):
+            pub.delete(name)
+            deleted += name.endswith(".jsonl")
+    return stats + CompactionStatistics(jsonl_files_deleted=deleted)
+
+
 def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None = None) -> CompactionStatistics:
     """``photon compact``: every region's joined and unjoinable output."""
     from photon.app._spark import spark_session
@@ -222,11 +320,13 @@ def compact(config: PhotonConfig, spark=None, regions=None, now_us: int | None =
     sort_by = config.compact.sort_by or [config.join.foreign_id_field]
     stats = CompactionStatistics()
     for region in config.pipeline_regions_of(regions):
-        if region.output_on_s3:     # its local folders only stage uploads: compacting them would drop files
-            continue
-        stats += compact_folder(spark, region.joined_dir, joined_schema(config, spark), sort_by, config, now_us)
-        stats += compact_folder(spark, region.unjoinable_dir, foreign_schema(config, spark),
-                                [config.join.foreign_id_field], config, now_us)
+        for kind, schema, order in (("joined", joined_schema(config, spark), sort_by),
+                                    ("unjoinable", foreign_schema(config, spark), [config.join.foreign_id_field])):
+            output = region.output_reader(kind, config.s3)
+            if output.folder is None:     # objects: its local folder only stages uploads
+                stats += compact_objects(spark, output, schema, order, config, now_us)
+                continue
+            stats += compact_folder(spark, output.folder, schema, order, config, now_us)
     return stats
 
 

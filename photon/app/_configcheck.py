@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass, field
 
 from photon import PhotonConfig, check_config
-from photon._source import S3, SourceError, check_bucket, parse_location, s3_client
+from photon import SourceError, parse_location, storage_kind
 from photon.app._deployment import control_address, planned_processes
 
 
@@ -26,29 +26,27 @@ class ConfigCheck:
 
 
 def bucket_warnings(config: PhotonConfig) -> list[str]:
-    """One warning per S3 bucket named by a region's roots that cannot be used from here (no credentials,
-    no such bucket, endpoint unreachable), with at most one request (no retries) per bucket."""
-    buckets: dict[str, list[str]] = {}
+    """One warning per bucket (of an object kind: S3) named by a region's roots that cannot be used from
+    here (no credentials, no such bucket, endpoint unreachable), with at most one request (no retries) per
+    bucket (the kind's :meth:`~photon.StorageKind.check`)."""
+    places: dict[str, tuple[str, list[str]]] = {}     # "<scheme>://<bucket>" -> (a location in it, where named)
+    out = []
     for region in config.regions:
         for key in ("log_root", "output_root"):
             url = getattr(region, key)
-            if url.startswith("s3://"):
-                try:
-                    loc = parse_location(url)
-                except SourceError as e:
-                    buckets.setdefault(str(e), [])
-                    continue
-                if loc.scheme == S3:
-                    buckets.setdefault(loc.bucket, []).append(f"[[regions]] {region.name!r} {key}")
-    if not buckets:
-        return []
-    client = s3_client(config.s3)
-    out = []
-    for bucket, where in buckets.items():
+            try:
+                loc = parse_location(url)
+            except SourceError as e:
+                out.append(f"unusable location: {e}")
+                continue
+            if not loc.is_local:
+                places.setdefault(f"{loc.scheme}://{loc.bucket}", (loc.url, []))[1].append(
+                    f"[[regions]] {region.name!r} {key}")
+    for place, (url, where) in places.items():
         try:
-            check_bucket(client, bucket, what=f"{', '.join(where)} (s3://{bucket})")
+            storage_kind(url).check(url, config.s3)
         except SourceError as e:
-            out.append(f"S3 unreachable: {e}")
+            out.append(f"{place.partition(':')[0].upper()} unreachable: {', '.join(where)} ({place}): {e}")
     return out
 
 

@@ -21,9 +21,8 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, stream_source,
-                    tls_env)
-from photon._source import is_remote
+from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, storage_kind,
+                    stream_source, tls_env)
 from photon.app._regions import LAUNCHER_FILE, LAUNCHER_HOLDER, LOCK_FILE, RegionControls, held_by_launcher
 from photon.app._supervisor import Supervisor
 
@@ -118,14 +117,11 @@ class Launcher:
         except with ``until_caught_up``, where catching up on nothing would hide a mistyped path."""
         missing = []
         for region in self.pipeline_regions():
-            if region.output_on_s3:
-                output_publisher(self.config, region, "joined")   # names a missing bucket, endpoint, credentials
+            output_publisher(self.config, region, "joined")   # names a missing bucket, endpoint, credentials
             for key in ("primary_stream", "foreign_stream"):
-                if is_remote(region.log_root):
-                    stream_source(self.config, region, getattr(self.config.join, key))   # names what is wrong
-                    continue
-                folder = Path(region.log_root) / getattr(self.config.join, key)
-                if not folder.is_dir():
+                stream_source(self.config, region, getattr(self.config.join, key))   # names what is wrong
+                folder = region.stream_url(getattr(self.config.join, key))
+                if not storage_kind(folder).exists(folder, self.config.s3):
                     missing.append(f"region {region.name}: [join].{key} folder {folder} does not exist "
                                    f"(log_root = {region.log_root})")
         if missing and self.options.until_caught_up:

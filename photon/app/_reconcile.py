@@ -11,7 +11,7 @@ publishes its output), and :func:`reconcile` compares:
   under the token of one of this run's joiners (the token's ``host:port`` is a joiner address the launcher
   planned), with
 * the ids of every pipeline region's joined output, read under the output contract
-  (:func:`photon.read_output_lines`: published files, committed prefixes, compacted partitions, S3
+  (:meth:`photon.OutputReader.lines`: published files, committed prefixes, compacted partitions, S3
   objects plus the staging folder).
 
 A registered id in no output is **lost**; every lost id is written, one a line, to
@@ -31,7 +31,7 @@ from pathlib import Path
 import orjson
 
 import idregistry
-from photon import PhotonConfig, read_output_lines
+from photon import PhotonConfig
 
 RECONCILE_DIR = "reconcile"
 LOST_FILE = "lost-ids.txt"
@@ -137,13 +137,11 @@ def output_ids(config: PhotonConfig, echo=lambda msg: None):
     arrays, read = [], []
     for region in config.pipeline_regions:
         t0 = time.monotonic()
-        if region.output_on_s3:
-            lines = read_output_lines(region.output_url("joined"), outbox=region.joined_dir, s3=config.s3)
-        elif region.joined_dir.is_dir():
-            lines = read_output_lines(region.joined_dir)
-        else:
+        reader = region.output_reader("joined", config.s3)
+        if not reader.exists():
             echo(f"reconciling: region {region.name}: no output folder {region.joined_dir} here; not read")
             continue
+        lines = reader.lines()
         ids = ids_of_lines(lines, config.join.foreign_id_field)
         del lines
         arrays.append(ids)

@@ -28,8 +28,7 @@ from pathlib import Path
 import orjson
 
 import idregistry
-from photon import PhotonConfig, S3Publisher, fsync_path, recovery_stream, write_atomic
-from photon._source import is_remote
+from photon import PhotonConfig, fsync_path, recovery_stream, storage_kind, write_atomic
 from photon.app._liveness import STOPPED, UNSEEN, token_prefix, verdicts
 from photon.app._verify import LEDGER_REASON, read_recoverable
 
@@ -61,7 +60,8 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 
 def recovery_dir(config: PhotonConfig, region) -> Path:
-    return Path(region.stream_url(recovery_stream(config.join.foreign_stream)))
+    url = region.stream_url(recovery_stream(config.join.foreign_stream))
+    return storage_kind(url).local_folder(url) or Path(url)
 
 
 def reinject(config: PhotonConfig, raws: list[str], stamp: str) -> list[str]:
@@ -72,11 +72,12 @@ def reinject(config: PhotonConfig, raws: list[str], stamp: str) -> list[str]:
     files = []
     name = f"recovered-{stamp}.jsonl"
     for region in config.pipeline_regions:
-        if is_remote(region.log_root):        # an S3 log root: one whole object, uploaded when written
-            recovery = region.stream_url(recovery_stream(config.join.foreign_stream))
+        recovery = region.stream_url(recovery_stream(config.join.foreign_stream))
+        publisher = storage_kind(recovery).publisher(recovery, config.s3)
+        if publisher is not None:       # objects written whole: staged, then one upload
             staging = config.verify_dir / "staging" / region.name / name
             _write_durably(staging, data)
-            if not S3Publisher(recovery, config.s3).publish(staging, name):
+            if not publisher.publish(staging, name):
                 raise OSError(f"uploading recovered events to {recovery}/{name} failed; run recover again")
             files.append(f"{recovery}/{name}")
             continue

@@ -25,8 +25,7 @@ import orjson
 
 import dispatcher
 import joiner
-from photon import LatencyHistogram, PhotonConfig, read_object_lines
-from photon._output import count_output_lines
+from photon import LatencyHistogram, PhotonConfig
 
 COUNTERS = ("events_read", "joined", "already_registered", "wasted_joins", "unjoinable", "lost",
             "bad_records", "retry_queue", "in_flight")
@@ -103,8 +102,7 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since
         status = dispatcher.read_status(region.state_dir) or {}
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
         entry["quarantined"] = count_quarantined(region)
-        entry["joined_output_lines"] = (len(read_object_lines(region.output_url("joined"), config.s3))
-                                        if region.output_on_s3 else count_output_lines(region.joined_dir))
+        entry["joined_output_lines"] = region.output_reader("joined", config.s3).count()
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
         entry["unrecorded_ids"] = unrecorded_ids(region, since_us or 0)
         if since_us is not None:

@@ -31,9 +31,8 @@ import time
 import uuid
 from pathlib import Path
 
-from photon import PhotonConfig, output_snapshot, read_stream_json, stream_objects, write_atomic
-from photon._output import LINE_COLUMN, pinned_compacted, pinned_paths, s3_output_snapshot
-from photon._source import is_remote
+from photon import PhotonConfig, local_folder, output_snapshot, read_stream_json, stream_objects, write_atomic
+from photon._output import LINE_COLUMN, pinned_compacted, pinned_paths
 from photon._spark_io import stream_text, union_all
 
 PHOTON_DDL = "region STRING, joiner STRING, joined_at_us BIGINT"
@@ -247,17 +246,21 @@ def _partition_columns(file_col):
             F.when(hour != "", hour.cast("int")).alias("hour"))
 
 
-def s3_output_dataframe(spark, url: str, outbox: str | Path | None, schema, id_field: str, s3, scratch: Path):
-    """The S3 output folder ``url`` (and the region's staging folder ``outbox``) as
-    :func:`output_dataframe` gives a local one; None if it holds nothing yet."""
+def object_output_dataframe(spark, output, schema, id_field: str, s3, scratch: Path):
+    """An object kind's output (``output``: its :class:`photon.OutputReader`, e.g. S3's published objects
+    and the region's staging folder) as :func:`output_dataframe` gives a local one; None if it holds
+    nothing yet."""
     from pyspark.sql import functions as F
 
-    snap = s3_output_snapshot(url, outbox, s3)
-    if not snap.objects and not snap.local:
+    snap = output.snapshot()
+    url = output.url
+    if not snap.objects and not snap.local and not snap.compacted:
         return None
     text = stream_text(spark, url, s3, snap.objects, scratch)
     rows = [(line.decode("utf-8", "replace"), f"{url}/{rel}") for rel, data in sorted(snap.local.items())
             for line in data.split(b"\n") if line]
+    rows += [(line.decode("utf-8", "replace"), f"{url}/{part}/_compacted") for part in sorted(snap.compacted)
+             for line in snap.compacted_lines(part)]     # compacted hours: their kept lines, from the Parquet
     if rows:
         text = text.unionByName(spark.createDataFrame(rows, "value string, file string"))
     parsed = text.select(F.from_json("value", schema, {"mode": "PERMISSIVE"}).alias("r"),
@@ -278,12 +281,12 @@ def _output_table(config: PhotonConfig, spark, kind: str, schema, regions=None):
     scratch = scratch_dir(config)
     frames = []
     for region in config.pipeline_regions_of(regions):
-        directory = region.joined_dir if kind == "joined" else region.unjoinable_dir
-        if region.output_on_s3:
-            df = s3_output_dataframe(spark, region.output_url(kind), directory, schema, config.join.foreign_id_field,
-                                     config.s3, scratch / region.name / kind)
+        output = region.output_reader(kind, config.s3)
+        if output.folder is None:
+            df = object_output_dataframe(spark, output, schema, config.join.foreign_id_field, config.s3,
+                                         scratch / region.name / kind)
         else:
-            df = output_dataframe(spark, directory, schema, config.join.foreign_id_field, scratch / region.name)
+            df = output_dataframe(spark, output.folder, schema, config.join.foreign_id_field, scratch / region.name)
         if df is None:
             continue
         frames.append(df.select(*[F.col(f"`{f.name}`") for f in schema.fields],
@@ -314,11 +317,11 @@ def stream_dataframe(config: PhotonConfig, stream: str, schema, id_field: str, s
 
     frames = []
     for region in config.pipeline_regions_of(regions):
-        if is_remote(region.log_root):
+        folder = local_folder(region.stream_url(stream))
+        if folder is None:     # objects: read through the kind
             df = read_stream_json(spark, region.stream_url(stream), schema, config.s3, scratch_dir(config))
             frames.append(df.where(F.col(f"`{id_field}`").isNotNull()).withColumn("region", F.lit(region.name)))
             continue
-        folder = Path(region.log_root) / stream
         if not folder.is_dir() or not any(p.is_file() for p in folder.rglob("*")):
             continue
         frames.append(spark.read.schema(schema).option("mode", "PERMISSIVE").option("recursiveFileLookup", "true")
@@ -336,7 +339,7 @@ def quarantine_dataframe(config: PhotonConfig, spark, regions=None):
     for region in config.pipeline_regions_of(regions):
         files = sorted(str(p) for p in Path(region.quarantine_dir).glob("*.jsonl")) \
             if Path(region.quarantine_dir).is_dir() else []
-        if region.output_on_s3:          # uploaded whole as they grow: a local copy is the newer one
+        if local_folder(region.output_url("quarantine")) is None:     # uploaded whole as they grow: a local copy is the newer one
             df = _s3_quarantine(spark, config, region, schema, files)
             if df is not None:
                 frames.append(df)

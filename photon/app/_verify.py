@@ -42,11 +42,10 @@ from pathlib import Path
 
 import idregistry
 import joiner
-from photon import PhotonConfig, SourceError, list_log_files, output_snapshot, recovery_stream, stream_objects
+from photon import (PhotonConfig, SourceError, list_log_files, local_folder, output_snapshot, recovery_stream,
+                    storage_kind, stream_objects)
 from photon._ids import ID_REGEX, TIMESTAMP_DIGITS
-from photon._output import compacted_lines, pinned_paths, s3_output_snapshot
-from photon._publish import S3Publisher
-from photon._source import is_remote
+from photon._output import compacted_lines, pinned_paths
 from photon._spark_io import new_staging, stream_text, union_all
 from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
@@ -178,18 +177,21 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
     """One region's ``kind`` output as rows ``(value, file, region)`` and the ``(name, read)`` sources
     :func:`_first_bad_line` searches."""
     folder = region.joined_dir if kind == "joined" else region.unjoinable_dir
-    if not region.output_on_s3:
-        files, partial = list_output(folder)
+    output = region.output_reader(kind, config.s3)
+    if output.folder is not None:
+        files, partial = list_output(output.folder)
         sources = [(f, lambda f=f: Path(f).read_bytes()) for f in files]
         sources += [(name, lambda d=data: d) for name, data in partial]
         return _lines_df(spark, files, partial, region.name), sources
     url = region.output_url(kind)
     try:
-        snap = s3_output_snapshot(url, folder, config.s3)
+        snap = output.snapshot()
         objects = stream_text(spark, url, config.s3, snap.objects, _staging(config))
     except (SourceError, OSError) as e:
         raise VerifyInputError(f"region {region.name}: {kind} output {url}: {e}") from None
     partial = [(f"{url}/{rel} (staged in {folder})", data) for rel, data in sorted(snap.local.items())]
+    partial += [(f"{url}/{part} (compacted)", b"".join(line + b"\n" for line in snap.compacted_lines(part)))
+                for part in sorted(snap.compacted)]
     sources = [(f"{url}/{o.name}", lambda n=o.name: snap.read(n)) for o in snap.objects]
     return _lines_df(spark, [], partial, region.name, objects), sources + [(n, lambda d=d: d) for n, d in partial]
 
@@ -201,8 +203,8 @@ def _read_outputs(spark, config: PhotonConfig):
     id_field = config.join.foreign_id_field
     frames, sources = [], {}
     for region in config.pipeline_regions:
-        root = Path(region.output_root)
-        if not region.output_on_s3 and not root.is_dir():
+        root = region.output_root
+        if not storage_kind(root).exists(root, config.s3):
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
         for kind in ("joined", "unjoinable"):
             df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
@@ -219,12 +221,12 @@ def _read_outputs(spark, config: PhotonConfig):
 def _input_lines(spark, config: PhotonConfig, region, stream: str):
     """Rows ``(value, file, region)`` of ``stream`` and its recovery stream in ``region``'s log root."""
     url = region.stream_url(stream)
-    if not is_remote(url):
-        root = Path(url)
+    root = local_folder(url)
+    if root is not None:        # a local folder: Spark reads its files in place
         if not root.is_dir():
             raise VerifyInputError(f"region {region.name}: input folder {root} does not exist")
         files = [str(root / f) for f in list_log_files(root)]
-        recovery = Path(region.stream_url(recovery_stream(stream)))
+        recovery = local_folder(region.stream_url(recovery_stream(stream)))
         files += [str(recovery / f) for f in list_log_files(recovery)]
         return _lines_df(spark, files, [], region.name)
     recovery = region.stream_url(recovery_stream(stream))
@@ -256,14 +258,13 @@ def check_inputs(config: PhotonConfig) -> None:
     for region in config.pipeline_regions:
         foreign = region.stream_url(config.join.foreign_stream)
         try:
-            if is_remote(foreign) and not stream_objects(foreign, config.s3):
+            if local_folder(foreign) is None and not stream_objects(foreign, config.s3):
                 raise VerifyInputError(f"region {region.name}: input {foreign} holds no objects")
-            if region.output_on_s3:
-                S3Publisher(region.output_root, config.s3).check()
+            storage_kind(region.output_root).check(region.output_root, config.s3)
         except SourceError as e:
             raise VerifyInputError(f"region {region.name}: {e}") from None
         for folder in (foreign, region.output_root):
-            if not is_remote(folder) and not Path(folder).is_dir():
+            if not storage_kind(folder).exists(folder, config.s3):
                 raise VerifyInputError(f"region {region.name}: folder {folder} does not exist")
 
 

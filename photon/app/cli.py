@@ -18,7 +18,7 @@ import orjson
 import dispatcher
 import idregistry
 import joiner
-from photon import ConfigError, describe_options, load_config, read_output_lines
+from photon import ConfigError, describe_options, load_config
 from photon.app._gen import GenOptions, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions
 from photon.app._summary import build_summary, dumps, format_summary
@@ -132,7 +132,7 @@ def _cmd_demo(args) -> int:
     code, summary = _run(config, drill is None, args.timeout, False,
                          with_options=drill.start_with if drill else None)
     ids = [orjson.loads(line)[config.join.foreign_id_field]
-           for region in config.pipeline_regions for line in read_output_lines(region.joined_dir)]
+           for region in config.pipeline_regions for line in region.output_reader("joined", config.s3).lines()]
     joined = set(ids)
     dups = len(ids) - len(joined)
     truth = set((out / "truth" / "joinable.txt").read_text().split())

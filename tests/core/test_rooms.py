@@ -182,3 +182,35 @@ def test_deciding_cores_touch_no_clock_socket_or_thread():
     offences = [f"{core} imports {name}" for core in PURE_CORES for name in _imports(REPO / core)
                 if name.split(".")[0] in ("time", "socket", "threading", "grpc", "pysyncobj", "subprocess")]
     assert offences == []
+
+
+# The storage modules of the base: the scheme map, the kinds, and the implementations they wrap. Everyone
+# else asks ``photon.storage_kind(url)`` (or a reader, a source, a publisher) and never tests a kind by string.
+STORAGE_MODULES = {"photon/_storage.py", "photon/_source.py", "photon/_publish.py", "photon/_kind_file.py",
+                   "photon/_kind_s3.py", "photon/_kind_memory.py"}
+KIND_TESTS = [r"\bis_remote\b", r"\boutput_on_s3\b", r"""startswith\(\s*["']s3://""", r"""["']s3://["']\s+in\b""",
+              r"\.is_s3\b", r"""scheme\s*==\s*["'](s3|file|memory)["']""", r"""==\s*["']s3["']"""]
+
+
+def kind_tests_by_string(paths) -> list[str]:
+    import re
+    pattern = re.compile("|".join(KIND_TESTS))
+    offences = []
+    for path in paths:
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if pattern.search(line):
+                offences.append(f"{path}:{n}: {line.strip()}")
+    return offences
+
+
+def test_no_room_outside_the_storage_modules_tests_a_storage_kind_by_string():
+    paths = [p for room in ROOMS + ["bench"] for p in (REPO / room).rglob("*.py")
+             if p.relative_to(REPO).as_posix() not in STORAGE_MODULES and "_pb2" not in p.name]
+    assert kind_tests_by_string(paths) == []
+
+
+def test_the_storage_check_catches_kind_tests(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('if url.startswith("s3://"):\n    pass\nif region.output_on_s3 or is_remote(x):\n    pass\n'
+                     'ok = storage_kind(url).in_place\n')
+    assert len(kind_tests_by_string([probe])) == 2

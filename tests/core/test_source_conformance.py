@@ -1,19 +1,22 @@
-"""One conformance suite for every log source: local folders and S3 (a real moto_server through boto3).
+"""One conformance suite for every kind of log source in the scheme map (photon._storage.SCHEMES): local
+folders, S3 (a real moto_server through boto3) and in-memory objects. A kind that is not run here may not be
+registered (the first test says so).
 
-Each test runs once per kind and checks the contract of photon/_tail.py and photon/_source.py: complete
+Each test runs once per kind and checks the contract of photon/_tail.py and photon/_storage.Source: complete
 lines only, exact resume offsets, growth and longer replacements read on, late objects found, bad input
 quarantined with its location and reason while every good line around it comes through.
 """
 from __future__ import annotations
 
-import os
+import uuid
 from pathlib import Path
 
 import orjson
 import pytest
 
-from photon import Quarantine, wait_until
-from photon._source import LocalSource, S3Source
+from photon import Quarantine, Source, open_source, storage_kind, wait_until
+from photon import _kind_memory as memory
+from photon._storage import SCHEMES
 from photon._config import S3Config
 from photon import LogTailer as SourceTailer
 
@@ -21,11 +24,15 @@ FAST = S3Config(list_interval_s=0.0, full_list_interval_s=0.2, retry_attempts=3,
 
 
 class LocalKind:
-    name = "local"
+    name = "file"
 
     def __init__(self, tmp_path: Path) -> None:
         self.root = tmp_path / "stream"
         self.root.mkdir()
+
+    @property
+    def url(self) -> str:
+        return f"file://{self.root}"
 
     def write(self, name: str, data: bytes) -> None:
         p = self.root / name
@@ -39,8 +46,11 @@ class LocalKind:
     def delete(self, name: str) -> None:
         (self.root / name).unlink()
 
+    def missing(self) -> None:
+        self.root = self.root / "not-yet"
+
     def source(self):
-        return LocalSource(str(self.root))
+        return open_source(self.url, FAST)
 
 
 class S3Kind:
@@ -49,6 +59,10 @@ class S3Kind:
     def __init__(self, bucket) -> None:
         self.bucket = bucket
         self.prefix = "logs/clicks"
+
+    @property
+    def url(self) -> str:
+        return self.bucket.url(self.prefix)
 
     def write(self, name: str, data: bytes) -> None:
         self.bucket.put(f"{self.prefix}/{name}", data)
@@ -61,15 +75,66 @@ class S3Kind:
     def delete(self, name: str) -> None:
         self.bucket.delete(f"{self.prefix}/{name}")
 
+    def missing(self) -> None:
+        self.prefix = "nothing/here"
+
     def source(self):
-        return S3Source(self.bucket.url(self.prefix), FAST)
+        return open_source(self.url, FAST)
 
 
-@pytest.fixture(params=["local", "s3"])
+class MemoryKind:
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.bucket = f"b-{uuid.uuid4().hex[:8]}"
+        self.prefix = "logs/clicks"
+
+    @property
+    def url(self) -> str:
+        return f"memory://{self.bucket}/{self.prefix}"
+
+    def write(self, name: str, data: bytes) -> None:
+        memory.put(f"{self.url}/{name}", data)
+
+    def append(self, name: str, data: bytes) -> None:
+        """Objects are replaced whole, as on S3."""
+        memory.put(f"{self.url}/{name}", memory.get(f"{self.url}/{name}") + data)
+
+    def delete(self, name: str) -> None:
+        memory.delete(f"{self.url}/{name}")
+
+    def missing(self) -> None:
+        self.prefix = "nothing/here"
+
+    def source(self):
+        return open_source(self.url, FAST)
+
+
+KINDS = ["file", "s3", "memory"]
+
+
+@pytest.fixture(params=KINDS)
 def kind(request, tmp_path):
-    if request.param == "local":
-        return LocalKind(tmp_path)
-    return S3Kind(request.getfixturevalue("s3"))
+    if request.param == "file":
+        yield LocalKind(tmp_path)
+    elif request.param == "s3":
+        yield S3Kind(request.getfixturevalue("s3"))
+    else:
+        k = MemoryKind()
+        yield k
+        memory.clear(k.bucket)
+
+
+def test_every_registered_scheme_runs_this_suite():
+    assert sorted(KINDS) == sorted(SCHEMES)
+
+
+def test_the_source_is_of_the_kind_its_scheme_names_and_follows_the_protocol(kind):
+    source = kind.source()
+    assert isinstance(source, Source)
+    assert storage_kind(kind.url).scheme == kind.name
+    source.check()
+    assert source.scan() == {}
 
 
 @pytest.fixture
@@ -226,7 +291,7 @@ def test_empty_objects(kind, quarantine):
     read_all(tailer, want=1)
     read_all(tailer)
     found = entries(quarantine)
-    if kind.name == "s3":      # written whole: an empty S3 object is bad input, reported once
+    if kind.source().whole_objects:    # written whole: an empty object is bad input, reported once
         assert [(e["file"], e["reason"].endswith("is an empty object")) for e in found] == [("a.jsonl", True)]
     else:                      # a local file is appended to in place: empty means not written yet
         assert found == []
@@ -245,13 +310,8 @@ def test_pending_bytes_and_caught_up(kind):
 
 
 def test_a_missing_stream_location_reads_nothing_and_waits(kind):
-    kind.prefix = "nothing/here" if kind.name == "s3" else None
-    if kind.name == "local":
-        kind.root = kind.root / "not-yet"
+    kind.missing()
     tailer = SourceTailer(kind.source())
     assert tailer.poll() == [] and tailer.caught_up
-    kind.write("a.jsonl", lines(0, 1)) if kind.name == "s3" else None
-    if kind.name == "local":
-        os.makedirs(kind.root)
-        kind.write("a.jsonl", lines(0, 1))
+    kind.write("a.jsonl", lines(0, 1))
     assert [line for _, _, line in read_all(tailer, want=1)] == [b'{"n":0}']

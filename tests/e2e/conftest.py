@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from photon import load_config, read_object_lines, read_output_lines, wait_until
+from photon import load_config, local_folder, read_object_lines, read_output_lines, wait_until
 
 
 class Pipeline:
@@ -65,7 +65,7 @@ class Pipeline:
         a file renamed while we read is read once, under whichever name it has."""
         rows = []
         for region in self.config.regions:
-            if region.output_on_s3:     # published objects, plus files still staged locally if asked
+            if local_folder(region.output_url("joined")) is None:   # objects: published ones, plus staged if asked
                 rows += [orjson.loads(x) for x in read_object_lines(region.output_url("joined"), self.config.s3)]
                 if not include_inprogress:
                     continue
