@@ -216,6 +216,9 @@ class CachedStore(Store):
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         return self.store.pending_productions(sender, interval)
 
+    def set_aside_records(self, computation: str | None = None) -> list:
+        return self.store.set_aside_records(computation)
+
     def read_watermarks(self) -> dict[str, int]:
         return self.store.read_watermarks()
 

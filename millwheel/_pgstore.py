@@ -6,7 +6,8 @@ Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commi
    of every interval the batch writes to and locks those rows against a concurrent :meth:`claim` (which
    updates the row) until the transaction ends;
 2. the batch's net effect (see :func:`fold`), one statement per table over arrays (``unnest``):
-   state upserts and deletes, timer deletes and upserts, dedup ids, productions and acked productions;
+   state upserts and deletes, timer deletes and upserts, dedup ids, productions and acked productions,
+   and records set aside;
 3. if any sequencer read in 1 differs from the write's: roll back and raise :class:`StaleSequencer`;
    else commit.
 
@@ -35,7 +36,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from millwheel._store import KEEP, StaleSequencer, Store, StoredProduction, Write, _Keep
+from millwheel._store import KEEP, SetAsideRecord, StaleSequencer, Store, StoredProduction, Write, _Keep
 
 DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
@@ -58,6 +59,9 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval_id INTEGER, id TEX
     key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, produced_at BIGINT NOT NULL,
     PRIMARY KEY (sender, interval_id, id));
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NULL, interval_id INTEGER NOT NULL,
+    error TEXT NOT NULL, attempts INTEGER NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL,
+    sender TEXT NOT NULL, produced_at BIGINT NOT NULL, PRIMARY KEY (computation, id));
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     low BIGINT NOT NULL, input BIGINT, oldest BIGINT, PRIMARY KEY (name, interval_id));
 """
@@ -83,6 +87,10 @@ _PROD_PUT = ("INSERT INTO productions (sender, interval_id, id, stream, key, val
              "produced_at = EXCLUDED.produced_at")
 _PROD_DEL = ("DELETE FROM productions WHERE (sender, interval_id, id) IN "
              "(SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]))")
+_ASIDE_PUT = ("INSERT INTO set_aside (computation, id, key, interval_id, error, attempts, value, ts, sender, "
+              "produced_at) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], "
+              "%s::int[], %s::bytea[], %s::bigint[], %s::text[], %s::bigint[]) ON CONFLICT (computation, id) "
+              "DO UPDATE SET error = EXCLUDED.error, attempts = EXCLUDED.attempts")
 _LANDED = ("SELECT count(*) FROM dedup WHERE (computation, id) IN "
            "(SELECT * FROM unnest(%s::text[], %s::text[]))")
 
@@ -99,6 +107,7 @@ class NetEffect:
     dedup: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
     prod_put: dict[tuple[str, int, str], StoredProduction] = field(default_factory=dict)
     prod_del: set[tuple[str, int, str]] = field(default_factory=set)
+    set_aside: dict[tuple[str, str], tuple[SetAsideRecord, int]] = field(default_factory=dict)
 
 
 def fold(writes: list[Write]) -> NetEffect:
@@ -130,6 +139,8 @@ def fold(writes: list[Write]) -> NetEffect:
         for pid in w.productions_done:
             n.prod_put.pop((c, w.interval, pid), None)
             n.prod_del.add((c, w.interval, pid))
+        for r in w.set_aside:
+            n.set_aside[(r.computation, r.id)] = (r, w.interval)
     return n
 
 
@@ -312,6 +323,10 @@ class PostgresStore(Store):
                                                p.produced_at_us) for (s, iv, _), p in n.prod_put.items()), 8))
         if n.prod_del:
             conn.execute(_PROD_DEL, _columns(n.prod_del, 3))
+        if n.set_aside:
+            conn.execute(_ASIDE_PUT, _columns(((r.computation, r.id, r.key, iv, r.error, r.attempts, r.value,
+                                                r.timestamp_us, r.sender, r.produced_at_us)
+                                               for r, iv in n.set_aside.values()), 10))
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         keys = list(keys)
@@ -362,6 +377,13 @@ class PostgresStore(Store):
     def gc_floors(self, computation: str) -> dict[str, int]:
         return dict(self._retry(lambda conn, _: conn.execute(
             "SELECT sender, floor FROM gc_floors WHERE computation = %s", (computation,)).fetchall()))
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        rows = self._retry(lambda conn, _: conn.execute(
+            "SELECT computation, id, key, error, attempts, value, ts, sender, produced_at FROM set_aside "
+            "WHERE %s::text IS NULL OR computation = %s ORDER BY computation, id",
+            (computation, computation)).fetchall())
+        return [SetAsideRecord(c, i, k, e, a, bytes(v), ts, s, at) for c, i, k, e, a, v, ts, s, at in rows]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         rows = self._retry(lambda conn, _: conn.execute(

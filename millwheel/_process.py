@@ -431,7 +431,8 @@ class WorkerHost:
             "computations": {n: dict(c) for n, c in per.items()},
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
-            "outstanding": self.tracker.outstanding_count(), "counters": dict(self.counters),
+            "outstanding": self.tracker.outstanding_count(),
+            "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
             "transport": dict(self.transport.counters), "error": repr(self.error) if self.error else None,
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }

@@ -45,6 +45,22 @@ class StoredProduction:
     produced_at_us: int
 
 
+@dataclass(frozen=True, slots=True)
+class SetAsideRecord:
+    """A record on which user code kept failing, set aside instead of stopping the runtime: its
+    computation, key, id, the last error's text and how many attempts were made, and the record itself
+    (value as JSON, timestamp, sender, production time) so that it can be looked at and injected again."""
+    computation: str
+    id: str
+    key: str
+    error: str
+    attempts: int
+    value: bytes
+    timestamp_us: int
+    sender: str
+    produced_at_us: int
+
+
 @dataclass(slots=True)
 class Write:
     """One atomic checkpoint of one key (``key=None``: no per-key part, e.g. acked productions only)."""
@@ -58,6 +74,8 @@ class Write:
     processed: list[tuple[str, str, int]] = field(default_factory=list)
     productions: list[StoredProduction] = field(default_factory=list)
     productions_done: list[str] = field(default_factory=list)
+    set_aside: list[SetAsideRecord] = field(default_factory=list)
+    """Records of this key set aside (their ids are in ``processed`` too, so repeats are dropped)."""
 
 
 class Store:
@@ -98,6 +116,10 @@ class Store:
         raise NotImplementedError
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
+        raise NotImplementedError
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        """The records set aside (of ``computation``, or of all), in (computation, id) order."""
         raise NotImplementedError
 
     def read_watermarks(self) -> dict[str, int]:
@@ -167,6 +189,7 @@ class MemoryStore(Store):
         self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
         self._wms: dict[str, int] = {}
         self._reports: dict[tuple[str, int], tuple] = {}
+        self._aside: dict[tuple[str, str], SetAsideRecord] = {}
 
     def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         with self._lock:
@@ -200,6 +223,8 @@ class MemoryStore(Store):
             prods[p.id] = p
         for pid in w.productions_done:
             prods.pop(pid, None)
+        for r in w.set_aside:
+            self._aside[(r.computation, r.id)] = r
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         with self._lock:
@@ -234,6 +259,10 @@ class MemoryStore(Store):
     def gc_floors(self, computation: str) -> dict[str, int]:
         with self._lock:
             return {s: f for (c, s), f in self._floors.items() if c == computation}
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        with self._lock:
+            return [r for k, r in sorted(self._aside.items()) if computation in (None, k[0])]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         with self._lock:
@@ -296,6 +325,9 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval INTEGER, id TEXT, 
     key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL, produced_at INTEGER NOT NULL,
     PRIMARY KEY (sender, interval, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NULL, interval INTEGER NOT NULL,
+    error TEXT NOT NULL, attempts INTEGER NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL,
+    sender TEXT NOT NULL, produced_at INTEGER NOT NULL, PRIMARY KEY (computation, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval INTEGER, seq INTEGER NOT NULL, low INTEGER NOT NULL,
     input INTEGER, oldest INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
 """
@@ -361,6 +393,10 @@ class SQLiteStore(Store):
         if w.productions_done:
             db.executemany("DELETE FROM productions WHERE sender=? AND interval=? AND id=?",
                            [(c, w.interval, i) for i in w.productions_done])
+        if w.set_aside:
+            db.executemany("INSERT OR REPLACE INTO set_aside VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(r.computation, r.id, r.key, w.interval, r.error, r.attempts, r.value, r.timestamp_us,
+                             r.sender, r.produced_at_us) for r in w.set_aside])
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
@@ -413,6 +449,13 @@ class SQLiteStore(Store):
         with self._lock:
             return dict(self._db.execute("SELECT sender, floor FROM gc_floors WHERE computation=?",
                                          (computation,)).fetchall())
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT computation, id, key, error, attempts, value, ts, sender, produced_at FROM set_aside "
+                "WHERE ? IS NULL OR computation = ? ORDER BY computation, id", (computation, computation))
+            return [SetAsideRecord(*r) for r in rows.fetchall()]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         with self._lock:

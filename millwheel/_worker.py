@@ -10,7 +10,9 @@ reads time only from the injected clock. One loop iteration:
 1. take a batch from the inbox; apply published watermarks (each computation's input watermark is the
    minimum over its producers) and dedup floors, then feed each core its records and the time;
 2. carry out the cores' commands: :class:`RunUserCode` (dedup lookups and state reads in the store, then
-   :func:`millwheel._runner.run_key`), weak sends, and collect every :class:`Commit`;
+   :func:`millwheel._runner.run_key`; a key whose user code raised on a record is answered as
+   :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
+   every :class:`Commit`;
 3. commit every core's key checkpoints in one store transaction, then tell each core, and carry out the
    results: register strong productions, ack the senders, then send;
 4. report each interval's low watermark to the authority when it changed.
@@ -27,7 +29,8 @@ from photon import Clock
 from millwheel._config import RuntimeConfig
 from millwheel._interval import (AckDeliveries, AcksObserved, CheckpointCommitted, Commit, CommitRefused,
                                  CountResults, DedupIdsLoaded, FloorsRaised, InputWatermarkAdvanced,
-                                 IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, MarkStored,
+                                 IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, KeyFailed,
+                                 MarkStored,
                                  ProductionsAcked, RebuildDedupFilter, RecordsDelivered, Relinquish,
                                  ReportWatermark, ReturnDeliveries, RunUserCode, SendProductions, TimePassed,
                                  UserCodeRan, WorkObserved)
@@ -35,7 +38,7 @@ from millwheel._messages import FloorsRaised as FloorsRaisedReply
 from millwheel._messages import LowWatermarks, RaiseFloors, WatermarksReported
 from millwheel._model import WEAK, Computation, Delivery
 from millwheel._routing import Router
-from millwheel._runner import KeyInput, run_key
+from millwheel._runner import KeyInput, UserCodeFailed, run_key
 from millwheel._store import StaleSequencer, Store
 from millwheel._topology import ComputationSpec, Topology
 from millwheel._transport import Done, Inbox, Tracker
@@ -79,6 +82,7 @@ class Worker:
         self._dirty: set[IntervalCore] = set()     # cores whose low watermark may have changed
         self.counters: dict[str, Counter] = {}
         self.dedup_store_lookups = 0
+        self.user_code_failures = 0                # runs of a key undone because user code raised
         self._count_lock = threading.Lock()
         self._sends: list[Delivery] = []
         self._acks: list[Delivery] = []
@@ -104,7 +108,8 @@ class Worker:
         for i in intervals:
             seqs[i] = store.claim(spec.name, i, sequencers.get(i) if sequencers else None)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
-                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us))
+                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us,
+                                                 cfg.max_attempts))
             ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
             core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
             cores[i] = core
@@ -284,7 +289,7 @@ class Worker:
             elif kind is MarkStored:
                 tracker.mark_stored(cmd.computation, cmd.interval, cmd.ids)
             elif kind is CountResults:
-                self._count(core.name, cmd.results)
+                self._count(core.name, cmd.results, len(cmd.set_aside))
             elif kind is RebuildDedupFilter:
                 loaded = DedupIdsLoaded(self.store.dedup_ids(cmd.computation, [cmd.interval]),
                                         self.store.gc_floors(cmd.computation))
@@ -321,7 +326,11 @@ class Worker:
             for w in cmd.keys:
                 inp = KeyInput(cmd.computation, w.key, w.records, states.get(w.key) if w.read else w.state,
                                w.timers, dups, cmd.input_watermark_us, cmd.now_us, comp.spec.produces)
-                results.append(run_key(comp.computation, inp))
+                try:
+                    results.append(run_key(comp.computation, inp))
+                except UserCodeFailed as e:   # the core tries the record again, then sets it aside
+                    self.user_code_failures += 1
+                    results.append(KeyFailed(w.key, e.record_id, e.error))
             out.append((core, UserCodeRan(cmd.run_id, results, {k: states.get(k) for k in cmd.read_states},
                                           cmd.now_us)))
         return out
@@ -340,9 +349,11 @@ class Worker:
         if reports:
             self._report.put_many([WatermarksReported(tuple(reports))])
 
-    def _count(self, name: str, results) -> None:
+    def _count(self, name: str, results, set_aside: int = 0) -> None:
         with self._count_lock:
             c = self.counters.setdefault(name, Counter())
+            if set_aside:
+                c["set_aside"] += set_aside
             for res in results:
                 c["records"] += res.records_processed
                 c["duplicates"] += res.duplicates_dropped

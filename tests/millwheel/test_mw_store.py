@@ -9,7 +9,7 @@ import pytest
 
 from millwheel import (CachedStore, EmbeddedPostgres, MemoryStore, PostgresStore, SQLiteStore, StaleSequencer,
                        open_store)
-from millwheel._store import KEEP, StoredProduction, Write
+from millwheel._store import KEEP, SetAsideRecord, StoredProduction, Write
 from photon import wait_until
 
 KINDS = ["memory", "sqlite", "postgres", "cached-sqlite"]
@@ -116,6 +116,21 @@ def test_claim_under_a_masters_sequencer_fences_older_ones_in_the_commit(opener)
         a.claim("c", 2, 8)                               # a grant older than the holder's
     b.commit([Write("c", 2, 9, "k", b"3")])
     assert a.read_states("c", ["k"]) == {"k": b"3"}
+
+
+def test_set_aside_records_are_written_with_the_key_and_fenced_by_the_sequencer(opener):
+    a, b = opener(), opener()
+    seq = a.claim("c", 1, 4)
+    bad = SetAsideRecord("c", "r9", "k", "ValueError: no", 5, b'{"i":9}', 90, "inj", 900)
+    a.commit([Write("c", 1, seq, "k", b"1", processed=[("r8", "inj", 800), ("r9", "inj", 900)], set_aside=[bad])])
+    a.commit([Write("c", 1, seq, "k", KEEP, set_aside=[bad])])            # again (a retried commit): one row
+    assert b.set_aside_records() == [bad] and b.set_aside_records("c") == [bad]
+    assert b.set_aside_records("other") == []
+    assert b.seen("c", ["r9"]) == {"r9"}
+    b.claim("c", 1, 5)
+    with pytest.raises(StaleSequencer):                                    # a zombie sets nothing aside
+        a.commit([Write("c", 1, seq, "k2", KEEP, set_aside=[SetAsideRecord("c", "r10", "k2", "E", 5, b"1", 1, "s", 1)])])
+    assert [r.id for r in b.set_aside_records()] == ["r9"]
 
 
 def test_watermark_reports_keep_the_newest_sequencer_per_interval(opener):
