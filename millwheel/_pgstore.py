@@ -30,7 +30,7 @@ import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -59,6 +59,8 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval_id INTEGER, id TEX
     key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, produced_at BIGINT NOT NULL,
     PRIMARY KEY (sender, interval_id, id));
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS production_floors (sender TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
+    oldest BIGINT NOT NULL, PRIMARY KEY (sender, interval_id));
 CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NULL, interval_id INTEGER NOT NULL,
     error TEXT NOT NULL, attempts INTEGER NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL,
     sender TEXT NOT NULL, produced_at BIGINT NOT NULL, PRIMARY KEY (computation, id));
@@ -363,15 +365,25 @@ class PostgresStore(Store):
             (computation, ivs)).fetchall())
         return [r[0] for r in rows]
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         def gc(conn: psycopg.Connection, _attempt: int) -> int:
             with conn.transaction():
                 floor = conn.execute(
                     "INSERT INTO gc_floors VALUES (%s, %s, %s) ON CONFLICT (computation, sender) "
                     "DO UPDATE SET floor = GREATEST(gc_floors.floor, EXCLUDED.floor) RETURNING floor",
                     (computation, sender, floor_us)).fetchone()[0]
-                return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s",
-                                    (computation, sender, floor)).rowcount
+                if intervals is None:
+                    return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND "
+                                        "produced_at < %s", (computation, sender, floor)).rowcount
+                # the intervals still ours, locked against a claim until the deletion commits (a claim
+                # after it reads the raised floor)
+                rows = conn.execute(_CHECK, ([computation] * len(intervals), list(intervals))).fetchall()
+                mine = [i for c, i, seq in rows if intervals.get(i) == seq]
+                if not mine:
+                    return 0
+                return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s "
+                                    "AND interval_id = ANY(%s::int[])", (computation, sender, floor, mine)).rowcount
         return self._retry(gc)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
@@ -419,6 +431,23 @@ class PostgresStore(Store):
 
     def read_watermark_reports(self) -> list[tuple]:
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        last: dict[tuple, tuple] = {}
+        for r in reports:
+            old = last.get((r[0], r[1]))
+            if old is None or old[2] <= r[2]:
+                last[(r[0], r[1])] = tuple(r)
+        if not last:
+            return
+        self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO production_floors SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[]) "
+            "ON CONFLICT (sender, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, oldest = EXCLUDED.oldest "
+            "WHERE production_floors.sequencer <= EXCLUDED.sequencer", _columns(last.values(), 4)))
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        return self._retry(lambda conn, _: [tuple(r) for r in conn.execute(
+            "SELECT * FROM production_floors").fetchall()])
 
     def statistics(self) -> PostgresStatistics:
         with self._pool_lock:

@@ -19,10 +19,12 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
   keeps the newest sequencer per slot) and computes the authority's publication from every process's
   reports, every ``tick``; so every process publishes the same watermarks without a coordinator.
-  Dedup garbage collection is not run across processes (ids are kept).
+* **Dedup garbage collection** by reports through the store and messages to the workers
+  (:mod:`millwheel._gc`).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -39,6 +41,7 @@ from photon.rpc import server_credentials
 from millwheel import worker_pb2_grpc as pb_grpc
 from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
+from millwheel._gc import ProcessDedupCollector
 from millwheel._injector_shell import InjectorShell
 from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
@@ -99,6 +102,10 @@ class WorkerHost:
             w.on_fenced = self._fenced
             w.may_run = self._lease_ok
         self.injectors: dict[str, tuple[InjectorShell, threading.Event]] = {}
+        self.gc = ProcessDedupCollector(topology, self.store, slots=self.slots, workers=len(self.workers),
+                                        retention_us=config.dedup_retention_us, interval_us=config.gc_interval_us,
+                                        held=self._held, oldest_produced=self.tracker.oldest_produced_at,
+                                        send=lambda i, m: self.workers[i].inbox.put_many([m]))
         self._accepting: dict[tuple[str, int], int] = {}
         self.authority = WatermarkAuthority()
         for cname in topology.computations:
@@ -384,6 +391,7 @@ class WorkerHost:
                 self.tracker.due_retries(self.clock.now_us(), max_backoff_us=self.config.retry_delay_us * 4)
                 if self._map_stale.is_set():
                     self._resync.set()
+                self.gc.tick(self.clock.now_us(), items)
                 if time.monotonic() - last_save >= self.config.gc_interval_us / 1e6:
                     last_save = time.monotonic()
                     self.store.save_watermarks(self.low_watermarks)
@@ -434,8 +442,16 @@ class WorkerHost:
             "outstanding": self.tracker.outstanding_count(),
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
             "transport": dict(self.transport.counters), "error": repr(self.error) if self.error else None,
+            "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
+            "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
+
+
+def _store_statistics(store) -> dict:
+    """The store's own statistics under the cache (PostgreSQL: commits, retries, ...), if it keeps any."""
+    stats = getattr(getattr(store, "store", store), "statistics", None)
+    return dataclasses.asdict(stats()) if stats is not None else {}
 
 
 class _Either:

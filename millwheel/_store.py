@@ -18,7 +18,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 from urllib.parse import parse_qs
 
 
@@ -107,9 +107,23 @@ class Store:
     def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:
         raise NotImplementedError
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         """Forget ids from ``sender`` produced before ``floor_us`` (no sender can retry them any more);
-        the floor only rises. Returns how many were deleted."""
+        the floor only rises. With ``intervals`` (interval -> the caller's sequencer), only ids of those
+        intervals whose sequencer is still the caller's are deleted, in the same transaction that raises
+        the floor (a worker process collects the intervals it holds; an owner claiming one afterwards
+        reads the raised floor). Returns how many were deleted."""
+        raise NotImplementedError
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        """Record ``(sender, interval, sequencer, oldest_us)``: no production of the sender's interval that
+        a consumer may still receive as new was produced before ``oldest_us``. Each replaces the interval's
+        stored report unless that one has a larger sequencer (as :meth:`report_watermarks`)."""
+        raise NotImplementedError
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        """Every interval's last :meth:`report_production_floors` report."""
         raise NotImplementedError
 
     def gc_floors(self, computation: str) -> dict[str, int]:
@@ -190,6 +204,7 @@ class MemoryStore(Store):
         self._wms: dict[str, int] = {}
         self._reports: dict[tuple[str, int], tuple] = {}
         self._aside: dict[tuple[str, str], SetAsideRecord] = {}
+        self._prod_floors: dict[tuple[str, int], tuple] = {}
 
     def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         with self._lock:
@@ -246,12 +261,16 @@ class MemoryStore(Store):
         with self._lock:
             return [i for i, (_, _, iv) in self._dedup.get(computation, {}).items() if iv in wanted]
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         with self._lock:
             floor = max(floor_us, self._floors.get((computation, sender), 0))
             self._floors[(computation, sender)] = floor
             dedup = self._dedup.get(computation, {})
-            old = [i for i, (s, at, _) in dedup.items() if s == sender and at < floor]
+            mine = None if intervals is None else \
+                {i for i, seq in intervals.items() if self._seq.get((computation, i), 0) == seq}
+            old = [i for i, (s, at, iv) in dedup.items() if s == sender and at < floor
+                   and (mine is None or iv in mine)]
             for i in old:
                 del dedup[i]
             return len(old)
@@ -287,6 +306,17 @@ class MemoryStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
             return list(self._reports.values())
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        with self._lock:
+            for r in reports:
+                old = self._prod_floors.get((r[0], r[1]))
+                if old is None or old[2] <= r[2]:
+                    self._prod_floors[(r[0], r[1])] = tuple(r)
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        with self._lock:
+            return list(self._prod_floors.values())
 
 
 def _claimed(computation: str, interval: int, current: int, sequencer: int | None) -> int:
@@ -325,6 +355,8 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval INTEGER, id TEXT, 
     key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL, produced_at INTEGER NOT NULL,
     PRIMARY KEY (sender, interval, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS production_floors (sender TEXT, interval INTEGER, seq INTEGER NOT NULL,
+    oldest INTEGER NOT NULL, PRIMARY KEY (sender, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NULL, interval INTEGER NOT NULL,
     error TEXT NOT NULL, attempts INTEGER NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL,
     sender TEXT NOT NULL, produced_at INTEGER NOT NULL, PRIMARY KEY (computation, id)) WITHOUT ROWID;
@@ -435,15 +467,20 @@ class SQLiteStore(Store):
             q = f"SELECT id FROM dedup WHERE computation=? AND interval IN ({','.join('?' * len(ivs))})"
             return [r[0] for r in self._db.execute(q, (computation, *ivs))]
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         with self._lock, self._tx():
             row = self._db.execute("SELECT floor FROM gc_floors WHERE computation=? AND sender=?",
                                    (computation, sender)).fetchone()
             floor = max(floor_us, row[0] if row else 0)
             self._db.execute("INSERT OR REPLACE INTO gc_floors VALUES (?, ?, ?)", (computation, sender, floor))
-            cur = self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<?",
-                                   (computation, sender, floor))
-            return cur.rowcount
+            if intervals is None:
+                cur = self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<?",
+                                       (computation, sender, floor))
+                return cur.rowcount
+            mine = [i for i, seq in intervals.items() if self._seq(computation, i) == seq]
+            return sum(self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<? "
+                                        "AND interval=?", (computation, sender, floor, i)).rowcount for i in mine)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
         with self._lock:
@@ -483,6 +520,17 @@ class SQLiteStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
             return [tuple(r) for r in self._db.execute("SELECT * FROM wm_reports").fetchall()]
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        with self._lock, self._tx():
+            self._db.executemany(
+                "INSERT INTO production_floors VALUES (?, ?, ?, ?) ON CONFLICT(sender, interval) DO UPDATE SET "
+                "seq=excluded.seq, oldest=excluded.oldest WHERE production_floors.seq <= excluded.seq",
+                [tuple(r) for r in reports])
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute("SELECT * FROM production_floors").fetchall()]
 
     def close(self) -> None:
         with self._lock:

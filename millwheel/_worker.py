@@ -98,15 +98,23 @@ class Worker:
         """Claim the intervals (fencing older writers; under the master's ``sequencers`` when given), load
         their timers and dedup ids into new cores, and replay their stored productions, all before the
         cores take any record. Returns each interval's sequencer."""
+        # until the replayed productions are registered, dedup floors must not pass them (they are older
+        # than anything the tracker holds): a production time of 0 is held meanwhile
+        with self.tracker.producing(lambda: 0):
+            return self._grant(spec, intervals, sequencers)
+
+    def _grant(self, spec: ComputationSpec, intervals: list[int], sequencers: dict[int, int] | None) -> dict[int, int]:
         cfg, store = self.config, self.store
         comp = self.comps.get(spec.name) or _Comp(spec, spec.factory(), {})
         weak = comp.computation.productions == WEAK
         per_interval_cache = max(16, cfg.cache_keys // max(1, len(intervals)))
         bloom = max(1024, cfg.bloom_capacity // cfg.intervals)
+        seqs = {i: store.claim(spec.name, i, sequencers.get(i) if sequencers else None) for i in intervals}
+        # the floors after the claims: ids below a floor are deleted only by the holder of their interval's
+        # sequencer, in the transaction that raises the floor, so a floor read now covers every id gone
         floors = store.gc_floors(spec.name)
-        cores, seqs = {}, {}
+        cores = {}
         for i in intervals:
-            seqs[i] = store.claim(spec.name, i, sequencers.get(i) if sequencers else None)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
                                                  per_interval_cache, bloom, cfg.weak_checkpoint_delay_us,
                                                  cfg.max_attempts))

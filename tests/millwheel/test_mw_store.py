@@ -150,6 +150,31 @@ def test_dedup_gc_floor_only_rises(store):
     assert store.gc_floors("c") == {"s1": 15}
 
 
+def test_dedup_gc_of_the_intervals_a_worker_holds_is_fenced_by_their_sequencers(opener):
+    """A worker process collects only the intervals it holds: ids of an interval claimed since by another
+    owner stay (that owner may have loaded an older floor), and the floor is raised for every owner."""
+    a, b = opener(), opener()
+    a.claim("c", 0, 3)
+    a.claim("c", 1, 3)
+    a.commit([Write("c", 0, 3, "k0", KEEP, processed=[("x0", "s", 10)]),
+              Write("c", 1, 3, "k1", KEEP, processed=[("x1", "s", 10), ("y1", "s", 30)])])
+    b.claim("c", 1, 4)                                      # interval 1 moved to b
+    assert a.gc_dedup("c", "s", 20, {0: 3, 1: 3}) == 1      # only x0: interval 1 is not a's any more
+    assert b.seen("c", ["x0", "x1", "y1"]) == {"x1", "y1"}
+    assert b.gc_floors("c") == {"s": 20}
+    assert b.gc_dedup("c", "s", 20, {}) == 0
+    assert b.gc_dedup("c", "s", 20, {1: 4}) == 1
+    assert a.seen("c", ["x1", "y1"]) == {"y1"}
+
+
+def test_production_floor_reports_keep_the_newest_sequencer_per_interval(opener):
+    a, b = opener(), opener()
+    a.report_production_floors([("s", 0, 5, 100), ("s", 1, 5, 200)])
+    b.report_production_floors([("s", 0, 6, 150)])
+    a.report_production_floors([("s", 0, 5, 900)])          # a fenced owner's report changes nothing
+    assert sorted(b.read_production_floors()) == [("s", 0, 6, 150), ("s", 1, 5, 200)]
+
+
 def test_watermarks_never_decrease(store):
     store.save_watermarks({"a": 10, "b": 5})
     store.save_watermarks({"a": 7, "b": 9})
