@@ -68,8 +68,20 @@ class Cluster:
                 __import__(f"millwheel.{self.module}", fromlist=["build"])
         finally:
             sys.path.remove(str(HERE))
-        wait_cluster_idle(module.build(str(self.input), str(self.out)), self.out, self.client, threading.Event(),
-                          timeout)
+        try:
+            wait_cluster_idle(module.build(str(self.input), str(self.out)), self.out, self.client,
+                              threading.Event(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"not idle after {timeout} s: {self.why_busy()}") from None
+
+    def why_busy(self) -> str:
+        """What the workers and the master say, for a run that does not get idle."""
+        workers = [{k: w.get(k) for k in ("worker", "busy", "injectors", "counters", "error", "in_flight",
+                                          "outstanding", "low_watermarks_us", "computations")}
+                   | {"intervals": [(iv["computation"], iv["lo"], iv["sequencer"]) for iv in w["intervals"]]}
+                   for w in self.workers()]
+        owners = [(iv.computation, iv.lo, iv.worker, iv.sequencer) for iv in self.client.interval_map()]
+        return json.dumps({"workers": workers, "map": owners})
 
     def check(self) -> None:
         got = read_windows(self.out / "windows.jsonl")
@@ -139,10 +151,14 @@ def test_a_record_user_code_keeps_failing_on_is_set_aside_by_a_worker_process(cl
     assert json.loads(aside[0].value)["click_id"] == bad["click_id"]
     out = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out), "--json"],
                          capture_output=True, timeout=60, check=True)
-    assert json.loads(out.stdout)["set_aside"] == 1
+    st = json.loads(out.stdout)
+    assert (st["set_aside"], st["set_aside_stored"]) == (1, 1)
+    assert st["set_aside_records"] == [{"computation": "windows", "key": bad["query"]["advertiser_id"],
+                                        "id": aside[0].id, "error": aside[0].error, "attempts": 5}]
     text = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out)],
                           capture_output=True, timeout=60, check=True).stdout.decode()
-    assert "set aside: 1" in text
+    assert "set aside: 1 by the running workers, 1 in the store" in text
+    assert f"record {aside[0].id} after 5 attempts: ValueError: poisoned click" in text
 
 
 def test_postgres_restarted_mid_stream_workers_retry_and_nothing_is_lost_or_doubled(cluster, own_pg):

@@ -54,7 +54,19 @@ class Run:
 
     def wait_idle(self, timeout: float = 150) -> None:
         topology = _topology(self.input, self.out)
-        wait_cluster_idle(topology, self.out, self.client, threading.Event(), timeout)
+        try:
+            wait_cluster_idle(topology, self.out, self.client, threading.Event(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"not idle after {timeout} s: {self.why_busy()}") from None
+
+    def why_busy(self) -> str:
+        """What the workers and the master say, for a run that does not get idle."""
+        workers = [{k: w.get(k) for k in ("worker", "busy", "injectors", "counters", "error", "in_flight",
+                                          "outstanding", "low_watermarks_us")}
+                   | {"intervals": [(iv["computation"], iv["lo"], iv["sequencer"]) for iv in w["intervals"]]}
+                   for w in self.workers()]
+        owners = [(iv.computation, iv.lo, iv.worker, iv.sequencer) for iv in self.client.interval_map()]
+        return json.dumps({"workers": workers, "map": owners})
 
     def check(self) -> None:
         got = self.windows()
@@ -127,8 +139,12 @@ def test_a_worker_stopped_past_its_lease_loses_its_intervals_and_carries_on(run_
     wait_until(lambda: sum(w["computations"].get("windows", {}).get("records", 0) for w in run.workers()) > 500,
                90, message="records flowing")
     victim = max(run.workers(), key=lambda w: len(w["intervals"]))
+    expired = _expired_workers(run.client)
     os.kill(victim["pid"], signal.SIGSTOP)
     try:
+        # past its lease: the master expired it (its intervals may also have moved before, by rebalancing,
+        # which alone does not make it register again)
+        wait_until(lambda: _expired_workers(run.client) > expired, 60, message="the stopped worker's lease expired")
         wait_until(lambda: all(iv.worker != victim["worker"] or iv.sequencer not in
                                {h["sequencer"] for h in victim["intervals"]} for iv in run.client.interval_map()),
                    30, message="the stopped worker's intervals moved")
@@ -141,6 +157,11 @@ def test_a_worker_stopped_past_its_lease_loses_its_intervals_and_carries_on(run_
     run.wait_idle()
     run.check()
     assert worker_status(victim["address"])["incarnation"] > victim["incarnation"]
+
+
+def _expired_workers(client: MasterClient) -> int:
+    """Workers whose lease the master has let expire so far (every replica applies the same log)."""
+    return max((r.get("expired_workers", 0) for r in client.status()), default=0)
 
 
 def test_the_masters_leader_killed_assignment_and_watermarks_go_on(run_factory):
