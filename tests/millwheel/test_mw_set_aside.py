@@ -132,3 +132,43 @@ def test_max_attempts_is_validated(bad):
 
 def test_max_attempts_defaults_to_five():
     assert RuntimeConfig().max_attempts == 5
+
+
+# ---- the pure interval core's part: attempts counted, records back first in line, then set aside -------
+
+def test_the_interval_core_tries_a_failing_record_again_in_order_then_sets_it_aside():
+    from millwheel._interval import (AckDeliveries, CheckpointCommitted, Commit, CountResults, IntervalCore,
+                                     IntervalGranted, IntervalSettings, KeyFailed, RecordsDelivered, RunUserCode,
+                                     TimePassed, UserCodeRan)
+    from millwheel._model import Delivery, Record
+    from millwheel._runner import KeyInput, run_key
+
+    class Sum(Computation):
+        def process_record(self, ctx, record):
+            ctx.state = (ctx.state or 0) + record.value["i"]
+
+        def process_timer(self, ctx, timer):
+            pass
+
+    core = IntervalCore(IntervalSettings("c", 0, max_attempts=2))
+    core.handle(IntervalGranted(1, [], {}, []))
+    ds = [Delivery("c", 0, Record("k", {"i": i}, 10 + i, f"r{i}", "s", "in", 50)) for i in (1, 2, 3)]
+    (run,) = core.handle(RecordsDelivered(ds), TimePassed(100))
+    for attempt in (1, 2):
+        assert isinstance(run, RunUserCode) and [r.id for r in run.keys[0].records] == ["r1", "r2", "r3"]
+        assert core.handle(UserCodeRan(run.run_id, [KeyFailed("k", "r2", "ValueError: no")], {"k": None}, 100)) == []
+        assert "k" not in core.locked and core.wants_step(100)
+        (run,) = core.handle(TimePassed(100 + attempt))
+    assert [r.id for r in run.keys[0].records] == ["r1", "r3"], "set aside: not run again"
+    res = run_key(Sum(), KeyInput("c", "k", run.keys[0].records, None, {}, set(), 0, 102))
+    (commit,) = core.handle(UserCodeRan(run.run_id, [res], {}, 102))
+    assert isinstance(commit, Commit)
+    (write,) = commit.writes
+    assert [(r.id, r.key, r.attempts, r.error) for r in write.set_aside] == [("r2", "k", 2, "ValueError: no")]
+    assert {p[0] for p in write.processed} == {"r1", "r2", "r3"} and write.state == b"4"
+    out = core.handle(CheckpointCommitted(commit.commit_id))
+    counted = next(c for c in out if isinstance(c, CountResults))
+    assert [r.id for r in counted.set_aside] == ["r2"]
+    acked = next(c for c in out if isinstance(c, AckDeliveries))
+    assert sorted(d.record.id for d in acked.deliveries) == ["r1", "r2", "r3"]
+    assert not core.wants_step(200)
