@@ -20,7 +20,10 @@ from photon import wait_until
 
 from mw_helpers import batch_windows, read_windows, write_joined
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
+
+START_S = 240
+"""Deadline for a cluster to start and records to flow: over 90 s on the loaded 2-core machine (load 30-40)."""
 
 HERE = Path(__file__).resolve().parent
 SLOTS = 16
@@ -49,11 +52,11 @@ class Cluster:
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(HERE)) if p)
         self.log = open(tmp / "run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=child_env)
-        wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, 60,
+        wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
                    message="the cluster file")
         self.cluster = ClusterFile.load(cluster_path(self.out))
         self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
-        wait_until(lambda: len(self.workers()) == workers, 90, message=f"{workers} workers answering")
+        wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
 
     def workers(self) -> list[dict]:
         return [s for s in (worker_status(a) for a in known_workers(self.out, None)) if "unreachable" not in s]
@@ -61,7 +64,7 @@ class Cluster:
     def processed(self, computation: str = "windows") -> int:
         return sum(w["computations"].get(computation, {}).get("records", 0) for w in self.workers())
 
-    def wait_idle(self, timeout: float = 200) -> None:
+    def wait_idle(self, timeout: float = 300) -> None:
         sys.path.insert(0, str(HERE))
         try:
             module = __import__(self.module) if "." not in self.module else \
@@ -163,7 +166,7 @@ def test_a_record_user_code_keeps_failing_on_is_set_aside_by_a_worker_process(cl
 
 def test_postgres_restarted_mid_stream_workers_retry_and_nothing_is_lost_or_doubled(cluster, own_pg):
     run = cluster(own_pg.url, n_clicks=6000, files=12)
-    wait_until(lambda: run.processed() > 500, 90, message="records flowing")
+    wait_until(lambda: run.processed() > 500, START_S, message="records flowing")
     before = sum(w["store"].get("retries", 0) for w in run.workers())
     at_crash = run.processed()
     own_pg.crash()          # as a power cut: the next start replays the WAL
@@ -195,7 +198,7 @@ def test_dedup_ids_are_collected_across_worker_processes(cluster, pg_url):
 
 def test_a_worker_sigkilled_with_dedup_gc_on_each_window_is_written_once(cluster, pg_url):
     run = cluster(pg_url, n_clicks=6000, files=12, options=GC)
-    wait_until(lambda: run.processed() > 500, 90, message="records flowing")
+    wait_until(lambda: run.processed() > 500, START_S, message="records flowing")
     wait_until(lambda: sum(w["dedup_gc"]["deleted"] for w in run.workers()) > 0, 60,
                message="dedup ids collected before the kill")
     victim = max(run.workers(), key=lambda w: len(w["intervals"]))
