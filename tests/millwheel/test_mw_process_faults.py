@@ -23,7 +23,8 @@ from mw_helpers import batch_windows, read_windows, write_joined
 pytestmark = pytest.mark.timeout(600)
 
 START_S = 240
-"""Deadline for a cluster to start and records to flow: over 90 s on the loaded 2-core machine (load 30-40)."""
+"""Deadline for a cluster to start and records to flow (24 s at load 25 on the 2-core machine, more than 90 s
+at load 30-44)."""
 
 HERE = Path(__file__).resolve().parent
 SLOTS = 16

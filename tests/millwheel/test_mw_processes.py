@@ -23,8 +23,8 @@ from mw_helpers import batch_windows, read_windows, write_joined
 pytestmark = pytest.mark.timeout(600)
 
 # Deadlines for conditions that only take long on a loaded machine: starting three master replicas and two
-# worker processes (one after the other, each importing grpc, psycopg and the rest) took over 90 s at a
-# load average of 30-40 on the 2-core development machine.
+# worker processes (one after the other, each importing grpc, psycopg and the rest) took 24 s at a load
+# average of 25 on the 2-core development machine, and did not finish within 90 s at a load of 30-44.
 START_S = 240
 
 LEASE = "lease_us=2000000"
