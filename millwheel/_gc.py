@@ -19,8 +19,10 @@ unacked productions, so the floors are computed from reports, like the low water
    messages; each applies them to its interval cores and answers :class:`FloorsRaised`.
 4. **Collect.** Once every worker answered, for the consumer intervals that were held when the round
    began and are still held under the same sequencer, :meth:`Store.gc_dedup` raises the stored floor and
-   deletes those intervals' ids below it in one transaction, fenced by their sequencers (an owner that
-   claims one later reads the raised floor at its grant, after its claim).
+   deletes those intervals' ids below this round's floor (the one their cores apply; a report can go
+   down when a new owner replays old productions that were acked, so another process may have stored a
+   higher floor than this round's) in one transaction, fenced by their sequencers (an owner that claims
+   one later reads the raised floor at its grant, after its claim).
 
 The floors travel as messages (reports through the store, ``RaiseFloors`` to the workers); nothing here
 writes into a worker's state. :class:`ProcessDedupCollector` is driven by its process's coordinator

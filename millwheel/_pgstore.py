@@ -382,8 +382,10 @@ class PostgresStore(Store):
                 mine = [i for c, i, seq in rows if intervals.get(i) == seq]
                 if not mine:
                     return 0
+                # below the caller's floor, which its cores apply (another process may have stored a higher
+                # one that these cores have not seen)
                 return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s "
-                                    "AND interval_id = ANY(%s::int[])", (computation, sender, floor, mine)).rowcount
+                                    "AND interval_id = ANY(%s::int[])", (computation, sender, floor_us, mine)).rowcount
         return self._retry(gc)
 
     def gc_floors(self, computation: str) -> dict[str, int]:

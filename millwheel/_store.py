@@ -111,9 +111,10 @@ class Store:
                  intervals: Mapping[int, int] | None = None) -> int:
         """Forget ids from ``sender`` produced before ``floor_us`` (no sender can retry them any more);
         the floor only rises. With ``intervals`` (interval -> the caller's sequencer), only ids of those
-        intervals whose sequencer is still the caller's are deleted, in the same transaction that raises
-        the floor (a worker process collects the intervals it holds; an owner claiming one afterwards
-        reads the raised floor). Returns how many were deleted."""
+        intervals whose sequencer is still the caller's are deleted, and only below ``floor_us`` (the
+        floor the caller's cores apply, which may be below the stored one), in the same transaction that
+        raises the floor (a worker process collects the intervals it holds; an owner claiming one
+        afterwards reads the raised floor). Returns how many were deleted."""
         raise NotImplementedError
 
     def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
@@ -269,7 +270,8 @@ class MemoryStore(Store):
             dedup = self._dedup.get(computation, {})
             mine = None if intervals is None else \
                 {i for i, seq in intervals.items() if self._seq.get((computation, i), 0) == seq}
-            old = [i for i, (s, at, iv) in dedup.items() if s == sender and at < floor
+            below = floor if intervals is None else floor_us
+            old = [i for i, (s, at, iv) in dedup.items() if s == sender and at < below
                    and (mine is None or iv in mine)]
             for i in old:
                 del dedup[i]
@@ -480,7 +482,7 @@ class SQLiteStore(Store):
                 return cur.rowcount
             mine = [i for i, seq in intervals.items() if self._seq(computation, i) == seq]
             return sum(self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<? "
-                                        "AND interval=?", (computation, sender, floor, i)).rowcount for i in mine)
+                                        "AND interval=?", (computation, sender, floor_us, i)).rowcount for i in mine)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
         with self._lock:

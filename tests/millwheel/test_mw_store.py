@@ -165,6 +165,12 @@ def test_dedup_gc_of_the_intervals_a_worker_holds_is_fenced_by_their_sequencers(
     assert b.gc_dedup("c", "s", 20, {}) == 0
     assert b.gc_dedup("c", "s", 20, {1: 4}) == 1
     assert a.seen("c", ["x1", "y1"]) == {"y1"}
+    # a floor stored by another process above the caller's: the caller's cores apply only its own, so only
+    # ids below that go; the stored floor stays the higher one
+    b.commit([Write("c", 1, 4, "k1", KEEP, processed=[("z1", "s", 25)])])
+    b.gc_dedup("c", "s", 40, {})
+    assert b.gc_dedup("c", "s", 28, {1: 4}) == 1        # z1 (25), not y1 (30)
+    assert b.seen("c", ["y1", "z1"]) == {"y1"} and b.gc_floors("c") == {"s": 40}
 
 
 def test_production_floor_reports_keep_the_newest_sequencer_per_interval(opener):
