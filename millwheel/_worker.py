@@ -184,7 +184,7 @@ class Worker:
                 item.done.set()
             elif isinstance(item, RaiseFloors):
                 comp = self.comps.get(item.consumer)
-                for core in (comp.cores.values() if comp else ()):
+                for core in (self._cores(comp) if comp else ()):
                     core.handle(FloorsRaised(item.floors))
                 self._report.put_many([FloorsRaisedReply(item.round, item.consumer, self.index)])
         if lows is not None:
@@ -197,9 +197,16 @@ class Worker:
             wm = input_watermark(producers.get(name, ()), self._lows)
             if self._inputs.get(name) != wm:
                 self._inputs[name] = wm
-                for core in comp.cores.values():
+                for core in self._cores(comp):
                     core.handle(InputWatermarkAdvanced(wm))
                     self._dirty.add(core)
+
+    def _cores(self, comp: _Comp) -> list[IntervalCore]:
+        """The computation's cores now. A worker process's heartbeat thread grants intervals (adds cores)
+        while this thread runs, so never iterate ``comp.cores`` itself here: a dict changing size under
+        an iteration raised and stopped the worker process."""
+        with self._lock:
+            return list(comp.cores.values())
 
     def _batch(self, items: list, comps: list[_Comp], now: int) -> None:
         by_core: dict[tuple[str, int], list] = {}
