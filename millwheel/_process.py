@@ -283,6 +283,13 @@ class WorkerHost:
         for (cname, slot), seq in sorted(want.items(), key=lambda kv: (kv[0][0] in self.topology.injectors, kv[0])):
             if held.get((cname, slot)) == seq:
                 continue
+            if self.lease_us and time.monotonic() > self._lease_until - self.lease_us / 2e6:
+                # granting takes store round trips per slot, and no heartbeat goes out meanwhile: with half
+                # the lease gone, renew it first (at once) and grant the rest then, or a loaded worker given
+                # many intervals loses them all before it holds them, again and again
+                self.counters["grants_deferred"] += 1
+                self._resync.set()
+                continue
             try:
                 if cname in self.topology.injectors:
                     if not self._inputs_may_start():

@@ -53,11 +53,16 @@ class Cluster:
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(HERE)) if p)
         self.log = open(tmp / "run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=child_env)
-        wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
-                   message="the cluster file")
-        self.cluster = ClusterFile.load(cluster_path(self.out))
-        self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
-        wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
+        self.client = None
+        try:
+            wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
+                       message="the cluster file")
+            self.cluster = ClusterFile.load(cluster_path(self.out))
+            self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
+            wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
+        except BaseException:
+            self.close()      # the run and everything it started stop, also when it did not start
+            raise
 
     def workers(self) -> list[dict]:
         return [s for s in (worker_status(a) for a in known_workers(self.out, None)) if "unreachable" not in s]
@@ -94,7 +99,8 @@ class Cluster:
         assert {(w["advertiser_id"], w["window_start_us"]): w["clicks"] for w in got} == batch_windows(self.expected)
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:

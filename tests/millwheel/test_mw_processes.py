@@ -45,11 +45,16 @@ class Run:
                 "--option", "retry_delay_us=500000", "--option", "injector_batch=200"]
         self.log = open(tmp / "run.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
-                   message="the cluster file")
-        self.cluster = ClusterFile.load(cluster_path(self.out))
-        self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
-        wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
+        self.client = None
+        try:
+            wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
+                       message="the cluster file")
+            self.cluster = ClusterFile.load(cluster_path(self.out))
+            self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
+            wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
+        except BaseException:
+            self.close()      # the run and everything it started stop, also when it did not start
+            raise
 
     def workers(self) -> list[dict]:
         return [s for s in (worker_status(a) for a in known_workers(self.out, None)) if "unreachable" not in s]
@@ -80,7 +85,8 @@ class Run:
         assert {_key(w): w["clicks"] for w in got} == batch_windows(self.events)
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
