@@ -272,6 +272,13 @@ class WorkerHost:
             elif iv.computation in self.topology.computations:
                 for s in slots_in(iv.lo, iv.hi, self.slots):
                     want[(iv.computation, s)] = iv.sequencer
+        # an injector whose thread ended (its commit was refused: the master moved it) is gone: forget it,
+        # or it stays "not caught up" for good and this process is never idle
+        for iname, (shell, ev) in list(self.injectors.items()):
+            if not shell.thread.is_alive() and shell.thread.ident is not None:
+                self.injectors.pop(iname, None)
+                self.tracker.forget(iname, 0)      # its next owner replays the stored productions
+                self.counters["injectors_ended"] += 1
         held = self._held()
         lost = [k for k, seq in held.items() if want.get(k) != seq]
         # also slots accepted but whose core went away (a refused commit): take them out of routing
