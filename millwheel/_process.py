@@ -363,7 +363,7 @@ class WorkerHost:
     def _load(self) -> WorkerLoad:
         counts: Counter = Counter()
         for w in self.workers:
-            counts.update(w.received_per_slot)
+            counts.update(dict(w.received_per_slot))   # a copy: its worker thread adds slots meanwhile
         elapsed = max(1e-3, time.monotonic() - getattr(self, "_load_at", self._started_at))
         self._load_at = time.monotonic()
         delta = {k: v - self._last_counts.get(k, 0) for k, v in counts.items()}
