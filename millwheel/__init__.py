@@ -13,7 +13,7 @@ from millwheel._pgserver import EmbeddedPostgres, EmbeddedPostgresError
 from millwheel._pgstore import PostgresStatistics, PostgresStore
 from millwheel._runtime import ComputationStatistics, Runtime, RuntimeStatistics, serve
 from millwheel._sinks import FileSink
-from millwheel._store import MemoryStore, SQLiteStore, StaleSequencer, Store, open_store
+from millwheel._store import MemoryStore, SetAsideRecord, SQLiteStore, StaleSequencer, Store, open_store
 from millwheel._topology import Topology, TopologyError
 from millwheel._transport import LocalTransport, Transport
 from millwheel._watermarks import END_OF_TIME
@@ -23,7 +23,7 @@ __all__ = [
     "ComputationStatistics", "Context", "EmbeddedPostgres", "EmbeddedPostgresError", "FileInjector",
     "FileSink", "Injector", "JoinedInjector", "ListInjector", "LocalTransport", "MemoryStore",
     "MillWheelConfigError", "Poll", "PostgresStatistics", "PostgresStore", "Record", "Runtime",
-    "RuntimeConfig", "RuntimeStatistics", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology",
+    "RuntimeConfig", "RuntimeStatistics", "SetAsideRecord", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology",
     "TopologyError", "Transport", "open_store", "serve",
 ]
 

@@ -207,14 +207,23 @@ class CachedStore(Store):
     def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:
         return self.store.dedup_ids(computation, intervals)
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
-        return self.store.gc_dedup(computation, sender, floor_us)
+    def gc_dedup(self, computation: str, sender: str, floor_us: int, intervals=None) -> int:
+        return self.store.gc_dedup(computation, sender, floor_us, intervals)
+
+    def report_production_floors(self, reports) -> None:
+        self.store.report_production_floors(reports)
+
+    def read_production_floors(self) -> list[tuple]:
+        return self.store.read_production_floors()
 
     def gc_floors(self, computation: str) -> dict[str, int]:
         return self.store.gc_floors(computation)
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         return self.store.pending_productions(sender, interval)
+
+    def set_aside_records(self, computation: str | None = None) -> list:
+        return self.store.set_aside_records(computation)
 
     def read_watermarks(self) -> dict[str, int]:
         return self.store.read_watermarks()

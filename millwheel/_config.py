@@ -41,6 +41,9 @@ class RuntimeConfig:
     """State cache size in keys: each worker's interval cores share it for each computation (split evenly
     over the intervals it holds), and the framework cache in front of the store (one per process; keys with
     a pending timer are kept beyond it) holds as many."""
+    max_attempts: int = 5
+    """Attempts of user code on one record before the record is set aside (stored with its key, the error
+    and the attempts, see ``Store.set_aside_records``) and the key's other records go on without it."""
     bloom_capacity: int = 1_000_000
     """Ids per computation's dedup Bloom filters, split evenly over its intervals (one filter per interval,
     at least 1024 ids); a full filter is rebuilt from the store."""

@@ -23,6 +23,8 @@ before the acks and sent after them; records produced before their sender's floo
 from __future__ import annotations
 
 import heapq
+
+import orjson
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -31,14 +33,14 @@ from millwheel._bloom import BloomFilter
 from millwheel._interval_events import (  # the events and commands, re-exported
     IntervalGranted, IntervalRevoked, InputWatermarkAdvanced, FloorsRaised,
     RecordsDelivered, TimePassed, UserCodeRan, AcksObserved, ProductionsAcked,
-    CheckpointCommitted, CommitRefused, DedupIdsLoaded, WorkObserved, KeyWork,
+    CheckpointCommitted, CommitRefused, DedupIdsLoaded, WorkObserved, KeyWork, KeyFailed,
     RunUserCode, Commit, SendProductions, MarkStored, AckDeliveries,
     CountResults, RebuildDedupFilter, ReportWatermark, Relinquish,
     ReturnDeliveries, Event, Command)
 from millwheel._model import WALL, WATERMARK, Delivery, Record
 from millwheel._routing import encode
 from millwheel._runner import KeyResult
-from millwheel._store import KEEP, Write
+from millwheel._store import KEEP, SetAsideRecord, Write
 from millwheel._watermarks import NO_WATERMARK, TimestampBag, WatermarkReported, interval_low
 
 MIN_BLOOM_CAPACITY = 1024
@@ -102,6 +104,7 @@ class _Run:
     writes: dict = field(default_factory=dict)    # key -> Write
     deadline_us: int = 0              # weak: checkpoint by then even if unacked
     unacked: dict = field(default_factory=dict)   # weak: key -> [StoredProduction] checkpointed with it
+    aside: dict = field(default_factory=dict)     # key -> [Delivery] set aside in this run (not run)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class IntervalSettings:
     cache_keys: int = 100_000
     bloom_capacity: int = MIN_BLOOM_CAPACITY
     weak_checkpoint_delay_us: int = 100_000
+    max_attempts: int = 5
 
 
 class IntervalCore:
@@ -139,6 +143,7 @@ class IntervalCore:
         self._weak: list[_Run] = []             # weak productions sent, checkpoint not written yet
         self._commits: dict[int, _Run | None] = {}
         self._next_id = 1
+        self._attempts: dict[str, tuple[int, str]] = {}   # record id -> (failed runs, last error)
         self._reported: tuple | None = None
         self.cache.clear()
 
@@ -270,11 +275,21 @@ class IntervalCore:
         return keys
 
     def _start_run(self, ready: list[Delivery], due: set[str], now: int) -> RunUserCode:
+        aside: dict[str, list[Delivery]] = {}
+        if self._attempts:     # records user code failed on max_attempts times are not run again
+            kept = []
+            for d in ready:
+                tried = self._attempts.get(d.record.id)
+                if tried is not None and tried[0] >= self.s.max_attempts:
+                    aside.setdefault(d.record.key, []).append(d)
+                else:
+                    kept.append(d)
+            ready = kept
         dups, lookups = self._dedup(ready)
         by_key: dict[str, list[Delivery]] = {}
         for d in ready:
             by_key.setdefault(d.record.key, []).append(d)
-        for key in due:
+        for key in list(due) + list(aside):
             by_key.setdefault(key, [])
         works, reads = {}, []
         for key, ds in by_key.items():
@@ -282,8 +297,10 @@ class IntervalCore:
             if not hit:
                 reads.append(key)
             works[key] = KeyWork(key, [d.record for d in ds], self.timers.get(key, {}), state, not hit)
+            if key in aside:
+                ds.extend(aside[key])      # acked (or handed back) with the key's others
         run_id = self._new_id()
-        self._runs[run_id] = _Run(works, by_key)
+        self._runs[run_id] = _Run(works, by_key, aside=aside)
         self.locked.update(by_key)
         return RunUserCode(run_id, self.name, list(works.values()), reads, lookups, frozenset(dups),
                            self.input_wm, now)
@@ -311,13 +328,19 @@ class IntervalCore:
         for key, value in ev.states_read.items():
             self.cache.put(key, value)
         weak = self.s.weak
-        run.results = list(ev.results)
+        run.results = [r for r in ev.results if not isinstance(r, KeyFailed)]
+        self._failed([r for r in ev.results if isinstance(r, KeyFailed)], run)
         for res in run.results:
             prods = [encode(p) for p in res.productions]
             run.prods[res.key] = prods
+            aside = self._set_aside(run.aside.get(res.key, ()))
+            processed = res.processed + [(r.id, r.sender, r.produced_at_us) for r in aside] \
+                if aside and self.s.exactly_once else res.processed
             run.writes[res.key] = Write(self.name, self.interval, self.sequencer, res.key, res.state,
-                                        res.timers_set, res.timers_deleted, res.processed,
-                                        [] if weak else prods)
+                                        res.timers_set, res.timers_deleted, processed,
+                                        [] if weak else prods, set_aside=aside)
+        if not run.writes:
+            return                 # every key failed: their records wait for the next attempt
         if not weak:
             self._commit(run, list(run.writes.values()), out)
             return
@@ -328,6 +351,33 @@ class IntervalCore:
             out.append(SendProductions(self.name, self.interval, sent, False))
         run.deadline_us = ev.now_us + self.s.weak_checkpoint_delay_us
         self._weak.append(run)
+
+    def _failed(self, failed: list[KeyFailed], run: _Run) -> None:
+        """User code raised on a record: the key's run is undone (nothing of it is written) and its records
+        wait again, first in line, for the next attempt; its due timers are looked at again too."""
+        back = []
+        for f in failed:
+            tried, _ = self._attempts.get(f.record_id, (0, ""))
+            self._attempts[f.record_id] = (tried + 1, f.error)
+            back.extend(run.deliveries.pop(f.key, ()))
+            run.works.pop(f.key, None)
+            run.aside.pop(f.key, None)
+            self.locked.discard(f.key)
+            for tag, (ts, domain) in self.timers.get(f.key, {}).items():
+                heapq.heappush(self._heaps[domain], (ts, f.key, tag))
+        self._incoming[:0] = back
+
+    def _set_aside(self, deliveries) -> list[SetAsideRecord]:
+        out, seen = [], set()
+        for d in deliveries:
+            r = d.record
+            if r.id in seen:
+                continue
+            seen.add(r.id)
+            tried, error = self._attempts[r.id]
+            out.append(SetAsideRecord(self.name, r.id, r.key, error, tried, orjson.dumps(r.value), r.timestamp_us,
+                                      r.sender, r.produced_at_us))
+        return out
 
     def _on_acks(self, ev: AcksObserved, out: list) -> None:
         waiting = []
@@ -358,7 +408,15 @@ class IntervalCore:
             return
         for res in run.results:
             self._apply(res, run.works[res.key].timers)
-        out.append(CountResults(run.results))
+        aside = tuple(r for w in run.writes.values() for r in w.set_aside)
+        if self._attempts:     # tried again and committed, or set aside: forget the failures
+            for ds in run.deliveries.values():
+                for d in ds:
+                    self._attempts.pop(d.record.id, None)
+        if aside and self._bloom is not None:
+            for r in aside:
+                self._bloom.add(r.id)
+        out.append(CountResults(run.results, aside))
         if self.s.weak:
             stored = [p.id for ps in run.unacked.values() for p in ps]
             if stored:

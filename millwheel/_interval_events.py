@@ -48,8 +48,18 @@ class TimePassed:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyFailed:
+    """In :class:`UserCodeRan`'s results: user code raised on ``record_id`` of ``key``; the key's run had
+    no effect."""
+    key: str
+    record_id: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class UserCodeRan:
-    """Answer to :class:`RunUserCode`: one result per key, and the states read from the store."""
+    """Answer to :class:`RunUserCode`: one result per key (a ``KeyResult``, or :class:`KeyFailed`), and the
+    states read from the store."""
     run_id: int
     results: list
     states_read: Mapping[str, bytes | None]
@@ -160,7 +170,9 @@ class AckDeliveries:
 
 @dataclass(frozen=True, slots=True)
 class CountResults:
+    """Committed: ``results`` (``KeyResult``) and the records ``set_aside`` (``SetAsideRecord``)."""
     results: list
+    set_aside: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commi
    of every interval the batch writes to and locks those rows against a concurrent :meth:`claim` (which
    updates the row) until the transaction ends;
 2. the batch's net effect (see :func:`fold`), one statement per table over arrays (``unnest``):
-   state upserts and deletes, timer deletes and upserts, dedup ids, productions and acked productions;
+   state upserts and deletes, timer deletes and upserts, dedup ids, productions and acked productions,
+   and records set aside;
 3. if any sequencer read in 1 differs from the write's: roll back and raise :class:`StaleSequencer`;
    else commit.
 
@@ -29,13 +30,13 @@ import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from millwheel._store import KEEP, StaleSequencer, Store, StoredProduction, Write, _Keep
+from millwheel._store import KEEP, SetAsideRecord, StaleSequencer, Store, StoredProduction, Write, _Keep
 
 DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
@@ -58,6 +59,11 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval_id INTEGER, id TEX
     key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, produced_at BIGINT NOT NULL,
     PRIMARY KEY (sender, interval_id, id));
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS production_floors (sender TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
+    oldest BIGINT NOT NULL, PRIMARY KEY (sender, interval_id));
+CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NULL, interval_id INTEGER NOT NULL,
+    error TEXT NOT NULL, attempts INTEGER NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL,
+    sender TEXT NOT NULL, produced_at BIGINT NOT NULL, PRIMARY KEY (computation, id));
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     low BIGINT NOT NULL, input BIGINT, oldest BIGINT, PRIMARY KEY (name, interval_id));
 """
@@ -83,6 +89,10 @@ _PROD_PUT = ("INSERT INTO productions (sender, interval_id, id, stream, key, val
              "produced_at = EXCLUDED.produced_at")
 _PROD_DEL = ("DELETE FROM productions WHERE (sender, interval_id, id) IN "
              "(SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]))")
+_ASIDE_PUT = ("INSERT INTO set_aside (computation, id, key, interval_id, error, attempts, value, ts, sender, "
+              "produced_at) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], "
+              "%s::int[], %s::bytea[], %s::bigint[], %s::text[], %s::bigint[]) ON CONFLICT (computation, id) "
+              "DO UPDATE SET error = EXCLUDED.error, attempts = EXCLUDED.attempts")
 _LANDED = ("SELECT count(*) FROM dedup WHERE (computation, id) IN "
            "(SELECT * FROM unnest(%s::text[], %s::text[]))")
 
@@ -99,6 +109,7 @@ class NetEffect:
     dedup: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
     prod_put: dict[tuple[str, int, str], StoredProduction] = field(default_factory=dict)
     prod_del: set[tuple[str, int, str]] = field(default_factory=set)
+    set_aside: dict[tuple[str, str], tuple[SetAsideRecord, int]] = field(default_factory=dict)
 
 
 def fold(writes: list[Write]) -> NetEffect:
@@ -130,6 +141,8 @@ def fold(writes: list[Write]) -> NetEffect:
         for pid in w.productions_done:
             n.prod_put.pop((c, w.interval, pid), None)
             n.prod_del.add((c, w.interval, pid))
+        for r in w.set_aside:
+            n.set_aside[(r.computation, r.id)] = (r, w.interval)
     return n
 
 
@@ -312,6 +325,10 @@ class PostgresStore(Store):
                                                p.produced_at_us) for (s, iv, _), p in n.prod_put.items()), 8))
         if n.prod_del:
             conn.execute(_PROD_DEL, _columns(n.prod_del, 3))
+        if n.set_aside:
+            conn.execute(_ASIDE_PUT, _columns(((r.computation, r.id, r.key, iv, r.error, r.attempts, r.value,
+                                                r.timestamp_us, r.sender, r.produced_at_us)
+                                               for r, iv in n.set_aside.values()), 10))
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         keys = list(keys)
@@ -348,20 +365,39 @@ class PostgresStore(Store):
             (computation, ivs)).fetchall())
         return [r[0] for r in rows]
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         def gc(conn: psycopg.Connection, _attempt: int) -> int:
             with conn.transaction():
                 floor = conn.execute(
                     "INSERT INTO gc_floors VALUES (%s, %s, %s) ON CONFLICT (computation, sender) "
                     "DO UPDATE SET floor = GREATEST(gc_floors.floor, EXCLUDED.floor) RETURNING floor",
                     (computation, sender, floor_us)).fetchone()[0]
-                return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s",
-                                    (computation, sender, floor)).rowcount
+                if intervals is None:
+                    return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND "
+                                        "produced_at < %s", (computation, sender, floor)).rowcount
+                # the intervals still ours, locked against a claim until the deletion commits (a claim
+                # after it reads the raised floor)
+                rows = conn.execute(_CHECK, ([computation] * len(intervals), list(intervals))).fetchall()
+                mine = [i for c, i, seq in rows if intervals.get(i) == seq]
+                if not mine:
+                    return 0
+                # below the caller's floor, which its cores apply (another process may have stored a higher
+                # one that these cores have not seen)
+                return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s "
+                                    "AND interval_id = ANY(%s::int[])", (computation, sender, floor_us, mine)).rowcount
         return self._retry(gc)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
         return dict(self._retry(lambda conn, _: conn.execute(
             "SELECT sender, floor FROM gc_floors WHERE computation = %s", (computation,)).fetchall()))
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        rows = self._retry(lambda conn, _: conn.execute(
+            "SELECT computation, id, key, error, attempts, value, ts, sender, produced_at FROM set_aside "
+            "WHERE %s::text IS NULL OR computation = %s ORDER BY computation, id",
+            (computation, computation)).fetchall())
+        return [SetAsideRecord(c, i, k, e, a, bytes(v), ts, s, at) for c, i, k, e, a, v, ts, s, at in rows]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         rows = self._retry(lambda conn, _: conn.execute(
@@ -397,6 +433,23 @@ class PostgresStore(Store):
 
     def read_watermark_reports(self) -> list[tuple]:
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        last: dict[tuple, tuple] = {}
+        for r in reports:
+            old = last.get((r[0], r[1]))
+            if old is None or old[2] <= r[2]:
+                last[(r[0], r[1])] = tuple(r)
+        if not last:
+            return
+        self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO production_floors SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[]) "
+            "ON CONFLICT (sender, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, oldest = EXCLUDED.oldest "
+            "WHERE production_floors.sequencer <= EXCLUDED.sequencer", _columns(last.values(), 4)))
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        return self._retry(lambda conn, _: [tuple(r) for r in conn.execute(
+            "SELECT * FROM production_floors").fetchall()])
 
     def statistics(self) -> PostgresStatistics:
         with self._pool_lock:

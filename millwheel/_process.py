@@ -19,16 +19,18 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
   keeps the newest sequencer per slot) and computes the authority's publication from every process's
   reports, every ``tick``; so every process publishes the same watermarks without a coordinator.
-  Dedup garbage collection is not run across processes (ids are kept).
+* **Dedup garbage collection** by reports through the store and messages to the workers
+  (:mod:`millwheel._gc`).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict
+
 from concurrent import futures
 from typing import Any
 
@@ -40,6 +42,7 @@ from photon.rpc import server_credentials
 from millwheel import worker_pb2_grpc as pb_grpc
 from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
+from millwheel._gc import ProcessDedupCollector
 from millwheel._injector_shell import InjectorShell
 from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
@@ -105,6 +108,10 @@ class WorkerHost:
             w.on_fenced = self._fenced
             w.may_run = self._lease_ok
         self.injectors: dict[str, tuple[InjectorShell, threading.Event]] = {}
+        self.gc = ProcessDedupCollector(topology, self.store, slots=self.slots, workers=len(self.workers),
+                                        retention_us=config.dedup_retention_us, interval_us=config.gc_interval_us,
+                                        held=self._held, oldest_produced=self.tracker.oldest_produced_at,
+                                        send=lambda i, m: self.workers[i].inbox.put_many([m]))
         self._accepting: dict[tuple[str, int], int] = {}
         self._early: dict[tuple[str, int], list] = {}   # records of slots given here but not claimed yet
         self._early_n = 0
@@ -313,6 +320,13 @@ class WorkerHost:
             elif iv.computation in self.topology.computations:
                 for s in slots_in(iv.lo, iv.hi, self.slots):
                     want[(iv.computation, s)] = iv.sequencer
+        # an injector whose thread ended (its commit was refused: the master moved it) is gone: forget it,
+        # or it stays "not caught up" for good and this process is never idle
+        for iname, (shell, ev) in list(self.injectors.items()):
+            if not shell.thread.is_alive() and shell.thread.ident is not None:
+                self.injectors.pop(iname, None)
+                self.tracker.forget(iname, 0)      # its next owner replays the stored productions
+                self.counters["injectors_ended"] += 1
         held = self._held()
         lost = [k for k, seq in held.items() if want.get(k) != seq]
         # also slots accepted but whose core went away (a refused commit): take them out of routing
@@ -326,6 +340,13 @@ class WorkerHost:
         # computations first: an injector starts sending at once, to owners that must be known
         for (cname, slot), seq in sorted(want.items(), key=lambda kv: (kv[0][0] in self.topology.injectors, kv[0])):
             if held.get((cname, slot)) == seq:
+                continue
+            if self.lease_us and time.monotonic() > self._lease_until - self.lease_us / 2e6:
+                # granting takes store round trips per slot, and no heartbeat goes out meanwhile: with half
+                # the lease gone, renew it first (at once) and grant the rest then, or a loaded worker given
+                # many intervals loses them all before it holds them, again and again
+                self.counters["grants_deferred"] += 1
+                self._resync.set()
                 continue
             try:
                 if cname in self.topology.injectors:
@@ -397,7 +418,7 @@ class WorkerHost:
         ``LOAD_HALF_LIFE_S`` (one heartbeat's count swings with batching and retries)."""
         counts: Counter = Counter()
         for w in self.workers:
-            counts.update(w.received_per_slot)
+            counts.update(dict(w.received_per_slot))   # a copy: its worker thread adds slots meanwhile
         now = time.monotonic()
         elapsed = max(1e-3, now - getattr(self, "_load_at", self._started_at))
         self._load_at = now
@@ -452,6 +473,7 @@ class WorkerHost:
                 elif self._map_behind.is_set():
                     self._map_behind.clear()
                     self._read_map()
+                self.gc.tick(self.clock.now_us(), items)
                 if time.monotonic() - last_save >= self.config.gc_interval_us / 1e6:
                     last_save = time.monotonic()
                     self.store.save_watermarks(self.low_watermarks)
@@ -499,11 +521,20 @@ class WorkerHost:
             "computations": {n: dict(c) for n, c in per.items()},
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
-            "outstanding": self.tracker.outstanding_count(), "counters": dict(self.counters),
-            "transport": dict(self.transport.counters), "cache": asdict(self.store.statistics()),
+            "outstanding": self.tracker.outstanding_count(),
+            "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
+            "transport": dict(self.transport.counters), "cache": dataclasses.asdict(self.store.statistics()),
             "error": repr(self.error) if self.error else None,
+            "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
+            "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
+
+
+def _store_statistics(store) -> dict:
+    """The store's own statistics under the cache (PostgreSQL: commits, retries, ...), if it keeps any."""
+    stats = getattr(getattr(store, "store", store), "statistics", None)
+    return dataclasses.asdict(stats()) if stats is not None else {}
 
 
 class _Either:

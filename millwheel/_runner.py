@@ -8,6 +8,10 @@ Order inside one call: records first (in delivery order), then due timers in inc
 ``(timestamp, tag)`` order, including timers that user code set during this call and that are already
 due. A ``(tag, timestamp)`` fires at most once per call.
 
+A record on which ``process_record`` raises makes the whole call raise :class:`UserCodeFailed` naming
+the record (the key's state object may be half changed, so nothing of the call is kept); a raising
+``process_timer``, and a production to an undeclared stream, raise as they are.
+
 Production ids are derived from the id of what caused them (``<record id>/<n>`` or
 ``<computation>/<key>/<tag>/<timestamp>/<n>``), so a deterministic computation re-run after a crash
 produces the same ids and its consumers drop the repeats. A timer re-set to a ``(tag, timestamp)`` that
@@ -51,6 +55,20 @@ class KeyResult:
     records_processed: int = 0
     duplicates_dropped: int = 0
     late_records: int = 0
+
+
+class UserCodeFailed(Exception):
+    """``process_record`` raised on the record ``record_id``; ``error`` is its text. The key's run has no
+    effect (the shell keeps nothing of it); the caller decides whether to try again or set it aside."""
+
+    def __init__(self, record_id: str, error: str) -> None:
+        super().__init__(f"user code failed on record {record_id}: {error}")
+        self.record_id, self.error = record_id, error
+
+
+def error_text(e: BaseException, limit: int = 2000) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class UndeclaredStream(ValueError):
@@ -136,7 +154,12 @@ def run_key(comp: Computation, inp: KeyInput) -> KeyResult:
             rec = replace(rec, is_late=True)
             out.late_records += 1
         ctx._begin(rec.id, rec.timestamp_us)
-        comp.process_record(ctx, rec)
+        try:
+            comp.process_record(ctx, rec)
+        except UndeclaredStream:
+            raise              # the topology is wrong, not the record: stop loudly
+        except Exception as e:  # noqa: BLE001 - user code: the record is tried again or set aside
+            raise UserCodeFailed(rec.id, error_text(e)) from e
         out.records_processed += 1
         if comp.exactly_once:
             out.processed.append((rec.id, rec.sender, rec.produced_at_us))
@@ -174,4 +197,4 @@ def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: Ke
         out.fired.append(timer)
 
 
-__all__ = ["KeyInput", "KeyResult", "run_key", "due", "UndeclaredStream", "WALL", "WATERMARK"]
+__all__ = ["KeyInput", "KeyResult", "run_key", "due", "UndeclaredStream", "UserCodeFailed", "WALL", "WATERMARK"]

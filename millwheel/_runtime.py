@@ -14,8 +14,10 @@ They talk through inboxes (messages), the store and the tracker; none reaches in
 Lifecycle: ``Runtime(topology, config)`` → :meth:`Runtime.start` (claims every key interval, which
 fences any older writer; loads timers and dedup ids; replays stored productions; restores injector
 positions) → :meth:`Runtime.run_until_idle` or your own loop reading :meth:`Runtime.statistics` →
-:meth:`Runtime.stop`. Any failure in a thread (user code raising, a stale sequencer) stops the runtime;
-:attr:`Runtime.error` holds it and :meth:`Runtime.run_until_idle` raises it.
+:meth:`Runtime.stop`. A record on which user code raises is tried again, up to ``max_attempts`` times,
+then set aside in the store (``store.set_aside_records()``) while the key's other records go on. Any
+other failure in a thread (a raising timer, a stale sequencer) stops the runtime; :attr:`Runtime.error`
+holds it and :meth:`Runtime.run_until_idle` raises it.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ class ComputationStatistics:
     timers_fired: int
     low_watermark_us: int
     input_watermark_us: int
+    records_set_aside: int = 0
+    """Records user code kept failing on, set aside (in this process's run; all of them are in
+    ``store.set_aside_records()``)."""
 
 
 @dataclass(frozen=True)
@@ -311,7 +316,8 @@ class Runtime:
                                              per.get(name, {}).get("late", 0),
                                              per.get(name, {}).get("timers", 0),
                                              self.low_watermarks.get(name, 0),
-                                             self.input_watermarks.get(name, 0))
+                                             self.input_watermarks.get(name, 0),
+                                             per.get(name, {}).get("set_aside", 0))
                  for name in self.topology.computations}
         return RuntimeStatistics(comps, {n: self.low_watermarks.get(n, 0) for n in self.injectors},
                                  self.tracker.in_flight, self.tracker.outstanding_count(),

@@ -18,7 +18,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 from urllib.parse import parse_qs
 
 
@@ -45,6 +45,22 @@ class StoredProduction:
     produced_at_us: int
 
 
+@dataclass(frozen=True, slots=True)
+class SetAsideRecord:
+    """A record on which user code kept failing, set aside instead of stopping the runtime: its
+    computation, key, id, the last error's text and how many attempts were made, and the record itself
+    (value as JSON, timestamp, sender, production time) so that it can be looked at and injected again."""
+    computation: str
+    id: str
+    key: str
+    error: str
+    attempts: int
+    value: bytes
+    timestamp_us: int
+    sender: str
+    produced_at_us: int
+
+
 @dataclass(slots=True)
 class Write:
     """One atomic checkpoint of one key (``key=None``: no per-key part, e.g. acked productions only)."""
@@ -58,6 +74,8 @@ class Write:
     processed: list[tuple[str, str, int]] = field(default_factory=list)
     productions: list[StoredProduction] = field(default_factory=list)
     productions_done: list[str] = field(default_factory=list)
+    set_aside: list[SetAsideRecord] = field(default_factory=list)
+    """Records of this key set aside (their ids are in ``processed`` too, so repeats are dropped)."""
 
 
 class Store:
@@ -89,15 +107,34 @@ class Store:
     def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:
         raise NotImplementedError
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         """Forget ids from ``sender`` produced before ``floor_us`` (no sender can retry them any more);
-        the floor only rises. Returns how many were deleted."""
+        the floor only rises. With ``intervals`` (interval -> the caller's sequencer), only ids of those
+        intervals whose sequencer is still the caller's are deleted, and only below ``floor_us`` (the
+        floor the caller's cores apply, which may be below the stored one), in the same transaction that
+        raises the floor (a worker process collects the intervals it holds; an owner claiming one
+        afterwards reads the raised floor). Returns how many were deleted."""
+        raise NotImplementedError
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        """Record ``(sender, interval, sequencer, oldest_us)``: no production of the sender's interval that
+        a consumer may still receive as new was produced before ``oldest_us``. Each replaces the interval's
+        stored report unless that one has a larger sequencer (as :meth:`report_watermarks`)."""
+        raise NotImplementedError
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        """Every interval's last :meth:`report_production_floors` report."""
         raise NotImplementedError
 
     def gc_floors(self, computation: str) -> dict[str, int]:
         raise NotImplementedError
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
+        raise NotImplementedError
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        """The records set aside (of ``computation``, or of all), in (computation, id) order."""
         raise NotImplementedError
 
     def read_watermarks(self) -> dict[str, int]:
@@ -167,6 +204,8 @@ class MemoryStore(Store):
         self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
         self._wms: dict[str, int] = {}
         self._reports: dict[tuple[str, int], tuple] = {}
+        self._aside: dict[tuple[str, str], SetAsideRecord] = {}
+        self._prod_floors: dict[tuple[str, int], tuple] = {}
 
     def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         with self._lock:
@@ -200,6 +239,8 @@ class MemoryStore(Store):
             prods[p.id] = p
         for pid in w.productions_done:
             prods.pop(pid, None)
+        for r in w.set_aside:
+            self._aside[(r.computation, r.id)] = r
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         with self._lock:
@@ -221,12 +262,17 @@ class MemoryStore(Store):
         with self._lock:
             return [i for i, (_, _, iv) in self._dedup.get(computation, {}).items() if iv in wanted]
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         with self._lock:
             floor = max(floor_us, self._floors.get((computation, sender), 0))
             self._floors[(computation, sender)] = floor
             dedup = self._dedup.get(computation, {})
-            old = [i for i, (s, at, _) in dedup.items() if s == sender and at < floor]
+            mine = None if intervals is None else \
+                {i for i, seq in intervals.items() if self._seq.get((computation, i), 0) == seq}
+            below = floor if intervals is None else floor_us
+            old = [i for i, (s, at, iv) in dedup.items() if s == sender and at < below
+                   and (mine is None or iv in mine)]
             for i in old:
                 del dedup[i]
             return len(old)
@@ -234,6 +280,10 @@ class MemoryStore(Store):
     def gc_floors(self, computation: str) -> dict[str, int]:
         with self._lock:
             return {s: f for (c, s), f in self._floors.items() if c == computation}
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        with self._lock:
+            return [r for k, r in sorted(self._aside.items()) if computation in (None, k[0])]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         with self._lock:
@@ -258,6 +308,17 @@ class MemoryStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
             return list(self._reports.values())
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        with self._lock:
+            for r in reports:
+                old = self._prod_floors.get((r[0], r[1]))
+                if old is None or old[2] <= r[2]:
+                    self._prod_floors[(r[0], r[1])] = tuple(r)
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        with self._lock:
+            return list(self._prod_floors.values())
 
 
 def _claimed(computation: str, interval: int, current: int, sequencer: int | None) -> int:
@@ -296,6 +357,11 @@ CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval INTEGER, id TEXT, 
     key TEXT NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL, produced_at INTEGER NOT NULL,
     PRIMARY KEY (sender, interval, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS production_floors (sender TEXT, interval INTEGER, seq INTEGER NOT NULL,
+    oldest INTEGER NOT NULL, PRIMARY KEY (sender, interval)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NULL, interval INTEGER NOT NULL,
+    error TEXT NOT NULL, attempts INTEGER NOT NULL, value BLOB NOT NULL, ts INTEGER NOT NULL,
+    sender TEXT NOT NULL, produced_at INTEGER NOT NULL, PRIMARY KEY (computation, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval INTEGER, seq INTEGER NOT NULL, low INTEGER NOT NULL,
     input INTEGER, oldest INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
 """
@@ -361,6 +427,10 @@ class SQLiteStore(Store):
         if w.productions_done:
             db.executemany("DELETE FROM productions WHERE sender=? AND interval=? AND id=?",
                            [(c, w.interval, i) for i in w.productions_done])
+        if w.set_aside:
+            db.executemany("INSERT OR REPLACE INTO set_aside VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(r.computation, r.id, r.key, w.interval, r.error, r.attempts, r.value, r.timestamp_us,
+                             r.sender, r.produced_at_us) for r in w.set_aside])
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
@@ -399,20 +469,32 @@ class SQLiteStore(Store):
             q = f"SELECT id FROM dedup WHERE computation=? AND interval IN ({','.join('?' * len(ivs))})"
             return [r[0] for r in self._db.execute(q, (computation, *ivs))]
 
-    def gc_dedup(self, computation: str, sender: str, floor_us: int) -> int:
+    def gc_dedup(self, computation: str, sender: str, floor_us: int,
+                 intervals: Mapping[int, int] | None = None) -> int:
         with self._lock, self._tx():
             row = self._db.execute("SELECT floor FROM gc_floors WHERE computation=? AND sender=?",
                                    (computation, sender)).fetchone()
             floor = max(floor_us, row[0] if row else 0)
             self._db.execute("INSERT OR REPLACE INTO gc_floors VALUES (?, ?, ?)", (computation, sender, floor))
-            cur = self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<?",
-                                   (computation, sender, floor))
-            return cur.rowcount
+            if intervals is None:
+                cur = self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<?",
+                                       (computation, sender, floor))
+                return cur.rowcount
+            mine = [i for i, seq in intervals.items() if self._seq(computation, i) == seq]
+            return sum(self._db.execute("DELETE FROM dedup WHERE computation=? AND sender=? AND produced_at<? "
+                                        "AND interval=?", (computation, sender, floor_us, i)).rowcount for i in mine)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
         with self._lock:
             return dict(self._db.execute("SELECT sender, floor FROM gc_floors WHERE computation=?",
                                          (computation,)).fetchall())
+
+    def set_aside_records(self, computation: str | None = None) -> list[SetAsideRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT computation, id, key, error, attempts, value, ts, sender, produced_at FROM set_aside "
+                "WHERE ? IS NULL OR computation = ? ORDER BY computation, id", (computation, computation))
+            return [SetAsideRecord(*r) for r in rows.fetchall()]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
         with self._lock:
@@ -440,6 +522,17 @@ class SQLiteStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
             return [tuple(r) for r in self._db.execute("SELECT * FROM wm_reports").fetchall()]
+
+    def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
+        with self._lock, self._tx():
+            self._db.executemany(
+                "INSERT INTO production_floors VALUES (?, ?, ?, ?) ON CONFLICT(sender, interval) DO UPDATE SET "
+                "seq=excluded.seq, oldest=excluded.oldest WHERE production_floors.seq <= excluded.seq",
+                [tuple(r) for r in reports])
+
+    def read_production_floors(self) -> list[tuple[str, int, int, int]]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute("SELECT * FROM production_floors").fetchall()]
 
     def close(self) -> None:
         with self._lock:

@@ -10,7 +10,9 @@ reads time only from the injected clock. One loop iteration:
 1. take a batch from the inbox; apply published watermarks (each computation's input watermark is the
    minimum over its producers) and dedup floors, then feed each core its records and the time;
 2. carry out the cores' commands: :class:`RunUserCode` (dedup lookups and state reads in the store, then
-   :func:`millwheel._runner.run_key`), weak sends, and collect every :class:`Commit`;
+   :func:`millwheel._runner.run_key`; a key whose user code raised on a record is answered as
+   :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
+   every :class:`Commit`;
 3. commit every core's key checkpoints in one store transaction, then tell each core, and carry out the
    results: register strong productions, ack the senders, then send;
 4. report each interval's low watermark to the authority when it changed.
@@ -27,7 +29,8 @@ from photon import Clock
 from millwheel._config import RuntimeConfig
 from millwheel._interval import (AckDeliveries, AcksObserved, CheckpointCommitted, Commit, CommitRefused,
                                  CountResults, DedupIdsLoaded, FloorsRaised, InputWatermarkAdvanced,
-                                 IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, MarkStored,
+                                 IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, KeyFailed,
+                                 MarkStored,
                                  ProductionsAcked, RebuildDedupFilter, RecordsDelivered, Relinquish,
                                  ReportWatermark, ReturnDeliveries, RunUserCode, SendProductions, TimePassed,
                                  UserCodeRan, WorkObserved)
@@ -35,7 +38,7 @@ from millwheel._messages import FloorsRaised as FloorsRaisedReply
 from millwheel._messages import LowWatermarks, RaiseFloors, WatermarksReported
 from millwheel._model import WEAK, Computation, Delivery
 from millwheel._routing import Router
-from millwheel._runner import KeyInput, run_key
+from millwheel._runner import KeyInput, UserCodeFailed, run_key
 from millwheel._store import StaleSequencer, Store
 from millwheel._topology import ComputationSpec, Topology
 from millwheel._transport import Done, Inbox, Tracker
@@ -79,6 +82,7 @@ class Worker:
         self._dirty: set[IntervalCore] = set()     # cores whose low watermark may have changed
         self.counters: dict[str, Counter] = {}
         self.dedup_store_lookups = 0
+        self.user_code_failures = 0                # runs of a key undone because user code raised
         self._count_lock = threading.Lock()
         self._sends: list[Delivery] = []
         self._acks: list[Delivery] = []
@@ -94,17 +98,26 @@ class Worker:
         """Claim the intervals (fencing older writers; under the master's ``sequencers`` when given), load
         their timers and dedup ids into new cores, and replay their stored productions, all before the
         cores take any record. Returns each interval's sequencer."""
+        # until the replayed productions are registered, dedup floors must not pass them (they are older
+        # than anything the tracker holds): a production time of 0 is held meanwhile
+        with self.tracker.producing(lambda: 0):
+            return self._grant(spec, intervals, sequencers)
+
+    def _grant(self, spec: ComputationSpec, intervals: list[int], sequencers: dict[int, int] | None) -> dict[int, int]:
         cfg, store = self.config, self.store
         comp = self.comps.get(spec.name) or _Comp(spec, spec.factory(), {})
         weak = comp.computation.productions == WEAK
         per_interval_cache = max(16, cfg.cache_keys // max(1, len(intervals)))
         bloom = max(1024, cfg.bloom_capacity // cfg.intervals)
+        seqs = {i: store.claim(spec.name, i, sequencers.get(i) if sequencers else None) for i in intervals}
+        # the floors after the claims: ids below a floor are deleted only by the holder of their interval's
+        # sequencer, in the transaction that raises the floor, so a floor read now covers every id gone
         floors = store.gc_floors(spec.name)
-        cores, seqs = {}, {}
+        cores = {}
         for i in intervals:
-            seqs[i] = store.claim(spec.name, i, sequencers.get(i) if sequencers else None)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
-                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us))
+                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us,
+                                                 cfg.max_attempts))
             ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
             core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
             cores[i] = core
@@ -171,7 +184,7 @@ class Worker:
                 item.done.set()
             elif isinstance(item, RaiseFloors):
                 comp = self.comps.get(item.consumer)
-                for core in (comp.cores.values() if comp else ()):
+                for core in (self._cores(comp) if comp else ()):
                     core.handle(FloorsRaised(item.floors))
                 self._report.put_many([FloorsRaisedReply(item.round, item.consumer, self.index)])
         if lows is not None:
@@ -184,9 +197,16 @@ class Worker:
             wm = input_watermark(producers.get(name, ()), self._lows)
             if self._inputs.get(name) != wm:
                 self._inputs[name] = wm
-                for core in comp.cores.values():
+                for core in self._cores(comp):
                     core.handle(InputWatermarkAdvanced(wm))
                     self._dirty.add(core)
+
+    def _cores(self, comp: _Comp) -> list[IntervalCore]:
+        """The computation's cores now. A worker process's heartbeat thread grants intervals (adds cores)
+        while this thread runs, so never iterate ``comp.cores`` itself here: a dict changing size under
+        an iteration raised and stopped the worker process."""
+        with self._lock:
+            return list(comp.cores.values())
 
     def _batch(self, items: list, comps: list[_Comp], now: int) -> None:
         by_core: dict[tuple[str, int], list] = {}
@@ -284,7 +304,7 @@ class Worker:
             elif kind is MarkStored:
                 tracker.mark_stored(cmd.computation, cmd.interval, cmd.ids)
             elif kind is CountResults:
-                self._count(core.name, cmd.results)
+                self._count(core.name, cmd.results, len(cmd.set_aside))
             elif kind is RebuildDedupFilter:
                 loaded = DedupIdsLoaded(self.store.dedup_ids(cmd.computation, [cmd.interval]),
                                         self.store.gc_floors(cmd.computation))
@@ -321,7 +341,11 @@ class Worker:
             for w in cmd.keys:
                 inp = KeyInput(cmd.computation, w.key, w.records, states.get(w.key) if w.read else w.state,
                                w.timers, dups, cmd.input_watermark_us, cmd.now_us, comp.spec.produces)
-                results.append(run_key(comp.computation, inp))
+                try:
+                    results.append(run_key(comp.computation, inp))
+                except UserCodeFailed as e:   # the core tries the record again, then sets it aside
+                    self.user_code_failures += 1
+                    results.append(KeyFailed(w.key, e.record_id, e.error))
             out.append((core, UserCodeRan(cmd.run_id, results, {k: states.get(k) for k in cmd.read_states},
                                           cmd.now_us)))
         return out
@@ -340,9 +364,11 @@ class Worker:
         if reports:
             self._report.put_many([WatermarksReported(tuple(reports))])
 
-    def _count(self, name: str, results) -> None:
+    def _count(self, name: str, results, set_aside: int = 0) -> None:
         with self._count_lock:
             c = self.counters.setdefault(name, Counter())
+            if set_aside:
+                c["set_aside"] += set_aside
             for res in results:
                 c["records"] += res.records_processed
                 c["duplicates"] += res.duplicates_dropped

@@ -34,6 +34,7 @@ from millwheel._master_state import PlacementPolicy
 from millwheel._process import WorkerHost
 from millwheel._pgserver import EmbeddedPostgres
 from millwheel._runtime import Runtime
+from millwheel._store import open_store
 
 
 def _load(module: str):
@@ -228,6 +229,10 @@ def status(args: argparse.Namespace) -> int:
         st = cluster_status(cf, client)
     finally:
         client.close()
+    stored = _stored_set_aside(cf.store)
+    st["set_aside_stored"] = None if stored is None else len(stored)
+    st["set_aside_records"] = [{"computation": r.computation, "key": r.key, "id": r.id, "error": r.error,
+                                "attempts": r.attempts} for r in (stored or [])[:SHOW_SET_ASIDE]]
     if args.json:
         print(json.dumps(st, indent=1))
         return 0
@@ -241,8 +246,33 @@ def status(args: argparse.Namespace) -> int:
         print(f"  {iv['computation']} [{iv['lo']!r}, {iv['hi']!r}) -> {iv['worker'] or '-'} seq {iv['sequencer']}")
     for n, wm in st["watermarks"].items():
         print(f"watermark {n}: {wm['low_watermark_us']} (lag {wm['lag_s']} s)")
-    print(f"records/s: {st['records_per_s']}; set aside: {st['set_aside']}")
+    print(f"records/s: {st['records_per_s']}; set aside: {st['set_aside']} by the running workers, "
+          f"{'?' if stored is None else len(stored)} in the store")
+    for r in st["set_aside_records"]:
+        print(f"  set aside: {r['computation']} key {r['key']!r} record {r['id']} after {r['attempts']} "
+              f"attempts: {r['error']}")
     return 0
+
+
+SHOW_SET_ASIDE = 20
+"""``millwheel status`` lists at most this many set-aside records (and counts them all)."""
+
+
+def _stored_set_aside(url: str) -> list | None:
+    """Every record set aside, from the store (durable, whichever worker set it aside); ``None`` when the
+    store does not answer within a few seconds (the run's embedded server is stopped)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        url += ("&" if "?" in url else "?") + "retry_s=3"
+    try:
+        store = open_store(url)
+    except Exception:  # noqa: BLE001 - status shows what it can
+        return None
+    try:
+        return store.set_aside_records()
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        store.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -254,9 +254,10 @@ def test_a_computation_added_while_running_receives_new_records(tmp_path):
 
 
 @pytest.mark.timeout(30)
-def test_a_failing_computation_stops_the_runtime_loudly(tmp_path):
+def test_a_failing_timer_stops_the_runtime_loudly(tmp_path):
+    """(A record user code raises on is tried again and then set aside: test_mw_set_aside.py.)"""
     class Broken(Count):
-        def process_record(self, ctx, record):
+        def process_timer(self, ctx, timer):
             raise RuntimeError("user bug")
     rt = Runtime(topo(ListInjector(records(5)), Broken), config(tmp_path)).start()
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from millwheel import (CachedStore, EmbeddedPostgres, MemoryStore, PostgresStore, SQLiteStore, StaleSequencer,
                        open_store)
-from millwheel._store import KEEP, StoredProduction, Write
+from millwheel._store import KEEP, SetAsideRecord, StoredProduction, Write
 from photon import wait_until
 
 KINDS = ["memory", "sqlite", "postgres", "cached-sqlite"]
@@ -118,6 +118,21 @@ def test_claim_under_a_masters_sequencer_fences_older_ones_in_the_commit(opener)
     assert a.read_states("c", ["k"]) == {"k": b"3"}
 
 
+def test_set_aside_records_are_written_with_the_key_and_fenced_by_the_sequencer(opener):
+    a, b = opener(), opener()
+    seq = a.claim("c", 1, 4)
+    bad = SetAsideRecord("c", "r9", "k", "ValueError: no", 5, b'{"i":9}', 90, "inj", 900)
+    a.commit([Write("c", 1, seq, "k", b"1", processed=[("r8", "inj", 800), ("r9", "inj", 900)], set_aside=[bad])])
+    a.commit([Write("c", 1, seq, "k", KEEP, set_aside=[bad])])            # again (a retried commit): one row
+    assert b.set_aside_records() == [bad] and b.set_aside_records("c") == [bad]
+    assert b.set_aside_records("other") == []
+    assert b.seen("c", ["r9"]) == {"r9"}
+    b.claim("c", 1, 5)
+    with pytest.raises(StaleSequencer):                                    # a zombie sets nothing aside
+        a.commit([Write("c", 1, seq, "k2", KEEP, set_aside=[SetAsideRecord("c", "r10", "k2", "E", 5, b"1", 1, "s", 1)])])
+    assert [r.id for r in b.set_aside_records()] == ["r9"]
+
+
 def test_watermark_reports_keep_the_newest_sequencer_per_interval(opener):
     a, b = opener(), opener()
     a.report_watermarks([("c", 1, 5, 100, 90, 100), ("c", 2, 5, 200, None, None)])
@@ -133,6 +148,37 @@ def test_dedup_gc_floor_only_rises(store):
     assert store.seen("c", ["a", "b", "c"]) == {"b", "c"}
     assert store.gc_dedup("c", "s1", 12) == 0
     assert store.gc_floors("c") == {"s1": 15}
+
+
+def test_dedup_gc_of_the_intervals_a_worker_holds_is_fenced_by_their_sequencers(opener):
+    """A worker process collects only the intervals it holds: ids of an interval claimed since by another
+    owner stay (that owner may have loaded an older floor), and the floor is raised for every owner."""
+    a, b = opener(), opener()
+    a.claim("c", 0, 3)
+    a.claim("c", 1, 3)
+    a.commit([Write("c", 0, 3, "k0", KEEP, processed=[("x0", "s", 10)]),
+              Write("c", 1, 3, "k1", KEEP, processed=[("x1", "s", 10), ("y1", "s", 30)])])
+    b.claim("c", 1, 4)                                      # interval 1 moved to b
+    assert a.gc_dedup("c", "s", 20, {0: 3, 1: 3}) == 1      # only x0: interval 1 is not a's any more
+    assert b.seen("c", ["x0", "x1", "y1"]) == {"x1", "y1"}
+    assert b.gc_floors("c") == {"s": 20}
+    assert b.gc_dedup("c", "s", 20, {}) == 0
+    assert b.gc_dedup("c", "s", 20, {1: 4}) == 1
+    assert a.seen("c", ["x1", "y1"]) == {"y1"}
+    # a floor stored by another process above the caller's: the caller's cores apply only its own, so only
+    # ids below that go; the stored floor stays the higher one
+    b.commit([Write("c", 1, 4, "k1", KEEP, processed=[("z1", "s", 25)])])
+    b.gc_dedup("c", "s", 40, {})
+    assert b.gc_dedup("c", "s", 28, {1: 4}) == 1        # z1 (25), not y1 (30)
+    assert b.seen("c", ["y1", "z1"]) == {"y1"} and b.gc_floors("c") == {"s": 40}
+
+
+def test_production_floor_reports_keep_the_newest_sequencer_per_interval(opener):
+    a, b = opener(), opener()
+    a.report_production_floors([("s", 0, 5, 100), ("s", 1, 5, 200)])
+    b.report_production_floors([("s", 0, 6, 150)])
+    a.report_production_floors([("s", 0, 5, 900)])          # a fenced owner's report changes nothing
+    assert sorted(b.read_production_floors()) == [("s", 0, 6, 150), ("s", 1, 5, 200)]
 
 
 def test_watermarks_never_decrease(store):
