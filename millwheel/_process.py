@@ -30,7 +30,6 @@ import socket
 import threading
 import time
 from collections import Counter
-
 from concurrent import futures
 from typing import Any
 
