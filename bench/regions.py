@@ -285,7 +285,7 @@ def _outage(root: Path, writer: Copies, joined: Joined, config, args) -> dict:
     before: orphaned until a judges b down or sees the leader at home), over the first ``ORPHAN_WINDOW_S``
     of the outage and over all of it."""
     from photon.app import region_down, region_up
-    from dispatcher._share import RegionShare
+    from dispatcher import RegionShare
     old_pid = _status(config, "b").get("pid")
     before = len(writer.click_ids)
     share_a = _status(config, "a")
