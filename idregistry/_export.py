@@ -127,8 +127,12 @@ def check_export(out: str | Path) -> dict:
     return manifest
 
 
-def output_ids(path: Path, id_field: str) -> list[str]:
-    """The foreign ids of one published output file (lines that do not parse are skipped)."""
+def output_ids(path: Path, id_field) -> list[str]:
+    """The foreign ids of one published output file (lines that do not parse are skipped); given a
+    photon.EventIds with a time field, the Photon keys the registry holds (``<id>:0:<time_us>``)."""
+    if not isinstance(id_field, str):
+        keys = map(id_field.key_of_line, path.read_bytes().splitlines())
+        return [k for k in keys if k is not None]
     ids = []
     for line in path.read_bytes().splitlines():
         try:
@@ -158,7 +162,8 @@ def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
         for path in sorted(joined.rglob("*.jsonl")):
             if str(path) in done:
                 continue
-            ids = output_ids(path, config.join.foreign_id_field)
+            ids = output_ids(path, config.join.foreign_ids if config.join.foreign_ids.custom
+                             else config.join.foreign_id_field)
             for k in range(0, len(ids), CLEAR_BATCH):
                 cleared += client.clear_tokens(ids[k:k + CLEAR_BATCH])
             ids_seen += len(ids)
