@@ -547,6 +547,7 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None,
         reg = sections["registry"] = dataclasses.replace(
             reg, replicas=replicas, replica_regions=spread_replicas(names, replicas))
     _check_port_ranges(path, regions, problem)
+    _check_time_fields(path, sections["join"], problem)
     tls = sections["tls"]
     if tls.ca and not (tls.cert and tls.key):
         problem(f"{path}: [tls].ca is set, so [tls].cert and [tls].key are required too")
@@ -557,6 +558,15 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None,
         problem(f"{path}: [registry].replica_regions has {len(reg.replica_regions)} entries "
                 f"but replicas = {reg.replicas}")
     return PhotonConfig(regions=regions, path=path, **sections)
+
+
+def _check_time_fields(path: str, join: JoinConfig, problem: _Problems) -> None:
+    """A time field is a field of its own: not the id field (nor, for clicks, the reference)."""
+    for side, others in (("primary", ("primary_id_field",)), ("foreign", ("foreign_id_field", "foreign_ref_field"))):
+        value = getattr(join, f"{side}_time_field")
+        for other in others:
+            if value and value == getattr(join, other):
+                problem(f"{path}: [join].{side}_time_field must differ from {other}, got {value!r} for both")
 
 
 REGION_PORT_SPAN = 1000   # a region with port_base P uses ports P .. P + 999

@@ -1,0 +1,78 @@
+"""Inputs as users have them: UUID ids and RFC 3339 event times (``photon gen --ids uuid``, configured by
+``[join].primary_time_field`` / ``foreign_time_field``) through ``photon run``, ``photon verify`` and
+``photon recover``: clicks lost between commit and write are found, re-joined, and nothing is joined twice."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from photon import custom_key, key_id, parse_event_time, wait_until
+from photon.app import cli
+from photon.app import GenOptions, generate, read_recoverable
+
+KILL_ENV = "PHOTON_TEST_KILL_AFTER_COMMIT"
+
+
+def run_cli(capsys, *argv) -> tuple[int, dict | None, str]:
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    return code, (json.loads(last) if last.startswith("{") else None), err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_uuid_ids_with_rfc3339_times_are_joined_verified_and_recovered_once(
+        tmp_path, pipeline, truth, spark, capsys, monkeypatch):
+    s = generate(GenOptions(out=str(tmp_path), queries=3000, unjoinable_fraction=0.0, duplicate_fraction=0.02,
+                            bad_line_fraction=0.003, seed=21, id_style="uuid"))
+    assert s.duplicate_click_lines and s.bad_click_lines and s.bad_query_lines
+    cfg = str(tmp_path / "photon.toml")
+    marker = tmp_path / "killed-batch.txt"
+    monkeypatch.setenv(KILL_ENV, str(marker))
+    p = pipeline(cfg).start()
+    joinable = truth(tmp_path, "joinable")
+    assert all(len(c) == 36 and c.count("-") == 4 for c in joinable)            # UUIDs, not Photon ids
+
+    def lost_uuids() -> set[str]:
+        return {key_id(k) for k in marker.read_text().split()}        # the joiner records Photon keys
+    wait_until(lambda: marker.exists() and set(p.joined_ids(True)) == joinable - lost_uuids(),
+               150, interval=0.5, message="every click joined but the killed joiner's batch")
+    lost_keys = set(marker.read_text().split())
+    lost = lost_uuids()
+    assert lost and len(lost) == len(lost_keys) and not lost & set(p.joined_ids(True))
+
+    # the output keeps the user's fields unchanged: the key of a joined line is its click_id with its time
+    row = p.joined(True)[0]
+    assert row["click_id"] in joinable and row["query"]["query_id"] == row["query_id"]
+    assert "click_time" in row and row["query"]["query_time"] <= row["click_time"]
+    # bad lines are quarantined with the reason naming the field, the good ones around them joined
+    reasons = [q["reason"] for q in p.quarantined()]
+    assert len(reasons) >= s.bad_click_lines + s.bad_query_lines
+    assert any("'click_time'" in r for r in reasons) and any("'query_time'" in r for r in reasons), reasons
+
+    code, report, err = run_cli(capsys, "verify", "--config", cfg, "--json")
+    assert code == 0, err
+    assert report == {"foreign_events": len(joinable), "joined": len(joinable) - len(lost), "duplicates": 0,
+                      "lost": len(lost), "recoverable": len(lost), "pending": 0, "unjoinable": 0,
+                      "wrongly_unjoinable": 0}
+    rows = read_recoverable(tmp_path / "state" / "a" / "verify" / "recoverable")
+    assert {r["id"] for r in rows} == lost_keys                      # verify works on the registry's keys
+    for r in rows:                                                   # and recover re-injects the raw lines
+        event = json.loads(r["raw"])
+        assert r["id"] == custom_key(event["click_id"], parse_event_time(event["click_time"], "rfc3339"))
+
+    code, done, err = run_cli(capsys, "recover", "--config", cfg, "--json")
+    assert code == 0, err
+    assert (done["candidates"], done["deleted"], done["reinjected"], done["token_changed"]) == \
+        (len(lost), len(lost), len(lost), 0)
+
+    wait_until(lambda: set(p.joined_ids(True)) == joinable, 150, interval=0.5, message="the recovered clicks joined")
+    code, report, err = run_cli(capsys, "verify", "--config", cfg, "--json")
+    assert code == 0, err
+    assert (report["lost"], report["duplicates"], report["recoverable"], report["pending"]) == (0, 0, 0, 0)
+    assert report["joined"] == report["foreign_events"] == len(joinable)
+    ids = p.joined_ids(include_inprogress=True)
+    assert set(ids) == joinable and max(ids.values()) == 1             # every joinable click, once
