@@ -30,6 +30,8 @@ def test_uuid_ids_with_rfc3339_times_are_joined_verified_and_recovered_once(
                             bad_line_fraction=0.003, seed=21, id_style="uuid"))
     assert s.duplicate_click_lines and s.bad_click_lines and s.bad_query_lines
     cfg = str(tmp_path / "photon.toml")
+    with open(cfg, "a") as f:                   # small batches: the killed joiner's batch is part of the clicks
+        f.write("\n[dispatcher]\nbatch_size = 40\n")
     marker = tmp_path / "killed-batch.txt"
     monkeypatch.setenv(KILL_ENV, str(marker))
     p = pipeline(cfg).start()
@@ -43,6 +45,7 @@ def test_uuid_ids_with_rfc3339_times_are_joined_verified_and_recovered_once(
     lost_keys = set(marker.read_text().split())
     lost = lost_uuids()
     assert lost and len(lost) == len(lost_keys) and not lost & set(p.joined_ids(True))
+    assert len(lost) < len(joinable)
 
     # the output keeps the user's fields unchanged: the key of a joined line is its click_id with its time
     row = p.joined(True)[0]
