@@ -8,8 +8,7 @@ import pytest
 
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import ChunkRead, LinesRead, QuarantineRecords, SendBatch
-from joiner._state import JoinBatch
-from photon import FakeClock, JoinConfig, Outcome, custom_key, is_event_id
+from photon import FakeClock, JoinConfig, custom_key, is_event_id
 
 T0 = 1_763_712_000_000_000
 JOIN = JoinConfig(unjoinable_after_s=60.0, foreign_time_field="ts", foreign_time_format="epoch_ms",
@@ -55,12 +54,3 @@ def test_a_copy_with_the_same_time_is_a_duplicate_and_photon_ids_are_still_refus
     cmds = plain.handle(LinesRead([chunk([click(1)])], FakeClock().now_us()))
     [q] = [c for c in cmds if type(c) is QuarantineRecords]
     assert "c-1" in q.records[0][2] and not [c for c in cmds if type(c) is SendBatch]
-
-
-@pytest.mark.timeout(10)
-def test_the_joiner_takes_custom_refs_only_when_told_to():
-    key = custom_key("c-1", T0)
-    default = JoinBatch([key], ["q-1"], [b"{}"])
-    assert default.bad_ids == 1 and default.outcomes()[0] == Outcome.UNJOINABLE
-    custom = JoinBatch([key], ["q-1"], [b"{}"], ref_ok=lambda ref: JOIN.primary_ids.ref_problem(ref) is None)
-    assert custom.bad_ids == 0 and custom.ref_ids_to_look_up() == ["q-1"]
