@@ -159,7 +159,7 @@ def _ids(df, id_field: "str | EventIds", extra: str | None = None, user_id: bool
     parsed = df.select("*", F.json_tuple("value", *cols).alias(*(["id"] + (["ref"] if extra else []))))
     if ids is None or not ids.custom:
         return parsed
-    key = F.udf(_key_of_line(ids), "string")("value")
+    key = F.udf(_key_of_line(ids), "string", useArrow=False)("value")     # no pandas here: plain rows
     return parsed.withColumn("id", F.when(key.isNotNull(), F.col("id")) if user_id else key)
 
 

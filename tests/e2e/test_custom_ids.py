@@ -79,3 +79,26 @@ def test_uuid_ids_with_rfc3339_times_are_joined_verified_and_recovered_once(
     assert report["joined"] == report["foreign_events"] == len(joinable)
     ids = p.joined_ids(include_inprogress=True)
     assert set(ids) == joinable and max(ids.values()) == 1             # every joinable click, once
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_two_regions_with_uuid_ids_join_every_click_once_and_verify_finds_nothing_lost(
+        tmp_path, pipeline, truth, spark, capsys):
+    s = generate(GenOptions(out=str(tmp_path), queries=2000, regions=("a", "b"), unjoinable_fraction=0.02,
+                            duplicate_fraction=0.02, bad_line_fraction=0.0, seed=22, id_style="uuid"))
+    assert s.unjoinable_clicks and s.duplicate_click_lines
+    cfg = str(tmp_path / "photon.toml")
+    p = pipeline(cfg).start("--until-caught-up", "--timeout", "240", "--json")
+    code = p.wait(300)
+    assert code == 0, p.output_text()[-3000:]
+    joinable, unjoinable = truth(tmp_path, "joinable"), truth(tmp_path, "unjoinable")
+    ids = p.joined_ids()
+    assert set(ids) == joinable and max(ids.values()) == 1       # each click once across both regions
+    assert {r["_photon"]["region"] for r in p.joined()} <= {"a", "b"}
+
+    code, report, err = run_cli(capsys, "verify", "--config", cfg, "--json")
+    assert code == 0, err
+    assert report == {"foreign_events": len(joinable) + len(unjoinable), "joined": len(joinable),
+                      "duplicates": 0, "lost": 0, "recoverable": 0, "pending": 0,
+                      "unjoinable": len(unjoinable), "wrongly_unjoinable": 0}
