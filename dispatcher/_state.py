@@ -351,8 +351,9 @@ class DispatcherState:
                     share_down=[r for r, d in zip(s.owners, s.down) if d])
 
     def oldest_unresolved_us(self) -> int:
-        """The event time (from its key: photon.EventIds) of the oldest click queued, in flight or waiting for a retry; 0 when
-        there is none. Every click whose joined line may still appear is unresolved here or not read yet."""
+        """The event time (from its key, photon.EventIds) of the oldest click queued, in flight or waiting for
+        a retry; 0 when there is none. Every click whose joined line may still appear is unresolved here or
+        not read yet."""
         if not self._events:
             return 0
         # every id here passed is_event_id: its last TIMESTAMP_DIGITS characters are zero-padded digits, so

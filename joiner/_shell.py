@@ -172,7 +172,8 @@ class Joiner:
         """Put in order the output files a killed predecessor with this name left: each in-progress file is
         published up to what its commit record vouched for (what every reader counted while it was down);
         the whole lines beyond were joined and registered but never output, so their ids (field
-        ``id_field``, or their Photon keys given a photon.EventIds) go into the lost-ids ledger first, and then they are cut (see
+        ``id_field``, or their Photon keys given a photon.EventIds) go into the lost-ids ledger first, and
+        then they are cut (see
         :meth:`photon.RollingWriter.recover_orphans`). Call once, before serving; raises OSError when the
         ledger or the output folder cannot be put in order (the joiner must not start then)."""
         orphans = self._writer.recover_orphans(lambda lines: self._set_aside(lines, id_field))

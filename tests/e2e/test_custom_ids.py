@@ -24,7 +24,7 @@ def run_cli(capsys, *argv) -> tuple[int, dict | None, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_uuid_ids_with_rfc3339_times_are_joined_verified_and_recovered_once(
         tmp_path, pipeline, truth, spark, capsys, monkeypatch):
     s = generate(GenOptions(out=str(tmp_path), queries=3000, unjoinable_fraction=0.0, duplicate_fraction=0.02,
@@ -88,7 +88,7 @@ def test_uuid_ids_with_rfc3339_times_are_joined_verified_and_recovered_once(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(360)
+@pytest.mark.timeout(600)
 def test_two_regions_with_uuid_ids_join_every_click_once_and_verify_finds_nothing_lost(
         tmp_path, pipeline, truth, spark, capsys):
     s = generate(GenOptions(out=str(tmp_path), queries=2000, regions=("a", "b"), unjoinable_fraction=0.02,
