@@ -362,8 +362,9 @@ class DispatcherState:
                     share_down=[r for r, d in zip(s.owners, s.down) if d], share_leader_region=s.leader_region)
 
     def oldest_unresolved_us(self) -> int:
-        """The event time (from its id) of the oldest click queued, in flight or waiting for a retry; 0 when
-        there is none. Every click whose joined line may still appear is unresolved here or not read yet."""
+        """The event time (from its key, photon.EventIds) of the oldest click queued, in flight or waiting for
+        a retry; 0 when there is none. Every click whose joined line may still appear is unresolved here or
+        not read yet."""
         if not self._events:
             return 0
         # every id here passed is_event_id: its last TIMESTAMP_DIGITS characters are zero-padded digits, so
@@ -396,6 +397,8 @@ class DispatcherState:
         self._dirty = True
         now = ev.now_us
         idf, reff = self.join.foreign_id_field, self.join.foreign_ref_field
+        foreign_ids, primary_ids = self.join.foreign_ids, self.join.primary_ids
+        custom = foreign_ids if foreign_ids.custom or primary_ids.custom else None
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         events, dups, queued = self._events, self._dups, self._queued
         share = self._share
@@ -419,7 +422,16 @@ class DispatcherState:
                 if type(cid) is not str or type(ref) is not str:
                     bad.append((file, off, _field_problem(rec, idf, reff), line))
                     continue
-                if not (is_event_id(cid) and is_event_id(ref)):
+                if custom is not None:          # a time field: the event's Photon key (photon.EventIds)
+                    try:
+                        cid = custom.key(rec)
+                        problem = primary_ids.ref_problem(ref)
+                        if problem:
+                            raise BadEventId(f"{reff!r} {problem}")
+                    except BadEventId as e:
+                        bad.append((file, off, str(e), line))
+                        continue
+                elif not (is_event_id(cid) and is_event_id(ref)):
                     try:
                         parse_event_id(cid)
                         parse_event_id(ref)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from eventstore._map import MapView, split_id
+from eventstore._map import MapView, lookup_point
 from eventstore._mapfiles import MapFollower
 from eventstore._source import open_primary
 
@@ -61,10 +61,11 @@ class LogsEventStore:
 
     def __init__(self, region: str, primary_root: str | Path, id_field: str, map_dir: str | Path,
                  reader_checkpoint: str | Path | None, every_bytes: int, max_open: int = 64,
-                 refresh_s: float = 0.2, s3=None) -> None:
+                 refresh_s: float = 0.2, s3=None, custom_ids: bool = False) -> None:
         self.region = region
         self.files = open_primary(primary_root, max_open, s3)
         self._id_field = id_field
+        self._custom = custom_ids       # [join].primary_time_field set: an entry per line (eventstore._map)
         self._every_bytes = every_bytes
         self._follower = MapFollower(map_dir)
         self._checkpoint = Path(reader_checkpoint) if reader_checkpoint else None
@@ -141,7 +142,7 @@ class LogsEventStore:
 
     def _lookup_one(self, event_id: str) -> tuple[bytes | None, str, int]:
         try:
-            key, ts = split_id(event_id)
+            key, ts = lookup_point(event_id, self._custom)
         except ValueError:
             return None, "bad_id", 0
         with self._lock:
@@ -178,6 +179,13 @@ class LogsEventStore:
     def _scan(self, event_id: str, rel: str, start: int, data: bytes, first: int, want: int):
         """Look for the line of ``event_id`` among the lines of ``data`` (file ``rel`` from ``start``) that
         start at ``first`` or later and within ``M`` bytes of it."""
+        if self._custom:                # the entry is the line itself: whatever escapes its writer used
+            end = data.find(b"\n", first)
+            try:
+                if end >= 0 and orjson.loads(data[first:end]).get(self._id_field) == event_id:
+                    return data[first:end], "", len(data)
+            except (orjson.JSONDecodeError, AttributeError):
+                pass
         needle = b'"' + event_id.encode() + b'"'
         limit = first + self._every_bytes
         read = len(data)

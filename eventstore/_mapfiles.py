@@ -131,25 +131,29 @@ def plan_map_ranges(primary_root: str | Path, range_bytes: int, s3=None) -> list
     return ranges
 
 
-def scan_map_range(primary_root: str | Path, rel: str, start: int, end: int, id_field: str,
+def scan_map_range(primary_root: str | Path, rel: str, start: int, end: int, id_field,
                    every_s: float, every_kb: int, read_at=None) -> list[tuple[str, int, str, int]]:
     """The map entries of the lines of ``rel`` starting in ``[start, end)`` by the W/M rule, as
     ``(key, ts, file, offset)`` tuples; bad lines are skipped (the primary reader quarantines them). A range
     starting at 0 gives exactly the entries the primary reader emits for that file. ``read_at(rel, offset,
     size) -> bytes`` (FileNotFoundError when gone) reads another source than the local folder, e.g. ranged
-    GETs of an ``s3://`` prefix."""
+    GETs of an ``s3://`` prefix. ``id_field``: the field, or a photon.EventIds (custom primary ids get an
+    entry per line, see eventstore._map)."""
     from eventstore._map import MapEmitter
     from eventstore._source import LocalFiles, line_chunks
     from eventstore._state import index_primary_lines
-    emitter = MapEmitter(int(every_s * 1e6), every_kb * 1024)
+    from photon import EventIds
+    custom = isinstance(id_field, EventIds) and id_field.custom
+    emitter = MapEmitter(int(every_s * 1e6), every_kb * 1024, per_line=custom)
     out = []
     local = LocalFiles(primary_root) if read_at is None else None
     chunks = local.chunks(rel, start, end) if local is not None else line_chunks(read_at, rel, start, end)
     try:
         for chunk in chunks:
             offsets: list[int] = []
-            good, _ = index_primary_lines(chunk, id_field, offsets)
-            for (event_id, _), off in zip(good, offsets):
+            keys: list[str] | None = [] if custom else None
+            good, _ = index_primary_lines(chunk, id_field, offsets, keys)
+            for event_id, off in zip(keys if keys is not None else (g[0] for g in good), offsets):
                 e = emitter.observe(rel, off, event_id)
                 if e is not None:
                     out.append((e.key, e.ts, e.file, e.offset))

@@ -85,7 +85,7 @@ def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = N
     stream_source(config, reg, config.join.primary_stream)      # names a missing bucket, endpoint, credentials
     store = CacheEventStore(
         region=reg.name, primary_root=reg.stream_url(config.join.primary_stream),
-        id_field=config.join.primary_id_field, max_bytes=int(es.cache_mb * (1 << 20) / es.cache_servers),
+        id_field=config.join.primary_ids, max_bytes=int(es.cache_mb * (1 << 20) / es.cache_servers),
         quarantine_dir=reg.quarantine_dir, options=options)
     return _start(store, host or es.host, port, f"eventstore {region}/{shard}")
 
@@ -99,7 +99,8 @@ def serve_logs(config: PhotonConfig, region: str, port: int = 0, host: str | Non
         region=reg.name, primary_root=reg.stream_url(config.join.primary_stream),
         id_field=config.join.primary_id_field, map_dir=map_dir(reg.state_dir),
         reader_checkpoint=store_dir(config, region) / "cache-0.json", every_bytes=es.map_every_kb * 1024,
-        max_open=es.logs_open_files, refresh_s=es.map_refresh_s, s3=config.s3)
+        max_open=es.logs_open_files, refresh_s=es.map_refresh_s, s3=config.s3,
+        custom_ids=config.join.primary_ids.custom)
     return _start(store, host or es.host, port, f"logs store {region}")
 
 

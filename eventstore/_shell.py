@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from photon import Quarantine, write_atomic
+from photon import EventIds, Quarantine, write_atomic
 
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
@@ -90,7 +90,7 @@ class ReaderOptions:
 class CacheEventStore:
     """Recent primary events from ``primary_root`` held in a byte-bounded LRU (see module docstring)."""
 
-    def __init__(self, region: str, primary_root: str | Path, id_field: str, max_bytes: int,
+    def __init__(self, region: str, primary_root: str | Path, id_field: "str | EventIds", max_bytes: int,
                  quarantine_dir: str | Path, options: ReaderOptions | None = None) -> None:
         self.region = region
         self.options = opts = options or ReaderOptions()
@@ -104,8 +104,9 @@ class CacheEventStore:
         self.resumed = saved is not None
         offsets = saved["offsets"] if saved else {}
         self._resume_offsets = dict(offsets)
+        self._custom = isinstance(id_field, EventIds) and id_field.custom   # see eventstore._map
         self._emitter = MapEmitter(int(opts.map_every_s * 1e6), opts.map_every_kb * 1024,
-                                   marks_from_json(saved.get("marks")) if saved else None)
+                                   marks_from_json(saved.get("marks")) if saved else None, per_line=self._custom)
         self._map = MapFiles(opts.map_dir) if opts.map_dir is not None else None
         self._map_out = self._map.writer(READER_MAP_FILE) if self._writes_map else None
         self._quarantine = Quarantine(quarantine_dir, f"eventstore-{region}",
@@ -148,10 +149,11 @@ class CacheEventStore:
     def _index(self, chunk, *, emit: bool) -> int:
         """Index one chunk: map entries (map writer only), then this shard's events into the cache."""
         offsets: list[int] | None = [] if emit and self._writes_map else None
-        good, bad = index_primary_lines(chunk, self._id_field, offsets)
+        keys: list[str] | None = [] if self._custom and offsets is not None else None
+        good, bad = index_primary_lines(chunk, self._id_field, offsets, keys)
         if offsets is not None:
             observe, out = self._emitter.observe, []
-            for (event_id, _), off in zip(good, offsets):
+            for event_id, off in zip(keys if keys is not None else (g[0] for g in good), offsets):
                 entry = observe(chunk.file, off, event_id)
                 if entry is not None:
                     out.append(entry.to_json())

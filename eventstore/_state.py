@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import cachetools
 import orjson
 
-from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
+from photon import BadEventId, EventIds, LogChunk, is_event_id, parse_event_id, parse_record
 
 # Bytes charged per cached event on top of its raw line's length. Measured with tracemalloc on CPython 3.11
 # for 100K events with 28-character ids (tests/eventstore/test_es_cache.py checks it): about 60 bytes in
@@ -187,14 +187,23 @@ class BadRecord:
     raw: bytes
 
 
-def index_primary_lines(chunk: LogChunk, id_field: str, good_offsets: list[int] | None = None,
-                        ) -> tuple[list[tuple[str, bytes]], list[BadRecord]]:
+def index_primary_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[int] | None = None,
+                        map_keys: list[str] | None = None) -> tuple[list[tuple[str, bytes]], list[BadRecord]]:
     """Split a chunk of primary log lines into ``(id, raw)`` pairs to cache and bad records to quarantine.
 
     A line is good when it is a JSON object whose ``id_field`` is a string that parses as an event id.
     The raw line is kept as it is (no re-serialization); only the id is taken out of it. Given
     ``good_offsets``, the byte offset of each good line is appended to it (for the log-file map).
+
+    ``id_field`` may be a :class:`photon.EventIds` with a time field (``[join].primary_time_field``): a line
+    is then good when its id is one the config allows and its time parses (the reason names the field
+    otherwise); pairs still carry the user's id (what clicks refer to), and ``map_keys`` gets each good
+    line's Photon key (``<id>:0:<time_us>``), which the log-file map keys its entries on.
     """
+    if isinstance(id_field, EventIds):
+        if not id_field.custom:
+            return index_primary_lines(chunk, id_field.id_field, good_offsets)
+        return _index_custom(chunk, id_field, good_offsets, map_keys)
     if good_offsets is not None:
         good_offsets += chunk.offsets
         good, bad = index_primary_lines(chunk, id_field)
@@ -224,5 +233,29 @@ def index_primary_lines(chunk: LogChunk, id_field: str, good_offsets: list[int] 
             reason = "id does not parse"
         except BadEventId as e:
             reason = str(e)
+        bad.append(BadRecord(chunk.file, offset, reason, raw))
+    return good, bad
+
+
+def _index_custom(chunk: LogChunk, ids: EventIds, good_offsets: list[int] | None,
+                  map_keys: list[str] | None) -> tuple[list[tuple[str, bytes]], list[BadRecord]]:
+    """:func:`index_primary_lines` for primary events with a time field."""
+    good: list[tuple[str, bytes]] = []
+    bad: list[BadRecord] = []
+    key = ids.key
+    for offset, raw in zip(chunk.offsets, chunk.lines):
+        event, reason = parse_record(raw, (ids.id_field,))
+        if event is not None:
+            try:
+                k = key(event)
+            except BadEventId as e:
+                reason = str(e)
+            else:
+                good.append((event[ids.id_field], raw))
+                if good_offsets is not None:
+                    good_offsets.append(offset)
+                if map_keys is not None:
+                    map_keys.append(k)
+                continue
         bad.append(BadRecord(chunk.file, offset, reason, raw))
     return good, bad

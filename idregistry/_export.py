@@ -127,11 +127,17 @@ def check_export(out: str | Path) -> dict:
     return manifest
 
 
-def output_ids(data: bytes | Path, id_field: str) -> list[str]:
+def output_ids(data: bytes | Path, id_field) -> list[str]:
     """The foreign ids of one published output file (its bytes, or its path; lines that do not parse are
-    skipped)."""
+    skipped); given a photon.EventIds with a time field, the Photon keys the registry holds
+    (``<id>:0:<time_us>``)."""
+    if isinstance(data, Path):
+        data = data.read_bytes()
+    if not isinstance(id_field, str):
+        keys = map(id_field.key_of_line, data.splitlines())
+        return [k for k in keys if k is not None]
     ids = []
-    for line in (data.read_bytes() if isinstance(data, Path) else data).splitlines():
+    for line in data.splitlines():
         try:
             ids.append(orjson.loads(line)[id_field])
         except (orjson.JSONDecodeError, KeyError, TypeError):
@@ -163,7 +169,8 @@ def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
             data = output.read(name)
             if data is None:        # gone since it was listed
                 continue
-            ids = output_ids(data, config.join.foreign_id_field)
+            ids = output_ids(data, config.join.foreign_ids if config.join.foreign_ids.custom
+                             else config.join.foreign_id_field)
             for k in range(0, len(ids), CLEAR_BATCH):
                 cleared += client.clear_tokens(ids[k:k + CLEAR_BATCH])
             ids_seen += len(ids)

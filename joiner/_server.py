@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from eventstore import connect as connect_eventstore
-from photon import (Clock, ConfigError, MetricKinds, PhotonConfig, RollingWriter, SystemClock, bind_port,
+from photon import (Clock, is_event_id, ConfigError, MetricKinds, PhotonConfig, RollingWriter, SystemClock, bind_port,
                     output_publisher)
 
 from joiner import joiner_pb2_grpc as pb_grpc
@@ -172,8 +172,10 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,
                     commit_patience_s=jc.commit_patience_s, store_behind_s=jc.store_behind_s,
-                    ledger=LostLedger(reg.state_dir, reg.name, name), writer_probe_s=jc.writer_probe_s)
-    joiner.recover_orphans(config.join.foreign_id_field)
+                    ledger=LostLedger(reg.state_dir, reg.name, name), writer_probe_s=jc.writer_probe_s,
+                    ref_ok=_ref_ok(config.join.primary_ids))
+    foreign = config.join.foreign_ids
+    joiner.recover_orphans(foreign if foreign.custom else foreign.id_field)   # the ledger holds Photon keys
     pb_grpc.add_JoinerServicer_to_server(JoinerServicer(joiner), server)
     health = add_health(server, "photon.Joiner")     # updated from the server's roll thread
     server.start()
@@ -197,3 +199,10 @@ def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64) -> tuple[
             raise
         owned.append(registry)
     return eventstore, registry, owned
+
+
+def _ref_ok(primary_ids):
+    """Which ref ids can name a primary event: Photon ids, or (with a primary time field) custom ids."""
+    if not primary_ids.custom:
+        return is_event_id
+    return lambda ref: primary_ids.ref_problem(ref) is None

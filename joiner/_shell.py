@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from photon import Clock, Outcome, RollingWriter
+from photon import Clock, EventIds, Outcome, RollingWriter, is_event_id
 
 from joiner._lost import LostLedger
 from joiner._state import JoinBatch, throttled
@@ -139,8 +139,9 @@ class Joiner:
     def __init__(self, *, name: str, address: str, store, registry, adapter, writer: RollingWriter,
                  max_in_flight: int, clock: Clock, pid: int | None = None,
                  commit_patience_s: float = 300.0, store_behind_s: float = 5.0,
-                 ledger: LostLedger | None = None, writer_probe_s: float = 1.0) -> None:
+                 ledger: LostLedger | None = None, writer_probe_s: float = 1.0, ref_ok=is_event_id) -> None:
         self.name = name
+        self._ref_ok = ref_ok            # which ref ids can name a primary event (see JoinBatch)
         self.address = address
         self.token_prefix = make_token_prefix(address, pid if pid is not None else os.getpid(), clock.now_us())
         self._store, self._registry, self._adapter = store, registry, adapter
@@ -167,11 +168,12 @@ class Joiner:
                        write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
                        commit_unknown_ids=0, unrecorded_ids=0)
 
-    def recover_orphans(self, id_field: str) -> int:
+    def recover_orphans(self, id_field: "str | EventIds") -> int:
         """Put in order the output files a killed predecessor with this name left: each in-progress file is
         published up to what its commit record vouched for (what every reader counted while it was down);
         the whole lines beyond were joined and registered but never output, so their ids (field
-        ``id_field``) go into the lost-ids ledger first, and then they are cut (see
+        ``id_field``, or their Photon keys given a photon.EventIds) go into the lost-ids ledger first, and
+        then they are cut (see
         :meth:`photon.RollingWriter.recover_orphans`). Call once, before serving; raises OSError when the
         ledger or the output folder cannot be put in order (the joiner must not start then)."""
         orphans = self._writer.recover_orphans(lambda lines: self._set_aside(lines, id_field))
@@ -180,12 +182,13 @@ class Joiner:
         self._c["orphans_recovered"] += len(orphans.published)
         return len(orphans.published)
 
-    def _set_aside(self, lines: list[bytes], id_field: str) -> None:
+    def _set_aside(self, lines: list[bytes], id_field: "str | EventIds") -> None:
         ids = []
+        key = id_field.key if isinstance(id_field, EventIds) else (lambda event: str(event[id_field]))
         for line in lines:
             try:
-                ids.append(str(orjson.loads(line)[id_field]))
-            except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+                ids.append(key(orjson.loads(line)))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 log.critical("joiner %s: an uncommitted output line has no readable %r (%s): %r",
                              self.name, id_field, e, line[:200])
         if self._ledger is None:
@@ -219,7 +222,7 @@ class Joiner:
                 self._count(out)
             return out
         try:
-            batch = JoinBatch(ids, ref_ids, raws)
+            batch = JoinBatch(ids, ref_ids, raws, self._ref_ok)
             out = self._join(batch, next(self._seq))
         finally:
             with self._lock:

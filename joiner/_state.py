@@ -46,14 +46,16 @@ class JoinBatch:
     Committing two copies with one token would be OK twice (same token is idempotent) and write the
     click twice: that is why copies never reach the registry.
 
-    An event whose id or ref_id is not an event id is UNJOINABLE at once (counted in ``bad_ids``): it can
+    ``ids`` are Photon keys (photon.EventIds.key); ``ref_ok(ref_id)`` says whether a ref_id can name a
+    primary event (default: a Photon id; with ``[join].primary_time_field``, any id the config allows).
+    An event whose id or ref_id is not one is UNJOINABLE at once (counted in ``bad_ids``): it can
     never be found or committed, and one malformed id must not fail the registry call of the others.
     """
 
     __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "_ids", "_ref_ids", "_raws", "_out", "_first",
                  "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx")
 
-    def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> None:
+    def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes], ref_ok=is_event_id) -> None:
         n = len(ids)
         if len(ref_ids) != n or len(raws) != n:
             raise ValueError(f"a join batch needs one ref_id and one raw line per id: got {n} ids, "
@@ -74,7 +76,7 @@ class JoinBatch:
                 dups.append((i, j))
                 continue
             first.append(i)
-            if is_event_id(event_id) is None or is_event_id(ref_ids[i]) is None:
+            if not is_event_id(event_id) or not ref_ok(ref_ids[i]):
                 out[i] = _UNJOINABLE
                 self.bad_ids += 1
                 if self.first_error is None:

@@ -230,7 +230,8 @@ class _RegionTailers:
 class JoinedInjector(FileInjector):
     """Photon's joined output, read the way the output contract says (README "Output contract"): a joined line
     is read once its joiner's commit record covers it (a joiner answers JOINED only then), not only when its
-    file is published. One record per joined click, keyed by ``click_id``, at the click id's timestamp; the
+    file is published. One record per joined click, keyed by ``click_id``, at the click id's timestamp (with
+    ``[join].foreign_time_field``, at the time field's time); the
     value is the joined event. Positions are byte offsets per published file name (an open file and its
     published self are one file), so a restart resumes exactly where the last committed poll ended.
 
@@ -247,18 +248,20 @@ class JoinedInjector(FileInjector):
         self._readers: dict | None = None
         self._state_dirs: list[Path] = []
         id_field = "click_id"
+        event_time = lambda e: id_timestamp_us(e[id_field])  # noqa: E731
         if str(path).endswith(".toml"):
             from photon import load_config
             config = load_config(path)
             self._readers = {r.name: r.output_reader("joined", config.s3) for r in config.pipeline_regions}
             self._state_dirs = [Path(r.state_dir) for r in config.pipeline_regions]
             id_field = config.join.foreign_id_field
+            event_time = config.join.foreign_ids.time_us      # the time field, or the time inside the id
         self.log_delay_us = log_delay_us
         self.stale_after_us = stale_after_us
         self._horizon: int | None = None
         self._single = joined_root(path)
         root = (local_folder(self._single) or Path()) if self._readers is None else Path(path).parent
-        super().__init__(root, key=lambda e: e[id_field], timestamp_us=lambda e: id_timestamp_us(e[id_field]),
+        super().__init__(root, key=lambda e: e[id_field], timestamp_us=event_time,
                          required=(id_field,), **kw)
 
     def _make_tailer(self, offsets: dict):

@@ -9,8 +9,9 @@ from photon._config import (REGION_PORT_SPAN, REGION_PORTS, ConfigError, Control
                             PhotonConfig, RegionConfig, RegistryConfig, S3Config, InputConfig, SparkConfig, VerifyConfig, describe_options, load_config,
                             check_config, parse_config, recovery_stream)
 from photon._histogram import LatencyHistogram
-from photon._ids import (TIMESTAMP_DIGITS, BadEventId, EventId, IdGenerator, format_event_id, id_timestamp_us,
-                         is_event_id, parse_event_id)
+from photon._ids import (TIME_FORMATS, TIMESTAMP_DIGITS, BadEventId, EventId, EventIds, IdGenerator, custom_key,
+                         format_event_id, id_timestamp_us, is_event_id, key_id, parse_event_id, parse_event_time,
+                         MAX_TIME_US, check_custom_id)
 from photon._outcomes import OUTCOMES, Outcome
 from photon._tls import TlsFiles, raft_password, raft_secret, secret_fingerprint, tls_env, tls_files, tls_paths, use_tls
 from photon._metrics import MetricKinds, NamedHTTPSConnection, histogram_quantile, scrape, serve_metrics
@@ -41,4 +42,6 @@ __all__ = [
     "LockHeld", "hold_lock", "lock_holder",
     "SCHEMES", "OutputReader", "OutputSink", "Source", "StorageKind", "join_location", "local_folder", "open_output_sink",
     "output_reader", "storage_kind", "ObjectPublisher",
+    "EventIds", "TIME_FORMATS", "custom_key", "key_id", "parse_event_time",
+    "MAX_TIME_US", "check_custom_id",
 ]

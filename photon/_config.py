@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from photon._ids import MAX_CUSTOM_ID_CHARS, TIME_FORMATS, EventIds
+
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the file and the key."""
@@ -42,6 +44,10 @@ def _name(v):
     return None if ok else "must be a non-empty name of letters, digits, - and _"
 
 
+def _field_name(v):
+    return None if "\n" not in v and v == v.strip() else "must be a field name (no spaces around it, no line break)"
+
+
 def _stream(v):
     ok = v and all(part and all(c.isalnum() or c in "-_." for c in part) and part not in (".", "..")
                    for part in v.split("/"))
@@ -59,6 +65,26 @@ class JoinConfig:
     nest_primary_as: str = opt("query", "key under which the joined output nests the primary event")
     unjoinable_after_s: float = opt(60.0, "give up on a foreign event this long after first seeing it",
                                     check=_positive)
+    primary_time_field: str = opt("", "field holding a primary event's time; empty: ids are Photon ids "
+                                      "(<ip>:<pid>:<16-digit µs>, the time inside). Set, ids may be any string "
+                                      f"of 1 to {MAX_CUSTOM_ID_CHARS} characters without a line break, not "
+                                      "starting with ':'", check=_field_name)
+    primary_time_format: str = opt("epoch_us", "how primary_time_field is written", choices=list(TIME_FORMATS))
+    foreign_time_field: str = opt("", "field holding a foreign event's time; empty: ids are Photon ids. Set, "
+                                      "ids may be any string as for primary_time_field, and an event is known "
+                                      "by its id and this time (its copies must carry the same time)",
+                                  check=_field_name)
+    foreign_time_format: str = opt("epoch_us", "how foreign_time_field is written", choices=list(TIME_FORMATS))
+
+    @property
+    def primary_ids(self) -> EventIds:
+        """How primary events are identified (id field, optional time field): see photon.EventIds."""
+        return EventIds(self.primary_id_field, self.primary_time_field, self.primary_time_format)
+
+    @property
+    def foreign_ids(self) -> EventIds:
+        """How foreign events are identified: see photon.EventIds."""
+        return EventIds(self.foreign_id_field, self.foreign_time_field, self.foreign_time_format)
 
 
 def recovery_stream(stream: str) -> str:
@@ -526,6 +552,7 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None,
         reg = sections["registry"] = dataclasses.replace(
             reg, replicas=replicas, replica_regions=spread_replicas(names, replicas))
     _check_port_ranges(path, regions, problem)
+    _check_time_fields(path, sections["join"], problem)
     tls = sections["tls"]
     if tls.ca and not (tls.cert and tls.key):
         problem(f"{path}: [tls].ca is set, so [tls].cert and [tls].key are required too")
@@ -536,6 +563,15 @@ def parse_config(data: dict, path: str = "<config>", base: Path | None = None,
         problem(f"{path}: [registry].replica_regions has {len(reg.replica_regions)} entries "
                 f"but replicas = {reg.replicas}")
     return PhotonConfig(regions=regions, path=path, **sections)
+
+
+def _check_time_fields(path: str, join: JoinConfig, problem: _Problems) -> None:
+    """A time field is a field of its own: not the id field (nor, for clicks, the reference)."""
+    for side, others in (("primary", ("primary_id_field",)), ("foreign", ("foreign_id_field", "foreign_ref_field"))):
+        value = getattr(join, f"{side}_time_field")
+        for other in others:
+            if value and value == getattr(join, other):
+                problem(f"{path}: [join].{side}_time_field must differ from {other}, got {value!r} for both")
 
 
 REGION_PORT_SPAN = 1000   # a region with port_base P uses ports P .. P + 999

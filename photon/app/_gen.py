@@ -9,7 +9,9 @@ Layout under ``out``::
     truth/summary.json                                 counts: queries, clicks, duplicates, bad lines
 
 Query ids and click ids are real event ids whose timestamps increase per writer; a click's time is a
-little after its query's. Unjoinable clicks name a query id that is never written; duplicated clicks
+little after its query's. With ``id_style="uuid"`` ids are random UUIDs instead, each event carries its
+time as RFC 3339 (``query_time``, ``click_time``, e.g. ``2025-11-21T08:00:00.123456Z``) and the config
+names those fields (``[join].primary_time_field`` / ``foreign_time_field``). Unjoinable clicks name a query id that is never written; duplicated clicks
 repeat a click line verbatim (possibly in another writer's file); bad lines are garbage of several kinds.
 """
 from __future__ import annotations
@@ -18,7 +20,9 @@ import json
 import random
 import shutil
 import time
+import uuid
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
@@ -26,6 +30,8 @@ import orjson
 from photon._ids import format_event_id
 
 BAD_LINE_KINDS = ("not json", "missing id", "bad id", "not an object")
+ID_STYLES = ("photon", "uuid")
+TIME_FIELDS = {"queries": "query_time", "clicks": "click_time"}   # with id_style="uuid"
 
 
 @dataclass
@@ -44,6 +50,7 @@ class GenOptions:
     span_s: float = 600.0
     seed: int = 7
     unjoinable_after_s: float = 5.0
+    id_style: str = "photon"      # one of ID_STYLES
 
 
 @dataclass
@@ -94,9 +101,35 @@ class _StreamWriter:
             self.seq += 1
 
 
+def rfc3339(time_us: int) -> str:
+    """``2025-11-21T08:00:00.123456Z`` for a time in µs since the epoch (exact, no float)."""
+    return (_EPOCH + timedelta(microseconds=time_us)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class _Ids:
+    """Makes the workload's ids and the fields that carry their time."""
+
+    def __init__(self, style: str, rng: random.Random) -> None:
+        if style not in ID_STYLES:
+            raise ValueError(f"id_style must be one of {ID_STYLES}, got {style!r}")
+        self.uuid, self.rng = style == "uuid", rng
+
+    def make(self, ip: str, pid: int, time_us: int) -> str:
+        if self.uuid:
+            return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        return format_event_id(ip, pid, time_us)
+
+    def fields(self, stream: str, time_us: int) -> dict:
+        return {TIME_FIELDS[stream]: rfc3339(time_us)} if self.uuid else {}
+
+
 def generate(opts: GenOptions) -> GenSummary:
     """Write the workload for ``opts``; returns its summary (also in ``truth/summary.json``)."""
     rng = random.Random(opts.seed)
+    ids = _Ids(opts.id_style, random.Random(opts.seed + 1))
     out = Path(opts.out).resolve()
     logs = out / "logs"
     if logs.exists():
@@ -113,10 +146,10 @@ def generate(opts: GenOptions) -> GenSummary:
     for i in range(opts.queries):
         w = i % opts.writers
         t = start_us + i * step
-        qid = format_event_id(f"10.1.0.{w + 1}", 1000 + w, t)
+        qid = ids.make(f"10.1.0.{w + 1}", 1000 + w, t)
         adv = f"adv-{rng.randrange(opts.advertisers)}"
-        q_writers[w].add(orjson.dumps({"query_id": qid, "advertiser_id": adv, "country": rng.choice("ABCDE"),
-                                       "text": f"query {i}"}))
+        q_writers[w].add(orjson.dumps({"query_id": qid, **ids.fields("queries", t), "advertiser_id": adv,
+                                       "country": rng.choice("ABCDE"), "text": f"query {i}"}))
         if rng.random() < opts.bad_line_fraction:
             q_writers[w].add(_bad_line(rng, "query_id"))
             bad_q += 1
@@ -124,14 +157,16 @@ def generate(opts: GenOptions) -> GenSummary:
             continue
         cw = rng.randrange(opts.writers)
         click_seq[cw] += 1
-        cid = format_event_id(f"10.2.0.{cw + 1}", 2000 + cw, t + click_seq[cw])
+        click_us = t + click_seq[cw]
+        cid = ids.make(f"10.2.0.{cw + 1}", 2000 + cw, click_us)
         ref = qid
         if rng.random() < opts.unjoinable_fraction:
-            ref = format_event_id("10.9.9.9", 9, t)  # a query that is never logged
+            ref = ids.make("10.9.9.9", 9, t)  # a query that is never logged
             unjoinable.append(cid)
         else:
             joinable.append(cid)
-        line = orjson.dumps({"click_id": cid, "query_id": ref, "ad_id": f"ad-{rng.randrange(500)}",
+        line = orjson.dumps({"click_id": cid, **ids.fields("clicks", click_us), "query_id": ref,
+                             "ad_id": f"ad-{rng.randrange(500)}",
                              "cost_micros": rng.randrange(10_000, 2_000_000)})
         c_writers[cw].add(line)
         click_lines += 1
@@ -151,14 +186,15 @@ def generate(opts: GenOptions) -> GenSummary:
     (truth / "joinable.txt").write_text("".join(c + "\n" for c in joinable))
     (truth / "unjoinable.txt").write_text("".join(c + "\n" for c in unjoinable))
     config = out / "photon.toml"
-    config.write_text(render_config(out, opts.regions, opts.unjoinable_after_s))
+    config.write_text(render_config(out, opts.regions, opts.unjoinable_after_s, opts.id_style))
     summary = GenSummary(opts.queries, click_lines, len(joinable), len(unjoinable), dup_lines, bad_q, bad_c,
                          list(opts.regions), str(config))
     (truth / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
 
 
-def render_config(out: Path, regions, unjoinable_after_s: float) -> str:
+def render_config(out: Path, regions, unjoinable_after_s: float, id_style: str = "photon") -> str:
+    uuid_ids = id_style == "uuid"
     parts = [
         "# Photon configuration written by `photon gen`. Paths are relative to this file.",
         "[join]",
@@ -169,10 +205,14 @@ def render_config(out: Path, regions, unjoinable_after_s: float) -> str:
         'foreign_ref_field = "query_id"',
         'nest_primary_as = "query"',
         f"unjoinable_after_s = {unjoinable_after_s}",
+        *([f'primary_time_field = "{TIME_FIELDS["queries"]}"', 'primary_time_format = "rfc3339"',
+           f'foreign_time_field = "{TIME_FIELDS["clicks"]}"', 'foreign_time_format = "rfc3339"'] if uuid_ids else []),
         "",
         "[sql]",
-        'foreign_schema = "click_id STRING, query_id STRING, ad_id STRING, cost_micros BIGINT"',
-        'primary_schema = "query_id STRING, advertiser_id STRING, country STRING, text STRING"',
+        'foreign_schema = "click_id STRING, ' + ("click_time STRING, " if uuid_ids else "")
+        + 'query_id STRING, ad_id STRING, cost_micros BIGINT"',
+        'primary_schema = "query_id STRING, ' + ("query_time STRING, " if uuid_ids else "")
+        + 'advertiser_id STRING, country STRING, text STRING"',
         "",
     ]
     for r in regions:

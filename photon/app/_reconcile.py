@@ -142,7 +142,11 @@ def output_ids(config: PhotonConfig, echo=lambda msg: None):
             echo(f"reconciling: region {region.name}: no output folder {region.joined_dir} here; not read")
             continue
         lines = reader.lines()
-        ids = ids_of_lines(lines, config.join.foreign_id_field)
+        foreign = config.join.foreign_ids
+        if foreign.custom:          # the registry holds Photon keys (photon.EventIds): the key of each line
+            ids = pa.array([k for k in map(foreign.key_of_line, lines) if k is not None], pa.string())
+        else:
+            ids = ids_of_lines(lines, config.join.foreign_id_field)
         del lines
         arrays.append(ids)
         read.append(region.name)

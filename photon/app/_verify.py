@@ -4,7 +4,9 @@ Inputs, for every region of the config: the foreign input (``<log_root>/<foreign
 stream ``<log_root>/<foreign>-recovery/``), the joined output, the unjoinable output, the joiners' lost-ids
 ledgers (``<state_dir>/lost/``), the registry export, and (only when some click is unjoinable everywhere)
 the primary input. What it reports, counting distinct foreign ids inside the ``[since, until)`` window of
-their id's timestamp:
+their id's timestamp (with ``[join].foreign_time_field``, ids are the events' Photon keys
+``<id>:0:<time_us>``, photon.EventIds, computed from each line by the pipeline's own rule, and the window
+is on the time field):
 
 * ``foreign_events``: ids in the foreign input of any region (each id once, however often logged);
 * ``joined``: ids in the joined output of any region; ``duplicates``: ids in it more than once (must be 0);
@@ -44,7 +46,7 @@ import idregistry
 import joiner
 from photon import (PhotonConfig, SourceError, list_log_files, local_folder, output_snapshot, recovery_stream,
                     storage_kind, stream_objects)
-from photon._ids import ID_REGEX, TIMESTAMP_DIGITS
+from photon._ids import ID_REGEX, TIMESTAMP_DIGITS, EventIds
 from photon._output import compacted_lines, pinned_paths
 from photon._spark_io import new_staging, stream_text, union_all
 from photon.app._liveness import STOPPED, UNSEEN, verdicts
@@ -145,11 +147,24 @@ def _window(df, since_us, until_us):
     return df
 
 
-def _ids(df, id_field: str, extra: str | None = None):
+def _ids(df, id_field: "str | EventIds", extra: str | None = None, user_id: bool = False):
+    """Adds ``id`` (and ``ref``, the ``extra`` field) to rows of JSON lines. Given a photon.EventIds with a
+    time field, ``id`` is each line's Photon key (``<id>:0:<time_us>``, the one the registry holds; null for
+    a line the pipeline quarantines), or with ``user_id`` the user's id of a good line."""
     from pyspark.sql import functions as F
-    cols = [id_field] + ([extra] if extra else [])
+    ids = id_field if isinstance(id_field, EventIds) else None
+    field_name = ids.id_field if ids is not None else id_field
+    cols = [field_name] + ([extra] if extra else [])
     parsed = df.select("*", F.json_tuple("value", *cols).alias(*(["id"] + (["ref"] if extra else []))))
-    return parsed
+    if ids is None or not ids.custom:
+        return parsed
+    key = F.udf(_key_of_line(ids), "string", useArrow=False)("value")     # no pandas here: plain rows
+    return parsed.withColumn("id", F.when(key.isNotNull(), F.col("id")) if user_id else key)
+
+
+def _key_of_line(ids: EventIds):
+    """A picklable ``line -> Photon key | None`` for a Spark UDF (the pipeline's own rule, photon.EventIds)."""
+    return ids.key_of_line
 
 
 def _first_bad_line(sources, id_field: str, bad_values: list[str]) -> str:
@@ -201,6 +216,7 @@ def _read_outputs(spark, config: PhotonConfig):
     :class:`VerifyInputError` naming the first line without a readable id."""
     from pyspark.sql import functions as F
     id_field = config.join.foreign_id_field
+    ids = config.join.foreign_ids
     frames, sources = [], {}
     for region in config.pipeline_regions:
         root = region.output_root
@@ -208,13 +224,14 @@ def _read_outputs(spark, config: PhotonConfig):
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
         for kind in ("joined", "unjoinable"):
             df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
-            frames.append(_ids(df, id_field).withColumn("kind", F.lit(kind)))
+            frames.append(_ids(df, ids).withColumn("kind", F.lit(kind)))
     out = union_all(frames).withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
     bad = out.filter("bad").select("value", "region", "kind").limit(5).collect()
     if bad:
         where = _first_bad_line(sources[(bad[0].region, bad[0].kind)], id_field, [r.value for r in bad])
+        what = f"{id_field!r}" + (f" and {ids.time_field!r}" if ids.custom else "")
         raise VerifyInputError(f"region {bad[0].region}: {bad[0].kind} output line without a readable "
-                               f"{id_field!r} in {where}: {bad[0].value[:120]!r}")
+                               f"{what} in {where}: {bad[0].value[:120]!r}")
     return out
 
 
@@ -241,14 +258,17 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
     return _lines_df(spark, [], [], region.name, df)
 
 
-def _read_input(spark, config: PhotonConfig, stream: str, id_field: str, ref_field: str | None):
+def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: str | None, user_id: bool = False):
     """Every region's input lines of ``stream`` (and its recovery folder) as ``(id, [ref,] value, region)``;
-    lines without a well-formed id are left out (the pipeline quarantines them)."""
+    lines without a well-formed id are left out (the pipeline quarantines them). ``id_field``: see
+    :func:`_ids`."""
     from pyspark.sql import functions as F
     frames = []
     for region in config.pipeline_regions:
-        df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field)
-        frames.append(df.filter(F.col("id").rlike(ID_PATTERN)).drop("file"))
+        df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field, user_id)
+        good = F.col("id").isNotNull() if isinstance(id_field, EventIds) and id_field.custom \
+            else F.col("id").rlike(ID_PATTERN)
+        frames.append(df.filter(good).drop("file"))
     return union_all(frames)
 
 
@@ -340,7 +360,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
             .agg(F.count(F.lit(1)).alias("n_out")).cache()
         unjoin = outputs.filter(F.col("kind") == "unjoinable").groupBy("id") \
             .agg(F.countDistinct("region").alias("u_regions")).cache()
-        foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_id_field,
+        foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_ids,
                                       config.join.foreign_ref_field), since_us, until_us)
         foreign = foreign.groupBy("id").agg(F.first("value").alias("raw"), F.first("ref").alias("ref"),
                                             F.countDistinct("region").alias("in_regions")).cache()
@@ -377,7 +397,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
                      .select("id", "n_out").orderBy("id").limit(20).collect())
         wrongly = 0
         if counts.pop("everywhere"):
-            primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_id_field, None) \
+            primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
                 .select(F.col("id").alias("ref")).distinct()
             wrongly = every.filter("everywhere").join(primary, "ref", "left_semi").count()
         recoverable_path = out / "recoverable"

@@ -19,7 +19,7 @@ import dispatcher
 import idregistry
 import joiner
 from photon import ConfigError, describe_options, load_config
-from photon.app._gen import GenOptions, generate
+from photon.app._gen import ID_STYLES, GenOptions, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions
 from photon.app._summary import build_summary, dumps, format_summary
 
@@ -34,7 +34,8 @@ def _cmd_gen(args) -> int:
     opts = GenOptions(out=args.out, queries=args.queries, clicks_per_query=args.clicks_per_query,
                       regions=regions, writers=args.writers, rotate_lines=args.rotate_lines,
                       unjoinable_fraction=args.unjoinable, duplicate_fraction=args.duplicates,
-                      bad_line_fraction=args.bad_lines, seed=args.seed, unjoinable_after_s=args.unjoinable_after_s)
+                      bad_line_fraction=args.bad_lines, seed=args.seed, unjoinable_after_s=args.unjoinable_after_s,
+                      id_style=args.ids)
     t0 = time.monotonic()
     s = generate(opts)
     if args.json:
@@ -474,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bad-lines", type=float, default=0.001, help="fraction of corrupt lines")
     g.add_argument("--unjoinable-after-s", type=float, default=5.0, help="written to the config's [join]")
     g.add_argument("--seed", type=int, default=7)
+    g.add_argument("--ids", choices=ID_STYLES, default="photon",
+                   help="photon: Photon ids (time inside); uuid: UUID ids with an RFC 3339 time field "
+                        "(query_time, click_time), configured as [join].*_time_field")
     g.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     g.set_defaults(fn=_cmd_gen)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from photon import ProcessSpec, wait_until
+from photon import ProcessSpec
 from photon.app._supervisor import RotatingLog, Supervisor
 
 

@@ -3,8 +3,6 @@ after ``photon recover``, and nothing is ever joined twice (real pipeline, regis
 from __future__ import annotations
 
 import json
-import shutil
-from collections import Counter
 from pathlib import Path
 
 import orjson

@@ -3,13 +3,12 @@ entries, missing and short files are NOT_FOUND with a reason, never a crash or a
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import orjson
 import pytest
 
-from eventstore import EventStoreClient, map_dir, serve, serve_logs
+from eventstore import EventStoreClient, serve, serve_logs
 from eventstore._logstore import LogsEventStore
 from eventstore._map import MapEntry
 from photon import load_config, wait_until

@@ -77,7 +77,7 @@ class FutureRefusingRegistry(FakeRegistry):
 
 
 def test_one_click_from_the_year_2100_is_decided_alone(stack):
-    from joiner_helpers import BASE_US, click_id, click_line, query_id
+    from joiner_helpers import BASE_US, click_id, click_line
     reg = FutureRefusingRegistry(newest_us=BASE_US + 10_000_000_000)
     s = stack(reg)
     write_queries(s.root, range(8))
