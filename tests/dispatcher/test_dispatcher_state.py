@@ -6,7 +6,7 @@ import pytest
 
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
-                               LookupAnswered, LookupFailed, Outcome, QuarantineRecords, SendBatch,
+                               LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
                                StopRequested, TimePassed, WriteUnjoinable, backoff_table_us, percentiles_ms)
 from photon import FakeClock, JoinConfig, Outcome, format_event_id, id_timestamp_us
 
