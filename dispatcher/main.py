@@ -25,7 +25,7 @@ METRIC_KINDS = MetricKinds(
                       "scan_at_us", "pid", "oldest_unresolved_us", "held_for_owner", "held_found_present",
                       "held_joined", "held_wasted", "held_again", "held_late", "share_judged_down"}),
     latency_histograms={"join_latency_hist": "join_latency_seconds"},
-    skip=frozenset({"join_latency_ms", "share_grace_ms", "share_leader_region"}))
+    skip=frozenset({"join_latency_ms", "share_grace_ms"}))
 """How :class:`DispatcherStatistics` is exposed: its counters (cumulative across restarts, as
 checkpointed), its gauges, and every join's latency as a histogram in seconds (``join_latency_ms``, the
 percentiles of the last joins, is left to the status file: Prometheus derives them from the histogram)."""
