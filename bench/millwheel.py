@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 
 from bench._common import percentile
-from millwheel import (STRONG, WEAK, CacheStatistics, Computation, EmbeddedPostgres, Injector, Poll, Runtime,
+from bench.millwheel_shuffle import BUCKETS, RateInjector
+from millwheel import (STRONG, WEAK, CacheStatistics, Computation, EmbeddedPostgres, Runtime,
                        RuntimeConfig, Topology)
 from photon import SystemClock
 
-BUCKETS = 100
 STORES = ("postgres", "sqlite")
 
 
@@ -55,29 +55,6 @@ class Stores:
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
-
-
-class RateInjector(Injector):
-    """``rate`` numbers per second (or as fast as polled when rate is 0) until ``total`` are out; each is
-    timestamped at injection, so its watermark estimate is the current time."""
-
-    def __init__(self, rate: int, total: int) -> None:
-        self.rate, self.total = rate, total
-        self.sent = 0
-        self.started_us: int | None = None
-
-    def restore(self, position) -> None:
-        self.sent = int(position or 0)
-
-    def poll(self, max_records: int, now_us: int) -> Poll:
-        if self.started_us is None:
-            self.started_us = now_us
-        due = self.total if not self.rate else min(self.total, (now_us - self.started_us) * self.rate // 1_000_000)
-        n = max(0, min(max_records, due - self.sent))
-        records = [(str(i * 7919 % 1_000_003), {"n": i * 7919 % 1_000_003}, now_us)
-                   for i in range(self.sent, self.sent + n)]
-        self.sent += n
-        return Poll(records, self.sent, now_us, self.sent >= self.total)
 
 
 def bucket_stage(exactly_once: bool, productions: str, out: str) -> type[Computation]:

@@ -9,106 +9,25 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from millwheel import EmbeddedPostgres, MasterClient, open_store
-from millwheel._cluster import ClusterFile, cluster_path, known_workers, wait_cluster_idle, worker_status
+from millwheel import EmbeddedPostgres, open_store
 from photon import wait_until
 
-from mw_helpers import batch_windows, read_windows, write_joined
+from mw_cluster import START_S, ClusterRun
 
 pytestmark = pytest.mark.timeout(600)
 
-START_S = 240
-"""Deadline for a cluster to start and records to flow (24 s at load 25 on the 2-core machine, more than 90 s
-at load 30-44)."""
-
-HERE = Path(__file__).resolve().parent
 SLOTS = 16
 GC = ["dedup_retention_us=1000000", "gc_interval_us=300000"]
 
 
-class Cluster:
-    """``millwheel run MODULE --workers N`` as a child process, with its cluster file and a master client."""
-
-    def __init__(self, tmp: Path, store: str, *, workers: int = 2, n_clicks: int = 4000, files: int = 8,
-                 module: str = "examples.ad_windows", options: tuple = (), poison: int | None = None) -> None:
-        """``poison``: the index of the click ``mw_poison_windows`` raises on (not in the expected output)."""
-        self.input, self.out = tmp / "in", tmp / "out"
-        self.events = write_joined(self.input, n_clicks, files)
-        self.poison = None if poison is None else self.events[poison]
-        self.expected = [e for e in self.events if e is not self.poison]
-        self.module = module
-        argv = [sys.executable, "-m", "millwheel.cli", "run", module, "--input", str(self.input), "--out",
-                str(self.out), "--workers", str(workers), "--store", store, "--master-option", "lease_us=2000000",
-                "--option", "retry_delay_us=500000", "--option", "injector_batch=200"]
-        for o in options:
-            argv += ["--option", o]
-        child_env = dict(os.environ)
-        if self.poison is not None:
-            child_env["MW_POISON_CLICK"] = self.poison["click_id"]
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(HERE)) if p)
-        self.log = open(tmp / "run.log", "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=child_env)
-        self.client = None
-        try:
-            wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
-                       message="the cluster file")
-            self.cluster = ClusterFile.load(cluster_path(self.out))
-            self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
-            wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
-        except BaseException:
-            self.close()      # the run and everything it started stop, also when it did not start
-            raise
-
-    def workers(self) -> list[dict]:
-        return [s for s in (worker_status(a) for a in known_workers(self.out, None)) if "unreachable" not in s]
-
-    def processed(self, computation: str = "windows") -> int:
-        return sum(w["computations"].get(computation, {}).get("records", 0) for w in self.workers())
-
-    def wait_idle(self, timeout: float = 300) -> None:
-        sys.path.insert(0, str(HERE))
-        try:
-            module = __import__(self.module) if "." not in self.module else \
-                __import__(f"millwheel.{self.module}", fromlist=["build"])
-        finally:
-            sys.path.remove(str(HERE))
-        try:
-            wait_cluster_idle(module.build(str(self.input), str(self.out)), self.out, self.client,
-                              threading.Event(), timeout)
-        except TimeoutError:
-            raise TimeoutError(f"not idle after {timeout} s: {self.why_busy()}") from None
-
-    def why_busy(self) -> str:
-        """What the workers and the master say, for a run that does not get idle."""
-        workers = [{k: w.get(k) for k in ("worker", "busy", "injectors", "counters", "error", "in_flight",
-                                          "outstanding", "low_watermarks_us", "computations")}
-                   | {"intervals": [(iv["computation"], iv["lo"], iv["sequencer"]) for iv in w["intervals"]]}
-                   for w in self.workers()]
-        owners = [(iv.computation, iv.lo, iv.worker, iv.sequencer) for iv in self.client.interval_map()]
-        return json.dumps({"workers": workers, "map": owners})
-
-    def check(self) -> None:
-        got = read_windows(self.out / "windows.jsonl")
-        keys = [(w["advertiser_id"], w["window_start_us"]) for w in got]
-        assert len(keys) == len(set(keys)), "a window written twice"
-        assert {(w["advertiser_id"], w["window_start_us"]): w["clicks"] for w in got} == batch_windows(self.expected)
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
+def Cluster(tmp: Path, store: str, **kw) -> ClusterRun:
+    """``millwheel run MODULE --workers N`` with the options these tests share (and ``options``)."""
+    options = ("injector_batch=200", *kw.pop("options", ()))
+    return ClusterRun(tmp, store, options=options, **kw)
 
 
 @pytest.fixture

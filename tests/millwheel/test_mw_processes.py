@@ -15,97 +15,18 @@ import pytest
 
 from photon import wait_until
 from millwheel import MasterClient
-from millwheel._cluster import (ClusterFile, cluster_path, cluster_status, known_workers, wait_cluster_idle,
-                                worker_status)
+from millwheel._cluster import ClusterFile, cluster_status, worker_status
 
-from mw_helpers import batch_windows, read_windows, write_joined
+from mw_cluster import START_S, ClusterRun
+from mw_helpers import write_joined
 
 pytestmark = pytest.mark.timeout(600)
 
-# Deadlines for conditions that only take long on a loaded machine: starting three master replicas and two
-# worker processes (one after the other, each importing grpc, psycopg and the rest) took 24 s at a load
-# average of 25 on the 2-core development machine, and did not finish within 90 s at a load of 30-44.
-START_S = 240
-
-LEASE = "lease_us=2000000"
 
 
-def _key(w: dict) -> tuple:
-    return (w["advertiser_id"], w["window_start_us"])
-
-
-class Run:
-    """``millwheel run --workers N`` as a child process, its cluster file and a master client."""
-
-    def __init__(self, tmp: Path, pg_url: str, workers: int, n_clicks: int, files: int,
-                 names: list[str] | None = None, master_options: tuple[str, ...] = (),
-                 options: tuple[str, ...] = ("injector_batch=200",)) -> None:
-        self.input, self.out = tmp / "in", tmp / "out"
-        self.events = write_joined(self.input, n_clicks, files, names=names)
-        argv = [sys.executable, "-m", "millwheel.cli", "run", "examples.ad_windows", "--input", str(self.input),
-                "--out", str(self.out), "--workers", str(workers), "--store", pg_url, "--master-option", LEASE,
-                "--option", "retry_delay_us=500000"]
-        for o in master_options:
-            argv += ["--master-option", o]
-        for o in options:
-            argv += ["--option", o]
-        self.log = open(tmp / "run.log", "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-        self.client = None
-        try:
-            wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
-                       message="the cluster file")
-            self.cluster = ClusterFile.load(cluster_path(self.out))
-            self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
-            wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
-        except BaseException:
-            self.close()      # the run and everything it started stop, also when it did not start
-            raise
-
-    def workers(self) -> list[dict]:
-        return [s for s in (worker_status(a) for a in known_workers(self.out, None)) if "unreachable" not in s]
-
-    def windows(self) -> list[dict]:
-        return read_windows(self.out / "windows.jsonl")
-
-    def wait_idle(self, timeout: float = 300) -> None:
-        topology = _topology(self.input, self.out)
-        try:
-            wait_cluster_idle(topology, self.out, self.client, threading.Event(), timeout)
-        except TimeoutError:
-            raise TimeoutError(f"not idle after {timeout} s: {self.why_busy()}") from None
-
-    def why_busy(self) -> str:
-        """What the workers and the master say, for a run that does not get idle."""
-        workers = [{k: w.get(k) for k in ("worker", "busy", "injectors", "counters", "error", "in_flight",
-                                          "outstanding", "low_watermarks_us")}
-                   | {"intervals": [(iv["computation"], iv["lo"], iv["sequencer"]) for iv in w["intervals"]]}
-                   for w in self.workers()]
-        owners = [(iv.computation, iv.lo, iv.worker, iv.sequencer) for iv in self.client.interval_map()]
-        return json.dumps({"workers": workers, "map": owners})
-
-    def check(self) -> None:
-        got = self.windows()
-        keys = [_key(w) for w in got]
-        assert len(keys) == len(set(keys)), "a window written twice"
-        assert {_key(w): w["clicks"] for w in got} == batch_windows(self.events)
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
-
-
-def _topology(input_dir, out):
-    from millwheel.examples import ad_windows
-    return ad_windows.build(str(input_dir), str(out))
+def Run(tmp: Path, pg_url: str, workers: int, n_clicks: int, files: int, **kw) -> ClusterRun:
+    """``millwheel run examples.ad_windows --workers N`` on the session's PostgreSQL."""
+    return ClusterRun(tmp, pg_url, workers=workers, n_clicks=n_clicks, files=files, **kw)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from test_mw_processes import Run
+from mw_cluster import ClusterRun
 
 from millwheel._routing import interval_of, slot_key
 from photon import wait_until
@@ -48,7 +48,7 @@ class Shapes:
     """Polls the master's map of ``windows`` while the run goes on: every set of bounds it had, and how
     many records ``windows`` had taken when each first appeared."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: ClusterRun) -> None:
         self.run = run
         self.seen: dict[tuple, int] = {}
         self.stop = threading.Event()
@@ -73,7 +73,8 @@ class Shapes:
 @pytest.fixture
 def rebalancing_run(reachable_tmp, pg_url):
     names, _ = _traffic()
-    run = Run(reachable_tmp, pg_url, 2, 30000, 12, names=names, master_options=MASTER_OPTIONS, options=OPTIONS)
+    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=30000, files=12, names=names,
+                     master_options=MASTER_OPTIONS, options=OPTIONS)
     try:
         yield run
     finally:
@@ -113,7 +114,7 @@ def test_a_hot_interval_is_split_and_an_idle_pair_merged_while_records_flow(reba
     assert max(r["splits"] for r in st) >= 1 and max(r["merges"] for r in st) >= 1
 
 
-def _explain(run: Run) -> None:
+def _explain(run: ClusterRun) -> None:
     """What each worker says keeps it busy, the map, and the run's last output (for a cluster not idle)."""
     for w in run.workers():
         print(json.dumps({k: w.get(k) for k in ("worker", "intervals", "busy", "counters", "low_watermarks_us",
