@@ -35,9 +35,9 @@ from photon import (TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, Joi
                     parse_event_id)
 
 CHECKPOINT_FORMAT = 1
-CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
-"""Unresolved events per ``checkpoint_interval_s`` between checkpoints (about 15 ms of serializing and
-writing, measured: 100K events are 23 MB, 24 ms to encode and 78 ms to write and fsync)."""
+JOURNAL_COMPACT_MIN_ENTRIES = 100_000
+"""A full checkpoint replaces the journal once the journal holds more entries than this and more than
+twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
 
@@ -136,8 +136,15 @@ class WriteUnjoinable:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Persist ``snapshot`` (JSON-ready, see :meth:`DispatcherState.snapshot`) atomically."""
-    snapshot: dict
+    """Persist the dispatcher's state durably. Exactly one of the two is set:
+
+    ``snapshot`` (JSON-ready, see :meth:`DispatcherState.snapshot`): the whole state; it replaces the
+    checkpoint atomically and starts an empty journal.
+    ``delta`` (JSON-ready, see :meth:`DispatcherState.delta`): what changed since the previous checkpoint;
+    it is appended to the journal (and synced) as one line. Loading applies the journal's complete lines to
+    the snapshot in order (:func:`apply_delta`)."""
+    snapshot: dict | None = None
+    delta: dict | None = None
 
 
 Command = Union[QuarantineRecords, Lookup, SendBatch, WriteUnjoinable, Checkpoint]
@@ -264,6 +271,13 @@ class DispatcherState:
         self._scan_at_us = 0
         self._dirty = False
         self._last_checkpoint_us = 0
+        # what changed since the last checkpoint (see delta()); the first checkpoint is a full one
+        self._added: dict[str, None] = {}          # ids first read since the last checkpoint
+        self._dup_added: list[tuple[str, bytes]] = []  # later copies of ids checkpointed before
+        self._sent: list[str] = []                 # ids sent (one more attempt), checkpointed before
+        self._gone: list[str] = []                 # ids resolved, checkpointed before
+        self._journal_entries = 0
+        self._full_due = True
         self.counters = dict.fromkeys(_COUNTERS, 0)
         if restore is not None:
             self._restore(restore)
@@ -294,24 +308,34 @@ class DispatcherState:
             self._release_due(now)
             self._pump(out)
             final = type(events[-1]) is StopRequested
-            if final or (self._dirty and now - self._last_checkpoint_us >= self.checkpoint_interval_us()):
-                out.append(Checkpoint(self.snapshot(now)))
+            if final or (self._dirty and now - self._last_checkpoint_us >= self._checkpoint_every_us):
+                out.append(self._checkpoint(now, final))
                 self._dirty = False
                 self._last_checkpoint_us = now
         return out
+
+    def _checkpoint(self, now: int, final: bool) -> Checkpoint:
+        """A delta while the journal is short; a full snapshot first, at a stop, and when the journal has
+        grown past :data:`JOURNAL_COMPACT_MIN_ENTRIES` and twice the unresolved events."""
+        if not (self._full_due or final):
+            delta = self.delta(now)
+            self._journal_entries += (len(delta["add"]) + len(delta["dup"]) + len(delta["sent"])
+                                      + len(delta["gone"]))
+            if self._journal_entries <= max(JOURNAL_COMPACT_MIN_ENTRIES, 2 * len(self._events)):
+                return Checkpoint(delta=delta)
+        self._added.clear()
+        self._dup_added.clear()
+        self._sent.clear()
+        self._gone.clear()
+        self._journal_entries = 0
+        self._full_due = False
+        return Checkpoint(snapshot=self.snapshot(now))
 
     # ------------------------------------------------------------ queries
 
     @property
     def caught_up(self) -> bool:
         return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
-
-    def checkpoint_interval_us(self) -> int:
-        """A checkpoint rewrites every unresolved event, so with a long retry queue (primaries running
-        late) checkpoints are spaced out: one ``checkpoint_interval_s`` per
-        :data:`CHECKPOINT_EVENTS_PER_INTERVAL` unresolved events. Their cost stays a small share of the
-        time; a crash then re-reads a little more, and loses nothing (offsets only move with a checkpoint)."""
-        return self._checkpoint_every_us * max(1, len(self._events) // CHECKPOINT_EVENTS_PER_INTERVAL)
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
@@ -375,6 +399,36 @@ class DispatcherState:
                 "events": events, "recovered": sorted(self._recovered), "counters": dict(self.counters),
                 "join_latency_hist": self._latency_hist.to_json()}
 
+    def delta(self, now_us: int) -> dict:
+        """What changed since the previous checkpoint (and clears that record); applied to the previous
+        checkpoint by :func:`apply_delta` it gives :meth:`snapshot`. An event read and resolved between two
+        checkpoints is in neither::
+
+            {"written_at_us": int, "offsets": {file: offset},
+             "add": [<event as in snapshot()>, ...],   # read since, still unresolved
+             "recovered": [id, ...],                  # of those, read from the recovery stream
+             "dup": [[id, raw_line], ...],            # later copies of events checkpointed before
+             "sent": [id, ...],                       # one more attempt each (events checkpointed before)
+             "gone": [id, ...],                       # resolved (events checkpointed before), copies too
+             "counters": {name: int}, "join_latency_hist": {bucket: count}}
+        """
+        events, dups = self._events, self._dups
+        add = []
+        for i in self._added:
+            r = events[i]
+            add.append([i, r[_REF], r[_RAW].decode(), r[_FIRST_SEEN], r[_ATTEMPTS],
+                        [d.decode() for d in dups[i]] if i in dups else []])
+        delta = {"written_at_us": now_us, "offsets": dict(self.offsets), "add": add,
+                 "recovered": [i for i in self._added if i in self._recovered],
+                 "dup": [[i, d.decode()] for i, d in self._dup_added],
+                 "sent": [i for i in self._sent if i in events], "gone": self._gone,
+                 "counters": dict(self.counters), "join_latency_hist": self._latency_hist.to_json()}
+        self._added = {}
+        self._dup_added = []
+        self._sent = []
+        self._gone = []
+        return delta
+
     # ------------------------------------------------------------ transitions
 
     def _on_lines(self, ev: LinesRead, out: list) -> None:
@@ -388,6 +442,7 @@ class DispatcherState:
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         events, dups, queued = self._events, self._dups, self._queued
         share = self._share
+        added = self._added
         bad: list = []
         read = 0
         for chunk in ev.chunks:
@@ -417,8 +472,11 @@ class DispatcherState:
                         continue
                 if cid in events:
                     dups.setdefault(cid, []).append(line)
+                    if cid not in added:
+                        self._dup_added.append((cid, line))
                     continue
                 events[cid] = [ref, line, now, 0]
+                added[cid] = None
                 if recovered:
                     self._recovered.add(cid)
                     queued.append(cid)
@@ -465,13 +523,15 @@ class DispatcherState:
         self._send(batch_id, ids, out)
 
     def _send(self, batch_id: int, ids: list[str], out: list) -> None:
-        events = self._events
+        events, added, sent = self._events, self._added, self._sent
         refs, raws = [], []
         for cid in ids:
             r = events[cid]
             r[_ATTEMPTS] += 1
             refs.append(r[_REF])
             raws.append(r[_RAW])
+            if cid not in added:
+                sent.append(cid)
         self.counters["attempts"] += len(ids)
         out.append(SendBatch(batch_id, ids, refs, raws))
 
@@ -547,6 +607,10 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
+        if cid in self._added:
+            del self._added[cid]              # never checkpointed: the journal need not know it
+        else:
+            self._gone.append(cid)            # checkpointed before: the journal must say it is gone
         self._recovered.discard(cid)
         self._held.pop(cid, None)
         copies = self._dups.pop(cid, None)
@@ -591,6 +655,28 @@ class DispatcherState:
                 self.counters[name] = int(value)
         self._latency_hist = LatencyHistogram.from_json(snap.get("join_latency_hist"))
         self._last_checkpoint_us = int(snap.get("written_at_us", 0))
+
+
+def apply_delta(snapshot: dict, delta: dict) -> dict:
+    """The checkpoint ``snapshot`` with ``delta`` (see :meth:`DispatcherState.delta`) applied, in place;
+    returns it."""
+    events = {e[0]: e for e in snapshot["events"]}
+    for e in delta["add"]:
+        events[e[0]] = e
+    for cid, raw in delta["dup"]:
+        if cid in events:
+            events[cid][5].append(raw)
+    for cid in delta["sent"]:
+        if cid in events:
+            events[cid][4] += 1
+    for cid in delta["gone"]:
+        events.pop(cid, None)
+    recovered = {i for i in snapshot.get("recovered", ()) if i in events}
+    recovered.update(i for i in delta["recovered"] if i in events)
+    snapshot.update(events=list(events.values()), recovered=sorted(recovered), offsets=delta["offsets"],
+                    written_at_us=delta["written_at_us"], counters=delta["counters"],
+                    join_latency_hist=delta["join_latency_hist"])
+    return snapshot
 
 
 def _field_problem(rec: dict, idf: str, reff: str) -> str:

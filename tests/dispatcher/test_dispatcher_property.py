@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, Outcome, QuarantineRecords, SendBatch,
-                               StopRequested, TimePassed, WriteUnjoinable)
+                               StopRequested, TimePassed, WriteUnjoinable, apply_delta)
 from photon import JoinConfig, format_event_id
 
 FILE = "w0/clicks.jsonl"
@@ -74,8 +74,11 @@ class Harness:
             elif type(c) is WriteUnjoinable:
                 for raw in c.raws:
                     self.unjoinable.add(orjson.loads(raw)["click_id"])
-            elif type(c) is Checkpoint:
-                self.checkpoint = orjson.loads(orjson.dumps(c.snapshot))
+            elif type(c) is Checkpoint:     # what the files hold: the last snapshot and the deltas after it
+                if c.snapshot is not None:
+                    self.checkpoint = orjson.loads(orjson.dumps(c.snapshot))
+                else:
+                    self.checkpoint = apply_delta(self.checkpoint, orjson.loads(orjson.dumps(c.delta)))
             else:
                 assert type(c) is QuarantineRecords
         outstanding = [i for ids in self.lookups_out.values() for i in ids]
