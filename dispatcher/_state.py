@@ -131,6 +131,9 @@ class SendBatch:
 
 @dataclass(frozen=True, slots=True)
 class WriteUnjoinable:
+    """Write (and commit) the raw lines of events given up as unjoinable. Given-up events are gathered and
+    written together right before the next checkpoint (one output commit per checkpoint interval, not one
+    per joiner answer); a crash before it leaves them unresolved in the previous checkpoint."""
     raws: list
 
 
@@ -278,6 +281,7 @@ class DispatcherState:
         self._gone: list[str] = []                 # ids resolved, checkpointed before
         self._journal_entries = 0
         self._full_due = True
+        self._unjoinable: list[bytes] = []        # raws given up, written before the next checkpoint
         self.counters = dict.fromkeys(_COUNTERS, 0)
         if restore is not None:
             self._restore(restore)
@@ -309,6 +313,9 @@ class DispatcherState:
             self._pump(out)
             final = type(events[-1]) is StopRequested
             if final or (self._dirty and now - self._last_checkpoint_us >= self._checkpoint_every_us):
+                if self._unjoinable:
+                    out.append(WriteUnjoinable(self._unjoinable))
+                    self._unjoinable = []
                 out.append(self._checkpoint(now, final))
                 self._dirty = False
                 self._last_checkpoint_us = now
@@ -573,7 +580,7 @@ class DispatcherState:
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
         if give_up:
-            self._give_up(give_up, out)
+            self._give_up(give_up)
 
     def _may_give_up(self, rec: list, now: int) -> bool:
         return (rec[_ATTEMPTS] >= self.config.min_attempts
@@ -586,14 +593,14 @@ class DispatcherState:
             delay = int(delay * (1.0 - 0.2 * self._jitter.random()))
         heapq.heappush(self._retry, (now + delay, cid))
 
-    def _give_up(self, ids: list[str], out: list) -> None:
-        raws = []
+    def _give_up(self, ids: list[str]) -> None:
+        raws = self._unjoinable
+        before = len(raws)
         for cid in ids:
             raws.append(self._events[cid][_RAW])
             raws.extend(self._dups.get(cid, ()))
             self._resolved(cid, dups_counter=None)
-        self.counters["unjoinable"] += len(raws)
-        out.append(WriteUnjoinable(raws))
+        self.counters["unjoinable"] += len(raws) - before
 
     def _resolve_duplicate(self, cid: str) -> None:
         self.counters["already_registered"] += 1

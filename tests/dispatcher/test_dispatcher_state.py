@@ -141,8 +141,11 @@ def test_jitter_shortens_delays_by_at_most_a_fifth():
 def _drive_not_found(st, clock, send, step_us):
     """Answer NOT_FOUND after step_us, wait for the retry, return (give-up commands or None, send)."""
     now = clock.advance(step_us)
+    given_up = st.statistics().unjoinable
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], now))
-    if of(cmds, WriteUnjoinable):
+    if st.statistics().unjoinable > given_up:   # written right before the next checkpoint
+        cmds += st.handle(TimePassed(clock.advance(S)))
+        assert of(cmds, WriteUnjoinable) and type(cmds[-1]) is Checkpoint
         return cmds, None
     clock.set(st.next_due_us())
     [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
@@ -184,7 +187,11 @@ def test_throttled_and_failed_requests_retry_without_giving_up():
     clock.set(st.next_due_us())
     [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.UNJOINABLE], clock.advance(1)))
-    assert of(cmds, WriteUnjoinable)[0].raws == [line(2)]
+    cmds += st.handle(TimePassed(clock.advance(S // 10)))
+    assert of(cmds, WriteUnjoinable) == []                    # given up: written before the next checkpoint
+    cmds = st.handle(TimePassed(clock.advance(S)))
+    assert of(cmds, WriteUnjoinable)[0].raws == [line(2)] and [type(c) for c in cmds][-2:] == [WriteUnjoinable,
+                                                                                               Checkpoint]
     assert st.unresolved_ids() == {cid(1)} and st.statistics().join_failures == 1
 
 
@@ -225,6 +232,7 @@ def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
     [send] = of(st.handle(LinesRead([chunk([line(3), line(3, extra=2)], start=2000)], clock.now_us())),
                 SendBatch)
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.UNJOINABLE], clock.advance(1)))
+    cmds += st.handle(StopRequested(clock.advance(1)))       # a stop writes them too, before its checkpoint
     assert of(cmds, WriteUnjoinable)[0].raws == [line(3), line(3, extra=2)]
     assert st.statistics().unjoinable == 2
 
