@@ -23,6 +23,7 @@ order, so quarantine and unjoinable writes land before the checkpoint that moves
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Union
@@ -38,6 +39,9 @@ CHECKPOINT_FORMAT = 1
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
+STORE_PROBE_EVERY_US = 200_000
+"""While clicks wait for the event store to catch up and no request is out to tell whether it has, one
+batch of them is sent this often as a probe (see :meth:`DispatcherState.handle`)."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
 
@@ -78,9 +82,12 @@ class LookupFailed:
 
 @dataclass(frozen=True, slots=True)
 class JoinAnswered:
+    """A joiner answered a batch: one outcome per event. ``store_behind``: its event store was still reading
+    its logs (its NOT_FOUND answers came back THROTTLED)."""
     batch_id: int
     outcomes: list
     now_us: int
+    store_behind: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +175,8 @@ class DispatcherStatistics:
     ALREADY_REGISTERED answers alone: joins done only to find the id registered. ``lost`` counts events
     answered LOST: registered, their output write failed, recorded in the joiner's lost-ids ledger for the
     recovery job. ``caught_up`` is true iff the latest scan found no new complete line, nothing is in
-    flight, and nothing is queued or waiting for a retry.
+    flight, nothing is queued or waiting for a retry or for the event store, and every line given up is
+    written to the unjoinable output.
     """
     events_read: int = 0
     joined: int = 0
@@ -178,6 +186,7 @@ class DispatcherStatistics:
     lost: int = 0
     bad_records: int = 0
     retry_queue: int = 0
+    waiting_for_store: int = 0     # THROTTLED while the event store was catching up; sent again once it has
     queued: int = 0
     in_flight: int = 0
     requests_in_flight: int = 0
@@ -265,6 +274,8 @@ class DispatcherState:
         self._held: dict[str, int] = {}            # unresolved id held back for its owner -> owner index
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
+        self._store_wait: dict[str, None] = {}     # THROTTLED while the event store caught up: sent once it has
+        self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
         self._in_flight = 0
         self._next_batch = 1
@@ -302,7 +313,7 @@ class DispatcherState:
                 self.counters["lookup_failures"] += 1
                 self._on_lookup(ev.batch_id, None, out, now)
             elif kind is JoinAnswered:
-                self._on_answer(ev.batch_id, ev.outcomes, now, out)
+                self._on_answer(ev.batch_id, ev.outcomes, now, out, ev.store_behind)
             elif kind is JoinFailed:
                 self.counters["join_failures"] += 1
                 self._on_answer(ev.batch_id, None, now, out)
@@ -342,7 +353,8 @@ class DispatcherState:
 
     @property
     def caught_up(self) -> bool:
-        return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
+        return (self._last_scan_empty and not self._batches and not self._queued and not self._retry
+                and not self._store_wait and not self._unjoinable)
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
@@ -358,15 +370,20 @@ class DispatcherState:
         return self.lines_wanted() > 0
 
     def next_due_us(self) -> int | None:
-        """When the earliest retry falls due (the shell's wake-up hint), or None."""
-        return self._retry[0][0] if self._retry else None
+        """When the earliest retry (or the next probe of the event store) falls due (the shell's wake-up
+        hint), or None."""
+        due = self._retry[0][0] if self._retry else None
+        if self._store_wait and not self._batches:
+            due = self._probe_due_us if due is None else min(due, self._probe_due_us)
+        return due
 
     def unresolved_ids(self) -> set[str]:
         return set(self._events)
 
     def statistics(self, pending_bytes: int = 0, pid: int = 0) -> DispatcherStatistics:
         return DispatcherStatistics(
-            **self.counters, retry_queue=len(self._retry), queued=len(self._queued),
+            **self.counters, retry_queue=len(self._retry), waiting_for_store=len(self._store_wait),
+            queued=len(self._queued),
             in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
             caught_up=self.caught_up, scan_at_us=self._scan_at_us,
             join_latency_ms=percentiles_ms(self._latencies), join_latency_hist=self._latency_hist.to_json(),
@@ -542,7 +559,12 @@ class DispatcherState:
         self.counters["attempts"] += len(ids)
         out.append(SendBatch(batch_id, ids, refs, raws))
 
-    def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list) -> None:
+    def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list,
+                   store_behind: bool = False) -> None:
+        """Store behind: THROTTLED events wait in ``_store_wait`` (not in the retry heap) until an answer
+        comes from a joiner whose store is no longer behind; while nothing else is in flight, one batch of
+        them goes out every :data:`STORE_PROBE_EVERY_US` to ask. A cold start thus sends a click whose
+        primary was not read yet about twice, not once per backoff step while the store reads its backlog."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
             raise KeyError(f"joiner answer for unknown batch {batch_id}")
@@ -555,6 +577,13 @@ class DispatcherState:
             for cid in ids:
                 self._schedule_retry(cid, now)
             return
+        wait = self._store_wait
+        if store_behind:
+            if not wait:
+                self._probe_due_us = now + STORE_PROBE_EVERY_US
+        elif wait:                               # the store has caught up: everything waiting goes now
+            self._queued.extend(wait)
+            wait.clear()
         events, c, lat = self._events, self.counters, self._latencies
         give_up: list[str] = []
         held = self._held
@@ -577,6 +606,8 @@ class DispatcherState:
                 self._resolved(cid)
             elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
                 give_up.append(cid)
+            elif store_behind and outcome == Outcome.THROTTLED:
+                wait[cid] = None
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
         if give_up:
@@ -614,6 +645,7 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
+        self._store_wait.pop(cid, None)
         if cid in self._added:
             del self._added[cid]              # never checkpointed: the journal need not know it
         else:
@@ -628,6 +660,13 @@ class DispatcherState:
         heap = self._retry
         while heap and heap[0][0] <= now:
             self._queued.append(heapq.heappop(heap)[1])
+        wait = self._store_wait
+        if wait and not self._batches and not self._queued and now >= self._probe_due_us:
+            probe = list(itertools.islice(wait, self.config.batch_size))   # the longest waiting
+            for cid in probe:
+                del wait[cid]
+            self._queued.extend(probe)
+            self._probe_due_us = now + STORE_PROBE_EVERY_US
 
     def _pump(self, out: list) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued

@@ -413,3 +413,43 @@ def test_a_recovered_click_is_never_dropped_on_a_lookup_the_commit_decides():
     again = state(lookups=True, restore=snap)
     [lk] = of(again.handle(TimePassed(clock.advance(10))), Lookup)
     assert of(again.handle(LookupAnswered(lk.batch_id, [True], clock.advance(10))), SendBatch)[0].ids == [cid(1)]
+
+
+def test_clicks_throttled_while_the_store_catches_up_wait_for_it_instead_of_backing_off():
+    """A cold start: the event store is still reading its backlog, so a click whose query it has not read
+    comes back THROTTLED with store_behind. It waits (no retry by backoff) until an answer says the store
+    is no longer behind; meanwhile, with nothing else out, one batch goes out every STORE_PROBE_EVERY_US."""
+    from dispatcher._state import STORE_PROBE_EVERY_US
+    clock = FakeClock()
+    st = state(batch_size=2, max_in_flight=1)
+    [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 6)])], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(2)]
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.JOINED], clock.advance(1_000),
+                                  store_behind=True))
+    [send] = of(cmds, SendBatch)                        # new clicks go on being sent at once
+    assert send.ids == [cid(3), cid(4)] and st.statistics().waiting_for_store == 1
+    assert st.statistics().retry_queue == 0 and not st.caught_up
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.THROTTLED], clock.advance(1_000),
+                                  store_behind=True))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(5)] and st.statistics().waiting_for_store == 3
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.advance(1_000), store_behind=True))
+    assert of(cmds, SendBatch) == []                    # nothing out: the next probe is due later, not a backoff
+    probe_at = st.next_due_us()
+    assert probe_at > clock.now_us() and st.statistics().waiting_for_store == 4
+    clock.set(probe_at)
+    [probe] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    assert probe.ids == [cid(1), cid(3)]                # the longest waiting, one batch
+    cmds = st.handle(JoinAnswered(probe.batch_id, [Outcome.THROTTLED, Outcome.THROTTLED], clock.advance(1_000),
+                                  store_behind=True))
+    assert of(cmds, SendBatch) == [] and st.next_due_us() >= clock.now_us() + STORE_PROBE_EVERY_US - 1_000
+    clock.set(st.next_due_us())
+    [probe] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    assert probe.ids == [cid(4), cid(5)]
+    # the store has caught up: everything still waiting goes out at once
+    cmds = st.handle(JoinAnswered(probe.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000)))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(1), cid(3)] and st.statistics().waiting_for_store == 0
+    st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000)))
+    s = st.statistics()
+    assert (s.joined, s.unjoinable) == (5, 0) and s.attempts == 11 and st.unresolved_ids() == set()
