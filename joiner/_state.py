@@ -74,7 +74,7 @@ class JoinBatch:
                 dups.append((i, j))
                 continue
             first.append(i)
-            if not (is_event_id(event_id) and is_event_id(ref_ids[i])):
+            if is_event_id(event_id) is None or is_event_id(ref_ids[i]) is None:
                 out[i] = _UNJOINABLE
                 self.bad_ids += 1
                 if self.first_error is None:

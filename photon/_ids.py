@@ -20,20 +20,9 @@ TIMESTAMP_DIGITS = 16
 ID_REGEX = r"[^:\n][^\n]*:[0-9]+:[0-9]{%d}" % TIMESTAMP_DIGITS
 """The id format as a regular expression (Python's and Java's syntax alike), unanchored."""
 _ID_RE = re.compile(ID_REGEX + r"\Z")
-
-
-def is_event_id(text: str) -> bool:
-    """True iff ``text`` follows the id format, exactly as ``ID_REGEX`` matches the whole of it (the hot-path
-    check, about a third faster than the regular expression, whose ``[^\\n]*`` backtracks over every
-    character; use :func:`parse_event_id` for the reason an id is bad)."""
-    if len(text) < TIMESTAMP_DIGITS + 3 or text[-TIMESTAMP_DIGITS - 1] != ":":
-        return False
-    ts = text[-TIMESTAMP_DIGITS:]
-    if not (ts.isascii() and ts.isdigit()):          # [0-9]: ASCII digits only
-        return False
-    key, sep, pid = text[:-TIMESTAMP_DIGITS - 1].rpartition(":")
-    return bool(sep and pid and pid.isascii() and pid.isdigit() and key and key[0] != ":" and key[0] != "\n"
-                and "\n" not in key)
+is_event_id = _ID_RE.match
+"""``is_event_id(text)`` is truthy iff ``text`` follows the id format (the hot-path check; use
+:func:`parse_event_id` for the reason an id is bad)."""
 
 
 class BadEventId(ValueError):
@@ -74,7 +63,7 @@ def parse_event_id(text: str) -> EventId:
 def id_timestamp_us(text: str) -> int:
     """The event time inside an id, without building an :class:`EventId` (hot path)."""
     ts = text[-TIMESTAMP_DIGITS:]
-    if len(text) < TIMESTAMP_DIGITS + 3 or text[-TIMESTAMP_DIGITS - 1] != ":" or not ts.isdigit():
+    if len(text) < TIMESTAMP_DIGITS + 4 or text[-TIMESTAMP_DIGITS - 1] != ":" or not ts.isdigit():
         raise BadEventId(f"event id {text!r} does not end in :<{TIMESTAMP_DIGITS}-digit timestamp_us>")
     return int(ts)
 
