@@ -40,8 +40,8 @@ JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
 STORE_PROBE_EVERY_US = 200_000
-"""While clicks wait for the event store to catch up and no request is out to tell whether it has, one
-batch of them is sent this often as a probe (see :meth:`DispatcherState.handle`)."""
+"""While clicks wait for the event store to catch up, one batch of them (the longest waiting) is sent this
+often as a probe, so that none waits without bound when answers keep saying the store is behind."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
 
@@ -373,7 +373,7 @@ class DispatcherState:
         """When the earliest retry (or the next probe of the event store) falls due (the shell's wake-up
         hint), or None."""
         due = self._retry[0][0] if self._retry else None
-        if self._store_wait and not self._batches:
+        if self._store_wait:
             due = self._probe_due_us if due is None else min(due, self._probe_due_us)
         return due
 
@@ -562,8 +562,8 @@ class DispatcherState:
     def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list,
                    store_behind: bool = False) -> None:
         """Store behind: THROTTLED events wait in ``_store_wait`` (not in the retry heap) until an answer
-        comes from a joiner whose store is no longer behind; while nothing else is in flight, one batch of
-        them goes out every :data:`STORE_PROBE_EVERY_US` to ask. A cold start thus sends a click whose
+        comes from a joiner whose store is no longer behind; meanwhile one batch of them goes out every
+        :data:`STORE_PROBE_EVERY_US` as a probe. A cold start thus sends a click whose
         primary was not read yet about twice, not once per backoff step while the store reads its backlog."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
@@ -661,7 +661,7 @@ class DispatcherState:
         while heap and heap[0][0] <= now:
             self._queued.append(heapq.heappop(heap)[1])
         wait = self._store_wait
-        if wait and not self._batches and not self._queued and now >= self._probe_due_us:
+        if wait and now >= self._probe_due_us:
             probe = list(itertools.islice(wait, self.config.batch_size))   # the longest waiting
             for cid in probe:
                 del wait[cid]

@@ -418,7 +418,7 @@ def test_a_recovered_click_is_never_dropped_on_a_lookup_the_commit_decides():
 def test_clicks_throttled_while_the_store_catches_up_wait_for_it_instead_of_backing_off():
     """A cold start: the event store is still reading its backlog, so a click whose query it has not read
     comes back THROTTLED with store_behind. It waits (no retry by backoff) until an answer says the store
-    is no longer behind; meanwhile, with nothing else out, one batch goes out every STORE_PROBE_EVERY_US."""
+    is no longer behind; meanwhile one batch of them goes out every STORE_PROBE_EVERY_US as a probe."""
     from dispatcher._state import STORE_PROBE_EVERY_US
     clock = FakeClock()
     st = state(batch_size=2, max_in_flight=1)
