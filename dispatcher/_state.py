@@ -40,8 +40,8 @@ JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
 STORE_PROBE_EVERY_US = 200_000
-"""While clicks wait for the event store to catch up, one batch of them (the longest waiting) is sent this
-often as a probe, so that none waits without bound when answers keep saying the store is behind."""
+"""While clicks wait for the event store to catch up and no request is out whose answer would say whether it
+has, one batch of them (the longest waiting) is sent this often as a probe."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
 
@@ -274,7 +274,7 @@ class DispatcherState:
         self._held: dict[str, int] = {}            # unresolved id held back for its owner -> owner index
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
-        self._store_wait: dict[str, None] = {}     # THROTTLED while the event store caught up: sent once it has
+        self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
         self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
         self._in_flight = 0
@@ -374,7 +374,9 @@ class DispatcherState:
         hint), or None."""
         due = self._retry[0][0] if self._retry else None
         if self._store_wait:
-            due = self._probe_due_us if due is None else min(due, self._probe_due_us)
+            probe = (self._probe_due_us if not self._batches
+                     else next(iter(self._store_wait.values())) + self._delays_us[-1])
+            due = probe if due is None else min(due, probe)
         return due
 
     def unresolved_ids(self) -> set[str]:
@@ -562,8 +564,9 @@ class DispatcherState:
     def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list,
                    store_behind: bool = False) -> None:
         """Store behind: THROTTLED events wait in ``_store_wait`` (not in the retry heap) until an answer
-        comes from a joiner whose store is no longer behind; meanwhile one batch of them goes out every
-        :data:`STORE_PROBE_EVERY_US` as a probe. A cold start thus sends a click whose
+        comes from a joiner whose store is no longer behind; while no request is out, one batch of them
+        goes out every :data:`STORE_PROBE_EVERY_US` as a probe, and none waits longer than the longest
+        retry delay (``retry_max_s``), so answers that keep saying "behind" cannot hold one back for good. A cold start thus sends a click whose
         primary was not read yet about twice, not once per backoff step while the store reads its backlog."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
@@ -607,7 +610,7 @@ class DispatcherState:
             elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
                 give_up.append(cid)
             elif store_behind and outcome == Outcome.THROTTLED:
-                wait[cid] = None
+                wait[cid] = now
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
         if give_up:
@@ -661,8 +664,14 @@ class DispatcherState:
         while heap and heap[0][0] <= now:
             self._queued.append(heapq.heappop(heap)[1])
         wait = self._store_wait
-        if wait and now >= self._probe_due_us:
+        if not wait:
+            return
+        if not self._batches and not self._queued and now >= self._probe_due_us:
             probe = list(itertools.islice(wait, self.config.batch_size))   # the longest waiting
+        else:                                   # answers keep coming: only those waiting too long go
+            oldest = now - self._delays_us[-1]
+            probe = list(itertools.takewhile(lambda cid: wait[cid] <= oldest, wait))
+        if probe:
             for cid in probe:
                 del wait[cid]
             self._queued.extend(probe)

@@ -453,3 +453,23 @@ def test_clicks_throttled_while_the_store_catches_up_wait_for_it_instead_of_back
     st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000)))
     s = st.statistics()
     assert (s.joined, s.unjoinable) == (5, 0) and s.attempts == 11 and st.unresolved_ids() == set()
+
+
+def test_a_click_waits_for_the_store_at_most_the_longest_retry_delay_while_answers_keep_coming():
+    """Answers that keep saying "behind" while new clicks flow send no probe, and hold no click back longer
+    than the longest retry delay (here 1 s)."""
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=1, retry_max_s=1.0)
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], clock.now_us())), SendBatch)
+    sent, pos = [], 100
+    for n in range(2, 40):        # one new click per 50 ms; every answer THROTTLED with store_behind
+        sent.append((clock.now_us(), send.ids))
+        new = chunk([line(n)], start=pos)
+        pos = new.end
+        cmds = st.handle(LinesRead([new], clock.advance(50_000)),
+                         JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.now_us(), store_behind=True))
+        [send] = of(cmds, SendBatch)
+    times = [t for t, ids in sent if ids == [cid(1)]]
+    assert len(times) == 2                                  # no probe while answers keep coming ...
+    assert S <= times[1] - times[0] <= S + 150_000          # ... and released once it waited 1 s
+    assert st.statistics().waiting_for_store > 0
