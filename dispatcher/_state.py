@@ -714,10 +714,11 @@ class DispatcherState:
 
 def apply_delta(snapshot: dict, delta: dict) -> dict:
     """The checkpoint ``snapshot`` with ``delta`` (see :meth:`DispatcherState.delta`) applied, in place;
-    returns it."""
+    returns it. An id may be both "gone" (its earlier line, checkpointed before, was resolved) and in "add"
+    (a later line of it read since): the added event is the one that stays."""
     events = {e[0]: e for e in snapshot["events"]}
-    for e in delta["add"]:
-        events[e[0]] = e
+    # "dup", "sent" and "gone" are about events checkpointed before; "add" about events read since, which
+    # may carry the id of one that was resolved meanwhile: so the old ones first, then the new ones
     for cid, raw in delta["dup"]:
         if cid in events:
             events[cid][5].append(raw)
@@ -726,6 +727,8 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
             events[cid][4] += 1
     for cid in delta["gone"]:
         events.pop(cid, None)
+    for e in delta["add"]:
+        events[e[0]] = e
     recovered = {i for i in snapshot.get("recovered", ()) if i in events}
     recovered.update(i for i in delta["recovered"] if i in events)
     snapshot.update(events=list(events.values()), recovered=sorted(recovered), offsets=delta["offsets"],

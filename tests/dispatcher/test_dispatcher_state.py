@@ -473,3 +473,15 @@ def test_a_click_waits_for_the_store_at_most_the_longest_retry_delay_while_answe
     assert len(times) == 2                                  # no probe while answers keep coming ...
     assert S <= times[1] - times[0] <= S + 150_000          # ... and released once it waited 1 s
     assert st.statistics().waiting_for_store > 0
+
+
+def test_a_delta_of_an_id_resolved_and_read_again_keeps_the_new_event():
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=1)
+    saved = Saved()
+    [send] = of(saved.take(st.handle(LinesRead([chunk([line(1)])], clock.now_us()))), SendBatch)   # full
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(1_000)),
+                     LinesRead([chunk([line(1, extra=1)], start=500)], clock.advance(1_000)))
+    saved.take(cmds + st.handle(TimePassed(clock.advance(S))))
+    assert [e[0] for e in saved.snap["events"]] == [cid(1)] == list(st.unresolved_ids())
+    assert saved.snap["events"][0][2] == line(1, extra=1).decode()
