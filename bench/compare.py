@@ -273,6 +273,7 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
                         "cpu_us_per_input_line": round(sum(cpu_backlog.values()) / work["input_lines"] * 1e6, 2)})
         for kind, cpu in sorted(cpu_backlog.items()):
             figures[f"cpu_s_per_m_lines_{kind}"] = round(cpu / work["input_lines"] * 1e6, 2)
+        figures.update(dispatcher_attempts(root))
         prober = Prober(root / "logs" / "a", name)
         lat = []
         timed_out = 0
@@ -303,6 +304,20 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
     for kind, rss in sorted(sampler.peak_rss.items()):
         figures[f"peak_rss_mb_{kind.replace('-', '_')}"] = round(rss / 2**20, 1)
     return figures
+
+
+def dispatcher_attempts(root: Path) -> dict:
+    """Joiner requests per click read (``attempts_per_click``) from the dispatchers' status files (Photon
+    only; empty for a system without them): above 1 is work done again (retries)."""
+    import orjson
+    attempts = read = 0
+    for status in root.rglob("dispatcher/status.json"):
+        try:
+            s = orjson.loads(status.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        attempts, read = attempts + s.get("attempts", 0), read + s.get("events_read", 0)
+    return {"attempts_per_click": round(attempts / read, 3)} if read else {}
 
 
 def add_settings(config: Path, items: list[str]) -> None:

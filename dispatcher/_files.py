@@ -1,18 +1,29 @@
-"""The dispatcher's files under ``<region.state_dir>/dispatcher/``: checkpoint, status, process lock.
+"""The dispatcher's files under ``<region.state_dir>/dispatcher/``: checkpoint, journal, status, process lock.
 
-``checkpoint.json`` is written atomically and durably (temp file, fsync, rename, fsync of the folder);
-``status.json`` atomically (temp file, rename) but without fsync: it is a view, rewritten every ~100 ms.
+The checkpoint is ``checkpoint.json`` (a full snapshot, written atomically and durably: temp file, fsync,
+rename, fsync of the folder) plus its journal ``checkpoint.<n>.log`` (``n`` named in the snapshot's
+``"journal"``): one JSON delta per line, each appended and fdatasynced before the next command runs. A
+full snapshot names a new journal number, so the journal of the previous one is never read again (it is
+removed afterwards). A crash during an append leaves a last line without its ``\n``: that delta never
+counted, and loading ignores it; every process start writes a full snapshot first, so nothing is ever
+appended after a torn line. ``status.json`` is written atomically (temp file, rename) but without fsync:
+it is a view, rewritten every ~100 ms.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 from pathlib import Path
 
 import orjson
 
-from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, LockHeld, hold_lock, write_atomic
+from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, LockHeld, fsync_path, hold_lock, write_atomic
+
+from dispatcher._state import apply_delta
 
 CHECKPOINT_FILE = "checkpoint.json"
+JOURNAL_PATTERN = "checkpoint.{}.log"
 STATUS_FILE = DISPATCHER_STATUS_FILE      # readers outside this room find it through photon.joined_horizon_us
 LOCK_FILE = "dispatcher.lock"
 
@@ -25,18 +36,66 @@ def dispatcher_dir(state_dir: str | Path) -> Path:
     return Path(state_dir) / DISPATCHER_DIR
 
 
-def save_checkpoint(directory: Path, snapshot: dict) -> None:
-    write_atomic(directory / CHECKPOINT_FILE, orjson.dumps(snapshot), durable=True)
-
-
 def load_checkpoint(directory: Path) -> dict | None:
-    """The last checkpoint, or None when there is none yet. A corrupt file raises (it cannot be torn: it
-    is only ever replaced by rename), because resuming without it would re-read or lose events."""
+    """The last checkpoint (the snapshot with its journal's complete lines applied), or None when there is
+    none yet. A corrupt snapshot or a corrupt complete journal line raises (neither can be torn), because
+    resuming without them would re-read or lose events."""
     try:
-        data = (directory / CHECKPOINT_FILE).read_bytes()
+        snapshot = orjson.loads((directory / CHECKPOINT_FILE).read_bytes())
     except FileNotFoundError:
         return None
-    return orjson.loads(data)
+    try:
+        data = (directory / JOURNAL_PATTERN.format(int(snapshot.get("journal", 0)))).read_bytes()
+    except FileNotFoundError:
+        return snapshot
+    end = data.rfind(b"\n") + 1          # past the last complete line: a torn append never counted
+    for line in data[:end].splitlines():
+        apply_delta(snapshot, orjson.loads(line))
+    return snapshot
+
+
+class CheckpointFiles:
+    """Writes the checkpoint: :meth:`save_snapshot` for a full one, :meth:`append_delta` for a journal line.
+    ``journal`` is the number the loaded snapshot named (0 when none). Both raise OSError on failure and may
+    be called again with the same argument (an append first cuts what a failed one left)."""
+
+    def __init__(self, directory: Path, journal: int = 0) -> None:
+        self.directory = directory
+        self.journal = journal
+        self._fd: int | None = None
+        self._size = 0            # bytes of complete, synced lines in the open journal
+
+    def save_snapshot(self, snapshot: dict) -> None:
+        number = self.journal + 1
+        write_atomic(self.directory / CHECKPOINT_FILE, orjson.dumps({**snapshot, "journal": number}),
+                     durable=True)
+        self.close()
+        self.journal = number
+        for old in self.directory.glob(JOURNAL_PATTERN.format("*")):
+            if old.name != JOURNAL_PATTERN.format(number):
+                old.unlink(missing_ok=True)
+
+    def append_delta(self, delta: dict) -> None:
+        if self._fd is None:
+            path = self.directory / JOURNAL_PATTERN.format(self.journal)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                fsync_path(self.directory)     # the new journal's name survives a power loss
+            except OSError:
+                os.close(fd)
+                raise
+            self._fd, self._size = fd, 0
+        data = orjson.dumps(delta) + b"\n"
+        os.ftruncate(self._fd, self._size)   # drop what a failed append may have left
+        if os.pwrite(self._fd, data, self._size) != len(data):
+            raise OSError(errno.ENOSPC, f"short write to the dispatcher's checkpoint journal in {self.directory}")
+        os.fdatasync(self._fd)
+        self._size += len(data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def write_status(directory: Path, stats) -> None:

@@ -21,8 +21,7 @@ from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock,
 from dispatcher._recovery import StreamAndRecovery
 from dispatcher._leader import follow_leaders
 from dispatcher._share import RegionShare
-from dispatcher._files import (ProcessLock, dispatcher_dir, load_checkpoint, save_checkpoint,
-                               write_status)
+from dispatcher._files import CheckpointFiles, ProcessLock, dispatcher_dir, load_checkpoint, write_status
 from dispatcher._state import (Checkpoint, DispatcherState, DispatcherStatistics, JoinAnswered, JoinFailed,
                                LinesRead, Lookup, LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
                                StopRequested, TimePassed, WriteUnjoinable)
@@ -110,6 +109,7 @@ class Dispatcher:
         self._poll_us = int(config.dispatcher.poll_interval_s * 1_000_000)
         try:
             snapshot = load_checkpoint(self.dir)
+            self._checkpoints = CheckpointFiles(self.dir, int(snapshot.get("journal", 0)) if snapshot else 0)
             if registry_client is None and registry:
                 # lookups read the registry replicas of this region first: no wide-area round trip
                 registry_client = _default_registry_client(registry, self.region.bind_host(config.registry.host))
@@ -272,7 +272,7 @@ class Dispatcher:
         j = self._batch_joiner.pop(batch_id)
         self._joiners.outstanding[j] -= 1
         if kind == _JOIN_OK:
-            return JoinAnswered(batch_id, payload, now)
+            return JoinAnswered(batch_id, payload, now, getattr(payload, "store_behind", False))
         self._joiners.down_until[j] = now + _DOWN_FOR_US
         log.warning("joiner %s failed a request: %s", self._joiners.addresses[j], payload)
         return JoinFailed(batch_id, payload, now)
@@ -294,7 +294,12 @@ class Dispatcher:
                     self._until_written("writing the quarantine",
                                         lambda: self.quarantine.add(file, offset, reason, raw))
             elif kind is Checkpoint:
-                self._until_written("writing the checkpoint", lambda: save_checkpoint(self.dir, cmd.snapshot))
+                if cmd.snapshot is not None:
+                    self._until_written("writing the checkpoint",
+                                        lambda: self._checkpoints.save_snapshot(cmd.snapshot))
+                else:
+                    self._until_written("writing the checkpoint journal",
+                                        lambda: self._checkpoints.append_delta(cmd.delta))
             else:
                 raise TypeError(f"unknown dispatcher command {cmd!r}")
 
@@ -422,6 +427,7 @@ class Dispatcher:
                     self._registry.close()
                 except Exception:
                     log.exception("closing registry client")
+            self._checkpoints.close()
             self._lock.release()
 
 

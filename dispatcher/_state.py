@@ -23,124 +23,29 @@ order, so quarantine and unjoinable writes land before the checkpoint that moves
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Union
 
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
+from dispatcher._messages import (Checkpoint, ChunkRead, Command, Event, JoinAnswered, JoinFailed, LinesRead,
+                                  Lookup, LookupAnswered, LookupFailed, QuarantineRecords, SendBatch, StopRequested,
+                                  TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare
 from photon import (TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id,
                     parse_event_id)
 
 CHECKPOINT_FORMAT = 1
-CHECKPOINT_EVENTS_PER_INTERVAL = 10_000
-"""Unresolved events per ``checkpoint_interval_s`` between checkpoints (about 15 ms of serializing and
-writing, measured: 100K events are 23 MB, 24 ms to encode and 78 ms to write and fsync)."""
+JOURNAL_COMPACT_MIN_ENTRIES = 100_000
+"""A full checkpoint replaces the journal once the journal holds more entries than this and more than
+twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
+STORE_PROBE_EVERY_US = 200_000
+"""While clicks wait for the event store to catch up and no request is out whose answer would say whether it
+has, one batch of them (the longest waiting) is sent this often as a probe."""
 LATENCY_SAMPLES = 4096
 _MAX_ATTEMPT_TABLE = 64
-
-
-# ---------------------------------------------------------------- events (facts)
-
-@dataclass(frozen=True, slots=True)
-class ChunkRead:
-    """Complete lines of one file: ``lines[i]`` (no ``\\n``) starts at ``offsets[i]``; ``end`` is just past
-    the last line's ``\\n`` (the shape of :class:`photon.LogChunk`)."""
-    file: str
-    offsets: list
-    lines: list
-    end: int
-
-
-@dataclass(frozen=True, slots=True)
-class LinesRead:
-    """One scan of the logs finished at ``now_us`` and found ``chunks`` (empty: nothing new)."""
-    chunks: list
-    now_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class LookupAnswered:
-    batch_id: int
-    present: list
-    now_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class LookupFailed:
-    """The registry lookup of a batch failed; the batch is sent anyway (the joiner's commit decides)."""
-    batch_id: int
-    reason: str
-    now_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class JoinAnswered:
-    batch_id: int
-    outcomes: list
-    now_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class JoinFailed:
-    """The joiner request of a batch failed as a whole (unavailable, timeout): every event is retried."""
-    batch_id: int
-    reason: str
-    now_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class TimePassed:
-    now_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class StopRequested:
-    """The dispatcher is stopping: a final checkpoint is written whether or not anything changed."""
-    now_us: int
-
-
-Event = Union[LinesRead, LookupAnswered, LookupFailed, JoinAnswered, JoinFailed, TimePassed, StopRequested]
-
-
-# ---------------------------------------------------------------- commands (instructions)
-
-@dataclass(frozen=True, slots=True)
-class QuarantineRecords:
-    """Write each ``(file, offset, reason, raw)`` to the quarantine log."""
-    records: list
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """Ask the registry which ``ids`` are already joined; answer with LookupAnswered / LookupFailed."""
-    batch_id: int
-    ids: list
-
-
-@dataclass(frozen=True, slots=True)
-class SendBatch:
-    """Send one joiner request; answer with JoinAnswered / JoinFailed."""
-    batch_id: int
-    ids: list
-    ref_ids: list
-    raws: list
-
-
-@dataclass(frozen=True, slots=True)
-class WriteUnjoinable:
-    raws: list
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """Persist ``snapshot`` (JSON-ready, see :meth:`DispatcherState.snapshot`) atomically."""
-    snapshot: dict
-
-
-Command = Union[QuarantineRecords, Lookup, SendBatch, WriteUnjoinable, Checkpoint]
 
 
 # ---------------------------------------------------------------- statistics
@@ -158,7 +63,8 @@ class DispatcherStatistics:
     ALREADY_REGISTERED answers alone: joins done only to find the id registered. ``lost`` counts events
     answered LOST: registered, their output write failed, recorded in the joiner's lost-ids ledger for the
     recovery job. ``caught_up`` is true iff the latest scan found no new complete line, nothing is in
-    flight, and nothing is queued or waiting for a retry.
+    flight, nothing is queued or waiting for a retry or for the event store, and every line given up is
+    written to the unjoinable output.
     """
     events_read: int = 0
     joined: int = 0
@@ -168,6 +74,7 @@ class DispatcherStatistics:
     lost: int = 0
     bad_records: int = 0
     retry_queue: int = 0
+    waiting_for_store: int = 0     # THROTTLED while the event store was catching up; sent again once it has
     queued: int = 0
     in_flight: int = 0
     requests_in_flight: int = 0
@@ -260,6 +167,8 @@ class DispatcherState:
         self._held_again: set[str] = set()         # of those, found unjoined at a lookup already
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
+        self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
+        self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
         self._in_flight = 0
         self._next_batch = 1
@@ -269,6 +178,14 @@ class DispatcherState:
         self._scan_at_us = 0
         self._dirty = False
         self._last_checkpoint_us = 0
+        # what changed since the last checkpoint (see delta()); the first checkpoint is a full one
+        self._added: dict[str, None] = {}          # ids first read since the last checkpoint
+        self._dup_added: list[tuple[str, bytes]] = []  # later copies of ids checkpointed before
+        self._sent: list[str] = []                 # ids sent (one more attempt), checkpointed before
+        self._gone: list[str] = []                 # ids resolved, checkpointed before
+        self._journal_entries = 0
+        self._full_due = True
+        self._unjoinable: list[bytes] = []        # raws given up, written before the next checkpoint
         self.counters = dict.fromkeys(_COUNTERS, 0)
         if restore is not None:
             self._restore(restore)
@@ -289,7 +206,7 @@ class DispatcherState:
                 self.counters["lookup_failures"] += 1
                 self._on_lookup(ev.batch_id, None, out, now)
             elif kind is JoinAnswered:
-                self._on_answer(ev.batch_id, ev.outcomes, now, out)
+                self._on_answer(ev.batch_id, ev.outcomes, now, out, ev.store_behind)
             elif kind is JoinFailed:
                 self.counters["join_failures"] += 1
                 self._on_answer(ev.batch_id, None, now, out)
@@ -299,11 +216,31 @@ class DispatcherState:
             self._release_due(now)
             self._pump(out)
             final = type(events[-1]) is StopRequested
-            if final or (self._dirty and now - self._last_checkpoint_us >= self.checkpoint_interval_us()):
-                out.append(Checkpoint(self.snapshot(now)))
+            if final or (self._dirty and now - self._last_checkpoint_us >= self._checkpoint_every_us):
+                if self._unjoinable:
+                    out.append(WriteUnjoinable(self._unjoinable))
+                    self._unjoinable = []
+                out.append(self._checkpoint(now, final))
                 self._dirty = False
                 self._last_checkpoint_us = now
         return out
+
+    def _checkpoint(self, now: int, final: bool) -> Checkpoint:
+        """A delta while the journal is short; a full snapshot first, at a stop, and when the journal has
+        grown past :data:`JOURNAL_COMPACT_MIN_ENTRIES` and twice the unresolved events."""
+        if not (self._full_due or final):
+            delta = self.delta(now)
+            self._journal_entries += (len(delta["add"]) + len(delta["dup"]) + len(delta["sent"])
+                                      + len(delta["gone"]))
+            if self._journal_entries <= max(JOURNAL_COMPACT_MIN_ENTRIES, 2 * len(self._events)):
+                return Checkpoint(delta=delta)
+        self._added.clear()
+        self._dup_added.clear()
+        self._sent.clear()
+        self._gone.clear()
+        self._journal_entries = 0
+        self._full_due = False
+        return Checkpoint(snapshot=self.snapshot(now))
 
     # ------------------------------------------------------------ queries
 
@@ -314,14 +251,8 @@ class DispatcherState:
 
     @property
     def caught_up(self) -> bool:
-        return (self._last_scan_empty and not self._batches and not self._queued and not self._retry)
-
-    def checkpoint_interval_us(self) -> int:
-        """A checkpoint rewrites every unresolved event, so with a long retry queue (primaries running
-        late) checkpoints are spaced out: one ``checkpoint_interval_s`` per
-        :data:`CHECKPOINT_EVENTS_PER_INTERVAL` unresolved events. Their cost stays a small share of the
-        time; a crash then re-reads a little more, and loses nothing (offsets only move with a checkpoint)."""
-        return self._checkpoint_every_us * max(1, len(self._events) // CHECKPOINT_EVENTS_PER_INTERVAL)
+        return (self._last_scan_empty and not self._batches and not self._queued and not self._retry
+                and not self._store_wait and not self._unjoinable)
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
@@ -337,15 +268,22 @@ class DispatcherState:
         return self.lines_wanted() > 0
 
     def next_due_us(self) -> int | None:
-        """When the earliest retry falls due (the shell's wake-up hint), or None."""
-        return self._retry[0][0] if self._retry else None
+        """When the earliest retry (or the next probe of the event store) falls due (the shell's wake-up
+        hint), or None."""
+        due = self._retry[0][0] if self._retry else None
+        if self._store_wait:
+            probe = (self._probe_due_us if not self._batches
+                     else next(iter(self._store_wait.values())) + self._delays_us[-1])
+            due = probe if due is None else min(due, probe)
+        return due
 
     def unresolved_ids(self) -> set[str]:
         return set(self._events)
 
     def statistics(self, pending_bytes: int = 0, pid: int = 0) -> DispatcherStatistics:
         return DispatcherStatistics(
-            **self.counters, retry_queue=len(self._retry), queued=len(self._queued),
+            **self.counters, retry_queue=len(self._retry), waiting_for_store=len(self._store_wait),
+            queued=len(self._queued),
             in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
             caught_up=self.caught_up, scan_at_us=self._scan_at_us,
             join_latency_ms=percentiles_ms(self._latencies), join_latency_hist=self._latency_hist.to_json(),
@@ -387,6 +325,36 @@ class DispatcherState:
                 "events": events, "recovered": sorted(self._recovered), "counters": dict(self.counters),
                 "join_latency_hist": self._latency_hist.to_json()}
 
+    def delta(self, now_us: int) -> dict:
+        """What changed since the previous checkpoint (and clears that record); applied to the previous
+        checkpoint by :func:`apply_delta` it gives :meth:`snapshot`. An event read and resolved between two
+        checkpoints is in neither::
+
+            {"written_at_us": int, "offsets": {file: offset},
+             "add": [<event as in snapshot()>, ...],   # read since, still unresolved
+             "recovered": [id, ...],                  # of those, read from the recovery stream
+             "dup": [[id, raw_line], ...],            # later copies of events checkpointed before
+             "sent": [id, ...],                       # one more attempt each (events checkpointed before)
+             "gone": [id, ...],                       # resolved (events checkpointed before), copies too
+             "counters": {name: int}, "join_latency_hist": {bucket: count}}
+        """
+        events, dups = self._events, self._dups
+        add = []
+        for i in self._added:
+            r = events[i]
+            add.append([i, r[_REF], r[_RAW].decode(), r[_FIRST_SEEN], r[_ATTEMPTS],
+                        [d.decode() for d in dups[i]] if i in dups else []])
+        delta = {"written_at_us": now_us, "offsets": dict(self.offsets), "add": add,
+                 "recovered": [i for i in self._added if i in self._recovered],
+                 "dup": [[i, d.decode()] for i, d in self._dup_added],
+                 "sent": [i for i in self._sent if i in events], "gone": self._gone,
+                 "counters": dict(self.counters), "join_latency_hist": self._latency_hist.to_json()}
+        self._added = {}
+        self._dup_added = []
+        self._sent = []
+        self._gone = []
+        return delta
+
     # ------------------------------------------------------------ transitions
 
     def _on_lines(self, ev: LinesRead, out: list) -> None:
@@ -402,6 +370,7 @@ class DispatcherState:
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         events, dups, queued = self._events, self._dups, self._queued
         share = self._share
+        added = self._added
         bad: list = []
         read = 0
         for chunk in ev.chunks:
@@ -440,8 +409,11 @@ class DispatcherState:
                         continue
                 if cid in events:
                     dups.setdefault(cid, []).append(line)
+                    if cid not in added:
+                        self._dup_added.append((cid, line))
                     continue
                 events[cid] = [ref, line, now, 0]
+                added[cid] = None
                 if recovered:
                     self._recovered.add(cid)
                     queued.append(cid)
@@ -493,17 +465,25 @@ class DispatcherState:
         self._send(batch_id, ids, out)
 
     def _send(self, batch_id: int, ids: list[str], out: list) -> None:
-        events = self._events
+        events, added, sent = self._events, self._added, self._sent
         refs, raws = [], []
         for cid in ids:
             r = events[cid]
             r[_ATTEMPTS] += 1
             refs.append(r[_REF])
             raws.append(r[_RAW])
+            if cid not in added:
+                sent.append(cid)
         self.counters["attempts"] += len(ids)
         out.append(SendBatch(batch_id, ids, refs, raws))
 
-    def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list) -> None:
+    def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list,
+                   store_behind: bool = False) -> None:
+        """Store behind: THROTTLED events wait in ``_store_wait`` (not in the retry heap) until an answer
+        comes from a joiner whose store is no longer behind; while no request is out, one batch of them
+        goes out every :data:`STORE_PROBE_EVERY_US` as a probe, and none waits longer than the longest
+        retry delay (``retry_max_s``), so answers that keep saying "behind" cannot hold one back for good. A cold start thus sends a click whose
+        primary was not read yet about twice, not once per backoff step while the store reads its backlog."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
             raise KeyError(f"joiner answer for unknown batch {batch_id}")
@@ -516,6 +496,13 @@ class DispatcherState:
             for cid in ids:
                 self._schedule_retry(cid, now)
             return
+        wait = self._store_wait
+        if store_behind:
+            if not wait:
+                self._probe_due_us = now + STORE_PROBE_EVERY_US
+        elif wait:                               # the store has caught up: everything waiting goes now
+            self._queued.extend(wait)
+            wait.clear()
         events, c, lat = self._events, self.counters, self._latencies
         give_up: list[str] = []
         held = self._held
@@ -538,10 +525,12 @@ class DispatcherState:
                 self._resolved(cid)
             elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
                 give_up.append(cid)
+            elif store_behind and outcome == Outcome.THROTTLED:
+                wait[cid] = now
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
         if give_up:
-            self._give_up(give_up, out)
+            self._give_up(give_up)
 
     def _may_give_up(self, rec: list, now: int) -> bool:
         return (rec[_ATTEMPTS] >= self.config.min_attempts
@@ -554,14 +543,14 @@ class DispatcherState:
             delay = int(delay * (1.0 - 0.2 * self._jitter.random()))
         heapq.heappush(self._retry, (now + delay, cid))
 
-    def _give_up(self, ids: list[str], out: list) -> None:
-        raws = []
+    def _give_up(self, ids: list[str]) -> None:
+        raws = self._unjoinable
+        before = len(raws)
         for cid in ids:
             raws.append(self._events[cid][_RAW])
             raws.extend(self._dups.get(cid, ()))
             self._resolved(cid, dups_counter=None)
-        self.counters["unjoinable"] += len(raws)
-        out.append(WriteUnjoinable(raws))
+        self.counters["unjoinable"] += len(raws) - before
 
     def _resolve_duplicate(self, cid: str) -> None:
         self.counters["already_registered"] += 1
@@ -591,6 +580,11 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
+        self._store_wait.pop(cid, None)
+        if cid in self._added:
+            del self._added[cid]              # never checkpointed: the journal need not know it
+        else:
+            self._gone.append(cid)            # checkpointed before: the journal must say it is gone
         self._recovered.discard(cid)
         if self._held.pop(cid, None) is not None:
             self._held_again.discard(cid)
@@ -602,6 +596,19 @@ class DispatcherState:
         heap = self._retry
         while heap and heap[0][0] <= now:
             self._queued.append(heapq.heappop(heap)[1])
+        wait = self._store_wait
+        if not wait:
+            return
+        if not self._batches and not self._queued and now >= self._probe_due_us:
+            probe = list(itertools.islice(wait, self.config.batch_size))   # the longest waiting
+        else:                                   # answers keep coming: only those waiting too long go
+            oldest = now - self._delays_us[-1]
+            probe = list(itertools.takewhile(lambda cid: wait[cid] <= oldest, wait))
+        if probe:
+            for cid in probe:
+                del wait[cid]
+            self._queued.extend(probe)
+            self._probe_due_us = now + STORE_PROBE_EVERY_US
 
     def _pump(self, out: list) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
@@ -636,6 +643,31 @@ class DispatcherState:
                 self.counters[name] = int(value)
         self._latency_hist = LatencyHistogram.from_json(snap.get("join_latency_hist"))
         self._last_checkpoint_us = int(snap.get("written_at_us", 0))
+
+
+def apply_delta(snapshot: dict, delta: dict) -> dict:
+    """The checkpoint ``snapshot`` with ``delta`` (see :meth:`DispatcherState.delta`) applied, in place;
+    returns it. An id may be both "gone" (its earlier line, checkpointed before, was resolved) and in "add"
+    (a later line of it read since): the added event is the one that stays."""
+    events = {e[0]: e for e in snapshot["events"]}
+    # "dup", "sent" and "gone" are about events checkpointed before; "add" about events read since, which
+    # may carry the id of one that was resolved meanwhile: so the old ones first, then the new ones
+    for cid, raw in delta["dup"]:
+        if cid in events:
+            events[cid][5].append(raw)
+    for cid in delta["sent"]:
+        if cid in events:
+            events[cid][4] += 1
+    for cid in delta["gone"]:
+        events.pop(cid, None)
+    for e in delta["add"]:
+        events[e[0]] = e
+    recovered = {i for i in snapshot.get("recovered", ()) if i in events}
+    recovered.update(i for i in delta["recovered"] if i in events)
+    snapshot.update(events=list(events.values()), recovered=sorted(recovered), offsets=delta["offsets"],
+                    written_at_us=delta["written_at_us"], counters=delta["counters"],
+                    join_latency_hist=delta["join_latency_hist"])
+    return snapshot
 
 
 def _field_problem(rec: dict, idf: str, reff: str) -> str:

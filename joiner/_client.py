@@ -9,7 +9,7 @@ import orjson
 from joiner import joiner_pb2 as pb
 from joiner import joiner_pb2_grpc as pb_grpc
 from photon.rpc import open_channel
-from photon import OUTCOMES, Outcome
+from photon import OUTCOMES
 
 MAX_MESSAGE_BYTES = 64 << 20
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -19,6 +19,12 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 class JoinerUnavailable(RuntimeError):
     """The joiner could not answer (down, timed out, refused the request); the message names the address
     and the gRPC status. The events' fate is unknown: retry them (a retry never duplicates output)."""
+
+
+class Outcomes(list):
+    """A join's outcomes (a list of :class:`Outcome`, one per event) and ``store_behind``: the joiner's event
+    store was still reading its logs, so a retry before it catches up is likely to be THROTTLED again."""
+    store_behind: bool = False
 
 
 class JoinerClient:
@@ -33,7 +39,7 @@ class JoinerClient:
         self._channel = open_channel(address, CHANNEL_OPTIONS)
         self._stub = pb_grpc.JoinerStub(self._channel)
 
-    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], timeout: float = 30.0) -> list[Outcome]:
+    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], timeout: float = 30.0) -> Outcomes:
         try:
             resp = self._stub.Join(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws), timeout=timeout)
         except grpc.RpcError as e:
@@ -78,11 +84,13 @@ class JoinerClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _outcomes(self, resp, n: int) -> list[Outcome]:
+    def _outcomes(self, resp, n: int) -> Outcomes:
         raw = resp.outcomes
         if len(raw) != n:
             raise JoinerUnavailable(f"joiner {self.address} answered {len(raw)} outcomes for {n} events")
-        return [OUTCOMES[o] for o in raw]
+        out = Outcomes(OUTCOMES[o] for o in raw)
+        out.store_behind = resp.store_behind
+        return out
 
     def _unavailable(self, e: grpc.RpcError) -> JoinerUnavailable:
         return JoinerUnavailable(f"joiner {self.address}: {e.code().name}: {e.details()}")

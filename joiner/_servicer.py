@@ -19,7 +19,7 @@ class JoinerServicer(pb_grpc.JoinerServicer):
             outcomes = self._joiner.join(list(request.ids), list(request.ref_ids), list(request.raws))
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        return pb.JoinResponse(outcomes=outcomes)
+        return pb.JoinResponse(outcomes=outcomes, store_behind=self._joiner.store_behind)
 
     def Status(self, request, context):
         return pb.StatusResponse(json=orjson.dumps(dataclasses.asdict(self._joiner.statistics())).decode())

@@ -156,6 +156,7 @@ class Joiner:
         self._probe_bytes = PROBE_MIN_BYTES
         self._next_probe = 0.0
         self.stopping = threading.Event()
+        self._last = threading.local()   # store_behind of the calling thread's latest join
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)   # notified whenever a request finishes
@@ -167,6 +168,11 @@ class Joiner:
                        orphans_recovered=0, not_found_store_behind=0, served_by_cache=0, served_by_logs=0,
                        write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
                        commit_unknown_ids=0, unrecorded_ids=0)
+
+    @property
+    def store_behind(self) -> bool:
+        """Whether the calling thread's latest :meth:`join` found the event store catching up."""
+        return getattr(self._last, "store_behind", False)
 
     def recover_orphans(self, id_field: "str | EventIds") -> int:
         """Put in order the output files a killed predecessor with this name left: each in-progress file is
@@ -200,7 +206,10 @@ class Joiner:
                   "output; recorded in the lost-ids ledger for recovery", self.name, len(ids))
 
     def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> bytearray:
-        """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns."""
+        """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns.
+        Afterwards, on the calling thread, :attr:`store_behind` says whether the event store was catching up
+        (its NOT_FOUND answers were turned into THROTTLED)."""
+        self._last.store_behind = False
         n = len(ids)
         if len(ref_ids) != n or len(raws) != n:
             raise ValueError(f"a join request needs one ref_id and one raw line per id: got {n} ids, "
@@ -256,6 +265,7 @@ class Joiner:
             batch.primaries_found(primaries, self._adapter.bind(now))
         read_through = getattr(self._store, "read_through_us", None)
         if read_through is not None and now - read_through > self._store_behind_us:
+            self._last.store_behind = True
             deferred = batch.defer_not_found()
             with self._lock:
                 self._c["not_found_store_behind"] += deferred

@@ -47,7 +47,7 @@ import joiner
 from photon import (PhotonConfig, SourceError, list_log_files, local_folder, output_snapshot, recovery_stream,
                     storage_kind, stream_objects)
 from photon._ids import ID_REGEX, TIMESTAMP_DIGITS, EventIds
-from photon._output import compacted_lines, pinned_paths
+from photon._output import LINE_COLUMN, compacted_lines, pinned_compacted, pinned_paths
 from photon._spark_io import new_staging, stream_text, union_all
 from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
@@ -104,31 +104,35 @@ def parse_time(text: str) -> int:
 
 # ---- reading ----------------------------------------------------------------------------------------
 
-def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]]]:
-    """``(published files, [(file, complete lines)])`` of an output folder, as the output contract says
-    (:func:`photon.output_snapshot`): published JSONL files (read later by Spark: they never change), and
-    read now the committed prefix of every open file and the lines of compacted partitions."""
-    published, partial = [], []
+def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]], list[str]]:
+    """``(published files, [(file, complete lines)], compacted Parquet folders)`` of an output folder, as the
+    output contract says (:func:`photon.output_snapshot`): published JSONL files and the Parquet folders of
+    compacted partitions (both read later by Spark, never through the driver: they never change, and the
+    folders are pinned for this process's life), and read now the committed prefix of every open file."""
+    published, partial, parquet = [], [], []
     if not directory.is_dir():
-        return published, partial
+        return published, partial, parquet
     snap = output_snapshot(directory)
     published = [str(path) for path in pinned_paths(snap, time.time_ns() // 1000).values()]
     for rel in snap.open:
         data = snap.read_open(rel)
         partial.append((str(directory / rel), data[: data.rfind(b"\n") + 1]))
-    for part, rel_dir in sorted(snap.compacted.items()):
-        lines = compacted_lines(directory, rel_dir)
-        partial.append((str(directory / rel_dir), b"".join(x + b"\n" for x in lines)))
-    return published, partial
+    parquet = [str(folder) for _, folder in sorted(pinned_compacted(snap).items())]
+    return published, partial, parquet
 
 
-def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str, more=None):
-    """Rows ``(value, file, region)`` of published files (read by Spark), in-progress lines and ``more`` (a
-    DataFrame ``(value, file)``, e.g. from :func:`photon._spark_io.stream_text`)."""
+def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str, more=None,
+              parquet: list[str] = ()):
+    """Rows ``(value, file, region)`` of published files and compacted partitions' Parquet folders (both read
+    by Spark), in-progress lines and ``more`` (a DataFrame ``(value, file)``, e.g. from
+    :func:`photon._spark_io.stream_text`)."""
     from pyspark.sql import functions as F
     frames = [] if more is None else [more]
     if files:
         frames.append(spark.read.text(files).select("value", F.input_file_name().alias("file")))
+    if parquet:    # each compacted line is kept as written, in one column
+        frames.append(spark.read.parquet(*parquet).select(F.col(LINE_COLUMN).cast("string").alias("value"),
+                                                          F.input_file_name().alias("file")))
     rows = [(line.decode("utf-8", "replace"), name) for name, data in partial for line in data.split(b"\n") if line]
     if rows:
         frames.append(spark.createDataFrame(rows, "value string, file string"))
@@ -194,10 +198,11 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
     folder = region.joined_dir if kind == "joined" else region.unjoinable_dir
     output = region.output_reader(kind, config.s3)
     if output.folder is not None:
-        files, partial = list_output(output.folder)
+        files, partial, parquet = list_output(output.folder)
         sources = [(f, lambda f=f: Path(f).read_bytes()) for f in files]
         sources += [(name, lambda d=data: d) for name, data in partial]
-        return _lines_df(spark, files, partial, region.name), sources
+        sources += [(f, lambda f=f: b"".join(x + b"\n" for x in compacted_lines(Path(f), "."))) for f in parquet]
+        return _lines_df(spark, files, partial, region.name, parquet=parquet), sources
     url = region.output_url(kind)
     try:
         snap = output.snapshot()

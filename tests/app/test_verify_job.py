@@ -190,3 +190,33 @@ def test_lost_clicks_of_unseen_joiners_are_recoverable_only_after_lost_after_s(t
     pq.write_table(pa.Table.from_pylist(forged), tmp_path / "forged" / "part-0.parquet")
     done = run_recover(config, tmp_path / "forged", client=reg)     # recover re-judges: too recent
     assert (done.joiner_alive, done.deleted) == (1, 0) and reg.lookup([new_unseen]) == [True]
+
+
+def test_compacted_partitions_are_read_by_spark_from_parquet_never_through_the_driver(tmp_path, spark, monkeypatch):
+    from photon import output_snapshot, parse_config
+    from photon.app import compact
+    import photon.app._verify as verify
+    root = tmp_path
+    config = parse_config({"regions": [{"name": "a", "log_root": str(root / "a" / "logs"),
+                                        "output_root": str(root / "a" / "out"), "state_dir": str(root / "a" / "state")}],
+                           "sql": {"foreign_schema": "click_id STRING, query_id STRING, ad BIGINT",
+                                   "primary_schema": "query_id STRING"},
+                           "compact": {"close_after_s": 0, "keep_jsonl_s": 0}}, str(root / "photon.toml"), root)
+    region = config.regions[0]
+    q = [GEN.next_id() for _ in range(40)]
+    c = [GEN.next_id() for _ in range(40)]
+    clicks = [click(c[i], q[i]) for i in range(40)]
+    write(root / "a/logs/clicks/w0/f.jsonl", clicks)
+    write(root / "a/logs/queries/w0/f.jsonl", [orjson.dumps({"query_id": x}) for x in q])
+    for h in range(2):                                 # 30 joined in two closed hours, one of them twice
+        write(region.joined_dir / f"date=2024-05-01/hour={h:02d}/a-j0-1-{h:06d}.jsonl",
+              clicks[15 * h:15 * h + 15] + ([clicks[0]] if h else []))
+    compact(config, spark=spark)
+    assert len(output_snapshot(region.joined_dir).compacted) == 2
+    monkeypatch.setattr(verify, "compacted_lines", lambda *a: pytest.fail("compacted lines read on the driver"))
+    reg = idregistry.InMemoryRegistry()
+    reg.commit(c[:30], live_token())
+    idregistry.export_registry(reg, root / "export")
+    report = run_verify(config, spark, export_dir=root / "export")
+    assert (report.foreign_events, report.joined, report.duplicates, report.lost, report.pending) == (40, 30, 1, 0, 10)
+    assert report.duplicate_ids == ((c[0], 2),)

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from collections import Counter
 
-import orjson
 import pytest
 
 import idregistry
 import joiner
 from dispatcher import read_status
+from dispatcher._files import load_checkpoint
 from eventstore import InMemoryEventStore
 from photon import load_config, wait_until
 from dispatcher_helpers import (append, append_lines, click_id, click_line, query_id, query_line,
@@ -79,7 +79,7 @@ def test_sigkill_and_restart_join_every_click_exactly_once(pipeline, procs, tmp_
     os.kill(d1.pid, signal.SIGKILL)
     d1.wait(timeout=10)
     assert status().get("caught_up") is False
-    killed_at = orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
+    killed_at = load_checkpoint(tmp_path / "state" / "dispatcher")
     written = sum(p.stat().st_size for p in clicks.rglob("*.jsonl"))
     assert killed_at["events"] or sum(killed_at["offsets"].values()) < written, "killed when already done"
     append(clicks / "w1" / "c-0001.jsonl", half[25:] + b"\n")
@@ -87,7 +87,7 @@ def test_sigkill_and_restart_join_every_click_exactly_once(pipeline, procs, tmp_
     append_lines(clicks / "w3" / "c-0001.jsonl", [click_line(n) for n in NEVER] + [click_line(5)])  # 5: again
 
     def checkpoint():
-        return orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
+        return load_checkpoint(tmp_path / "state" / "dispatcher")
 
     # the second run is killed while late clicks wait in its retry queue (saved in its checkpoint)
     d2 = start_dispatcher(procs, path, joiners, endpoints)

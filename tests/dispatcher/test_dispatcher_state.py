@@ -7,7 +7,8 @@ import pytest
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
-                               StopRequested, TimePassed, WriteUnjoinable, backoff_table_us, percentiles_ms)
+                               StopRequested, TimePassed, WriteUnjoinable, apply_delta, backoff_table_us,
+                               percentiles_ms)
 from photon import FakeClock, JoinConfig, Outcome, format_event_id, id_timestamp_us
 
 S = 1_000_000
@@ -43,6 +44,26 @@ def state(lookups=False, restore=None, share=None, **over) -> DispatcherState:
 
 def of(cmds, kind):
     return [c for c in cmds if type(c) is kind]
+
+
+class Saved:
+    """What the checkpoint files hold: the last full snapshot with every later delta applied."""
+
+    def __init__(self) -> None:
+        self.snap = None
+        self.full = self.deltas = 0
+
+    def take(self, cmds):
+        for cp in of(cmds, Checkpoint):
+            if cp.snapshot is not None:
+                assert cp.delta is None
+                self.snap = orjson.loads(orjson.dumps(cp.snapshot))
+                self.full += 1
+            else:
+                assert self.snap is not None, "a delta before any full checkpoint"
+                apply_delta(self.snap, orjson.loads(orjson.dumps(cp.delta)))
+                self.deltas += 1
+        return cmds
 
 
 def test_idle_dispatcher_sends_a_lone_click_at_once():
@@ -120,8 +141,11 @@ def test_jitter_shortens_delays_by_at_most_a_fifth():
 def _drive_not_found(st, clock, send, step_us):
     """Answer NOT_FOUND after step_us, wait for the retry, return (give-up commands or None, send)."""
     now = clock.advance(step_us)
+    given_up = st.statistics().unjoinable
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], now))
-    if of(cmds, WriteUnjoinable):
+    if st.statistics().unjoinable > given_up:   # written right before the next checkpoint
+        cmds += st.handle(TimePassed(clock.advance(S)))
+        assert of(cmds, WriteUnjoinable) and type(cmds[-1]) is Checkpoint
         return cmds, None
     clock.set(st.next_due_us())
     [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
@@ -163,7 +187,11 @@ def test_throttled_and_failed_requests_retry_without_giving_up():
     clock.set(st.next_due_us())
     [send] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.UNJOINABLE], clock.advance(1)))
-    assert of(cmds, WriteUnjoinable)[0].raws == [line(2)]
+    cmds += st.handle(TimePassed(clock.advance(S // 10)))
+    assert of(cmds, WriteUnjoinable) == []                    # given up: written before the next checkpoint
+    cmds = st.handle(TimePassed(clock.advance(S)))
+    assert of(cmds, WriteUnjoinable)[0].raws == [line(2)] and [type(c) for c in cmds][-2:] == [WriteUnjoinable,
+                                                                                               Checkpoint]
     assert st.unresolved_ids() == {cid(1)} and st.statistics().join_failures == 1
 
 
@@ -171,15 +199,17 @@ def test_a_lost_answer_resolves_the_event_as_lost_never_retried_nor_a_prevented_
     """LOST: registered, its output write failed, in the joiner's lost-ids ledger: the recovery job's now."""
     clock = FakeClock()
     st = state(batch_size=10)
-    [send] = of(st.handle(LinesRead([chunk([line(1), line(2), line(1)])], clock.now_us())), SendBatch)
-    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.LOST, Outcome.JOINED], clock.advance(1)))
+    saved = Saved()
+    [send] = of(saved.take(st.handle(LinesRead([chunk([line(1), line(2), line(1)])], clock.now_us()))), SendBatch)
+    cmds = saved.take(st.handle(JoinAnswered(send.batch_id, [Outcome.LOST, Outcome.JOINED], clock.advance(1))))
     assert of(cmds, WriteUnjoinable) == []
     s = st.statistics()
     assert (s.lost, s.joined, s.wasted_joins, s.retry_queue) == (1, 1, 0, 0)
     assert s.already_registered == 1              # the second line of the lost id: a real duplicate
     assert st.unresolved_ids() == set() and st.next_due_us() is None
-    [cp] = of(st.handle(TimePassed(clock.advance(S))), Checkpoint)
-    assert cp.snapshot["events"] == [] and cp.snapshot["counters"]["lost"] == 1
+    [cp] = of(saved.take(st.handle(TimePassed(clock.advance(S)))), Checkpoint)
+    assert cp.delta["gone"] == [cid(1), cid(2)]          # both were in the first (full) checkpoint
+    assert saved.snap["events"] == [] and saved.snap["counters"]["lost"] == 1
 
 
 def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
@@ -202,6 +232,7 @@ def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
     [send] = of(st.handle(LinesRead([chunk([line(3), line(3, extra=2)], start=2000)], clock.now_us())),
                 SendBatch)
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.UNJOINABLE], clock.advance(1)))
+    cmds += st.handle(StopRequested(clock.advance(1)))       # a stop writes them too, before its checkpoint
     assert of(cmds, WriteUnjoinable)[0].raws == [line(3), line(3, extra=2)]
     assert st.statistics().unjoinable == 2
 
@@ -230,23 +261,27 @@ def test_bad_records_are_quarantined_with_their_offsets_and_the_good_ones_go_on(
 def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     clock = FakeClock()
     st = state(batch_size=2, max_in_flight=2)
+    saved = Saved()
     t0 = clock.now_us()
     ch = chunk([line(i) for i in range(1, 7)] + [line(6)])
-    cmds = st.handle(LinesRead([ch], t0))
+    cmds = saved.take(st.handle(LinesRead([ch], t0)))
     b1, b2 = of(cmds, SendBatch)
-    [cp] = of(cmds, Checkpoint)
+    [cp] = of(cmds, Checkpoint)                 # the first one is full
     assert len(cp.snapshot["events"]) == 6 and cp.snapshot["offsets"] == {"w0/clicks-1.jsonl": ch.end}
     clock.advance(S)
-    cmds = st.handle(JoinAnswered(b1.batch_id, [Outcome.JOINED, Outcome.NOT_FOUND], clock.now_us()))
+    cmds = saved.take(st.handle(JoinAnswered(b1.batch_id, [Outcome.JOINED, Outcome.NOT_FOUND], clock.now_us())))
     [b3] = of(cmds, SendBatch)  # ids 3, 4 in b2 still in flight, 2 waits for a retry, 5, 6 now in b3
-    [cp] = of(cmds, Checkpoint)
-    snap = orjson.loads(orjson.dumps(cp.snapshot))  # what the file holds
+    [cp] = of(cmds, Checkpoint)                 # later ones only say what changed
+    assert cp.snapshot is None and cp.delta["add"] == [] and cp.delta["gone"] == [cid(1)]
+    assert sorted(cp.delta["sent"]) == [cid(5), cid(6)]
+    snap = saved.snap  # what the files hold
     assert snap["format"] == 1 and snap["written_at_us"] == clock.now_us()
     events = {e[0]: e for e in snap["events"]}
     assert set(events) == {cid(i) for i in range(2, 7)}
     assert events[cid(2)] == [cid(2), qid(2), line(2).decode(), t0, 1, []]
     assert events[cid(6)] == [cid(6), qid(6), line(6).decode(), t0, 1, [line(6).decode()]]
     assert snap["counters"]["joined"] == 1
+    assert snap["events"] == orjson.loads(orjson.dumps(st.snapshot(clock.now_us())))["events"]
     # no change, no checkpoint; a change before the interval waits for it
     assert of(st.handle(TimePassed(clock.advance(S))), Checkpoint) == []
 
@@ -271,17 +306,49 @@ def test_checkpoints_come_at_most_once_per_interval():
     assert of(st.handle(TimePassed(clock.advance(300_000))), Checkpoint) == []
 
 
-def test_checkpoints_are_spaced_out_in_proportion_to_what_they_hold():
+def test_a_delta_holds_only_what_changed_and_events_resolved_between_checkpoints_are_in_none():
     clock = FakeClock()
     st = state(batch_size=10, max_in_flight=1)
-    every = st.checkpoint_interval_us()
-    lines = [line(i) for i in range(1, 25_001)]             # 25,000 unresolved: 2 intervals per checkpoint
-    assert of(st.handle(LinesRead([chunk(lines)], clock.now_us())), Checkpoint)
-    assert st.checkpoint_interval_us() == 2 * every
-    # a change 1.5 intervals after the last checkpoint: a fixed interval would write now; this waits
-    assert of(st.handle(LinesRead([chunk([line(30_000)], start=10**7)], clock.advance(every * 3 // 2))),
-              Checkpoint) == []
-    assert of(st.handle(TimePassed(clock.advance(every))), Checkpoint)
+    saved = Saved()
+    lines = [line(i) for i in range(1, 20_001)]                 # 20,000 unresolved: the first checkpoint
+    cmds = saved.take(st.handle(LinesRead([chunk(lines)], clock.now_us())))
+    assert len(of(cmds, Checkpoint)[0].snapshot["events"]) == 20_000
+    [send] = of(cmds, SendBatch)
+    # a new click read, sent and joined before the next checkpoint, one old one joined: neither is rewritten
+    cmds = saved.take(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
+    [cp] = of(cmds, Checkpoint)
+    assert (cp.snapshot, cp.delta["add"], len(cp.delta["gone"]), len(cp.delta["sent"])) == (None, [], 10, 10)
+    assert len(orjson.dumps(cp.delta)) < 2_000
+    assert len(saved.snap["events"]) == 19_990
+    [send] = of(cmds, SendBatch)
+    cmds = saved.take(st.handle(LinesRead([chunk([line(30_000), line(30_000, extra=1)], start=10**7)],
+                                          clock.now_us()),
+                                JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
+    [cp] = of(cmds, Checkpoint)
+    assert [e[0] for e in cp.delta["add"]] == [cid(30_000)] and cp.delta["add"][0][5] == [line(30_000, extra=1).decode()]
+    assert saved.snap["events"] == orjson.loads(orjson.dumps(st.snapshot(clock.now_us())))["events"]
+    assert saved.snap["offsets"] == st.offsets and saved.snap["counters"]["joined"] == 20
+    assert (saved.full, saved.deltas) == (1, 2)
+
+
+def test_a_full_checkpoint_replaces_the_journal_once_it_outgrows_the_unresolved_events(monkeypatch):
+    import dispatcher._state as core
+    monkeypatch.setattr(core, "JOURNAL_COMPACT_MIN_ENTRIES", 20)
+    clock = FakeClock()
+    st = state(batch_size=5, max_in_flight=1)
+    saved = Saved()
+    [send] = of(saved.take(st.handle(LinesRead([chunk([line(i) for i in range(1, 9)])], clock.now_us()))),
+                SendBatch)
+    kinds = []
+    for _ in range(6):           # every answer NOT_FOUND: only "sent" entries, 5 per checkpoint
+        cmds = saved.take(st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND] * len(send.ids),
+                                                 clock.advance(S))))
+        clock.set(st.next_due_us())
+        cmds += saved.take(st.handle(TimePassed(clock.now_us())))
+        kinds += ["full" if cp.snapshot is not None else "delta" for cp in of(cmds, Checkpoint)]
+        [send] = of(cmds, SendBatch)
+    assert "full" in kinds and kinds[0] == "delta"
+    assert saved.snap["events"] == orjson.loads(orjson.dumps(st.snapshot(clock.now_us())))["events"]
 
 
 def test_caught_up_only_when_the_scan_was_empty_and_nothing_is_unresolved():
@@ -346,3 +413,75 @@ def test_a_recovered_click_is_never_dropped_on_a_lookup_the_commit_decides():
     again = state(lookups=True, restore=snap)
     [lk] = of(again.handle(TimePassed(clock.advance(10))), Lookup)
     assert of(again.handle(LookupAnswered(lk.batch_id, [True], clock.advance(10))), SendBatch)[0].ids == [cid(1)]
+
+
+def test_clicks_throttled_while_the_store_catches_up_wait_for_it_instead_of_backing_off():
+    """A cold start: the event store is still reading its backlog, so a click whose query it has not read
+    comes back THROTTLED with store_behind. It waits (no retry by backoff) until an answer says the store
+    is no longer behind; meanwhile one batch of them goes out every STORE_PROBE_EVERY_US as a probe."""
+    from dispatcher._state import STORE_PROBE_EVERY_US
+    clock = FakeClock()
+    st = state(batch_size=2, max_in_flight=1)
+    [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 6)])], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(2)]
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.JOINED], clock.advance(1_000),
+                                  store_behind=True))
+    [send] = of(cmds, SendBatch)                        # new clicks go on being sent at once
+    assert send.ids == [cid(3), cid(4)] and st.statistics().waiting_for_store == 1
+    assert st.statistics().retry_queue == 0 and not st.caught_up
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED, Outcome.THROTTLED], clock.advance(1_000),
+                                  store_behind=True))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(5)] and st.statistics().waiting_for_store == 3
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.advance(1_000), store_behind=True))
+    assert of(cmds, SendBatch) == []                    # nothing out: the next probe is due later, not a backoff
+    probe_at = st.next_due_us()
+    assert probe_at > clock.now_us() and st.statistics().waiting_for_store == 4
+    clock.set(probe_at)
+    [probe] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    assert probe.ids == [cid(1), cid(3)]                # the longest waiting, one batch
+    cmds = st.handle(JoinAnswered(probe.batch_id, [Outcome.THROTTLED, Outcome.THROTTLED], clock.advance(1_000),
+                                  store_behind=True))
+    assert of(cmds, SendBatch) == [] and st.next_due_us() >= clock.now_us() + STORE_PROBE_EVERY_US - 1_000
+    clock.set(st.next_due_us())
+    [probe] = of(st.handle(TimePassed(clock.now_us())), SendBatch)
+    assert probe.ids == [cid(4), cid(5)]
+    # the store has caught up: everything still waiting goes out at once
+    cmds = st.handle(JoinAnswered(probe.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000)))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(1), cid(3)] and st.statistics().waiting_for_store == 0
+    st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000)))
+    s = st.statistics()
+    assert (s.joined, s.unjoinable) == (5, 0) and s.attempts == 11 and st.unresolved_ids() == set()
+
+
+def test_a_click_waits_for_the_store_at_most_the_longest_retry_delay_while_answers_keep_coming():
+    """Answers that keep saying "behind" while new clicks flow send no probe, and hold no click back longer
+    than the longest retry delay (here 1 s)."""
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=1, retry_max_s=1.0)
+    [send] = of(st.handle(LinesRead([chunk([line(1)])], clock.now_us())), SendBatch)
+    sent, pos = [], 100
+    for n in range(2, 40):        # one new click per 50 ms; every answer THROTTLED with store_behind
+        sent.append((clock.now_us(), send.ids))
+        new = chunk([line(n)], start=pos)
+        pos = new.end
+        cmds = st.handle(LinesRead([new], clock.advance(50_000)),
+                         JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.now_us(), store_behind=True))
+        [send] = of(cmds, SendBatch)
+    times = [t for t, ids in sent if ids == [cid(1)]]
+    assert len(times) == 2                                  # no probe while answers keep coming ...
+    assert S <= times[1] - times[0] <= S + 150_000          # ... and released once it waited 1 s
+    assert st.statistics().waiting_for_store > 0
+
+
+def test_a_delta_of_an_id_resolved_and_read_again_keeps_the_new_event():
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=1)
+    saved = Saved()
+    [send] = of(saved.take(st.handle(LinesRead([chunk([line(1)])], clock.now_us()))), SendBatch)   # full
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(1_000)),
+                     LinesRead([chunk([line(1, extra=1)], start=500)], clock.advance(1_000)))
+    saved.take(cmds + st.handle(TimePassed(clock.advance(S))))
+    assert [e[0] for e in saved.snap["events"]] == [cid(1)] == list(st.unresolved_ids())
+    assert saved.snap["events"][0][2] == line(1, extra=1).decode()
