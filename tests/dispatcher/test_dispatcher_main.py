@@ -9,7 +9,7 @@ from dispatcher_helpers import write_config
 
 def test_front_door_exports():
     assert sorted(dispatcher.__all__) == ["Dispatcher", "DispatcherConfig", "DispatcherLocked", "DispatcherState",
-                                          "DispatcherStatistics", "plan_processes", "read_status", "serve"]
+                                          "DispatcherStatistics", "RegionShare", "plan_processes", "read_status", "serve"]
     import photon
     assert dispatcher.DispatcherConfig is photon.DispatcherConfig
 
