@@ -215,13 +215,15 @@ def storage_kind(url: str | os.PathLike) -> StorageKind:
     return kind
 
 
-def open_output_sink(url: str, prefix: str, *, staging: str | Path | None = None, s3=None, **writer_options):
+def open_output_sink(url: str, prefix: str, *, staging: str | Path | None = None, s3=None, records: bool = True,
+                     **writer_options):
     """An :class:`OutputSink` writing ``prefix``'s files to the output folder ``url``: a
     :class:`photon.RollingWriter` over ``url`` itself when the kind is :attr:`~StorageKind.in_place`, else
-    over ``staging`` (required then) with the kind's checked publisher. ``writer_options``: the writer's."""
+    over ``staging`` (required then) with the kind's checked publisher (publishing freshness records unless
+    ``records`` is false). ``writer_options``: the writer's."""
     from photon._writer import RollingWriter
     kind = storage_kind(url)
-    publisher = kind.publisher(url, s3, records=True)
+    publisher = kind.publisher(url, s3, records=records)
     if publisher is None:
         return RollingWriter(kind.local_folder(url), prefix, **writer_options)
     if staging is None:
