@@ -211,7 +211,17 @@ class Bench:
         # peak
         c0, i0 = self.leader_counters()
         t0 = time.monotonic()
-        peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
+        profiler = None
+        if getattr(a, "profile", None):     # py-spy on every replica process, for the peak phase only
+            from bench._profile import Profiler
+            profiler = Profiler(Path(a.profile))
+            for p in self.procs:
+                profiler.attach(p.pid, "replica")
+        try:
+            peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
+        finally:
+            if profiler is not None:
+                profiler.stop()
         c1, i1 = self.leader_counters()
         elapsed = time.monotonic() - t0 - 1.5
         ok = sum(o["ok"] for o in peak)
@@ -313,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="for that figure, commit (1 + this) x --memory-ids ids while GC keeps about "
                              "--memory-ids held")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", default=None,
+                        help="folder for py-spy profiles of every replica process during the peak phase "
+                             "(summarise with python -m bench._profile DIR)")
     # worker mode (internal)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--endpoints", help=argparse.SUPPRESS)

@@ -31,9 +31,9 @@ from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
 from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, storage_failed
 from photon.rpc import open_channel
-from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
+from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
-                               bucket_width_us, validate_ids)
+                               bucket_width_us, pack_ids, validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -205,10 +205,11 @@ class ReplicaServer:
         validate_ids(ids)
         wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
         if not wrong:
-            return self.batcher.run((OP_COMMIT, token, list(ids), self.clock.now_us()), len(ids))
+            return self.batcher.run((OP_COMMIT_RUNS, token, pack_ids(ids), self.clock.now_us()), len(ids))
         wrong_set = set(wrong)
         mine = [i for n, i in enumerate(ids) if n not in wrong_set]
-        decided = iter(self.batcher.run((OP_COMMIT, token, mine, self.clock.now_us()), len(mine)) if mine else b"")
+        decided = iter(self.batcher.run((OP_COMMIT_RUNS, token, pack_ids(mine), self.clock.now_us()), len(mine))
+                       if mine else b"")
         return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
 
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
