@@ -94,6 +94,7 @@ def worker(args) -> None:
                     time.sleep(ahead)   # pacing a load generator, not waiting for a condition
         ended_wall = time.time()
         with lock:
+            out["cpu_s"] = round(time.process_time(), 3)
             out["began_s"] = min(out.get("began_s", began_wall), began_wall)
             out["ended_s"] = max(out.get("ended_s", ended_wall), ended_wall)
             out["ok"] += ok
@@ -217,11 +218,15 @@ class Bench:
             profiler = Profiler(Path(a.profile))
             for p in self.procs:
                 profiler.attach(p.pid, "replica")
+        import psutil
+        replicas = [psutil.Process(p.pid) for p in self.procs]
+        cpu0 = [sum(r.cpu_times()[:2]) for r in replicas]
         try:
             peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
         finally:
             if profiler is not None:
                 profiler.stop()
+        cpu = [sum(r.cpu_times()[:2]) - c for r, c in zip(replicas, cpu0)]
         c1, i1 = self.leader_counters()
         elapsed = time.monotonic() - t0 - 1.5
         ok = sum(o["ok"] for o in peak)
@@ -232,6 +237,9 @@ class Bench:
         figures["commit_p99_ms"] = round(percentile(lat, 99), 2)
         figures["ids_per_command"] = round((i1 - i0) / max(1, c1 - c0), 1)
         figures["raft_commands_per_s"] = round((c1 - c0) / max(elapsed, a.duration), 1)
+        # CPU-seconds per million ids committed in the peak phase (user + system): each replica, the clients
+        figures["replica_cpu_s_per_m_ids"] = sorted((round(c * 1e6 / max(1, ok), 2) for c in cpu), reverse=True)
+        figures["client_cpu_s_per_m_ids"] = round(sum(o["cpu_s"] for o in peak) * 1e6 / max(1, ok), 2)
         leader = next(r for r in self.client.status() if r.get("is_leader"))
         figures["leader_fsyncs"] = leader["fsyncs"]
         figures["leader_fsync_ms_mean"] = leader["fsync_ms_mean"]
