@@ -57,7 +57,6 @@ them to :data:`NO_TOKEN`; once every id of a run is cleared, the run drops its t
 from __future__ import annotations
 
 import enum
-import re
 import sys
 from array import array
 from bisect import bisect_left
@@ -67,7 +66,6 @@ from dataclasses import dataclass, field
 import mmh3
 
 from photon import id_timestamp_us, is_event_id, parse_event_id
-from photon._ids import ID_REGEX
 
 OP_COMMIT = 0
 OP_ADVANCE_GC = 1
@@ -108,21 +106,8 @@ def shard_of(event_id: str, n_shards: int) -> int:
     return 0 if n_shards == 1 else mmh3.hash(event_id, signed=False) % n_shards
 
 
-_IDS_RE = re.compile(r"(?:%s\n)*%s\Z" % (ID_REGEX, ID_REGEX))
-"""A whole batch of ids, one per line: one regular-expression match instead of one per id."""
-
-
 def validate_ids(ids) -> None:
     """Raise :class:`photon.BadEventId` naming the first malformed id (the same rule every room uses)."""
-    if not isinstance(ids, (list, tuple)):
-        ids = list(ids)
-    try:
-        joined = "\n".join(ids)
-    except TypeError:              # something that is not a string: the loop below names it
-        joined = None
-    # an id holding a newline would split into two lines: the line count must match the ids
-    if joined is not None and joined.count("\n") == len(ids) - 1 and _IDS_RE.match(joined):
-        return
     for event_id in ids:
         if type(event_id) is not str or not is_event_id(event_id):
             parse_event_id(event_id)      # raises with the precise reason
