@@ -21,7 +21,10 @@ its own token, and the growth of each replica process's resident memory is divid
 such as the memory-mapped Raft journal; ``replica_rss_bytes_per_id_max``: the largest over replicas).
 
 Prints a table, or with ``--json`` one JSON object on its last line (ids_per_s, commit_p50_ms,
-commit_p99_ms, ids_per_command, raft_commands_per_s, bytes_per_id, replica_rss_bytes_per_id, ...).
+commit_p99_ms, ids_per_command, raft_commands_per_s, replica_cpu_s_per_m_ids (CPU-seconds per million ids
+committed in the peak phase, each replica, largest first), client_cpu_s_per_m_ids, bytes_per_id,
+replica_rss_bytes_per_id, ...). ``--profile DIR`` records a py-spy profile of every replica process during
+the peak phase (``python -m bench._profile DIR`` summarises them).
 """
 from __future__ import annotations
 
