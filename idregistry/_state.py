@@ -472,7 +472,7 @@ class ShardState:
         # strictly increasing timestamps inside one bucket, all after what that process already holds there
         # (the usual shape), is appended in bulk; anything else goes id by id.
         number, new_token = self._token_number(token, now_us)
-        boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
+        boundary, width = self.gc_boundary_us, self.bucket_us
         results = bytearray()                  # zero == CommitResult.OK
         added = 0
         newest = -1                            # the newest bucket holding an id under this token
@@ -486,12 +486,7 @@ class ShardState:
             b = first // width
             if first >= boundary and last // width == b and (count == 1 or all(map(lt, stamps, stamps[1:]))):
                 base = b * width
-                bucket = buckets.get(b)
-                if bucket is None:
-                    bucket = buckets[b] = {}
-                run = bucket.get(prefix)
-                if run is None:
-                    run = bucket[prefix] = _Run()
+                run = self._run_of(b, prefix)
                 offsets = run.offsets
                 if not offsets or offsets[-1] < first - base:
                     offsets.extend(array("I", map(base.__rsub__, stamps)))     # stamp - base, for each
@@ -513,10 +508,20 @@ class ShardState:
             self._forget_token(number)         # no id refers to it (all refused or already held)
         return bytes(results)
 
+    def _run_of(self, b: int, prefix: str) -> "_Run":
+        """The run of one process's ids (``prefix``) in bucket ``b``, made empty when there is none yet."""
+        bucket = self.buckets.get(b)
+        if bucket is None:
+            bucket = self.buckets[b] = {}
+        run = bucket.get(prefix)
+        if run is None:
+            run = bucket[prefix] = _Run()
+        return run
+
     def _commit_one_by_one(self, number: int, prefix: str, stamps, results: bytearray) -> tuple[int, int]:
         """Insert each of one process's ``stamps`` iff absent, appending one result per id to ``results``;
         returns ``(ids added, newest bucket touched or -1)``."""
-        boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
+        boundary, width = self.gc_boundary_us, self.bucket_us
         last_b = None
         run = None
         added = 0
@@ -527,13 +532,8 @@ class ShardState:
                 continue
             b = ts // width
             if b != last_b:
-                bucket = buckets.get(b)
-                if bucket is None:
-                    bucket = buckets[b] = {}
-                run = bucket.get(prefix)
-                if run is None:
-                    run = bucket[prefix] = _Run()
-                elif run.tokens is None:
+                run = self._run_of(b, prefix)
+                if run.tokens is None:
                     run.token_array()
                 last_b = b
                 if b > newest:
