@@ -158,6 +158,7 @@ class Dispatcher:
         self._waiting_for_disk = ""      # why the dispatcher is paused on a failing write ("" when not)
         self._abandoned = False          # stopped with a write not done: no final checkpoint
         self._next_quarantine_sync = 0
+        self._leaders = None                  # the registry-leader follower, from start() on
 
     # ------------------------------------------------------------ lifecycle
 
@@ -417,7 +418,7 @@ class Dispatcher:
                     log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
             self._publish_status()
         finally:
-            if getattr(self, "_leaders", None) is not None:
+            if self._leaders is not None:
                 self._leaders.stop()
             for _ in self._lookup_workers:
                 self._lookup_tasks.put(None)
