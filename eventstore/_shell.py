@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 from photon import EventIds, Quarantine, write_atomic
@@ -94,7 +95,7 @@ class CacheEventStore:
                  quarantine_dir: str | Path, options: ReaderOptions | None = None) -> None:
         self.region = region
         self.options = opts = options or ReaderOptions()
-        self.cache = EventCache(max_bytes)
+        self.cache = EventCache(max_bytes, id_field.id_field if isinstance(id_field, EventIds) else id_field)
         self.files = open_primary(primary_root, s3=opts.s3)
         self._id_field = id_field
         self._ring = HashRing(opts.servers, opts.vnodes) if opts.servers > 1 else None
@@ -152,11 +153,8 @@ class CacheEventStore:
         keys: list[str] | None = [] if self._custom and offsets is not None else None
         good, bad = index_primary_lines(chunk, self._id_field, offsets, keys)
         if offsets is not None:
-            observe, out = self._emitter.observe, []
-            for event_id, off in zip(keys if keys is not None else (g[0] for g in good), offsets):
-                entry = observe(chunk.file, off, event_id)
-                if entry is not None:
-                    out.append(entry.to_json())
+            out = [e.to_json() for e in self._emitter.observe_many(
+                chunk.file, offsets, keys if keys is not None else list(map(itemgetter(0), good)))]
             if out:
                 self._map_out.write(out)
                 self._map_written += len(out)
@@ -280,11 +278,16 @@ class InMemoryEventStore:
     """The in-process twin of :class:`~eventstore.EventStoreClient`: events are ``put`` by the caller
     instead of read from logs. Same byte-bounded LRU, same ``lookup`` contract. Thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20) -> None:
-        self.cache = EventCache(max_bytes)
+    def __init__(self, max_bytes: int = 64 << 20, id_field: str | None = None) -> None:
+        self.cache = EventCache(max_bytes, id_field)
 
     def put(self, event_id: str, raw: bytes) -> None:
         self.cache.put(event_id, raw)
+
+    def put_many(self, events: list[tuple[str, bytes]]) -> None:
+        """Put events together (one block of the LRU per up to 1,024), as the primary reader does. Given
+        ``id_field``, each line is a JSON object holding its id there (the reader's lines)."""
+        self.cache.put_many(events)
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         return self.cache.lookup(ids)
