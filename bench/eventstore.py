@@ -13,7 +13,7 @@ Writes ``--mb`` MB of primary logs (3 writers, one hour of event time, 64 MB fil
 * the cache in process (``--cache-queries`` generated query lines, no I/O): memory per cached query
   (tracemalloc, every allocation the cache keeps, divided by the queries held) against the mean raw line,
   the cache's own byte count against that memory, and CPU per query line (``time.process_time``) of
-  indexing (``index_primary_lines``), ``put_many`` and ``lookup`` (batches of 100 ids).
+  indexing (``index_lines``), ``put_lines`` and ``lookup`` (batches of 100 ids).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from bench._common import emit, percentile
 
 import eventstore
-from eventstore import EventStoreClient, InMemoryEventStore, index_primary_lines
+from eventstore import EventStoreClient, InMemoryEventStore, index_lines
 from photon import LogChunk, format_event_id, list_log_files, parse_config, wait_until
 
 WRITERS = 3
@@ -111,7 +111,7 @@ def hit_ratio(cache_mb: float, queries: int, seed: int = 3) -> float:
     sigma 2: a tail of hours). Each click looks its query up in a cache of ``cache_mb`` fed in time order,
     100 queries (1 s) at a time."""
     rng = random.Random(seed)
-    cache = InMemoryEventStore(int(cache_mb * (1 << 20)), "query_id")
+    cache = InMemoryEventStore(int(cache_mb * (1 << 20)))
     clicks = []
     for i in range(queries):
         if rng.random() < 0.1:
@@ -142,18 +142,18 @@ def _query_chunks(n: int, per_chunk: int = 2000):
 
 def cache_in_process(n: int) -> dict:
     """Memory and CPU of the cache alone over ``n`` query lines (see the module docstring)."""
-    cache = InMemoryEventStore(1 << 34, "query_id")
+    cache = InMemoryEventStore(1 << 34)
     raw_bytes = held = 0
     gc.collect()
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
         for chunk in _query_chunks(n):
-            good, _ = index_primary_lines(chunk, "query_id")
-            raw_bytes += sum(len(r) for _, r in good)
-            held += len(good)
-            cache.put_many(good)
-            del good, chunk
+            found = index_lines(chunk, "query_id")
+            raw_bytes += sum(map(len, found.lines))
+            held += len(found.ids)
+            cache.put_lines(found.ids, found.lines, found.timed)
+            del found, chunk
         gc.collect()
         used = tracemalloc.get_traced_memory()[0] - base
     finally:
@@ -161,16 +161,16 @@ def cache_in_process(n: int) -> dict:
     counted = cache.status()["bytes"]
     del cache
     index_s = put_s = 0.0
-    cache = InMemoryEventStore(1 << 34, "query_id")
+    cache = InMemoryEventStore(1 << 34)
     ids = []
     for chunk in _query_chunks(n):
         t = time.process_time()
-        good, _ = index_primary_lines(chunk, "query_id")
+        found = index_lines(chunk, "query_id", [])
         t1 = time.process_time()
-        cache.put_many(good)
+        cache.put_lines(found.ids, found.lines, found.timed)
         put_s += time.process_time() - t1
         index_s += t1 - t
-        ids += [g[0] for g in good[::7]]
+        ids += found.ids[::7]
     rng = random.Random(6)
     batches = [[rng.choice(ids) for _ in range(100)] for _ in range(max(1, n // 100))]
     t = time.process_time()

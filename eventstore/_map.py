@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from itertools import islice, repeat
+from typing import Sequence
 from operator import itemgetter, le
 
 import orjson
@@ -112,21 +113,25 @@ class MapEmitter:
             return MapEntry(key, ts, file, offset)
         return None
 
-    def observe_many(self, file: str, offsets: list[int], event_ids: list[str]) -> list[MapEntry]:
+    def observe_many(self, file: str, offsets: list[int], event_ids: list[str],
+                     timed: "tuple[str, Sequence[int]] | None" = None) -> list[MapEntry]:
         """:meth:`observe` for lines of ``file`` in file order (increasing ``offsets``): the entries made.
+        ``timed``: ``(key, timestamps)`` when all the ids are of one key with increasing timestamps (see
+        ``eventstore._state.split_photon_ids``), else worked out here when it holds.
 
-        The usual chunk (one key, its timestamps never going back) is done without a step per line: from
-        each entry, the next one is the first line ``W`` µs or ``M`` bytes past it, found by bisection.
-        Other chunks go line by line."""
+        Such a chunk (the usual one) is done without a step per line: from each entry, the next one is
+        the first line ``W`` µs or ``M`` bytes past it, found by bisection. Others go line by line."""
         if not event_ids:
             return []
         if not self.per_line:
-            key = event_ids[0][:-TIMESTAMP_DIGITS - 1]
-            keys = list(map(itemgetter(slice(None, -TIMESTAMP_DIGITS - 1)), event_ids))
-            if keys.count(key) == len(keys):     # Photon ids, checked: a key, ":", 16 digits
-                tss = list(map(int, map(itemgetter(slice(-TIMESTAMP_DIGITS, None)), event_ids)))
-                if all(map(le, tss, islice(tss, 1, None))):
-                    return self._jump(file, key, offsets, tss)
+            if timed is None:
+                key = event_ids[0][:-TIMESTAMP_DIGITS - 1]
+                if list(map(itemgetter(slice(None, -TIMESTAMP_DIGITS - 1)), event_ids)).count(key) == len(event_ids):
+                    tss = list(map(int, map(itemgetter(slice(-TIMESTAMP_DIGITS, None)), event_ids)))
+                    if all(map(le, tss, islice(tss, 1, None))):
+                        timed = key, tss
+            if timed is not None:
+                return self._jump(file, timed[0], offsets, timed[1])
         return [e for e in map(self.observe, repeat(file), offsets, event_ids) if e is not None]
 
     def _jump(self, file: str, key: str, offsets: list[int], tss: list[int]) -> list[MapEntry]:

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import compress
 from pathlib import Path
 
 from photon import EventIds, Quarantine, write_atomic
@@ -34,7 +34,7 @@ from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
 from eventstore._ring import HashRing
 from eventstore._source import open_primary
-from eventstore._state import CacheStatistics, EventCache, index_primary_lines
+from eventstore._state import CacheStatistics, EventCache, index_lines
 
 log = logging.getLogger("photon.eventstore")
 
@@ -95,7 +95,7 @@ class CacheEventStore:
                  quarantine_dir: str | Path, options: ReaderOptions | None = None) -> None:
         self.region = region
         self.options = opts = options or ReaderOptions()
-        self.cache = EventCache(max_bytes, id_field.id_field if isinstance(id_field, EventIds) else id_field)
+        self.cache = EventCache(max_bytes)
         self.files = open_primary(primary_root, s3=opts.s3)
         self._id_field = id_field
         self._ring = HashRing(opts.servers, opts.vnodes) if opts.servers > 1 else None
@@ -151,23 +151,25 @@ class CacheEventStore:
         """Index one chunk: map entries (map writer only), then this shard's events into the cache."""
         offsets: list[int] | None = [] if emit and self._writes_map else None
         keys: list[str] | None = [] if self._custom and offsets is not None else None
-        good, bad = index_primary_lines(chunk, self._id_field, offsets, keys)
+        found = index_lines(chunk, self._id_field, offsets, keys)
+        ids, lines, timed = found.ids, found.lines, found.timed
         if offsets is not None:
-            out = [e.to_json() for e in self._emitter.observe_many(
-                chunk.file, offsets, keys if keys is not None else list(map(itemgetter(0), good)))]
-            if out:
-                self._map_out.write(out)
-                self._map_written += len(out)
+            entries = (self._emitter.observe_many(chunk.file, offsets, keys) if keys is not None
+                       else self._emitter.observe_many(chunk.file, offsets, ids, timed))
+            if entries:
+                self._map_out.write([e.to_json() for e in entries])
+                self._map_written += len(entries)
         if self._ring is not None:
             owner, me = self._ring.server_for, self.options.shard
-            good = [g for g in good if owner(g[0]) == me]
-        self.cache.put_many(good)
+            mine = [owner(i) == me for i in ids]
+            ids, lines, timed = list(compress(ids, mine)), list(compress(lines, mine)), None
+        self.cache.put_lines(ids, lines, timed)
         if emit:
-            self._bad += len(bad)
+            self._bad += len(found.bad)
             if self._quarantine is not None:
-                for b in bad:
+                for b in found.bad:
                     self._quarantine.add(b.file, b.offset, b.reason, b.raw)
-        return len(good)
+        return len(ids)
 
     def warm(self) -> int:
         """Re-read the recent tail (``warm_tail_s`` of event time, found through the map) up to the resume
@@ -278,16 +280,20 @@ class InMemoryEventStore:
     """The in-process twin of :class:`~eventstore.EventStoreClient`: events are ``put`` by the caller
     instead of read from logs. Same byte-bounded LRU, same ``lookup`` contract. Thread-safe."""
 
-    def __init__(self, max_bytes: int = 64 << 20, id_field: str | None = None) -> None:
-        self.cache = EventCache(max_bytes, id_field)
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.cache = EventCache(max_bytes)
 
     def put(self, event_id: str, raw: bytes) -> None:
         self.cache.put(event_id, raw)
 
     def put_many(self, events: list[tuple[str, bytes]]) -> None:
-        """Put events together (one block of the LRU per up to 1,024), as the primary reader does. Given
-        ``id_field``, each line is a JSON object holding its id there (the reader's lines)."""
+        """Put events together (one block of the LRU per up to 1,024), as the primary reader does."""
         self.cache.put_many(events)
+
+    def put_lines(self, ids: list[str], lines: list[bytes], timed=None) -> None:
+        """``put_many`` of ``zip(ids, lines)``, as the primary reader puts an :func:`~eventstore.index_lines`
+        result (``timed``: its ``timed``)."""
+        self.cache.put_lines(ids, lines, timed)
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         return self.cache.lookup(ids)

@@ -9,29 +9,29 @@ from __future__ import annotations
 import re
 import threading
 from array import array
-from bisect import bisect_right
-from collections import deque
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
-from operator import add, and_, eq, ge, itemgetter, mod, ne
+from itertools import accumulate, compress, islice
+from operator import itemgetter, lt
 
 import cachetools
 import orjson
 
-from photon import ID_REGEX, BadEventId, EventIds, LogChunk, is_event_id, parse_event_id, parse_record
+from photon import ID_REGEX, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, is_event_id, parse_event_id, parse_record
 
-ENTRY_OVERHEAD_BYTES = 28
-"""Bytes charged per cached event on top of its raw line: 4 for its offset in its block, 12 for its slot of
-the id index (a hash and a link) times the slots kept per event (1.1-1.5), and 4 for a bucket head times
-the heads per event (0.55-1.5). tests/eventstore/test_es_cache.py measures the whole cache with tracemalloc."""
+ENTRY_OVERHEAD_BYTES = 12
+"""Bytes charged per cached event with a Photon id on top of its raw line: 8 for its timestamp and 4 for its
+offset in its block (see :class:`EventCache`). tests/eventstore/test_es_cache.py measures the whole cache
+with tracemalloc."""
 
-BLOCK_OVERHEAD_BYTES = 480
-"""Bytes charged per block on top of its events: the block object, its lines' ``bytes`` header, its offsets
-array and its entry in the LRU (measured for blocks of one event, the worst case)."""
+KEYED_ENTRY_BYTES = 150
+"""Bytes charged, on top of its line's and its id's lengths, per cached event whose id is kept (an id that
+is not a Photon id, or a block whose ids do not run in time order): its offset, the id ``str``, its packed
+position (an ``int``) and its entry in the id dict."""
 
-KEPT_ID_BYTES = 57
-"""Bytes charged, on top of the id's length, per event of a cache without ``id_field`` (the in-process
-twin): its id is kept as a ``str`` beside its line."""
+BLOCK_OVERHEAD_BYTES = 560
+"""Bytes charged per block on top of its events: the block object, its lines' ``bytes`` header, its arrays
+and its entries in the LRU and the timeline (measured for blocks of one event, the worst case)."""
 
 BLOCK_EVENTS = 1024
 """At most this many events share one block of the LRU (see :class:`EventCache`)."""
@@ -39,17 +39,35 @@ BLOCK_EVENTS = 1024
 BLOCKS_PER_CACHE = 64
 """A block is also kept under ``1/BLOCKS_PER_CACHE`` of the byte bound, so an eviction frees a small part."""
 
-_MIN_SLOTS = 4096
-_SLOT_LOAD = 0.9                # the slot ring is rebuilt larger when live slots would pass this share
-_SLOT_GROWTH = 1.5              # ... with this many slots per live slot
-_REF_LIMIT = (1 << 32) - 1      # refs are array('I') values: past this, every live block is renumbered
+_TS = TIMESTAMP_DIGITS
+_SHIFT = 10                     # a kept id's position: block key << _SHIFT | index in its block
+assert BLOCK_EVENTS == 1 << _SHIFT
+_LOW = BLOCK_EVENTS - 1
+_NO_TIMES = array("q")
 
 
 def entry_size(raw: bytes, event_id: str | None = None) -> int:
     """The bytes one cached event is charged against ``[eventstore].cache_mb`` (besides its block's
-    :data:`BLOCK_OVERHEAD_BYTES`); given ``event_id``, as in a cache that keeps ids (no ``id_field``)."""
-    kept = 0 if event_id is None else KEPT_ID_BYTES + len(event_id)
-    return len(raw) + ENTRY_OVERHEAD_BYTES + kept
+    :data:`BLOCK_OVERHEAD_BYTES`): with no ``event_id`` (or a Photon id put in time order), a timed
+    event's; given an ``event_id`` that is kept, a keyed one's."""
+    if event_id is None:
+        return len(raw) + ENTRY_OVERHEAD_BYTES
+    return len(raw) + KEYED_ENTRY_BYTES + len(event_id)
+
+
+def split_photon_ids(ids) -> tuple[str, array] | None:
+    """``(key, timestamps)`` when every one of ``ids`` is ``<key>:<16 digits>`` with one ``key`` and the
+    timestamps strictly increasing (one writer's events in file order), else None. One regular-expression
+    pass over them all; ``key`` itself is not checked (``photon.is_event_id`` of one id does that)."""
+    n = len(ids)
+    key = ids[0][:-_TS - 1]
+    joined = "\n".join(ids)
+    if not key or joined.count("\n") != n - 1:
+        return None
+    tails = re.findall(r"^%s:([0-9]{%d})$" % (re.escape(key), _TS), joined, re.MULTILINE)
+    if len(tails) != n or (n > 1 and not all(map(lt, tails, islice(tails, 1, None)))):
+        return None                           # (equal-width digits: text order is number order)
+    return key, array("q", map(int, tails))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,25 +86,63 @@ class CacheStatistics:
 
 class _Block:
     """Events put together: their lines concatenated in ``blob`` (event ``i`` is ``blob[offs[i]:offs[i+1]]``),
-    held in the slots of refs ``base .. base + n - 1`` of the id index, and their ids when the cache keeps
-    them (no ``id_field``)."""
-    __slots__ = ("key", "base", "n", "blob", "offs", "ids", "live", "dead", "charged", "live_bytes")
+    and either their ids as one key and increasing timestamps (a *timed* block: event ``i``'s id is
+    ``f"{id_key}:{tss[i]:016d}"``) or kept in the cache's id dict (a *keyed* block, ``id_key`` None)."""
+    __slots__ = ("key", "blob", "offs", "id_key", "tss", "ids", "replaced", "live", "charged", "live_bytes")
 
-    def __init__(self, key: int, base: int, blob: bytes, offs: array, ids: tuple | None) -> None:
+    def __init__(self, key: int, blob: bytes, offs: array, id_key: str | None, tss: array, ids) -> None:
         self.key = key          # its key in the LRU
-        self.base = base
-        self.n = len(offs) - 1
         self.blob = blob
         self.offs = offs
-        self.ids = ids
-        self.live = self.n      # events not replaced since
-        self.dead = False       # evicted, or every event replaced: its slots hold nothing
+        self.id_key = id_key
+        self.tss = tss
+        self.ids = ids          # a keyed block's ids (None for a timed one)
+        self.replaced: set[int] | None = None   # events whose id was put again since
+        self.live = len(offs) - 1
         self.charged = 0        # what the LRU counts for this block (fixed once cached)
         self.live_bytes = 0     # the part still held: replaced events leave the block
 
+    def line(self, i: int) -> bytes:
+        return self.blob[self.offs[i]:self.offs[i + 1]]
+
+
+class _Timeline:
+    """The timed blocks of one id key, by first timestamp. ``overlap``: the spans of time of some of them
+    intersect (then a lookup may have to look in more than one block, and a put may repeat ids held)."""
+    __slots__ = ("starts", "blocks", "overlap")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.blocks: list[_Block] = []
+        self.overlap = False
+
+    def place(self, lo: int, hi: int) -> tuple[int, bool]:
+        """Where a block spanning ``lo .. hi`` goes, and whether it would intersect a block held."""
+        i = bisect_right(self.starts, lo)
+        meets = (i > 0 and self.blocks[i - 1].tss[-1] >= lo) or (i < len(self.starts) and self.starts[i] <= hi)
+        return i, meets or self.overlap
+
+    def add(self, i: int, meets: bool, block: _Block) -> None:
+        self.overlap = self.overlap or meets
+        self.starts.insert(i, block.tss[0])
+        self.blocks.insert(i, block)
+
+    def remove(self, block: _Block) -> None:
+        i = 0 if self.blocks[0] is block else self.blocks.index(block)
+        del self.starts[i], self.blocks[i]
+        if self.overlap:      # sorted by start, spans intersect iff two neighbours' do
+            self.overlap = any(a.tss[-1] >= b.tss[0] for a, b in zip(self.blocks, islice(self.blocks, 1, None)))
+
+    def holding(self, ts: int):
+        """The blocks whose span may hold ``ts``."""
+        i = bisect_right(self.starts, ts)
+        if not self.overlap:
+            return self.blocks[i - 1:i] if i else ()
+        return [b for b in self.blocks[:i] if b.tss[-1] >= ts]
+
 
 class _BlockLRU(cachetools.LRUCache):
-    """The cachetools LRU of blocks; evicting a block drops its events from the id index."""
+    """The cachetools LRU of blocks; evicting a block drops its events from the indexes."""
 
     def __init__(self, maxsize: int, on_evict) -> None:
         super().__init__(maxsize, getsizeof=lambda block: block.charged)
@@ -98,13 +154,6 @@ class _BlockLRU(cachetools.LRUCache):
         return key, block
 
 
-_NO_OFFSETS = array("I")
-
-
-def _zeros(typecode: str, n: int) -> array:
-    return array(typecode, bytes(array(typecode).itemsize * n))
-
-
 class EventCache:
     """Recent primary events by id, as raw log-line bytes, bounded by the bytes they are charged in total
     (:func:`entry_size` per event, :data:`BLOCK_OVERHEAD_BYTES` per block).
@@ -114,31 +163,27 @@ class EventCache:
     its block recently used, and the least recently used block is evicted whole. A single ``put`` is a
     block of one, so it behaves exactly as a per-event LRU.
 
-    No Python object is kept per event. A block holds its lines concatenated in one ``bytes`` with an
-    array of offsets. The id index is a chained hash table in arrays, worked a whole block at a time:
-    every event gets a *ref* (a number, increasing in put order; a block's refs are consecutive), and
-    ref ``r`` owns slot ``r % slots`` of a ring of slots holding its id's 64-bit ``hash()`` (0: replaced
-    or evicted) and the next ref of its chain. A new event goes to the head of its bucket's chain, so a
-    chain runs from newer to older refs, strictly decreasing; every ref below the *floor* (the first
-    ref of the oldest block still held) is dead, so a walk stops there, and slots are reused only below
-    it. Evicting a block zeroes its hashes (one slice); the oldest block, if kept by hits, is moved to
-    the head (its events get new refs) when its slots are needed, and when fewer than a tenth of the
-    slots are free the ring is rebuilt larger. A hash match is checked against the line: it must begin
-    with ``{"<id_field>":"<id>"``, else its parsed id field must equal the id (an id written with JSON
-    escapes, or a line with its id elsewhere). A cache without ``id_field`` (the in-process twin, whose
-    callers put any bytes) keeps each block's ids and compares them.
+    A block holds its lines concatenated in one ``bytes`` with an array of offsets: no Python object per
+    event. Photon ids need no index of their own: a block of one writer's events in file order (one
+    ``server_ip:process_id`` key, timestamps strictly increasing, what a chunk of a primary log file is)
+    keeps the key once and the timestamps in an array, and the cache keeps, per key, its blocks in order
+    of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
+    timeline for the block and the block's timestamps for the event: an id is exactly its key and
+    timestamp, so a match is the event of that id. Any other block (ids that are not Photon ids, such as
+    custom primary ids, or that do not run in time order) keeps its ids in one dict, charged for it.
 
     ``put`` of an id already held replaces it (the new bytes, in the new block). An event larger than the
     whole bound is not stored (counted in ``too_large``). ``lookup`` returns one result per id, in order.
     """
 
-    def __init__(self, max_bytes: int, id_field: str | None = None) -> None:
+    def __init__(self, max_bytes: int) -> None:
         if max_bytes <= 0:
             raise ValueError(f"cache size must be > 0 bytes, got {max_bytes}")
         self.max_bytes = max_bytes
-        self._id_field = id_field
-        self._prefix = b"{" + orjson.dumps(id_field) + b':"' if id_field is not None else None
         self._block_bytes = max(1, max_bytes // BLOCKS_PER_CACHE)
+        self._timelines: dict[str, _Timeline] = {}
+        self._where: dict[str, int] = {}          # a kept id -> block key << _SHIFT | index in its block
+        self._keyed: dict[int, _Block] = {}       # keyed blocks by key
         self._lru = _BlockLRU(max_bytes, self._evicted)
         self._next_key = 0
         self._entries = 0
@@ -146,223 +191,122 @@ class EventCache:
         self._lock = threading.Lock()
         self._puts = self._too_large = self._evictions = 0
         self._lookups = self._lookup_ids = self._hits = 0
-        self._renumber([], _MIN_SLOTS)
-
-    # -- the ring of slots -------------------------------------------------------------------------
-
-    def _renumber(self, blocks: list[_Block], slots: int) -> None:
-        """New arrays of ``slots`` slots holding ``blocks`` (in ref order) at refs from 1, chains rebuilt."""
-        hashes, nexts = _zeros("q", slots), _zeros("I", slots)
-        ref = 1
-        for b in blocks:
-            hashes[ref:ref + b.n] = self._segment(self._hash, b.base, b.n)
-            b.base, ref = ref, ref + b.n
-        self._slots = slots
-        self._hash, self._next = hashes, nexts
-        buckets = _MIN_SLOTS
-        while buckets < slots:
-            buckets *= 2
-        self._heads, self._mask = _zeros("I", buckets), buckets - 1
-        self._order, self._bases, self._first = list(blocks), [b.base for b in blocks], 0
-        self._top = ref
-        self._live_slots = ref - 1
-        self._floor = 1
-        live = hashes[1:ref]
-        self._link(list(compress(range(1, ref), live)), list(map(and_, compress(live, live), repeat(self._mask))))
-
-    def _segment(self, arr: array, base: int, n: int) -> array:
-        p, size = base % self._slots, self._slots
-        return arr[p:p + n] if p + n <= size else arr[p:] + arr[:p + n - size]
-
-    def _write(self, arr: array, base: int, values: array) -> None:
-        p, size, n = base % self._slots, self._slots, len(values)
-        if p + n <= size:
-            arr[p:p + n] = values
-        else:
-            arr[p:] = values[:size - p]
-            arr[:p + n - size] = values[size - p:]
-
-    def _link(self, refs: list[int], buckets: list[int]) -> None:
-        """Put ``refs`` (increasing, all above every ref already linked) at the heads of their buckets'
-        chains, in rounds of one ref per bucket (smallest first), so each chain stays decreasing."""
-        heads, nexts, size = self._heads, self._next, self._slots
-        while refs:
-            first = dict(zip(reversed(buckets), reversed(refs)))      # bucket -> its smallest ref
-            owners = list(first.values())
-            deque(map(nexts.__setitem__, map(mod, owners, repeat(size)), map(heads.__getitem__, first)), 0)
-            deque(map(heads.__setitem__, first, owners), 0)
-            if len(owners) == len(refs):
-                return
-            keep = list(map(ne, map(first.__getitem__, buckets), refs))
-            refs, buckets = list(compress(refs, keep)), list(compress(buckets, keep))
-
-    def _advance_floor(self) -> None:
-        order, i = self._order, self._first
-        while i < len(order) and order[i].dead:
-            i += 1
-        if i > 4096 and 2 * i > len(order):
-            del order[:i], self._bases[:i]
-            i = 0
-        self._first = i
-        self._floor = order[i].base if i < len(order) else self._top
-
-    def _reserve(self, n: int) -> int:
-        """The first of ``n`` consecutive new refs whose slots are free. Keeps at least
-        :data:`BLOCK_EVENTS` slots free after them, so the oldest block can always be moved: moves the
-        oldest blocks kept by hits to the head until enough is free, or rebuilds the ring (larger when
-        it is nearly full, or when refs reach their limit)."""
-        self._advance_floor()
-        while True:
-            if self._top + n >= _REF_LIMIT or self._live_slots + n + BLOCK_EVENTS > _SLOT_LOAD * self._slots:
-                need = self._live_slots + n
-                self._renumber([b for b in self._order[self._first:] if not b.dead],
-                               max(_MIN_SLOTS, int(need * _SLOT_GROWTH) + 2 * BLOCK_EVENTS))
-            elif self._slots - (self._top - self._floor) >= n + BLOCK_EVENTS:
-                break
-            else:
-                self._relocate(self._order[self._first])
-        base = self._top
-        self._top += n
-        self._live_slots += n
-        return base
-
-    def _relocate(self, block: _Block) -> None:
-        """The oldest block, still held, takes new refs at the head (its old slots are then free)."""
-        hashes = self._segment(self._hash, block.base, block.n)
-        base = self._top
-        self._top += block.n
-        self._write(self._hash, base, hashes)
-        block.base = base
-        self._first += 1
-        self._order.append(block)
-        self._bases.append(base)
-        self._advance_floor()
-        self._link(list(compress(range(base, base + block.n), hashes)),
-                   list(map(and_, compress(hashes, hashes), repeat(self._mask))))
-
-    # -- puts ------------------------------------------------------------------------------------
 
     def put(self, event_id: str, raw: bytes) -> None:
         self.put_many([(event_id, raw)])
 
     def put_many(self, events: list[tuple[str, bytes]]) -> None:
-        if not events:
+        if events:
+            ids, raws = zip(*events)
+            self.put_lines(ids, raws)
+
+    def put_lines(self, ids, raws, timed: tuple[str, array] | None = None) -> None:
+        """``put_many`` of ``zip(ids, raws)``; ``timed``: :func:`split_photon_ids` of ``ids`` if known."""
+        if not ids:
             return
         with self._lock:
-            self._puts += len(events)
-            ids, raws = zip(*events)
+            self._puts += len(ids)
             sizes = list(map(len, raws))
-            per_event = ENTRY_OVERHEAD_BYTES
-            if self._id_field is None:        # the ids are kept beside the lines
-                per_event += KEPT_ID_BYTES
-                sizes = list(map(add, sizes, map(len, ids)))
-            max_size = self.max_bytes - per_event - BLOCK_OVERHEAD_BYTES
+            max_size = self.max_bytes - BLOCK_OVERHEAD_BYTES - ENTRY_OVERHEAD_BYTES
             if max(sizes) > max_size:
                 keep = [size <= max_size for size in sizes]
                 self._too_large += keep.count(False)
                 ids, raws, sizes = (list(compress(x, keep)) for x in (ids, raws, sizes))
+                if timed is not None:
+                    timed = timed[0], array("q", compress(timed[1], keep))
                 if not ids:
                     return
             n = len(sizes)
-            cum = list(accumulate(map(per_event.__add__, sizes), initial=0))
+            cum = list(accumulate(map(ENTRY_OVERHEAD_BYTES.__add__, sizes), initial=0))
             room = self._block_bytes - BLOCK_OVERHEAD_BYTES
             lo = 0
             while lo < n:
                 end = bisect_right(cum, cum[lo] + room, lo + 1, min(n, lo + BLOCK_EVENTS) + 1) - 1
                 hi = max(lo + 1, end)
-                self._add_block(ids[lo:hi], raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES)
+                part = ids[lo:hi]
+                split = (timed[0], timed[1][lo:hi]) if timed is not None else split_photon_ids(part)
+                if split is not None:
+                    self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split)
+                else:
+                    self._add_keyed(part, raws[lo:hi])
                 lo = hi
 
-    def _add_block(self, ids, raws, charged: int) -> None:
-        n = len(ids)
-        base = self._reserve(n)
-        hashes = array("q", map(hash, ids))
-        if 0 in hashes:                       # 0 marks a slot with nothing live
-            hashes = array("q", [h or 1 for h in hashes])
-        buckets = list(map(and_, hashes, repeat(self._mask, n)))
-        heads = self._heads
-        olds = list(map(heads.__getitem__, buckets))
-        offs = array("I", accumulate(map(len, raws), initial=0))
-        block = _Block(self._next_key, base, b"".join(raws), offs, tuple(ids) if self._id_field is None else None)
+    def _new_block(self, raws, id_key: str | None, tss: array, ids) -> _Block:
+        block = _Block(self._next_key, b"".join(raws), array("I", accumulate(map(len, raws), initial=0)),
+                       id_key, tss, ids)
         self._next_key += 1
+        return block
+
+    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array) -> None:
+        block = self._new_block(raws, id_key, tss, None)
         block.charged = charged
-        self._order.append(block)             # before older blocks may die, so the floor stays below it
-        self._bases.append(base)
-        self._replace_older(ids, hashes, olds)
-        self._write(self._hash, base, hashes)
-        refs = range(base, base + n)
-        if len(set(buckets)) == n:           # the common case: no two of the block share a bucket
-            self._write(self._next, base, array("I", olds))
-            deque(map(heads.__setitem__, buckets, refs), 0)
-        else:
-            self._link(list(refs), buckets)
-            self._replace_within(block, ids, hashes)
-        self._entries += block.live
+        timeline = self._timelines.get(id_key)
+        if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
+            for ts in tss:                    # it may repeat ids held: those leave their blocks
+                for held in timeline.holding(ts):
+                    j = bisect_left(held.tss, ts)
+                    if j < len(held.tss) and held.tss[j] == ts:
+                        self._replaced(held, j)
+        if self._where:
+            for event_id in compress(ids, map(self._where.__contains__, ids)):
+                self._replace_kept(event_id)
+        self._cache(block)                    # may evict blocks, and empty timelines
+        timeline = self._timelines.get(id_key)
+        if timeline is None:
+            timeline = self._timelines[id_key] = _Timeline()
+        timeline.add(*timeline.place(tss[0], tss[-1]), block)
+
+    def _add_keyed(self, ids, raws) -> None:
+        """Events kept by id; of events of one put with the same id, the last is kept."""
+        block = self._new_block(raws, None, _NO_TIMES, tuple(ids))
+        block.charged = BLOCK_OVERHEAD_BYTES
+        base = block.key << _SHIFT
+        where = self._where
+        for i, (event_id, raw) in enumerate(zip(ids, raws)):
+            old = where.get(event_id)
+            if old is not None:
+                if old >> _SHIFT == block.key:       # earlier in this block
+                    j = old & _LOW
+                    block.replaced = block.replaced or set()
+                    block.replaced.add(j)
+                    block.live -= 1
+                    block.charged -= entry_size(block.line(j), event_id)
+                else:
+                    self._replace_kept(event_id)
+            else:
+                self._replace_timed(event_id)
+            where[event_id] = base | i
+            block.charged += entry_size(raw, event_id)
+        self._keyed[block.key] = block
+        self._cache(block)
+
+    def _cache(self, block: _Block) -> None:
         block.live_bytes = block.charged
-        if block.live:
-            self._lru[block.key] = block      # may evict older blocks (see _evicted)
-        else:
-            self._kill(block)
+        self._entries += block.live
+        self._lru[block.key] = block          # may evict older blocks (see _evicted)
 
-    def _replace_older(self, ids, hashes: array, olds: list[int]) -> None:
-        """Walk the chains the new events join (all at once, one step a round) for an event of the same
-        id put earlier: each one found leaves its block (:meth:`_replaced`)."""
-        floor, size, slot_hash, nexts = self._floor, self._slots, self._hash, self._next
-        idx = list(compress(range(len(olds)), map(ge, olds, repeat(floor))))
-        refs = list(compress(olds, map(ge, olds, repeat(floor))))
-        while refs:
-            slots = list(map(mod, refs, repeat(size)))
-            same = list(map(eq, map(slot_hash.__getitem__, slots), map(hashes.__getitem__, idx)))
-            if True in same:
-                for i, ref in compress(zip(idx, refs), same):
-                    block = self._block_of(ref)
-                    if self._match(block, ref - block.base, ids[i]) is not None:
-                        self._replaced(block, ref - block.base)
-            refs = list(map(nexts.__getitem__, slots))
-            keep = list(map(ge, refs, repeat(floor)))
-            idx, refs = list(compress(idx, keep)), list(compress(refs, keep))
+    def _replace_kept(self, event_id: str) -> None:
+        ref = self._where.pop(event_id)
+        self._replaced(self._keyed[ref >> _SHIFT], ref & _LOW, forget=False)
 
-    def _replace_within(self, block: _Block, ids, hashes: array) -> None:
-        """Of events of one block with the same id, the last is kept."""
-        last: dict[int, list[int]] = {}
-        for i, h in enumerate(hashes):
-            last.setdefault(h, []).append(i)
-        for group in last.values():
-            for k, i in enumerate(group[:-1]):
-                if any(ids[j] == ids[i] for j in group[k + 1:]):
-                    self._replaced(block, i)
+    def _replace_timed(self, event_id: str) -> None:
+        found = self._find_timed(event_id)
+        if found is not None:
+            self._replaced(*found)
 
-    def _block_of(self, ref: int) -> _Block:
-        return self._order[bisect_right(self._bases, ref, self._first) - 1]
-
-    def _match(self, block: _Block, i: int, event_id: str) -> bytes | None:
-        """The line of event ``i`` of ``block`` if its id is ``event_id`` (its hash matched), else None."""
-        if block.ids is not None:
-            return block.blob[block.offs[i]:block.offs[i + 1]] if block.ids[i] == event_id else None
-        line = block.blob[block.offs[i]:block.offs[i + 1]]
-        if '"' not in event_id and "\\" not in event_id and line.startswith(
-                self._prefix + event_id.encode() + b'"'):
-            return line
-        try:                                  # the id elsewhere in the line, or written with JSON escapes
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return None
-        return line if type(event) is dict and event.get(self._id_field) == event_id else None
-
-    def _replaced(self, block: _Block, i: int) -> None:
+    def _replaced(self, block: _Block, i: int, forget: bool = True) -> None:
         """An id put again: its old event leaves its block. A cached block stays charged in full until it
-        goes (those bytes are counted as dead); the block being filled is charged less."""
-        slot = (block.base + i) % self._slots
-        if not self._hash[slot]:
+        goes (those bytes are counted as dead)."""
+        if block.replaced is None:
+            block.replaced = set()
+        elif i in block.replaced:
             return
-        self._hash[slot] = 0
+        block.replaced.add(i)
+        event_id = None if block.ids is None else block.ids[i]
+        if forget and event_id is not None:
+            del self._where[event_id]
+        size = entry_size(block.line(i), event_id)
         block.live -= 1
-        size = block.offs[i + 1] - block.offs[i] + ENTRY_OVERHEAD_BYTES
-        if block.ids is not None:
-            size += KEPT_ID_BYTES + len(block.ids[i])
-        if block.key not in self._lru:        # the block being filled
-            block.charged -= size
-            return
         self._entries -= 1
         block.live_bytes -= size
         if block.live:
@@ -370,45 +314,77 @@ class EventCache:
         else:                                 # nothing live left: drop the block and its dead bytes
             self._dead_bytes -= block.charged - block.live_bytes - size
             del self._lru[block.key]
-            self._kill(block)
+            self._forget(block)
 
-    def _kill(self, block: _Block) -> None:
-        """A block with nothing live: its lines go now; it stays in the ref order until the floor passes."""
-        block.dead = True
-        block.blob, block.offs, block.ids = b"", _NO_OFFSETS, None
-        self._live_slots -= block.n
-        self._advance_floor()
+    def _forget(self, block: _Block) -> None:
+        """A block leaves the indexes (evicted, or nothing live left in it)."""
+        if block.id_key is not None:
+            timeline = self._timelines[block.id_key]
+            timeline.remove(block)
+            if not timeline.blocks:
+                del self._timelines[block.id_key]
+        else:
+            del self._keyed[block.key]
+            where, base = self._where, block.key << _SHIFT
+            for i, event_id in enumerate(block.ids):
+                if where.get(event_id) == base | i:
+                    del where[event_id]
 
     def _evicted(self, block: _Block) -> None:
-        if block.live:
-            self._write(self._hash, block.base, _zeros("q", block.n))
+        self._forget(block)
         self._evictions += block.live
         self._entries -= block.live
         self._dead_bytes -= block.charged - block.live_bytes
-        self._kill(block)
 
-    # -- lookups ---------------------------------------------------------------------------------
+    def _find_timed(self, event_id: str) -> tuple[_Block, int] | None:
+        """The timed block and index of ``event_id``, if it is a Photon id held."""
+        timeline = self._timelines.get(event_id[:-_TS - 1])
+        if timeline is None or event_id[-_TS - 1:-_TS] != ":":
+            return None
+        text = event_id[-_TS:]
+        if not (text.isascii() and text.isdigit()):
+            return None
+        ts = int(text)
+        for block in timeline.holding(ts):
+            tss = block.tss
+            i = bisect_left(tss, ts)
+            if i < len(tss) and tss[i] == ts and (block.replaced is None or i not in block.replaced):
+                return block, i
+        return None
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         with self._lock:
-            heads, mask, slot_hash, nexts = self._heads, self._mask, self._hash, self._next
-            floor, size, match, block_of = self._floor, self._slots, self._match, self._block_of
+            timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
             out: list[bytes | None] = []
             touched: dict[int, None] = {}
             for event_id in ids:
-                h = hash(event_id) or 1
-                ref = heads[h & mask]
-                line = None
-                while ref >= floor:
-                    slot = ref % size
-                    if slot_hash[slot] == h:
-                        block = block_of(ref)
-                        line = match(block, ref - block.base, event_id)
-                        if line is not None:
-                            touched[block.key] = None
-                            break
-                    ref = nexts[slot]
-                out.append(line)
+                timeline = timelines.get(event_id[:-_TS - 1])
+                if timeline is not None and not timeline.overlap:      # the usual case, inline
+                    text = event_id[-_TS:]
+                    if event_id[-_TS - 1] == ":" and text.isdigit() and text.isascii():
+                        ts = int(text)
+                        i = bisect_right(timeline.starts, ts)
+                        if i:
+                            block = timeline.blocks[i - 1]
+                            tss = block.tss
+                            j = bisect_left(tss, ts)
+                            if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
+                                offs = block.offs
+                                out.append(block.blob[offs[j]:offs[j + 1]])
+                                touched[block.key] = None
+                                continue
+                    found = None
+                else:
+                    found = find(event_id) if timeline is not None else None
+                if found is None:
+                    ref = where.get(event_id) if where else None
+                    if ref is None:
+                        out.append(None)
+                        continue
+                    found = keyed[ref >> _SHIFT], ref & _LOW
+                block, j = found
+                out.append(block.line(j))
+                touched[block.key] = None
             touch = self._lru.__getitem__
             for key in touched:      # once per block, in first-hit order
                 touch(key)
@@ -446,21 +422,39 @@ def index_primary_lines(chunk: LogChunk, id_field: "str | EventIds", good_offset
     otherwise); pairs still carry the user's id (what clicks refer to), and ``map_keys`` gets each good
     line's Photon key (``<id>:0:<time_us>``), which the log-file map keys its entries on.
     """
+    found = index_lines(chunk, id_field, good_offsets, map_keys)
+    return list(zip(found.ids, found.lines)), found.bad
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedLines:
+    """A chunk's good lines, their ids, its bad records, and :func:`split_photon_ids` of the ids if it
+    holds (what the cache and the map emitter then need not work out again)."""
+    ids: list[str]
+    lines: list[bytes]
+    bad: list[BadRecord]
+    timed: tuple[str, array] | None
+
+
+def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[int] | None = None,
+                map_keys: list[str] | None = None) -> IndexedLines:
+    """:func:`index_primary_lines`, the ids and lines apart (as the primary reader puts them)."""
     if isinstance(id_field, EventIds):
-        if not id_field.custom:
-            return index_primary_lines(chunk, id_field.id_field, good_offsets)
-        return _index_custom(chunk, id_field, good_offsets, map_keys)
+        if id_field.custom:
+            good, bad = _index_custom(chunk, id_field, good_offsets, map_keys)
+            return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
+        id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    idx, ids = _well_formed(lines, id_field)
+    idx, ids, timed = _well_formed(lines, id_field)
     if len(idx) == len(lines):               # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
-        return list(zip(ids, lines)), []
+        return IndexedLines(ids, lines, [], timed)
     if good_offsets is not None:
         good_offsets += map(offsets.__getitem__, idx)
     bad_at = sorted(set(range(len(lines))).difference(idx))
-    return (list(zip(ids, map(lines.__getitem__, idx))),
-            [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at])
+    return IndexedLines(ids, list(map(lines.__getitem__, idx)),
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
 
 
 _LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
@@ -486,9 +480,10 @@ def _drop(idx, failed: list[int]) -> list[int]:
     return [k for j, k in enumerate(idx) if j not in gone]
 
 
-def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str]]:
-    """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, and
-    those ids: one ``orjson.loads`` per line and one regular-expression match for all ids, in bulk."""
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None]:
+    """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, those
+    ids, and :func:`split_photon_ids` of them if it holds: one ``orjson.loads`` per line and one
+    regular-expression pass over all ids, in bulk."""
     idx: "range | list[int]" = range(len(lines))
     events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
     if failed:
@@ -496,14 +491,22 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str
     ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
     if failed:
         idx = _drop(idx, failed)
-    if ids and set(map(type, ids)) != {str}:
+    if not ids:
+        return [], [], None
+    if set(map(type, ids)) != {str}:
         keep = [type(i) is str for i in ids]
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
+        if not ids:
+            return [], [], None
+    timed = split_photon_ids(ids)
+    if timed is not None and is_event_id(ids[0]):      # one writer's ids: its key checked once
+        return list(idx), ids, timed
     joined = "\n".join(ids)
-    if ids and (joined.count("\n") != len(ids) - 1 or _ID_LINES.fullmatch(joined) is None):
+    if joined.count("\n") != len(ids) - 1 or _ID_LINES.fullmatch(joined) is None:
         keep = [bool(is_event_id(i)) for i in ids]
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
-    return list(idx), ids
+        timed = None
+    return list(idx), ids, timed if timed is not None and len(ids) == len(timed[1]) else None
 
 
 def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:
