@@ -228,8 +228,23 @@ class EventCache:
                 if split is not None:
                     self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split)
                 else:
-                    self._add_keyed(part, raws[lo:hi])
+                    self._put_keyed(part, raws[lo:hi])
                 lo = hi
+
+    def _put_keyed(self, ids, raws) -> None:
+        """Events whose ids are kept, in blocks cut by what they are charged (more than timed ones)."""
+        sizes = list(map(entry_size, raws, ids))
+        limit = self.max_bytes - BLOCK_OVERHEAD_BYTES
+        if max(sizes) > limit:
+            keep = [size <= limit for size in sizes]
+            self._too_large += keep.count(False)
+            ids, raws, sizes = (list(compress(x, keep)) for x in (ids, raws, sizes))
+        cum = list(accumulate(sizes, initial=0))
+        room, lo, n = self._block_bytes - BLOCK_OVERHEAD_BYTES, 0, len(sizes)
+        while lo < n:
+            hi = max(lo + 1, bisect_right(cum, cum[lo] + room, lo + 1, min(n, lo + BLOCK_EVENTS) + 1) - 1)
+            self._add_keyed(ids[lo:hi], raws[lo:hi])
+            lo = hi
 
     def _new_block(self, raws, id_key: str | None, tss: array, ids) -> _Block:
         block = _Block(self._next_key, b"".join(raws), array("I", accumulate(map(len, raws), initial=0)),
@@ -505,8 +520,8 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str
     if joined.count("\n") != len(ids) - 1 or _ID_LINES.fullmatch(joined) is None:
         keep = [bool(is_event_id(i)) for i in ids]
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
-        timed = None
-    return list(idx), ids, timed if timed is not None and len(ids) == len(timed[1]) else None
+        timed = split_photon_ids(ids) if ids else None       # (the ids left are well-formed)
+    return list(idx), ids, timed
 
 
 def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:

@@ -54,6 +54,14 @@ def test_event_larger_than_the_cache_is_not_stored():
     assert cache.statistics().too_large == 1
 
 
+def test_an_event_whose_kept_id_makes_it_larger_than_the_cache_is_not_stored():
+    line = b'{"v":"' + b"x" * 100 + b'"}'
+    cache = EventCache(entry_size(line) + BLOCK_OVERHEAD_BYTES)        # a timed event fits, a kept one not
+    cache.put_many([(query_id(1), line), ("not-a-photon-id", line)])
+    assert cache.lookup([query_id(1), "not-a-photon-id"]) == [line, None]
+    assert cache.statistics().too_large == 1
+
+
 def test_putting_an_id_again_replaces_its_bytes():
     cache = EventCache(1 << 20)
     cache.put(query_id(1), b'{"v":1}')
