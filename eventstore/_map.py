@@ -26,8 +26,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from itertools import islice, repeat
-from typing import Sequence
 from operator import itemgetter, le
+from typing import Sequence
 
 import orjson
 
@@ -126,7 +126,8 @@ class MapEmitter:
         if not self.per_line:
             if timed is None:
                 key = event_ids[0][:-TIMESTAMP_DIGITS - 1]
-                if list(map(itemgetter(slice(None, -TIMESTAMP_DIGITS - 1)), event_ids)).count(key) == len(event_ids):
+                keys = map(itemgetter(slice(None, -TIMESTAMP_DIGITS - 1)), event_ids)
+                if list(keys).count(key) == len(event_ids):
                     tss = list(map(int, map(itemgetter(slice(-TIMESTAMP_DIGITS, None)), event_ids)))
                     if all(map(le, tss, islice(tss, 1, None))):
                         timed = key, tss

@@ -1,8 +1,8 @@
 """The event store's pure parts: the byte-bounded LRU of raw primary events and the indexing of log lines.
 
 Nothing here reads files, sockets or the clock. :class:`EventCache` is thread-safe (one lock around the
-LRU); :func:`index_primary_lines` is a plain function from a chunk of log lines to ``(id, raw)`` pairs and
-bad records.
+LRU); :func:`index_lines` (and :func:`index_primary_lines`, its ``(id, raw)`` pairs) is a plain function
+from a chunk of log lines to its good lines and ids and its bad records, worked a chunk at a time.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ KEYED_ENTRY_BYTES = 150
 is not a Photon id, or a block whose ids do not run in time order): its offset, the id ``str``, its packed
 position (an ``int``) and its entry in the id dict."""
 
-BLOCK_OVERHEAD_BYTES = 560
+BLOCK_OVERHEAD_BYTES = 800
 """Bytes charged per block on top of its events: the block object, its lines' ``bytes`` header, its arrays
 and its entries in the LRU and the timeline (measured for blocks of one event, the worst case)."""
 
@@ -247,8 +247,9 @@ class EventCache:
             lo = hi
 
     def _new_block(self, raws, id_key: str | None, tss: array, ids) -> _Block:
-        block = _Block(self._next_key, b"".join(raws), array("I", accumulate(map(len, raws), initial=0)),
-                       id_key, tss, ids)
+        # (a join of one returns that object itself, with whatever room its maker left in it: copy it)
+        blob = b"".join(raws) if len(raws) > 1 else bytes(memoryview(raws[0]))
+        block = _Block(self._next_key, blob, array("I", accumulate(map(len, raws), initial=0)), id_key, tss, ids)
         self._next_key += 1
         return block
 
@@ -302,25 +303,22 @@ class EventCache:
 
     def _replace_kept(self, event_id: str) -> None:
         ref = self._where.pop(event_id)
-        self._replaced(self._keyed[ref >> _SHIFT], ref & _LOW, forget=False)
+        self._replaced(self._keyed[ref >> _SHIFT], ref & _LOW)
 
     def _replace_timed(self, event_id: str) -> None:
         found = self._find_timed(event_id)
         if found is not None:
             self._replaced(*found)
 
-    def _replaced(self, block: _Block, i: int, forget: bool = True) -> None:
-        """An id put again: its old event leaves its block. A cached block stays charged in full until it
-        goes (those bytes are counted as dead)."""
+    def _replaced(self, block: _Block, i: int) -> None:
+        """An id put again: its old event leaves its block (a kept id has left the id dict already). A
+        cached block stays charged in full until it goes (those bytes are counted as dead)."""
         if block.replaced is None:
             block.replaced = set()
         elif i in block.replaced:
             return
         block.replaced.add(i)
-        event_id = None if block.ids is None else block.ids[i]
-        if forget and event_id is not None:
-            del self._where[event_id]
-        size = entry_size(block.line(i), event_id)
+        size = entry_size(block.line(i), None if block.ids is None else block.ids[i])
         block.live -= 1
         self._entries -= 1
         block.live_bytes -= size

@@ -242,3 +242,24 @@ def test_the_twin_keeps_ids_that_are_not_in_their_lines():
     store.put("a", b'{"v":3}')
     assert store.lookup(["a", "b", "c"]) == [b'{"v":3}', b'{"v":2}', None]
     assert store.status()["entries"] == 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("make_id, per_put", [(query_id, 1), (other_id, 1), (other_id, 1000)])
+def test_blocks_of_one_and_kept_ids_are_charged_at_least_what_they_hold(make_id, per_put):
+    """The worst cases of the byte count: single puts (a block of one event each) and ids kept in the
+    dict. The count may overstate (by at most a third) but never understate the memory held."""
+    n = 6_000
+    cache = EventCache(1 << 34)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for lo in range(0, n, per_put):
+            cache.put_many([(make_id(k), query_line(k)) for k in range(lo, lo + per_put)])
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    counted = cache.statistics().bytes
+    assert 0.98 * used <= counted <= 1.35 * used, f"counted {counted} bytes, holds {used}"
