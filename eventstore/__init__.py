@@ -11,7 +11,8 @@ recording who served each id), :class:`InMemoryEventStore` (the in-process twin)
 :func:`serve` (a cache server), :func:`serve_logs` (a logs store), :class:`EventStoreConfig`,
 :func:`plan_processes` / :func:`split_planned` (the region's processes, for the launcher), :class:`HashRing`,
 and for ``photon eventstore build-map``: :func:`map_dir`, :func:`plan_map_ranges`, :func:`scan_map_range`,
-:func:`read_map`.
+:func:`read_map`; :func:`index_lines` (the primary reader's split of a chunk of lines into events and
+bad records, for benchmarks).
 Process: ``python -m eventstore.main --config C --region R --port P [--shard N | --logs]``.
 """
 from eventstore._chain import SERVED_BY_CACHE, SERVED_BY_LOGS, ChainStatistics, EventStoreChain, connect
@@ -23,6 +24,7 @@ from eventstore._plan import plan_processes, split_planned
 from eventstore._ring import HashRing
 from eventstore._server import EventStoreServer, serve, serve_logs, store_dir
 from eventstore._shell import EventStoreStatistics, InMemoryEventStore
+from eventstore._state import IndexedLines, index_lines
 from eventstore.config import EventStoreConfig
 
 
@@ -35,5 +37,6 @@ def read_map(directory) -> tuple[list[MapEntry], int]:
 __all__ = ["SERVED_BY_CACHE", "SERVED_BY_LOGS", "SPARK_PREFIX", "ChainStatistics", "EventStoreChain",
            "EventStoreClient", "EventStoreConfig", "EventStoreServer", "EventStoreStatistics",
            "EventStoreUnavailable", "HashRing", "InMemoryEventStore", "LogsStoreStatistics", "MapEntry", "connect",
+           "IndexedLines", "index_lines",
            "map_dir", "plan_map_ranges", "plan_processes", "read_map", "scan_map_range", "serve", "serve_logs",
            "split_planned", "store_dir"]

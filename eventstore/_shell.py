@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from itertools import compress
 from pathlib import Path
 
 from photon import EventIds, Quarantine, write_atomic
@@ -33,7 +34,7 @@ from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
 from eventstore._ring import HashRing
 from eventstore._source import open_primary
-from eventstore._state import CacheStatistics, EventCache, index_primary_lines
+from eventstore._state import CacheStatistics, EventCache, index_lines
 
 log = logging.getLogger("photon.eventstore")
 
@@ -150,26 +151,25 @@ class CacheEventStore:
         """Index one chunk: map entries (map writer only), then this shard's events into the cache."""
         offsets: list[int] | None = [] if emit and self._writes_map else None
         keys: list[str] | None = [] if self._custom and offsets is not None else None
-        good, bad = index_primary_lines(chunk, self._id_field, offsets, keys)
+        found = index_lines(chunk, self._id_field, offsets, keys)
+        ids, lines, timed = found.ids, found.lines, found.timed
         if offsets is not None:
-            observe, out = self._emitter.observe, []
-            for event_id, off in zip(keys if keys is not None else (g[0] for g in good), offsets):
-                entry = observe(chunk.file, off, event_id)
-                if entry is not None:
-                    out.append(entry.to_json())
-            if out:
-                self._map_out.write(out)
-                self._map_written += len(out)
+            entries = (self._emitter.observe_many(chunk.file, offsets, keys) if keys is not None
+                       else self._emitter.observe_many(chunk.file, offsets, ids, timed))
+            if entries:
+                self._map_out.write([e.to_json() for e in entries])
+                self._map_written += len(entries)
         if self._ring is not None:
             owner, me = self._ring.server_for, self.options.shard
-            good = [g for g in good if owner(g[0]) == me]
-        self.cache.put_many(good)
+            mine = [owner(i) == me for i in ids]
+            ids, lines, timed = list(compress(ids, mine)), list(compress(lines, mine)), None
+        self.cache.put_lines(ids, lines, timed)
         if emit:
-            self._bad += len(bad)
+            self._bad += len(found.bad)
             if self._quarantine is not None:
-                for b in bad:
+                for b in found.bad:
                     self._quarantine.add(b.file, b.offset, b.reason, b.raw)
-        return len(good)
+        return len(ids)
 
     def warm(self) -> int:
         """Re-read the recent tail (``warm_tail_s`` of event time, found through the map) up to the resume
@@ -285,6 +285,15 @@ class InMemoryEventStore:
 
     def put(self, event_id: str, raw: bytes) -> None:
         self.cache.put(event_id, raw)
+
+    def put_many(self, events: list[tuple[str, bytes]]) -> None:
+        """Put events together (one block of the LRU per up to 1,024), as the primary reader does."""
+        self.cache.put_many(events)
+
+    def put_lines(self, ids: list[str], lines: list[bytes], timed=None) -> None:
+        """``put_many`` of ``zip(ids, lines)``, as the primary reader puts an :func:`~eventstore.index_lines`
+        result (``timed``: its ``timed``)."""
+        self.cache.put_lines(ids, lines, timed)
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         return self.cache.lookup(ids)

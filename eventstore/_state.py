@@ -1,23 +1,37 @@
 """The event store's pure parts: the byte-bounded LRU of raw primary events and the indexing of log lines.
 
 Nothing here reads files, sockets or the clock. :class:`EventCache` is thread-safe (one lock around the
-LRU); :func:`index_primary_lines` is a plain function from a chunk of log lines to ``(id, raw)`` pairs and
-bad records.
+LRU); :func:`index_lines` (and :func:`index_primary_lines`, its ``(id, raw)`` pairs) is a plain function
+from a chunk of log lines to its good lines and ids and its bad records, worked a chunk at a time.
 """
 from __future__ import annotations
 
+import re
 import threading
+from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate, compress, islice
+from operator import itemgetter, lt
 
 import cachetools
 import orjson
 
-from photon import BadEventId, EventIds, LogChunk, is_event_id, parse_event_id, parse_record
+from photon import ID_REGEX, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, is_event_id, parse_event_id, parse_record
 
-# Bytes charged per cached event on top of its raw line's length. Measured with tracemalloc on CPython 3.11
-# for 100K events with 28-character ids (tests/eventstore/test_es_cache.py checks it): about 60 bytes in
-# each of the id index and the event's block, 79 for the id string and 33 for the bytes object's header.
-ENTRY_OVERHEAD_BYTES = 190
+ENTRY_OVERHEAD_BYTES = 12
+"""Bytes charged per cached event with a Photon id on top of its raw line: 8 for its timestamp and 4 for its
+offset in its block (see :class:`EventCache`). tests/eventstore/test_es_cache.py measures the whole cache
+with tracemalloc."""
+
+KEYED_ENTRY_BYTES = 150
+"""Bytes charged, on top of its line's and its id's lengths, per cached event whose id is kept (an id that
+is not a Photon id, or a block whose ids do not run in time order): its offset, the id ``str``, its packed
+position (an ``int``) and its entry in the id dict."""
+
+BLOCK_OVERHEAD_BYTES = 800
+"""Bytes charged per block on top of its events: the block object, its lines' ``bytes`` header, its arrays
+and its entries in the LRU and the timeline (measured for blocks of one event, the worst case)."""
 
 BLOCK_EVENTS = 1024
 """At most this many events share one block of the LRU (see :class:`EventCache`)."""
@@ -25,10 +39,35 @@ BLOCK_EVENTS = 1024
 BLOCKS_PER_CACHE = 64
 """A block is also kept under ``1/BLOCKS_PER_CACHE`` of the byte bound, so an eviction frees a small part."""
 
+_TS = TIMESTAMP_DIGITS
+_SHIFT = 10                     # a kept id's position: block key << _SHIFT | index in its block
+assert BLOCK_EVENTS == 1 << _SHIFT
+_LOW = BLOCK_EVENTS - 1
+_NO_TIMES = array("q")
 
-def entry_size(raw: bytes) -> int:
-    """The bytes one cached event is charged against ``[eventstore].cache_mb``."""
-    return len(raw) + ENTRY_OVERHEAD_BYTES
+
+def entry_size(raw: bytes, event_id: str | None = None) -> int:
+    """The bytes one cached event is charged against ``[eventstore].cache_mb`` (besides its block's
+    :data:`BLOCK_OVERHEAD_BYTES`): with no ``event_id`` (or a Photon id put in time order), a timed
+    event's; given an ``event_id`` that is kept, a keyed one's."""
+    if event_id is None:
+        return len(raw) + ENTRY_OVERHEAD_BYTES
+    return len(raw) + KEYED_ENTRY_BYTES + len(event_id)
+
+
+def split_photon_ids(ids) -> tuple[str, array] | None:
+    """``(key, timestamps)`` when every one of ``ids`` is ``<key>:<16 digits>`` with one ``key`` and the
+    timestamps strictly increasing (one writer's events in file order), else None. One regular-expression
+    pass over them all; ``key`` itself is not checked (``photon.is_event_id`` of one id does that)."""
+    n = len(ids)
+    key = ids[0][:-_TS - 1]
+    joined = "\n".join(ids)
+    if not key or joined.count("\n") != n - 1:
+        return None
+    tails = re.findall(r"^%s:([0-9]{%d})$" % (re.escape(key), _TS), joined, re.MULTILINE)
+    if len(tails) != n or (n > 1 and not all(map(lt, tails, islice(tails, 1, None)))):
+        return None                           # (equal-width digits: text order is number order)
+    return key, array("q", map(int, tails))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,18 +85,64 @@ class CacheStatistics:
 
 
 class _Block:
-    """Events put together: their raw lines by id, and the bytes the block was charged when cached."""
-    __slots__ = ("key", "events", "charged", "live_bytes")
+    """Events put together: their lines concatenated in ``blob`` (event ``i`` is ``blob[offs[i]:offs[i+1]]``),
+    and either their ids as one key and increasing timestamps (a *timed* block: event ``i``'s id is
+    ``f"{id_key}:{tss[i]:016d}"``) or kept in the cache's id dict (a *keyed* block, ``id_key`` None)."""
+    __slots__ = ("key", "blob", "offs", "id_key", "tss", "ids", "replaced", "live", "charged", "live_bytes")
 
-    def __init__(self, key: int) -> None:
-        self.key = key
-        self.events: dict[str, bytes] = {}
+    def __init__(self, key: int, blob: bytes, offs: array, id_key: str | None, tss: array, ids) -> None:
+        self.key = key          # its key in the LRU
+        self.blob = blob
+        self.offs = offs
+        self.id_key = id_key
+        self.tss = tss
+        self.ids = ids          # a keyed block's ids (None for a timed one)
+        self.replaced: set[int] | None = None   # events whose id was put again since
+        self.live = len(offs) - 1
         self.charged = 0        # what the LRU counts for this block (fixed once cached)
         self.live_bytes = 0     # the part still held: replaced events leave the block
 
+    def line(self, i: int) -> bytes:
+        return self.blob[self.offs[i]:self.offs[i + 1]]
+
+
+class _Timeline:
+    """The timed blocks of one id key, by first timestamp. ``overlap``: the spans of time of some of them
+    intersect (then a lookup may have to look in more than one block, and a put may repeat ids held)."""
+    __slots__ = ("starts", "blocks", "overlap")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.blocks: list[_Block] = []
+        self.overlap = False
+
+    def place(self, lo: int, hi: int) -> tuple[int, bool]:
+        """Where a block spanning ``lo .. hi`` goes, and whether it would intersect a block held."""
+        i = bisect_right(self.starts, lo)
+        meets = (i > 0 and self.blocks[i - 1].tss[-1] >= lo) or (i < len(self.starts) and self.starts[i] <= hi)
+        return i, meets or self.overlap
+
+    def add(self, i: int, meets: bool, block: _Block) -> None:
+        self.overlap = self.overlap or meets
+        self.starts.insert(i, block.tss[0])
+        self.blocks.insert(i, block)
+
+    def remove(self, block: _Block) -> None:
+        i = 0 if self.blocks[0] is block else self.blocks.index(block)
+        del self.starts[i], self.blocks[i]
+        if self.overlap:      # sorted by start, spans intersect iff two neighbours' do
+            self.overlap = any(a.tss[-1] >= b.tss[0] for a, b in zip(self.blocks, islice(self.blocks, 1, None)))
+
+    def holding(self, ts: int):
+        """The blocks whose span may hold ``ts``."""
+        i = bisect_right(self.starts, ts)
+        if not self.overlap:
+            return self.blocks[i - 1:i] if i else ()
+        return [b for b in self.blocks[:i] if b.tss[-1] >= ts]
+
 
 class _BlockLRU(cachetools.LRUCache):
-    """The cachetools LRU of blocks; evicting a block drops its events from the id index."""
+    """The cachetools LRU of blocks; evicting a block drops its events from the indexes."""
 
     def __init__(self, maxsize: int, on_evict) -> None:
         super().__init__(maxsize, getsizeof=lambda block: block.charged)
@@ -70,13 +155,22 @@ class _BlockLRU(cachetools.LRUCache):
 
 
 class EventCache:
-    """Recent primary events by id, as raw log-line bytes, bounded by :func:`entry_size` bytes in total.
+    """Recent primary events by id, as raw log-line bytes, bounded by the bytes they are charged in total
+    (:func:`entry_size` per event, :data:`BLOCK_OVERHEAD_BYTES` per block).
 
     Events are held in blocks: each ``put_many`` call fills blocks of up to :data:`BLOCK_EVENTS` events,
     and a cachetools LRU of blocks enforces the byte bound. Recency is kept per block: a lookup hit marks
-    its block recently used, and the least recently used block is evicted whole. Working per block rather
-    than per event takes the LRU's bookkeeping (a few microseconds an operation) off the indexing path;
-    a single ``put`` is a block of one, so it behaves exactly as a per-event LRU.
+    its block recently used, and the least recently used block is evicted whole. A single ``put`` is a
+    block of one, so it behaves exactly as a per-event LRU.
+
+    A block holds its lines concatenated in one ``bytes`` with an array of offsets: no Python object per
+    event. Photon ids need no index of their own: a block of one writer's events in file order (one
+    ``server_ip:process_id`` key, timestamps strictly increasing, what a chunk of a primary log file is)
+    keeps the key once and the timestamps in an array, and the cache keeps, per key, its blocks in order
+    of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
+    timeline for the block and the block's timestamps for the event: an id is exactly its key and
+    timestamp, so a match is the event of that id. Any other block (ids that are not Photon ids, such as
+    custom primary ids, or that do not run in time order) keeps its ids in one dict, charged for it.
 
     ``put`` of an id already held replaces it (the new bytes, in the new block). An event larger than the
     whole bound is not stored (counted in ``too_large``). ``lookup`` returns one result per id, in order.
@@ -87,9 +181,12 @@ class EventCache:
             raise ValueError(f"cache size must be > 0 bytes, got {max_bytes}")
         self.max_bytes = max_bytes
         self._block_bytes = max(1, max_bytes // BLOCKS_PER_CACHE)
-        self._where: dict[str, _Block] = {}
+        self._timelines: dict[str, _Timeline] = {}
+        self._where: dict[str, int] = {}          # a kept id -> block key << _SHIFT | index in its block
+        self._keyed: dict[int, _Block] = {}       # keyed blocks by key
         self._lru = _BlockLRU(max_bytes, self._evicted)
         self._next_key = 0
+        self._entries = 0
         self._dead_bytes = 0       # charged to cached blocks for events since replaced
         self._lock = threading.Lock()
         self._puts = self._too_large = self._evictions = 0
@@ -99,70 +196,208 @@ class EventCache:
         self.put_many([(event_id, raw)])
 
     def put_many(self, events: list[tuple[str, bytes]]) -> None:
+        if events:
+            ids, raws = zip(*events)
+            self.put_lines(ids, raws)
+
+    def put_lines(self, ids, raws, timed: tuple[str, array] | None = None) -> None:
+        """``put_many`` of ``zip(ids, raws)``; ``timed``: :func:`split_photon_ids` of ``ids`` if known."""
+        if not ids:
+            return
         with self._lock:
-            block = None
-            where, overhead = self._where, ENTRY_OVERHEAD_BYTES
-            limit, max_bytes = self._block_bytes, self.max_bytes
-            for event_id, raw in events:
-                size = len(raw) + overhead
-                if size > max_bytes:
-                    self._too_large += 1
-                    continue
-                if block is not None and (len(block.events) >= BLOCK_EVENTS or block.charged + size > limit):
-                    self._cache(block)
-                    block = None
-                if block is None:
-                    block = _Block(self._next_key)
-                    self._next_key += 1
-                old = where.get(event_id)
-                if old is not None:
-                    self._forget(old, event_id)
-                block.events[event_id] = raw
-                block.charged += size
-                where[event_id] = block
-            if block is not None:
-                self._cache(block)
-            self._puts += len(events)
+            self._puts += len(ids)
+            sizes = list(map(len, raws))
+            max_size = self.max_bytes - BLOCK_OVERHEAD_BYTES - ENTRY_OVERHEAD_BYTES
+            if max(sizes) > max_size:
+                keep = [size <= max_size for size in sizes]
+                self._too_large += keep.count(False)
+                ids, raws, sizes = (list(compress(x, keep)) for x in (ids, raws, sizes))
+                if timed is not None:
+                    timed = timed[0], array("q", compress(timed[1], keep))
+                if not ids:
+                    return
+            n = len(sizes)
+            cum = list(accumulate(map(ENTRY_OVERHEAD_BYTES.__add__, sizes), initial=0))
+            room = self._block_bytes - BLOCK_OVERHEAD_BYTES
+            lo = 0
+            while lo < n:
+                end = bisect_right(cum, cum[lo] + room, lo + 1, min(n, lo + BLOCK_EVENTS) + 1) - 1
+                hi = max(lo + 1, end)
+                part = ids[lo:hi]
+                split = (timed[0], timed[1][lo:hi]) if timed is not None else split_photon_ids(part)
+                if split is not None:
+                    self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split)
+                else:
+                    self._put_keyed(part, raws[lo:hi])
+                lo = hi
+
+    def _put_keyed(self, ids, raws) -> None:
+        """Events whose ids are kept, in blocks cut by what they are charged (more than timed ones)."""
+        sizes = list(map(entry_size, raws, ids))
+        limit = self.max_bytes - BLOCK_OVERHEAD_BYTES
+        if max(sizes) > limit:
+            keep = [size <= limit for size in sizes]
+            self._too_large += keep.count(False)
+            ids, raws, sizes = (list(compress(x, keep)) for x in (ids, raws, sizes))
+        cum = list(accumulate(sizes, initial=0))
+        room, lo, n = self._block_bytes - BLOCK_OVERHEAD_BYTES, 0, len(sizes)
+        while lo < n:
+            hi = max(lo + 1, bisect_right(cum, cum[lo] + room, lo + 1, min(n, lo + BLOCK_EVENTS) + 1) - 1)
+            self._add_keyed(ids[lo:hi], raws[lo:hi])
+            lo = hi
+
+    def _new_block(self, raws, id_key: str | None, tss: array, ids) -> _Block:
+        # (a join of one returns that object itself, with whatever room its maker left in it: copy it)
+        blob = b"".join(raws) if len(raws) > 1 else bytes(memoryview(raws[0]))
+        block = _Block(self._next_key, blob, array("I", accumulate(map(len, raws), initial=0)), id_key, tss, ids)
+        self._next_key += 1
+        return block
+
+    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array) -> None:
+        block = self._new_block(raws, id_key, tss, None)
+        block.charged = charged
+        timeline = self._timelines.get(id_key)
+        if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
+            for ts in tss:                    # it may repeat ids held: those leave their blocks
+                for held in timeline.holding(ts):
+                    j = bisect_left(held.tss, ts)
+                    if j < len(held.tss) and held.tss[j] == ts:
+                        self._replaced(held, j)
+        if self._where:
+            for event_id in compress(ids, map(self._where.__contains__, ids)):
+                self._replace_kept(event_id)
+        self._cache(block)                    # may evict blocks, and empty timelines
+        timeline = self._timelines.get(id_key)
+        if timeline is None:
+            timeline = self._timelines[id_key] = _Timeline()
+        timeline.add(*timeline.place(tss[0], tss[-1]), block)
+
+    def _add_keyed(self, ids, raws) -> None:
+        """Events kept by id; of events of one put with the same id, the last is kept."""
+        block = self._new_block(raws, None, _NO_TIMES, tuple(ids))
+        block.charged = BLOCK_OVERHEAD_BYTES
+        base = block.key << _SHIFT
+        where = self._where
+        for i, (event_id, raw) in enumerate(zip(ids, raws)):
+            old = where.get(event_id)
+            if old is not None:
+                if old >> _SHIFT == block.key:       # earlier in this block
+                    j = old & _LOW
+                    block.replaced = block.replaced or set()
+                    block.replaced.add(j)
+                    block.live -= 1
+                    block.charged -= entry_size(block.line(j), event_id)
+                else:
+                    self._replace_kept(event_id)
+            else:
+                self._replace_timed(event_id)
+            where[event_id] = base | i
+            block.charged += entry_size(raw, event_id)
+        self._keyed[block.key] = block
+        self._cache(block)
 
     def _cache(self, block: _Block) -> None:
         block.live_bytes = block.charged
-        if block.events:
-            self._lru[block.key] = block      # may evict older blocks (see _evicted)
+        self._entries += block.live
+        self._lru[block.key] = block          # may evict older blocks (see _evicted)
 
-    def _forget(self, block: _Block, event_id: str) -> None:
-        """An id put again: its old bytes leave their block. A cached block stays charged in full until it
-        goes (those bytes are counted as dead); one still being filled is simply charged less."""
-        size = len(block.events.pop(event_id)) + ENTRY_OVERHEAD_BYTES
-        if block.key not in self._lru:
-            block.charged -= size
+    def _replace_kept(self, event_id: str) -> None:
+        ref = self._where.pop(event_id)
+        self._replaced(self._keyed[ref >> _SHIFT], ref & _LOW)
+
+    def _replace_timed(self, event_id: str) -> None:
+        found = self._find_timed(event_id)
+        if found is not None:
+            self._replaced(*found)
+
+    def _replaced(self, block: _Block, i: int) -> None:
+        """An id put again: its old event leaves its block (a kept id has left the id dict already). A
+        cached block stays charged in full until it goes (those bytes are counted as dead)."""
+        if block.replaced is None:
+            block.replaced = set()
+        elif i in block.replaced:
             return
+        block.replaced.add(i)
+        size = entry_size(block.line(i), None if block.ids is None else block.ids[i])
+        block.live -= 1
+        self._entries -= 1
         block.live_bytes -= size
-        if block.events:
+        if block.live:
             self._dead_bytes += size
         else:                                 # nothing live left: drop the block and its dead bytes
-            self._dead_bytes -= block.charged - size
+            self._dead_bytes -= block.charged - block.live_bytes - size
             del self._lru[block.key]
+            self._forget(block)
+
+    def _forget(self, block: _Block) -> None:
+        """A block leaves the indexes (evicted, or nothing live left in it)."""
+        if block.id_key is not None:
+            timeline = self._timelines[block.id_key]
+            timeline.remove(block)
+            if not timeline.blocks:
+                del self._timelines[block.id_key]
+        else:
+            del self._keyed[block.key]
+            where, base = self._where, block.key << _SHIFT
+            for i, event_id in enumerate(block.ids):
+                if where.get(event_id) == base | i:
+                    del where[event_id]
 
     def _evicted(self, block: _Block) -> None:
-        where = self._where
-        for event_id in block.events:
-            if where.get(event_id) is block:
-                del where[event_id]
-        self._evictions += len(block.events)
+        self._forget(block)
+        self._evictions += block.live
+        self._entries -= block.live
         self._dead_bytes -= block.charged - block.live_bytes
+
+    def _find_timed(self, event_id: str) -> tuple[_Block, int] | None:
+        """The timed block and index of ``event_id``, if it is a Photon id held."""
+        timeline = self._timelines.get(event_id[:-_TS - 1])
+        if timeline is None or event_id[-_TS - 1:-_TS] != ":":
+            return None
+        text = event_id[-_TS:]
+        if not (text.isascii() and text.isdigit()):
+            return None
+        ts = int(text)
+        for block in timeline.holding(ts):
+            tss = block.tss
+            i = bisect_left(tss, ts)
+            if i < len(tss) and tss[i] == ts and (block.replaced is None or i not in block.replaced):
+                return block, i
+        return None
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         with self._lock:
-            where = self._where.get
+            timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
             out: list[bytes | None] = []
             touched: dict[int, None] = {}
             for event_id in ids:
-                block = where(event_id)
-                if block is None:
-                    out.append(None)
+                timeline = timelines.get(event_id[:-_TS - 1])
+                if timeline is not None and not timeline.overlap:      # the usual case, inline
+                    text = event_id[-_TS:]
+                    if event_id[-_TS - 1] == ":" and text.isdigit() and text.isascii():
+                        ts = int(text)
+                        i = bisect_right(timeline.starts, ts)
+                        if i:
+                            block = timeline.blocks[i - 1]
+                            tss = block.tss
+                            j = bisect_left(tss, ts)
+                            if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
+                                offs = block.offs
+                                out.append(block.blob[offs[j]:offs[j + 1]])
+                                touched[block.key] = None
+                                continue
+                    found = None
                 else:
-                    out.append(block.events[event_id])
-                    touched[block.key] = None
+                    found = find(event_id) if timeline is not None else None
+                if found is None:
+                    ref = where.get(event_id) if where else None
+                    if ref is None:
+                        out.append(None)
+                        continue
+                    found = keyed[ref >> _SHIFT], ref & _LOW
+                block, j = found
+                out.append(block.line(j))
+                touched[block.key] = None
             touch = self._lru.__getitem__
             for key in touched:      # once per block, in first-hit order
                 touch(key)
@@ -173,10 +408,10 @@ class EventCache:
 
     def statistics(self) -> CacheStatistics:
         with self._lock:
-            return CacheStatistics(entries=len(self._where), bytes=int(self._lru.currsize) - self._dead_bytes,
-                              max_bytes=self.max_bytes, puts=self._puts, evictions=self._evictions,
-                              too_large=self._too_large, lookups=self._lookups, lookup_ids=self._lookup_ids,
-                              hits=self._hits, misses=self._lookup_ids - self._hits)
+            return CacheStatistics(entries=self._entries, bytes=int(self._lru.currsize) - self._dead_bytes,
+                                   max_bytes=self.max_bytes, puts=self._puts, evictions=self._evictions,
+                                   too_large=self._too_large, lookups=self._lookups, lookup_ids=self._lookup_ids,
+                                   hits=self._hits, misses=self._lookup_ids - self._hits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,41 +435,103 @@ def index_primary_lines(chunk: LogChunk, id_field: "str | EventIds", good_offset
     otherwise); pairs still carry the user's id (what clicks refer to), and ``map_keys`` gets each good
     line's Photon key (``<id>:0:<time_us>``), which the log-file map keys its entries on.
     """
+    found = index_lines(chunk, id_field, good_offsets, map_keys)
+    return list(zip(found.ids, found.lines)), found.bad
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedLines:
+    """A chunk's good lines, their ids, its bad records, and :func:`split_photon_ids` of the ids if it
+    holds (what the cache and the map emitter then need not work out again)."""
+    ids: list[str]
+    lines: list[bytes]
+    bad: list[BadRecord]
+    timed: tuple[str, array] | None
+
+
+def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[int] | None = None,
+                map_keys: list[str] | None = None) -> IndexedLines:
+    """:func:`index_primary_lines`, the ids and lines apart (as the primary reader puts them)."""
     if isinstance(id_field, EventIds):
-        if not id_field.custom:
-            return index_primary_lines(chunk, id_field.id_field, good_offsets)
-        return _index_custom(chunk, id_field, good_offsets, map_keys)
+        if id_field.custom:
+            good, bad = _index_custom(chunk, id_field, good_offsets, map_keys)
+            return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
+        id_field = id_field.id_field
+    lines, offsets = chunk.lines, chunk.offsets
+    idx, ids, timed = _well_formed(lines, id_field)
+    if len(idx) == len(lines):               # the common case: every line good
+        if good_offsets is not None:
+            good_offsets += offsets
+        return IndexedLines(ids, lines, [], timed)
     if good_offsets is not None:
-        good_offsets += chunk.offsets
-        good, bad = index_primary_lines(chunk, id_field)
-        if bad:
-            dropped = {b.offset for b in bad}
-            del good_offsets[len(good_offsets) - len(chunk.offsets):]
-            good_offsets += [o for o in chunk.offsets if o not in dropped]
-        return good, bad
-    good: list[tuple[str, bytes]] = []
-    bad: list[BadRecord] = []
-    required = (id_field,)
-    loads, decode_error = orjson.loads, orjson.JSONDecodeError
-    for offset, raw in zip(chunk.offsets, chunk.lines):
-        try:  # the fast path: a well-formed line
-            event_id = loads(raw)[id_field]
-            if type(event_id) is str and is_event_id(event_id):
-                good.append((event_id, raw))
-                continue
-        except (decode_error, KeyError, TypeError, IndexError):
-            pass
-        event, reason = parse_record(raw, required)
-        if event is None:
-            bad.append(BadRecord(chunk.file, offset, reason, raw))
-            continue
+        good_offsets += map(offsets.__getitem__, idx)
+    bad_at = sorted(set(range(len(lines))).difference(idx))
+    return IndexedLines(ids, list(map(lines.__getitem__, idx)),
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
+
+
+_LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
+_ID_LINES = re.compile(r"(?:%s\n)*%s" % (_LAZY_ID, _LAZY_ID))
+"""Ids joined by newlines, each one well-formed (``photon.is_event_id``)."""
+
+
+def _map_marking(fn, items, errors) -> tuple[list, list[int]]:
+    """``fn`` over ``items`` in C (``map``): the results where it returned, the indices where it raised."""
+    out: list = []
+    failed: list[int] = []
+    rest = iter(items)
+    while True:
+        try:
+            out.extend(map(fn, rest))         # on an error, what came before stays in ``out``
+            return out, failed
+        except errors:
+            failed.append(len(out) + len(failed))
+
+
+def _drop(idx, failed: list[int]) -> list[int]:
+    gone = set(failed)
+    return [k for j, k in enumerate(idx) if j not in gone]
+
+
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None]:
+    """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, those
+    ids, and :func:`split_photon_ids` of them if it holds: one ``orjson.loads`` per line and one
+    regular-expression pass over all ids, in bulk."""
+    idx: "range | list[int]" = range(len(lines))
+    events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
+    if failed:
+        idx = _drop(idx, failed)
+    ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
+    if failed:
+        idx = _drop(idx, failed)
+    if not ids:
+        return [], [], None
+    if set(map(type, ids)) != {str}:
+        keep = [type(i) is str for i in ids]
+        idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
+        if not ids:
+            return [], [], None
+    timed = split_photon_ids(ids)
+    if timed is not None and is_event_id(ids[0]):      # one writer's ids: its key checked once
+        return list(idx), ids, timed
+    joined = "\n".join(ids)
+    if joined.count("\n") != len(ids) - 1 or _ID_LINES.fullmatch(joined) is None:
+        keep = [bool(is_event_id(i)) for i in ids]
+        idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
+        timed = split_photon_ids(ids) if ids else None       # (the ids left are well-formed)
+    return list(idx), ids, timed
+
+
+def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:
+    """What is wrong with a line that is not a JSON object with a well-formed id in ``id_field``."""
+    event, reason = parse_record(raw, (id_field,))
+    if event is not None:
         try:
             parse_event_id(event[id_field])
             reason = "id does not parse"
         except BadEventId as e:
             reason = str(e)
-        bad.append(BadRecord(chunk.file, offset, reason, raw))
-    return good, bad
+    return BadRecord(file, offset, reason, raw)
 
 
 def _index_custom(chunk: LogChunk, ids: EventIds, good_offsets: list[int] | None,

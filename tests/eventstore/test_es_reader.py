@@ -102,3 +102,75 @@ def test_a_restarted_store_reads_from_the_start_without_quarantining_again(tmp_p
         store.close()
     entries = (tmp_path / "out" / "quarantine" / "eventstore-a.jsonl").read_bytes().splitlines()
     assert [orjson.loads(e)["raw"] for e in entries] == ["{broken"]
+
+
+def _reference_index(lines: list[bytes]) -> tuple[list[int], list[str]]:
+    """What a line-by-line reading calls good: a JSON object with a string id that parses."""
+    from photon import is_event_id
+    good, ids = [], []
+    for k, raw in enumerate(lines):
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and type(event.get("query_id")) is str and is_event_id(event["query_id"]):
+            good.append(k)
+            ids.append(event["query_id"])
+    return good, ids
+
+
+def test_bulk_indexing_agrees_with_a_line_by_line_reading():
+    """Chunks indexed in bulk (one orjson map, one regular expression over all ids) keep exactly the
+    lines a line-by-line reading keeps, with their offsets, and quarantine exactly the others; a chunk of
+    one writer in time order also comes with its key and timestamps, others without."""
+    import random
+    from eventstore._state import index_lines, split_photon_ids
+    rng = random.Random(4)
+    odd = [b"not json", b'{"q":"no id"}', b'{"query_id":7}', b'{"query_id":"nope"}', b"[1]", b'"s"', b"{}",
+           b'{"query_id":"a:1:123"}', b'{"query_id":"a\\n:1:1763712000000000"}', b"1", b"null", b"",
+           b'{"query_id":"10.0.0.1:4242:\xd9\xa1763712000000000"}', b'{"query_id":":1:1763712000000000"}']
+    for case in range(60):
+        n = rng.randrange(1, 400)
+        ks = sorted(rng.sample(range(10**6), n)) if case % 3 else [rng.randrange(10**6) for _ in range(n)]
+        lines = [query_line(k) if rng.random() > 0.05 or case % 5 == 0 else rng.choice(odd) for k in ks]
+        if case % 7 == 0:
+            lines = [orjson.dumps({"query_id": f"10.0.0.{k % 3}:1:{1763712000000000 + k}"}) for k in ks]
+        offsets = list(range(0, 10 * n, 10))
+        kept: list[int] = []
+        found = index_lines(LogChunk("q.log", offsets, lines, 10 * n), "query_id", kept)
+        good, ids = _reference_index(lines)
+        assert found.ids == ids and found.lines == [lines[k] for k in good]
+        assert kept == [offsets[k] for k in good]
+        assert [b.offset for b in found.bad] == [offsets[k] for k in range(n) if k not in set(good)]
+        assert found.timed == (split_photon_ids(ids) if ids else None)
+        if found.timed is not None:
+            key, tss = found.timed
+            assert [f"{key}:{ts:016d}" for ts in tss] == ids and list(tss) == sorted(set(tss))
+
+
+def test_map_entries_per_chunk_are_those_line_by_line():
+    """MapEmitter.observe_many (by bisection for one writer in time order) makes exactly the entries and
+    marks that observe, line by line, makes: several chunks of a file, other keys, time going back."""
+    import random
+    from eventstore._map import MapEmitter
+    from eventstore._state import split_photon_ids
+    from photon import format_event_id
+    rng = random.Random(8)
+    for case in range(40):
+        every_us, every_bytes = rng.choice([1_000, 50_000]), rng.choice([300, 5_000])
+        bulk, single = MapEmitter(every_us, every_bytes), MapEmitter(every_us, every_bytes)
+        off, ts = 0, 1_763_712_000_000_000
+        for chunk in range(rng.randrange(1, 6)):
+            n = rng.randrange(1, 300)
+            offsets, ids = [], []
+            for _ in range(n):
+                ts += rng.choice([0, 1, 7, 900, 20_000]) if case % 4 else rng.randrange(-5_000, 9_000)
+                host = "10.0.0.1" if case % 3 else rng.choice(["10.0.0.1", "10.0.0.2"])
+                offsets.append(off)
+                ids.append(format_event_id(host, 7, ts))
+                off += rng.randrange(50, 400)
+            timed = split_photon_ids(ids) if chunk % 2 else None
+            got = bulk.observe_many("f.jsonl", offsets, ids, timed)
+            want = [e for e in map(single.observe, ["f.jsonl"] * n, offsets, ids) if e is not None]
+            assert sorted(got) == sorted(want)
+            assert bulk.marks() == single.marks()
