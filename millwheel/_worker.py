@@ -28,7 +28,7 @@ from photon import Clock
 
 from millwheel._config import RuntimeConfig
 from millwheel._interval import (AckDeliveries, AcksObserved, CheckpointCommitted, Commit, CommitRefused,
-                                 CountResults, DedupIdsLoaded, FloorsRaised, InputWatermarkAdvanced,
+                                 CountResults, DedupIdsLoaded, EpochAnnounced, FloorsRaised, InputWatermarkAdvanced,
                                  IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, KeyFailed,
                                  MarkStored,
                                  ProductionsAcked, RebuildDedupFilter, RecordsDelivered, Relinquish,
