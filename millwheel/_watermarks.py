@@ -140,6 +140,19 @@ class WatermarkReported:
 
 
 @dataclass(frozen=True, slots=True)
+class EpochDecided:
+    """Cut epoch ``epoch`` of the cyclic component ``component`` (its members' names, sorted, joined by
+    ``/``) is announced, decided when the component's external input watermark was ``external_us`` and
+    ``cohort`` (``(name, interval, sequencer)`` each) had reported under ``epoch - 1``. An authority that
+    does not decide epochs itself (several processes' authorities sharing one store) proposes them in
+    :attr:`WatermarksPublished.proposals` and learns the one decision of each step by this event."""
+    component: str
+    epoch: int
+    external_us: int
+    cohort: tuple
+
+
+@dataclass(frozen=True, slots=True)
 class WatermarksPublished:
     """What the authority publishes: every computation's and injector's low watermark (``lows``), the
     input watermark each computation's consumers will compute from them (``inputs``), and whether the
@@ -152,6 +165,7 @@ class WatermarksPublished:
     inputs: Mapping[str, int]
     settled: bool
     epochs: Mapping[str, int] = field(default_factory=dict)
+    proposals: tuple[EpochDecided, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,11 +226,13 @@ class WatermarkAuthority:
     the component then holds at its last value, as a moved or silent interval does.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, decide_epochs: bool = True) -> None:
         self._intervals: dict[str, dict[Hashable, list]] = {}   # name -> interval -> entry (see _SEQ ...)
         self._published: dict[str, int] = {}
         self._accepted = self._stale = 0
-        self._cuts: dict[frozenset, _Cut] = {}
+        self._decide = decide_epochs
+        self._cuts: dict[str, _Cut] = {}        # component key -> its protocol
+        self._proposals: list[EpochDecided] = []
         self._topology: tuple | None = None   # (producers as compared, components)
         self._cuts_published = self._cuts_refused = 0
 
@@ -225,11 +241,15 @@ class WatermarkAuthority:
         for name, wm in watermarks.items():
             self._published[name] = max(int(wm), self._published.get(name, NO_WATERMARK))
 
-    def handle(self, *events: IntervalAssigned | WatermarkReported) -> None:
+    def handle(self, *events: IntervalAssigned | WatermarkReported | EpochDecided) -> None:
         for ev in events:
             kind = type(ev)
             if kind is WatermarkReported:
                 self._on_report(ev)
+            elif kind is EpochDecided:
+                cut = self._cuts.setdefault(ev.component, _Cut())
+                if ev.epoch > cut.epoch:
+                    self._adopt(cut, ev)
             elif kind is IntervalAssigned:
                 intervals = self._intervals.setdefault(ev.name, {})
                 entry = intervals.setdefault(ev.interval, [ev.sequencer, None, None, None, None, 0, None])
@@ -270,14 +290,16 @@ class WatermarkAuthority:
             else:
                 pub[name] = prev
         epochs: dict[str, int] = {}
+        self._proposals = []
         for comp in comps:
-            cut = self._cuts.get(comp)
+            key = component_key(comp)
+            cut = self._cuts.get(key)
             if cut is None:
-                cut = self._cuts[comp] = _Cut(external_us=self._external(comp, producers))
-            self._advance(comp, cut, producers)
+                cut = self._cuts[key] = _Cut(external_us=self._external(comp, producers))
+            self._advance(comp, key, cut, producers)
             epochs.update(dict.fromkeys(comp, cut.epoch))
         inputs = {c: input_watermark(ps, pub) for c, ps in producers.items()}
-        return WatermarksPublished(dict(pub), inputs, self._settled(producers), epochs)
+        return WatermarksPublished(dict(pub), inputs, self._settled(producers), epochs, tuple(self._proposals))
 
     def _external(self, comp: frozenset, producers: Mapping[str, Iterable[str]]) -> int:
         """The watermark of what comes into ``comp`` from outside it (:data:`NO_WATERMARK` if nothing does,
@@ -285,7 +307,7 @@ class WatermarkAuthority:
         outside = sorted({p for m in comp for p in producers.get(m, ())} - comp)
         return input_watermark(outside, self._published)
 
-    def _advance(self, comp: frozenset, cut: _Cut, producers: Mapping[str, Iterable[str]]) -> None:
+    def _advance(self, comp: frozenset, key: str, cut: _Cut, producers: Mapping[str, Iterable[str]]) -> None:
         """One step of the component's epoch protocol (see the class docstring)."""
         pub = self._published
         for name in comp:
@@ -310,10 +332,19 @@ class WatermarkAuthority:
         external = self._external(comp, producers)
         oldest = min([END_OF_TIME] + [e[_OLDEST] for e in entries.values() if e[_OLDEST] is not None])
         if not usable or min(external, oldest) > min(pub[name] for name in comp):
-            cut.epoch += 1
-            cut.cohort = {k: e[_REP_SEQ] for k, e in entries.items()}
-            cut.external_us = external
-            cut.closed = False
+            decision = EpochDecided(key, cut.epoch + 1, external,
+                                    tuple(sorted((n, i, e[_REP_SEQ]) for (n, i), e in entries.items())))
+            if self._decide:
+                self._adopt(cut, decision)
+            else:
+                self._proposals.append(decision)
+
+    @staticmethod
+    def _adopt(cut: _Cut, decision: EpochDecided) -> None:
+        cut.epoch = decision.epoch
+        cut.cohort = {(n, i): seq for n, i, seq in decision.cohort}
+        cut.external_us = decision.external_us
+        cut.closed = False
 
     def _settled(self, producers: Mapping[str, Iterable[str]]) -> bool:
         eventual = self._eventual_inputs(producers)
@@ -364,6 +395,11 @@ class WatermarkAuthority:
         cycles = len(self._topology[1]) if self._topology else 0
         return AuthorityStatistics(n, self._accepted, self._stale, unreported, cycles, self._cuts_published,
                                    self._cuts_refused)
+
+
+def component_key(component: Iterable[str]) -> str:
+    """The name of a cyclic component: its members sorted, joined by ``/`` (no name contains one)."""
+    return "/".join(sorted(component))
 
 
 def cyclic_components(producers: Mapping[str, Iterable[str]]) -> list[frozenset[str]]:
