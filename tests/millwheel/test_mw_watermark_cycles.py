@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from millwheel._interval import IntervalCore, IntervalSettings
 from millwheel._interval_events import EpochAnnounced, IntervalGranted, WorkObserved
-from millwheel._watermarks import (END_OF_TIME, IntervalAssigned, TimestampBag, WatermarkAuthority,
+from millwheel._watermarks import (END_OF_TIME, EpochDecided, IntervalAssigned, TimestampBag, WatermarkAuthority,
                                    WatermarkReported, cyclic_components, interval_low)
 
 CYCLE = {"a": ["inj", "b"], "b": ["a"], "down": ["b"]}
@@ -185,6 +185,37 @@ def test_an_unreported_interval_holds_the_cycle():
         a.see(pub.epochs["a"])
         auth.handle(WatermarkReported("inj", 0, 1, 100), a.report(pub.inputs["a"]))
     assert auth.publish(CYCLE).lows["a"] == 5 and not auth.publish(CYCLE).settled
+
+
+def test_authorities_sharing_a_store_propose_epochs_and_adopt_the_one_decided():
+    """Two processes' authorities over the same reports: neither announces an epoch itself; each proposes
+    the next one, one proposal per step is taken (the store's advance_epoch), and both adopt it."""
+    a, b = Member("a"), Member("b")
+    auths = [WatermarkAuthority(decide_epochs=False) for _ in range(2)]
+    decided: dict[str, EpochDecided] = {}
+    for auth in auths:
+        auth.handle(IntervalAssigned("inj", 0, 1), IntervalAssigned("down", 0, 1), IntervalAssigned("a", 0, 1),
+                    IntervalAssigned("b", 0, 1))
+    for _ in range(6):
+        pubs = []
+        for n, auth in enumerate(auths):
+            auth.handle(*decided.values())
+            pub = auth.publish(CYCLE)
+            pubs.append(pub)
+            for p in pub.proposals:               # the store's compare-and-set: the first of a step wins
+                if p.epoch == decided.get(p.component, EpochDecided(p.component, 1, 0, ())).epoch + 1:
+                    decided[p.component] = p
+        for m in (a, b):
+            m.see(pubs[0].epochs[m.name])
+        reports = [WatermarkReported("inj", 0, 1, 100), a.report(pubs[0].inputs["a"]), b.report(pubs[0].inputs["b"]),
+                   WatermarkReported("down", 0, 1, interval_low(None, pubs[0].inputs["down"]), pubs[0].inputs["down"])]
+        for auth in auths:
+            auth.handle(*reports)
+    assert set(decided) == {"a/b"}
+    for auth in auths:
+        auth.handle(*decided.values())
+        pub = auth.publish(CYCLE)
+        assert pub.lows["a"] == pub.lows["b"] == 100 and pub.epochs["a"] == decided["a/b"].epoch
 
 
 def test_the_interval_core_reports_the_oldest_work_held_since_it_saw_the_previous_epoch():
