@@ -21,7 +21,9 @@ sequencer. The :class:`WatermarkAuthority` keeps an interval map per computation
 and publishes each computation's watermark (the minimum over its intervals, never decreasing); each
 consumer takes the minimum over its producers (:func:`input_watermark`). Because a report is bounded by
 the input its owner saw, reports taken at different moments by different workers never let a published
-watermark pass work that is in flight between them.
+watermark pass work that is in flight between them. A computation on a cycle would wait for itself under
+that rule; each cyclic component of the topology (:func:`cyclic_components`) is published as one unit from
+a consistent cut taken in epochs instead (see :class:`WatermarkAuthority`).
 """
 from __future__ import annotations
 
