@@ -549,6 +549,7 @@ class WorkerHost:
                           for n, (s, _) in self.injectors.items()},
             "computations": {n: dict(c) for n, c in per.items()},
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
+            "watermark_authority": dataclasses.asdict(self.authority.statistics()),
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
             "outstanding": self.tracker.outstanding_count(),
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},

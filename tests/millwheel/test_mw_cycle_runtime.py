@@ -73,6 +73,30 @@ class Windows(Computation):
         ctx.state = st or None
 
 
+class Bounce(Computation):
+    """A cycle of one: re-injects each click into itself ``HOPS`` times, then lets it out; counts its
+    clicks per window on their first pass and reports each window at its end (a timer on the cycle)."""
+
+    def process_record(self, ctx, record):
+        value = record.value
+        if value["hops"] == 0:
+            start = window_of(record.timestamp_us)
+            st = ctx.state or {}
+            st[str(start)] = st.get(str(start), 0) + 1
+            ctx.state = st
+            ctx.set_timer(f"w{start}", start + WINDOW_US)
+        if value["hops"] < HOPS:
+            ctx.produce("again", {**value, "hops": value["hops"] + 1}, record.timestamp_us)
+        else:
+            ctx.produce("done", value, record.timestamp_us)
+
+    def process_timer(self, ctx, timer):
+        st = ctx.state
+        start = timer.timestamp_us - WINDOW_US
+        ctx.produce("bounce_windows", {"key": ctx.key, "window": start, "n": st.pop(str(start))})
+        ctx.state = st or None
+
+
 class LossyTransport(LocalTransport):
     """Loses a fifth of the deliveries and sends a tenth twice (seeded): senders retry, receivers dedup."""
     may_lose = True
@@ -143,3 +167,24 @@ def test_windows_on_and_after_a_cycle_close_with_the_batch_truth(tmp_path, trans
     assert comps["ping"].low_watermark_us == comps["pong"].low_watermark_us == END_OF_TIME
     assert comps["windows"].input_watermark_us == END_OF_TIME
     assert auth.cycles == 1 and auth.cuts_published >= 2
+
+
+@pytest.mark.timeout(120)
+def test_a_computation_feeding_itself_closes_its_windows_and_those_after_it(tmp_path):
+    records = clicks(800)
+    truth = dict(Counter((k, window_of(ts)) for k, _, ts in records))
+    t = Topology()
+    t.add_injector("clicks", ListInjector(records), produces="clicks")
+    t.add_computation("bounce", Bounce, consumes=["clicks", "again"], produces=["again", "done", "bounce_windows"])
+    t.add_computation("windows", Windows, consumes=["done"], produces=["windows"])
+    t.add_computation("windows_sink", FileSink(tmp_path / "windows.jsonl"), consumes={"windows": FileSink.key})
+    t.add_computation("bounce_sink", FileSink(tmp_path / "bounce.jsonl"), consumes={"bounce_windows": FileSink.key})
+    config = RuntimeConfig(store=f"sqlite:///{tmp_path / 'state.db'}", threads=2, intervals=4)
+    with Runtime(t, config) as rt:
+        rt.run_until_idle(timeout_s=90)
+        stats = rt.statistics()
+    assert read_counts(tmp_path / "windows.jsonl") == truth
+    assert read_counts(tmp_path / "bounce.jsonl") == truth
+    assert stats.computations["bounce"].records_processed == len(records) * (HOPS + 1)
+    assert all(c.late_records == 0 for c in stats.computations.values())
+    assert stats.computations["windows"].input_watermark_us == END_OF_TIME
