@@ -492,7 +492,8 @@ class WorkerHost:
             reported = []
             for row in rows:
                 c = cut_of.get((row[0], row[1]))
-                reported.append(WatermarkReported(*row, c[3], c[4]) if c and c[2] == row[2] else WatermarkReported(*row))
+                same = c is not None and c[2] == row[2]      # the cut of the interval's current owner
+                reported.append(WatermarkReported(*row, c[3], c[4]) if same else WatermarkReported(*row))
             self.authority.handle(*reported)
             self.authority.handle(*(EpochDecided(comp, epoch, external, tuple(tuple(x) for x in json.loads(cohort)))
                                     for comp, epoch, external, cohort in self.store.read_epochs()))

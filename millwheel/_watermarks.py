@@ -45,7 +45,7 @@ class TimestampBag:
     removals do not raise it). The cut of a cycle's watermark is made of these (see
     :class:`WatermarkAuthority`)."""
 
-    __slots__ = ("_counts", "_heap", "size", "_window", "_marked")
+    __slots__ = ("_counts", "_heap", "_marked", "_window", "size")
 
     def __init__(self) -> None:
         self._counts: dict[int, int] = {}

@@ -8,11 +8,11 @@ import signal
 
 import pytest
 
+from photon import wait_until
 from millwheel._cluster import cluster_status
 from millwheel.examples.ad_windows import WINDOW_US
 
 from mw_cluster import START_S, ClusterRun
-from photon import wait_until
 from mw_cycle_windows import HOPS
 
 pytestmark = pytest.mark.timeout(600)

@@ -12,7 +12,8 @@ from collections import Counter
 import orjson
 import pytest
 
-from millwheel import END_OF_TIME, Computation, FileSink, ListInjector, LocalTransport, Runtime, RuntimeConfig, Topology
+from millwheel import (END_OF_TIME, Computation, FileSink, ListInjector, LocalTransport, Runtime, RuntimeConfig,
+                       Topology)
 
 HOPS = 3
 WINDOW_US = 1_000
@@ -134,7 +135,8 @@ def cycle_topology(records, out) -> Topology:
     t.add_computation("pong", Pong, consumes=["ping_out"], produces=["pong_out", "pong_windows"])
     t.add_computation("windows", Windows, consumes=["done"], produces=["windows"])
     t.add_computation("windows_sink", FileSink(out / "windows.jsonl"), consumes={"windows": FileSink.key})
-    t.add_computation("pong_sink", FileSink(out / "pong_windows.jsonl"), consumes={"pong_windows": FileSink.key})
+    t.add_computation("pong_sink", FileSink(out / "pong_windows.jsonl"),
+                      consumes={"pong_windows": FileSink.key})
     return t
 
 
@@ -175,10 +177,12 @@ def test_a_computation_feeding_itself_closes_its_windows_and_those_after_it(tmp_
     truth = dict(Counter((k, window_of(ts)) for k, _, ts in records))
     t = Topology()
     t.add_injector("clicks", ListInjector(records), produces="clicks")
-    t.add_computation("bounce", Bounce, consumes=["clicks", "again"], produces=["again", "done", "bounce_windows"])
+    t.add_computation("bounce", Bounce, consumes=["clicks", "again"],
+                      produces=["again", "done", "bounce_windows"])
     t.add_computation("windows", Windows, consumes=["done"], produces=["windows"])
     t.add_computation("windows_sink", FileSink(tmp_path / "windows.jsonl"), consumes={"windows": FileSink.key})
-    t.add_computation("bounce_sink", FileSink(tmp_path / "bounce.jsonl"), consumes={"bounce_windows": FileSink.key})
+    t.add_computation("bounce_sink", FileSink(tmp_path / "bounce.jsonl"),
+                      consumes={"bounce_windows": FileSink.key})
     config = RuntimeConfig(store=f"sqlite:///{tmp_path / 'state.db'}", threads=2, intervals=4)
     with Runtime(t, config) as rt:
         rt.run_until_idle(timeout_s=90)

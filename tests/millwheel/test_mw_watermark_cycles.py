@@ -116,7 +116,7 @@ def test_a_record_in_flight_between_members_holds_the_cycle():
 def test_reports_without_an_epoch_never_complete_a_cut():
     auth = cycle_authority(Member("a"), Member("b"), restored={"a": 7, "b": 7})
     for _ in range(5):
-        pub = auth.publish(CYCLE)
+        auth.publish(CYCLE)
         auth.handle(WatermarkReported("inj", 0, 1, 100), WatermarkReported("a", 0, 1, 100, 100),
                     WatermarkReported("b", 0, 1, 100, 100))
     assert auth.publish(CYCLE).lows["a"] == 7
