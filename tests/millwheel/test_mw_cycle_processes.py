@@ -40,7 +40,9 @@ def test_windows_after_a_cycle_close_over_two_worker_processes(reachable_tmp, pg
     assert wms["ping"] == wms["pong"] and wms["ping"] >= last_end, wms
     assert all(w["watermark_authority"]["cycles"] == 1 and w["watermark_authority"]["cuts_published"] > 0
                for w in st["workers"])
-    assert all(w["input_watermarks_us"]["windows"] >= last_end for w in st["workers"])
+    # every process's authority adopts the same epochs; one may publish a tick or two after another
+    wait_until(lambda: all(w["input_watermarks_us"]["windows"] >= last_end for w in run.workers()), 60,
+               message="every process past the last window")
 
 
 def test_a_worker_sigkilled_while_records_go_round_the_cycle_its_intervals_move_and_windows_close_once(
