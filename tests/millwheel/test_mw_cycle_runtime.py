@@ -170,14 +170,14 @@ def test_windows_on_and_after_a_cycle_close_with_the_batch_truth(tmp_path, trans
                  transport=LossyTransport() if transport == "lossy" else None)
     with rt:
         rt.run_until_idle(timeout_s=90)
+        assert read_counts(tmp_path / "windows.jsonl") == truth
+        assert read_counts(tmp_path / "pong_windows.jsonl") == truth
         # idle means nothing is left to do (no timer can become due); the cycle's watermark may still
         # take an epoch or two to reach the end of its input
         wait_until(lambda: rt.statistics().computations["windows"].input_watermark_us == END_OF_TIME, 30,
                    message="the watermark through the cycle at the end of the input")
         stats = rt.statistics()
         auth = rt.authority.statistics()
-    assert read_counts(tmp_path / "windows.jsonl") == truth
-    assert read_counts(tmp_path / "pong_windows.jsonl") == truth
     comps = stats.computations
     assert comps["ping"].records_processed == len(records) * (HOPS + 1)
     assert comps["pong"].records_processed == len(records) * HOPS
@@ -202,11 +202,11 @@ def test_a_computation_feeding_itself_closes_its_windows_and_those_after_it(tmp_
     config = RuntimeConfig(store=f"sqlite:///{tmp_path / 'state.db'}", threads=2, intervals=4)
     with Runtime(t, config) as rt:
         rt.run_until_idle(timeout_s=90)
+        assert read_counts(tmp_path / "windows.jsonl") == truth
+        assert read_counts(tmp_path / "bounce.jsonl") == truth
         wait_until(lambda: rt.statistics().computations["windows"].input_watermark_us == END_OF_TIME, 30,
                    message="the watermark through the cycle at the end of the input")
         stats = rt.statistics()
-    assert read_counts(tmp_path / "windows.jsonl") == truth
-    assert read_counts(tmp_path / "bounce.jsonl") == truth
     assert stats.computations["bounce"].records_processed == len(records) * (HOPS + 1)
     assert all(c.late_records == 0 for c in stats.computations.values())
     assert stats.computations["windows"].input_watermark_us == END_OF_TIME
