@@ -237,6 +237,18 @@ class CachedStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         return self.store.read_watermark_reports()
 
+    def report_cuts(self, reports) -> None:
+        self.store.report_cuts(reports)
+
+    def read_cuts(self) -> list[tuple]:
+        return self.store.read_cuts()
+
+    def advance_epoch(self, component: str, epoch: int, external_us: int, cohort: str) -> None:
+        self.store.advance_epoch(component, epoch, external_us, cohort)
+
+    def read_epochs(self) -> list[tuple]:
+        return self.store.read_epochs()
+
     def statistics(self) -> CacheStatistics:
         with self._lock:
             return CacheStatistics(self.hits, self.misses, len(self._lru), len(self._pinned), self._evictions,

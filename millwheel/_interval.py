@@ -15,6 +15,7 @@ Lifecycle of one batch (the shell runs it synchronously; the core does not rely 
     Commit ─► CheckpointCommitted ─► CountResults, SendProductions (strong) / MarkStored (weak), AckDeliveries
            └► CommitRefused ─► Relinquish (the interval was fenced: someone else holds it now)
     WorkObserved ─► ReportWatermark (when the interval's low watermark or its input changed)
+    EpochAnnounced (a computation on a cycle) ─► the next ReportWatermark carries the epoch and its cut
 
 Rules kept here: a key has at most one run between :class:`RunUserCode` and its commit (later records
 and due timers of a locked key wait, in order); acks follow the commit; strong productions are registered
@@ -33,7 +34,7 @@ from millwheel._bloom import BloomFilter
 from millwheel._interval_events import (  # the events and commands, re-exported
     IntervalGranted, IntervalRevoked, InputWatermarkAdvanced, FloorsRaised,
     RecordsDelivered, TimePassed, UserCodeRan, AcksObserved, ProductionsAcked,
-    CheckpointCommitted, CommitRefused, DedupIdsLoaded, WorkObserved, KeyWork, KeyFailed,
+    CheckpointCommitted, CommitRefused, DedupIdsLoaded, WorkObserved, EpochAnnounced, KeyWork, KeyFailed,
     RunUserCode, Commit, SendProductions, MarkStored, AckDeliveries,
     CountResults, RebuildDedupFilter, ReportWatermark, Relinquish,
     ReturnDeliveries, Event, Command)
@@ -145,6 +146,8 @@ class IntervalCore:
         self._next_id = 1
         self._attempts: dict[str, tuple[int, str]] = {}   # record id -> (failed runs, last error)
         self._reported: tuple | None = None
+        self.epoch = 0                          # the newest cut epoch seen (a computation on a cycle)
+        self._prev_window: int | None = None    # oldest work held from seeing epoch - 1 to seeing epoch
         self.cache.clear()
 
     # ------------------------------------------------------------ the one way in
@@ -464,10 +467,21 @@ class IntervalCore:
         if timer is not None and (oldest is None or timer < oldest):
             oldest = timer
         low = interval_low(oldest, self.input_wm)
-        if (low, self.input_wm, oldest) != self._reported:
-            self._reported = (low, self.input_wm, oldest)
+        cut = None
+        if self.epoch:     # everything held since first seeing epoch - 1: the shell's windows and the timers'
+            cut = _least(_least(self._prev_window, ev.window_low_us), self._holds.window_low())
+        if (low, self.input_wm, oldest, self.epoch, cut) != self._reported:
+            self._reported = (low, self.input_wm, oldest, self.epoch, cut)
             out.append(ReportWatermark(WatermarkReported(self.name, self.interval, self.sequencer, low,
-                                                         self.input_wm, oldest)))
+                                                         self.input_wm, oldest, self.epoch, cut)))
+
+    def _on_epoch(self, ev: EpochAnnounced, out: list) -> None:
+        """A new cut epoch: the window that ends now (the shell's part in the event, the timers' here)
+        becomes the previous one, and a new window starts (see :class:`WatermarkAuthority`)."""
+        if self.sequencer is None or ev.epoch <= self.epoch:
+            return
+        self._prev_window = _least(ev.window_low_us, self._holds.mark())
+        self.epoch = ev.epoch
 
     def _new_id(self) -> int:
         n = self._next_id
@@ -482,4 +496,12 @@ _HANDLERS = {
     UserCodeRan: IntervalCore._on_ran, AcksObserved: IntervalCore._on_acks, ProductionsAcked: IntervalCore._on_done,
     CheckpointCommitted: IntervalCore._on_committed, CommitRefused: IntervalCore._on_refused,
     DedupIdsLoaded: IntervalCore._on_dedup_loaded, WorkObserved: IntervalCore._on_work,
+    EpochAnnounced: IntervalCore._on_epoch,
 }
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    """The smaller of two optional timestamps (``None``: no work)."""
+    if a is None:
+        return b
+    return a if b is None or a < b else b

@@ -101,13 +101,24 @@ class DedupIdsLoaded:
 @dataclass(frozen=True, slots=True)
 class WorkObserved:
     """The oldest timestamp of the interval's work the shell tracks (records received and not committed,
-    productions not acked by every consumer; ``None``: none)."""
+    productions not acked by every consumer; ``None``: none). ``window_low_us``: on a cycle, the oldest
+    the shell tracked at any moment since the last :class:`EpochAnnounced` (``None``: none)."""
     oldest_us: int | None
+    window_low_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochAnnounced:
+    """The authority announced cut epoch ``epoch`` to the interval's computation, which is on a cycle. The
+    shell restarted its tracking window at this moment; ``window_low_us`` is the oldest work it tracked
+    at any moment in the window just ended (``None``: none)."""
+    epoch: int
+    window_low_us: int | None
 
 
 Event = Union[IntervalGranted, IntervalRevoked, InputWatermarkAdvanced, FloorsRaised, RecordsDelivered,
               TimePassed, UserCodeRan, AcksObserved, ProductionsAcked, CheckpointCommitted, CommitRefused,
-              DedupIdsLoaded, WorkObserved]
+              DedupIdsLoaded, WorkObserved, EpochAnnounced]
 
 
 # ---------------------------------------------------------------- commands

@@ -4,7 +4,7 @@ one-process runtime puts them in the parts' inboxes. (Acks of productions are :c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from millwheel._watermarks import WatermarkReported
@@ -18,8 +18,10 @@ class WatermarksReported:
 
 @dataclass(frozen=True, slots=True)
 class LowWatermarks:
-    """Authority → workers: every computation's and injector's published low watermark."""
+    """Authority → workers: every computation's and injector's published low watermark, and the cut epoch
+    announced to each computation on a cycle (``epochs``; see :class:`WatermarkAuthority`)."""
     lows: Mapping[str, int]
+    epochs: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,10 @@ CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NU
     sender TEXT NOT NULL, produced_at BIGINT NOT NULL, PRIMARY KEY (computation, id));
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     low BIGINT NOT NULL, input BIGINT, oldest BIGINT, PRIMARY KEY (name, interval_id));
+CREATE TABLE IF NOT EXISTS wm_cuts (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
+    epoch BIGINT NOT NULL, cut BIGINT, PRIMARY KEY (name, interval_id));
+CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT NOT NULL,
+    external BIGINT NOT NULL, cohort TEXT NOT NULL);
 """
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
@@ -433,6 +437,32 @@ class PostgresStore(Store):
 
     def read_watermark_reports(self) -> list[tuple]:
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
+
+    def report_cuts(self, reports: Iterable[tuple]) -> None:
+        last: dict[tuple, tuple] = {}
+        for r in reports:      # one row per interval (one statement cannot change a row twice)
+            old = last.get((r[0], r[1]))
+            if old is None or old[2] <= r[2]:
+                last[(r[0], r[1])] = tuple(r)
+        if not last:
+            return
+        self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO wm_cuts SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[]) ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, "
+            "epoch = EXCLUDED.epoch, cut = EXCLUDED.cut WHERE wm_cuts.sequencer <= EXCLUDED.sequencer",
+            _columns(last.values(), 5)))
+
+    def read_cuts(self) -> list[tuple]:
+        return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_cuts").fetchall()])
+
+    def advance_epoch(self, component: str, epoch: int, external_us: int, cohort: str) -> None:
+        self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO wm_epochs VALUES (%s, %s, %s, %s) ON CONFLICT (component) DO UPDATE SET "
+            "epoch = EXCLUDED.epoch, external = EXCLUDED.external, cohort = EXCLUDED.cohort "
+            "WHERE wm_epochs.epoch = EXCLUDED.epoch - 1", (component, epoch, external_us, cohort)))
+
+    def read_epochs(self) -> list[tuple[str, int, int, str]]:
+        return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_epochs").fetchall()])
 
     def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
         last: dict[tuple, tuple] = {}

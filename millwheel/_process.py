@@ -18,13 +18,15 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
   :mod:`millwheel._peer`.
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
   keeps the newest sequencer per slot) and computes the authority's publication from every process's
-  reports, every ``tick``; so every process publishes the same watermarks without a coordinator.
+  reports, every ``tick``; so every process publishes the same watermarks without a coordinator. The
+  cut epochs of computations on a cycle are decided in the store (``advance_epoch``), one per step.
 * **Dedup garbage collection** by reports through the store and messages to the workers
   (:mod:`millwheel._gc`).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import threading
@@ -51,7 +53,7 @@ from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
 from millwheel._store import StaleSequencer, open_store
 from millwheel._topology import Topology
 from millwheel._transport import Inbox
-from millwheel._watermarks import IntervalAssigned, WatermarkAuthority, WatermarkReported
+from millwheel._watermarks import EpochDecided, IntervalAssigned, WatermarkAuthority, WatermarkReported
 from millwheel._worker import GiveUp, Worker
 
 COORDINATOR_TICK_S = 0.02
@@ -115,7 +117,7 @@ class WorkerHost:
         self._early: dict[tuple[str, int], list] = {}   # records of slots given here but not claimed yet
         self._early_n = 0
         self._accept_lock = threading.Lock()
-        self.authority = WatermarkAuthority()
+        self.authority = WatermarkAuthority(decide_epochs=False)   # the store decides (see _watermarks)
         for cname in topology.computations:
             self.authority.handle(*(IntervalAssigned(cname, s, 0) for s in range(self.slots)))
         for iname in topology.injectors:
@@ -128,6 +130,8 @@ class WorkerHost:
         self._rates: dict[tuple[str, int], float] = {}
         self._slot_rates: dict[tuple[str, int], float] = {}
         self._written: dict[tuple[str, int], tuple] = {}     # the last watermark report written per interval
+        self._written_cuts: dict[tuple[str, int], tuple] = {}  # and cut report (computations on a cycle)
+        self.epochs: dict[str, int] = {}
         self._started_at = self._load_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
@@ -446,26 +450,7 @@ class WorkerHost:
         try:
             while not self.stopping.wait(COORDINATOR_TICK_S):
                 items = self._inbox.take(1 << 30, 0)
-                rows = {}
-                for m in items:
-                    if isinstance(m, WatermarksReported):
-                        for r in m.reports:     # the newest report per interval, and only if it changed
-                            rows[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.low_us, r.input_us,
-                                                          r.oldest_us)
-                changed = [row for k, row in rows.items() if self._written.get(k) != row]
-                if changed:
-                    self.store.report_watermarks(changed)
-                    self._written.update(((row[0], row[1]), row) for row in changed)
-                rows = self.store.read_watermark_reports()
-                self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
-                self.authority.handle(*(WatermarkReported(*row) for row in rows))
-                pub = self.authority.publish(self.topology.producers())
-                if pub.inputs != self.input_watermarks:
-                    msg = LowWatermarks(pub.lows)
-                    for w in self.workers:
-                        w.inbox.put_many([msg])
-                self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
-                self.settled = pub.settled
+                self._watermarks([r for m in items if isinstance(m, WatermarksReported) for r in m.reports])
                 self.tracker.due_retries(self.clock.now_us(), max_backoff_us=self.config.retry_delay_us * 4)
                 if self._map_stale.is_set():
                     self._resync.set()
@@ -478,6 +463,52 @@ class WorkerHost:
                     self.store.save_watermarks(self.low_watermarks)
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
+
+    def _watermarks(self, reports: list[WatermarkReported]) -> None:
+        """Write this process's new reports to the store, read every process's, publish. A topology with a
+        cycle also shares its cut reports and epochs through the store: every process's authority
+        proposes the next epoch of a component, the store takes one proposal per step
+        (``advance_epoch``), and every authority adopts the stored one (so the moment an epoch is
+        announced is one for all processes)."""
+        producers = self.topology.producers()
+        cyclic = bool(self.authority.components(producers))
+        rows, cuts = {}, {}
+        for r in reports:     # the newest report per interval, and only if it changed
+            rows[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.low_us, r.input_us, r.oldest_us)
+            if r.epoch:
+                cuts[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.epoch, r.cut_us)
+        changed = [row for k, row in rows.items() if self._written.get(k) != row]
+        if changed:
+            self.store.report_watermarks(changed)
+            self._written.update(((row[0], row[1]), row) for row in changed)
+        changed = [row for k, row in cuts.items() if self._written_cuts.get(k) != row]
+        if changed:
+            self.store.report_cuts(changed)
+            self._written_cuts.update(((row[0], row[1]), row) for row in changed)
+        rows = self.store.read_watermark_reports()
+        self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
+        if cyclic:
+            cut_of = {(c[0], c[1]): c for c in self.store.read_cuts()}
+            reported = []
+            for row in rows:
+                c = cut_of.get((row[0], row[1]))
+                same = c is not None and c[2] == row[2]      # the cut of the interval's current owner
+                reported.append(WatermarkReported(*row, c[3], c[4]) if same else WatermarkReported(*row))
+            self.authority.handle(*reported)
+            self.authority.handle(*(EpochDecided(comp, epoch, external, tuple(tuple(x) for x in json.loads(cohort)))
+                                    for comp, epoch, external, cohort in self.store.read_epochs()))
+        else:
+            self.authority.handle(*(WatermarkReported(*row) for row in rows))
+        pub = self.authority.publish(producers)
+        for p in pub.proposals:
+            self.store.advance_epoch(p.component, p.epoch, p.external_us, json.dumps(p.cohort))
+        if pub.inputs != self.input_watermarks or pub.epochs != self.epochs:
+            msg = LowWatermarks(pub.lows, pub.epochs)
+            for w in self.workers:
+                w.inbox.put_many([msg])
+        self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
+        self.epochs = dict(pub.epochs)
+        self.settled = pub.settled
 
     # ---- observing ---------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -519,6 +550,7 @@ class WorkerHost:
                           for n, (s, _) in self.injectors.items()},
             "computations": {n: dict(c) for n, c in per.items()},
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,
+            "watermark_authority": dataclasses.asdict(self.authority.statistics()),
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
             "outstanding": self.tracker.outstanding_count(),
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},

@@ -91,6 +91,7 @@ class Runtime:
         self._auth_lock = threading.Lock()
         self.low_watermarks: dict[str, int] = {}
         self.input_watermarks: dict[str, int] = {}
+        self.epochs: dict[str, int] = {}      # the cut epoch of each computation on a cycle
         self._settled = False
         self._coordinating = False
         self.error: BaseException | None = None
@@ -228,11 +229,13 @@ class Runtime:
         worker sees a watermark before any record sent after it was observable here), then here."""
         with self._auth_lock:
             pub = self.authority.publish(self.topology.producers())
-        if pub.inputs != self.input_watermarks:   # what some consumer's input is made of has changed
-            msg = LowWatermarks(pub.lows)
+        # what some consumer's input is made of has changed, or a cycle's cut has a new epoch
+        if pub.inputs != self.input_watermarks or pub.epochs != self.epochs:
+            msg = LowWatermarks(pub.lows, pub.epochs)
             for w in self.workers:
                 w.inbox.put_many([msg])
         self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
+        self.epochs = dict(pub.epochs)
         self._settled = pub.settled
 
     def _start_gc(self) -> None:

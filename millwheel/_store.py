@@ -155,6 +155,26 @@ class Store:
         """Every interval's last report, as given to :meth:`report_watermarks`."""
         raise NotImplementedError
 
+    def report_cuts(self, reports: Iterable[tuple]) -> None:
+        """Record the cut reports of intervals of computations on a cycle ``(name, interval, sequencer,
+        epoch, cut_us)`` (``cut_us`` may be ``None``), each replacing the interval's stored one unless that
+        has a larger sequencer (as :meth:`report_watermarks`)."""
+        raise NotImplementedError
+
+    def read_cuts(self) -> list[tuple]:
+        """Every interval's last :meth:`report_cuts` report."""
+        raise NotImplementedError
+
+    def advance_epoch(self, component: str, epoch: int, external_us: int, cohort: str) -> None:
+        """Announce cut epoch ``epoch`` of cyclic component ``component`` with what it was decided from
+        (``external_us``, ``cohort``), only if the stored epoch is ``epoch - 1`` or there is none: of
+        several processes deciding the same step, one wins, atomically."""
+        raise NotImplementedError
+
+    def read_epochs(self) -> list[tuple[str, int, int, str]]:
+        """Every component's announced epoch: ``(component, epoch, external_us, cohort)``."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -204,6 +224,8 @@ class MemoryStore(Store):
         self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
         self._wms: dict[str, int] = {}
         self._reports: dict[tuple[str, int], tuple] = {}
+        self._cuts: dict[tuple[str, int], tuple] = {}
+        self._epochs: dict[str, tuple] = {}
         self._aside: dict[tuple[str, str], SetAsideRecord] = {}
         self._prod_floors: dict[tuple[str, int], tuple] = {}
 
@@ -309,6 +331,27 @@ class MemoryStore(Store):
         with self._lock:
             return list(self._reports.values())
 
+    def report_cuts(self, reports: Iterable[tuple]) -> None:
+        with self._lock:
+            for r in reports:
+                old = self._cuts.get((r[0], r[1]))
+                if old is None or old[2] <= r[2]:
+                    self._cuts[(r[0], r[1])] = tuple(r)
+
+    def read_cuts(self) -> list[tuple]:
+        with self._lock:
+            return list(self._cuts.values())
+
+    def advance_epoch(self, component: str, epoch: int, external_us: int, cohort: str) -> None:
+        with self._lock:
+            old = self._epochs.get(component)
+            if old is None or old[1] == epoch - 1:
+                self._epochs[component] = (component, epoch, external_us, cohort)
+
+    def read_epochs(self) -> list[tuple[str, int, int, str]]:
+        with self._lock:
+            return list(self._epochs.values())
+
     def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
         with self._lock:
             for r in reports:
@@ -364,6 +407,10 @@ CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NU
     sender TEXT NOT NULL, produced_at INTEGER NOT NULL, PRIMARY KEY (computation, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval INTEGER, seq INTEGER NOT NULL, low INTEGER NOT NULL,
     input INTEGER, oldest INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS wm_cuts (name TEXT, interval INTEGER, seq INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    cut INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch INTEGER NOT NULL,
+    external INTEGER NOT NULL, cohort TEXT NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -522,6 +569,28 @@ class SQLiteStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
             return [tuple(r) for r in self._db.execute("SELECT * FROM wm_reports").fetchall()]
+
+    def report_cuts(self, reports: Iterable[tuple]) -> None:
+        with self._lock, self._tx():
+            self._db.executemany(
+                "INSERT INTO wm_cuts VALUES (?, ?, ?, ?, ?) ON CONFLICT(name, interval) DO UPDATE SET "
+                "seq=excluded.seq, epoch=excluded.epoch, cut=excluded.cut WHERE wm_cuts.seq <= excluded.seq",
+                [tuple(r) for r in reports])
+
+    def read_cuts(self) -> list[tuple]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute("SELECT * FROM wm_cuts").fetchall()]
+
+    def advance_epoch(self, component: str, epoch: int, external_us: int, cohort: str) -> None:
+        with self._lock, self._tx():
+            self._db.execute(
+                "INSERT INTO wm_epochs VALUES (?, ?, ?, ?) ON CONFLICT(component) DO UPDATE SET "
+                "epoch=excluded.epoch, external=excluded.external, cohort=excluded.cohort "
+                "WHERE wm_epochs.epoch = excluded.epoch - 1", (component, epoch, external_us, cohort))
+
+    def read_epochs(self) -> list[tuple[str, int, int, str]]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute("SELECT * FROM wm_epochs").fetchall()]
 
     def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
         with self._lock, self._tx():

@@ -125,6 +125,18 @@ class Tracker:
             work = self.work
             return [work[p].min() if p in work else None for p in pairs]
 
+    def window_lows(self, pairs: Iterable[tuple[str, int]]) -> list[int | None]:
+        """Per ``(name, interval)``: the oldest timestamp of its work at any moment since its last
+        :meth:`restart_windows` (``None``: none), read at once."""
+        with self._lock:
+            return [self._bag(*p).window_low() for p in pairs]
+
+    def restart_windows(self, pairs: Iterable[tuple[str, int]]) -> list[int | None]:
+        """End each pair's tracking window now and start a new one (a computation on a cycle saw a new cut
+        epoch); returns each ended window's low. Everything added later lowers the new window."""
+        with self._lock:
+            return [self._bag(*p).mark() for p in pairs]
+
     def unreceive(self, deliveries: list[Delivery]) -> None:
         """Received deliveries handed back uncommitted (their interval moved): no longer this consumer's
         work; the sender's outstanding production holds them again until someone acks them."""

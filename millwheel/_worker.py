@@ -28,7 +28,7 @@ from photon import Clock
 
 from millwheel._config import RuntimeConfig
 from millwheel._interval import (AckDeliveries, AcksObserved, CheckpointCommitted, Commit, CommitRefused,
-                                 CountResults, DedupIdsLoaded, FloorsRaised, InputWatermarkAdvanced,
+                                 CountResults, DedupIdsLoaded, EpochAnnounced, FloorsRaised, InputWatermarkAdvanced,
                                  IntervalCore, IntervalGranted, IntervalRevoked, IntervalSettings, KeyFailed,
                                  MarkStored,
                                  ProductionsAcked, RebuildDedupFilter, RecordsDelivered, Relinquish,
@@ -79,6 +79,7 @@ class Worker:
         self._deferred: list = []
         self._lows: dict[str, int] = {}
         self._inputs: dict[str, int] = {}          # each computation's input watermark (min over producers)
+        self._epochs: dict[str, int] = {}          # the cut epoch announced to each computation on a cycle
         self._dirty: set[IntervalCore] = set()     # cores whose low watermark may have changed
         self.counters: dict[str, Counter] = {}
         self.dedup_store_lookups = 0
@@ -178,7 +179,7 @@ class Worker:
         lows = None
         for item in items:
             if isinstance(item, LowWatermarks):
-                lows = item.lows
+                lows = item
             elif isinstance(item, GiveUp):
                 self.revoke(item.computation, list(item.intervals))
                 item.done.set()
@@ -188,7 +189,10 @@ class Worker:
                     core.handle(FloorsRaised(item.floors))
                 self._report.put_many([FloorsRaisedReply(item.round, item.consumer, self.index)])
         if lows is not None:
-            self._lows = dict(lows)
+            self._lows = dict(lows.lows)
+            self._epochs = dict(lows.epochs)
+        if self._epochs:
+            self._announce_epochs(comps)
         if lows is None and all(c.spec.name in self._inputs for c in comps):
             return
         producers = self.topology.producers()
@@ -200,6 +204,21 @@ class Worker:
                 for core in self._cores(comp):
                     core.handle(InputWatermarkAdvanced(wm))
                     self._dirty.add(core)
+
+    def _announce_epochs(self, comps: list[_Comp]) -> None:
+        """Give each core of a computation on a cycle the epoch announced to it, if it has not seen it
+        (also a core granted since): its tracking window restarts now, in the tracker and in the core."""
+        for comp in comps:
+            epoch = self._epochs.get(comp.spec.name)
+            if epoch is None:
+                continue
+            behind = [core for core in self._cores(comp) if core.held and core.epoch < epoch]
+            if not behind:
+                continue
+            ended = self.tracker.restart_windows([(c.name, c.interval) for c in behind])
+            for core, low in zip(behind, ended):
+                core.handle(EpochAnnounced(epoch, low))
+                self._dirty.add(core)
 
     def _cores(self, comp: _Comp) -> list[IntervalCore]:
         """The computation's cores now. A worker process's heartbeat thread grants intervals (adds cores)
@@ -358,9 +377,11 @@ class Worker:
         if not cores:
             return
         oldest = self.tracker.oldest([(c.name, c.interval) for c in cores])  # after this step's changes
+        cyclic = [c for c in cores if c.epoch]
+        windows = dict(zip(cyclic, self.tracker.window_lows([(c.name, c.interval) for c in cyclic])))
         reports: list = []
         for core, value in zip(cores, oldest):
-            self._execute(core, core.handle(WorkObserved(value)), 0, [], reports)
+            self._execute(core, core.handle(WorkObserved(value, windows.get(core))), 0, [], reports)
         if reports:
             self._report.put_many([WatermarksReported(tuple(reports))])
 

@@ -141,6 +141,20 @@ def test_watermark_reports_keep_the_newest_sequencer_per_interval(opener):
     assert sorted(b.read_watermark_reports()) == [("c", 1, 6, 150, 140, 150), ("c", 2, 5, 200, None, None)]
 
 
+def test_cut_reports_keep_the_newest_sequencer_and_an_epoch_advances_one_step_at_a_time(opener):
+    a, b = opener(), opener()
+    a.report_cuts([("c", 1, 5, 3, 100), ("c", 2, 5, 3, None)])
+    b.report_cuts([("c", 1, 6, 4, 150)])
+    a.report_cuts([("c", 1, 5, 9, 900)])                  # a fenced owner's report changes nothing
+    assert sorted(b.read_cuts()) == [("c", 1, 6, 4, 150), ("c", 2, 5, 3, None)]
+    a.advance_epoch("c/d", 2, 70, "[]")
+    b.advance_epoch("c/d", 2, 80, "[1]")                  # the same step decided elsewhere first: no change
+    b.advance_epoch("c/d", 4, 90, "[2]")                  # not the next step: no change
+    assert b.read_epochs() == [("c/d", 2, 70, "[]")]
+    b.advance_epoch("c/d", 3, 90, "[3]")
+    assert a.read_epochs() == [("c/d", 3, 90, "[3]")]
+
+
 def test_dedup_gc_floor_only_rises(store):
     seq = store.claim("c", 0)
     store.commit([Write("c", 0, seq, "k", KEEP, processed=[("a", "s1", 10), ("b", "s1", 20), ("c", "s2", 5)])])
