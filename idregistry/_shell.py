@@ -15,6 +15,7 @@ answered UNAVAILABLE so the client retries a moment later.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -113,7 +114,14 @@ class ReplicaSpec:
                             raft_min_timeout_s=RaftSettings.raft_min_timeout_s * s,
                             raft_max_timeout_s=RaftSettings.raft_max_timeout_s * s,
                             log_compaction_min_entries=self.snapshot_after_commands,
-                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password)
+                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password,
+                            first_election_rank=self.first_election_rank)
+
+    @property
+    def first_election_rank(self) -> int:
+        """Replica 0 asks its first pre-vote first, each next replica later; replicas that rarely lead
+        (``election_timeout_scale`` > 1) after all the others."""
+        return self.replica + (len(self.raft_peers) if self.election_timeout_scale > 1 else 0)
 
 
 def _raft_password(spec: ReplicaSpec) -> str | None:
@@ -410,6 +418,7 @@ class ReplicaServer:
             "fsync_ms_mean": self._syncer.mean_ms() if self._syncer else 0.0,
             "fsync_latency_hist": self._syncer.latency_json() if self._syncer else {},
             "uptime_s": round(time.monotonic() - self._started, 3),
+            "first_election": dataclasses.asdict(first) if (first := self.raft.first_election_statistics()) else {},
         }
 
     def serving_problem(self) -> str | None:
