@@ -18,7 +18,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from photon import BadEventId
-from idregistry._state import CommitResult, Sharding, validate_ids
+from idregistry._state import CommitResult, Sharding, check_ids, pack_ids, runs_to_wire
 from photon.rpc import open_channel
 
 _RESULTS = tuple(CommitResult)                       # by result code (the reply's bytes)
@@ -89,6 +89,18 @@ def read_order(replicas: list[str], turn: int, near_host: str | None = None) -> 
             k = turn % len(group)
             out += group[k:] + group[:k]
     return out
+
+
+MIN_IDS_PER_RUN = 4
+"""A commit goes packed (``IdRun``: prefix once, timestamps as int64) when its ids form runs of at least
+this many on average; ids of ever-changing processes go as strings."""
+
+
+def _commit_request(ids: list[str], token: str) -> pb.CommitRequest:
+    runs = pack_ids(ids)
+    if len(runs) * MIN_IDS_PER_RUN > len(ids):
+        return pb.CommitRequest(ids=ids, token=token)
+    return pb.CommitRequest(token=token, runs=[pb.IdRun(prefix=p, timestamps_le=raw) for p, raw in runs_to_wire(runs)])
 
 
 class RegistryClient:
@@ -198,7 +210,7 @@ class RegistryClient:
     @staticmethod
     def _check(ids: list[str]) -> None:
         try:
-            validate_ids(ids)
+            check_ids(ids)
         except BadEventId as e:
             raise ValueError(str(e)) from None
 
@@ -310,7 +322,7 @@ class RegistryClient:
             moved: list[int] = []
 
             def one(shard, idx, sub=sub):
-                request = pb.CommitRequest(ids=sub if len(idx) == len(sub) else [sub[i] for i in idx], token=token)
+                request = _commit_request(sub if len(idx) == len(sub) else [sub[i] for i in idx], token)
                 reply = self._with_retries(lambda: self._leader_call(shard, "Commit", request))
                 codes = reply.results
                 if _WRONG_SHARD_BYTE not in codes:       # the usual case: every id decided here
