@@ -15,6 +15,7 @@ Front door for other rooms and the launcher:
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from idregistry._state import CommitResult
 from idregistry.config import RegistryConfig
@@ -35,6 +36,10 @@ _WHERE = {
 }
 """Where each exported name lives, imported on first use (PEP 562): a replica process (``idregistry.main``)
 does not import the client, the export or the command line, which it never uses."""
+
+if TYPE_CHECKING:
+    from idregistry._client import RegistryClient
+    from idregistry._memory import InMemoryRegistry
 
 
 def __getattr__(name: str):

@@ -82,15 +82,15 @@ class FirstElection:
     stagger_s: float = STAGGER_S
     round_s: float = ROUND_S
     round_timeout_s: float = ROUND_TIMEOUT_S
-    done: bool = False
-    _round: int = 0
-    _open_since: float | None = None
-    _asked: frozenset = frozenset()
-    _granted: set = field(default_factory=set)
-    _refused: bool = False
-    _next_at: float = 0.0
-    _refused_rounds: int = 0
-    _stood: int = 0
+    done: bool = field(default=False, init=False)
+    _round: int = field(default=0, init=False, repr=False)
+    _open_since: float | None = field(default=None, init=False, repr=False)   # the open round's start
+    _asked: frozenset = field(default=frozenset(), init=False, repr=False)
+    _granted: set = field(default_factory=set, init=False, repr=False)
+    _refused: bool = field(default=False, init=False, repr=False)
+    _next_at: float = field(default=0.0, init=False, repr=False)            # no new round before
+    _refused_rounds: int = field(default=0, init=False, repr=False)
+    _stood: int = field(default=0, init=False, repr=False)
 
     def heard_leader(self) -> None:
         self.done = True
