@@ -1,5 +1,6 @@
 """Commits sent packed (``IdRun``: one prefix, int64 timestamps): checked as strictly as id strings, decided
-with the same results in the ids' order, and sent only when the ids form runs."""
+with the same results in the ids' order, and sent only when the ids form runs. And the client's back-off:
+short while the registry is unavailable (as at start), longer when a leader is overloaded."""
 from __future__ import annotations
 
 import struct
@@ -88,3 +89,23 @@ def test_a_malformed_packed_commit_is_invalid_argument(cluster):
     with pytest.raises(grpc.RpcError) as e:
         stub.Commit(bad, timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_client_backs_off_at_most_a_quarter_second_while_unavailable_and_further_when_overloaded():
+    from tenacity import RetryCallState, Retrying
+
+    from idregistry._client import OVERLOADED_MAX_WAIT_S, UNAVAILABLE_MAX_WAIT_S, _Retry, retry_wait
+
+    def waits(error):
+        state = RetryCallState(Retrying(), fn=None, args=(), kwargs={})
+        out = []
+        for attempt in range(1, 12):
+            state.attempt_number = attempt
+            state.set_exception((type(error), error, None))
+            out.append(retry_wait(state))
+        return out
+
+    unavailable = waits(_Retry("no leader"))
+    overloaded = waits(_Retry("busy", overloaded=True))
+    assert 0.02 <= unavailable[0] <= 0.07 and max(unavailable) <= UNAVAILABLE_MAX_WAIT_S
+    assert max(overloaded) == OVERLOADED_MAX_WAIT_S > UNAVAILABLE_MAX_WAIT_S
