@@ -14,6 +14,10 @@ pysyncobj settings (see docs/registry.md for the measurements behind them):
   finishes, so compaction would never complete.
 * ``commandsQueueSize`` bounded: a full queue fails the command with QUEUE_FULL, which clients see as
   RESOURCE_EXHAUSTED and back off from.
+* The first election: a member that has heard no leader asks its peers (a pre-vote, the registry's own
+  message) and stands at once when every peer it reaches grants (:mod:`idregistry._first_election`,
+  :class:`_PrevoteSyncObj`), instead of waiting out the steady 1-2 s timeout; later elections are
+  pysyncobj's own.
 
 Durability beyond pysyncobj's own: the term/vote record (``raft.journal.meta``) is written to a temporary
 file, fsynced, renamed and its folder fsynced before pysyncobj sends the vote or message that depends on it
