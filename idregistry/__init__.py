@@ -14,18 +14,46 @@ Front door for other rooms and the launcher:
 """
 from __future__ import annotations
 
-from idregistry._cli import registry_command
-from idregistry._client import (ClientStatistics, RegistryClient, RegistryStatistics, RegistryUnavailable,
-                                ShardStatistics)
-from idregistry._export import ExportError, check_export, clear_output_tokens, export_registry
-from idregistry._layout import ReplicaPlace, registry_endpoints, registry_processes, replica_places
-from idregistry._memory import InMemoryRegistry, shared_memory_registry
-from idregistry._probe import measure_state_memory
-from idregistry._replica import DATA_LOCK_FILE, DataDirInUse
-from idregistry._server import serve
-from idregistry._shell import ReplicaSpec
+import importlib
+from typing import TYPE_CHECKING
+
 from idregistry._state import CommitResult
 from idregistry.config import RegistryConfig
+
+_WHERE = {
+    "registry_command": "_cli",
+    "ClientStatistics": "_client", "RegistryClient": "_client", "RegistryStatistics": "_client",
+    "RegistryUnavailable": "_client", "ShardStatistics": "_client",
+    "ExportError": "_export", "check_export": "_export", "clear_output_tokens": "_export",
+    "export_registry": "_export",
+    "ReplicaPlace": "_layout", "registry_endpoints": "_layout", "registry_processes": "_layout",
+    "replica_places": "_layout",
+    "InMemoryRegistry": "_memory", "shared_memory_registry": "_memory",
+    "measure_state_memory": "_probe",
+    "DATA_LOCK_FILE": "_replica", "DataDirInUse": "_replica",
+    "serve": "_server",
+    "ReplicaSpec": "_shell",
+}
+"""Where each exported name lives, imported on first use (PEP 562): a replica process (``idregistry.main``)
+does not import the client, the export or the command line, which it never uses."""
+
+if TYPE_CHECKING:
+    from idregistry._client import RegistryClient
+    from idregistry._memory import InMemoryRegistry
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'idregistry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"idregistry.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 MEMORY_URL = "memory://"
 
@@ -36,9 +64,9 @@ def connect(endpoints: list[str] | str, near_host: str | None = None) -> Registr
     ``near_host`` (the caller's region's host), see :func:`read_order`."""
     if isinstance(endpoints, str):
         if endpoints.startswith(MEMORY_URL):
-            return shared_memory_registry()
+            return __getattr__("shared_memory_registry")()
         endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
-    return RegistryClient(list(endpoints), near_host=near_host)
+    return __getattr__("RegistryClient")(list(endpoints), near_host=near_host)
 
 
 __all__ = ["ClientStatistics", "CommitResult", "DATA_LOCK_FILE", "DataDirInUse", "ExportError", "ReplicaPlace",

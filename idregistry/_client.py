@@ -18,7 +18,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from photon import BadEventId
-from idregistry._state import CommitResult, Sharding, validate_ids
+from idregistry._state import CommitResult, Sharding, check_ids, pack_ids, runs_to_wire
 from photon.rpc import open_channel
 
 _RESULTS = tuple(CommitResult)                       # by result code (the reply's bytes)
@@ -38,7 +38,28 @@ class RegistryUnavailable(Exception):
 
 
 class _Retry(Exception):
-    """One attempt failed in a way worth retrying (after a back-off)."""
+    """One attempt failed in a way worth retrying (after a back-off); ``overloaded`` when a replica said
+    so (RESOURCE_EXHAUSTED), rather than being unreachable, leaderless or catching up."""
+
+    def __init__(self, message: str, overloaded: bool = False) -> None:
+        super().__init__(message)
+        self.overloaded = overloaded
+
+
+UNAVAILABLE_MAX_WAIT_S = 0.25
+"""Longest back-off while the registry is unreachable, leaderless or catching up (a starting registry
+answers within a quarter of a second of electing its leader; a retry costs a replica little)."""
+OVERLOADED_MAX_WAIT_S = 1.0
+"""Longest back-off while a leader refuses for overload: the load must fall, so clients back off further."""
+_WAIT_UNAVAILABLE = wait_exponential_jitter(multiplier=0.02, max=UNAVAILABLE_MAX_WAIT_S, jitter=0.05)
+_WAIT_OVERLOADED = wait_exponential_jitter(multiplier=0.02, max=OVERLOADED_MAX_WAIT_S, jitter=0.05)
+
+
+def retry_wait(retry_state) -> float:
+    """tenacity's wait: exponential from 20 ms with jitter, capped by why the last attempt failed."""
+    error = retry_state.outcome.exception() if retry_state.outcome is not None else None
+    wait = _WAIT_OVERLOADED if getattr(error, "overloaded", False) else _WAIT_UNAVAILABLE
+    return wait(retry_state)
 
 
 @dataclass(frozen=True)
@@ -91,6 +112,18 @@ def read_order(replicas: list[str], turn: int, near_host: str | None = None) -> 
     return out
 
 
+MIN_IDS_PER_RUN = 4
+"""A commit goes packed (``IdRun``: prefix once, timestamps as int64) when its ids form runs of at least
+this many on average; ids of ever-changing processes go as strings."""
+
+
+def _commit_request(ids: list[str], token: str) -> pb.CommitRequest:
+    runs = pack_ids(ids)
+    if len(runs) * MIN_IDS_PER_RUN > len(ids):
+        return pb.CommitRequest(ids=ids, token=token)
+    return pb.CommitRequest(token=token, runs=[pb.IdRun(prefix=p, timestamps_le=raw) for p, raw in runs_to_wire(runs)])
+
+
 class RegistryClient:
     """``RegistryClient(["host:port", ...])``: any subset of replica addresses bootstraps it.
 
@@ -132,7 +165,7 @@ class RegistryClient:
 
     def _retrying(self) -> Retrying:
         return Retrying(stop=stop_after_delay(self._retry_timeout_s), reraise=True,
-                        wait=wait_exponential_jitter(multiplier=0.02, max=1.0, jitter=0.05),
+                        wait=retry_wait,
                         retry=retry_if_exception_type(_Retry),
                         before_sleep=lambda _: self._count("retries"))
 
@@ -155,7 +188,8 @@ class RegistryClient:
             if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise ValueError(e.details()) from None
             if e.code() in RETRYABLE:
-                raise _Retry(f"{method} to {address}: {e.code().name} {e.details()}") from None
+                raise _Retry(f"{method} to {address}: {e.code().name} {e.details()}",
+                             overloaded=e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED) from None
             raise
 
     # ---- the sharding config ------------------------------------------------------------------------
@@ -198,7 +232,7 @@ class RegistryClient:
     @staticmethod
     def _check(ids: list[str]) -> None:
         try:
-            validate_ids(ids)
+            check_ids(ids)
         except BadEventId as e:
             raise ValueError(str(e)) from None
 
@@ -276,6 +310,7 @@ class RegistryClient:
         guess = self._leaders.get(shard)
         order = ([guess] if guess else []) + [r for r in replicas if r != guess]
         errors = []
+        overloaded = False
         tried = set()
         while order:
             address = order.pop(0)
@@ -286,6 +321,7 @@ class RegistryClient:
                 reply = self._rpc(address, method, request)
             except _Retry as e:
                 errors.append(str(e))
+                overloaded = overloaded or e.overloaded
                 continue
             if not reply.redirect:
                 self._leaders[shard] = address
@@ -295,7 +331,7 @@ class RegistryClient:
                 order.insert(0, reply.redirect)
             errors.append(f"{address} is not the leader of shard {shard}")
         self._leaders.pop(shard, None)
-        raise _Retry("; ".join(errors) or f"no replica of shard {shard} answered")
+        raise _Retry("; ".join(errors) or f"no replica of shard {shard} answered", overloaded=overloaded)
 
     def commit(self, ids: list[str], token: str) -> list[CommitResult]:
         """Insert each id iff absent under ``token``: OK (inserted now or earlier with this token),
@@ -310,7 +346,7 @@ class RegistryClient:
             moved: list[int] = []
 
             def one(shard, idx, sub=sub):
-                request = pb.CommitRequest(ids=sub if len(idx) == len(sub) else [sub[i] for i in idx], token=token)
+                request = _commit_request(sub if len(idx) == len(sub) else [sub[i] for i in idx], token)
                 reply = self._with_retries(lambda: self._leader_call(shard, "Commit", request))
                 codes = reply.results
                 if _WRONG_SHARD_BYTE not in codes:       # the usual case: every id decided here

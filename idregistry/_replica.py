@@ -14,6 +14,10 @@ pysyncobj settings (see docs/registry.md for the measurements behind them):
   finishes, so compaction would never complete.
 * ``commandsQueueSize`` bounded: a full queue fails the command with QUEUE_FULL, which clients see as
   RESOURCE_EXHAUSTED and back off from.
+* The first election: a member that has heard no leader asks its peers (a pre-vote, the registry's own
+  message) and stands at once when every peer it reaches grants (:mod:`idregistry._first_election`,
+  :class:`_PrevoteSyncObj`), instead of waiting out the steady 1-2 s timeout; later elections are
+  pysyncobj's own.
 
 Durability beyond pysyncobj's own: the term/vote record (``raft.journal.meta``) is written to a temporary
 file, fsynced, renamed and its folder fsynced before pysyncobj sends the vote or message that depends on it
@@ -56,6 +60,8 @@ from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests 
                          storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
 
+from idregistry._first_election import (PREVOTE, PREVOTE_REPLY, Ask, FirstElection, FirstElectionStatistics,
+                                        Stand, grants_prevote)
 from idregistry._state import ShardState
 
 log = logging.getLogger("idregistry.replica")
@@ -64,10 +70,12 @@ DATA_LOCK_FILE = "replica.lock"
 EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
 
-_PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex"),
+_PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex",
+                                  "_SyncObj__getCurrentLogTerm"),
                         TCPTransport: ("_onMessageReceived", "_onTick"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
-_PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex")
+_PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
+                           "_SyncObj__raftElectionDeadline", "_SyncObj__votedForNodeId", "_SyncObj__transport")
 
 
 class DataDirInUse(RuntimeError):
@@ -118,12 +126,13 @@ class RaftSettings:
     append_entries_period_s: float = 0.1
     raft_min_timeout_s: float = 1.0
     raft_max_timeout_s: float = 2.0
-    connection_retry_s: float = 0.5
+    connection_retry_s: float = 0.1
     leader_fallback_s: float = 3.0
     log_compaction_min_entries: int = 2000
     log_compaction_min_time_s: float = 300.0
     simulated_rtt_ms: float = 0.0
     raft_password: str | None = None     # authenticates and encrypts Raft traffic (pysyncobj password)
+    first_election_rank: int = 0         # order of the members' first pre-votes (idregistry._first_election)
 
     def conf(self, data_dir: Path, serializer=None, deserializer=None) -> SyncObjConf:
         return SyncObjConf(
@@ -164,7 +173,13 @@ class _PipelinedTransport(TCPTransport):
     it was; a follower that really misses entries answers with a reset, which still moves it back."""
 
     def _onMessageReceived(self, node, message) -> None:
-        if message.get("type") == "next_node_idx" and message.get("success") and not message.get("reset"):
+        kind = message.get("type")
+        if kind == PREVOTE or kind == PREVOTE_REPLY:     # the registry's own; pysyncobj never sees them
+            self._syncObj._on_prevote_message(node, message)
+            return
+        if kind == "append_entries":
+            self._syncObj._heard_leader()
+        if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
             next_index = getattr(self._syncObj, "_SyncObj__raftNextIndex", None)
             before = next_index.get(node) if next_index is not None else None
             super()._onMessageReceived(node, message)
@@ -256,7 +271,64 @@ class _NotifyingJournal(CompactingJournal):
             self._on_append()
 
 
-class _AckAfterSyncObj(SyncObj):
+class _PrevoteSyncObj(SyncObj):
+    """pysyncobj's SyncObj whose first election is hastened by a pre-vote (:mod:`idregistry._first_election`)
+    while it has heard no leader. Everything runs in the Raft thread: the tick callback asks and stands,
+    the transport hands over pre-vote messages."""
+
+    def __init__(self, *args, first_election_rank: int = 0, **kwargs) -> None:
+        self._first_election: FirstElection | None = None
+        super().__init__(*args, **kwargs)
+        missing = [n for n in _PRIVATE_INSTANCE_NAMES if not hasattr(self, n)]
+        if missing:
+            self.destroy()
+            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: SyncObj lacks {missing}")
+        self._first_election = FirstElection(time.monotonic(), first_election_rank, len(self.otherNodes) + 1)
+        self.addOnTickCallback(self._first_election_tick)
+
+    def first_election_statistics(self) -> FirstElectionStatistics | None:
+        return self._first_election.statistics() if self._first_election is not None else None
+
+    def _heard_leader(self) -> None:
+        if self._first_election is not None:
+            self._first_election.heard_leader()
+
+    def _can_stand(self) -> bool:
+        voted = self._SyncObj__votedForNodeId
+        return self._getLeader() is None and (voted is None or voted == self.selfNode.id)
+
+    def _first_election_tick(self) -> None:
+        fe = self._first_election
+        if fe is None or fe.done:
+            return
+        if self._getLeader() is not None:
+            fe.heard_leader()
+            return
+        connected = [n for n in self.otherNodes if self.isNodeConnected(n)]
+        step = fe.tick(time.monotonic(), self._can_stand(), connected)
+        if isinstance(step, Ask):
+            last = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+            for node in step.peers:
+                self._SyncObj__transport.send(node, {"type": PREVOTE, "round": step.round, "last": last})
+        elif isinstance(step, Stand):
+            log.info("Raft member %s: no leader known to any peer it reaches; standing for election now",
+                     self.selfNode.address)
+            self._SyncObj__raftElectionDeadline = 0.0      # pysyncobj stands at its next tick
+            self._SyncObj__pipeNotifier.notify()
+
+    def _on_prevote_message(self, node, message) -> None:
+        if message["type"] == PREVOTE:
+            granted = grants_prevote(
+                leader_known=self._getLeader() is not None, voted_for=self._SyncObj__votedForNodeId,
+                asker=node.id, asker_last=tuple(message["last"]),
+                own_last=(self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()))
+            self._SyncObj__transport.send(node, {"type": PREVOTE_REPLY, "round": message["round"],
+                                                 "granted": granted})
+        elif self._first_election is not None:
+            self._first_election.reply(node, message["round"], bool(message["granted"]))
+
+
+class _AckAfterSyncObj(_PrevoteSyncObj):
     """pysyncobj's SyncObj whose followers acknowledge appended entries only once they are on disk.
 
     pysyncobj's follower answers an ``append_entries`` as soon as the entries are in its journal's page
@@ -273,10 +345,6 @@ class _AckAfterSyncObj(SyncObj):
         self._ack_seq = 0
         self._synced_seq = 0
         super().__init__(*args, **kwargs)
-        missing = [n for n in _PRIVATE_INSTANCE_NAMES if not hasattr(self, n)]
-        if missing:
-            self.destroy()
-            raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: SyncObj lacks {missing}")
         if data_dir is not None:
             self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir)
         if ack_after_sync is not None:
@@ -324,7 +392,8 @@ class RaftReplica(RaftMember):
         try:
             self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                           transportClass=_transport_class(self.settings.simulated_rtt_ms),
-                                          ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir)
+                                          ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir,
+                                          first_election_rank=self.settings.first_election_rank)
         except BaseException:
             self._data_lock.close()
             raise
@@ -336,6 +405,10 @@ class RaftReplica(RaftMember):
 
     def submit(self, ops, callback) -> None:
         self._consumer.apply(ops, callback=callback)
+
+    def first_election_statistics(self) -> FirstElectionStatistics | None:
+        """How this member's first election went (pre-vote rounds, refusals, early standings)."""
+        return self._sync.first_election_statistics()
 
     def journal_path(self) -> str:
         return str(self.data_dir / JOURNAL_FILE)

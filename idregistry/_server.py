@@ -25,7 +25,7 @@ METRIC_KINDS = MetricKinds(
                       "ids_held", "bytes_held", "tokens_dropped_ids", "bytes_saved_by_clearing", "gc_boundary_us",
                       "bucket_us", "queue_depth", "queued_ids", "in_flight", "commands_per_s", "ids_per_s",
                       "sharding_lease_until_us", "fsync_ms_mean", "uptime_s"}),
-    skip=frozenset({"sharding"}),
+    skip=frozenset({"sharding", "first_election"}),
     size_histograms={"batch_ids_histogram": ("command_ids", "ids_committed")},
     latency_histograms={"fsync_latency_hist": "fsync_latency_seconds"})
 """How the replica's :meth:`~idregistry._shell.ReplicaServer.status` numbers are exposed: counters

@@ -13,6 +13,7 @@ from photon import BadEventId
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Rejected
+from idregistry._state import runs_from_wire
 from idregistry._shell import CatchingUp, FutureId, JobOnly, NotLeader, ReplicaServer, ShardingUnknown
 
 EXPORT_CHUNK = 5000
@@ -46,7 +47,11 @@ class RegistryServicer(pb_grpc.RegistryServicer):
     def Commit(self, request, context):
         with _errors(context):
             try:
-                results = self.server.commit(request.token, list(request.ids))
+                if request.runs:
+                    runs = runs_from_wire((r.prefix, r.timestamps_le) for r in request.runs)
+                    results = self.server.commit_runs(request.token, runs)
+                else:
+                    results = self.server.commit(request.token, list(request.ids))
             except NotLeader as e:
                 return pb.CommitReply(redirect=e.leader or "?")
             return pb.CommitReply(results=results, sharding_version=self._version())

@@ -15,6 +15,7 @@ answered UNAVAILABLE so the client retries a moment later.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, R
 from photon.rpc import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
-                               bucket_width_us, pack_ids, validate_ids)
+                               bucket_width_us, pack_ids, run_ids, runs_count, runs_newest, validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -113,7 +114,14 @@ class ReplicaSpec:
                             raft_min_timeout_s=RaftSettings.raft_min_timeout_s * s,
                             raft_max_timeout_s=RaftSettings.raft_max_timeout_s * s,
                             log_compaction_min_entries=self.snapshot_after_commands,
-                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password)
+                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password,
+                            first_election_rank=self.first_election_rank)
+
+    @property
+    def first_election_rank(self) -> int:
+        """Replica 0 asks its first pre-vote first, each next replica later; replicas that rarely lead
+        (``election_timeout_scale`` > 1) after all the others."""
+        return self.replica + (len(self.raft_peers) if self.election_timeout_scale > 1 else 0)
 
 
 def _raft_password(spec: ReplicaSpec) -> str | None:
@@ -204,8 +212,7 @@ class ReplicaServer:
         self._require_leader()
         validate_ids(ids)
         runs = pack_ids(ids)                # packed once here; the newest timestamp falls out of it
-        newest = max((max(memoryview(stamps).cast("q")) for _, stamps in runs), default=0)
-        wrong = self._judge(ids, newest).wrong_shard(self.spec.shard, ids)
+        wrong = self._judge(ids, runs_newest(runs)).wrong_shard(self.spec.shard, ids)
         if not wrong:
             return self.batcher.run((OP_COMMIT_RUNS, token, runs, self.clock.now_us()), len(ids))
         wrong_set = set(wrong)
@@ -213,6 +220,15 @@ class ReplicaServer:
         decided = iter(self.batcher.run((OP_COMMIT_RUNS, token, pack_ids(mine), self.clock.now_us()), len(mine))
                        if mine else b"")
         return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
+
+    def commit_runs(self, token: str, runs) -> bytes:
+        """:meth:`commit` of ids the client packed (checked :func:`~idregistry._state.runs_from_wire` runs):
+        with one shard, nothing is done id by id here; otherwise the ids are judged one by one."""
+        self._refuse_for_job("commits are")
+        self._require_leader()
+        if self._judge((), runs_newest(runs)).one_shard and self.spec.shard == 0:
+            return self.batcher.run((OP_COMMIT_RUNS, token, runs, self.clock.now_us()), runs_count(runs))
+        return self.commit(token, run_ids(runs))
 
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
         self._refuse_for_job("clearing tokens is")
@@ -410,6 +426,7 @@ class ReplicaServer:
             "fsync_ms_mean": self._syncer.mean_ms() if self._syncer else 0.0,
             "fsync_latency_hist": self._syncer.latency_json() if self._syncer else {},
             "uptime_s": round(time.monotonic() - self._started, 3),
+            "first_election": dataclasses.asdict(first) if (first := self.raft.first_election_statistics()) else {},
         }
 
     def serving_problem(self) -> str | None:

@@ -57,6 +57,7 @@ them to :data:`NO_TOKEN`; once every id of a run is cleared, the run drops its t
 from __future__ import annotations
 
 import enum
+import re
 import sys
 from array import array
 from bisect import bisect_left
@@ -65,7 +66,7 @@ from dataclasses import dataclass, field
 
 import mmh3
 
-from photon import id_timestamp_us, is_event_id, parse_event_id
+from photon import ID_REGEX, BadEventId, id_timestamp_us, is_event_id, parse_event_id
 
 OP_COMMIT = 0
 OP_ADVANCE_GC = 1
@@ -111,6 +112,77 @@ def validate_ids(ids) -> None:
     for event_id in ids:
         if type(event_id) is not str or not is_event_id(event_id):
             parse_event_id(event_id)      # raises with the precise reason
+
+
+_IDS_RE = re.compile(r"(?:%s)(?:\n(?:%s))*\Z" % (ID_REGEX, ID_REGEX))
+_PREFIX_RE = re.compile(ID_REGEX.rsplit(":", 1)[0] + r"\Z")      # "<server_ip>:<process_id>"
+_TIMESTAMP_LIMIT = 10 ** 16                                         # 16 digits
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+def check_ids(ids) -> None:
+    """:func:`validate_ids` with one regular-expression match over the whole batch (about twice as fast
+    for a batch of well-formed ids); a batch that fails is checked id by id for the precise reason."""
+    try:
+        if ids and _IDS_RE.match("\n".join(ids)) is not None:
+            return
+    except TypeError:           # not all strings
+        pass
+    validate_ids(ids)
+
+
+def runs_to_wire(runs) -> list[tuple[str, bytes]]:
+    """:func:`pack_ids` runs with their timestamps as little-endian int64 bytes (the ``IdRun`` of a
+    ``CommitRequest``)."""
+    if not _BIG_ENDIAN:
+        return list(runs)
+    out = []
+    for prefix, raw in runs:
+        stamps = array("q")
+        stamps.frombytes(raw)
+        stamps.byteswap()
+        out.append((prefix, stamps.tobytes()))
+    return out
+
+
+def runs_from_wire(wire) -> tuple:
+    """The runs of a ``CommitRequest`` (``(prefix, little-endian int64 bytes)`` pairs) as
+    :func:`pack_ids` makes them, checked: each prefix must be ``<server_ip>:<process_id>`` and each
+    timestamp fit 16 digits, or :class:`photon.BadEventId` names the first bad one."""
+    runs = []
+    for prefix, raw in wire:
+        if type(prefix) is not str or not _PREFIX_RE.match(prefix):
+            raise BadEventId(f"event id prefix {prefix!r} is not <server_ip>:<process_id>")
+        if len(raw) % 8:
+            raise BadEventId(f"timestamps of {prefix!r}: {len(raw)} bytes, not a whole number of int64s")
+        stamps = array("q")
+        stamps.frombytes(raw)
+        if _BIG_ENDIAN:
+            stamps.byteswap()
+        if stamps and (min(stamps) < 0 or max(stamps) >= _TIMESTAMP_LIMIT):
+            bad = next(t for t in stamps if not 0 <= t < _TIMESTAMP_LIMIT)
+            raise BadEventId(f"event id {prefix}:{bad} has a timestamp that is not 16 digits")
+        runs.append((prefix, stamps.tobytes() if _BIG_ENDIAN else bytes(raw)))
+    return tuple(runs)
+
+
+def run_ids(runs) -> list[str]:
+    """The ids of :func:`pack_ids` runs, in order."""
+    out = []
+    for prefix, raw in runs:
+        stamps = array("q")
+        stamps.frombytes(raw)
+        out.extend(f"{prefix}:{ts:016d}" for ts in stamps)
+    return out
+
+
+def runs_newest(runs) -> int:
+    """The newest timestamp in :func:`pack_ids` runs (0 when empty)."""
+    return max((max(memoryview(raw).cast("q")) for _, raw in runs if raw), default=0)
+
+
+def runs_count(runs) -> int:
+    return sum(len(raw) // 8 for _, raw in runs)
 
 
 def pack_ids(ids) -> tuple:
@@ -221,6 +293,11 @@ class Sharding:
     def shard_for(self, event_id: str) -> int:
         """The shard holding ``event_id`` under this config (forever: epochs only ever start later)."""
         return shard_of(event_id, self.shards_at(int(event_id[-16:])))
+
+    @property
+    def one_shard(self) -> bool:
+        """Every id, of any time, belongs to shard 0."""
+        return len(self.epochs) == 1 and self.epochs[0][1] == 1
 
     def wrong_shard(self, shard: int, ids) -> list[int]:
         """Indexes of the ids that do not belong to ``shard``."""

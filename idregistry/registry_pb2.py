@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19idregistry/registry.proto\x12\x11photon.idregistry\"\x1c\n\rLookupRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"M\n\x0bLookupReply\x12\x0f\n\x07present\x18\x01 \x03(\x08\x12\x13\n\x0bwrong_shard\x18\x02 \x03(\r\x12\x18\n\x10sharding_version\x18\x03 \x01(\x04\"+\n\rCommitRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\r\n\x05token\x18\x02 \x01(\t\"J\n\x0b\x43ommitReply\x12\x0f\n\x07results\x18\x01 \x01(\x0c\x12\x10\n\x08redirect\x18\x02 \x01(\t\x12\x18\n\x10sharding_version\x18\x03 \x01(\x04\"!\n\x12\x43learTokensRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"J\n\x10\x43learTokensReply\x12\x0f\n\x07\x63leared\x18\x01 \x01(\r\x12\x10\n\x08redirect\x18\x02 \x01(\t\x12\x13\n\x0bwrong_shard\x18\x03 \x03(\r\"3\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0e\x65xpected_token\x18\x02 \x01(\t\"E\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x10\n\x08redirect\x18\x02 \x01(\t\x12\x13\n\x0bwrong_shard\x18\x03 \x01(\x08\"\x0f\n\rExportRequest\"X\n\x0b\x45xportChunk\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x15\n\rtimestamps_us\x18\x03 \x03(\x04\x12\x15\n\rregistered_us\x18\x04 \x03(\x04\"(\n\x0fShardingRequest\x12\x15\n\rauthoritative\x18\x01 \x01(\x08\"8\n\rShardingReply\x12\x15\n\rsharding_json\x18\x01 \x01(\t\x12\x10\n\x08redirect\x18\x02 \x01(\t\"J\n\x0eReshardRequest\x12\x10\n\x08start_us\x18\x01 \x01(\x04\x12\x0e\n\x06shards\x18\x02 \x01(\r\x12\x16\n\x0e\x65ndpoints_json\x18\x03 \x01(\t\"F\n\x0cReshardReply\x12\x10\n\x08redirect\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x15\n\rsharding_json\x18\x03 \x01(\t\"\x0f\n\rStatusRequest\"\"\n\x0bStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t2\x87\x05\n\x08Registry\x12J\n\x06Lookup\x12 .photon.idregistry.LookupRequest\x1a\x1e.photon.idregistry.LookupReply\x12J\n\x06\x43ommit\x12 .photon.idregistry.CommitRequest\x1a\x1e.photon.idregistry.CommitReply\x12Y\n\x0b\x43learTokens\x12%.photon.idregistry.ClearTokensRequest\x1a#.photon.idregistry.ClearTokensReply\x12J\n\x06\x44\x65lete\x12 .photon.idregistry.DeleteRequest\x1a\x1e.photon.idregistry.DeleteReply\x12L\n\x06\x45xport\x12 .photon.idregistry.ExportRequest\x1a\x1e.photon.idregistry.ExportChunk0\x01\x12S\n\x0bGetSharding\x12\".photon.idregistry.ShardingRequest\x1a .photon.idregistry.ShardingReply\x12M\n\x07Reshard\x12!.photon.idregistry.ReshardRequest\x1a\x1f.photon.idregistry.ReshardReply\x12J\n\x06Status\x12 .photon.idregistry.StatusRequest\x1a\x1e.photon.idregistry.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19idregistry/registry.proto\x12\x11photon.idregistry\"\x1c\n\rLookupRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"M\n\x0bLookupReply\x12\x0f\n\x07present\x18\x01 \x03(\x08\x12\x13\n\x0bwrong_shard\x18\x02 \x03(\r\x12\x18\n\x10sharding_version\x18\x03 \x01(\x04\".\n\x05IdRun\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x15\n\rtimestamps_le\x18\x02 \x01(\x0c\"S\n\rCommitRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12&\n\x04runs\x18\x03 \x03(\x0b\x32\x18.photon.idregistry.IdRun\"J\n\x0b\x43ommitReply\x12\x0f\n\x07results\x18\x01 \x01(\x0c\x12\x10\n\x08redirect\x18\x02 \x01(\t\x12\x18\n\x10sharding_version\x18\x03 \x01(\x04\"!\n\x12\x43learTokensRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"J\n\x10\x43learTokensReply\x12\x0f\n\x07\x63leared\x18\x01 \x01(\r\x12\x10\n\x08redirect\x18\x02 \x01(\t\x12\x13\n\x0bwrong_shard\x18\x03 \x03(\r\"3\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0e\x65xpected_token\x18\x02 \x01(\t\"E\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x12\x10\n\x08redirect\x18\x02 \x01(\t\x12\x13\n\x0bwrong_shard\x18\x03 \x01(\x08\"\x0f\n\rExportRequest\"X\n\x0b\x45xportChunk\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\t\x12\x15\n\rtimestamps_us\x18\x03 \x03(\x04\x12\x15\n\rregistered_us\x18\x04 \x03(\x04\"(\n\x0fShardingRequest\x12\x15\n\rauthoritative\x18\x01 \x01(\x08\"8\n\rShardingReply\x12\x15\n\rsharding_json\x18\x01 \x01(\t\x12\x10\n\x08redirect\x18\x02 \x01(\t\"J\n\x0eReshardRequest\x12\x10\n\x08start_us\x18\x01 \x01(\x04\x12\x0e\n\x06shards\x18\x02 \x01(\r\x12\x16\n\x0e\x65ndpoints_json\x18\x03 \x01(\t\"F\n\x0cReshardReply\x12\x10\n\x08redirect\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x15\n\rsharding_json\x18\x03 \x01(\t\"\x0f\n\rStatusRequest\"\"\n\x0bStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t2\x87\x05\n\x08Registry\x12J\n\x06Lookup\x12 .photon.idregistry.LookupRequest\x1a\x1e.photon.idregistry.LookupReply\x12J\n\x06\x43ommit\x12 .photon.idregistry.CommitRequest\x1a\x1e.photon.idregistry.CommitReply\x12Y\n\x0b\x43learTokens\x12%.photon.idregistry.ClearTokensRequest\x1a#.photon.idregistry.ClearTokensReply\x12J\n\x06\x44\x65lete\x12 .photon.idregistry.DeleteRequest\x1a\x1e.photon.idregistry.DeleteReply\x12L\n\x06\x45xport\x12 .photon.idregistry.ExportRequest\x1a\x1e.photon.idregistry.ExportChunk0\x01\x12S\n\x0bGetSharding\x12\".photon.idregistry.ShardingRequest\x1a .photon.idregistry.ShardingReply\x12M\n\x07Reshard\x12!.photon.idregistry.ReshardRequest\x1a\x1f.photon.idregistry.ReshardReply\x12J\n\x06Status\x12 .photon.idregistry.StatusRequest\x1a\x1e.photon.idregistry.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,34 +35,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOOKUPREQUEST']._serialized_end=76
   _globals['_LOOKUPREPLY']._serialized_start=78
   _globals['_LOOKUPREPLY']._serialized_end=155
-  _globals['_COMMITREQUEST']._serialized_start=157
-  _globals['_COMMITREQUEST']._serialized_end=200
-  _globals['_COMMITREPLY']._serialized_start=202
-  _globals['_COMMITREPLY']._serialized_end=276
-  _globals['_CLEARTOKENSREQUEST']._serialized_start=278
-  _globals['_CLEARTOKENSREQUEST']._serialized_end=311
-  _globals['_CLEARTOKENSREPLY']._serialized_start=313
-  _globals['_CLEARTOKENSREPLY']._serialized_end=387
-  _globals['_DELETEREQUEST']._serialized_start=389
-  _globals['_DELETEREQUEST']._serialized_end=440
-  _globals['_DELETEREPLY']._serialized_start=442
-  _globals['_DELETEREPLY']._serialized_end=511
-  _globals['_EXPORTREQUEST']._serialized_start=513
-  _globals['_EXPORTREQUEST']._serialized_end=528
-  _globals['_EXPORTCHUNK']._serialized_start=530
-  _globals['_EXPORTCHUNK']._serialized_end=618
-  _globals['_SHARDINGREQUEST']._serialized_start=620
-  _globals['_SHARDINGREQUEST']._serialized_end=660
-  _globals['_SHARDINGREPLY']._serialized_start=662
-  _globals['_SHARDINGREPLY']._serialized_end=718
-  _globals['_RESHARDREQUEST']._serialized_start=720
-  _globals['_RESHARDREQUEST']._serialized_end=794
-  _globals['_RESHARDREPLY']._serialized_start=796
-  _globals['_RESHARDREPLY']._serialized_end=866
-  _globals['_STATUSREQUEST']._serialized_start=868
-  _globals['_STATUSREQUEST']._serialized_end=883
-  _globals['_STATUSREPLY']._serialized_start=885
-  _globals['_STATUSREPLY']._serialized_end=919
-  _globals['_REGISTRY']._serialized_start=922
-  _globals['_REGISTRY']._serialized_end=1569
+  _globals['_IDRUN']._serialized_start=157
+  _globals['_IDRUN']._serialized_end=203
+  _globals['_COMMITREQUEST']._serialized_start=205
+  _globals['_COMMITREQUEST']._serialized_end=288
+  _globals['_COMMITREPLY']._serialized_start=290
+  _globals['_COMMITREPLY']._serialized_end=364
+  _globals['_CLEARTOKENSREQUEST']._serialized_start=366
+  _globals['_CLEARTOKENSREQUEST']._serialized_end=399
+  _globals['_CLEARTOKENSREPLY']._serialized_start=401
+  _globals['_CLEARTOKENSREPLY']._serialized_end=475
+  _globals['_DELETEREQUEST']._serialized_start=477
+  _globals['_DELETEREQUEST']._serialized_end=528
+  _globals['_DELETEREPLY']._serialized_start=530
+  _globals['_DELETEREPLY']._serialized_end=599
+  _globals['_EXPORTREQUEST']._serialized_start=601
+  _globals['_EXPORTREQUEST']._serialized_end=616
+  _globals['_EXPORTCHUNK']._serialized_start=618
+  _globals['_EXPORTCHUNK']._serialized_end=706
+  _globals['_SHARDINGREQUEST']._serialized_start=708
+  _globals['_SHARDINGREQUEST']._serialized_end=748
+  _globals['_SHARDINGREPLY']._serialized_start=750
+  _globals['_SHARDINGREPLY']._serialized_end=806
+  _globals['_RESHARDREQUEST']._serialized_start=808
+  _globals['_RESHARDREQUEST']._serialized_end=882
+  _globals['_RESHARDREPLY']._serialized_start=884
+  _globals['_RESHARDREPLY']._serialized_end=954
+  _globals['_STATUSREQUEST']._serialized_start=956
+  _globals['_STATUSREQUEST']._serialized_end=971
+  _globals['_STATUSREPLY']._serialized_start=973
+  _globals['_STATUSREPLY']._serialized_end=1007
+  _globals['_REGISTRY']._serialized_start=1010
+  _globals['_REGISTRY']._serialized_end=1657
 # @@protoc_insertion_point(module_scope)

@@ -17,20 +17,42 @@
 
 The base (:mod:`photon`) and every room import nothing from here.
 """
-from photon.app._buildmap import BuildMapResult, build_map
-from photon.app._gen import GenOptions, GenSummary, generate
-from photon.app._launcher import AlreadyRunning, Launcher, RunOptions, launcher_state_file, plan_region
-from photon.app._certs import make_certs
-from photon.app._regions import RegionControlError, region_down, region_up
-from photon.app._recover import RecoverReport, run_recover
-from photon.app._verify import VerifyInputError, VerifyReport, format_report, parse_time, read_recoverable, run_verify
-from photon.app._spark import Progress, progress, spark_error, spark_session
-from photon.app._summary import build_summary, format_summary
-from photon.app._tables import joined_dataframe, register_tables, unjoinable_dataframe
-from photon.app._compact import CompactionStatistics, compact
-from photon.app._sql import run_query, sql_command
-from photon.app._supervisor import Supervisor
-from photon.app._jobregistry import JobRegistryError, registry_for_job, replicas_answering
+import importlib
+
+_WHERE = {
+    "BuildMapResult": "_buildmap", "build_map": "_buildmap",
+    "GenOptions": "_gen", "GenSummary": "_gen", "generate": "_gen",
+    "AlreadyRunning": "_launcher", "Launcher": "_launcher", "RunOptions": "_launcher",
+    "launcher_state_file": "_launcher", "plan_region": "_launcher",
+    "make_certs": "_certs",
+    "RegionControlError": "_regions", "region_down": "_regions", "region_up": "_regions",
+    "RecoverReport": "_recover", "run_recover": "_recover",
+    "VerifyInputError": "_verify", "VerifyReport": "_verify", "format_report": "_verify", "parse_time": "_verify",
+    "read_recoverable": "_verify", "run_verify": "_verify",
+    "Progress": "_spark", "progress": "_spark", "spark_error": "_spark", "spark_session": "_spark",
+    "build_summary": "_summary", "format_summary": "_summary",
+    "joined_dataframe": "_tables", "register_tables": "_tables", "unjoinable_dataframe": "_tables",
+    "CompactionStatistics": "_compact", "compact": "_compact",
+    "run_query": "_sql", "sql_command": "_sql",
+    "Supervisor": "_supervisor",
+    "JobRegistryError": "_jobregistry", "registry_for_job": "_jobregistry", "replicas_answering": "_jobregistry",
+}
+"""Where each exported name lives. Names are imported on first use (PEP 562), so ``photon run`` does not pay
+at start for the verification, recovery, certificate and SQL modules it never calls."""
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'photon.app' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"photon.app.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = ["AlreadyRunning", "JobRegistryError", "registry_for_job", "replicas_answering", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
            "Progress", "RecoverReport", "RegionControlError", "RunOptions", "Supervisor", "VerifyInputError",

@@ -67,6 +67,7 @@ def test_replicas_started_for_a_job_refuse_commits_and_serve_lookups_deletes_and
     client = RegistryClient(idregistry.registry_endpoints(config), retry_timeout_s=30)
     try:
         assert client.commit([kept, dropped], "t1") == [idregistry.CommitResult.OK] * 2
+        _wait_every_replica_answers(client)     # a majority commits while the third may still be starting
     finally:
         client.close()
     for p in pipeline:
@@ -95,6 +96,12 @@ def test_replicas_started_for_a_job_refuse_commits_and_serve_lookups_deletes_and
         client.close()
 
 
+def _wait_every_replica_answers(client) -> None:
+    """Until every replica answers its status (a majority elects and commits before the third has started)."""
+    wait_until(lambda: all("error" not in r for r in client.status()), 30, interval=0.05,
+               message="every replica answering")
+
+
 def _saved_commit_index(spec) -> int:
     """The commit index a replica saved in its term/vote record (pysyncobj saves it once a second)."""
     import pysyncobj.journal
@@ -120,6 +127,7 @@ def test_a_restarted_replica_never_answers_present_for_an_id_deleted_just_before
     client = RegistryClient(idregistry.registry_endpoints(config), retry_timeout_s=30)
     try:
         assert client.commit(ids, "t1") == [idregistry.CommitResult.OK] * len(ids)
+        _wait_every_replica_answers(client)
         committed = {r["address"]: r["commit_index"] for r in client.status()}
         wait_until(lambda: all(_saved_commit_index(s) >= committed[s.address] for s in specs), 30, interval=0.05,
                    message="every replica saved a commit index covering the commits")
