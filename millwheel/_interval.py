@@ -185,6 +185,10 @@ class IntervalCore:
     def pending_weak_ids(self) -> list[str]:
         return [p.id for run in self._weak for ps in run.prods.values() for p in ps]
 
+    def awaits(self, commit_id: int) -> bool:
+        """The commit is still this core's to send: it was not dropped by a refusal or a revocation since."""
+        return commit_id in self._commits
+
     def oldest_timer_us(self) -> int | None:
         return self._holds.min()
 

@@ -143,14 +143,24 @@ class Tracker:
         """Read the production time for one step of a sender (``now_us()``, inside the lock) and hold it
         until the step's productions are registered: a production computed and being stored is not yet
         outstanding, and dedup GC must not pass it meanwhile (see :meth:`oldest_produced_at`)."""
-        with self._lock:
-            now = now_us()
-            self._producing.add(now)
+        now = self.hold_production_time(now_us)
         try:
             yield now
         finally:
-            with self._lock:
-                self._producing.remove(now)
+            self.release_production_time(now)
+
+    def hold_production_time(self, now_us: Callable[[], int]) -> int:
+        """:meth:`producing` in two calls, for a step whose productions are registered later (once its
+        commit, running beside the next step, has landed): read ``now_us()`` and hold it until
+        :meth:`release_production_time` is called with the returned value."""
+        with self._lock:
+            now = now_us()
+            self._producing.add(now)
+        return now
+
+    def release_production_time(self, now: int) -> None:
+        with self._lock:
+            self._producing.remove(now)
 
     def oldest_produced_at(self) -> tuple[dict[str, int], int | None]:
         """The production time of each sender's oldest outstanding production, and the oldest production
