@@ -219,7 +219,8 @@ class Worker:
             now = self.tracker.hold_production_time(self.clock.now_us)  # until its productions are registered
             try:
                 commits = self._batch(work, comps, now)
-                self._land(wait=True)
+                if commits:
+                    self._land(wait=True)   # the previous step's commit lands before this one goes out
             except BaseException:
                 self.tracker.release_production_time(now)
                 raise
