@@ -3,19 +3,20 @@ waits, acks follow the landing, and dedup GC does not pass the productions of a 
 from __future__ import annotations
 
 import threading
+from typing import ClassVar
 
 import orjson
 import pytest
+from test_mw_runtime import Count, QueueInjector, topo
 
 from millwheel import Runtime, RuntimeConfig
 from millwheel._store import SQLiteStore
 from photon import wait_until
-from test_mw_runtime import Count, QueueInjector, topo
 
 
 class Seen(Count):
     """Count that also notes every (key, i) its user code ran on."""
-    ran: list = []
+    ran: ClassVar[list] = []
     lock = threading.Lock()
 
     def process_record(self, ctx, record):
