@@ -21,7 +21,10 @@ its own token, and the growth of each replica process's resident memory is divid
 such as the memory-mapped Raft journal; ``replica_rss_bytes_per_id_max``: the largest over replicas).
 
 Prints a table, or with ``--json`` one JSON object on its last line (ids_per_s, commit_p50_ms,
-commit_p99_ms, ids_per_command, raft_commands_per_s, bytes_per_id, replica_rss_bytes_per_id, ...).
+commit_p99_ms, ids_per_command, raft_commands_per_s, replica_cpu_s_per_m_ids (CPU-seconds per million ids
+committed in the peak phase, each replica, largest first), client_cpu_s_per_m_ids, bytes_per_id,
+replica_rss_bytes_per_id, ...). ``--profile DIR`` records a py-spy profile of every replica process during
+the peak phase (``python -m bench._profile DIR`` summarises them).
 """
 from __future__ import annotations
 
@@ -94,6 +97,7 @@ def worker(args) -> None:
                     time.sleep(ahead)   # pacing a load generator, not waiting for a condition
         ended_wall = time.time()
         with lock:
+            out["cpu_s"] = round(time.process_time(), 3)
             out["began_s"] = min(out.get("began_s", began_wall), began_wall)
             out["ended_s"] = max(out.get("ended_s", ended_wall), ended_wall)
             out["ok"] += ok
@@ -211,7 +215,21 @@ class Bench:
         # peak
         c0, i0 = self.leader_counters()
         t0 = time.monotonic()
-        peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
+        profiler = None
+        if getattr(a, "profile", None):     # py-spy on every replica process, for the peak phase only
+            from bench._profile import Profiler
+            profiler = Profiler(Path(a.profile))
+            for p in self.procs:
+                profiler.attach(p.pid, "replica")
+        import psutil
+        replicas = [psutil.Process(p.pid) for p in self.procs]
+        cpu0 = [sum(r.cpu_times()[:2]) for r in replicas]
+        try:
+            peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
+        finally:
+            if profiler is not None:
+                profiler.stop()
+        cpu = [sum(r.cpu_times()[:2]) - c for r, c in zip(replicas, cpu0)]
         c1, i1 = self.leader_counters()
         elapsed = time.monotonic() - t0 - 1.5
         ok = sum(o["ok"] for o in peak)
@@ -222,6 +240,9 @@ class Bench:
         figures["commit_p99_ms"] = round(percentile(lat, 99), 2)
         figures["ids_per_command"] = round((i1 - i0) / max(1, c1 - c0), 1)
         figures["raft_commands_per_s"] = round((c1 - c0) / max(elapsed, a.duration), 1)
+        # CPU-seconds per million ids committed in the peak phase (user + system): each replica, the clients
+        figures["replica_cpu_s_per_m_ids"] = sorted((round(c * 1e6 / max(1, ok), 2) for c in cpu), reverse=True)
+        figures["client_cpu_s_per_m_ids"] = round(sum(o["cpu_s"] for o in peak) * 1e6 / max(1, ok), 2)
         leader = next(r for r in self.client.status() if r.get("is_leader"))
         figures["leader_fsyncs"] = leader["fsyncs"]
         figures["leader_fsync_ms_mean"] = leader["fsync_ms_mean"]
@@ -313,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="for that figure, commit (1 + this) x --memory-ids ids while GC keeps about "
                              "--memory-ids held")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", default=None,
+                        help="folder for py-spy profiles of every replica process during the peak phase "
+                             "(summarise with python -m bench._profile DIR)")
     # worker mode (internal)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--endpoints", help=argparse.SUPPRESS)

@@ -15,8 +15,8 @@ import random
 import threading
 from collections import Counter
 
-from photon import (Clock, PhotonConfig, Quarantine, RollingWriter, SystemClock, output_publisher, recovery_stream,
-                    stream_source)
+from photon import (Clock, PhotonConfig, Quarantine, SystemClock, open_output_sink, output_publisher,
+                    recovery_stream, stream_source)
 
 from dispatcher._recovery import StreamAndRecovery
 from dispatcher._leader import follow_leaders
@@ -126,13 +126,13 @@ class Dispatcher:
                 stream_source(config, self.region, recovery_stream(config.join.foreign_stream)),
                 config.join.foreign_stream, offsets=self.core.offsets, quarantine=self.quarantine,
                 max_line_bytes=config.input.max_line_bytes)
-            unjoinable_publisher = output_publisher(config, self.region, "unjoinable")
+            self.unjoinable = open_output_sink(self.region.output_url("unjoinable"), f"dispatcher-{self.region.name}",
+                                               staging=self.region.unjoinable_dir, s3=config.s3)
             self._joiners = _JoinerPool(joiners, joiner_client or _default_joiner_client)
         except BaseException:
             self._lock.release()
             raise
         name = f"dispatcher-{self.region.name}"
-        self.unjoinable = RollingWriter(self.region.unjoinable_dir, name, publisher=unjoinable_publisher)
         self.unjoinable.recover_orphans()
         # lines after the checkpoint are read again, and their clicks may be given up again: unjoinable
         # lines an earlier run wrote since then are not written twice (from a second before the
@@ -158,6 +158,7 @@ class Dispatcher:
         self._waiting_for_disk = ""      # why the dispatcher is paused on a failing write ("" when not)
         self._abandoned = False          # stopped with a write not done: no final checkpoint
         self._next_quarantine_sync = 0
+        self._leaders = None                  # the registry-leader follower, from start() on
 
     # ------------------------------------------------------------ lifecycle
 
@@ -417,7 +418,7 @@ class Dispatcher:
                     log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
             self._publish_status()
         finally:
-            if getattr(self, "_leaders", None) is not None:
+            if self._leaders is not None:
                 self._leaders.stop()
             for _ in self._lookup_workers:
                 self._lookup_tasks.put(None)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import orjson
 from tenacity import RetryCallState, wait_exponential
 
-from dispatcher._messages import (Checkpoint, ChunkRead, Command, Event, JoinAnswered, JoinFailed, LinesRead,
+from dispatcher._messages import ChunkRead  # noqa: F401  (re-exported with the core's other messages)
+from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, JoinFailed, LinesRead,
                                   Lookup, LookupAnswered, LookupFailed, QuarantineRecords, SendBatch, StopRequested,
                                   TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare

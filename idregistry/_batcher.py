@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from idregistry._state import OP_COMMIT
+from idregistry._state import OP_COMMIT, OP_COMMIT_RUNS
 
 SUCCESS = 0
 QUEUE_FULL = 1   # pysyncobj's FAIL_REASON.QUEUE_FULL; also used when the batcher's own queue is full
@@ -160,4 +160,6 @@ class Batcher:
 
 def op_size(op) -> int:
     """How many ids an operation carries (for batch sizing)."""
+    if op[0] == OP_COMMIT_RUNS:
+        return sum(len(stamps) // 8 for _, stamps in op[2])
     return len(op[2]) if op[0] == OP_COMMIT else 1

@@ -21,6 +21,10 @@ from photon import BadEventId
 from idregistry._state import CommitResult, Sharding, validate_ids
 from photon.rpc import open_channel
 
+_RESULTS = tuple(CommitResult)                       # by result code (the reply's bytes)
+_WRONG_SHARD_CODE = int(CommitResult.WRONG_SHARD)
+_WRONG_SHARD_BYTE = bytes([_WRONG_SHARD_CODE])
+
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
              grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
              grpc.StatusCode.INTERNAL}
@@ -200,6 +204,8 @@ class RegistryClient:
 
     def _group(self, ids: list[str]) -> dict[int, list[int]]:
         sharding = self.sharding()
+        if len(sharding.epochs) == 1 and sharding.epochs[0][1] == 1:    # one shard: no per-id work
+            return {0: list(range(len(ids)))} if ids else {}
         groups: dict[int, list[int]] = defaultdict(list)
         for n, event_id in enumerate(ids):
             groups[sharding.shard_for(event_id)].append(n)
@@ -304,14 +310,19 @@ class RegistryClient:
             moved: list[int] = []
 
             def one(shard, idx, sub=sub):
-                request = pb.CommitRequest(ids=[sub[i] for i in idx], token=token)
+                request = pb.CommitRequest(ids=sub if len(idx) == len(sub) else [sub[i] for i in idx], token=token)
                 reply = self._with_retries(lambda: self._leader_call(shard, "Commit", request))
+                codes = reply.results
+                if _WRONG_SHARD_BYTE not in codes:       # the usual case: every id decided here
+                    for i, code in zip(idx, codes):
+                        out[pending[i]] = _RESULTS[code]
+                    return
                 for k, i in enumerate(idx):
-                    code = reply.results[k]
-                    if code == CommitResult.WRONG_SHARD:
+                    code = codes[k]
+                    if code == _WRONG_SHARD_CODE:
                         moved.append(pending[i])
                     else:
-                        out[pending[i]] = CommitResult(code)
+                        out[pending[i]] = _RESULTS[code]
 
             self._map_shards(one, self._group(sub))
             if moved:
@@ -319,7 +330,7 @@ class RegistryClient:
             pending = sorted(moved)
         if pending:
             raise RegistryUnavailable(f"{len(pending)} ids kept landing on the wrong shard")
-        too_old = sum(1 for r in out if r == CommitResult.TOO_OLD)
+        too_old = out.count(CommitResult.TOO_OLD)
         with self._lock:
             self._counts["commits"] += 1
             self._counts["ids_committed"] += len(ids) - too_old

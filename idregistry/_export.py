@@ -27,7 +27,6 @@ import os
 import time
 from pathlib import Path
 
-import orjson
 
 from photon import PhotonConfig, fsync_path, write_atomic
 
@@ -127,22 +126,11 @@ def check_export(out: str | Path) -> dict:
     return manifest
 
 
-def output_ids(data: bytes | Path, id_field) -> list[str]:
-    """The foreign ids of one published output file (its bytes, or its path; lines that do not parse are
-    skipped); given a photon.EventIds with a time field, the Photon keys the registry holds
-    (``<id>:0:<time_us>``)."""
-    if isinstance(data, Path):
-        data = data.read_bytes()
-    if not isinstance(id_field, str):
-        keys = map(id_field.key_of_line, data.splitlines())
-        return [k for k in keys if k is not None]
-    ids = []
-    for line in data.splitlines():
-        try:
-            ids.append(orjson.loads(line)[id_field])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            continue
-    return ids
+def output_ids(data: bytes, ids) -> list[str]:
+    """The registry's keys of the clicks in one published output file (``ids``: the foreign stream's
+    photon.EventIds: the id itself for Photon ids, ``<id>:0:<time_us>`` for custom ones); lines that do not
+    parse are skipped."""
+    return [k for k in map(ids.key_of_line, data.splitlines()) if k is not None]
 
 
 def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
@@ -169,8 +157,7 @@ def clear_output_tokens(config: PhotonConfig, client, regions=None) -> dict:
             data = output.read(name)
             if data is None:        # gone since it was listed
                 continue
-            ids = output_ids(data, config.join.foreign_ids if config.join.foreign_ids.custom
-                             else config.join.foreign_id_field)
+            ids = output_ids(data, config.join.foreign_ids)
             for k in range(0, len(ids), CLEAR_BATCH):
                 cleared += client.clear_tokens(ids[k:k + CLEAR_BATCH])
             ids_seen += len(ids)

@@ -6,8 +6,8 @@ import os
 import threading
 
 from photon import BadEventId, SystemClock
-from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE, CommitResult, ShardState,
-                               validate_ids)
+from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE, CommitResult, ShardState,
+                               pack_ids, validate_ids)
 
 
 class InMemoryRegistry:
@@ -37,7 +37,7 @@ class InMemoryRegistry:
 
     def commit(self, ids: list[str], token: str) -> list[CommitResult]:
         self._check(ids)
-        return [CommitResult(c) for c in self._apply((OP_COMMIT, token, list(ids), self._clock.now_us()))]
+        return [CommitResult(c) for c in self._apply((OP_COMMIT_RUNS, token, pack_ids(ids), self._clock.now_us()))]
 
     def clear_tokens(self, ids: list[str]) -> int:
         self._check(ids)

@@ -31,9 +31,9 @@ from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
 from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, storage_failed
 from photon.rpc import open_channel
-from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE,
+from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
-                               bucket_width_us, validate_ids)
+                               bucket_width_us, pack_ids, validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -203,12 +203,15 @@ class ReplicaServer:
         self._refuse_for_job("commits are")
         self._require_leader()
         validate_ids(ids)
-        wrong = self._judge(ids).wrong_shard(self.spec.shard, ids)
+        runs = pack_ids(ids)                # packed once here; the newest timestamp falls out of it
+        newest = max((max(memoryview(stamps).cast("q")) for _, stamps in runs), default=0)
+        wrong = self._judge(ids, newest).wrong_shard(self.spec.shard, ids)
         if not wrong:
-            return self.batcher.run((OP_COMMIT, token, list(ids), self.clock.now_us()), len(ids))
+            return self.batcher.run((OP_COMMIT_RUNS, token, runs, self.clock.now_us()), len(ids))
         wrong_set = set(wrong)
         mine = [i for n, i in enumerate(ids) if n not in wrong_set]
-        decided = iter(self.batcher.run((OP_COMMIT, token, mine, self.clock.now_us()), len(mine)) if mine else b"")
+        decided = iter(self.batcher.run((OP_COMMIT_RUNS, token, pack_ids(mine), self.clock.now_us()), len(mine))
+                       if mine else b"")
         return bytes(CommitResult.WRONG_SHARD if n in wrong_set else next(decided) for n in range(len(ids)))
 
     def clear_tokens(self, ids: list[str]) -> tuple[int, list[int]]:
@@ -270,16 +273,18 @@ class ReplicaServer:
         if not self.state.sharding_set:
             self.batcher.run((OP_INIT_SHARDING, self.spec.initial_sharding), 1)
 
-    def _judge(self, ids: list[str]) -> Sharding:
-        """A config valid for every id of ``ids`` (refreshing the lease if needed)."""
+    def _judge(self, ids: list[str], newest: int | None = None) -> Sharding:
+        """A config valid for every id of ``ids`` (refreshing the lease if needed); ``newest`` is their
+        newest timestamp when the caller knows it already."""
+        if newest is None:
+            newest = ShardingLease.newest(ids)
         lease = self._lease
-        if lease is not None and lease.covers(ids):
+        if lease is not None and newest < lease.valid_below_us:
             return lease.sharding
         now = self.clock.now_us()
         lease = self._refresh_lease(now)
-        if lease.covers(ids):
+        if newest < lease.valid_below_us:
             return lease.sharding
-        newest = ShardingLease.newest(ids)
         if newest > now + self._skew_us:
             raise FutureId(f"an id is timestamped {newest} us, more than the clock-skew bound "
                            f"({self.spec.max_clock_skew_s} s) ahead of this server's clock")

@@ -12,6 +12,11 @@ Operations (tuples, the first item names the kind; they travel pickled inside on
   ``ALREADY_EXISTS``. ``now_us`` is the proposing leader's clock: a token new to the shard is recorded as
   registered at that time (the same on every replica, since it travels in the command). A journal entry
   written before the time was carried (``(OP_COMMIT, token, ids)``) records time 0: unknown.
+* ``(OP_COMMIT_RUNS, token, runs, now_us)``: the same as ``OP_COMMIT`` (what the leader proposes), with
+  the ids packed by :func:`pack_ids`: a tuple of ``(prefix, timestamps)`` runs, each the consecutive ids of
+  one process, its timestamps as raw int64 bytes. A command of thousands of ids pickles into a few
+  strings and byte strings instead of one string object per id, and a run of increasing timestamps (the
+  usual shape) is appended to the state in bulk.
 * ``(OP_ADVANCE_GC, boundary_us)``: ids with a timestamp below the boundary are forgotten and answered
   ``TOO_OLD``. The boundary never goes back: an older boundary is ignored. Result: the boundary in force.
 * ``(OP_CLEAR_TOKENS, ids)``: drop the tokens of ids known to be in the output (the ids stay).
@@ -55,6 +60,7 @@ import enum
 import sys
 from array import array
 from bisect import bisect_left
+from operator import lt
 from dataclasses import dataclass, field
 
 import mmh3
@@ -69,6 +75,7 @@ OP_INIT_SHARDING = 4
 OP_ADD_EPOCH = 5
 OP_NOOP = 6
 OP_SNAPSHOT = 7
+OP_COMMIT_RUNS = 8
 
 NO_TOKEN = 0                   # token number of an id whose token was cleared
 MAX_TOKEN_NUMBER = 2**32 - 1   # token numbers are stored as unsigned 32-bit integers
@@ -104,6 +111,25 @@ def validate_ids(ids) -> None:
     for event_id in ids:
         if type(event_id) is not str or not is_event_id(event_id):
             parse_event_id(event_id)      # raises with the precise reason
+
+
+def pack_ids(ids) -> tuple:
+    """Well-formed ids as the runs of an :data:`OP_COMMIT_RUNS`: consecutive ids of one process (one
+    ``<server_ip>:<process_id>`` prefix) become one ``(prefix, timestamps)`` pair, the timestamps as raw
+    native int64s; the runs keep the ids' order, so the results (one per id) do too."""
+    runs = []
+    prefix = None
+    stamps = None
+    for event_id in ids:
+        p = event_id[:-TIMESTAMP_SUFFIX]
+        if p != prefix:
+            if stamps is not None:
+                runs.append((prefix, stamps.tobytes()))
+            prefix, stamps = p, array("q")
+        stamps.append(int(event_id[-16:]))
+    if stamps is not None:
+        runs.append((prefix, stamps.tobytes()))
+    return tuple(runs)
 
 
 def bucket_width_us(gc_after_s: float) -> int:
@@ -376,7 +402,9 @@ class ShardState:
         out = []
         for op in ops:
             kind = op[0]
-            if kind == OP_COMMIT:
+            if kind == OP_COMMIT_RUNS:
+                out.append(self._commit_runs(op[1], op[2], op[3]))
+            elif kind == OP_COMMIT:
                 out.append(self._commit(op[1], op[2], op[3] if len(op) > 3 else 0))
             elif kind == OP_ADVANCE_GC:
                 out.append(self._advance_gc(op[1]))
@@ -436,31 +464,78 @@ class ShardState:
         self.tokens_freed += 1
 
     def _commit(self, token: str, ids, now_us: int = 0) -> bytes:
-        # The hot path of the registry (it runs on every replica for every id): kept flat on purpose.
+        """A commit carried as id strings (journal entries written before :data:`OP_COMMIT_RUNS`)."""
+        return self._commit_runs(token, pack_ids(ids), now_us)
+
+    def _commit_runs(self, token: str, runs, now_us: int = 0) -> bytes:
+        # The hot path of the registry (it runs on every replica for every id). A run of one process's
+        # strictly increasing timestamps inside one bucket, all after what that process already holds there
+        # (the usual shape), is appended in bulk; anything else goes id by id.
         number, new_token = self._token_number(token, now_us)
-        boundary, width, buckets = self.gc_boundary_us, self.bucket_us, self.buckets
-        results = bytearray(len(ids))          # zero == CommitResult.OK
-        last_key = None
-        run = None
+        boundary, width = self.gc_boundary_us, self.bucket_us
+        results = bytearray()                  # zero == CommitResult.OK
         added = 0
         newest = -1                            # the newest bucket holding an id under this token
-        for n, event_id in enumerate(ids):
-            ts = int(event_id[-16:])
+        for prefix, raw in runs:
+            stamps = array("q")
+            stamps.frombytes(raw)
+            count = len(stamps)
+            if not count:
+                continue
+            first, last = stamps[0], stamps[-1]
+            b = first // width
+            if first >= boundary and last // width == b and (count == 1 or all(map(lt, stamps, stamps[1:]))):
+                base = b * width
+                run = self._run_of(b, prefix)
+                offsets = run.offsets
+                if not offsets or offsets[-1] < first - base:
+                    offsets.extend(array("I", map(base.__rsub__, stamps)))     # stamp - base, for each
+                    run.token_array().extend(array("I", (number,)) * count)
+                    results.extend(bytes(count))
+                    added += count
+                    if b > newest:
+                        newest = b
+                    continue
+            run_added, run_newest = self._commit_one_by_one(number, prefix, stamps, results)
+            added += run_added
+            if run_newest > newest:
+                newest = run_newest
+        self.ids_held += added
+        if added:
+            if self.token_bucket.get(number, -1) < newest:
+                self.token_bucket[number] = newest
+        elif new_token:
+            self._forget_token(number)         # no id refers to it (all refused or already held)
+        return bytes(results)
+
+    def _run_of(self, b: int, prefix: str) -> "_Run":
+        """The run of one process's ids (``prefix``) in bucket ``b``, made empty when there is none yet."""
+        bucket = self.buckets.get(b)
+        if bucket is None:
+            bucket = self.buckets[b] = {}
+        run = bucket.get(prefix)
+        if run is None:
+            run = bucket[prefix] = _Run()
+        return run
+
+    def _commit_one_by_one(self, number: int, prefix: str, stamps, results: bytearray) -> tuple[int, int]:
+        """Insert each of one process's ``stamps`` iff absent, appending one result per id to ``results``;
+        returns ``(ids added, newest bucket touched or -1)``."""
+        boundary, width = self.gc_boundary_us, self.bucket_us
+        last_b = None
+        run = None
+        added = 0
+        newest = -1
+        for ts in stamps:
             if ts < boundary:
-                results[n] = TOO_OLD_CODE
+                results.append(TOO_OLD_CODE)
                 continue
             b = ts // width
-            key = (b, event_id[:-TIMESTAMP_SUFFIX])
-            if key != last_key:
-                bucket = buckets.get(b)
-                if bucket is None:
-                    bucket = buckets[b] = {}
-                run = bucket.get(key[1])
-                if run is None:
-                    run = bucket[key[1]] = _Run()
-                elif run.tokens is None:
+            if b != last_b:
+                run = self._run_of(b, prefix)
+                if run.tokens is None:
                     run.token_array()
-                last_key = key
+                last_b = b
                 if b > newest:
                     newest = b
             off = ts - b * width
@@ -469,22 +544,17 @@ class ShardState:
                 offsets.append(off)
                 run.tokens.append(number)
                 added += 1
+                results.append(0)
                 continue
             i = bisect_left(offsets, off)
             if i < len(offsets) and offsets[i] == off:
-                if run.tokens[i] != number:
-                    results[n] = EXISTS_CODE
+                results.append(0 if run.tokens[i] == number else EXISTS_CODE)
             else:
                 offsets.insert(i, off)
                 run.tokens.insert(i, number)
                 added += 1
-        self.ids_held += added
-        if added:
-            if self.token_bucket.get(number, -1) < newest:
-                self.token_bucket[number] = newest
-        elif new_token:
-            self._forget_token(number)         # no id refers to it (all refused or already held)
-        return bytes(results)
+                results.append(0)
+        return added, newest
 
     def _advance_gc(self, boundary_us: int) -> int:
         if boundary_us > self.gc_boundary_us:

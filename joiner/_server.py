@@ -13,7 +13,7 @@ import grpc
 
 from eventstore import connect as connect_eventstore
 from photon import (Clock, is_event_id, ConfigError, MetricKinds, PhotonConfig, RollingWriter, SystemClock, bind_port,
-                    output_publisher)
+                    open_output_sink)
 
 from joiner import joiner_pb2_grpc as pb_grpc
 from photon.rpc import HEALTH_POLL_S, Health, add_health, server_credentials
@@ -165,9 +165,9 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
                          options=CHANNEL_OPTIONS)
     bound = bind_port(server, host, port, f"joiner {name}", server_credentials())
     store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
-    writer = RollingWriter(reg.joined_dir, name, roll_interval_s=jc.roll_interval_s,
-                           roll_bytes=int(jc.roll_mb * (1 << 20)), commit_interval_s=jc.commit_interval_ms / 1000,
-                           publisher=output_publisher(config, reg, "joined"), clock=clock)
+    writer = open_output_sink(reg.output_url("joined"), name, staging=reg.joined_dir, s3=config.s3,
+                              roll_interval_s=jc.roll_interval_s, roll_bytes=int(jc.roll_mb * (1 << 20)),
+                              commit_interval_s=jc.commit_interval_ms / 1000, clock=clock)
     token_host = host if host not in ("0.0.0.0", "::", "[::]") else socket.gethostname()
     joiner = Joiner(name=name, address=f"{token_host}:{bound}", store=store, registry=registry,
                     adapter=adapter, writer=writer, max_in_flight=jc.max_in_flight, clock=clock,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from photon import LogTailer, Quarantine, id_timestamp_us, joined_horizon_us, local_folder, output_reader, parse_record
+from photon import EventIds, LogTailer, Quarantine, joined_horizon_us, local_folder, output_reader, parse_record
 
 from millwheel._watermarks import END_OF_TIME, NO_WATERMARK
 
@@ -247,21 +247,20 @@ class JoinedInjector(FileInjector):
                  **kw) -> None:
         self._readers: dict | None = None
         self._state_dirs: list[Path] = []
-        id_field = "click_id"
-        event_time = lambda e: id_timestamp_us(e[id_field])  # noqa: E731
+        ids = EventIds("click_id")          # a single folder: Photon ids, the time inside them
         if str(path).endswith(".toml"):
             from photon import load_config
             config = load_config(path)
             self._readers = {r.name: r.output_reader("joined", config.s3) for r in config.pipeline_regions}
             self._state_dirs = [Path(r.state_dir) for r in config.pipeline_regions]
-            id_field = config.join.foreign_id_field
-            event_time = config.join.foreign_ids.time_us      # the time field, or the time inside the id
+            ids = config.join.foreign_ids     # the time field, or the time inside the id
+        id_field = ids.id_field
         self.log_delay_us = log_delay_us
         self.stale_after_us = stale_after_us
         self._horizon: int | None = None
         self._single = joined_root(path)
         root = (local_folder(self._single) or Path()) if self._readers is None else Path(path).parent
-        super().__init__(root, key=lambda e: e[id_field], timestamp_us=event_time,
+        super().__init__(root, key=lambda e: e[id_field], timestamp_us=ids.time_us,
                          required=(id_field,), **kw)
 
     def _make_tailer(self, offsets: dict):

@@ -128,7 +128,7 @@ class WorkerHost:
         self._rates: dict[tuple[str, int], float] = {}
         self._slot_rates: dict[tuple[str, int], float] = {}
         self._written: dict[tuple[str, int], tuple] = {}     # the last watermark report written per interval
-        self._started_at = time.monotonic()
+        self._started_at = self._load_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
                          threading.Thread(target=self._coordinate, name="millwheel-process-coordinator", daemon=True)]
@@ -419,7 +419,7 @@ class WorkerHost:
         for w in self.workers:
             counts.update(dict(w.received_per_slot))   # a copy: its worker thread adds slots meanwhile
         now = time.monotonic()
-        elapsed = max(1e-3, now - getattr(self, "_load_at", self._started_at))
+        elapsed = max(1e-3, now - self._load_at)
         self._load_at = now
         keep = 0.5 ** (elapsed / LOAD_HALF_LIFE_S)
         for k in set(counts) | set(self._slot_rates):

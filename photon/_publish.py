@@ -289,9 +289,5 @@ def output_publisher(config, region, kind: str) -> ObjectPublisher | None:
     """The checked publisher of ``region``'s ``kind`` output (``joined``, ``unjoinable``, ``quarantine``)
     when its output root's kind stages output locally (``s3://``, ``memory://``), else None (a local folder
     is published in place by renaming). Raises :class:`photon.SourceError` naming a misconfiguration."""
-    from photon._storage import storage_kind
-    url = region.output_url(kind)
-    publisher = storage_kind(url).publisher(url, config.s3, records=kind in ("joined", "unjoinable"))
-    if publisher is not None:
-        publisher.check()
-    return publisher
+    from photon._storage import checked_publisher
+    return checked_publisher(region.output_url(kind), config.s3, records=kind in ("joined", "unjoinable"))

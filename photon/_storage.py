@@ -215,19 +215,28 @@ def storage_kind(url: str | os.PathLike) -> StorageKind:
     return kind
 
 
-def open_output_sink(url: str, prefix: str, *, staging: str | Path | None = None, s3=None, **writer_options):
+def open_output_sink(url: str, prefix: str, *, staging: str | Path | None = None, s3=None, records: bool = True,
+                     **writer_options):
     """An :class:`OutputSink` writing ``prefix``'s files to the output folder ``url``: a
     :class:`photon.RollingWriter` over ``url`` itself when the kind is :attr:`~StorageKind.in_place`, else
-    over ``staging`` (required then) with the kind's checked publisher. ``writer_options``: the writer's."""
+    over ``staging`` (required then) with the kind's checked publisher (publishing freshness records unless
+    ``records`` is false). ``writer_options``: the writer's."""
     from photon._writer import RollingWriter
-    kind = storage_kind(url)
-    publisher = kind.publisher(url, s3, records=True)
+    publisher = checked_publisher(url, s3, records=records)
     if publisher is None:
-        return RollingWriter(kind.local_folder(url), prefix, **writer_options)
+        return RollingWriter(storage_kind(url).local_folder(url), prefix, **writer_options)
     if staging is None:
         raise ValueError(f"{url}: output of this kind is written in a local staging folder; name one")
-    publisher.check()
     return RollingWriter(staging, prefix, publisher=publisher, **writer_options)
+
+
+def checked_publisher(url: str, s3=None, *, records: bool = True):
+    """The publisher of output folder ``url``, checked (a missing bucket, endpoint or credentials raise
+    :class:`photon.SourceError` naming it), or None when its kind publishes in place (a local folder)."""
+    publisher = storage_kind(url).publisher(url, s3, records=records)
+    if publisher is not None:
+        publisher.check()
+    return publisher
 
 
 def output_reader(url: str | os.PathLike, s3=None, *, outbox: str | Path | None = None) -> OutputReader:

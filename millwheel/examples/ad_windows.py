@@ -87,13 +87,15 @@ class SpikeDetector(Computation):
         pass
 
 
-def build(input: str, out: str, echo: bool = True) -> Topology:
-    """The topology the ``millwheel run`` command starts."""
+def build(input: str, out: str, echo: bool = True, windows: type[Computation] | None = None) -> Topology:
+    """The topology the ``millwheel run`` command starts (``windows``: the per-minute counter, ClickWindows
+    unless given)."""
     out_dir = Path(out)
     t = Topology()
     t.add_injector("joined", lambda: JoinedInjector(input, quarantine_dir=out_dir / ".quarantine"),
                    produces="clicks")
-    t.add_computation("windows", ClickWindows, consumes={"clicks": advertiser}, produces=["window_counts"])
+    t.add_computation("windows", windows or ClickWindows, consumes={"clicks": advertiser},
+                      produces=["window_counts"])
     t.add_computation("window-sink", lambda: FileSink(out_dir / "windows.jsonl", echo=echo),
                       consumes={"window_counts": FileSink.key})
     t.add_computation("spikes", SpikeDetector, consumes={"window_counts": lambda r: r.value["advertiser_id"]},

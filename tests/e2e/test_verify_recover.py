@@ -12,15 +12,7 @@ from photon import read_output_lines, wait_until
 from photon.app import cli
 from photon.app import GenOptions, generate, read_recoverable
 
-KILL_ENV = "PHOTON_TEST_KILL_AFTER_COMMIT"
-
-
-def run_cli(capsys, *argv) -> tuple[int, dict | None, str]:
-    capsys.readouterr()
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    last = out.strip().splitlines()[-1] if out.strip() else ""
-    return code, (json.loads(last) if last.startswith("{") else None), err
+from e2e_cli import KILL_ENV, run_cli
 
 
 @pytest.mark.slow

@@ -6,8 +6,8 @@ import pickle
 import pytest
 
 from photon import BadEventId
-from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_DELETE, CommitResult, Sharding,
-                               ShardState, bucket_width_us, shard_of, validate_ids)
+from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_COMMIT_RUNS, OP_DELETE, CommitResult,
+                               Sharding, ShardState, bucket_width_us, pack_ids, shard_of, validate_ids)
 
 OK, EXISTS, TOO_OLD = CommitResult.OK, CommitResult.ALREADY_EXISTS, CommitResult.TOO_OLD
 T0 = 1_763_712_000_000_000
@@ -198,3 +198,52 @@ def test_replicas_of_a_registry_only_region_stand_for_election_later(tmp_path):
                                                                         1.0, 1.0]
     near, far = by_replica[0].raft_settings(), by_replica[2].raft_settings()
     assert far.raft_min_timeout_s >= near.raft_max_timeout_s   # c times out only after a and b would have
+
+
+def test_packed_commits_keep_the_order_and_the_rule_of_one_winner_per_id():
+    """What the leader proposes (``OP_COMMIT_RUNS``, ids packed per process) decides exactly as the model
+    (first token wins, the same token again is OK, below the GC boundary TOO_OLD), whichever shape a
+    request has: bulk-appendable runs, duplicates, out-of-order ids, runs spanning buckets, interleaved
+    processes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    width = 10                                    # tiny buckets: runs often span several
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from("AB"), st.lists(st.tuples(st.integers(1, 3), st.integers(0, 45)),
+                                                              max_size=25)), max_size=12),
+           st.integers(0, 20))
+    def check(requests, boundary):
+        s = ShardState(bucket_us=width)
+        s.apply([(OP_ADVANCE_GC, T0 + boundary)])
+        model: dict[str, str] = {}
+        for token, picks in requests:
+            ids = [eid(n, proc=p) for p, n in picks]
+            want = []
+            for i in ids:
+                if int(i[-16:]) < T0 + boundary:
+                    want.append(TOO_OLD)
+                elif model.setdefault(i, token) == token:
+                    want.append(OK)
+                else:
+                    want.append(EXISTS)
+            got = s.apply([(OP_COMMIT_RUNS, token, pack_ids(ids), T0)])[0]
+            assert [CommitResult(c) for c in got] == want
+        held = {i for i in model}
+        assert s.ids_held == len(held)
+        assert all(s.token_of(i) == t for i, t in model.items())
+        assert s.lookup(sorted(held)) == [True] * len(held)
+
+    check()
+
+
+def test_a_packed_command_is_a_few_strings_not_one_object_per_id():
+    ids = [eid(n, proc=1 + n // 500) for n in range(1000)]
+    runs = pack_ids(ids)
+    assert [(p, len(raw) // 8) for p, raw in runs] == [("10.0.0.1:1", 500), ("10.0.0.1:2", 500)]
+    packed = len(pickle.dumps((OP_COMMIT_RUNS, "t", runs, T0)))
+    assert packed < len(pickle.dumps((OP_COMMIT, "t", ids, T0))) / 3
+    s = ShardState()
+    assert s.apply([(OP_COMMIT_RUNS, "t", runs, T0)])[0] == bytes(1000)
+    assert s.lookup(ids) == [True] * 1000

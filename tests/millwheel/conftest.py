@@ -45,3 +45,27 @@ def pg_server():
 def pg_url(pg_server):
     """A store URL on the session's server whose tables live in a schema of their own."""
     return f"{pg_server.url}?schema=t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def own_pg(reachable_tmp):
+    """A server of the test's own, free to stop, crash and start again (the session's server is shared)."""
+    server = EmbeddedPostgres(reachable_tmp / "pg")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster_runs():
+    """The ``millwheel run`` children a test starts (append each): closed at teardown, also on failure, and
+    every process each started (workers, masters) must be gone."""
+    runs: list = []
+    try:
+        yield runs
+    finally:
+        for r in runs:
+            r.close()
+        for r in runs:
+            assert r.proc.poll() is not None

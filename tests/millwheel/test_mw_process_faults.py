@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from millwheel import EmbeddedPostgres, open_store
+from millwheel import open_store
 from photon import wait_until
 
 from mw_cluster import START_S, ClusterRun
@@ -31,30 +31,12 @@ def Cluster(tmp: Path, store: str, **kw) -> ClusterRun:
 
 
 @pytest.fixture
-def cluster(reachable_tmp):
-    runs: list[Cluster] = []
-
-    def make(store: str, **kw) -> Cluster:
+def cluster(reachable_tmp, cluster_runs):
+    def make(store: str, **kw) -> ClusterRun:
         r = Cluster(reachable_tmp, store, **kw)
-        runs.append(r)
+        cluster_runs.append(r)
         return r
-    try:
-        yield make
-    finally:
-        for r in runs:
-            r.close()
-        for r in runs:
-            assert r.proc.poll() is not None
-
-
-@pytest.fixture
-def own_pg(reachable_tmp):
-    """A server of the test's own, free to crash and start again (the session's server is shared)."""
-    server = EmbeddedPostgres(reachable_tmp / "pg")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    return make
 
 
 def _dedup_rows(url: str) -> int:

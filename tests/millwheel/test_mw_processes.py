@@ -30,21 +30,12 @@ def Run(tmp: Path, pg_url: str, workers: int, n_clicks: int, files: int, **kw) -
 
 
 @pytest.fixture
-def run_factory(reachable_tmp, pg_url):
-    runs = []
-
-    def make(workers: int = 2, n_clicks: int = 4000, files: int = 8) -> Run:
+def run_factory(reachable_tmp, pg_url, cluster_runs):
+    def make(workers: int = 2, n_clicks: int = 4000, files: int = 8) -> ClusterRun:
         r = Run(reachable_tmp, pg_url, workers, n_clicks, files)
-        runs.append(r)
+        cluster_runs.append(r)
         return r
-    try:
-        yield make
-    finally:
-        for r in runs:
-            r.close()
-        # every process the run started is gone (workers, masters)
-        for r in runs:
-            assert r.proc.poll() is not None
+    return make
 
 
 def test_two_worker_processes_exchange_records_over_grpc_and_equal_the_batch(run_factory):

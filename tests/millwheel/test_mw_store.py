@@ -7,7 +7,7 @@ import threading
 import psycopg
 import pytest
 
-from millwheel import (CachedStore, EmbeddedPostgres, MemoryStore, PostgresStore, SQLiteStore, StaleSequencer,
+from millwheel import (CachedStore, MemoryStore, PostgresStore, SQLiteStore, StaleSequencer,
                        open_store)
 from millwheel._store import KEEP, SetAsideRecord, StoredProduction, Write
 from photon import wait_until
@@ -271,16 +271,6 @@ def test_store_url_is_checked(pg_url):
 
 
 # ---- PostgreSQL only: a server that goes away and comes back --------------------------------------------
-@pytest.fixture
-def own_pg(reachable_tmp):
-    """A server of the test's own, free to stop and start (the session's server is shared)."""
-    server = EmbeddedPostgres(reachable_tmp / "pg")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 @pytest.mark.timeout(120)
 def test_postgres_restarted_between_commits_the_client_retries_and_nothing_is_lost_or_doubled(own_pg):
     store = open_store(f"{own_pg.url}?retry_s=60")
