@@ -175,8 +175,8 @@ class GrpcTransport(Transport):
 class RemoteTracker(Tracker):
     """A :class:`Tracker` whose consumers ack records received from other processes back to them."""
 
-    def __init__(self, transport: GrpcTransport, owner_inbox) -> None:
-        super().__init__(transport, owner_inbox)
+    def __init__(self, transport: GrpcTransport, owner_inbox, now_us=None) -> None:
+        super().__init__(transport, owner_inbox, now_us)
         self._origin: dict[tuple[str, str], str] = {}
         self._origin_lock = threading.Lock()
 

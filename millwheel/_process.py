@@ -50,7 +50,7 @@ from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
 from millwheel._store import StaleSequencer, open_store
 from millwheel._topology import Topology
-from millwheel._transport import Inbox
+from millwheel._transport import ACK_DELAY_BOUNDS_US, Inbox
 from millwheel._watermarks import IntervalAssigned, WatermarkAuthority, WatermarkReported
 from millwheel._worker import GiveUp, Worker
 
@@ -99,7 +99,7 @@ class WorkerHost:
         self.address = f"{host}:{bound}"
         self.transport = GrpcTransport(self.address, self._owner_address, self._map_stale.set)
         self.transport.bind(self._consumer_inbox)
-        self.tracker = RemoteTracker(self.transport, self._owner_inbox)
+        self.tracker = RemoteTracker(self.transport, self._owner_inbox, self.clock.now_us)
         self.workers = [Worker(i, config=config, clock=self.clock, store=self.store, tracker=self.tracker,
                                router=self.router, topology=topology, report=self._inbox, stopping=self.stopping,
                                fail=self.fail) for i in range(config.threads)]
@@ -522,12 +522,21 @@ class WorkerHost:
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
             "outstanding": self.tracker.outstanding_count(),
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
-            "transport": dict(self.transport.counters), "cache": dataclasses.asdict(self.store.statistics()),
+            "transport": {**self.transport.counters, "resent_after_delay": self.tracker.resent,
+                          "retries_deferred": self.tracker.retries_deferred},
+            "acks": {"retry_timeout_ms": self.tracker.retry_timeout_us // 1000,
+                     "inbox_high": max(w.inbox_high for w in self.workers),
+                     "delays": {_bound_name(b): n for b, n in zip(ACK_DELAY_BOUNDS_US, self.tracker.ack_delays)}},
+            "cache": dataclasses.asdict(self.store.statistics()),
             "error": repr(self.error) if self.error else None,
             "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
+
+
+def _bound_name(bound_us: int) -> str:
+    return f"under_{bound_us // 1000}ms" if bound_us < ACK_DELAY_BOUNDS_US[-1] else "longer"
 
 
 def _store_statistics(store) -> dict:

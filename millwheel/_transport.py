@@ -77,6 +77,9 @@ class LocalTransport(Transport):
             inbox.put_many(items)
 
 
+ACK_DELAY_BOUNDS_US = (100_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 1 << 62)
+
+
 @dataclass(slots=True)
 class Outstanding:
     """A production some consumer has not acked yet."""
@@ -88,6 +91,7 @@ class Outstanding:
     first_sent_us: int
     retry_after_us: int
     backoff_us: int
+    sent_us: int = 0          # the last time it was sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +105,15 @@ class Done:
 class Tracker:
     """Thread-safe bookkeeping of unfinished work; see the module docstring."""
 
-    def __init__(self, transport: Transport, owner_inbox: Callable[[str, int], Inbox]) -> None:
+    def __init__(self, transport: Transport, owner_inbox: Callable[[str, int], Inbox],
+                 now_us: Callable[[], int] | None = None) -> None:
         self._lock = threading.Lock()
+        self._now_us = now_us
+        self.ack_delays = [0] * len(ACK_DELAY_BOUNDS_US)   # productions acked, by first send -> last ack
+        self._srtt_us: float | None = None         # smoothed ack delay and its mean deviation (Jacobson)
+        self._rttvar_us = 0.0
+        self._rto_us = 0                           # srtt + 4 rttvar: no retry before (0: no sample yet)
+        self.retries_deferred = 0                  # retries put off because acks come slower than the delay
         self._transport = transport
         self._owner = owner_inbox
         self.work: dict[tuple[str, int], TimestampBag] = {}
@@ -110,7 +121,9 @@ class Tracker:
         self.per_sender: dict[str, int] = {}
         self.in_flight = 0
         self.acked_total = 0
+        self.resent = 0                            # deliveries sent again after their retry delay
         self._retries: list[tuple[int, str]] = []   # heap of (retry_after_us, production id); stale rows skipped
+        self._first_sent: dict[str, list[tuple[int, str]]] = {}   # per sender: heap of (first send, id), lazily
         self._producing = TimestampBag()   # production times of steps still making their productions
 
     def _bag(self, name: str, interval: int) -> TimestampBag:
@@ -187,9 +200,11 @@ class Tracker:
                     if stored:
                         done.setdefault((sender, interval), []).append(prod.id)
                     continue
+                due = now_us + max(retry_delay_us, self._rto_us)
                 self.outstanding[prod.id] = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
-                                                        stored, now_us, now_us + retry_delay_us, retry_delay_us)
-                heapq.heappush(self._retries, (now_us + retry_delay_us, prod.id))
+                                                        stored, now_us, due, retry_delay_us, now_us)
+                heapq.heappush(self._retries, (due, prod.id))
+                heapq.heappush(self._first_sent.setdefault(sender, []), (now_us, prod.id))
                 self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
                 self._bag(sender, interval).add(prod.timestamp_us)
                 out.extend(deliveries)
@@ -210,11 +225,12 @@ class Tracker:
     def acked(self, deliveries: list[Delivery]) -> None:
         """The consumers committed (or dropped as duplicates) these deliveries."""
         done: dict[tuple[str, int], list[str]] = {}
+        now = self._now_us() if self._now_us is not None else None
         with self._lock:
             for d in deliveries:
                 self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
                 self.in_flight -= 1
-                self._sender_acked(d.consumer, d.record.id, done)
+                self._sender_acked(d.consumer, d.record.id, done, now)
             self.acked_total += len(deliveries)
         self._after(done)
 
@@ -222,22 +238,49 @@ class Tracker:
         """Consumers in other processes acked ``(consumer, production id)``: the sender's half of
         :meth:`acked` (the consumer's half happened there). Acks of unknown productions are ignored."""
         done: dict[tuple[str, int], list[str]] = {}
+        now = self._now_us() if self._now_us is not None else None
         with self._lock:
             for consumer, pid in pairs:
-                self._sender_acked(consumer, pid, done)
+                self._sender_acked(consumer, pid, done, now)
         self._after(done)
 
-    def _sender_acked(self, consumer: str, pid: str, done: dict) -> None:
+    def _sender_acked(self, consumer: str, pid: str, done: dict, now: int | None) -> None:
         o = self.outstanding.get(pid)
         if o is None or consumer not in o.left:
             return
         del o.left[consumer]
+        if not o.left and now is not None:
+            self._sample(now - o.first_sent_us)
         if not o.left:
             del self.outstanding[pid]
             self.per_sender[o.sender] -= 1
             self._bag(o.sender, o.interval).remove(o.prod.timestamp_us)
             if o.stored:
                 done.setdefault((o.sender, o.interval), []).append(pid)
+
+    def _sample(self, delay_us: int) -> None:
+        """One production's ack delay (first send to last ack): the retry timeout follows the delays acks
+        actually take (Jacobson/Karels: srtt + 4 x mean deviation), so that records queued at a busy
+        consumer are not sent again while its acks still flow. Productions sent again are sampled too, from
+        their first send (Karn's rule would drop them, but then every delay longer than the retry delay
+        goes unseen, as those are exactly the ones sent again, and the timeout could never grow past it).
+        Under the lock."""
+        for i, bound in enumerate(ACK_DELAY_BOUNDS_US):
+            if delay_us < bound:
+                self.ack_delays[i] += 1
+                break
+        if self._srtt_us is None:
+            self._srtt_us, self._rttvar_us = float(delay_us), delay_us / 2
+        else:
+            self._rttvar_us += (abs(delay_us - self._srtt_us) - self._rttvar_us) / 4
+            self._srtt_us += (delay_us - self._srtt_us) / 8
+        self._rto_us = int(self._srtt_us + 4 * self._rttvar_us)
+
+    @property
+    def retry_timeout_us(self) -> int:
+        """The retry timeout learnt from ack delays (0 until the first sample); a delivery is sent again
+        no sooner than max(its backoff, this) after its last send."""
+        return self._rto_us
 
     def forget(self, sender: str, interval: int) -> int:
         """The sender's interval moved away: stop retrying its productions here (its new owner replays the
@@ -249,6 +292,26 @@ class Tracker:
                 self.per_sender[sender] -= 1
                 self._bag(sender, interval).remove(o.prod.timestamp_us)
             return len(gone)
+
+    def oldest_sent_us(self, sender: str) -> int | None:
+        """When the sender's oldest outstanding production was first sent (``None``: none outstanding)."""
+        with self._lock:
+            heap = self._first_sent.get(sender)
+            while heap:
+                o = self.outstanding.get(heap[0][1])
+                if o is not None and o.first_sent_us == heap[0][0]:
+                    return heap[0][0]
+                heapq.heappop(heap)               # acked or forgotten since
+            return None
+
+    def backlogged(self, sender: str, now_us: int, retry_delay_us: int) -> bool:
+        """The sender should hold back new input: over a transport that retries, its oldest unacked
+        production has waited half the retry delay, so what it sends now would queue at its consumers long
+        enough to be sent twice (and the copies queue too: a backlog past the retry delay feeds itself)."""
+        if not self._transport.may_lose:
+            return False
+        oldest = self.oldest_sent_us(sender)
+        return oldest is not None and now_us - oldest > retry_delay_us // 2
 
     def oldest_unacked_us(self) -> int | None:
         """The first send time of the oldest outstanding production (for delay statistics)."""
@@ -277,9 +340,15 @@ class Tracker:
                     o.stored = True
         self._after(done)
 
+    def _wait_us(self, backoff_us: int, max_backoff_us: int | None) -> int:
+        wait = max(backoff_us, self._rto_us)
+        return wait if max_backoff_us is None else min(wait, max(backoff_us, max_backoff_us))
+
     def due_retries(self, now_us: int, max_backoff_us: int | None = None) -> int:
-        """Send again every delivery not acked within its retry delay (the delay doubles per attempt, up to
-        ``max_backoff_us`` when given)."""
+        """Send again every delivery not acked within its retry delay: the larger of its backoff (the
+        delay doubles per attempt, up to ``max_backoff_us`` when given) and the retry timeout learnt from
+        ack delays (:attr:`retry_timeout_us`, also capped by ``max_backoff_us``), counted from its last
+        send."""
         out: list[Delivery] = []
         later: list[tuple[int, str]] = []
         with self._lock:
@@ -289,14 +358,22 @@ class Tracker:
                 o = self.outstanding.get(pid)
                 if o is None or o.retry_after_us != due_us:
                     continue                        # acked, forgotten, or already rescheduled
+                wait = self._wait_us(o.backoff_us, max_backoff_us)
+                if o.sent_us + wait > now_us:       # acks got slower since it was sent: not lost yet
+                    self.retries_deferred += 1
+                    o.retry_after_us = o.sent_us + wait
+                    later.append((o.retry_after_us, pid))
+                    continue
                 out.extend(o.left.values())
+                o.sent_us = now_us
                 o.backoff_us *= 2
                 if max_backoff_us is not None and o.backoff_us > max_backoff_us:
                     o.backoff_us = max_backoff_us
-                o.retry_after_us = now_us + o.backoff_us
+                o.retry_after_us = now_us + self._wait_us(o.backoff_us, max_backoff_us)
                 later.append((o.retry_after_us, pid))
             for row in later:
                 heapq.heappush(heap, row)
+            self.resent += len(out)
         if out:
             self._transport.send(out)
         return len(out)

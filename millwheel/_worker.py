@@ -114,6 +114,7 @@ class Worker:
         self._in_flight: _InFlight | None = None
         self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"millwheel-commit-{index}")
         self.commits_waited = 0                    # transactions the worker thread had to wait for
+        self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
         self._deferred: list = []
         self._lows: dict[str, int] = {}
         self._inputs: dict[str, int] = {}          # each computation's input watermark (min over producers)
@@ -203,6 +204,7 @@ class Worker:
 
     def step(self, items: list) -> None:
         self._busy = True
+        self.inbox_high = max(self.inbox_high, len(self.inbox) + len(items))
         try:
             self._land(wait=False)    # the previous step's commit, if it has landed
             deliveries = [d for d in items if isinstance(d, Delivery)]

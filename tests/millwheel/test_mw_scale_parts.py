@@ -1,5 +1,6 @@
 """Pure parts behind rebalancing and retries across processes: where a worker proposes to split an
-interval, and the sender's retries taken from a heap by due time."""
+interval, the sender's retries taken from a heap by due time, their timeout learnt from ack delays, and
+when a sender holds back new input."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from millwheel._model import Delivery, Record
 from millwheel._routing import middle_slot_key, slot_key
 from millwheel._store import StoredProduction
-from millwheel._transport import Inbox, Tracker, Transport
+from millwheel._transport import Inbox, LocalTransport, Tracker, Transport
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -64,3 +65,63 @@ def test_a_production_forgotten_by_its_sender_is_not_retried():
     assert tracker.due_retries(10) == 1 and [d.consumer for d in t.sent] == ["d"]   # only what is unacked
     assert tracker.forget("src", 0) == 1
     assert tracker.due_retries(1 << 40) == 0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_the_retry_timeout_follows_the_ack_delays_so_queued_records_are_not_sent_twice():
+    t, clock = _Sent(), _Clock()
+    tracker = Tracker(t, lambda sender, interval: Inbox(), clock)
+    assert tracker.retry_timeout_us == 0
+    # acks take 3 s (a consumer's queue), longer than the 1 s retry delay: each such production is sent
+    # again once, and its delay from the first send is still a sample, so the timeout grows past the delay
+    for n in range(8):
+        tracker.register("src", [_production(n)], now_us=clock.now, retry_delay_us=1_000_000)
+        clock.now += 1_000_000
+        tracker.due_retries(clock.now, max_backoff_us=8_000_000)
+        clock.now += 2_000_000
+        tracker.acked_remotely([("c", f"p{n}")])
+    assert tracker.retry_timeout_us > 3_000_000
+    sent_before = len(t.sent)
+    # now a production acked after 3 s is not sent again meanwhile (its retry is put off, not dropped)
+    tracker.register("src", [_production(100)], now_us=clock.now, retry_delay_us=1_000_000)
+    start = clock.now
+    for step in range(1, 31):
+        clock.now = start + step * 100_000
+        tracker.due_retries(clock.now, max_backoff_us=8_000_000)
+    assert len(t.sent) == sent_before
+    tracker.acked_remotely([("c", "p100")])
+    assert tracker.outstanding_count() == 0
+    # a production that is really lost is still sent again, once the learnt timeout has passed (capped)
+    tracker.register("src", [_production(101)], now_us=clock.now, retry_delay_us=1_000_000)
+    lost_at = clock.now
+    while len(t.sent) == sent_before:
+        clock.now += 100_000
+        tracker.due_retries(clock.now, max_backoff_us=8_000_000)
+    assert [d.record.id for d in t.sent[sent_before:]] == ["p101"]
+    assert tracker.retry_timeout_us <= clock.now - lost_at <= 8_000_000 + 100_000
+
+
+def test_a_sender_is_backlogged_once_its_oldest_unacked_production_waited_half_the_retry_delay():
+    t = _Sent()
+    tracker = Tracker(t, lambda sender, interval: Inbox())
+    assert not tracker.backlogged("src", 0, 1000)
+    tracker.register("src", [_production(1)], now_us=0, retry_delay_us=1000)
+    tracker.register("src", [_production(2)], now_us=400, retry_delay_us=1000)
+    tracker.register("other", [_production(3)], now_us=0, retry_delay_us=1000)
+    assert not tracker.backlogged("src", 500, 1000)
+    assert tracker.backlogged("src", 501, 1000)
+    tracker.acked_remotely([("c", "p1")])            # the oldest is now the one sent at 400
+    assert not tracker.backlogged("src", 900, 1000) and tracker.backlogged("src", 901, 1000)
+    tracker.acked_remotely([("c", "p2")])
+    assert not tracker.backlogged("src", 1 << 40, 1000)
+    # in one process (a lossless transport, no retries) nothing queues twice: never backlogged
+    local = Tracker(LocalTransport(), lambda sender, interval: Inbox())
+    local.register("src", [_production(4)], now_us=0, retry_delay_us=1000)
+    assert not local.backlogged("src", 1 << 40, 1000)
