@@ -152,15 +152,26 @@ class GrpcTransport(Transport):
                 local.setdefault(id(inbox), (inbox, []))[1].append(d)
             else:
                 remote.setdefault(address, []).append(d)
+        note = self.on_sent
         for inbox, items in local.values():
             self.counters["local"] += len(items)
+            if note is not None:
+                note(items, True)       # before they can be taken and acked
             inbox.put_many(items)
         for address, items in remote.items():
+            if note is not None:
+                note(items, False)
             self._peer(address).put(records=items)
         if unrouted:
             self.counters["unrouted"] += len(unrouted)
+            if note is not None:
+                note(unrouted, False)
             if park:
                 self._park(unrouted)
+
+    def park(self, deliveries: list[Delivery]) -> None:
+        if deliveries:
+            self._park(deliveries)
 
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
         self._peer(address).put(acks=pairs)

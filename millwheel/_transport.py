@@ -56,12 +56,19 @@ class Transport:
     can lose deliveries makes senders retry every unacked one after ``retry_delay_us`` (doubling);
     receivers drop the repeats by id."""
     may_lose = True
+    on_sent: Callable[[list[Delivery], bool], None] | None = None
+    """Set by the tracker: told after each send which deliveries went into a local inbox (``True``: they
+    cannot be lost on the way, so they are not sent again by time) and which did not."""
 
     def bind(self, route: Callable[[str, int], Inbox]) -> None:
         self._route = route
 
     def send(self, deliveries: list[Delivery]) -> None:
         raise NotImplementedError
+
+    def park(self, deliveries: list[Delivery]) -> None:
+        """Send again once the routes may have changed (by default: now)."""
+        self.send(deliveries)
 
 
 class LocalTransport(Transport):
@@ -92,6 +99,7 @@ class Outstanding:
     retry_after_us: int
     backoff_us: int
     sent_us: int = 0          # the last time it was sent
+    local: set | None = None  # consumers whose copy went into a local inbox when last sent (not retried)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,8 @@ class Tracker:
         self.resent = 0                            # deliveries sent again after their retry delay
         self._retries: list[tuple[int, str]] = []   # heap of (retry_after_us, production id); stale rows skipped
         self._first_sent: dict[str, list[tuple[int, str]]] = {}   # per sender: heap of (first send, id), lazily
+        if transport.may_lose:
+            transport.on_sent = self._sent
         self._producing = TimestampBag()   # production times of steps still making their productions
 
     def _bag(self, name: str, interval: int) -> TimestampBag:
@@ -213,6 +223,34 @@ class Tracker:
 
     def send(self, deliveries: list[Delivery]) -> None:
         self._transport.send(deliveries)
+
+    def _sent(self, deliveries: list[Delivery], local: bool) -> None:
+        """The transport's account of a send (see :attr:`Transport.on_sent`). A copy in a local inbox is
+        lost only if its consumer gives its interval up first, and then the consumer hands it back
+        (:meth:`returned`): sending it again by time would only queue a copy behind it."""
+        if not deliveries:
+            return
+        with self._lock:
+            for d in deliveries:
+                o = self.outstanding.get(d.record.id)
+                if o is None or d.consumer not in o.left:
+                    continue
+                if local:
+                    if o.local is None:
+                        o.local = set()
+                    o.local.add(d.consumer)
+                elif o.local:
+                    o.local.discard(d.consumer)
+
+    def returned(self, deliveries: list[Delivery]) -> None:
+        """Received deliveries of intervals their consumer does not hold (any more): no longer its work.
+        Those produced here go out again once the routes may have changed; the others' senders, in other
+        processes, send them again."""
+        self.unreceive(deliveries)
+        with self._lock:
+            mine = [d for d in deliveries if d.record.id in self.outstanding]
+        if mine:
+            self._transport.park(mine)
 
     def received(self, deliveries: list[Delivery]) -> None:
         """Deliveries reached their consumer: they are its work until it acks them. (In transit, the
@@ -364,7 +402,10 @@ class Tracker:
                     o.retry_after_us = o.sent_us + wait
                     later.append((o.retry_after_us, pid))
                     continue
-                out.extend(o.left.values())
+                if o.local:
+                    out.extend(d for c, d in o.left.items() if c not in o.local)
+                else:
+                    out.extend(o.left.values())
                 o.sent_us = now_us
                 o.backoff_us *= 2
                 if max_backoff_us is not None and o.backoff_us > max_backoff_us:

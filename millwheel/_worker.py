@@ -290,11 +290,12 @@ class Worker:
                 unacked = self.tracker.unacked(core.pending_weak_ids())
                 self._execute(core, core.handle(AcksObserved(unacked, now)), now, commits)
         # records for intervals this worker does not hold (yet): keep them for the next step; in a worker
-        # process, records of intervals it gave up are dropped unacked (their senders send them again to
-        # the new owner) and acks of productions it no longer owns are dropped (the new owner replays them)
+        # process, records of intervals it gave up are handed back unacked (those produced in this process
+        # go out again once the map has been read; other processes' senders send theirs again to the new
+        # owner) and acks of productions it no longer owns are dropped (the new owner replays them)
         left = [i for items in by_core.values() for i in items]
         if self.on_fenced is not None and left:
-            self.tracker.unreceive([i for i in left if isinstance(i, Delivery)])
+            self.tracker.returned([i for i in left if isinstance(i, Delivery)])
             left = []
         self._deferred = left
         return commits

@@ -125,3 +125,45 @@ def test_a_sender_is_backlogged_once_its_oldest_unacked_production_waited_half_t
     local = Tracker(LocalTransport(), lambda sender, interval: Inbox())
     local.register("src", [_production(4)], now_us=0, retry_delay_us=1000)
     assert not local.backlogged("src", 1 << 40, 1000)
+
+
+class _Routed(Transport):
+    """Sends to a local inbox the consumers named ``local``, and reports it as a worker process's does."""
+    may_lose = True
+
+    def __init__(self, local: set[str]) -> None:
+        self.local, self.sent, self.parked = local, [], []
+
+    def send(self, deliveries):
+        self.sent.extend(deliveries)
+        if self.on_sent is not None:
+            self.on_sent([d for d in deliveries if d.consumer in self.local], True)
+            self.on_sent([d for d in deliveries if d.consumer not in self.local], False)
+
+    def park(self, deliveries):
+        self.parked.extend(deliveries)
+
+
+def test_copies_in_a_local_inbox_are_not_sent_again_by_time_and_come_back_if_their_interval_is_given_up():
+    t = _Routed({"c"})
+    tracker = Tracker(t, lambda sender, interval: Inbox())
+    tracker.send(tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=10))
+    assert [d.consumer for d in t.sent] == ["c", "d"]
+    # only the remote copy is sent again by time: the local one waits in an inbox that cannot lose it
+    assert tracker.due_retries(10) == 1 and [d.consumer for d in t.sent[2:]] == ["d"]
+    assert tracker.due_retries(1 << 20) == 1 and [d.consumer for d in t.sent[3:]] == ["d"]
+    # its consumer gave the interval up before running it: handed back, it goes out by the next map
+    local_copy = t.sent[0]
+    tracker.received([local_copy])
+    tracker.returned([local_copy])
+    assert t.parked == [local_copy] and tracker.in_flight == 0
+    # sent again to a remote owner now: from then on it is retried by time like any remote copy
+    t.local.clear()
+    tracker.send(t.parked)
+    n = len(t.sent)
+    assert tracker.due_retries(1 << 30) == 2 and {d.consumer for d in t.sent[n:]} == {"c", "d"}
+    # a copy of another process's production handed back is not sent from here (its sender retries it)
+    other = Delivery("c", 0, Record("k", {}, 5, "elsewhere/1", "s", "other", 5))
+    tracker.received([other])
+    tracker.returned([other])
+    assert t.parked == [local_copy]
