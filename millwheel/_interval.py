@@ -50,7 +50,9 @@ MIN_BLOOM_CAPACITY = 1024
 class StateCache:
     """Encoded key state (``None``: known to have none), write-through: it holds what the store holds.
     When full it evicts the least recently used keys, but first those that will not be read soon (no
-    pending timer, not locked)."""
+    pending timer, not locked). A capacity of 0 keeps nothing: every key is read (the shells of the
+    runtime and of worker processes read through the framework cache, :class:`millwheel.CachedStore`,
+    the one cache of a process)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -66,6 +68,8 @@ class StateCache:
         return False, None
 
     def put(self, key: str, value: bytes | None) -> None:
+        if not self.capacity:
+            return
         self._d[key] = value
         self._d.move_to_end(key)
 

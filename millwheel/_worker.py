@@ -146,7 +146,6 @@ class Worker:
         cfg, store = self.config, self.store
         comp = self.comps.get(spec.name) or _Comp(spec, spec.factory(), {})
         weak = comp.computation.productions == WEAK
-        per_interval_cache = max(16, cfg.cache_keys // max(1, len(intervals)))
         bloom = max(1024, cfg.bloom_capacity // cfg.intervals)
         seqs = {i: store.claim(spec.name, i, sequencers.get(i) if sequencers else None) for i in intervals}
         # the floors after the claims: ids below a floor are deleted only by the holder of their interval's
@@ -154,9 +153,10 @@ class Worker:
         floors = store.gc_floors(spec.name)
         cores = {}
         for i in intervals:
+            # no cache in the core: state is read through the process's framework cache (one cache, whose
+            # hit ratio is every state read's)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
-                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us,
-                                                 cfg.max_attempts))
+                                                 0, bloom, cfg.weak_checkpoint_delay_us, cfg.max_attempts))
             ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
             core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
             cores[i] = core
