@@ -170,8 +170,12 @@ class GrpcTransport(Transport):
                 self._park(unrouted)
 
     def park(self, deliveries: list[Delivery]) -> None:
-        if deliveries:
-            self._park(deliveries)
+        """Handed back by a consumer here (it does not hold their slot, or not yet): sent again after the
+        next heartbeat's map read. Unlike a ``moved`` answer this asks for no heartbeat at once: when the
+        map gives the slot here, the claim comes at the next heartbeat as always (not sooner, beside its
+        old owner), and a slot given away was learnt from a map just read."""
+        with self._lock:
+            self._parked.extend(deliveries)
 
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
         self._peer(address).put(acks=pairs)
