@@ -115,6 +115,7 @@ class WorkerHost:
         self._early: dict[tuple[str, int], list] = {}   # records of slots given here but not claimed yet
         self._early_n = 0
         self._accept_lock = threading.Lock()
+        self._moved_slots: set[tuple[str, int]] = set()      # owners changed in a map read, not yet resent
         self.authority = WatermarkAuthority()
         for cname in topology.computations:
             self.authority.handle(*(IntervalAssigned(cname, s, 0) for s in range(self.slots)))
@@ -276,24 +277,39 @@ class WorkerHost:
                     self._refresh_map()
                     self._apply(a.intervals)
                     self.transport.resend_parked()    # records answered "moved" go by the new map at once
+                    self.tracker.resend_to(self._take_moved())   # and what was in flight to a moved slot
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
     def _read_map(self) -> None:
         """Only the map (records that came here for slots it gives to others are answered by it)."""
         try:
-            self.map = IntervalMap(self.client.interval_map(), self.slots)
+            self._new_map(IntervalMap(self.client.interval_map(), self.slots))
             self.counters["map_reads_on_stale_route"] += 1
         except MasterUnavailable:
             pass
+        self.tracker.resend_to(self._take_moved())
 
     def _refresh_map(self) -> None:
         self._map_stale.clear()
         try:
-            self.map = IntervalMap(self.client.interval_map(), self.slots)
+            self._new_map(IntervalMap(self.client.interval_map(), self.slots))
         except MasterUnavailable:
             self._map_stale.set()
             return
+
+    def _new_map(self, new: IntervalMap) -> None:
+        old, self.map = self.map, new
+        moved = new.moved_since(old)
+        if moved:
+            with self._accept_lock:
+                self._moved_slots |= moved
+
+    def _take_moved(self) -> set[tuple[str, int]]:
+        """Slots whose owner changed in the maps read since the last call (their unacked copies go again)."""
+        with self._accept_lock:
+            moved, self._moved_slots = self._moved_slots, set()
+        return moved
 
     def _held(self) -> dict[tuple[str, int], int]:
         out = {}
@@ -523,6 +539,7 @@ class WorkerHost:
             "outstanding": self.tracker.outstanding_count(),
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
             "transport": {**self.transport.counters, "resent_after_delay": self.tracker.resent,
+                          "resent_after_move": self.tracker.resent_after_move,
                           "retries_deferred": self.tracker.retries_deferred},
             "acks": {"retry_timeout_ms": self.tracker.retry_timeout_us // 1000,
                      "inbox_high": max(w.inbox_high for w in self.workers),

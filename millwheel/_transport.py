@@ -130,6 +130,7 @@ class Tracker:
         self.in_flight = 0
         self.acked_total = 0
         self.resent = 0                            # deliveries sent again after their retry delay
+        self.resent_after_move = 0                 # deliveries sent again because their consumer's owner changed
         self._retries: list[tuple[int, str]] = []   # heap of (retry_after_us, production id); stale rows skipped
         self._first_sent: dict[str, list[tuple[int, str]]] = {}   # per sender: heap of (first send, id), lazily
         if transport.may_lose:
@@ -330,6 +331,23 @@ class Tracker:
                 self.per_sender[sender] -= 1
                 self._bag(sender, interval).remove(o.prod.timestamp_us)
             return len(gone)
+
+    def resend_to(self, slots: set[tuple[str, int]]) -> int:
+        """The owners of these ``(consumer, interval)`` pairs changed: send every unacked copy bound for
+        them again now, by the new routes, rather than when its retry comes due (an old owner that gives
+        a slot up drops what it held unacked, and the retry timeout may have grown to seconds)."""
+        if not slots:
+            return 0
+        out: list[Delivery] = []
+        with self._lock:
+            for o in self.outstanding.values():
+                for c, d in o.left.items():
+                    if (c, d.interval) in slots:
+                        out.append(d)
+            self.resent_after_move += len(out)
+        if out:
+            self._transport.send(out)
+        return len(out)
 
     def oldest_sent_us(self, sender: str) -> int | None:
         """When the sender's oldest outstanding production was first sent (``None``: none outstanding)."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from millwheel._master_facts import Interval
 from millwheel._model import Delivery, Record
-from millwheel._routing import middle_slot_key, slot_key
+from millwheel._routing import IntervalMap, middle_slot_key, slot_key
 from millwheel._store import StoredProduction
 from millwheel._transport import Inbox, LocalTransport, Tracker, Transport
 
@@ -167,3 +168,23 @@ def test_copies_in_a_local_inbox_are_not_sent_again_by_time_and_come_back_if_the
     tracker.received([other])
     tracker.returned([other])
     assert t.parked == [local_copy]
+
+
+def test_copies_bound_for_a_slot_whose_owner_changed_go_again_at_once_and_only_those():
+    t = _Sent()
+    tracker = Tracker(t, lambda sender, interval: Inbox())
+    tracker.send(tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=1_000_000))
+    assert [d.consumer for d in t.sent] == ["c", "d"]
+    assert tracker.resend_to({("d", 0)}) == 1 and [d.consumer for d in t.sent[2:]] == ["d"]
+    assert tracker.resend_to({("e", 0), ("d", 1)}) == 0 and tracker.resend_to(set()) == 0
+    tracker.acked_remotely([("d", "p1")])
+    assert tracker.resend_to({("d", 0)}) == 0
+
+
+def test_the_map_names_the_slots_whose_owner_moved_or_went():
+    def iv(lo, hi, worker, address):
+        return Interval("c", lo, hi, worker, 1, 0, address)
+    old = IntervalMap([iv("", "0002", "w1", "a1"), iv("0002", None, "w2", "a2")], 4)
+    new = IntervalMap([iv("", "0001", "w1", "a1"), iv("0001", "0003", "w3", "a3"), iv("0003", None, "", "")], 4)
+    assert new.moved_since(old) == {("c", 1), ("c", 2), ("c", 3)}
+    assert old.moved_since(IntervalMap([], 4)) == set()     # no owner before: parked, not in flight
