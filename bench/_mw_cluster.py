@@ -54,6 +54,7 @@ class ClusterRun:
     store_cpu_s: float | None = None
     wall_s: float = 0.0
     transport: dict = field(default_factory=dict)          # summed over the workers: calls, records_sent, ...
+    ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
 
     @property
     def cache_hit_ratio(self) -> float:
@@ -136,6 +137,10 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
             run.cache_misses += cache.get("misses", 0)
             for k, v in s.get("transport", {}).items():
                 run.transport[k] = run.transport.get(k, 0) + v
+            for k, v in s.get("acks", {}).get("delays", {}).items():
+                run.ack_delays[k] = run.ack_delays.get(k, 0) + v
+            dups = sum(c.get("duplicates", 0) for c in s.get("computations", {}).values())
+            run.transport["duplicates"] = run.transport.get("duplicates", 0) + dups
             for k in ("stale_routes", "fenced_commits", "given_up", "lost_incarnations", "heartbeats_failed"):
                 run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
         cpu1 = tree_cpu_s(store_pid)
@@ -218,7 +223,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                           f"{tput.cache_hit_ratio:.3f} ({tput.cache_hits} hits, {tput.cache_misses} misses); "
                           f"store CPU {tput.store_cpu_s if tput.store_cpu_s is not None else 'n/a (in process)'} s; "
                           "watermark lag " + ", ".join(f"{s} {v} ms" for s, v in tput.lag_ms.items())
-                          + f"; {_per_rpc(tput)} records per RPC; transport {tput.transport}", flush=True)
+                          + f"; {_per_rpc(tput)} records per RPC; transport {tput.transport}; ack delays {tput.ack_delays}",
+                          flush=True)
                     figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
                     for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
                         r = one(guarantees, args.rate, int(args.rate * args.seconds))

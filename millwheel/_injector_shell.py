@@ -69,7 +69,8 @@ class InjectorShell:
         cfg = self.config
         items = self.inbox.take(1 << 30, 0)
         done = [pid for item in items if isinstance(item, Done) for pid in item.ids]
-        if self.tracker.outstanding_count(self.name) >= cfg.max_in_flight:
+        if (self.tracker.outstanding_count(self.name) >= cfg.max_in_flight
+                or self.tracker.backlogged(self.name, self.clock.now_us(), cfg.retry_delay_us)):
             if done:
                 self.store.commit([Write(self.name, 0, self.seq, productions_done=done)])
             self._report_watermark()

@@ -51,7 +51,9 @@ MIN_BLOOM_CAPACITY = 1024
 class StateCache:
     """Encoded key state (``None``: known to have none), write-through: it holds what the store holds.
     When full it evicts the least recently used keys, but first those that will not be read soon (no
-    pending timer, not locked)."""
+    pending timer, not locked). A capacity of 0 keeps nothing: every key is read (the shells of the
+    runtime and of worker processes read through the framework cache, :class:`millwheel.CachedStore`,
+    the one cache of a process)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -67,6 +69,8 @@ class StateCache:
         return False, None
 
     def put(self, key: str, value: bytes | None) -> None:
+        if not self.capacity:
+            return
         self._d[key] = value
         self._d.move_to_end(key)
 
@@ -187,6 +191,10 @@ class IntervalCore:
 
     def pending_weak_ids(self) -> list[str]:
         return [p.id for run in self._weak for ps in run.prods.values() for p in ps]
+
+    def awaits(self, commit_id: int) -> bool:
+        """The commit is still this core's to send: it was not dropped by a refusal or a revocation since."""
+        return commit_id in self._commits
 
     def oldest_timer_us(self) -> int | None:
         return self._holds.min()

@@ -152,15 +152,30 @@ class GrpcTransport(Transport):
                 local.setdefault(id(inbox), (inbox, []))[1].append(d)
             else:
                 remote.setdefault(address, []).append(d)
+        note = self.on_sent
         for inbox, items in local.values():
             self.counters["local"] += len(items)
+            if note is not None:
+                note(items, True)       # before they can be taken and acked
             inbox.put_many(items)
         for address, items in remote.items():
+            if note is not None:
+                note(items, False)
             self._peer(address).put(records=items)
         if unrouted:
             self.counters["unrouted"] += len(unrouted)
+            if note is not None:
+                note(unrouted, False)
             if park:
                 self._park(unrouted)
+
+    def park(self, deliveries: list[Delivery]) -> None:
+        """Handed back by a consumer here (it does not hold their slot, or not yet): sent again after the
+        next heartbeat's map read. Unlike a ``moved`` answer this asks for no heartbeat at once: when the
+        map gives the slot here, the claim comes at the next heartbeat as always (not sooner, beside its
+        old owner), and a slot given away was learnt from a map just read."""
+        with self._lock:
+            self._parked.extend(deliveries)
 
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
         self._peer(address).put(acks=pairs)
@@ -175,8 +190,8 @@ class GrpcTransport(Transport):
 class RemoteTracker(Tracker):
     """A :class:`Tracker` whose consumers ack records received from other processes back to them."""
 
-    def __init__(self, transport: GrpcTransport, owner_inbox) -> None:
-        super().__init__(transport, owner_inbox)
+    def __init__(self, transport: GrpcTransport, owner_inbox, now_us=None) -> None:
+        super().__init__(transport, owner_inbox, now_us)
         self._origin: dict[tuple[str, str], str] = {}
         self._origin_lock = threading.Lock()
 

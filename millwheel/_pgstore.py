@@ -73,32 +73,32 @@ CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT N
 """
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
-          "(SELECT * FROM unnest(%s::text[], %s::int[])) ORDER BY computation, interval_id FOR SHARE")
-_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT * FROM unnest(%s::text[], %s::text[], "
-              "%s::bytea[]) ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
-_STATE_DEL = "DELETE FROM state WHERE (computation, key) IN (SELECT * FROM unnest(%s::text[], %s::text[]))"
+          "(SELECT * FROM unnest(%b::text[], %b::int[])) ORDER BY computation, interval_id FOR SHARE")
+_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT * FROM unnest(%b::text[], %b::text[], "
+              "%b::bytea[]) ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
+_STATE_DEL = "DELETE FROM state WHERE (computation, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))"
 _TIMER_DEL = ("DELETE FROM timers WHERE (computation, key, tag) IN "
-              "(SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]))")
+              "(SELECT * FROM unnest(%b::text[], %b::text[], %b::text[]))")
 _TIMER_PUT = ("INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT * FROM "
-              "unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::text[], %s::int[]) "
+              "unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], %b::int[]) "
               "ON CONFLICT (computation, key, tag) DO UPDATE SET ts = EXCLUDED.ts, domain = EXCLUDED.domain, "
               "interval_id = EXCLUDED.interval_id")
 _DEDUP_PUT = ("INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT * FROM "
-              "unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::int[]) "
+              "unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::int[]) "
               "ON CONFLICT (computation, id) DO NOTHING")
 _PROD_PUT = ("INSERT INTO productions (sender, interval_id, id, stream, key, value, ts, produced_at) "
-             "SELECT * FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[], %s::bytea[], "
-             "%s::bigint[], %s::bigint[]) ON CONFLICT (sender, interval_id, id) DO UPDATE SET "
+             "SELECT * FROM unnest(%b::text[], %b::int[], %b::text[], %b::text[], %b::text[], %b::bytea[], "
+             "%b::bigint[], %b::bigint[]) ON CONFLICT (sender, interval_id, id) DO UPDATE SET "
              "stream = EXCLUDED.stream, key = EXCLUDED.key, value = EXCLUDED.value, ts = EXCLUDED.ts, "
              "produced_at = EXCLUDED.produced_at")
 _PROD_DEL = ("DELETE FROM productions WHERE (sender, interval_id, id) IN "
-             "(SELECT * FROM unnest(%s::text[], %s::int[], %s::text[]))")
+             "(SELECT * FROM unnest(%b::text[], %b::int[], %b::text[]))")
 _ASIDE_PUT = ("INSERT INTO set_aside (computation, id, key, interval_id, error, attempts, value, ts, sender, "
-              "produced_at) SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], "
-              "%s::int[], %s::bytea[], %s::bigint[], %s::text[], %s::bigint[]) ON CONFLICT (computation, id) "
+              "produced_at) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::text[], "
+              "%b::int[], %b::bytea[], %b::bigint[], %b::text[], %b::bigint[]) ON CONFLICT (computation, id) "
               "DO UPDATE SET error = EXCLUDED.error, attempts = EXCLUDED.attempts")
 _LANDED = ("SELECT count(*) FROM dedup WHERE (computation, id) IN "
-           "(SELECT * FROM unnest(%s::text[], %s::text[]))")
+           "(SELECT * FROM unnest(%b::text[], %b::text[]))")
 
 
 @dataclass
@@ -339,7 +339,7 @@ class PostgresStore(Store):
         if not keys:
             return {}
         rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT key, value FROM state WHERE computation = %s AND key = ANY(%s::text[])",
+            "SELECT key, value FROM state WHERE computation = %s AND key = ANY(%b::text[])",
             (computation, keys)).fetchall())
         return {k: bytes(v) for k, v in rows}
 
@@ -357,7 +357,7 @@ class PostgresStore(Store):
         if not ids:
             return set()
         rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT id FROM dedup WHERE computation = %s AND id = ANY(%s::text[])", (computation, ids)).fetchall())
+            "SELECT id FROM dedup WHERE computation = %s AND id = ANY(%b::text[])", (computation, ids)).fetchall())
         return {r[0] for r in rows}
 
     def dedup_ids(self, computation: str, intervals: Iterable[int]) -> list[str]:

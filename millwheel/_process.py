@@ -52,7 +52,7 @@ from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
 from millwheel._store import StaleSequencer, open_store
 from millwheel._topology import Topology
-from millwheel._transport import Inbox
+from millwheel._transport import ACK_DELAY_BOUNDS_US, Inbox
 from millwheel._watermarks import EpochDecided, IntervalAssigned, WatermarkAuthority, WatermarkReported
 from millwheel._worker import GiveUp, Worker
 
@@ -101,7 +101,7 @@ class WorkerHost:
         self.address = f"{host}:{bound}"
         self.transport = GrpcTransport(self.address, self._owner_address, self._map_stale.set)
         self.transport.bind(self._consumer_inbox)
-        self.tracker = RemoteTracker(self.transport, self._owner_inbox)
+        self.tracker = RemoteTracker(self.transport, self._owner_inbox, self.clock.now_us)
         self.workers = [Worker(i, config=config, clock=self.clock, store=self.store, tracker=self.tracker,
                                router=self.router, topology=topology, report=self._inbox, stopping=self.stopping,
                                fail=self.fail) for i in range(config.threads)]
@@ -117,6 +117,7 @@ class WorkerHost:
         self._early: dict[tuple[str, int], list] = {}   # records of slots given here but not claimed yet
         self._early_n = 0
         self._accept_lock = threading.Lock()
+        self._moved_slots: set[tuple[str, int]] = set()      # owners changed in a map read, not yet resent
         self.authority = WatermarkAuthority(decide_epochs=False)   # the store decides (see _watermarks)
         for cname in topology.computations:
             self.authority.handle(*(IntervalAssigned(cname, s, 0) for s in range(self.slots)))
@@ -280,24 +281,39 @@ class WorkerHost:
                     self._refresh_map()
                     self._apply(a.intervals)
                     self.transport.resend_parked()    # records answered "moved" go by the new map at once
+                    self.tracker.resend_to(self._take_moved())   # and what was in flight to a moved slot
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
     def _read_map(self) -> None:
         """Only the map (records that came here for slots it gives to others are answered by it)."""
         try:
-            self.map = IntervalMap(self.client.interval_map(), self.slots)
+            self._new_map(IntervalMap(self.client.interval_map(), self.slots))
             self.counters["map_reads_on_stale_route"] += 1
         except MasterUnavailable:
             pass
+        self.tracker.resend_to(self._take_moved())
 
     def _refresh_map(self) -> None:
         self._map_stale.clear()
         try:
-            self.map = IntervalMap(self.client.interval_map(), self.slots)
+            self._new_map(IntervalMap(self.client.interval_map(), self.slots))
         except MasterUnavailable:
             self._map_stale.set()
             return
+
+    def _new_map(self, new: IntervalMap) -> None:
+        old, self.map = self.map, new
+        moved = new.moved_since(old)
+        if moved:
+            with self._accept_lock:
+                self._moved_slots |= moved
+
+    def _take_moved(self) -> set[tuple[str, int]]:
+        """Slots whose owner changed in the maps read since the last call (their unacked copies go again)."""
+        with self._accept_lock:
+            moved, self._moved_slots = self._moved_slots, set()
+        return moved
 
     def _held(self) -> dict[tuple[str, int], int]:
         out = {}
@@ -554,12 +570,22 @@ class WorkerHost:
             "settled": self.settled, "idle": self.idle(), "busy": self.busy_because(), "in_flight": self.tracker.in_flight,
             "outstanding": self.tracker.outstanding_count(),
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
-            "transport": dict(self.transport.counters), "cache": dataclasses.asdict(self.store.statistics()),
+            "transport": {**self.transport.counters, "resent_after_delay": self.tracker.resent,
+                          "resent_after_move": self.tracker.resent_after_move,
+                          "retries_deferred": self.tracker.retries_deferred},
+            "acks": {"retry_timeout_ms": self.tracker.retry_timeout_us // 1000,
+                     "inbox_high": max(w.inbox_high for w in self.workers),
+                     "delays": {_bound_name(b): n for b, n in zip(ACK_DELAY_BOUNDS_US, self.tracker.ack_delays)}},
+            "cache": dataclasses.asdict(self.store.statistics()),
             "error": repr(self.error) if self.error else None,
             "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
+
+
+def _bound_name(bound_us: int) -> str:
+    return f"under_{bound_us // 1000}ms" if bound_us < ACK_DELAY_BOUNDS_US[-1] else "longer"
 
 
 def _store_statistics(store) -> dict:

@@ -141,3 +141,15 @@ class IntervalMap:
         """``(worker, address, sequencer)``, or None when the map has no live owner for it."""
         got = self._owner.get((computation, slot))
         return got if got and got[0] else None
+
+    def moved_since(self, older: "IntervalMap") -> set[tuple[str, int]]:
+        """The ``(computation, slot)`` pairs that had an owner in ``older`` and now have another address or
+        none. (What was sent while a slot had no owner was parked, and goes out by this map anyway.)"""
+        out = set()
+        for k in older._owner:
+            was = older.owner(*k)
+            if was is not None:
+                now = self.owner(*k)
+                if now is None or now[1] != was[1]:
+                    out.add(k)
+        return out

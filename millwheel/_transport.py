@@ -56,12 +56,19 @@ class Transport:
     can lose deliveries makes senders retry every unacked one after ``retry_delay_us`` (doubling);
     receivers drop the repeats by id."""
     may_lose = True
+    on_sent: Callable[[list[Delivery], bool], None] | None = None
+    """Set by the tracker: told after each send which deliveries went into a local inbox (``True``: they
+    cannot be lost on the way, so they are not sent again by time) and which did not."""
 
     def bind(self, route: Callable[[str, int], Inbox]) -> None:
         self._route = route
 
     def send(self, deliveries: list[Delivery]) -> None:
         raise NotImplementedError
+
+    def park(self, deliveries: list[Delivery]) -> None:
+        """Send again once the routes may have changed (by default: now)."""
+        self.send(deliveries)
 
 
 class LocalTransport(Transport):
@@ -77,6 +84,9 @@ class LocalTransport(Transport):
             inbox.put_many(items)
 
 
+ACK_DELAY_BOUNDS_US = (100_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 1 << 62)
+
+
 @dataclass(slots=True)
 class Outstanding:
     """A production some consumer has not acked yet."""
@@ -88,6 +98,8 @@ class Outstanding:
     first_sent_us: int
     retry_after_us: int
     backoff_us: int
+    sent_us: int = 0          # the last time it was sent
+    local: set | None = None  # consumers whose copy went into a local inbox when last sent (not retried)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +113,15 @@ class Done:
 class Tracker:
     """Thread-safe bookkeeping of unfinished work; see the module docstring."""
 
-    def __init__(self, transport: Transport, owner_inbox: Callable[[str, int], Inbox]) -> None:
+    def __init__(self, transport: Transport, owner_inbox: Callable[[str, int], Inbox],
+                 now_us: Callable[[], int] | None = None) -> None:
         self._lock = threading.Lock()
+        self._now_us = now_us
+        self.ack_delays = [0] * len(ACK_DELAY_BOUNDS_US)   # productions acked, by first send -> last ack
+        self._srtt_us: float | None = None         # smoothed ack delay and its mean deviation (Jacobson)
+        self._rttvar_us = 0.0
+        self._rto_us = 0                           # srtt + 4 rttvar: no retry before (0: no sample yet)
+        self.retries_deferred = 0                  # retries put off because acks come slower than the delay
         self._transport = transport
         self._owner = owner_inbox
         self.work: dict[tuple[str, int], TimestampBag] = {}
@@ -110,7 +129,12 @@ class Tracker:
         self.per_sender: dict[str, int] = {}
         self.in_flight = 0
         self.acked_total = 0
+        self.resent = 0                            # deliveries sent again after their retry delay
+        self.resent_after_move = 0                 # deliveries sent again because their consumer's owner changed
         self._retries: list[tuple[int, str]] = []   # heap of (retry_after_us, production id); stale rows skipped
+        self._first_sent: dict[str, list[tuple[int, str]]] = {}   # per sender: heap of (first send, id), lazily
+        if transport.may_lose:
+            transport.on_sent = self._sent
         self._producing = TimestampBag()   # production times of steps still making their productions
 
     def _bag(self, name: str, interval: int) -> TimestampBag:
@@ -155,14 +179,24 @@ class Tracker:
         """Read the production time for one step of a sender (``now_us()``, inside the lock) and hold it
         until the step's productions are registered: a production computed and being stored is not yet
         outstanding, and dedup GC must not pass it meanwhile (see :meth:`oldest_produced_at`)."""
-        with self._lock:
-            now = now_us()
-            self._producing.add(now)
+        now = self.hold_production_time(now_us)
         try:
             yield now
         finally:
-            with self._lock:
-                self._producing.remove(now)
+            self.release_production_time(now)
+
+    def hold_production_time(self, now_us: Callable[[], int]) -> int:
+        """:meth:`producing` in two calls, for a step whose productions are registered later (once its
+        commit, running beside the next step, has landed): read ``now_us()`` and hold it until
+        :meth:`release_production_time` is called with the returned value."""
+        with self._lock:
+            now = now_us()
+            self._producing.add(now)
+        return now
+
+    def release_production_time(self, now: int) -> None:
+        with self._lock:
+            self._producing.remove(now)
 
     def oldest_produced_at(self) -> tuple[dict[str, int], int | None]:
         """The production time of each sender's oldest outstanding production, and the oldest production
@@ -189,9 +223,11 @@ class Tracker:
                     if stored:
                         done.setdefault((sender, interval), []).append(prod.id)
                     continue
+                due = now_us + max(retry_delay_us, self._rto_us)
                 self.outstanding[prod.id] = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
-                                                        stored, now_us, now_us + retry_delay_us, retry_delay_us)
-                heapq.heappush(self._retries, (now_us + retry_delay_us, prod.id))
+                                                        stored, now_us, due, retry_delay_us, now_us)
+                heapq.heappush(self._retries, (due, prod.id))
+                heapq.heappush(self._first_sent.setdefault(sender, []), (now_us, prod.id))
                 self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
                 self._bag(sender, interval).add(prod.timestamp_us)
                 out.extend(deliveries)
@@ -200,6 +236,34 @@ class Tracker:
 
     def send(self, deliveries: list[Delivery]) -> None:
         self._transport.send(deliveries)
+
+    def _sent(self, deliveries: list[Delivery], local: bool) -> None:
+        """The transport's account of a send (see :attr:`Transport.on_sent`). A copy in a local inbox is
+        lost only if its consumer gives its interval up first, and then the consumer hands it back
+        (:meth:`returned`): sending it again by time would only queue a copy behind it."""
+        if not deliveries:
+            return
+        with self._lock:
+            for d in deliveries:
+                o = self.outstanding.get(d.record.id)
+                if o is None or d.consumer not in o.left:
+                    continue
+                if local:
+                    if o.local is None:
+                        o.local = set()
+                    o.local.add(d.consumer)
+                elif o.local:
+                    o.local.discard(d.consumer)
+
+    def returned(self, deliveries: list[Delivery]) -> None:
+        """Received deliveries of intervals their consumer does not hold (any more): no longer its work.
+        Those produced here go out again once the routes may have changed; the others' senders, in other
+        processes, send them again."""
+        self.unreceive(deliveries)
+        with self._lock:
+            mine = [d for d in deliveries if d.record.id in self.outstanding]
+        if mine:
+            self._transport.park(mine)
 
     def received(self, deliveries: list[Delivery]) -> None:
         """Deliveries reached their consumer: they are its work until it acks them. (In transit, the
@@ -212,11 +276,12 @@ class Tracker:
     def acked(self, deliveries: list[Delivery]) -> None:
         """The consumers committed (or dropped as duplicates) these deliveries."""
         done: dict[tuple[str, int], list[str]] = {}
+        now = self._now_us() if self._now_us is not None else None
         with self._lock:
             for d in deliveries:
                 self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
                 self.in_flight -= 1
-                self._sender_acked(d.consumer, d.record.id, done)
+                self._sender_acked(d.consumer, d.record.id, done, now)
             self.acked_total += len(deliveries)
         self._after(done)
 
@@ -224,22 +289,49 @@ class Tracker:
         """Consumers in other processes acked ``(consumer, production id)``: the sender's half of
         :meth:`acked` (the consumer's half happened there). Acks of unknown productions are ignored."""
         done: dict[tuple[str, int], list[str]] = {}
+        now = self._now_us() if self._now_us is not None else None
         with self._lock:
             for consumer, pid in pairs:
-                self._sender_acked(consumer, pid, done)
+                self._sender_acked(consumer, pid, done, now)
         self._after(done)
 
-    def _sender_acked(self, consumer: str, pid: str, done: dict) -> None:
+    def _sender_acked(self, consumer: str, pid: str, done: dict, now: int | None) -> None:
         o = self.outstanding.get(pid)
         if o is None or consumer not in o.left:
             return
         del o.left[consumer]
+        if not o.left and now is not None:
+            self._sample(now - o.first_sent_us)
         if not o.left:
             del self.outstanding[pid]
             self.per_sender[o.sender] -= 1
             self._bag(o.sender, o.interval).remove(o.prod.timestamp_us)
             if o.stored:
                 done.setdefault((o.sender, o.interval), []).append(pid)
+
+    def _sample(self, delay_us: int) -> None:
+        """One production's ack delay (first send to last ack): the retry timeout follows the delays acks
+        actually take (Jacobson/Karels: srtt + 4 x mean deviation), so that records queued at a busy
+        consumer are not sent again while its acks still flow. Productions sent again are sampled too, from
+        their first send (Karn's rule would drop them, but then every delay longer than the retry delay
+        goes unseen, as those are exactly the ones sent again, and the timeout could never grow past it).
+        Under the lock."""
+        for i, bound in enumerate(ACK_DELAY_BOUNDS_US):
+            if delay_us < bound:
+                self.ack_delays[i] += 1
+                break
+        if self._srtt_us is None:
+            self._srtt_us, self._rttvar_us = float(delay_us), delay_us / 2
+        else:
+            self._rttvar_us += (abs(delay_us - self._srtt_us) - self._rttvar_us) / 4
+            self._srtt_us += (delay_us - self._srtt_us) / 8
+        self._rto_us = int(self._srtt_us + 4 * self._rttvar_us)
+
+    @property
+    def retry_timeout_us(self) -> int:
+        """The retry timeout learnt from ack delays (0 until the first sample); a delivery is sent again
+        no sooner than max(its backoff, this) after its last send."""
+        return self._rto_us
 
     def forget(self, sender: str, interval: int) -> int:
         """The sender's interval moved away: stop retrying its productions here (its new owner replays the
@@ -251,6 +343,43 @@ class Tracker:
                 self.per_sender[sender] -= 1
                 self._bag(sender, interval).remove(o.prod.timestamp_us)
             return len(gone)
+
+    def resend_to(self, slots: set[tuple[str, int]]) -> int:
+        """The owners of these ``(consumer, interval)`` pairs changed: send every unacked copy bound for
+        them again now, by the new routes, rather than when its retry comes due (an old owner that gives
+        a slot up drops what it held unacked, and the retry timeout may have grown to seconds)."""
+        if not slots:
+            return 0
+        out: list[Delivery] = []
+        with self._lock:
+            for o in self.outstanding.values():
+                for c, d in o.left.items():
+                    if (c, d.interval) in slots:
+                        out.append(d)
+            self.resent_after_move += len(out)
+        if out:
+            self._transport.send(out)
+        return len(out)
+
+    def oldest_sent_us(self, sender: str) -> int | None:
+        """When the sender's oldest outstanding production was first sent (``None``: none outstanding)."""
+        with self._lock:
+            heap = self._first_sent.get(sender)
+            while heap:
+                o = self.outstanding.get(heap[0][1])
+                if o is not None and o.first_sent_us == heap[0][0]:
+                    return heap[0][0]
+                heapq.heappop(heap)               # acked or forgotten since
+            return None
+
+    def backlogged(self, sender: str, now_us: int, retry_delay_us: int) -> bool:
+        """The sender should hold back new input: over a transport that retries, its oldest unacked
+        production has waited half the retry delay, so what it sends now would queue at its consumers long
+        enough to be sent twice (and the copies queue too: a backlog past the retry delay feeds itself)."""
+        if not self._transport.may_lose:
+            return False
+        oldest = self.oldest_sent_us(sender)
+        return oldest is not None and now_us - oldest > retry_delay_us // 2
 
     def oldest_unacked_us(self) -> int | None:
         """The first send time of the oldest outstanding production (for delay statistics)."""
@@ -279,9 +408,15 @@ class Tracker:
                     o.stored = True
         self._after(done)
 
+    def _wait_us(self, backoff_us: int, max_backoff_us: int | None) -> int:
+        wait = max(backoff_us, self._rto_us)
+        return wait if max_backoff_us is None else min(wait, max(backoff_us, max_backoff_us))
+
     def due_retries(self, now_us: int, max_backoff_us: int | None = None) -> int:
-        """Send again every delivery not acked within its retry delay (the delay doubles per attempt, up to
-        ``max_backoff_us`` when given)."""
+        """Send again every delivery not acked within its retry delay: the larger of its backoff (the
+        delay doubles per attempt, up to ``max_backoff_us`` when given) and the retry timeout learnt from
+        ack delays (:attr:`retry_timeout_us`, also capped by ``max_backoff_us``), counted from its last
+        send."""
         out: list[Delivery] = []
         later: list[tuple[int, str]] = []
         with self._lock:
@@ -291,14 +426,25 @@ class Tracker:
                 o = self.outstanding.get(pid)
                 if o is None or o.retry_after_us != due_us:
                     continue                        # acked, forgotten, or already rescheduled
-                out.extend(o.left.values())
+                wait = self._wait_us(o.backoff_us, max_backoff_us)
+                if o.sent_us + wait > now_us:       # acks got slower since it was sent: not lost yet
+                    self.retries_deferred += 1
+                    o.retry_after_us = o.sent_us + wait
+                    later.append((o.retry_after_us, pid))
+                    continue
+                if o.local:
+                    out.extend(d for c, d in o.left.items() if c not in o.local)
+                else:
+                    out.extend(o.left.values())
+                o.sent_us = now_us
                 o.backoff_us *= 2
                 if max_backoff_us is not None and o.backoff_us > max_backoff_us:
                     o.backoff_us = max_backoff_us
-                o.retry_after_us = now_us + o.backoff_us
+                o.retry_after_us = now_us + self._wait_us(o.backoff_us, max_backoff_us)
                 later.append((o.retry_after_us, pid))
             for row in later:
                 heapq.heappush(heap, row)
+            self.resent += len(out)
         if out:
             self._transport.send(out)
         return len(out)

@@ -13,14 +13,34 @@ reads time only from the injected clock. One loop iteration:
    :func:`millwheel._runner.run_key`; a key whose user code raised on a record is answered as
    :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
    every :class:`Commit`;
-3. commit every core's key checkpoints in one store transaction, then tell each core, and carry out the
-   results: register strong productions, ack the senders, then send;
+3. wait for the previous step's commit to land (see below), then hand every core's key checkpoints of
+   this step, as one store transaction, to the worker's commit thread, and go on;
 4. report each interval's low watermark to the authority when it changed.
+
+**Commits overlap the next step.** A step's transaction runs on the worker's commit thread while the
+worker thread takes and processes the next batch, so the thread no longer idles through each commit's
+round trips and WAL flush. At most one transaction is in flight per worker, and its outcome is carried
+out on the worker thread, before the next transaction goes out (or earlier, as soon as it lands): tell
+each core (:class:`CheckpointCommitted`, or :class:`CommitRefused` when fenced), then register the strong
+productions, ack the senders, then send. What stays exactly as with one commit at a time:
+
+* a key is locked from its run until its commit has landed, so the next step runs only other keys (and
+  the records and due timers of a locked key wait in its core, in order); no state, dedup id or timer
+  of a key is read while its checkpoint is in flight;
+* acks and sends of strong productions follow the commit that stored them;
+* commits go out in order, one at a time, each checking its intervals' sequencers; when one is refused,
+  the next step's checkpoints of the refused intervals are dropped before they go out (their records went
+  back with :class:`CommitRefused`), and the other intervals' go out alone;
+* the step's production time stays held in the tracker (dedup GC must not pass it) until its
+  productions are registered, at the landing;
+* the worker is ``busy`` while a commit is in flight; intervals are given up (:class:`GiveUp`) and the
+  loop ends only after the commit in flight has landed.
 """
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,6 +74,21 @@ class GiveUp:
     done: threading.Event
 
 
+@dataclass(frozen=True)
+class CommitLanded:
+    """A worker's commit thread → the worker's inbox: the transaction in flight has an outcome (wakes the
+    loop to carry it out)."""
+
+
+@dataclass
+class _InFlight:
+    """The one transaction of a worker in flight: its cores' commits, the step's time (its production time,
+    held in the tracker until the productions are registered) and the commit thread's future."""
+    commits: list
+    now: int
+    future: Future
+
+
 @dataclass
 class _Comp:
     """What a worker keeps about one computation: the user code and the cores of its intervals."""
@@ -75,7 +110,11 @@ class Worker:
         self.inbox = Inbox()
         self.comps: dict[str, _Comp] = {}
         self._lock = threading.Lock()
-        self.busy = False
+        self._busy = False
+        self._in_flight: _InFlight | None = None
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"millwheel-commit-{index}")
+        self.commits_waited = 0                    # transactions the worker thread had to wait for
+        self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
         self._deferred: list = []
         self._lows: dict[str, int] = {}
         self._inputs: dict[str, int] = {}          # each computation's input watermark (min over producers)
@@ -108,7 +147,6 @@ class Worker:
         cfg, store = self.config, self.store
         comp = self.comps.get(spec.name) or _Comp(spec, spec.factory(), {})
         weak = comp.computation.productions == WEAK
-        per_interval_cache = max(16, cfg.cache_keys // max(1, len(intervals)))
         bloom = max(1024, cfg.bloom_capacity // cfg.intervals)
         seqs = {i: store.claim(spec.name, i, sequencers.get(i) if sequencers else None) for i in intervals}
         # the floors after the claims: ids below a floor are deleted only by the holder of their interval's
@@ -116,9 +154,10 @@ class Worker:
         floors = store.gc_floors(spec.name)
         cores = {}
         for i in intervals:
+            # no cache in the core: state is read through the process's framework cache (one cache, whose
+            # hit ratio is every state read's)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
-                                                 per_interval_cache, bloom, cfg.weak_checkpoint_delay_us,
-                                                 cfg.max_attempts))
+                                                 0, bloom, cfg.weak_checkpoint_delay_us, cfg.max_attempts))
             ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
             core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
             cores[i] = core
@@ -137,6 +176,7 @@ class Worker:
     def revoke(self, name: str, intervals: list[int]) -> None:
         """Give intervals up (a master moved them): their received records go back to be routed again.
         Call from the worker's own thread or while it is stopped."""
+        self._land(wait=True)    # the commit in flight may hold the intervals' records: let it decide first
         comp = self.comps.get(name)
         for i in intervals:
             core = comp.cores.pop(i, None) if comp else None
@@ -152,12 +192,22 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self.step(self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6))
+            self._land(wait=True)
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
             self._fail(e)
+        finally:
+            self._committer.shutdown(wait=False)
+
+    @property
+    def busy(self) -> bool:
+        """A step is running or a commit is in flight."""
+        return self._busy or self._in_flight is not None
 
     def step(self, items: list) -> None:
-        self.busy = True
+        self._busy = True
+        self.inbox_high = max(self.inbox_high, len(self.inbox) + len(items))
         try:
+            self._land(wait=False)    # the previous step's commit, if it has landed
             deliveries = [d for d in items if isinstance(d, Delivery)]
             self.tracker.received(deliveries)
             with self._lock:
@@ -169,11 +219,18 @@ class Worker:
                 return
             with self._lock:
                 comps = list(self.comps.values())   # intervals given up just now are gone
-            with self.tracker.producing(self.clock.now_us) as now:  # until its productions are registered
-                self._batch(work, comps, now)
+            now = self.tracker.hold_production_time(self.clock.now_us)  # until its productions are registered
+            try:
+                commits = self._batch(work, comps, now)
+                if commits:
+                    self._land(wait=True)   # the previous step's commit lands before this one goes out
+            except BaseException:
+                self.tracker.release_production_time(now)
+                raise
+            self._send_commit(commits, now)
             self._report_watermarks()
         finally:
-            self.busy = False
+            self._busy = False
 
     def _control(self, items: list, comps: list[_Comp]) -> None:
         lows = None
@@ -227,7 +284,8 @@ class Worker:
         with self._lock:
             return list(comp.cores.values())
 
-    def _batch(self, items: list, comps: list[_Comp], now: int) -> None:
+    def _batch(self, items: list, comps: list[_Comp], now: int) -> list:
+        """Feed the cores their records and time, run user code; returns the step's commits."""
         by_core: dict[tuple[str, int], list] = {}
         for item in items:
             if isinstance(item, Delivery):
@@ -250,15 +308,16 @@ class Worker:
             if core.weak_waiting:  # weak productions just sent may be acked already (or there are none)
                 unacked = self.tracker.unacked(core.pending_weak_ids())
                 self._execute(core, core.handle(AcksObserved(unacked, now)), now, commits)
-        self._commit(commits, now)
         # records for intervals this worker does not hold (yet): keep them for the next step; in a worker
-        # process, records of intervals it gave up are dropped unacked (their senders send them again to
-        # the new owner) and acks of productions it no longer owns are dropped (the new owner replays them)
+        # process, records of intervals it gave up are handed back unacked (those produced in this process
+        # go out again once the map has been read; other processes' senders send theirs again to the new
+        # owner) and acks of productions it no longer owns are dropped (the new owner replays them)
         left = [i for items in by_core.values() for i in items]
         if self.on_fenced is not None and left:
-            self.tracker.unreceive([i for i in left if isinstance(i, Delivery)])
+            self.tracker.returned([i for i in left if isinstance(i, Delivery)])
             left = []
         self._deferred = left
+        return commits
 
     def _events(self, core: IntervalCore, items: list, now: int) -> list:
         events: list = []
@@ -273,28 +332,51 @@ class Worker:
         events.append(TimePassed(now))
         return events
 
-    def _commit(self, commits: list, now: int) -> None:
-        """One transaction for every core's checkpoints; then, for all of them: register the strong
-        productions, ack the senders, send."""
+    def _send_commit(self, commits: list, now: int) -> None:
+        """Hand the step's commits, one transaction, to the commit thread (no commit is in flight now).
+        The checkpoints of cores that lost their interval meanwhile (a commit refused at the landing just
+        before) are dropped: their records went back with the refusal."""
+        commits = [(core, c) for core, c in commits if core.awaits(c.commit_id)]
         if not commits:
+            self.tracker.release_production_time(now)
             return
+        writes = [w for _, c in commits for w in c.writes]
+        future = self._committer.submit(self.store.commit, writes)
+        self._in_flight = _InFlight(commits, now, future)
+        future.add_done_callback(lambda _: self.inbox.put_many([CommitLanded()]))
+
+    def _land(self, wait: bool) -> None:
+        """Carry out the outcome of the commit in flight (waiting for it if ``wait``): tell each core; then,
+        for all of them: register the strong productions, ack the senders, send; then release the step's
+        production time."""
+        flight = self._in_flight
+        if flight is None or not (wait or flight.future.done()):
+            return
+        if not flight.future.done():
+            self.commits_waited += 1
+        self._in_flight = None
+        now = flight.now
+        self._dirty.update(core for core, _ in flight.commits)   # their records are acked or handed back now
         try:
-            self.store.commit([w for _, c in commits for w in c.writes])
-        except StaleSequencer as e:
-            for core, c in commits:
-                self._execute(core, core.handle(CommitRefused(c.commit_id)), now, [])
-            self._acks.clear()
-            self._sends.clear()
-            if self.on_fenced is None:
-                raise
-            self.on_fenced(e)      # a worker process asks its master what it still owns
-            return
-        for core, c in commits:
-            self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [])
-        acks, self._acks = self._acks, []
-        self.tracker.acked(acks)
-        sends, self._sends = self._sends, []
-        self.tracker.send(sends)
+            try:
+                flight.future.result()
+            except StaleSequencer as e:
+                for core, c in flight.commits:
+                    self._execute(core, core.handle(CommitRefused(c.commit_id)), now, [])
+                self._acks.clear()
+                self._sends.clear()
+                if self.on_fenced is None:
+                    raise
+                self.on_fenced(e)      # a worker process asks its master what it still owns
+                return
+            for core, c in flight.commits:
+                self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [])
+            acks, self._acks = self._acks, []
+            self.tracker.acked(acks)
+            sends, self._sends = self._sends, []
+            self.tracker.send(sends)
+        finally:
+            self.tracker.release_production_time(now)
 
     def _execute(self, core: IntervalCore, commands: list, now: int, commits: list, reports: list | None = None,
                  runs: list | None = None) -> None:
