@@ -349,6 +349,10 @@ class RegistryClient:
                 request = _commit_request(sub if len(idx) == len(sub) else [sub[i] for i in idx], token)
                 reply = self._with_retries(lambda: self._leader_call(shard, "Commit", request))
                 codes = reply.results
+                if len(codes) != len(idx):     # e.g. a replica older than packed runs, which it cannot read
+                    raise RegistryUnavailable(
+                        f"registry shard {shard} answered {len(codes)} results for {len(idx)} ids; are its "
+                        "replicas older than this client? (clients and replicas are upgraded together)")
                 if _WRONG_SHARD_BYTE not in codes:       # the usual case: every id decided here
                     for i, code in zip(idx, codes):
                         out[pending[i]] = _RESULTS[code]

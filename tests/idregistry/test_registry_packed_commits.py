@@ -109,3 +109,22 @@ def test_a_client_backs_off_at_most_a_quarter_second_while_unavailable_and_furth
     overloaded = waits(_Retry("busy", overloaded=True))
     assert 0.02 <= unavailable[0] <= 0.07 and max(unavailable) <= UNAVAILABLE_MAX_WAIT_S
     assert max(overloaded) == OVERLOADED_MAX_WAIT_S > UNAVAILABLE_MAX_WAIT_S
+
+
+def test_a_reply_without_a_result_per_id_is_refused_not_taken_for_decided(cluster, monkeypatch):
+    """A replica older than packed runs reads a packed request as one without ids and answers no results;
+    the client raises (the click is retried) instead of returning ids it has no result for."""
+    from idregistry import RegistryUnavailable
+    ids = ids_of("10.4.4.6", 12)
+    real = cluster.client._leader_call
+
+    def old_replica(shard, method, request):
+        if method != "Commit":
+            return real(shard, method, request)
+        return real(shard, method, pb.CommitRequest(ids=[], token=request.token))   # the runs not read
+
+    monkeypatch.setattr(cluster.client, "_leader_call", old_replica)
+    with pytest.raises(RegistryUnavailable, match="12 ids"):
+        cluster.client.commit(ids, "joiner-c")
+    monkeypatch.undo()
+    assert cluster.client.commit(ids, "joiner-c") == [OK] * len(ids)
