@@ -55,6 +55,7 @@ import pysyncobj.journal
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.monotonic import monotonic as _monotonic
+from pysyncobj.syncobj import _COMMAND_TYPE
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
@@ -75,11 +76,11 @@ EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
 
 _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex",
-                                  "_SyncObj__getCurrentLogTerm"),
+                                  "_SyncObj__getCurrentLogTerm", "_applyCommand", "_getFuncName"),
                         TCPTransport: ("_onMessageReceived", "_onTick", "_onNewIncomingConnection", "addNode"),
                         TcpConnection: ("send", "_TcpConnection__trySendBuffer"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
-_PRIVATE_INSTANCE_NAMES = ("_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
+_PRIVATE_INSTANCE_NAMES = ("_methodToID", "_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
                            "_SyncObj__raftElectionDeadline", "_SyncObj__votedForNodeId", "_SyncObj__transport")
 
 
@@ -171,6 +172,9 @@ class RaftSettings:
 WIRE_PICKLE_PROTOCOL = 4
 """Pickle protocol of the Raft messages this replica sends (pysyncobj's own is 2, which writes every bytes
 object, a command included, as a latin-1 string and a call to rebuild it; any pysyncobj reads either)."""
+
+COMMAND_PICKLE_PROTOCOL = 4
+"""Pickle protocol of the registry's replicated commands (see :meth:`RaftReplica.submit`)."""
 
 _ZLIB_STORED_HEADER = b"\x78\x01"      # deflate, 32 KiB window, no dictionary; (0x78 * 256 + 0x01) % 31 == 0
 _STORED_BLOCK_MAX = 0xFFFF
@@ -487,7 +491,14 @@ class RaftReplica(RaftMember):
         return self._consumer.state
 
     def submit(self, ops, callback) -> None:
-        self._consumer.apply(ops, callback=callback)
+        """What ``self._consumer.apply(ops, callback=callback)`` would queue, pickled with protocol
+        :data:`COMMAND_PICKLE_PROTOCOL` instead of pysyncobj's 2 (which writes the packed timestamps as a
+        latin-1 string rebuilt by a call on every replica). pysyncobj reads either back, journals
+        included."""
+        sync, consumer_id = self._sync, id(self._consumer)
+        func_id = sync._methodToID[(consumer_id, sync._getFuncName((consumer_id, "apply")))]
+        sync._applyCommand(pickle.dumps((func_id, (ops,)), COMMAND_PICKLE_PROTOCOL), callback,
+                           _COMMAND_TYPE.REGULAR)
 
     def first_election_statistics(self) -> FirstElectionStatistics | None:
         """How this member's first election went (pre-vote rounds, refusals, early standings)."""

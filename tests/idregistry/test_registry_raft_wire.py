@@ -86,3 +86,38 @@ def test_stored_and_compressing_members_form_one_group(tmp_path, monkeypatch):
     finally:
         for r in replicas:
             r.destroy()
+
+
+@pytest.mark.timeout(120)
+def test_protocol_4_commands_and_pysyncobj_protocol_2_commands_replay_together(tmp_path):
+    """Commands the registry submits are pickled with protocol 4; commands pysyncobj's own decorator
+    pickles (protocol 2, as journals written before hold them) apply beside them, and a whole group
+    restarted from its journals holds the ids of both."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+
+    def start(k: int) -> RaftReplica:
+        return RaftReplica(addresses[k], addresses, tmp_path / f"r{k}", ShardState(0), RaftSettings())
+
+    replicas = [start(k) for k in range(3)]
+    new_ids = [f"10.7.7.8:1:17637120{n:08d}" for n in range(1, 101)]
+    old_ids = [f"10.7.7.8:2:17637120{n:08d}" for n in range(1, 101)]
+    try:
+        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, message="one leader")
+        leader = next(r for r in replicas if r.is_leader())
+        _commit(leader, new_ids)
+        done, errors = threading.Event(), []
+        leader._consumer.apply([(OP_COMMIT, "old", old_ids)],
+                               callback=lambda results, error: (errors.append(error), done.set()))
+        assert done.wait(30) and errors == [0], errors
+        journal = leader._sync._SyncObj__raftLog
+        commands = [journal[i][0] for i in range(len(journal))]
+        assert any(c[1:3] == b"\x80\x04" for c in commands), "no protocol-4 command in the journal"
+        assert any(c[1:3] == b"\x80\x02" for c in commands), "no protocol-2 command in the journal"
+        for r in replicas:
+            r.destroy()
+        replicas = [start(k) for k in range(3)]
+        wait_until(lambda: all(all(r.state.contains(i) for i in new_ids + old_ids) for r in replicas), 60,
+                   message="every restarted member holds the ids of both kinds of command")
+    finally:
+        for r in replicas:
+            r.destroy()
