@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import enum
 import re
+import struct
 import sys
 from array import array
 from bisect import bisect_left
@@ -118,6 +119,7 @@ _IDS_RE = re.compile(r"(?:%s)(?:\n(?:%s))*\Z" % (ID_REGEX, ID_REGEX))
 _PREFIX_RE = re.compile(ID_REGEX.rsplit(":", 1)[0] + r"\Z")      # "<server_ip>:<process_id>"
 _TIMESTAMP_LIMIT = 10 ** 16                                         # 16 digits
 _BIG_ENDIAN = sys.byteorder == "big"
+_BELOW_0X20 = bytes(range(0x20))
 
 
 def check_ids(ids) -> None:
@@ -155,14 +157,16 @@ def runs_from_wire(wire) -> tuple:
             raise BadEventId(f"event id prefix {prefix!r} is not <server_ip>:<process_id>")
         if len(raw) % 8:
             raise BadEventId(f"timestamps of {prefix!r}: {len(raw)} bytes, not a whole number of int64s")
-        stamps = array("q")
-        stamps.frombytes(raw)
-        if _BIG_ENDIAN:
-            stamps.byteswap()
-        if stamps and (min(stamps) < 0 or max(stamps) >= _TIMESTAMP_LIMIT):
-            bad = next(t for t in stamps if not 0 <= t < _TIMESTAMP_LIMIT)
-            raise BadEventId(f"event id {prefix}:{bad} has a timestamp that is not 16 digits")
-        runs.append((prefix, stamps.tobytes() if _BIG_ENDIAN else bytes(raw)))
+        raw = bytes(raw)
+        # every timestamp below 2**53 (< 10**16, and not negative): the top byte of each little-endian int64
+        # is 0 and the next below 0x20; checked over the bytes in C, without making an int per id
+        if raw[7::8].count(0) * 8 != len(raw) or raw[6::8].translate(None, _BELOW_0X20):
+            stamps = struct.unpack(f"<{len(raw) // 8}q", raw)
+            bad = next((t for t in stamps if not 0 <= t < _TIMESTAMP_LIMIT), None)
+            if bad is not None:
+                raise BadEventId(f"event id {prefix}:{bad} has a timestamp that is not 16 digits")
+        runs.append((prefix, array("q", struct.unpack(f"<{len(raw) // 8}q", raw)).tobytes() if _BIG_ENDIAN
+                     else raw))
     return tuple(runs)
 
 
@@ -178,7 +182,7 @@ def run_ids(runs) -> list[str]:
 
 def runs_newest(runs) -> int:
     """The newest timestamp in :func:`pack_ids` runs (0 when empty)."""
-    return max((max(memoryview(raw).cast("q")) for _, raw in runs if raw), default=0)
+    return max((max(struct.unpack(f"={len(raw) // 8}q", raw)) for _, raw in runs if raw), default=0)
 
 
 def runs_count(runs) -> int:

@@ -13,7 +13,8 @@ from idregistry import CommitResult
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._client import _commit_request
-from idregistry._state import check_ids, pack_ids, run_ids, runs_from_wire, runs_to_wire, validate_ids
+from idregistry._state import (check_ids, pack_ids, run_ids, runs_from_wire, runs_newest, runs_to_wire,
+                               validate_ids)
 from photon.rpc import open_channel
 
 OK, EXISTS = CommitResult.OK, CommitResult.ALREADY_EXISTS
@@ -42,10 +43,21 @@ def test_runs_cross_the_wire_unchanged_and_give_back_the_ids():
     ("10.0.0.1:7", b"1234567", "whole number"),             # not 8 bytes per timestamp
     ("10.0.0.1:7", le(5, -1), "16 digits"),
     ("10.0.0.1:7", le(10**16), "16 digits"),
+    ("10.0.0.1:7", le(5, 2**63 - 1, 7), "16 digits"),
+    ("10.0.0.1:7", le(*range(100), -2**63), "16 digits"),
 ])
 def test_a_malformed_run_is_refused_naming_it(prefix, raw, reason):
     with pytest.raises(BadEventId, match=reason):
         runs_from_wire([(prefix, raw)])
+
+
+@pytest.mark.parametrize("stamps", [(0,), (2**53 - 1, 0), (2**53, 3), (10**16 - 1,), (1763712000000001,) * 3])
+def test_every_16_digit_timestamp_crosses_the_wire(stamps):
+    """Timestamps below 2**53 pass a check over the bytes; those from 2**53 to 10**16 - 1 (16 digits too)
+    are checked one by one and pass as well; the newest is read off the runs exactly."""
+    runs = runs_from_wire([("10.0.0.1:7", le(*stamps))])
+    assert run_ids(runs) == [f"10.0.0.1:7:{t:016d}" for t in stamps]
+    assert runs_newest(runs) == max(stamps)
 
 
 @pytest.mark.parametrize("bad", ["not-an-id", "10.0.0.1:1:12", "10.0.0.1:1:00000000000000012\n", 7,
