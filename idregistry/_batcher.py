@@ -28,14 +28,24 @@ class Rejected(Exception):
 
 
 class _Pending:
+    """One request waiting for its result. ``done`` is a bare lock held from the start and released once
+    (:meth:`finish`); the waiting handler acquires it. Unlike an ``Event`` (a condition variable, a lock
+    per waiter and a Python-level notify), answering is one C call per request."""
     __slots__ = ("op", "size", "done", "result", "error")
 
     def __init__(self, op, size: int) -> None:
         self.op = op
         self.size = size
-        self.done = threading.Event()
+        self.done = threading.Lock()
+        self.done.acquire()
         self.result = None
         self.error: Exception | None = None
+
+    def finish(self) -> None:
+        try:
+            self.done.release()
+        except RuntimeError:      # already finished (a close racing a late answer): once is enough
+            pass
 
 
 @dataclass
@@ -81,7 +91,7 @@ class Batcher:
             self._queued_ids += size
         p = _Pending(op, size)
         self._queue.put(p)
-        if not p.done.wait(timeout):
+        if not p.done.acquire(timeout=timeout):
             raise TimeoutError(f"registry command not applied within {timeout} s")
         if p.error is not None:
             raise p.error
@@ -104,7 +114,7 @@ class Batcher:
                 break
             if p is not None:
                 p.error = Rejected(-1, overloaded=False)
-                p.done.set()
+                p.finish()
 
     def _loop(self) -> None:
         while True:
@@ -144,13 +154,13 @@ class Batcher:
                 def answer() -> None:
                     for p, r in zip(batch, results):
                         p.result = r
-                        p.done.set()
+                        p.finish()
                 self._deliver(answer)      # e.g. once the journal holding the command is on disk
                 return
             failure = Rejected(error, overloaded=self._is_overloaded(error))
             for p in batch:
                 p.error = failure
-                p.done.set()
+                p.finish()
 
         try:
             self._submit([p.op for p in batch], done)
