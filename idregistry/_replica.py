@@ -14,6 +14,9 @@ pysyncobj settings (see docs/registry.md for the measurements behind them):
   finishes, so compaction would never complete.
 * ``commandsQueueSize`` bounded: a full queue fails the command with QUEUE_FULL, which clients see as
   RESOURCE_EXHAUSTED and back off from.
+* Messages go out as stored (uncompressed) zlib frames of a protocol-4 pickle (:class:`_StoredTcpConnection`)
+  instead of pysyncobj's level-3 compression of a protocol-2 pickle, and commands are pickled with
+  protocol 4 (:meth:`RaftReplica.submit`); pysyncobj decodes both, so members of either kind form one group.
 * The first election: a member that has heard no leader asks its peers (a pre-vote, the registry's own
   message) and stands at once when every peer it reaches grants (:mod:`idregistry._first_election`,
   :class:`_PrevoteSyncObj`), instead of waiting out the steady 1-2 s timeout; later elections are

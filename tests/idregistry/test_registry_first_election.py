@@ -130,8 +130,12 @@ def test_the_leader_and_a_follower_refuse_a_pre_vote_over_the_wire(tmp_path):
     replicas = [start(addresses, tmp_path, k) for k in range(3)]
     try:
         wait_until(lambda: one_leader(replicas) is not None, 20, message="a leader")
-        asker = next(r for r in replicas if not r.is_leader())
-        wait_until(lambda: asker.leader() is not None, 10, message="the asker follows")
+        leader = one_leader(replicas)
+        asker = next(r for r in replicas if r is not leader)
+        # both peers must know the leader (that is what refuses): on a loaded host the other follower may
+        # hear the new leader's first append_entries after the asker does
+        wait_until(lambda: all(r.leader() == leader.self_addr for r in replicas), 10,
+                   message="every member follows the leader")
         sync = asker._sync
         replies: list = []
         sync._on_prevote_message = lambda node, message: replies.append((node.address, message))
@@ -169,7 +173,7 @@ def test_a_member_restarted_into_a_group_with_a_leader_changes_neither_leader_no
         wait_until(lambda: one_leader(replicas) is not None, 20, message="a leader")
         leader = one_leader(replicas)
         term = leader.raft_status()["raft_term"]
-        monkeypatch.setattr(_replica, "_transport_class", lambda _rtt: _SlowToHearTheLeader)
+        monkeypatch.setattr(_replica, "_transport_class", lambda *_: _SlowToHearTheLeader)
         pace = threading.Event()
         for wiped in (False, True):     # restarted as rank 0: it would ask (and stand) at once if it could
             k = next(i for i, r in enumerate(replicas) if r is not leader)
