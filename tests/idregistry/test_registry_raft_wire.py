@@ -71,7 +71,7 @@ def test_stored_and_compressing_members_form_one_group(tmp_path, monkeypatch):
             ids = [f"10.7.7.7:{round_ + 1}:17637120{n:08d}" for n in range(1, 201)]
             _commit(replicas[k], ids)
             committed += ids
-            wait_until(lambda: all(all(r.state.contains(i) for i in committed) for r in replicas), 30,
+            wait_until(lambda held=tuple(committed): all(all(r.state.contains(i) for i in held) for r in replicas), 30,
                        message=f"round {round_}: every member applied every committed id (leader r{k})")
             led.add(settings[k].compress_messages)
             for i, r in enumerate(replicas):
