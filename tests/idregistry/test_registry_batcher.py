@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from photon import wait_until
 from idregistry._batcher import QUEUE_FULL, Batcher, Rejected
 from idregistry._state import OP_COMMIT, CommitResult, ShardState
+from photon import wait_until
 
 
 class _Applier:

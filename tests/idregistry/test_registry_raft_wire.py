@@ -11,10 +11,10 @@ import zlib
 import pytest
 from pysyncobj.tcp_connection import TcpConnection
 
-from photon import free_port, wait_until
 from idregistry import _replica
 from idregistry._replica import RaftReplica, RaftSettings, zlib_stored
 from idregistry._state import OP_COMMIT, ShardState
+from photon import free_port, wait_until
 
 
 @pytest.mark.timeout(10)
