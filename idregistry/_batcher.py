@@ -71,6 +71,7 @@ class Batcher:
         self._is_overloaded = is_overloaded
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._slots = threading.Semaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
         self._max_ids = max_ids_per_command
         self._max_queued = max_queued_ids
         self._deliver = deliver or (lambda answer: answer())
@@ -106,6 +107,8 @@ class Batcher:
     def close(self) -> None:
         self._closed = True
         self._queue.put(None)
+        for _ in range(self._max_in_flight):   # a loop waiting for a slot (every command in flight) wakes
+            self._slots.release()
         self._thread.join(timeout=5)
         while True:   # fail whatever is left so no handler waits for its timeout
             try:
@@ -119,6 +122,8 @@ class Batcher:
     def _loop(self) -> None:
         while True:
             self._slots.acquire()
+            if self._closed:          # close() fails what is still queued
+                return
             first = self._queue.get()
             if first is None:
                 return

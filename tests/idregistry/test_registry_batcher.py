@@ -111,3 +111,31 @@ def test_closing_fails_what_is_still_queued():
     applier.gate.set()
     threads[0].join(10)
     assert len(errors) == 3, "the request in flight was answered after all"
+
+
+@pytest.mark.timeout(60)
+def test_closing_while_every_slot_is_in_flight_stops_the_loop_and_fails_the_queued():
+    applier = _Applier()
+    b = Batcher(applier.submit, lambda reason: reason == QUEUE_FULL, max_in_flight=1)
+    applier.gate.clear()                           # the one command in flight is never answered before close
+    outcomes: dict[str, object] = {}
+
+    def request(name: str, pid: int) -> None:
+        try:
+            outcomes[name] = b.run((OP_COMMIT, "t", _ids(2, pid)), 2, timeout=30)
+        except Exception as e:  # noqa: BLE001  (what the test looks at)
+            outcomes[name] = e
+
+    first = threading.Thread(target=request, args=("in flight", 1), daemon=True)
+    first.start()
+    wait_until(lambda: len(applier.commands) == 1, 10, message="the first command submitted")
+    queued = threading.Thread(target=request, args=("queued", 2), daemon=True)
+    queued.start()
+    wait_until(lambda: b.queue_depth() == 1, 10, message="the second request queued behind the full slots")
+    b.close()
+    assert not b._thread.is_alive()
+    queued.join(10)
+    assert isinstance(outcomes["queued"], Rejected)
+    applier.gate.set()                             # the command in flight still answers its request
+    first.join(10)
+    assert outcomes["in flight"] == bytes([CommitResult.OK, CommitResult.OK])
