@@ -247,12 +247,11 @@ def _regions(column: str, n_regions: int):
     return F.collect_set(column).alias(column), F.when(F.size(column) > 0, F.size(column))
 
 
-def _read_outputs(spark, config: PhotonConfig, since_us, until_us):
-    """Every region's joined and unjoinable output as rows ``(id, j, u_bit, bad)``: ``j`` is 1 on a joined
-    line, ``u_bit`` the region's mark (:func:`_region_bit`) on an unjoinable one; a line without a readable
-    id has a null ``id`` and ``bad`` = ``(value, region, kind)``, whatever its time. Also returns the
-    ``(region, kind) -> sources`` that :func:`_bad_line_error` searches."""
-    from pyspark.sql import functions as F
+def _read_outputs(spark, config: PhotonConfig):
+    """Every region's joined and unjoinable output: ``(frames, sources)``, ``frames`` being
+    ``[(region index, region name, kind, rows (value, id))]`` (``id`` as :func:`_ids` reads it, null or
+    malformed on a line without a readable id) and ``sources`` the ``(region, kind) -> sources`` that
+    :func:`_first_bad_line` searches."""
     ids = config.join.foreign_ids
     frames, sources = [], {}
     for index, region in enumerate(config.pipeline_regions):
@@ -261,25 +260,24 @@ def _read_outputs(spark, config: PhotonConfig, since_us, until_us):
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
         for kind in ("joined", "unjoinable"):
             df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
-            df = _ids(df, ids)
-            bad = F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)
-            df = df.filter(bad | _in_window(since_us, until_us)).select(
-                F.when(~bad, F.col("id")).alias("id"),
-                F.when(~bad, F.lit(1 if kind == "joined" else None)).cast("long").alias("j"),
-                F.when(~bad, _region_bit(index, len(config.pipeline_regions)) if kind == "unjoinable" else F.lit(None)).cast("long").alias("u_bit"),
-                F.when(bad, F.struct("value", F.lit(region.name).alias("region"),
-                                     F.lit(kind).alias("kind"))).alias("bad"))
-            frames.append(df)
-    return union_all(frames), sources
+            frames.append((index, region.name, kind, _ids(df, ids)))
+    return frames, sources
 
 
-def _bad_line_error(config: PhotonConfig, sources, bad) -> VerifyInputError:
-    """The error naming the first output line without a readable id (``bad``: its value, region, kind)."""
+def _bad_line_error(config: PhotonConfig, frames, sources) -> VerifyInputError:
+    """The error naming the first output line without a readable id (the aggregation found one; this
+    looks for it line by line, only on this failure path)."""
+    from pyspark.sql import functions as F
     id_field, ids = config.join.foreign_id_field, config.join.foreign_ids
-    where = _first_bad_line(sources[(bad.region, bad.kind)], id_field, [bad.value])
+    bad = union_all([df.select("value", F.lit(name).alias("region"), F.lit(kind).alias("kind"))
+                     .filter(F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)) for _, name, kind, df in frames])
+    rows = bad.limit(5).collect()
+    if not rows:        # pragma: no cover - the aggregation saw one
+        return VerifyInputError("an output line without a readable id (not found again)")
+    where = _first_bad_line(sources[(rows[0].region, rows[0].kind)], id_field, [r.value for r in rows])
     what = f"{id_field!r}" + (f" and {ids.time_field!r}" if ids.custom else "")
-    return VerifyInputError(f"region {bad.region}: {bad.kind} output line without a readable "
-                            f"{what} in {where}: {bad.value[:120]!r}")
+    return VerifyInputError(f"region {rows[0].region}: {rows[0].kind} output line without a readable "
+                            f"{what} in {where}: {rows[0].value[:120]!r}")
 
 
 def _input_lines(spark, config: PhotonConfig, region, stream: str):
@@ -305,15 +303,17 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
     return _lines_df(spark, [], [], None, df)
 
 
-def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: str | None, user_id: bool = False):
+def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: str | None, user_id: bool = False,
+                checked: bool = True):
     """Every region's input lines of ``stream`` (and its recovery folder) as ``(value, id, [ref,] bit)``,
     ``bit`` the region's mark (:func:`_region_bit`); lines without a well-formed id are left out (the
-    pipeline quarantines them). ``id_field``: see :func:`_ids`."""
+    pipeline quarantines them), or with ``checked=False`` only those without one, the caller checking the
+    format (once per id rather than per line). ``id_field``: see :func:`_ids`."""
     from pyspark.sql import functions as F
     frames = []
     for index, region in enumerate(config.pipeline_regions):
         df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field, user_id)
-        good = F.col("id").isNotNull() if isinstance(id_field, EventIds) and id_field.custom \
+        good = F.col("id").isNotNull() if (isinstance(id_field, EventIds) and id_field.custom) or not checked \
             else F.col("id").rlike(ID_PATTERN)
         frames.append(df.filter(good).withColumn("bit", _region_bit(index, len(config.pipeline_regions))))
     return union_all(frames)
@@ -360,40 +360,56 @@ def _mark_lost(every, aged_before_us: int):
         .withColumn("reason", F.when(in_ledger, LEDGER_REASON).when(stopped, STOPPED_REASON).otherwise(AGED_REASON))
 
 
-def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us):
-    """One row per id of every source, from one aggregation over them all (each input read once):
+def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us, outputs):
+    """One row per id of every source, from one aggregation over them all (each input read once, the
+    aggregation's buffers all fixed-width but the foreign line and the registry entry kept for lost ids):
     ``id``, ``in_regions`` (regions whose foreign input holds it), ``n_out`` (its joined lines),
     ``u_regions`` (regions whose unjoinable output holds it), ``registered``, ``lost`` (registered and
     joined nowhere), ``everywhere`` (unjoinable in every region whose input holds it, joined nowhere, not
     registered), ``token`` and ``registered_us`` of a lost id, ``raw`` (its line as logged) of a lost id,
-    ``ref`` of a lost or ``everywhere`` id; and one row with a null ``id`` and ``bad`` = ``(value, region,
-    kind)`` when some output line has no readable id. Also returns the sources :func:`_bad_line_error` needs."""
+    ``ref`` of a lost or ``everywhere`` id, and ``bad``: output lines hold this id and it is not well-formed
+    (or null: lines without it), which stops the job. ``outputs``: from :func:`_read_outputs`.
+
+    An id's format is checked once per id after the aggregation, not once per line: a foreign line whose
+    id is malformed counts nowhere (the pipeline quarantines it), an output line's makes ``bad``."""
     from pyspark.sql import functions as F
     n_regions = len(config.pipeline_regions)
+    custom = config.join.foreign_ids.custom
     exported = spark.read.parquet(*export_files)
     registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
     registry = _window(exported, since_us, until_us).select(
         "id", F.when(F.col("token").isNotNull(), F.struct("token", registered_us.alias("registered_us"))).alias("reg"))
-    outputs, sources = _read_outputs(spark, config, since_us, until_us)
     foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_ids,
-                                  config.join.foreign_ref_field), since_us, until_us)
-    foreign = foreign.select("id", F.col("bit").alias("in_bit"), F.struct("value", "ref").alias("line"))
+                                  config.join.foreign_ref_field, checked=False), since_us, until_us)
+    rows = foreign.select("id", F.col("bit").alias("in_bit"), F.struct("value", "ref").alias("line"))
+    for index, _, kind, df in outputs:
+        bit = _region_bit(index, n_regions)
+        rows = rows.unionByName(df.select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
+                                          (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
+                                allowMissingColumns=True)
+    rows = rows.unionByName(registry, allowMissingColumns=True)
     in_agg, in_regions = _regions("in_bit", n_regions)
     u_agg, u_regions = _regions("u_bit", n_regions)
-    rows = foreign.unionByName(outputs, allowMissingColumns=True).unionByName(registry, allowMissingColumns=True)
     grouped = rows.groupBy("id").agg(
         in_agg, u_agg, F.sum("j").alias("n_out"), F.first("line", ignorenulls=True).alias("line"),
-        F.first("reg", ignorenulls=True).alias("reg"), F.first("bad", ignorenulls=True).alias("bad"))
+        F.first("reg", ignorenulls=True).alias("reg"))
+    well_formed = F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))
+    in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
+    grouped = grouped.select(
+        "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(custom)), in_regions).alias("in_regions"),
+        "n_out", u_regions.alias("u_regions"), "line", "reg", (in_output & ~well_formed).alias("bad"))
+    if since_us is not None or until_us is not None:        # outputs' ids, here once per id
+        grouped = grouped.filter(F.col("bad") | _in_window(since_us, until_us))
     registered = F.col("reg").isNotNull()
     lost = registered & F.col("n_out").isNull()
-    unjoinable = u_regions.isNotNull() & F.col("n_out").isNull() & ~registered
-    everywhere = unjoinable & in_regions.isNotNull() & (u_regions >= in_regions)
+    unjoinable = F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~registered
+    everywhere = unjoinable & F.col("in_regions").isNotNull() & (F.col("u_regions") >= F.col("in_regions"))
     return grouped.select(
-        "id", in_regions.alias("in_regions"), "n_out", u_regions.alias("u_regions"),
-        registered.alias("registered"), lost.alias("lost"), everywhere.alias("everywhere"),
+        "id", "in_regions", "n_out", "u_regions", registered.alias("registered"), lost.alias("lost"),
+        everywhere.alias("everywhere"),
         F.when(lost, F.col("reg.token")).alias("token"), F.when(lost, F.col("reg.registered_us")).alias("registered_us"),
-        F.when(lost, F.col("line.value")).alias("raw"), F.when(lost | everywhere, F.col("line.ref")).alias("ref"),
-        "bad"), sources
+        F.when(lost & F.col("in_regions").isNotNull(), F.col("line.value")).alias("raw"),
+        F.when((lost | everywhere) & F.col("in_regions").isNotNull(), F.col("line.ref")).alias("ref"), "bad")
 
 
 def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, until_us: int | None = None,
@@ -440,8 +456,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         ledger = [(e["id"], e["token"]) for r in config.regions for e in joiner.read_lost(r.state_dir)
                   if isinstance(e.get("token"), str)]
 
-        cached, sources = _per_id(spark, config, export_files, since_us, until_us)   # lists the output
-        cached = cached.cache()
+        outputs, sources = _read_outputs(spark, config)       # lists the output
+        cached = _per_id(spark, config, export_files, since_us, until_us, outputs).cache()
         counts = cached.agg(
             F.count("in_regions").alias("foreign_events"),
             F.count("n_out").alias("joined"),
@@ -452,17 +468,17 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
             F.count(F.when(F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~F.col("registered"), 1))
             .alias("unjoinable"),
             F.count(F.when(F.col("everywhere"), 1)).alias("everywhere"),
-            F.first("bad", ignorenulls=True).alias("bad"),
+            F.count(F.when(F.col("bad"), 1)).alias("bad"),
         ).collect()[0].asDict()
         timings["read_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         bad = counts.pop("bad")
-        if bad is not None:
+        if bad:
             cached.unpersist()
-            raise _bad_line_error(config, sources, bad)
+            raise _bad_line_error(config, outputs, sources)
         counts = {k: int(v or 0) for k, v in counts.items()}
-        every = cached.filter(F.col("id").isNotNull())
+        every = cached.filter(F.col("id").isNotNull())      # ids in no output are well-formed or ignored
         dups = ()
         if counts["duplicates"]:
             dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
