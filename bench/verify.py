@@ -1,10 +1,13 @@
-"""``python -m bench.verify [--sizes 1000000,5000000] [--lost 1000] [--json]``
+"""``python -m bench.verify [--sizes 1000000,5000000] [--cold 1000000] [--lost 1000] [--json]``
 
 1. Verify throughput: for each size N, one region's N foreign events (plus their joined output, all but
    0.1% of them, and a registry export holding every id) are written to a temporary folder, and
    ``photon verify``'s job runs over them on the configured local Spark (the session's start is not
    counted). Prints events/s (N / job time) and the time spent reading input vs joining.
-2. Recovery end to end: a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
+2. From a cold start (``--cold N``, by default the smallest size; 0 to skip): the same data for N events, and a new Python process that
+   imports Photon, starts Spark and runs the job; prints its seconds from launch to the report (Spark's
+   start-up included) and, of those, the session's start.
+3. Recovery end to end (``--lost 0`` skips it): a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
    (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
    pipeline drops them as already joined); then times verify + recover + the pipeline re-joining them.
 """
@@ -35,12 +38,12 @@ def _dead_token() -> str:
     return f"127.0.0.1:1/{p.pid}/{time.time_ns() // 1000 - 10**7}/1"
 
 
-def throughput(spark, root: Path, n: int) -> dict:
-    """One region of ``n`` foreign events; returns the job's figures."""
+def prepare(root: Path, n: int) -> int:
+    """One region of ``n`` foreign events, their joined output but every thousandth, and a registry export
+    of every id under a stopped joiner's token, in ``root``; returns how many are lost."""
     root.mkdir(parents=True)
     (root / "photon.toml").write_text('[[regions]]\nname = "a"\nlog_root = "logs"\noutput_root = "out"\n'
                                       'state_dir = "state"\n')
-    config = load_config(root / "photon.toml")
     gen = IdGenerator("10.1.1.1", 77)
     ids = [gen.next_id() for _ in range(n)]
     clicks, joined = root / "logs/clicks", root / "out/joined"
@@ -59,15 +62,49 @@ def throughput(spark, root: Path, n: int) -> dict:
     for k in range(0, n, 50_000):
         registry.commit(ids[k:k + 50_000], token)
     idregistry.export_registry(registry, root / "export")
-    del ids
-    t0 = time.perf_counter()
-    report = run_verify(config, spark, export_dir=root / "export")
-    elapsed = time.perf_counter() - t0
-    expected_lost = (n + lost_every - 1) // lost_every
-    if report.lost != expected_lost or report.foreign_events != n:
+    return (n + lost_every - 1) // lost_every
+
+
+def _checked(report, n: int, expected_lost: int) -> None:
+    if report.lost != expected_lost or report.recoverable != expected_lost or report.foreign_events != n \
+            or report.duplicates:
         raise SystemExit(f"verify miscounted: {report.as_dict()} (expected {expected_lost} lost of {n})")
+
+
+def throughput(spark, root: Path, n: int) -> dict:
+    """One region of ``n`` foreign events; returns the job's figures (the session already started)."""
+    expected_lost = prepare(root, n)
+    t0 = time.perf_counter()
+    report = run_verify(load_config(root / "photon.toml"), spark, export_dir=root / "export")
+    elapsed = time.perf_counter() - t0
+    _checked(report, n, expected_lost)
     return {"events_per_s": round(n / elapsed), "read_s": report.timings["read_s"],
             "join_s": report.timings["join_s"], "duplicates": report.duplicates}
+
+
+def cold(root: Path, n: int) -> dict:
+    """Seconds from launching a new process to its verify report over ``n`` events (Spark started in it)."""
+    expected_lost = prepare(root, n)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "bench.verify", "--cold-child", str(root), str(n), str(expected_lost)],
+                       capture_output=True, text=True, timeout=900)
+    total = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"the cold verify run failed: {r.stderr[-2000:]}")
+    child = orjson.loads(r.stdout.strip().splitlines()[-1])
+    return {"total_s": round(total, 2), "spark_start_s": child["spark_start_s"], "job_s": child["job_s"]}
+
+
+def _cold_child(root: str, n: str, expected_lost: str) -> int:
+    t0 = time.perf_counter()
+    spark = spark_session(None, "bench-verify-cold")
+    t1 = time.perf_counter()
+    report = run_verify(load_config(Path(root) / "photon.toml"), spark, export_dir=Path(root) / "export")
+    t2 = time.perf_counter()
+    _checked(report, int(n), int(expected_lost))
+    print(orjson.dumps({"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2)}).decode())
+    spark.stop()
+    return 0
 
 
 def recovery(spark, root: Path, lost: int, timeout: float) -> dict:
@@ -116,24 +153,45 @@ def recovery(spark, root: Path, lost: int, timeout: float) -> dict:
         log.close()
 
 
+def _label(n: int) -> str:
+    return f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1000}k" if n >= 1000 else str(n)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.verify", description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000000,5000000", help="foreign events per verify run, comma-separated")
-    ap.add_argument("--lost", type=int, default=1000, help="lost clicks to recover end to end")
+    ap.add_argument("--cold", type=int, default=None,
+                    help="events of the run timed from a cold start, Spark's start-up included (default: the "
+                         "smallest of --sizes; 0: none)")
+    ap.add_argument("--lost", type=int, default=1000, help="lost clicks to recover end to end (0: none)")
+    ap.add_argument("--cold-child", nargs=3, metavar=("ROOT", "N", "LOST"), help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    spark = spark_session(None, "bench-verify")
+    if args.cold_child:
+        return _cold_child(*args.cold_child)
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if args.cold is None:
+        args.cold = min(sizes, default=0)
     figures = {}
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        for n in [int(x) for x in args.sizes.split(",") if x.strip()]:
+        if args.cold:
+            f = cold(Path(tmp) / "cold", args.cold)
+            label = _label(args.cold)
+            figures[f"verify_{label}_from_cold_start_s"] = f["total_s"]
+            figures[f"verify_{label}_cold_spark_start_s"] = f["spark_start_s"]
+            figures[f"verify_{label}_cold_job_s"] = f["job_s"]
+            shutil.rmtree(Path(tmp) / "cold")
+        spark = spark_session(None, "bench-verify")
+        for n in sizes:
             f = throughput(spark, Path(tmp) / f"n{n}", n)
-            label = f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1000}k" if n >= 1000 else str(n)
+            label = _label(n)
             figures[f"verify_{label}_events_per_s"] = f["events_per_s"]
             figures[f"verify_{label}_read_s"] = f["read_s"]
             figures[f"verify_{label}_join_s"] = f["join_s"]
             shutil.rmtree(Path(tmp) / f"n{n}")
-        figures.update(recovery(spark, Path(tmp) / "recover", args.lost, args.timeout))
+        if args.lost:
+            figures.update(recovery(spark, Path(tmp) / "recover", args.lost, args.timeout))
     emit(figures, args.json, "photon verify / recover")
     spark.stop()
     return 0

@@ -57,6 +57,8 @@ ID_PATTERN = f"^{ID_REGEX}$"          # the pipeline's own id format (photon._id
 LEDGER_REASON = "in a lost-ids ledger"
 STOPPED_REASON = "its joiner is no longer running"
 AGED_REASON = "registered over [verify].lost_after_s ago by a joiner that cannot be seen"
+TOKEN_PREFIX = r"^(.*)/[^/]*$"        # a token's joiner (host:port/pid/start_us) without its sequence number
+MASK_REGIONS = 62                     # up to this many regions, an id's regions are a bit mask in a long
 
 
 class VerifyInputError(Exception):
@@ -121,34 +123,43 @@ def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]], li
     return published, partial, parquet
 
 
-def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], region: str, more=None,
+def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], staging: str | None, more=None,
               parquet: list[str] = ()):
-    """Rows ``(value, file, region)`` of published files and compacted partitions' Parquet folders (both read
-    by Spark), in-progress lines and ``more`` (a DataFrame ``(value, file)``, e.g. from
-    :func:`photon._spark_io.stream_text`)."""
+    """Rows ``(value)`` of published files and compacted partitions' Parquet folders (both read by Spark),
+    in-progress lines and ``more`` (a DataFrame with a ``value`` column, e.g. from
+    :func:`photon._spark_io.stream_text`). The in-progress lines (read on the driver when the output was
+    listed, so that what Spark sees is that moment's committed prefix) are written to one file in
+    ``staging`` and read by Spark too, each non-empty line as the driver split it."""
     from pyspark.sql import functions as F
-    frames = [] if more is None else [more]
+    frames = [] if more is None else [more.select("value")]
     if files:
-        frames.append(spark.read.text(files).select("value", F.input_file_name().alias("file")))
+        frames.append(spark.read.text(files))
     if parquet:    # each compacted line is kept as written, in one column
-        frames.append(spark.read.parquet(*parquet).select(F.col(LINE_COLUMN).cast("string").alias("value"),
-                                                          F.input_file_name().alias("file")))
-    rows = [(line.decode("utf-8", "replace"), name) for name, data in partial for line in data.split(b"\n") if line]
-    if rows:
-        frames.append(spark.createDataFrame(rows, "value string, file string"))
+        frames.append(spark.read.parquet(*parquet).select(F.col(LINE_COLUMN).cast("string").alias("value")))
+    data = b"".join(d if d.endswith(b"\n") else d + b"\n" for _, d in partial)
+    if data.strip(b"\n"):
+        path = Path(tempfile.mkstemp(suffix=".jsonl", dir=staging)[1])
+        path.write_bytes(data.decode("utf-8", "replace").encode("utf-8"))
+        frames.append(spark.read.text(str(path), lineSep="\n").filter(F.col("value") != ""))
     if not frames:
-        return spark.createDataFrame([], "value string, file string, region string")
-    return union_all(frames).withColumn("region", F.lit(region))
+        return spark.createDataFrame([], "value string")
+    return union_all(frames)
+
+
+def _in_window(since_us, until_us):
+    """True where the timestamp of column ``id`` is inside ``[since_us, until_us)`` (either bound optional)."""
+    from pyspark.sql import functions as F
+    ts = F.substring("id", -TIMESTAMP_DIGITS, TIMESTAMP_DIGITS).cast("long")
+    cond = F.lit(True)
+    if since_us is not None:
+        cond = cond & (ts >= since_us)
+    if until_us is not None:
+        cond = cond & (ts < until_us)
+    return cond
 
 
 def _window(df, since_us, until_us):
-    from pyspark.sql import functions as F
-    ts = F.substring("id", -TIMESTAMP_DIGITS, TIMESTAMP_DIGITS).cast("long")
-    if since_us is not None:
-        df = df.filter(ts >= since_us)
-    if until_us is not None:
-        df = df.filter(ts < until_us)
-    return df
+    return df if since_us is None and until_us is None else df.filter(_in_window(since_us, until_us))
 
 
 def _ids(df, id_field: "str | EventIds", extra: str | None = None, user_id: bool = False):
@@ -193,7 +204,7 @@ def _staging(config: PhotonConfig) -> str:
 
 
 def _output_lines(spark, config: PhotonConfig, region, kind: str):
-    """One region's ``kind`` output as rows ``(value, file, region)`` and the ``(name, read)`` sources
+    """One region's ``kind`` output as rows ``(value)`` and the ``(name, read)`` sources
     :func:`_first_bad_line` searches."""
     folder = region.joined_dir if kind == "joined" else region.unjoinable_dir
     output = region.output_reader(kind, config.s3)
@@ -202,7 +213,8 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
         sources = [(f, lambda f=f: Path(f).read_bytes()) for f in files]
         sources += [(name, lambda d=data: d) for name, data in partial]
         sources += [(f, lambda f=f: b"".join(x + b"\n" for x in compacted_lines(Path(f), "."))) for f in parquet]
-        return _lines_df(spark, files, partial, region.name, parquet=parquet), sources
+        staging = _staging(config) if partial else None
+        return _lines_df(spark, files, partial, staging, parquet=parquet), sources
     url = region.output_url(kind)
     try:
         snap = output.snapshot()
@@ -213,35 +225,63 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
     partial += [(f"{url}/{part} (compacted)", b"".join(line + b"\n" for line in snap.compacted_lines(part)))
                 for part in sorted(snap.compacted)]
     sources = [(f"{url}/{o.name}", lambda n=o.name: snap.read(n)) for o in snap.objects]
-    return _lines_df(spark, [], partial, region.name, objects), sources + [(n, lambda d=d: d) for n, d in partial]
+    return (_lines_df(spark, [], partial, _staging(config), objects),
+            sources + [(n, lambda d=d: d) for n, d in partial])
+
+
+def _region_bit(index: int, n_regions: int):
+    """The literal that marks a row as coming from the pipeline region of that index, of ``n_regions``
+    (see :func:`_regions`): its bit, or the index itself beyond :data:`MASK_REGIONS` regions."""
+    from pyspark.sql import functions as F
+    return F.lit(1 << index if n_regions <= MASK_REGIONS else index).cast("long")
+
+
+def _regions(column: str, n_regions: int):
+    """``(aggregate, count)``: an aggregate of ``column`` (the region marks of :func:`_region_bit`, null on
+    rows of other sources) and the number of distinct regions it held (null when none): a bit mask ORed
+    together when there are at most :data:`MASK_REGIONS` regions (one plain aggregate, no distinct), else a
+    set of region indexes."""
+    from pyspark.sql import functions as F
+    if n_regions <= MASK_REGIONS:
+        return F.bit_or(column).alias(column), F.bit_count(column)
+    return F.collect_set(column).alias(column), F.when(F.size(column) > 0, F.size(column))
 
 
 def _read_outputs(spark, config: PhotonConfig):
-    """Every region's joined and unjoinable output as rows ``(id, region, kind)`` (cached); raises
-    :class:`VerifyInputError` naming the first line without a readable id."""
-    from pyspark.sql import functions as F
-    id_field = config.join.foreign_id_field
+    """Every region's joined and unjoinable output: ``(frames, sources)``, ``frames`` being
+    ``[(region index, region name, kind, rows (value, id))]`` (``id`` as :func:`_ids` reads it, null or
+    malformed on a line without a readable id) and ``sources`` the ``(region, kind) -> sources`` that
+    :func:`_first_bad_line` searches."""
     ids = config.join.foreign_ids
     frames, sources = [], {}
-    for region in config.pipeline_regions:
+    for index, region in enumerate(config.pipeline_regions):
         root = region.output_root
         if not storage_kind(root).exists(root, config.s3):
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
         for kind in ("joined", "unjoinable"):
             df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
-            frames.append(_ids(df, ids).withColumn("kind", F.lit(kind)))
-    out = union_all(frames).withColumn("bad", F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)).cache()
-    bad = out.filter("bad").select("value", "region", "kind").limit(5).collect()
-    if bad:
-        where = _first_bad_line(sources[(bad[0].region, bad[0].kind)], id_field, [r.value for r in bad])
-        what = f"{id_field!r}" + (f" and {ids.time_field!r}" if ids.custom else "")
-        raise VerifyInputError(f"region {bad[0].region}: {bad[0].kind} output line without a readable "
-                               f"{what} in {where}: {bad[0].value[:120]!r}")
-    return out
+            frames.append((index, region.name, kind, _ids(df, ids)))
+    return frames, sources
+
+
+def _bad_line_error(config: PhotonConfig, frames, sources) -> VerifyInputError:
+    """The error naming the first output line without a readable id (the aggregation found one; this
+    looks for it line by line, only on this failure path)."""
+    from pyspark.sql import functions as F
+    id_field, ids = config.join.foreign_id_field, config.join.foreign_ids
+    bad = union_all([df.select("value", F.lit(name).alias("region"), F.lit(kind).alias("kind"))
+                     .filter(F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)) for _, name, kind, df in frames])
+    rows = bad.limit(5).collect()
+    if not rows:        # pragma: no cover - the aggregation saw one
+        return VerifyInputError("an output line without a readable id (not found again)")
+    where = _first_bad_line(sources[(rows[0].region, rows[0].kind)], id_field, [r.value for r in rows])
+    what = f"{id_field!r}" + (f" and {ids.time_field!r}" if ids.custom else "")
+    return VerifyInputError(f"region {rows[0].region}: {rows[0].kind} output line without a readable "
+                            f"{what} in {where}: {rows[0].value[:120]!r}")
 
 
 def _input_lines(spark, config: PhotonConfig, region, stream: str):
-    """Rows ``(value, file, region)`` of ``stream`` and its recovery stream in ``region``'s log root."""
+    """Rows ``(value)`` of ``stream`` and its recovery stream in ``region``'s log root."""
     url = region.stream_url(stream)
     root = local_folder(url)
     if root is not None:        # a local folder: Spark reads its files in place
@@ -250,7 +290,7 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
         files = [str(root / f) for f in list_log_files(root)]
         recovery = local_folder(region.stream_url(recovery_stream(stream)))
         files += [str(recovery / f) for f in list_log_files(recovery)]
-        return _lines_df(spark, files, [], region.name)
+        return _lines_df(spark, files, [], None)
     recovery = region.stream_url(recovery_stream(stream))
     try:
         objects = stream_objects(url, config.s3)
@@ -260,20 +300,22 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
             stream_text(spark, recovery, config.s3, None, _staging(config)))
     except (SourceError, OSError) as e:
         raise VerifyInputError(f"region {region.name}: input {url}: {e}") from None
-    return _lines_df(spark, [], [], region.name, df)
+    return _lines_df(spark, [], [], None, df)
 
 
-def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: str | None, user_id: bool = False):
-    """Every region's input lines of ``stream`` (and its recovery folder) as ``(id, [ref,] value, region)``;
-    lines without a well-formed id are left out (the pipeline quarantines them). ``id_field``: see
-    :func:`_ids`."""
+def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: str | None, user_id: bool = False,
+                checked: bool = True):
+    """Every region's input lines of ``stream`` (and its recovery folder) as ``(value, id, [ref,] bit)``,
+    ``bit`` the region's mark (:func:`_region_bit`); lines without a well-formed id are left out (the
+    pipeline quarantines them), or with ``checked=False`` only those without one, the caller checking the
+    format (once per id rather than per line). ``id_field``: see :func:`_ids`."""
     from pyspark.sql import functions as F
     frames = []
-    for region in config.pipeline_regions:
+    for index, region in enumerate(config.pipeline_regions):
         df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field, user_id)
-        good = F.col("id").isNotNull() if isinstance(id_field, EventIds) and id_field.custom \
+        good = F.col("id").isNotNull() if (isinstance(id_field, EventIds) and id_field.custom) or not checked \
             else F.col("id").rlike(ID_PATTERN)
-        frames.append(df.filter(good).drop("file"))
+        frames.append(df.filter(good).withColumn("bit", _region_bit(index, len(config.pipeline_regions))))
     return union_all(frames)
 
 
@@ -318,12 +360,71 @@ def _mark_lost(every, aged_before_us: int):
         .withColumn("reason", F.when(in_ledger, LEDGER_REASON).when(stopped, STOPPED_REASON).otherwise(AGED_REASON))
 
 
+def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us, outputs):
+    """One row per id of every source, from one aggregation over them all (each input read once, the
+    aggregation's buffers all fixed-width but the foreign line and the registry entry kept for lost ids):
+    ``id``, ``in_regions`` (regions whose foreign input holds it), ``n_out`` (its joined lines),
+    ``u_regions`` (regions whose unjoinable output holds it), ``registered``, ``lost`` (registered and
+    joined nowhere), ``everywhere`` (unjoinable in every region whose input holds it, joined nowhere, not
+    registered), ``token`` and ``registered_us`` of a lost id, ``raw`` (its line as logged) of a lost id,
+    ``ref`` of a lost or ``everywhere`` id, and ``bad``: output lines hold this id and it is not well-formed
+    (or null: lines without it), which stops the job. ``outputs``: from :func:`_read_outputs`.
+
+    An id's format is checked once per id after the aggregation, not once per line: a foreign line whose
+    id is malformed counts nowhere (the pipeline quarantines it), an output line's makes ``bad``."""
+    from pyspark.sql import functions as F
+    n_regions = len(config.pipeline_regions)
+    custom = config.join.foreign_ids.custom
+    exported = spark.read.parquet(*export_files)
+    registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
+    registry = _window(exported, since_us, until_us).select(
+        "id", F.when(F.col("token").isNotNull(), F.struct("token", registered_us.alias("registered_us"))).alias("reg"))
+    foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_ids,
+                                  config.join.foreign_ref_field, checked=False), since_us, until_us)
+    rows = foreign.select("id", F.col("bit").alias("in_bit"), F.struct("value", "ref").alias("line"))
+    for index, _, kind, df in outputs:
+        bit = _region_bit(index, n_regions)
+        rows = rows.unionByName(df.select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
+                                          (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
+                                allowMissingColumns=True)
+    rows = rows.unionByName(registry, allowMissingColumns=True)
+    in_agg, in_regions = _regions("in_bit", n_regions)
+    u_agg, u_regions = _regions("u_bit", n_regions)
+    grouped = rows.groupBy("id").agg(
+        in_agg, u_agg, F.sum("j").alias("n_out"), F.first("line", ignorenulls=True).alias("line"),
+        F.first("reg", ignorenulls=True).alias("reg"))
+    well_formed = F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))
+    in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
+    grouped = grouped.select(
+        "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(custom)), in_regions).alias("in_regions"),
+        "n_out", u_regions.alias("u_regions"), "line", "reg", (in_output & ~well_formed).alias("bad"))
+    if since_us is not None or until_us is not None:        # outputs' ids, here once per id
+        grouped = grouped.filter(F.col("bad") | _in_window(since_us, until_us))
+    registered = F.col("reg").isNotNull()
+    lost = registered & F.col("n_out").isNull()
+    unjoinable = F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~registered
+    everywhere = unjoinable & F.col("in_regions").isNotNull() & (F.col("u_regions") >= F.col("in_regions"))
+    return grouped.select(
+        "id", "in_regions", "n_out", "u_regions", registered.alias("registered"), lost.alias("lost"),
+        everywhere.alias("everywhere"),
+        F.when(lost, F.col("reg.token")).alias("token"), F.when(lost, F.col("reg.registered_us")).alias("registered_us"),
+        F.when(lost & F.col("in_regions").isNotNull(), F.col("line.value")).alias("raw"),
+        F.when((lost | everywhere) & F.col("in_regions").isNotNull(), F.col("line.ref")).alias("ref"), "bad")
+
+
 def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, until_us: int | None = None,
                export_dir: str | Path | None = None, out_dir: str | Path | None = None,
                show_progress: bool = False) -> VerifyReport:
     """Run the verification (see the module docstring); writes the recoverable events as Parquet under
     ``out_dir`` (default ``config.verify_dir``)/``recoverable`` with columns id, token, raw, ref, reason,
-    registered_us."""
+    registered_us.
+
+    The plan: the export's token prefixes first (to judge the joiners before the output is listed); then
+    every source (foreign input, joined and unjoinable output, export) is read once by Spark's own readers
+    (``json_tuple`` pulls the ids out of the lines, no Python per line) and grouped by id in one
+    aggregation, kept narrow (ids, counts, flags; the raw line only of lost ids) and cached; every count is
+    one aggregation over it, and the recoverable rows are the lost ones joined with the joiners' verdicts
+    and the ledgers."""
     from pyspark.sql import functions as F
     from photon.app._spark import progress
 
@@ -344,13 +445,9 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     with progress(spark, "verify", show_progress):
         t0 = time.perf_counter()
         export_files = [str(export_dir / s["file"]) for s in manifest["shards"].values()]
-        exported = spark.read.parquet(*export_files)
-        registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
-        registered = _window(exported, since_us, until_us) \
-            .select("id", "token", registered_us.alias("registered_us")) \
-            .withColumn("prefix", F.regexp_extract("token", r"^(.*)/[^/]*$", 1))
-        registered = registered.cache()
-        prefixes = [r.prefix for r in registered.select("prefix").distinct().collect() if r.prefix]
+        prefixes = [r.prefix for r in _window(spark.read.parquet(*export_files), since_us, until_us)
+                    .select(F.regexp_extract("token", TOKEN_PREFIX, 1).alias("prefix")).distinct().collect()
+                    if r.prefix]
         # judged before the output is listed: a joiner stopped now wrote all it ever will by the listing
         grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
         now_us = time.time_ns() // 1000
@@ -359,58 +456,52 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         ledger = [(e["id"], e["token"]) for r in config.regions for e in joiner.read_lost(r.state_dir)
                   if isinstance(e.get("token"), str)]
 
-        cached_outputs = _read_outputs(spark, config)
-        outputs = _window(cached_outputs, since_us, until_us)
-        joined = outputs.filter(F.col("kind") == "joined").groupBy("id") \
-            .agg(F.count(F.lit(1)).alias("n_out")).cache()
-        unjoin = outputs.filter(F.col("kind") == "unjoinable").groupBy("id") \
-            .agg(F.countDistinct("region").alias("u_regions")).cache()
-        foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_ids,
-                                      config.join.foreign_ref_field), since_us, until_us)
-        foreign = foreign.groupBy("id").agg(F.first("value").alias("raw"), F.first("ref").alias("ref"),
-                                            F.countDistinct("region").alias("in_regions")).cache()
-        for df in (joined, unjoin, foreign):
-            df.count()
+        outputs, sources = _read_outputs(spark, config)       # lists the output
+        cached = _per_id(spark, config, export_files, since_us, until_us, outputs).cache()
+        counts = cached.agg(
+            F.count("in_regions").alias("foreign_events"),
+            F.count("n_out").alias("joined"),
+            F.count(F.when(F.col("n_out") > 1, 1)).alias("duplicates"),
+            F.count(F.when(F.col("lost"), 1)).alias("lost"),
+            F.count(F.when(F.col("in_regions").isNotNull() & ~F.col("registered") & F.col("n_out").isNull()
+                           & F.col("u_regions").isNull(), 1)).alias("pending"),
+            F.count(F.when(F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~F.col("registered"), 1))
+            .alias("unjoinable"),
+            F.count(F.when(F.col("everywhere"), 1)).alias("everywhere"),
+            F.count(F.when(F.col("bad"), 1)).alias("bad"),
+        ).collect()[0].asDict()
         timings["read_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        judged_df = spark.createDataFrame([(p, v) for p, v in judged.items() if v in (STOPPED, UNSEEN)],
-                                          "prefix string, verdict string")
-        ledger_df = spark.createDataFrame(ledger, "id string, token string").dropDuplicates() \
-            .withColumn("in_ledger", F.lit(True))
-        reg = registered.join(F.broadcast(judged_df), "prefix", "left") \
-            .join(ledger_df, ["id", "token"], "left")
-        every = foreign.join(joined, "id", "full").join(reg, "id", "full").join(unjoin, "id", "full")
-        every = _mark_lost(every, aged_before_us) \
-            .withColumn("is_unjoinable", F.col("u_regions").isNotNull() & F.col("n_out").isNull()
-                        & F.col("token").isNull()) \
-            .withColumn("everywhere", F.col("is_unjoinable") & F.col("in_regions").isNotNull()
-                        & (F.col("u_regions") >= F.col("in_regions"))).cache()
-        counts = every.agg(
-            F.count("raw").alias("foreign_events"),
-            F.count("n_out").alias("joined"),
-            F.sum(F.when(F.col("n_out") > 1, 1).otherwise(0)).alias("duplicates"),
-            F.sum(F.col("is_lost").cast("int")).alias("lost"),
-            F.sum(F.col("is_recoverable").cast("int")).alias("recoverable"),
-            F.sum((F.col("raw").isNotNull() & F.col("token").isNull() & F.col("n_out").isNull()
-                   & F.col("u_regions").isNull()).cast("int")).alias("pending"),
-            F.sum(F.col("is_unjoinable").cast("int")).alias("unjoinable"),
-            F.sum(F.col("everywhere").cast("int")).alias("everywhere"),
-        ).collect()[0].asDict()
+        bad = counts.pop("bad")
+        if bad:
+            cached.unpersist()
+            raise _bad_line_error(config, outputs, sources)
         counts = {k: int(v or 0) for k, v in counts.items()}
-        dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
-                     .select("id", "n_out").orderBy("id").limit(20).collect())
+        every = cached.filter(F.col("id").isNotNull())      # ids in no output are well-formed or ignored
+        dups = ()
+        if counts["duplicates"]:
+            dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
+                         .select("id", "n_out").orderBy("id").limit(20).collect())
         wrongly = 0
         if counts.pop("everywhere"):
             primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
                 .select(F.col("id").alias("ref")).distinct()
             wrongly = every.filter("everywhere").join(primary, "ref", "left_semi").count()
+        judged_df = spark.createDataFrame([(p, v) for p, v in judged.items() if v in (STOPPED, UNSEEN)],
+                                          "prefix string, verdict string")
+        ledger_df = spark.createDataFrame(ledger, "id string, token string").dropDuplicates() \
+            .withColumn("in_ledger", F.lit(True))
+        lost = every.filter("lost").withColumn("prefix", F.regexp_extract("token", TOKEN_PREFIX, 1)) \
+            .join(F.broadcast(judged_df), "prefix", "left").join(ledger_df, ["id", "token"], "left")
+        recoverable = _mark_lost(lost, aged_before_us).filter("is_recoverable") \
+            .select("id", "token", "raw", "ref", "reason", "registered_us").cache()
+        counts["recoverable"] = recoverable.count()
         recoverable_path = out / "recoverable"
-        every.filter("is_recoverable").select("id", "token", "raw", "ref", "reason", "registered_us") \
-            .coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
+        recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
         timings["join_s"] = time.perf_counter() - t0
-        for df in (registered, cached_outputs, joined, unjoin, foreign, every):
-            df.unpersist()
+        recoverable.unpersist()
+        cached.unpersist()
     return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
                         recoverable_path=str(recoverable_path), export_dir=str(export_dir),
                         timings={k: round(v, 3) for k, v in timings.items()})

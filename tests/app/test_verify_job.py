@@ -220,3 +220,11 @@ def test_compacted_partitions_are_read_by_spark_from_parquet_never_through_the_d
     report = run_verify(config, spark, export_dir=root / "export")
     assert (report.foreign_events, report.joined, report.duplicates, report.lost, report.pending) == (40, 30, 1, 0, 10)
     assert report.duplicate_ids == ((c[0], 2),)
+
+
+def test_beyond_the_bit_mask_regions_are_counted_as_sets_with_the_same_report(tmp_path, spark, monkeypatch):
+    """Up to MASK_REGIONS regions an id's regions are a bit mask; beyond, a set of region indexes: the same
+    two-region world (a cross-region duplicate, a click unjoinable everywhere) gives the same report."""
+    import photon.app._verify as verify
+    monkeypatch.setattr(verify, "MASK_REGIONS", 0)
+    test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark)

@@ -36,7 +36,7 @@ BENCHES = {
                    "groupby_parquet_s", "groupby_jsonl_rows_per_s", "groupby_parquet_rows_per_s"}),
     "bench.verify": (["--sizes", "2000", "--lost", "20"],
                      {"verify_2k_events_per_s", "verify_2k_read_s", "verify_2k_join_s", "recover_end_to_end_s",
-                      "recovered"}),
+                      "recovered", "verify_2k_from_cold_start_s", "verify_2k_cold_spark_start_s"}),
     "bench.millwheel": (["--rate", "200", "--seconds", "1", "--records", "2000"],
                         {"records_per_s", "delay_p50_ms_eo_on", "delay_p95_ms_eo_off",
                          "stage1_watermark_lag_ms", "records_per_s_postgres", "records_per_s_sqlite",
