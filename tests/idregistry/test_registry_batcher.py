@@ -53,7 +53,7 @@ def test_concurrent_requests_share_a_command_and_each_gets_its_result():
             k, b.run((OP_COMMIT, f"t{k % 2}", _ids(3, 1 + k % 4)), 3)), daemon=True) for k in range(8)]
         for t in threads:
             t.start()
-        wait_until(lambda: b.queue_depth() + len(applier.commands) >= 8 and len(applier.commands) >= 1, 10,
+        wait_until(lambda: b.queue_depth() + sum(applier.commands) >= 8 and len(applier.commands) >= 1, 10,
                    message="every request queued or submitted")
         applier.gate.set()
         for t in threads:

@@ -20,6 +20,11 @@ def fresh_ids(n: int, gen=IdGenerator("10.9.9.9", 4242)) -> list[str]:
 
 
 def test_status_names_every_replica_and_one_leader(cluster):
+    # A member that has not yet heard the leader elected by pre-vote still shows the term it started with.
+    def agreed() -> bool:
+        rows = cluster.client.status()
+        return len(rows) == 3 and len({r["term"] for r in rows}) == 1
+    wait_until(agreed, 20, message="every replica following one leader in one term")
     rows = cluster.client.status()
     assert len(rows) == 3
     assert {r["replica"] for r in rows} == {0, 1, 2}
