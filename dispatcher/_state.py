@@ -162,6 +162,7 @@ class DispatcherState:
         self._delays_us = backoff_table_us(dispatcher.retry_initial_s, dispatcher.retry_max_s)
         self._give_up_after_us = int(join.unjoinable_after_s * 1_000_000)
         self._checkpoint_every_us = int(dispatcher.checkpoint_interval_s * 1_000_000)
+        self._backlog_batch = max(dispatcher.batch_size, dispatcher.backlog_batch_size)
         self.offsets: dict[str, int] = {}
         self._events: dict[str, list] = {}        # unresolved id -> [ref, raw, first_seen_us, attempts]
         self._dups: dict[str, list[bytes]] = {}    # unresolved id -> raw lines of its later copies
@@ -262,12 +263,12 @@ class DispatcherState:
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
-        batches wait queued behind the requests in flight, and never more than ``max_unresolved`` events
+        backlog batches (``backlog_batch_size``) wait queued behind the requests in flight, and never more than ``max_unresolved`` events
         are unresolved (queued, in flight or waiting for a retry; 0: read nothing now). So at most
         ``max_unresolved`` + one scan's lines (plus their later copies) are held in memory and in each
         checkpoint, however long the joiners, event store or registry stay down."""
         cfg = self.config
-        return max(0, min(cfg.batch_size * cfg.max_in_flight - len(self._queued),
+        return max(0, min(self._backlog_batch * cfg.max_in_flight - len(self._queued),
                           cfg.max_unresolved - len(self._events)))
 
     def wants_lines(self) -> bool:
@@ -629,7 +630,10 @@ class DispatcherState:
     def _pump(self, out: list) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
         while queued and len(self._batches) < limit:
-            n = min(size, len(queued))
+            # a backlog is spread over the free slots in bigger requests (per-request costs paid less often);
+            # with little queued, requests of batch_size go at once (no waiting to fill a batch)
+            free = limit - len(self._batches)
+            n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
             ids = [queued.popleft() for _ in range(n)]
             batch_id = self._next_batch
             self._next_batch += 1
