@@ -69,8 +69,10 @@ class JoinerServer:
         self._clock = clock
         self._stop_patience_s = stop_patience_s
         self._stop = threading.Event()
-        # often enough that the commit record is published <= ~1.2 commit intervals after a write
-        period = min(writer.roll_interval_s / 10, writer.commit_interval_s / 5, 0.1)
+        # every request syncs its own lines (a group commit), so the roller only rolls on time, retries
+        # publishing and commits anything written but not committed yet: ten times per roll interval, at
+        # most every 100 ms (not five times per commit interval: 100 wake-ups a second for nothing)
+        period = min(writer.roll_interval_s / 10, 0.1)
         self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
                                         daemon=True)
         self._roller.start()
