@@ -11,7 +11,6 @@ it is a view, rewritten every ~100 ms.
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 from pathlib import Path
@@ -99,7 +98,8 @@ class CheckpointFiles:
 
 
 def write_status(directory: Path, stats) -> None:
-    write_atomic(directory / STATUS_FILE, orjson.dumps(dataclasses.asdict(stats)), durable=False)
+    # orjson serializes the frozen dataclass as it stands (no deep copy through dataclasses.asdict)
+    write_atomic(directory / STATUS_FILE, orjson.dumps(stats), durable=False)
 
 
 def read_status(state_dir: str | Path) -> dict | None:

@@ -46,6 +46,9 @@ STORE_PROBE_EVERY_US = 200_000
 """While clicks wait for the event store to catch up and no request is out whose answer would say whether it
 has, one batch of them (the longest waiting) is sent this often as a probe."""
 LATENCY_SAMPLES = 4096
+OLDEST_HEAP_SLACK = 1024
+"""The heap behind :meth:`DispatcherState.oldest_unresolved_us` is rebuilt from the unresolved ids once it holds
+more than twice as many entries plus this many (resolved ids leave it lazily)."""
 _MAX_ATTEMPT_TABLE = 64
 
 
@@ -159,6 +162,7 @@ class DispatcherState:
         self._delays_us = backoff_table_us(dispatcher.retry_initial_s, dispatcher.retry_max_s)
         self._give_up_after_us = int(join.unjoinable_after_s * 1_000_000)
         self._checkpoint_every_us = int(dispatcher.checkpoint_interval_s * 1_000_000)
+        self._backlog_batch = max(dispatcher.batch_size, dispatcher.backlog_batch_size)
         self.offsets: dict[str, int] = {}
         self._events: dict[str, list] = {}        # unresolved id -> [ref, raw, first_seen_us, attempts]
         self._dups: dict[str, list[bytes]] = {}    # unresolved id -> raw lines of its later copies
@@ -166,6 +170,8 @@ class DispatcherState:
         self._share = share if lookups else None   # each click's first region (see _share.py)
         self._held: dict[str, int] = {}            # unresolved id held back for its owner -> owner index
         self._held_again: set[str] = set()         # of those, found unjoined at a lookup already
+        self._by_time: list[tuple[str, str]] = []   # heap of (time digits, id) of unresolved ids; resolved ones
+        #                                             leave it lazily (see oldest_unresolved_us)
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
@@ -257,12 +263,12 @@ class DispatcherState:
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
-        batches wait queued behind the requests in flight, and never more than ``max_unresolved`` events
+        backlog batches (``backlog_batch_size``) wait queued behind the requests in flight, and never more than ``max_unresolved`` events
         are unresolved (queued, in flight or waiting for a retry; 0: read nothing now). So at most
         ``max_unresolved`` + one scan's lines (plus their later copies) are held in memory and in each
         checkpoint, however long the joiners, event store or registry stay down."""
         cfg = self.config
-        return max(0, min(cfg.batch_size * cfg.max_in_flight - len(self._queued),
+        return max(0, min(self._backlog_batch * cfg.max_in_flight - len(self._queued),
                           cfg.max_unresolved - len(self._events)))
 
     def wants_lines(self) -> bool:
@@ -304,11 +310,19 @@ class DispatcherState:
         """The event time (from its key, photon.EventIds) of the oldest click queued, in flight or waiting for
         a retry; 0 when there is none. Every click whose joined line may still appear is unresolved here or
         not read yet."""
-        if not self._events:
+        events, heap = self._events, self._by_time
+        if not events:
+            heap.clear()
             return 0
         # every id here passed is_event_id: its last TIMESTAMP_DIGITS characters are zero-padded digits, so
-        # the smallest string is the smallest time (about 8 ms per 100,000 unresolved clicks)
-        return int(min(i[-TIMESTAMP_DIGITS:] for i in self._events))
+        # the smallest string is the smallest time. The heap holds every unresolved id (and resolved ones
+        # not popped yet): O(log n) per click read instead of a scan of every unresolved id per status
+        if len(heap) > 2 * len(events) + OLDEST_HEAP_SLACK:    # mostly resolved ids: rebuild (amortized O(1) per click)
+            heap[:] = [(i[-TIMESTAMP_DIGITS:], i) for i in events]
+            heapq.heapify(heap)
+        while heap[0][1] not in events:
+            heapq.heappop(heap)
+        return int(heap[0][0])
 
     def snapshot(self, now_us: int) -> dict:
         """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting)::
@@ -372,6 +386,7 @@ class DispatcherState:
         events, dups, queued = self._events, self._dups, self._queued
         share = self._share
         added = self._added
+        by_time, heappush = self._by_time, heapq.heappush
         bad: list = []
         read = 0
         for chunk in ev.chunks:
@@ -414,6 +429,7 @@ class DispatcherState:
                         self._dup_added.append((cid, line))
                     continue
                 events[cid] = [ref, line, now, 0]
+                heappush(by_time, (cid[-TIMESTAMP_DIGITS:], cid))
                 added[cid] = None
                 if recovered:
                     self._recovered.add(cid)
@@ -614,7 +630,10 @@ class DispatcherState:
     def _pump(self, out: list) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
         while queued and len(self._batches) < limit:
-            n = min(size, len(queued))
+            # a backlog is spread over the free slots in bigger requests (per-request costs paid less often);
+            # with little queued, requests of batch_size go at once (no waiting to fill a batch)
+            free = limit - len(self._batches)
+            n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
             ids = [queued.popleft() for _ in range(n)]
             batch_id = self._next_batch
             self._next_batch += 1
@@ -634,6 +653,7 @@ class DispatcherState:
             if cid in self._events:
                 continue
             self._events[cid] = [ref, raw.encode(), int(first_seen), int(attempts)]
+            heapq.heappush(self._by_time, (cid[-TIMESTAMP_DIGITS:], cid))
             if dups:
                 self._dups[cid] = [d.encode() for d in dups]
             self._queued.append(cid)

@@ -38,7 +38,7 @@ METRIC_KINDS = MetricKinds(
         "unjoinable", "duplicates_in_request", "adapter_errors", "bad_ids", "eventstore_errors", "registry_errors",
         "commit_retries", "lines_written", "bytes_written", "files_rolled", "orphans_recovered",
         "not_found_store_behind", "served_by_cache", "served_by_logs", "write_failures", "lost_ids",
-        "requests_throttled_writer", "refused_ids", "commit_unknown_ids", "unrecorded_ids"}))
+        "requests_throttled_writer", "refused_ids", "commit_unknown_ids", "unrecorded_ids", "output_commits"}))
 """How :class:`JoinerStatistics` is exposed: everything counts since the process started, but the
 requests in flight and their limit."""
 
@@ -69,8 +69,10 @@ class JoinerServer:
         self._clock = clock
         self._stop_patience_s = stop_patience_s
         self._stop = threading.Event()
-        # often enough that the commit record is published <= ~1.2 commit intervals after a write
-        period = min(writer.roll_interval_s / 10, writer.commit_interval_s / 5, 0.1)
+        # every request syncs its own lines (a group commit), so the roller only rolls on time, retries
+        # publishing and commits anything written but not committed yet: ten times per roll interval, at
+        # most every 100 ms (not five times per commit interval: 100 wake-ups a second for nothing)
+        period = min(writer.roll_interval_s / 10, 0.1)
         self._roller = threading.Thread(target=self._roll_loop, args=(period,), name=f"{joiner.name}-roller",
                                         daemon=True)
         self._roller.start()

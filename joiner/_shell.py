@@ -98,6 +98,7 @@ class JoinerStatistics:
     refused_ids: int = 0           # ids the registry refused alone (e.g. timestamped far in the future)
     commit_unknown_ids: int = 0    # ids put into the ledger because their commit's outcome stayed unknown
     unrecorded_ids: int = 0        # registered ids neither written nor in the ledger (stopping with both failing)
+    output_commits: int = 0        # group commits of the output (one may cover several requests' lines)
 
 
 ORPHAN_TOKEN = ""
@@ -507,4 +508,4 @@ class Joiner:
             joined=counts[Outcome.JOINED], already_registered=counts[Outcome.ALREADY_REGISTERED],
             not_found=counts[Outcome.NOT_FOUND], throttled=counts[Outcome.THROTTLED],
             unjoinable=counts[Outcome.UNJOINABLE], lines_written=w.lines_written, bytes_written=w.bytes_written,
-            files_rolled=w.files_rolled, **c)
+            files_rolled=w.files_rolled, output_commits=w.commits, **c)

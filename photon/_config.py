@@ -294,6 +294,11 @@ class DispatcherConfig:
     """``[dispatcher]``: tails the foreign logs and feeds the joiners."""
     batch_size: int = opt(500, "foreign events per joiner request", check=_positive)
     max_in_flight: int = opt(4, "joiner requests outstanding at once", check=_positive)
+    backlog_batch_size: int = opt(2000, "foreign events per joiner request while a backlog waits (more queued "
+                                        "than max_in_flight requests of batch_size carry): the backlog is "
+                                        "spread over the free request slots in requests of up to this many "
+                                        "(never fewer than batch_size), so each lookup, join, registry commit "
+                                        "and output commit carries more clicks", check=_positive)
     retry_initial_s: float = opt(0.05, "first retry delay for NOT_FOUND / THROTTLED (doubles per attempt)",
                                  check=_positive)
     retry_max_s: float = opt(8.0, "longest retry delay", check=_positive)

@@ -124,6 +124,8 @@ class RollingWriter:
         self._dirty = False
         self._last_commit = float("-inf")
         self._lock = threading.Lock()
+        self._commit_done = threading.Condition(self._lock)   # notified when a commit in flight ends
+        self._committing = False    # a commit's fsyncs run outside the lock (see _commit)
 
     # ----------------------------------------------------------------------------------------------- writing
 
@@ -137,22 +139,27 @@ class RollingWriter:
         with self._lock:
             now_us = self._clock.now_us()
             if self._f is not None and partition_of(now_us) != self._partition:
-                self._roll()                 # the hour ended: a file never spans two partitions
+                self._idle()
+                if self._f is not None and partition_of(now_us) != self._partition:
+                    self._roll()             # the hour ended: a file never spans two partitions
             if self._f is None:
                 self._open(now_us)
             if stamp is not None:
                 lines = stamp(now_us, lines)
             data = b"\n".join(lines) + b"\n"
+            f = self._f
             try:
                 view, done = memoryview(data), 0
                 while done < len(data):           # an unbuffered file: a short write is continued
-                    done += self._f.write(view[done:])
+                    done += f.write(view[done:])
             except OSError as e:
                 self._set_error(f"output write failed: {e}")
                 try:
-                    os.ftruncate(self._f.fileno(), self._size)
+                    os.ftruncate(f.fileno(), self._size)
                 except OSError:
-                    self._abandon(f"cutting back a failed write failed: {e}")
+                    self._idle()
+                    if self._f is f:
+                        self._abandon(f"cutting back a failed write failed: {e}")
                 raise
             self._size += len(data)
             self._written += len(data)
@@ -161,8 +168,10 @@ class RollingWriter:
             self.stats.lines_written += len(lines)
             self.stats.bytes_written += len(data)
             if self._size >= self.roll_bytes:
-                self._roll()
-            elif time.monotonic() - self._last_commit >= self.commit_interval_s:
+                self._idle()
+                if self._f is f and self._size >= self.roll_bytes:
+                    self._roll()
+            elif not self._committing and time.monotonic() - self._last_commit >= self.commit_interval_s:
                 self._commit()
             return ticket
 
@@ -171,7 +180,14 @@ class RollingWriter:
         (a reader counts them); raise :class:`LinesLost` if they were cut instead."""
         with self._lock:
             t = self._written if ticket is None else ticket
-            if t > self._committed:
+            tried = False
+            while t > self._committed:
+                if self._committing:          # a commit is in flight: it may cover t; else lead the next
+                    self._commit_done.wait()
+                    continue
+                if tried:
+                    break                     # the record could not be replaced: the standing one holds
+                tried = True
                 self._commit()
             if any(lo < t <= hi for lo, hi in self._lost):
                 raise LinesLost(errno.EIO, f"output {self.prefix}: lines cut back after a failed commit "
@@ -182,6 +198,8 @@ class RollingWriter:
         files whose rename failed, and commit what was written if the commit is due; call this periodically
         (every ~10-20 ms for fresh readers)."""
         with self._lock:
+            if self._committing:
+                return                        # a commit is in flight; the next call rolls or commits
             if self._stuck:
                 self._settle()
             if self._f is not None and (time.monotonic() - self._opened_at >= self.roll_interval_s
@@ -195,12 +213,14 @@ class RollingWriter:
     def flush_commits(self) -> None:
         """Commit now if lines were written since the last commit."""
         with self._lock:
+            self._idle()
             if self._dirty:
                 self._commit()
 
     def roll(self) -> None:
         """Publish the open file (and any whose rename failed before) and commit."""
         with self._lock:
+            self._idle()
             if self._f is not None:
                 self._roll()
             if self._stuck:
@@ -259,6 +279,7 @@ class RollingWriter:
         if self.publisher is not None:      # closed files a crashed writer had not uploaded yet
             self.publisher.publish_pending(self.dir, prefix=f"{self.prefix}-")
         with self._lock:
+            self._idle()
             self._write_record()
         return out
 
@@ -305,24 +326,54 @@ class RollingWriter:
         self._opened_at = time.monotonic()
         self._size = self._durable = 0
 
+    def _idle(self) -> None:
+        """Wait (releasing the lock) until no commit is in flight: rolls, cut-backs and other record
+        writes never overlap a commit's fsyncs."""
+        while self._committing:
+            self._commit_done.wait()
+
     def _commit(self) -> None:
         """Make what was written durable, then let the record vouch for it; on failure cut back (see the
-        module docstring)."""
-        if self._f is not None and self._size > self._durable:
-            try:
-                os.fdatasync(self._f.fileno())
-            except OSError as e:
-                self._abandon(f"fsync of {self._path} failed: {e}")
-                return
+        module docstring). Called with the lock held and no commit in flight.
+
+        A group commit: the fsync of the data and the replacement of the record run with the lock released,
+        so other requests append meanwhile (never rolling, cutting or rewriting the record: those wait in
+        :meth:`_idle`); the record vouches for the bytes written when the commit began, and a request whose
+        lines came later waits for this commit and then leads the next one, covering every line appended
+        during this one."""
+        f, path, size, written = self._f, self._path, self._size, self._written
+        sync_data = f is not None and size > self._durable
+        data = self._record_bytes()
+        self._committing = True
+        failure, record_failed = "", False
+        self._lock.release()
         try:
-            self._write_record()
-        except OSError as e:
-            if self._f is not None and self._size > self._durable:
-                self._abandon(f"replacing the commit record {self.commit_path} failed: {e}")
+            if sync_data:
+                try:
+                    os.fdatasync(f.fileno())
+                except OSError as e:
+                    failure = f"fsync of {path} failed: {e}"
+            if not failure:
+                try:
+                    self._replace_record(data)
+                except OSError as e:
+                    failure, record_failed = f"replacing the commit record {self.commit_path} failed: {e}", True
+        finally:
+            self._lock.acquire()
+            self._committing = False
+            self._commit_done.notify_all()
+        if failure:
+            if record_failed:
+                self.stats.commit_record_errors += 1
+                self._set_error(failure)
+            if sync_data:
+                self._abandon(failure)
             return
-        self._durable = self._size
-        self._committed = self._written
-        self._dirty = False
+        self.stats.commit_records_written += 1
+        if self._f is f and f is not None:
+            self._durable = max(self._durable, size)
+        self._committed = max(self._committed, written)
+        self._dirty = self._written > written
         self._last_commit = time.monotonic()
         self.stats.commits += 1
 
@@ -425,20 +476,33 @@ class RollingWriter:
                 self.publisher.publish(final, logical)
             log.info("output %s: published %s after an earlier failure", self.prefix, final)
 
-    def _write_record(self) -> None:
-        """Replace the commit record durably with what is vouched for now (open file up to its size, and
-        closed files whose rename failed). Raises OSError when the record is not replaced (the standing one
-        holds); once it is, a failing fsync of the folder is only logged (its bytes are durable; the rename
-        itself may not survive a power loss, which leaves the older record, vouching for less)."""
+    def _record_bytes(self) -> bytes:
+        """The commit record for what is vouched for now: the open file up to its size, and closed files
+        whose rename failed."""
         record = {name: n for name, (_, n) in self._stuck.items() if n > 0}
         if self._f is not None and self._size > 0:
             record[self._logical] = self._size
-        data = orjson.dumps({"writer": self.prefix, "at_us": self._clock.now_us(), "open": record})
+        return orjson.dumps({"writer": self.prefix, "at_us": self._clock.now_us(), "open": record})
+
+    def _replace_record(self, data: bytes) -> None:
+        """Replace the commit record with ``data`` durably (its folder made at the first write, or again
+        if it went away). A failing fsync of the folder after the rename only sets :attr:`error`."""
         try:
-            self.commit_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.commit_path, data, durable=True)
+            try:
+                write_atomic(self.commit_path, data, durable=True)
+            except FileNotFoundError:
+                self.commit_path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(self.commit_path, data, durable=True)
         except FolderNotDurable as e:
             self._set_error(str(e))
+
+    def _write_record(self) -> None:
+        """Replace the commit record durably with what is vouched for now, the lock held (outside commits).
+        Raises OSError when the record is not replaced (the standing one holds); once it is, a failing fsync
+        of the folder is only logged (its bytes are durable; the rename itself may not survive a power
+        loss, which leaves the older record, vouching for less)."""
+        try:
+            self._replace_record(self._record_bytes())
         except OSError as e:
             self.stats.commit_record_errors += 1
             self._set_error(f"replacing the commit record {self.commit_path} failed: {e}")

@@ -10,7 +10,7 @@ import pytest
 
 from photon import FakeClock, LinesLost, RollingWriter, read_output_lines
 from photon import _writer
-from photon._logs import partition_of
+from photon._logs import partition_of, wait_until
 
 
 def lines(*ns):
@@ -55,6 +55,40 @@ def test_sync_makes_lines_durable_then_committed_and_one_commit_covers_many_writ
         t.join(timeout=30)
     got = read_output_lines(tmp_path)
     assert len(got) == 2 + 400 and len(set(got)) == len(got)
+    w.roll()
+
+
+@pytest.mark.timeout(30)
+def test_writes_go_on_during_a_commit_and_the_next_commit_covers_them_all(tmp_path, monkeypatch):
+    """A group commit: its fsyncs run without the writer's lock, so requests append meanwhile; they are not
+    vouched for by it (the record names the size when it began) and one next commit covers all of them."""
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, commit_interval_s=3600)
+    w.sync(w.write_lines(lines(0)))
+    real, hold, held = os.fdatasync, threading.Event(), threading.Event()
+
+    def slow(fd):
+        if not held.is_set():
+            held.set()
+            assert hold.wait(20)
+        real(fd)
+    monkeypatch.setattr(_writer.os, "fdatasync", slow)
+    first = threading.Thread(target=lambda: w.sync(w.write_lines(lines(1))))
+    first.start()
+    wait_until(held.is_set, 10, message="the first commit's fsync")
+    commits = w.stats.commits
+    tickets = [w.write_lines(lines(n)) for n in (2, 3, 4)]   # not blocked by the commit in flight
+    assert record(tmp_path)["open"] == {k: len(lines(0)[0]) + 1 for k in record(tmp_path)["open"]}
+    later = [threading.Thread(target=w.sync, args=(t,)) for t in tickets]
+    for t in later:
+        t.start()
+    hold.set()
+    for t in [first, *later]:
+        t.join(10)
+        assert not t.is_alive()
+    assert w.stats.commits == commits + 2                 # the held one, then one for lines 2-4 together
+    assert sorted(read_output_lines(tmp_path)) == sorted(lines(0, 1, 2, 3, 4))
+    [size] = record(tmp_path)["open"].values()
+    assert size == sum(len(x) + 1 for x in lines(0, 1, 2, 3, 4))
     w.roll()
 
 

@@ -39,6 +39,7 @@ unjoinable_after_s = {unjoinable_after_s}
 
 [dispatcher]
 batch_size = 50
+backlog_batch_size = 50
 max_in_flight = 4
 retry_initial_s = 0.02
 retry_max_s = 0.2

@@ -38,6 +38,7 @@ def state(lookups=False, restore=None, share=None, **over) -> DispatcherState:
     d = dict(batch_size=100, max_in_flight=4, retry_initial_s=0.25, retry_max_s=8.0, min_attempts=3,
              checkpoint_interval_s=0.2)
     d.update(over)
+    d.setdefault("backlog_batch_size", d["batch_size"])   # requests of batch_size unless a test says otherwise
     return DispatcherState(JoinConfig(unjoinable_after_s=60.0), DispatcherConfig(**d), lookups=lookups,
                            restore=restore, share=share)
 
@@ -85,6 +86,28 @@ def test_batches_are_bounded_by_batch_size_and_max_in_flight():
     cmds = st.handle(JoinAnswered(sends[0].batch_id, [Outcome.JOINED] * 10, clock.advance(1000)))
     assert [len(s.ids) for s in of(cmds, SendBatch)] == [10]
     assert st.statistics().joined == 10
+
+
+def test_a_backlog_goes_out_in_bigger_requests_spread_over_the_free_slots():
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=3, backlog_batch_size=25)
+    assert st.lines_wanted() == 75                     # read ahead: max_in_flight backlog requests
+    cmds = st.handle(LinesRead([chunk([line(i) for i in range(100)])], clock.now_us()))
+    sends = of(cmds, SendBatch)
+    assert [len(s.ids) for s in sends] == [25, 25, 25]  # at most backlog_batch_size each
+    assert st.statistics().queued == 25
+    cmds = st.handle(JoinAnswered(sends[0].batch_id, [Outcome.JOINED] * 25, clock.advance(1000)))
+    assert [len(s.ids) for s in of(cmds, SendBatch)] == [25]
+    for s in sends[1:] + of(cmds, SendBatch):
+        st.handle(JoinAnswered(s.batch_id, [Outcome.JOINED] * 25, clock.advance(1000)))
+    # little queued: requests of batch_size go at once, never held back to fill a bigger one
+    cmds = st.handle(LinesRead([chunk([line(i) for i in range(100, 112)], start=10_000)], clock.advance(1000)))
+    assert [len(s.ids) for s in of(cmds, SendBatch)] == [10, 2]
+    # 40 queued over 3 free slots: spread evenly (14, 13, 13), none below batch_size
+    more = state(batch_size=10, max_in_flight=3, backlog_batch_size=25)
+    cmds = more.handle(LinesRead([chunk([line(i) for i in range(40)])], clock.now_us()))
+    assert [len(s.ids) for s in of(cmds, SendBatch)] == [14, 13, 13]
+    assert more.statistics().joined == 0 and st.statistics().joined == 100
 
 
 def test_lookup_drops_present_ids_and_a_failed_lookup_sends_anyway():

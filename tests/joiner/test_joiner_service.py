@@ -45,6 +45,7 @@ def test_join_not_found_then_found_and_never_twice(stack):
     st = s.client.status()
     assert (st["requests"], st["events"], st["joined"], st["already_registered"], st["not_found"]) == (3, 35, 15, 10, 10)
     assert st["lines_written"] == 15 and st["in_flight"] == 0 and st["name"] == "a-j0"
+    assert st["output_commits"] >= 2          # the two requests that wrote lines each waited for a commit
     wait_until(lambda: joiner.read_status(s.root / "state").get("a-j0", {}).get("joined") == 15, 10,
                message="status file with 15 joined")
 
