@@ -253,6 +253,37 @@ class _Run:
             offsets.insert(i, offset)
             tokens.insert(i, token)
 
+    def merge_sorted(self, offs: array, token: int) -> tuple[bytearray, int]:
+        """Insert each of the strictly increasing ``offs`` iff absent, under ``token``; returns one result
+        per offset (0: inserted now or held under ``token``; EXISTS_CODE: held under another) and how many
+        were inserted. The arrays are rebuilt once from slices, not shifted once per inserted offset (a
+        retried click lands among ids committed after it: one shift of the whole run per id was the cost)."""
+        offsets, tokens = self.offsets, self.token_array()
+        results = bytearray(len(offs))
+        cuts: list[tuple[int, int]] = []          # (position in the old run, offset) of each insertion
+        n, lo = len(offsets), 0
+        for k, off in enumerate(offs):
+            i = bisect_left(offsets, off, lo)
+            if i < n and offsets[i] == off:
+                if tokens[i] != token:
+                    results[k] = EXISTS_CODE
+            else:
+                cuts.append((i, off))
+            lo = i
+        if cuts:
+            new_offsets, new_tokens = array("I"), array("I")
+            prev = 0
+            for i, off in cuts:
+                new_offsets.extend(offsets[prev:i])
+                new_tokens.extend(tokens[prev:i])
+                new_offsets.append(off)
+                new_tokens.append(token)
+                prev = i
+            new_offsets.extend(offsets[prev:])
+            new_tokens.extend(tokens[prev:])
+            self.offsets, self.tokens = new_offsets, new_tokens
+        return results, len(cuts)
+
     def token_at(self, i: int) -> int:
         return NO_TOKEN if self.tokens is None else self.tokens[i]
 
@@ -551,7 +582,8 @@ class ShardState:
     def _commit_runs(self, token: str, runs, now_us: int = 0) -> bytes:
         # The hot path of the registry (it runs on every replica for every id). A run of one process's
         # strictly increasing timestamps inside one bucket, all after what that process already holds there
-        # (the usual shape), is appended in bulk; anything else goes id by id.
+        # (the usual shape), is appended in bulk; one among what it holds (retried clicks) is merged in one
+        # pass; anything else goes id by id.
         number, new_token = self._token_number(token, now_us)
         boundary, width = self.gc_boundary_us, self.bucket_us
         results = bytearray()                  # zero == CommitResult.OK
@@ -569,14 +601,18 @@ class ShardState:
                 base = b * width
                 run = self._run_of(b, prefix)
                 offsets = run.offsets
+                if b > newest:
+                    newest = b
                 if not offsets or offsets[-1] < first - base:
                     offsets.extend(array("I", map(base.__rsub__, stamps)))     # stamp - base, for each
                     run.token_array().extend(array("I", (number,)) * count)
                     results.extend(bytes(count))
                     added += count
-                    if b > newest:
-                        newest = b
                     continue
+                run_results, run_added = run.merge_sorted(array("I", map(base.__rsub__, stamps)), number)
+                results.extend(run_results)
+                added += run_added
+                continue
             run_added, run_newest = self._commit_one_by_one(number, prefix, stamps, results)
             added += run_added
             if run_newest > newest:

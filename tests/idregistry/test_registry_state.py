@@ -204,7 +204,7 @@ def test_packed_commits_keep_the_order_and_the_rule_of_one_winner_per_id():
     """What the leader proposes (``OP_COMMIT_RUNS``, ids packed per process) decides exactly as the model
     (first token wins, the same token again is OK, below the GC boundary TOO_OLD), whichever shape a
     request has: bulk-appendable runs, duplicates, out-of-order ids, runs spanning buckets, interleaved
-    processes."""
+    processes, runs in time order among ids already held."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -212,13 +212,15 @@ def test_packed_commits_keep_the_order_and_the_rule_of_one_winner_per_id():
 
     @settings(max_examples=150, deadline=None)
     @given(st.lists(st.tuples(st.sampled_from("AB"), st.lists(st.tuples(st.integers(1, 3), st.integers(0, 45)),
-                                                              max_size=25)), max_size=12),
-           st.integers(0, 20))
-    def check(requests, boundary):
-        s = ShardState(bucket_us=width)
+                                                              max_size=25), st.booleans()), max_size=12),
+           st.integers(0, 20), st.sampled_from([width, 1000]))
+    def check(requests, boundary, bucket_us):
+        s = ShardState(bucket_us=bucket_us)
         s.apply([(OP_ADVANCE_GC, T0 + boundary)])
         model: dict[str, str] = {}
-        for token, picks in requests:
+        for token, picks, in_order in requests:
+            if in_order:      # one process's ids in time order, often among ids it already holds (merged)
+                picks = sorted(set(picks))
             ids = [eid(n, proc=p) for p, n in picks]
             want = []
             for i in ids:
