@@ -37,7 +37,7 @@ def _cpu(proc: psutil.Process) -> float | None:
 
 def one_run(root: Path, timeout_s: float) -> dict:
     """One cold ``photon run`` on the workload in ``root``; its timeline as ``{figure: seconds}``."""
-    log = open(root / "run.log", "ab")
+    log = open(root / "run.log", "ab")  # noqa: SIM115  (closed in the finally below)
     t0 = time.monotonic()
     wall0 = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "photon.app.cli", "run", "--config", str(root / "photon.toml")],
@@ -98,12 +98,33 @@ def one_run(root: Path, timeout_s: float) -> dict:
     finally:
         stop_groups([proc])
         log.close()
+    for f in sorted(logs.glob("registry-*.log")):
+        at = _logged_at(f, b"SERVING again")
+        if at is not None:
+            fig[f"leader known {f.stem}"] = round(at - wall0, 3)
     for name, c in sorted(serving_cpu.items()):
         fig[f"cpu to serving {name}"] = round(c, 3)
     for pid, name in sorted(names.items(), key=lambda kv: kv[1]):
         fig[f"cpu to first join {name}"] = round(cpu.get(pid, 0.0), 3)
     fig["cpu to first join, all"] = round(sum(cpu.values()), 3)
     return dict(sorted(fig.items(), key=lambda kv: (kv[0].startswith("cpu"), kv[1] if not kv[0].startswith("cpu") else 0, kv[0])))
+
+
+def _logged_at(path: Path, text: bytes) -> float | None:
+    """The time (epoch seconds) of the first line of a process log holding ``text``, from its logging
+    timestamp (``2026-11-26 00:14:09,724 ...``, local time), or None."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        if text in line:
+            try:
+                stamp, ms = line[:23].decode().split(",")
+                return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+            except ValueError:
+                return None
+    return None
 
 
 def _name(p: psutil.Process) -> str:
@@ -123,6 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (the processes' logs)")
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="photon-startup-"))
     try:
@@ -133,7 +155,10 @@ def main(argv=None) -> int:
             figures = {"load_average_at_start": round(os.getloadavg()[0], 2), **one_run(root, args.timeout)}
             emit(figures, args.json, f"photon run, start-up timeline (run {k + 1}, seconds from its start)")
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

@@ -26,7 +26,9 @@ _WHERE = {
     "MetricKinds": "_metrics", "NamedHTTPSConnection": "_metrics", "histogram_quantile": "_metrics",
     "scrape": "_metrics", "serve_metrics": "_metrics",
     "ProcessSpec": "_process", "region_ports": "_process", "remembered_ports": "_process",
+    "ports_written_once": "_process",
     "bind_port": "_service", "free_port": "_service", "run_service": "_service",
+    "METRICS_AFTER_S": "_service", "serve_metrics_of": "_service",
     "LogChunk": "_logs", "Quarantine": "_logs", "list_log_files": "_logs", "parse_record": "_logs",
     "fsync_path": "_logs", "wait_until": "_logs", "write_atomic": "_logs",
     "LinesLost": "_writer", "RollingWriter": "_writer",
@@ -61,8 +63,8 @@ if TYPE_CHECKING:
     from photon._outcomes import OUTCOMES, Outcome
     from photon._tls import TlsFiles, raft_password, raft_secret, secret_fingerprint, tls_env, tls_files, tls_paths, use_tls
     from photon._metrics import MetricKinds, NamedHTTPSConnection, histogram_quantile, scrape, serve_metrics
-    from photon._process import ProcessSpec, region_ports, remembered_ports
-    from photon._service import bind_port, free_port, run_service
+    from photon._process import ProcessSpec, ports_written_once, region_ports, remembered_ports
+    from photon._service import METRICS_AFTER_S, bind_port, free_port, run_service, serve_metrics_of
     from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, fsync_path, wait_until,
                               write_atomic)
     from photon._writer import LinesLost, RollingWriter
@@ -92,13 +94,13 @@ def __dir__():
 
 
 __all__ = [
-    "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "NamedHTTPSConnection", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "BadEventId", "ID_REGEX", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
+    "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "NamedHTTPSConnection", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "ports_written_once", "BadEventId", "ID_REGEX", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
     "read_stream_json", "stream_lines", "stream_objects", "TIMESTAMP_DIGITS", "LinesLost", "RollingWriter", "DISPATCHER_DIR", "DISPATCHER_STATUS_FILE", "joined_horizon_us", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config", "check_config", "ControlConfig",
-    "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "wait_until", "write_atomic",
+    "fsync_path", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "METRICS_AFTER_S", "serve_metrics_of", "wait_until", "write_atomic",
     "LockHeld", "hold_lock", "lock_holder",
     "SCHEMES", "OutputReader", "OutputSink", "Source", "StorageKind", "join_location", "local_folder", "open_output_sink",
     "output_reader", "storage_kind", "ObjectPublisher",
