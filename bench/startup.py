@@ -98,33 +98,12 @@ def one_run(root: Path, timeout_s: float) -> dict:
     finally:
         stop_groups([proc])
         log.close()
-    for f in sorted(logs.glob("registry-*.log")):
-        at = _logged_at(f, b"SERVING again")
-        if at is not None:
-            fig[f"leader known {f.stem}"] = round(at - wall0, 3)
     for name, c in sorted(serving_cpu.items()):
         fig[f"cpu to serving {name}"] = round(c, 3)
     for pid, name in sorted(names.items(), key=lambda kv: kv[1]):
         fig[f"cpu to first join {name}"] = round(cpu.get(pid, 0.0), 3)
     fig["cpu to first join, all"] = round(sum(cpu.values()), 3)
     return dict(sorted(fig.items(), key=lambda kv: (kv[0].startswith("cpu"), kv[1] if not kv[0].startswith("cpu") else 0, kv[0])))
-
-
-def _logged_at(path: Path, text: bytes) -> float | None:
-    """The time (epoch seconds) of the first line of a process log holding ``text``, from its logging
-    timestamp (``2026-11-26 00:14:09,724 ...``, local time), or None."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        return None
-    for line in lines:
-        if text in line:
-            try:
-                stamp, ms = line[:23].decode().split(",")
-                return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
-            except ValueError:
-                return None
-    return None
 
 
 def _name(p: psutil.Process) -> str:

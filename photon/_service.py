@@ -12,8 +12,8 @@ from typing import Callable
 from photon._config import ConfigError
 
 METRICS_AFTER_S = 1.0
-"""A service starts its Prometheus metrics server this long after it serves (or at once when it is stopped
-sooner, never). Importing prometheus-client and starting its HTTP server costs about 30 ms of CPU; at a
+"""A service starts its Prometheus metrics server this long after it serves (never, when it is stopped
+sooner). Importing prometheus-client and starting its HTTP server costs about 30 ms of CPU; at a
 cold start every process of a pipeline starts at once on a few cores, and that CPU goes first to answering
 (no part of the pipeline reads metrics; ``photon status`` says "metrics not answering" in that second)."""
 
