@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
+import time
 
-from photon import ConfigError, MetricKinds, load_config, serve_metrics
+from photon import METRICS_AFTER_S, ConfigError, MetricKinds, load_config, serve_metrics_of
 
 from dispatcher._files import DispatcherLocked
 from dispatcher._shell import serve
@@ -65,13 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:      # e.g. the log or output location on S3 cannot be used
         print(f"dispatcher: {e}", file=sys.stderr)
         return 2
-    try:
-        serve_metrics("dispatcher", dispatcher.statistics, kinds=METRIC_KINDS, region=args.region,
-                      process=os.environ.get("PHOTON_PROCESS") or f"dispatcher {args.region}")
-    except OSError as e:
-        logging.getLogger("dispatcher").warning("metrics not served: %s", e)
+    metrics_at = time.monotonic() + METRICS_AFTER_S     # see METRICS_AFTER_S: the first second goes to the work
     while not stop.wait(0.2) and dispatcher.running:
-        pass
+        if metrics_at is not None and time.monotonic() >= metrics_at:
+            serve_metrics_of(f"dispatcher {args.region}", dispatcher.statistics, kinds=METRIC_KINDS,
+                             region=args.region)
+            metrics_at = None
     dispatcher.stop()
     return 1 if dispatcher.error is not None else 0
 

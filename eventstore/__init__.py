@@ -15,20 +15,45 @@ and for ``photon eventstore build-map``: :func:`map_dir`, :func:`plan_map_ranges
 bad records, for benchmarks).
 Process: ``python -m eventstore.main --config C --region R --port P [--shard N | --logs]``.
 """
-from eventstore._chain import SERVED_BY_CACHE, SERVED_BY_LOGS, ChainStatistics, EventStoreChain, connect
-from eventstore._client import EventStoreClient, EventStoreUnavailable
-from eventstore._logstore import LogsStoreStatistics
-from eventstore._map import MapEntry
-from eventstore._mapfiles import SPARK_PREFIX, map_dir, plan_map_ranges, scan_map_range
-from eventstore._plan import plan_processes, split_planned
-from eventstore._ring import HashRing
-from eventstore._server import EventStoreServer, serve, serve_logs, store_dir
-from eventstore._shell import EventStoreStatistics, InMemoryEventStore
-from eventstore._state import IndexedLines, index_lines
-from eventstore.config import EventStoreConfig
+import importlib
+from typing import TYPE_CHECKING
+
+_WHERE = {
+    "SERVED_BY_CACHE": "_chain", "SERVED_BY_LOGS": "_chain", "ChainStatistics": "_chain",
+    "EventStoreChain": "_chain", "connect": "_chain",
+    "EventStoreClient": "_client", "EventStoreUnavailable": "_client",
+    "LogsStoreStatistics": "_logstore",
+    "MapEntry": "_map",
+    "SPARK_PREFIX": "_mapfiles", "map_dir": "_mapfiles", "plan_map_ranges": "_mapfiles",
+    "scan_map_range": "_mapfiles",
+    "plan_processes": "_plan", "split_planned": "_plan",
+    "HashRing": "_ring",
+    "EventStoreServer": "_server", "serve": "_server", "serve_logs": "_server", "store_dir": "_server",
+    "EventStoreStatistics": "_shell", "InMemoryEventStore": "_shell",
+    "IndexedLines": "_state", "index_lines": "_state",
+    "EventStoreConfig": "config",
+}
+"""Where each exported name lives, imported on first use (PEP 562): the launcher plans event store processes and a
+joiner connects to them without importing the cache, the primary reader and the servers."""
+
+if TYPE_CHECKING:
+    from eventstore._map import MapEntry
 
 
-def read_map(directory) -> tuple[list[MapEntry], int]:
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eventstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"eventstore.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
+
+def read_map(directory) -> "tuple[list[MapEntry], int]":
     """Every entry of a log-file map folder and the number of bad lines skipped."""
     from eventstore._mapfiles import MapFiles
     return MapFiles(directory).read_all()

@@ -32,7 +32,7 @@ _WHERE = {
     "measure_state_memory": "_probe",
     "DATA_LOCK_FILE": "_replica", "DataDirInUse": "_replica",
     "serve": "_server",
-    "ReplicaSpec": "_shell",
+    "ReplicaSpec": "_spec",
 }
 """Where each exported name lives, imported on first use (PEP 562): a replica process (``idregistry.main``)
 does not import the client, the export or the command line, which it never uses."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from photon import REGION_PORTS, ConfigError, PhotonConfig, ProcessSpec, free_port, remembered_ports, write_atomic
-from idregistry._shell import ReplicaSpec, spec_to_json
+from idregistry._spec import ReplicaSpec, spec_to_json
 from idregistry._state import Sharding
 
 LAYOUT_FILE = "layout.json"

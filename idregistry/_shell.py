@@ -21,7 +21,6 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -30,7 +29,9 @@ from photon import Clock, LatencyHistogram, SystemClock, fsync_path, raft_secret
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
-from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, RaftSettings, storage_failed
+from idregistry._spec import (FSYNC_BATCH, FSYNC_INTERVAL, FSYNC_NONE, ReplicaSpec,  # noqa: F401 (re-exported)
+                              spec_from_json, spec_to_json)
+from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, storage_failed
 from photon.rpc import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
@@ -38,7 +39,6 @@ from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_
 
 log = logging.getLogger("idregistry.server")
 
-FSYNC_NONE, FSYNC_BATCH, FSYNC_INTERVAL = "none", "batch", "interval"
 SERVER_CLOCK_GUARD_US = 1_000_000   # registry servers' clocks may disagree by this much (or S/2 if smaller)
 BARRIER_RETRY_S = 2.0               # a catch-up no-op unanswered this long is sent again
 
@@ -71,57 +71,6 @@ class CatchingUp(Exception):
 
 class FutureId(ValueError):
     """An id whose timestamp is further ahead of this replica's clock than the clock-skew bound."""
-
-
-@dataclass(frozen=True)
-class ReplicaSpec:
-    """Everything one replica process needs to know (built by ``registry_processes``)."""
-    shard: int
-    replica: int
-    raft_peers: list        # Raft addresses of this shard's replicas, by replica number
-    grpc_peers: list        # gRPC addresses of this shard's replicas, by replica number
-    data_dir: Path
-    initial_sharding: Sharding = field(default_factory=Sharding)
-    gc_after_s: float = 3 * 86400.0
-    max_clock_skew_s: float = 60.0
-    fsync: str = FSYNC_BATCH
-    fsync_interval_ms: float = 5.0
-    max_in_flight: int = 4
-    max_ids_per_command: int = 20000
-    max_queued_ids: int = 200000
-    snapshot_after_commands: int = 2000
-    simulated_rtt_ms: float = 0.0
-    election_timeout_scale: float = 1.0   # > 1: this replica rarely becomes leader (see replica_specs)
-    region: str = ""                      # the region it is placed in (a label of its metrics)
-    job: str = ""           # non-empty: serves only this job (e.g. "photon verify (pid 7)"), see JobOnly
-
-    @property
-    def holder(self) -> str:
-        """What this replica writes into its data dir's lock file."""
-        return f"registry replica s{self.shard}-r{self.replica}" + (f" for {self.job}" if self.job else "")
-
-    @property
-    def raft_address(self) -> str:
-        return self.raft_peers[self.replica]
-
-    @property
-    def grpc_address(self) -> str:
-        return self.grpc_peers[self.replica]
-
-    def raft_settings(self, raft_password: str | None = None) -> RaftSettings:
-        s = self.election_timeout_scale
-        return RaftSettings(commands_queue=max(64, 4 * self.max_in_flight),
-                            raft_min_timeout_s=RaftSettings.raft_min_timeout_s * s,
-                            raft_max_timeout_s=RaftSettings.raft_max_timeout_s * s,
-                            log_compaction_min_entries=self.snapshot_after_commands,
-                            simulated_rtt_ms=self.simulated_rtt_ms, raft_password=raft_password,
-                            first_election_rank=self.first_election_rank)
-
-    @property
-    def first_election_rank(self) -> int:
-        """Replica 0 asks its first pre-vote first, each next replica later; replicas that rarely lead
-        (``election_timeout_scale`` > 1) after all the others."""
-        return self.replica + (len(self.raft_peers) if self.election_timeout_scale > 1 else 0)
 
 
 def _raft_password(spec: ReplicaSpec) -> str | None:
@@ -565,23 +514,3 @@ class _Rates:
         if now > t0:
             self.commands_per_s = (stats.commands - c0) / (now - t0)
             self.ids_per_s = (stats.ids - i0) / (now - t0)
-
-
-_SPEC_FIELDS = ("shard", "replica", "raft_peers", "grpc_peers", "gc_after_s", "max_clock_skew_s", "fsync",
-                "fsync_interval_ms", "max_in_flight", "max_ids_per_command", "max_queued_ids",
-                "snapshot_after_commands", "simulated_rtt_ms", "election_timeout_scale", "region", "job")
-
-
-def spec_to_json(spec: ReplicaSpec) -> str:
-    d = {name: getattr(spec, name) for name in _SPEC_FIELDS}
-    d["data_dir"] = str(spec.data_dir)
-    d["initial_sharding"] = spec.initial_sharding.as_dict()
-    return json.dumps(d, sort_keys=True)
-
-
-def spec_from_json(text: str) -> ReplicaSpec:
-    d = json.loads(text)
-    d.setdefault("region", "")
-    d["data_dir"] = Path(d["data_dir"])
-    d["initial_sharding"] = Sharding.from_dict(d["initial_sharding"])
-    return ReplicaSpec(**d)

@@ -13,7 +13,7 @@ import sys
 
 from idregistry._replica import EXIT_DATA_DIR_IN_USE, DataDirInUse
 from idregistry._server import serve
-from idregistry._shell import spec_from_json
+from idregistry._spec import spec_from_json
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,15 +8,35 @@ Front door: :class:`Outcome`, :class:`JoinerClient` (``join``, ``join_future``, 
 Process: ``python -m joiner.main --config C --region R --name R-j0 --port P --eventstore HOST:PORT
 --registry EP[,EP...]``. See docs/join-path.md.
 """
+import importlib
+
 from photon import Outcome
 
-from joiner._client import JoinerClient, JoinerUnavailable
-from joiner._shell import JoinerStatistics
-from joiner._lost import read_lost
-from joiner._plan import plan_processes
-from joiner._server import JoinerServer, serve
-from joiner._status import read_status
-from joiner.config import JoinerConfig, load_adapter
+_WHERE = {
+    "JoinerClient": "_client", "JoinerUnavailable": "_client",
+    "JoinerStatistics": "_shell",
+    "read_lost": "_lost",
+    "plan_processes": "_plan",
+    "JoinerServer": "_server", "serve": "_server",
+    "read_status": "_status",
+    "JoinerConfig": "config", "load_adapter": "config",
+}
+"""Where each exported name lives, imported on first use (PEP 562): the launcher plans joiner processes and a
+dispatcher talks to joiners without importing the joiner's server, output writer and adapters."""
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'joiner' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"joiner.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = ["JoinerClient", "JoinerConfig", "JoinerServer", "JoinerStatistics", "JoinerUnavailable", "Outcome",
            "load_adapter", "plan_processes", "read_lost", "read_status", "serve"]

@@ -11,6 +11,12 @@ from typing import Callable
 
 from photon._config import ConfigError
 
+METRICS_AFTER_S = 1.0
+"""A service starts its Prometheus metrics server this long after it serves (never, when it is stopped
+sooner). Importing prometheus-client and starting its HTTP server costs about 30 ms of CPU; at a
+cold start every process of a pipeline starts at once on a few cores, and that CPU goes first to answering
+(no part of the pipeline reads metrics; ``photon status`` says "metrics not answering" in that second)."""
+
 
 def run_service(name: str, start: Callable[[], object], region: str | None = None) -> int:
     """Start a service and keep it running until SIGTERM or SIGINT.
@@ -18,7 +24,8 @@ def run_service(name: str, start: Callable[[], object], region: str | None = Non
     ``start()`` returns a server with ``.address``, ``.stop()`` and ``.statistics()`` (and optionally
     ``.metric_kinds``, a :class:`photon.MetricKinds`, and ``.health``, whose ``.serving`` its metrics
     report); its metrics carry ``region`` (default: ``PHOTON_REGION``). Once it is up,
-    ``<name> serving on <address>`` is printed (callers wait for that line). A configuration error or a
+    ``<name> serving on <address>`` is printed (callers wait for that line); its metrics are served
+    :data:`METRICS_AFTER_S` later. A configuration error or a
     port in use makes the process exit 2 with a message naming the cause; a clean stop exits 0. A signal
     that arrives during startup stops the service right after it has started.
     """
@@ -31,20 +38,27 @@ def run_service(name: str, start: Callable[[], object], region: str | None = Non
     except (ConfigError, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
-    from photon._metrics import serve_metrics
-    try:
-        health = getattr(server, "health", None)
-        serve_metrics(name.split()[0], server.statistics, kinds=getattr(server, "metric_kinds", None),
-                      region=region, process=os.environ.get("PHOTON_PROCESS") or name,
-                      serving=(lambda: health.serving) if health is not None else None)
-    except OSError as e:
-        logging.getLogger("photon").warning("%s: metrics not served: %s", name, e)
     print(f"{name} serving on {server.address}", flush=True)
+    if not stop.wait(METRICS_AFTER_S):
+        health = getattr(server, "health", None)
+        serve_metrics_of(name, server.statistics, kinds=getattr(server, "metric_kinds", None), region=region,
+                         serving=(lambda: health.serving) if health is not None else None)
     while not stop.wait(1.0):
         pass
     server.stop()
     logging.getLogger("photon").info("%s stopped: %s", name, server.statistics())
     return 0
+
+
+def serve_metrics_of(name: str, statistics, kinds=None, region: str | None = None, serving=None) -> None:
+    """Serve the Prometheus metrics of service ``name`` (see :func:`photon.serve_metrics`; the process name
+    from ``PHOTON_PROCESS``, else ``name``); a failure to serve them is logged, never raised."""
+    from photon._metrics import serve_metrics
+    try:
+        serve_metrics(name.split()[0], statistics, kinds=kinds, region=region,
+                      process=os.environ.get("PHOTON_PROCESS") or name, serving=serving)
+    except OSError as e:
+        logging.getLogger("photon").warning("%s: metrics not served: %s", name, e)
 
 
 def bind_port(server, host: str, port: int, what: str, credentials=None) -> int:

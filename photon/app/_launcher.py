@@ -21,8 +21,8 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, storage_kind,
-                    stream_source, tls_env)
+from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, ports_written_once,
+                    storage_kind, stream_source, tls_env)
 from photon.app._regions import LAUNCHER_FILE, LAUNCHER_HOLDER, LOCK_FILE, RegionControls, held_by_launcher
 from photon.app._supervisor import Supervisor
 
@@ -85,13 +85,16 @@ class Launcher:
 
     def specs(self) -> list[ProcessSpec]:
         """The registry's replicas (re-planned each call: a reshard adds some) and the regions' services
-        (planned once: their ports are fixed for the run)."""
-        specs = list(idregistry.registry_processes(self.config, self.options.regions))
-        if self._region_specs is None:
-            self._region_specs = []
-            for region in self.pipeline_regions():
-                endpoints = idregistry.registry_endpoints(self.config, self.options.regions, near=region.name)
-                self._region_specs += plan_region(self.config, region.name, endpoints)
+        (planned once: their ports are fixed for the run). The ports chosen are written (``ports.json``) once
+        per state dir, before this returns."""
+        with ports_written_once():
+            specs = list(idregistry.registry_processes(self.config, self.options.regions))
+            if self._region_specs is None:
+                region_specs = []
+                for region in self.pipeline_regions():
+                    endpoints = idregistry.registry_endpoints(self.config, self.options.regions, near=region.name)
+                    region_specs += plan_region(self.config, region.name, endpoints)
+                self._region_specs = region_specs
         return specs + self._region_specs
 
     def _token_clearing(self):

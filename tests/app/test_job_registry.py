@@ -68,11 +68,14 @@ def test_with_no_replica_answering_the_job_runs_the_registry_from_its_data_for_i
     said: list[str] = []
     with registry_for_job(config, "photon verify", echo=said.append) as mode:      # a registry runs: used
         assert mode == RUNNING and said == []
+    places = idregistry.replica_places(config)
+    # a majority elects and commits while the others may still be starting (a SIGTERM before a replica has
+    # installed its handler ends it by the signal): stop them once every one answers
+    wait_until(lambda: len(answering(places)) == len(places), 60, interval=0.1, message="every replica answering")
     for p in pipeline:
         p.send_signal(signal.SIGTERM)
     for p in pipeline:
         assert p.wait(timeout=30) == 0
-    places = idregistry.replica_places(config)
     assert len(places) == 5 and answering(places) == []
 
     with registry_for_job(config, "photon verify", echo=said.append) as mode:

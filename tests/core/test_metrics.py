@@ -88,3 +88,41 @@ def test_status_reads_counters_gauges_and_the_latency_histogram():
            "photon_registry_commands_total": 10.0, "photon_registry_ids_committed_total": 250.0}
     line = _fig({"up": True, "role": "registry", "metrics": reg}, None, 0.0)
     assert line.startswith("NOT SERVING  LEADER") and "term 3" in line and "ids/command 25.0" in line
+
+
+_SERVICE = """
+import sys
+from photon import run_service
+
+class Server:
+    address = "nowhere:0"
+    def statistics(self):
+        return {"served": 7}
+    def stop(self):
+        pass
+
+sys.exit(run_service("probe a", Server, region="a"))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_service_serves_its_metrics_after_its_first_second_and_stops_cleanly(no_tls, procs):
+    """``run_service`` prints ``serving on`` first and serves metrics ``METRICS_AFTER_S`` later (a cold
+    start's first second goes to answering); they come, labelled as before, and SIGTERM still stops it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from photon import METRICS_AFTER_S, wait_until
+    address = f"127.0.0.1:{free_port()}"
+    p = procs.python("-c", _SERVICE, stdout=subprocess.PIPE, text=True,
+                     env={**os.environ, "PHOTON_METRICS_ADDR": address, "PHOTON_PROCESS": "probe-0"})
+    assert p.stdout.readline().strip() == "probe a serving on nowhere:0"
+    printed = time.monotonic()
+    wait_until(lambda: scrape(address) is not None, 30, message="the service's metrics")
+    assert time.monotonic() - printed >= METRICS_AFTER_S * 0.5     # never right after serving
+    m = scrape(address)
+    assert m["photon_probe_served"] == 7.0 and m["photon_up"] == 1.0
+    os.killpg(p.pid, signal.SIGTERM)
+    assert p.wait(timeout=30) == 0
