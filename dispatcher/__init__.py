@@ -6,9 +6,7 @@ launcher, and
 :class:`DispatcherState` is the pure deciding core (facts in, commands out) for tests and tools, and
 :class:`RegionShare` says which region joins a click first (for tools that show the share).
 """
-import importlib
-
-from photon import DispatcherConfig
+from photon import DispatcherConfig, lazy_exports
 
 _WHERE = {
     "DispatcherLocked": "_files", "read_status": "_files",
@@ -21,17 +19,7 @@ _WHERE = {
 reads its status without importing the dispatcher itself."""
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dispatcher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dispatcher.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 __all__ = ["Dispatcher", "DispatcherConfig", "DispatcherLocked", "DispatcherState", "DispatcherStatistics",

@@ -15,8 +15,9 @@ and for ``photon eventstore build-map``: :func:`map_dir`, :func:`plan_map_ranges
 bad records, for benchmarks).
 Process: ``python -m eventstore.main --config C --region R --port P [--shard N | --logs]``.
 """
-import importlib
 from typing import TYPE_CHECKING
+
+from photon import lazy_exports
 
 _WHERE = {
     "SERVED_BY_CACHE": "_chain", "SERVED_BY_LOGS": "_chain", "ChainStatistics": "_chain",
@@ -40,17 +41,7 @@ if TYPE_CHECKING:
     from eventstore._map import MapEntry
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'eventstore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"eventstore.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 def read_map(directory) -> "tuple[list[MapEntry], int]":

@@ -14,8 +14,9 @@ Front door for other rooms and the launcher:
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from photon import lazy_exports
 
 from idregistry._state import CommitResult
 from idregistry.config import RegistryConfig
@@ -42,17 +43,7 @@ if TYPE_CHECKING:
     from idregistry._memory import InMemoryRegistry
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'idregistry' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"idregistry.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 MEMORY_URL = "memory://"

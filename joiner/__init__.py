@@ -8,9 +8,7 @@ Front door: :class:`Outcome`, :class:`JoinerClient` (``join``, ``join_future``, 
 Process: ``python -m joiner.main --config C --region R --name R-j0 --port P --eventstore HOST:PORT
 --registry EP[,EP...]``. See docs/join-path.md.
 """
-import importlib
-
-from photon import Outcome
+from photon import Outcome, lazy_exports
 
 _WHERE = {
     "JoinerClient": "_client", "JoinerUnavailable": "_client",
@@ -25,17 +23,7 @@ _WHERE = {
 dispatcher talks to joiners without importing the joiner's server, output writer and adapters."""
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'joiner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"joiner.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 __all__ = ["JoinerClient", "JoinerConfig", "JoinerServer", "JoinerStatistics", "JoinerUnavailable", "Outcome",

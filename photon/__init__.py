@@ -4,8 +4,9 @@ Every room imports only these names. The base imports no room and never imports 
 launcher layer that imports the rooms (launcher, supervisor, run summary, generator, the ``photon`` command
 line) lives above them in :mod:`photon.app`.
 """
-import importlib
 from typing import TYPE_CHECKING
+
+from photon._lazy import lazy_exports
 
 _WHERE = {
     "Clock": "_clock", "FakeClock": "_clock", "SystemClock": "_clock",
@@ -80,20 +81,11 @@ if TYPE_CHECKING:
     from photon._spark_io import read_stream_json, stream_lines, stream_objects
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'photon' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"photon.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 __all__ = [
+    "lazy_exports",
     "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "NamedHTTPSConnection", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "ports_written_once", "BadEventId", "ID_REGEX", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",

@@ -17,7 +17,7 @@
 
 The base (:mod:`photon`) and every room import nothing from here.
 """
-import importlib
+from photon._lazy import lazy_exports
 
 _WHERE = {
     "BuildMapResult": "_buildmap", "build_map": "_buildmap",
@@ -41,17 +41,7 @@ _WHERE = {
 at start for the verification, recovery, certificate and SQL modules it never calls."""
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'photon.app' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"photon.app.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 __all__ = ["AlreadyRunning", "JobRegistryError", "registry_for_job", "replicas_answering", "BuildMapResult", "CompactionStatistics", "GenOptions", "GenSummary", "Launcher",
