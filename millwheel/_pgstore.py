@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from millwheel._store import KEEP, SetAsideRecord, StaleSequencer, Store, StoredProduction, Write, _Keep
+from millwheel._store import KEEP, SetAsideRecord, StaleSequencer, Store, StoredProduction, Write, _Keep, keep_newest
 
 DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
@@ -421,11 +421,7 @@ class PostgresStore(Store):
             _columns(watermarks.items(), 2)))
 
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
-        last: dict[tuple, tuple] = {}
-        for r in reports:      # one row per interval (one statement cannot change a row twice)
-            old = last.get((r[0], r[1]))
-            if old is None or old[2] <= r[2]:
-                last[(r[0], r[1])] = tuple(r)
+        last = keep_newest({}, reports)      # one row per interval (one statement cannot change a row twice)
         rows = list(last.values())
         if not rows:
             return
@@ -439,11 +435,7 @@ class PostgresStore(Store):
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
 
     def report_cuts(self, reports: Iterable[tuple]) -> None:
-        last: dict[tuple, tuple] = {}
-        for r in reports:      # one row per interval (one statement cannot change a row twice)
-            old = last.get((r[0], r[1]))
-            if old is None or old[2] <= r[2]:
-                last[(r[0], r[1])] = tuple(r)
+        last = keep_newest({}, reports)      # one row per interval (one statement cannot change a row twice)
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(
@@ -465,11 +457,7 @@ class PostgresStore(Store):
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_epochs").fetchall()])
 
     def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
-        last: dict[tuple, tuple] = {}
-        for r in reports:
-            old = last.get((r[0], r[1]))
-            if old is None or old[2] <= r[2]:
-                last[(r[0], r[1])] = tuple(r)
+        last = keep_newest({}, reports)      # one row per interval (one statement cannot change a row twice)
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(

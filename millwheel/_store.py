@@ -22,6 +22,18 @@ from typing import Iterable, Mapping
 from urllib.parse import parse_qs
 
 
+def keep_newest(table: dict, reports) -> dict:
+    """Put each report ``(name, interval, sequencer, ...)`` into ``table`` (``(name, interval)`` -> row) unless
+    the row held for its interval carries a newer sequencer; returns ``table``. Reports of a worker that
+    lost its interval (an older sequencer) change nothing."""
+    for r in reports:
+        key = (r[0], r[1])
+        old = table.get(key)
+        if old is None or old[2] <= r[2]:
+            table[key] = tuple(r)
+    return table
+
+
 class StaleSequencer(RuntimeError):
     """A write carried an old sequencer: another writer has claimed the interval since."""
 
@@ -322,10 +334,7 @@ class MemoryStore(Store):
 
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
         with self._lock:
-            for r in reports:
-                old = self._reports.get((r[0], r[1]))
-                if old is None or old[2] <= r[2]:
-                    self._reports[(r[0], r[1])] = tuple(r)
+            keep_newest(self._reports, reports)
 
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
@@ -333,10 +342,7 @@ class MemoryStore(Store):
 
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         with self._lock:
-            for r in reports:
-                old = self._cuts.get((r[0], r[1]))
-                if old is None or old[2] <= r[2]:
-                    self._cuts[(r[0], r[1])] = tuple(r)
+            keep_newest(self._cuts, reports)
 
     def read_cuts(self) -> list[tuple]:
         with self._lock:
@@ -354,10 +360,7 @@ class MemoryStore(Store):
 
     def report_production_floors(self, reports: Iterable[tuple[str, int, int, int]]) -> None:
         with self._lock:
-            for r in reports:
-                old = self._prod_floors.get((r[0], r[1]))
-                if old is None or old[2] <= r[2]:
-                    self._prod_floors[(r[0], r[1])] = tuple(r)
+            keep_newest(self._prod_floors, reports)
 
     def read_production_floors(self) -> list[tuple[str, int, int, int]]:
         with self._lock:
