@@ -234,13 +234,11 @@ class RemoteTracker(Tracker):
         self._ask_again(self._take_origins(deliveries))
 
     def hand_back(self, deliveries: list[Delivery]) -> None:
-        """Those received from other processes go back to their senders (asked to send them again);
-        only those that came from here are sent on from here."""
-        origins = self._take_origins(deliveries)
-        Tracker.unreceive(self, deliveries)
-        self._ask_again(origins)
-        remote = {pair for pairs in origins.values() for pair in pairs}
-        own = [d for d in deliveries if (d.consumer, d.record.id) not in remote]
+        """Those received from other processes go back to their senders (asked to send them again, by
+        :meth:`unreceive`); only those that came from this process are sent on from here."""
+        with self._origin_lock:
+            own = [d for d in deliveries if (d.consumer, d.record.id) not in self._origin]
+        self.unreceive(deliveries)
         if own:
             self.send(own)
 
@@ -260,7 +258,8 @@ class RemoteTracker(Tracker):
 
 class WorkerServicer(pb_grpc.WorkerServicer):
     """``accept(reply_to, deliveries) -> [(consumer, slot, owner)]`` takes what this process holds and
-    names the rest; ``status()`` is this process's statistics as a dict."""
+    names the rest; ``status()`` is this process's statistics as a dict. Acks and resend requests that
+    come in go to the tracker first (a request sends the named copies again at once)."""
 
     def __init__(self, tracker: RemoteTracker, accept, status) -> None:
         self._tracker, self._accept, self._status = tracker, accept, status
