@@ -261,8 +261,10 @@ class WorkerHost:
         Records for those slots are not taken into a worker from now on (which would hand them back again
         at once) but kept until the slot is claimed again, or answered ``moved``; then ask the master."""
         self.counters["fenced_commits"] += 1
-        held = self._held()
         with self._accept_lock:
+            # what is held read under the lock: a slot granted meanwhile enters _accepting only after its
+            # core exists, under this lock, so no slot held is taken out
+            held = self._held()
             for k in [k for k in self._accepting if k not in held]:
                 del self._accepting[k]
         self._resync.set()
