@@ -141,7 +141,8 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
                 run.ack_delays[k] = run.ack_delays.get(k, 0) + v
             dups = sum(c.get("duplicates", 0) for c in s.get("computations", {}).values())
             run.transport["duplicates"] = run.transport.get("duplicates", 0) + dups
-            for k in ("stale_routes", "fenced_commits", "given_up", "lost_incarnations", "heartbeats_failed"):
+            for k in ("stale_routes", "fenced_commits", "given_up", "lost_incarnations", "heartbeats_failed",
+                      "stale_grants", "taken_before_claim", "early_dropped"):
                 run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
         cpu1 = tree_cpu_s(store_pid)
         run.store_cpu_s = None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2)

@@ -9,7 +9,9 @@ acks, and the servicer.
   retries every unacked delivery (``may_lose``), so records are retried until acknowledged.
 * :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
   it, acks it to that process (batched with its records); acks that come in are the sender's half of
-  :meth:`Tracker.acked`.
+  :meth:`Tracker.acked`. A consumer that drops records uncommitted (it gave their slot up or was fenced)
+  asks the process they came from to send them again at once (``resend``, batched the same way), and
+  does not send them on itself: their sender resends them by its map and their acks go back to it.
 * :class:`WorkerServicer` takes records for slots this process holds and answers the others with the
   owner it knows (a stale route); the sender then reads the map again.
 """
@@ -57,6 +59,7 @@ class _Peer:
         self.address, self._reply_to, self._on_moved, self._counters = address, reply_to, on_moved, counters
         self._records: deque = deque()
         self._acks: deque = deque()
+        self._resends: deque = deque()
         self._cond = threading.Condition()
         self._closed = False
         self._channel = open_channel(address, CHANNEL_OPTIONS)
@@ -64,10 +67,11 @@ class _Peer:
         self.thread = threading.Thread(target=self._main, name=f"millwheel-peer-{address}", daemon=True)
         self.thread.start()
 
-    def put(self, records=(), acks=()) -> None:
+    def put(self, records=(), acks=(), resends=()) -> None:
         with self._cond:
             self._records.extend(records)
             self._acks.extend(acks)
+            self._resends.extend(resends)
             self._cond.notify()
 
     def close(self) -> None:
@@ -80,19 +84,23 @@ class _Peer:
     def _main(self) -> None:
         while True:
             with self._cond:
-                while not (self._records or self._acks or self._closed):
+                while not (self._records or self._acks or self._resends or self._closed):
                     self._cond.wait()
                 if self._closed:
                     return
                 n = min(PEER_BATCH, len(self._records))
                 records = [self._records.popleft() for _ in range(n)]
                 acks, self._acks = list(self._acks), deque()
+                resends, self._resends = list(self._resends), deque()
             req = pb.ExchangeRequest(reply_to=self._reply_to, records=[to_wire(d) for d in records],
-                                     acks=[pb.WireAck(consumer=c, id=i) for c, i in acks])
+                                     acks=[pb.WireAck(consumer=c, id=i) for c, i in acks],
+                                     resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
             try:
                 reply = self._stub.Exchange(req, timeout=CALL_TIMEOUT_S)
             except grpc.RpcError:
-                self._counters["failed_calls"] += 1    # the senders retry the records; acks come again
+                # the senders retry the records, acks come again, and records asked for again and not
+                # sent come by their sender's retry timeout (a resend request only hastens them)
+                self._counters["failed_calls"] += 1
                 continue
             self._counters["calls"] += 1
             self._counters["records_sent"] += len(records)
@@ -114,7 +122,7 @@ class GrpcTransport(Transport):
         self._lock = threading.Lock()
         self._parked: list[Delivery] = []
         self.counters: dict[str, int] = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0,
-                                         "unrouted": 0, "local": 0, "resent_after_map": 0}
+                                         "unrouted": 0, "local": 0, "resent_after_map": 0, "resend_requests": 0}
 
     def _peer(self, address: str) -> _Peer:
         with self._lock:
@@ -180,6 +188,12 @@ class GrpcTransport(Transport):
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
         self._peer(address).put(acks=pairs)
 
+    def request_resend(self, address: str, pairs: list[tuple[str, str]]) -> None:
+        """Ask the process at ``address`` to send these ``(consumer, production id)`` again now: they came
+        from it and were dropped here uncommitted."""
+        self.counters["resend_requests"] += len(pairs)
+        self._peer(address).put(resends=pairs)
+
     def close(self) -> None:
         with self._lock:
             peers, self._peers = list(self._peers.values()), {}
@@ -215,13 +229,37 @@ class RemoteTracker(Tracker):
             self._transport.send_acks(address, pairs)
 
     def unreceive(self, deliveries: list[Delivery]) -> None:
+        """Also asks the senders in other processes to send them again now (see the module docstring)."""
         super().unreceive(deliveries)
-        self._take_origins(deliveries)
+        self._ask_again(self._take_origins(deliveries))
+
+    def hand_back(self, deliveries: list[Delivery]) -> None:
+        """Those received from other processes go back to their senders (asked to send them again, by
+        :meth:`unreceive`); only those that came from this process are sent on from here."""
+        with self._origin_lock:
+            own = [d for d in deliveries if (d.consumer, d.record.id) not in self._origin]
+        self.unreceive(deliveries)
+        if own:
+            self.send(own)
+
+    def _ask_again(self, origins: dict[str, list[tuple[str, str]]]) -> None:
+        for address, pairs in origins.items():
+            self._transport.request_resend(address, pairs)
+
+    def resend_dropped(self, dropped: list[tuple[str, Delivery]]) -> None:
+        """Records ``(reply_to, delivery)`` taken for a slot before its claim and dropped (the claim was
+        refused, or the slot was given elsewhere meanwhile): never received, their senders are asked to
+        send them again now."""
+        per: dict[str, list[tuple[str, str]]] = {}
+        for address, d in dropped:
+            per.setdefault(address, []).append((d.consumer, d.record.id))
+        self._ask_again(per)
 
 
 class WorkerServicer(pb_grpc.WorkerServicer):
     """``accept(reply_to, deliveries) -> [(consumer, slot, owner)]`` takes what this process holds and
-    names the rest; ``status()`` is this process's statistics as a dict."""
+    names the rest; ``status()`` is this process's statistics as a dict. Acks and resend requests that
+    come in go to the tracker first (a request sends the named copies again at once)."""
 
     def __init__(self, tracker: RemoteTracker, accept, status) -> None:
         self._tracker, self._accept, self._status = tracker, accept, status
@@ -229,6 +267,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     def Exchange(self, request, context):
         if request.acks:
             self._tracker.acked_remotely([(a.consumer, a.id) for a in request.acks])
+        if request.resend:
+            self._tracker.resend_requested([(a.consumer, a.id) for a in request.resend])
         moved = self._accept(request.reply_to, [from_wire(w) for w in request.records]) if request.records else []
         return pb.ExchangeReply(accepted=len(request.records) - len(moved),
                                 moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved])

@@ -226,13 +226,17 @@ class WorkerHost:
 
     def _take_early(self, key: tuple[str, int], claimed: bool) -> None:
         """Records that came for ``key`` before this process claimed it: into its worker once claimed (the
-        claim loaded its dedup ids, so repeats are dropped), else dropped (their senders retry them)."""
+        claim loaded its dedup ids, so repeats are dropped), else dropped, their senders asked to send them
+        again at once (by their maps; a newer owner holds the slot)."""
         with self._accept_lock:
             items = self._early.pop(key, [])
             self._early_n -= len(items)
             if claimed:
                 self._accepting[key] = key[1] % len(self.workers)
-        if not (items and claimed):
+        if not items:
+            return
+        if not claimed:
+            self._drop_early(items)
             return
         per: dict[str, list] = {}
         for reply_to, d in items:
@@ -241,11 +245,28 @@ class WorkerHost:
             self.tracker.note_origin(ds, reply_to)
         self._thread_of(key[1]).inbox.put_many([d for _, d in items])
 
+    def _drop_early(self, items: list[tuple[str, Any]]) -> None:
+        """Early records ``(reply_to, delivery)`` of a slot this process will not hold: no map change
+        their senders see need announce it, so they are asked to send them again now (else they wait for
+        their retry timeout, up to 4 x ``retry_delay_us``)."""
+        self.counters["early_dropped"] += len(items)
+        self.tracker.resend_dropped(items)
+        self._map_behind.set()      # the map that gave the slot here is old: read it before they come back
+
     def _lease_ok(self) -> bool:
         return not self._lease_gate or time.monotonic() < self._lease_until
 
     def _fenced(self, error: StaleSequencer) -> None:
+        """A commit was refused: its cores gave their slots up (their records went back to their senders).
+        Records for those slots are not taken into a worker from now on (which would hand them back again
+        at once) but kept until the slot is claimed again, or answered ``moved``; then ask the master."""
         self.counters["fenced_commits"] += 1
+        with self._accept_lock:
+            # what is held read under the lock: a slot granted meanwhile enters _accepting only after its
+            # core exists, under this lock, so no slot held is taken out
+            held = self._held()
+            for k in [k for k in self._accepting if k not in held]:
+                del self._accepting[k]
         self._resync.set()
 
     # ---- ownership ---------------------------------------------------------------------------------
@@ -353,8 +374,12 @@ class WorkerHost:
             for k in list(self._accepting):
                 if k not in held or want.get(k) != held[k]:
                     self._accepting.pop(k, None)
+            dropped = []
             for k in [k for k in self._early if k not in want]:
-                self._early_n -= len(self._early.pop(k))   # given elsewhere meanwhile: their senders retry them
+                dropped.extend(self._early.pop(k))      # given elsewhere meanwhile
+            self._early_n -= len(dropped)
+        if dropped:
+            self._drop_early(dropped)
         self._give_up(lost)
         # computations first: an injector starts sending at once, to owners that must be known
         for (cname, slot), seq in sorted(want.items(), key=lambda kv: (kv[0][0] in self.topology.injectors, kv[0])):
@@ -572,6 +597,7 @@ class WorkerHost:
             "counters": {**self.counters, "set_aside": sum(c.get("set_aside", 0) for c in per.values())},
             "transport": {**self.transport.counters, "resent_after_delay": self.tracker.resent,
                           "resent_after_move": self.tracker.resent_after_move,
+                          "resent_on_request": self.tracker.resent_on_request,
                           "retries_deferred": self.tracker.retries_deferred},
             "acks": {"retry_timeout_ms": self.tracker.retry_timeout_us // 1000,
                      "inbox_high": max(w.inbox_high for w in self.workers),

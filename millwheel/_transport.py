@@ -131,6 +131,7 @@ class Tracker:
         self.acked_total = 0
         self.resent = 0                            # deliveries sent again after their retry delay
         self.resent_after_move = 0                 # deliveries sent again because their consumer's owner changed
+        self.resent_on_request = 0                 # deliveries sent again because their consumer dropped them
         self._retries: list[tuple[int, str]] = []   # heap of (retry_after_us, production id); stale rows skipped
         self._first_sent: dict[str, list[tuple[int, str]]] = {}   # per sender: heap of (first send, id), lazily
         if transport.may_lose:
@@ -168,6 +169,12 @@ class Tracker:
             for d in deliveries:
                 self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
             self.in_flight -= len(deliveries)
+
+    def hand_back(self, deliveries: list[Delivery]) -> None:
+        """Received deliveries a consumer gives back uncommitted (it gave their interval up, or was fenced):
+        no longer its work, and they go to the interval's owner again now."""
+        self.unreceive(deliveries)
+        self.send(deliveries)
 
     def outstanding_count(self, sender: str | None = None) -> int:
         if sender is None:
@@ -357,6 +364,26 @@ class Tracker:
                     if (c, d.interval) in slots:
                         out.append(d)
             self.resent_after_move += len(out)
+        if out:
+            self._transport.send(out)
+        return len(out)
+
+    def resend_requested(self, pairs: Iterable[tuple[str, str]]) -> int:
+        """Consumers dropped these ``(consumer, production id)`` copies uncommitted (they gave the slot
+        up, were fenced, or their claim of it was refused) and asked for them again: send each one still
+        unacked again now, by the routes as they are now, rather than when its retry comes due (no map
+        change the sender sees announces such a loss, and the retry timeout may have grown to seconds).
+        Their timed retries stay as they were (a production's other consumers may have lost theirs too).
+        Returns how many were sent."""
+        out: list[Delivery] = []
+        with self._lock:
+            for consumer, pid in pairs:
+                o = self.outstanding.get(pid)
+                d = o.left.get(consumer) if o is not None else None
+                if d is None:
+                    continue            # acked since (or never ours): nothing to send
+                out.append(d)
+            self.resent_on_request += len(out)
         if out:
             self._transport.send(out)
         return len(out)

@@ -413,8 +413,7 @@ class Worker:
             elif kind is ReportWatermark:
                 reports.append(cmd.report)
             elif kind is ReturnDeliveries:
-                tracker.unreceive(cmd.deliveries)
-                tracker.send(cmd.deliveries)
+                tracker.hand_back(cmd.deliveries)
             elif kind is Relinquish:
                 comp = self.comps.get(cmd.computation)
                 if comp is not None:
