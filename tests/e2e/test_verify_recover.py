@@ -224,10 +224,11 @@ def test_full_output_disk_mid_run_then_verify_and_recover_make_it_exact(small_di
     import joiner
     generate(GenOptions(out=str(tmp_path), queries=4000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
                         bad_line_fraction=0.0, seed=17))
+    # small requests also for the backlog: the disk fills while many are still to come, so the pause shows
     cfg = tmp_path / "photon.toml"
     with open(cfg, "a") as f:
         f.write("\n[registry]\nclear_tokens_every_s = 0\n\n[joiner]\nwriter_probe_s = 0.2\n"
-                "\n[dispatcher]\nbatch_size = 20\n")
+                "\n[dispatcher]\nbatch_size = 20\nbacklog_batch_size = 20\n")
     disk = small_disk(tmp_path / "out/a/joined", "48k")      # about a third of the joined lines fit
     p = pipeline(cfg).start()
     joinable = truth(tmp_path, "joinable")
@@ -279,7 +280,7 @@ def test_photon_run_exits_5_after_a_full_disk_then_verify_and_recover_bring_the_
     cfg = tmp_path / "photon.toml"
     with open(cfg, "a") as f:
         f.write("\n[registry]\nclear_tokens_every_s = 0\n\n[joiner]\nwriter_probe_s = 0.2\n"
-                "\n[dispatcher]\nbatch_size = 20\n")
+                "\n[dispatcher]\nbatch_size = 20\nbacklog_batch_size = 20\n")
     disk = small_disk(tmp_path / "out/a/joined", "48k")      # about a third of the joined lines fit
     first = pipeline(cfg).start("--until-caught-up")
     joinable = truth(tmp_path, "joinable")
