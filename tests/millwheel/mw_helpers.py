@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 
+from millwheel._model import Delivery
+from millwheel._transport import Transport
 from photon import format_event_id, id_timestamp_us
 
 WINDOW_US = 60_000_000
@@ -64,3 +66,14 @@ def read_windows(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+
+
+class SentTransport(Transport):
+    """A transport that keeps what it is asked to send (and may lose it: nothing is delivered)."""
+    may_lose = True
+
+    def __init__(self) -> None:
+        self.sent: list[Delivery] = []
+
+    def send(self, deliveries):
+        self.sent.extend(deliveries)

@@ -16,7 +16,8 @@ from millwheel import worker_pb2_grpc as pb_grpc
 from millwheel._model import Delivery, Record
 from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._store import StoredProduction
-from millwheel._transport import Inbox, Tracker, Transport
+from millwheel._transport import Inbox, Tracker
+from mw_helpers import SentTransport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,18 +31,8 @@ def _production(n: int, consumers=("c",)):
                          for c in consumers])
 
 
-class _Sent(Transport):
-    may_lose = True
-
-    def __init__(self) -> None:
-        self.sent: list[Delivery] = []
-
-    def send(self, deliveries):
-        self.sent.extend(deliveries)
-
-
 def test_a_resend_request_sends_the_unacked_copies_named_at_once_and_nothing_else():
-    t = _Sent()
+    t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     tracker.send(tracker.register("src", [_production(1, ("c", "d")), _production(2)], now_us=0,
                                   retry_delay_us=NEVER_US))
@@ -150,7 +141,7 @@ def test_records_kept_for_a_claim_that_was_refused_are_sent_again_at_once_by_the
 
 
 def test_in_one_process_a_handed_back_record_goes_to_its_owner_again():
-    t = _Sent()
+    t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     out = tracker.register("src", [_production(1)], now_us=0, retry_delay_us=NEVER_US)
     tracker.received(out)

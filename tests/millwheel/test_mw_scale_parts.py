@@ -10,6 +10,7 @@ from millwheel._model import Delivery, Record
 from millwheel._routing import IntervalMap, middle_slot_key, slot_key
 from millwheel._store import StoredProduction
 from millwheel._transport import Inbox, LocalTransport, Tracker, Transport
+from mw_helpers import SentTransport
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,16 +27,6 @@ def test_the_split_key_divides_the_traffic_most_evenly():
     assert middle_slot_key("0004", "0005", {4: 100}, 16) == ""
 
 
-class _Sent(Transport):
-    may_lose = True
-
-    def __init__(self) -> None:
-        self.sent: list[Delivery] = []
-
-    def send(self, deliveries):
-        self.sent.extend(deliveries)
-
-
 def _production(n: int, consumers=("c",)):
     p = StoredProduction(f"p{n}", "s", f"k{n}", b"{}", 1000 + n, 1000 + n)
     return (p, 0, True, [Delivery(c, 0, Record(p.key, {}, p.timestamp_us, p.id, "s", "src", 1000 + n))
@@ -43,7 +34,7 @@ def _production(n: int, consumers=("c",)):
 
 
 def test_retries_come_from_a_heap_by_due_time_with_backoff_and_skip_what_was_acked():
-    t = _Sent()
+    t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     tracker.register("src", [_production(1)], now_us=0, retry_delay_us=100)
     tracker.register("src", [_production(2)], now_us=50, retry_delay_us=100)
@@ -59,7 +50,7 @@ def test_retries_come_from_a_heap_by_due_time_with_backoff_and_skip_what_was_ack
 
 
 def test_a_production_forgotten_by_its_sender_is_not_retried():
-    t = _Sent()
+    t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=10)
     tracker.acked_remotely([("c", "p1")])
@@ -77,7 +68,7 @@ class _Clock:
 
 
 def test_the_retry_timeout_follows_the_ack_delays_so_queued_records_are_not_sent_twice():
-    t, clock = _Sent(), _Clock()
+    t, clock = SentTransport(), _Clock()
     tracker = Tracker(t, lambda sender, interval: Inbox(), clock)
     assert tracker.retry_timeout_us == 0
     # acks take 3 s (a consumer's queue), longer than the 1 s retry delay: each such production is sent
@@ -110,7 +101,7 @@ def test_the_retry_timeout_follows_the_ack_delays_so_queued_records_are_not_sent
 
 
 def test_a_sender_is_backlogged_once_its_oldest_unacked_production_waited_half_the_retry_delay():
-    t = _Sent()
+    t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     assert not tracker.backlogged("src", 0, 1000)
     tracker.register("src", [_production(1)], now_us=0, retry_delay_us=1000)
@@ -171,7 +162,7 @@ def test_copies_in_a_local_inbox_are_not_sent_again_by_time_and_come_back_if_the
 
 
 def test_copies_bound_for_a_slot_whose_owner_changed_go_again_at_once_and_only_those():
-    t = _Sent()
+    t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     tracker.send(tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=1_000_000))
     assert [d.consumer for d in t.sent] == ["c", "d"]
