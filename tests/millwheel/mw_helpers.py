@@ -7,7 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from millwheel._model import Delivery
+from millwheel._model import Delivery, Record
+from millwheel._store import StoredProduction
 from millwheel._transport import Transport
 from photon import format_event_id, id_timestamp_us
 
@@ -77,3 +78,11 @@ class SentTransport(Transport):
 
     def send(self, deliveries):
         self.sent.extend(deliveries)
+
+
+def production(n: int, consumers=("c",)):
+    """A stored production ``p<n>`` of source ``src`` and its deliveries to ``consumers``, as the tracker
+    registers them."""
+    p = StoredProduction(f"p{n}", "s", f"k{n}", b"{}", 1000 + n, 1000 + n)
+    return (p, 0, True, [Delivery(c, 0, Record(p.key, {}, p.timestamp_us, p.id, "s", "src", 1000 + n))
+                         for c in consumers])

@@ -13,11 +13,10 @@ import pytest
 from photon import wait_until
 
 from millwheel import worker_pb2_grpc as pb_grpc
-from millwheel._model import Delivery, Record
+from millwheel._model import Delivery
 from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
-from millwheel._store import StoredProduction
 from millwheel._transport import Inbox, Tracker
-from mw_helpers import SentTransport
+from mw_helpers import SentTransport, production
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,16 +24,10 @@ NEVER_US = 3_600_000_000
 """A retry delay no test waits for: a copy sent twice was sent again on request."""
 
 
-def _production(n: int, consumers=("c",)):
-    p = StoredProduction(f"p{n}", "s", f"k{n}", b"{}", 1000 + n, 1000 + n)
-    return (p, 0, True, [Delivery(c, 0, Record(p.key, {}, p.timestamp_us, p.id, "s", "src", 1000 + n))
-                         for c in consumers])
-
-
 def test_a_resend_request_sends_the_unacked_copies_named_at_once_and_nothing_else():
     t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
-    tracker.send(tracker.register("src", [_production(1, ("c", "d")), _production(2)], now_us=0,
+    tracker.send(tracker.register("src", [production(1, ("c", "d")), production(2)], now_us=0,
                                   retry_delay_us=NEVER_US))
     assert len(t.sent) == 3
     # only the copy asked for, of the consumer that asked; unknown ids and other consumers are ignored
@@ -96,7 +89,7 @@ def processes():
 
 
 def _send_one(sender: _Process) -> Delivery:
-    out = sender.tracker.register("src", [_production(1)], now_us=0, retry_delay_us=NEVER_US)
+    out = sender.tracker.register("src", [production(1)], now_us=0, retry_delay_us=NEVER_US)
     sender.tracker.send(out)
     return out[0]
 
@@ -143,7 +136,7 @@ def test_records_kept_for_a_claim_that_was_refused_are_sent_again_at_once_by_the
 def test_in_one_process_a_handed_back_record_goes_to_its_owner_again():
     t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
-    out = tracker.register("src", [_production(1)], now_us=0, retry_delay_us=NEVER_US)
+    out = tracker.register("src", [production(1)], now_us=0, retry_delay_us=NEVER_US)
     tracker.received(out)
     tracker.hand_back(out)
     assert t.sent == out and tracker.in_flight == 0

@@ -8,9 +8,8 @@ import pytest
 from millwheel._master_facts import Interval
 from millwheel._model import Delivery, Record
 from millwheel._routing import IntervalMap, middle_slot_key, slot_key
-from millwheel._store import StoredProduction
 from millwheel._transport import Inbox, LocalTransport, Tracker, Transport
-from mw_helpers import SentTransport
+from mw_helpers import SentTransport, production
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,17 +26,11 @@ def test_the_split_key_divides_the_traffic_most_evenly():
     assert middle_slot_key("0004", "0005", {4: 100}, 16) == ""
 
 
-def _production(n: int, consumers=("c",)):
-    p = StoredProduction(f"p{n}", "s", f"k{n}", b"{}", 1000 + n, 1000 + n)
-    return (p, 0, True, [Delivery(c, 0, Record(p.key, {}, p.timestamp_us, p.id, "s", "src", 1000 + n))
-                         for c in consumers])
-
-
 def test_retries_come_from_a_heap_by_due_time_with_backoff_and_skip_what_was_acked():
     t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
-    tracker.register("src", [_production(1)], now_us=0, retry_delay_us=100)
-    tracker.register("src", [_production(2)], now_us=50, retry_delay_us=100)
+    tracker.register("src", [production(1)], now_us=0, retry_delay_us=100)
+    tracker.register("src", [production(2)], now_us=50, retry_delay_us=100)
     assert tracker.due_retries(99) == 0 and t.sent == []
     assert tracker.due_retries(100) == 1 and [d.record.id for d in t.sent] == ["p1"]
     tracker.acked_remotely([("c", "p2")])            # acked before it was due: never sent again
@@ -52,7 +45,7 @@ def test_retries_come_from_a_heap_by_due_time_with_backoff_and_skip_what_was_ack
 def test_a_production_forgotten_by_its_sender_is_not_retried():
     t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
-    tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=10)
+    tracker.register("src", [production(1, ("c", "d"))], now_us=0, retry_delay_us=10)
     tracker.acked_remotely([("c", "p1")])
     assert tracker.due_retries(10) == 1 and [d.consumer for d in t.sent] == ["d"]   # only what is unacked
     assert tracker.forget("src", 0) == 1
@@ -74,7 +67,7 @@ def test_the_retry_timeout_follows_the_ack_delays_so_queued_records_are_not_sent
     # acks take 3 s (a consumer's queue), longer than the 1 s retry delay: each such production is sent
     # again once, and its delay from the first send is still a sample, so the timeout grows past the delay
     for n in range(8):
-        tracker.register("src", [_production(n)], now_us=clock.now, retry_delay_us=1_000_000)
+        tracker.register("src", [production(n)], now_us=clock.now, retry_delay_us=1_000_000)
         clock.now += 1_000_000
         tracker.due_retries(clock.now, max_backoff_us=8_000_000)
         clock.now += 2_000_000
@@ -82,7 +75,7 @@ def test_the_retry_timeout_follows_the_ack_delays_so_queued_records_are_not_sent
     assert tracker.retry_timeout_us > 3_000_000
     sent_before = len(t.sent)
     # now a production acked after 3 s is not sent again meanwhile (its retry is put off, not dropped)
-    tracker.register("src", [_production(100)], now_us=clock.now, retry_delay_us=1_000_000)
+    tracker.register("src", [production(100)], now_us=clock.now, retry_delay_us=1_000_000)
     start = clock.now
     for step in range(1, 31):
         clock.now = start + step * 100_000
@@ -91,7 +84,7 @@ def test_the_retry_timeout_follows_the_ack_delays_so_queued_records_are_not_sent
     tracker.acked_remotely([("c", "p100")])
     assert tracker.outstanding_count() == 0
     # a production that is really lost is still sent again, once the learnt timeout has passed (capped)
-    tracker.register("src", [_production(101)], now_us=clock.now, retry_delay_us=1_000_000)
+    tracker.register("src", [production(101)], now_us=clock.now, retry_delay_us=1_000_000)
     lost_at = clock.now
     while len(t.sent) == sent_before:
         clock.now += 100_000
@@ -104,9 +97,9 @@ def test_a_sender_is_backlogged_once_its_oldest_unacked_production_waited_half_t
     t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
     assert not tracker.backlogged("src", 0, 1000)
-    tracker.register("src", [_production(1)], now_us=0, retry_delay_us=1000)
-    tracker.register("src", [_production(2)], now_us=400, retry_delay_us=1000)
-    tracker.register("other", [_production(3)], now_us=0, retry_delay_us=1000)
+    tracker.register("src", [production(1)], now_us=0, retry_delay_us=1000)
+    tracker.register("src", [production(2)], now_us=400, retry_delay_us=1000)
+    tracker.register("other", [production(3)], now_us=0, retry_delay_us=1000)
     assert not tracker.backlogged("src", 500, 1000)
     assert tracker.backlogged("src", 501, 1000)
     tracker.acked_remotely([("c", "p1")])            # the oldest is now the one sent at 400
@@ -115,7 +108,7 @@ def test_a_sender_is_backlogged_once_its_oldest_unacked_production_waited_half_t
     assert not tracker.backlogged("src", 1 << 40, 1000)
     # in one process (a lossless transport, no retries) nothing queues twice: never backlogged
     local = Tracker(LocalTransport(), lambda sender, interval: Inbox())
-    local.register("src", [_production(4)], now_us=0, retry_delay_us=1000)
+    local.register("src", [production(4)], now_us=0, retry_delay_us=1000)
     assert not local.backlogged("src", 1 << 40, 1000)
 
 
@@ -139,7 +132,7 @@ class _Routed(Transport):
 def test_copies_in_a_local_inbox_are_not_sent_again_by_time_and_come_back_if_their_interval_is_given_up():
     t = _Routed({"c"})
     tracker = Tracker(t, lambda sender, interval: Inbox())
-    tracker.send(tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=10))
+    tracker.send(tracker.register("src", [production(1, ("c", "d"))], now_us=0, retry_delay_us=10))
     assert [d.consumer for d in t.sent] == ["c", "d"]
     # only the remote copy is sent again by time: the local one waits in an inbox that cannot lose it
     assert tracker.due_retries(10) == 1 and [d.consumer for d in t.sent[2:]] == ["d"]
@@ -164,7 +157,7 @@ def test_copies_in_a_local_inbox_are_not_sent_again_by_time_and_come_back_if_the
 def test_copies_bound_for_a_slot_whose_owner_changed_go_again_at_once_and_only_those():
     t = SentTransport()
     tracker = Tracker(t, lambda sender, interval: Inbox())
-    tracker.send(tracker.register("src", [_production(1, ("c", "d"))], now_us=0, retry_delay_us=1_000_000))
+    tracker.send(tracker.register("src", [production(1, ("c", "d"))], now_us=0, retry_delay_us=1_000_000))
     assert [d.consumer for d in t.sent] == ["c", "d"]
     assert tracker.resend_to({("d", 0)}) == 1 and [d.consumer for d in t.sent[2:]] == ["d"]
     assert tracker.resend_to({("e", 0), ("d", 1)}) == 0 and tracker.resend_to(set()) == 0
