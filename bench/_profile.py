@@ -15,11 +15,11 @@ PYSPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
 
 class Profiler:
-    """Starts ``py-spy record`` (raw collapsed stacks, ``rate`` samples/s) on each new pid handed to
-    :meth:`attach`; the recorders stop when their process exits or :meth:`stop` is called."""
+    """Starts ``py-spy record`` (raw collapsed stacks, ``rate`` samples/s; with ``gil`` only samples of the
+    thread holding the GIL, i.e. where the interpreter's time goes) on each new pid handed to :meth:`attach`; the recorders stop when their process exits or :meth:`stop` is called."""
 
-    def __init__(self, out: Path, rate: int = 100) -> None:
-        self.out, self.rate = Path(out), rate
+    def __init__(self, out: Path, rate: int = 100, gil: bool = False) -> None:
+        self.out, self.rate, self.gil = Path(out), rate, gil
         self.out.mkdir(parents=True, exist_ok=True)
         self.procs: dict[int, subprocess.Popen] = {}
         self.available = Path(PYSPY).exists()
@@ -31,7 +31,7 @@ class Profiler:
             return
         path = self.out / f"{kind}-{pid}.txt"
         self.procs[pid] = subprocess.Popen([PYSPY, "record", "-p", str(pid), "-r", str(self.rate), "-f", "raw",
-                                            "-o", str(path), "--nonblocking"],
+                                            "-o", str(path), "--nonblocking", *(["--gil"] if self.gil else [])],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> None:

@@ -130,7 +130,8 @@ class Bench:
         self.tmp = tempfile.TemporaryDirectory(prefix="photon-bench-registry-")
         root = Path(self.tmp.name)
         registry = {"shards": args.shards, "replicas": args.replicas, "fsync": args.fsync,
-                    "max_in_flight": args.in_flight, "simulated_rtt_ms": 0.0 if net else args.rtt_ms}
+                    "max_in_flight": args.in_flight, "simulated_rtt_ms": 0.0 if net else args.rtt_ms,
+                    **({"snapshot_after_commands": args.snapshot_after} if args.snapshot_after else {})}
         if net:
             registry["replica_regions"] = [PLACES[k % len(PLACES)] for k in range(args.replicas)]
             base = 10_000 + (os.getpid() % 7) * len(PLACES) * REGION_PORT_SPAN   # below the ephemeral ports
@@ -174,7 +175,8 @@ class Bench:
         return sum(r["ids_held"] for r in self.client.status() if r.get("is_leader"))
 
     def run_clients(self, clients: int, threads: int, batch: int, duration: float, rate: float = 0.0,
-                    race: bool = False, count: int = 0, token_per_request: bool = False) -> list[dict]:
+                    race: bool = False, count: int = 0, token_per_request: bool = False,
+                    profiler=None) -> list[dict]:
         start_at = time.time() + 1.5
         self.base_us = int(time.time() * 1e6)   # fresh seeds (id prefixes) keep phases apart
         procs = []
@@ -192,6 +194,8 @@ class Bench:
             if token_per_request:
                 argv.append("--token-per-request")
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True))
+            if profiler is not None:
+                profiler.attach(procs[-1].pid, "client")
         self.seed += clients + 1
         outs = []
         for p in procs:
@@ -218,14 +222,14 @@ class Bench:
         profiler = None
         if getattr(a, "profile", None):     # py-spy on every replica process, for the peak phase only
             from bench._profile import Profiler
-            profiler = Profiler(Path(a.profile))
+            profiler = Profiler(Path(a.profile), gil=a.profile_gil)
             for p in self.procs:
                 profiler.attach(p.pid, "replica")
         import psutil
         replicas = [psutil.Process(p.pid) for p in self.procs]
         cpu0 = [sum(r.cpu_times()[:2]) for r in replicas]
         try:
-            peak = self.run_clients(a.clients, a.threads, a.batch, a.duration)
+            peak = self.run_clients(a.clients, a.threads, a.batch, a.duration, profiler=profiler)
         finally:
             if profiler is not None:
                 profiler.stop()
@@ -321,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--race-duration", type=float, default=3.0)
     parser.add_argument("--in-flight", type=int, default=None,
                         help="replicated commands in flight per shard (default 4; 16 with --rtt-ms)")
+    parser.add_argument("--snapshot-after", type=int, default=0,
+                        help="[registry].snapshot_after_commands (default: the config's)")
     parser.add_argument("--fsync", default="batch", choices=["none", "batch", "interval"])
     parser.add_argument("--memory-ids", type=int, default=5_000_000, help="0 skips the bytes-per-id figure")
     parser.add_argument("--ids-per-request", default="20,300",
@@ -336,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", default=None,
                         help="folder for py-spy profiles of every replica process during the peak phase "
-                             "(summarise with python -m bench._profile DIR)")
+                             "(summarise with python -m bench._profile DIR), and of the client processes")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="with --profile: sample only the thread holding the GIL (py-spy --gil)")
     # worker mode (internal)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--endpoints", help=argparse.SUPPRESS)

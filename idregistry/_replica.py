@@ -56,6 +56,7 @@ from pathlib import Path
 
 import pysyncobj.journal
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.monotonic import monotonic as _monotonic
 from pysyncobj.syncobj import _COMMAND_TYPE
@@ -75,6 +76,7 @@ from idregistry._state import ShardState
 log = logging.getLogger("idregistry.replica")
 
 DATA_LOCK_FILE = "replica.lock"
+SNAPSHOT_FILE = "raft.snapshot"
 EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
 
@@ -144,10 +146,11 @@ class RaftSettings:
     first_election_rank: int = 0         # order of the members' first pre-votes (idregistry._first_election)
     compress_messages: bool = False      # pysyncobj's zlib (level 3) on every Raft message; off: stored frames
 
-    def conf(self, data_dir: Path, serializer=None, deserializer=None) -> SyncObjConf:
+    def conf(self, data_dir: Path, serializer=None, deserializer=None, serialize_checker=None) -> SyncObjConf:
         return SyncObjConf(
             serializer=serializer,
             deserializer=deserializer,
+            serializeChecker=serialize_checker,
             # with a simulated round trip, delayed messages are delivered from the tick: tick often
             autoTickPeriod=0.002 if self.simulated_rtt_ms else 0.05,
             appendEntriesUseBatch=False,
@@ -164,7 +167,7 @@ class RaftSettings:
             logCompactionMinEntries=self.log_compaction_min_entries,
             logCompactionMinTime=self.log_compaction_min_time_s,
             journalFile=str(data_dir / JOURNAL_FILE),
-            fullDumpFile=str(data_dir / "raft.snapshot"),
+            fullDumpFile=str(data_dir / SNAPSHOT_FILE),
             useFork=False,
             dynamicMembershipChange=False,
             commandsWaitLeader=False,
@@ -310,26 +313,125 @@ def _transport_class(rtt_ms: float, compress_messages: bool = False):
 SNAPSHOT_FORMAT = 1
 
 
-class _StateConsumer(SyncObjConsumer):
-    """Holds the replicated state; snapshots go through :meth:`write_snapshot` / :meth:`read_snapshot`."""
+WRITING_SUFFIX = ".writing"      # a snapshot being written (renamed to SNAPSHOT_FILE once on disk)
 
-    def __init__(self, state: ShardState) -> None:
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+class _SnapshotWriter:
+    """Writes one frozen state (:meth:`ShardState.freeze`) to ``<snapshot>.writing`` and fsyncs it, in its own
+    thread; :meth:`_StateConsumer.check_snapshot` renames it into place from the Raft thread."""
+
+    def __init__(self, view, raft_data, final: Path) -> None:
+        self.view = view
+        self.raft_data = raft_data
+        self.final = final
+        self.path = final.with_name(final.name + WRITING_SUFFIX)
+        self.inode = _inode(final)          # a snapshot installed from the leader meanwhile changes it
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="registry-snapshot", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            with open(self.path, "wb") as f:
+                pickle.dump((SNAPSHOT_FORMAT, self.view, self.raft_data), f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            # a disk that fails here fails the journal next: stop now, say why
+            storage_failed(f"writing the snapshot {self.path}", e)
+            self.error = e
+        except BaseException as e:     # noqa: BLE001 (reported as a failed snapshot; pysyncobj retries later)
+            self.error = e
+        finally:
+            self.done.set()
+
+
+class _StateConsumer(SyncObjConsumer):
+    """Holds the replicated state; snapshots go through :meth:`write_snapshot` / :meth:`check_snapshot` /
+    :meth:`read_snapshot`.
+
+    A snapshot is written without stopping the Raft thread: pysyncobj calls :meth:`write_snapshot` between
+    two commands, which freezes the state (time proportional to the runs, not the ids: later commands copy a
+    run only before changing an id it already held) and hands it to a writer thread. pysyncobj asks
+    :meth:`check_snapshot` (its ``serializeChecker``) every tick; once the file is written and fsynced, that
+    renames it into place, in the Raft thread, and reports success, after which pysyncobj compacts the journal
+    (:class:`photon.raft.CompactingJournal` fsyncs the folder first, making the rename durable). Writing the
+    whole state in the Raft thread stalled every commit for tens of milliseconds per 2 million ids held."""
+
+    def __init__(self, state: ShardState, snapshot_path: Path | None = None) -> None:
         super().__init__()
         self.state = state
+        self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
+        self._writer: _SnapshotWriter | None = None
+        self.snapshots = 0
+        self.snapshot_ms_last = 0.0
+        if self.snapshot_path is not None:     # a writer's leftover from an earlier life: never renamed, never read
+            self.snapshot_path.with_name(self.snapshot_path.name + WRITING_SUFFIX).unlink(missing_ok=True)
 
     def write_snapshot(self, path: str, raft_data) -> None:
-        """pysyncobj's serializer hook: called in the Raft thread (so the state is between commands) with
-        a temporary path it renames into place afterwards."""
+        """pysyncobj's serializer hook: called in the Raft thread (so the state is between commands) with a
+        temporary path it renames into place as soon as this returns. Without a ``snapshot_path`` the
+        snapshot is written there, now; with one, a writer thread writes it (:meth:`check_snapshot`), and
+        ``path`` is left absent, so pysyncobj's rename finds nothing (it ignores that; its serializeChecker,
+        :meth:`check_snapshot`, reports the outcome)."""
+        if self.snapshot_path is None:
+            self._write_now(path, raft_data)
+            return
+        Path(path).unlink(missing_ok=True)
+        if self._writer is None:
+            self._writer = _SnapshotWriter(self.state.freeze(), raft_data, self.snapshot_path)
+
+    def _write_now(self, path: str, raft_data) -> None:
         try:
             with open(path, "wb") as f:
                 pickle.dump((SNAPSHOT_FORMAT, self.state, raft_data), f, protocol=pickle.HIGHEST_PROTOCOL)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
-            # pysyncobj would only mark the snapshot failed and keep going; a disk that fails here fails
-            # the journal next: stop now, say why
             storage_failed(f"writing the snapshot {path}", e)
             raise
+
+    def check_snapshot(self) -> int:
+        """pysyncobj's serializeChecker, in the Raft thread: how the snapshot being written is doing."""
+        writer = self._writer
+        if writer is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING
+        if not writer.done.is_set():
+            return SERIALIZER_STATE.SERIALIZING
+        self._writer = None
+        writer.view.release()
+        if writer.error is not None:
+            log.warning("registry snapshot not written (%s: %s); pysyncobj tries again later",
+                        type(writer.error).__name__, writer.error)
+            writer.path.unlink(missing_ok=True)
+            return SERIALIZER_STATE.FAILED
+        if _inode(writer.final) != writer.inode:
+            # the leader installed a newer snapshot meanwhile: this one must not replace it
+            writer.path.unlink(missing_ok=True)
+            return SERIALIZER_STATE.FAILED
+        try:
+            os.replace(writer.path, writer.final)
+        except OSError as e:
+            storage_failed(f"renaming the snapshot {writer.path} into place", e)
+            raise
+        self.snapshots += 1
+        self.snapshot_ms_last = round(1000 * (time.monotonic() - writer.started), 1)
+        return SERIALIZER_STATE.SUCCESS
+
+    def wait_snapshot(self, timeout: float) -> None:
+        """Wait for a snapshot being written (before the data dir is let go)."""
+        writer = self._writer
+        if writer is not None:
+            writer.thread.join(timeout)
 
     def read_snapshot(self, path: str):
         """pysyncobj's deserializer hook: restores the state, returns pysyncobj's own data."""
@@ -474,10 +576,11 @@ class RaftReplica(RaftMember):
         self.data_dir = data_dir
         self._data_lock = lock_data_dir(data_dir, holder)      # before pysyncobj opens the journal
         self.self_addr = self_addr
-        self._consumer = _StateConsumer(state)
+        self._consumer = _StateConsumer(state, data_dir / SNAPSHOT_FILE)
         self.settings = settings or RaftSettings()
         others = [p for p in peers if p != self_addr]
-        conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
+        conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot,
+                                  self._consumer.check_snapshot)
         try:
             self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                           transportClass=_transport_class(self.settings.simulated_rtt_ms,
@@ -521,6 +624,7 @@ class RaftReplica(RaftMember):
             thread = getattr(self._sync, "_SyncObj__thread", None)
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=5)
+            self._consumer.wait_snapshot(timeout=30)     # no write into the data dir once it is let go
             self._data_lock.close()
 
 

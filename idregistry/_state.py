@@ -62,7 +62,8 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from operator import lt
+from itertools import groupby
+from operator import itemgetter, lt
 from dataclasses import dataclass, field
 
 import mmh3
@@ -120,17 +121,37 @@ _PREFIX_RE = re.compile(ID_REGEX.rsplit(":", 1)[0] + r"\Z")      # "<server_ip>:
 _TIMESTAMP_LIMIT = 10 ** 16                                         # 16 digits
 _BIG_ENDIAN = sys.byteorder == "big"
 _BELOW_0X20 = bytes(range(0x20))
+TIMESTAMP_DIGITS = TIMESTAMP_SUFFIX - 1
+_PREFIX_OF = itemgetter(slice(None, -TIMESTAMP_SUFFIX))      # "<server_ip>:<process_id>" of an id
+_SEPARATOR_OF = itemgetter(-TIMESTAMP_SUFFIX)                # the ":" before the timestamp
+_STAMP_OF = itemgetter(slice(-TIMESTAMP_DIGITS, None))       # the 16 digits
 
 
 def check_ids(ids) -> None:
-    """:func:`validate_ids` with one regular-expression match over the whole batch (about twice as fast
-    for a batch of well-formed ids); a batch that fails is checked id by id for the precise reason."""
+    """:func:`validate_ids` over a whole batch without a Python step per id (about 4x faster for a batch of
+    well-formed ids): an id is ``<prefix>:<16 digits>`` with a ``<server_ip>:<process_id>`` prefix, so the
+    batch is well-formed iff the 17th character from the end of every id is ``:``, the last 16 characters
+    of all ids joined are ASCII digits, and each distinct prefix (one per process, a few per batch) matches.
+    A batch that fails is checked id by id for the precise reason."""
     try:
-        if ids and _IDS_RE.match("\n".join(ids)) is not None:
+        if _batch_well_formed(ids):
             return
-    except TypeError:           # not all strings
+    except (TypeError, IndexError):     # not all strings, or an id shorter than 17 characters
         pass
     validate_ids(ids)
+
+
+def _batch_well_formed(ids) -> bool:
+    n = len(ids)
+    if not n:
+        return True
+    if "".join(map(_SEPARATOR_OF, ids)) != ":" * n:
+        return False
+    digits = "".join(map(_STAMP_OF, ids))
+    if len(digits) != TIMESTAMP_DIGITS * n or not digits.isascii() or not digits.isdigit():
+        return False
+    match = _PREFIX_RE.match
+    return all(match(p) is not None for p in set(map(_PREFIX_OF, ids)))
 
 
 def runs_to_wire(runs) -> list[tuple[str, bytes]]:
@@ -192,19 +213,21 @@ def runs_count(runs) -> int:
 def pack_ids(ids) -> tuple:
     """Well-formed ids as the runs of an :data:`OP_COMMIT_RUNS`: consecutive ids of one process (one
     ``<server_ip>:<process_id>`` prefix) become one ``(prefix, timestamps)`` pair, the timestamps as raw
-    native int64s; the runs keep the ids' order, so the results (one per id) do too."""
+    native int64s; the runs keep the ids' order, so the results (one per id) do too. Slicing and parsing
+    run in C over the whole batch (``map``), not as a Python step per id."""
+    if not ids:
+        return ()
+    prefixes = list(map(_PREFIX_OF, ids))
+    stamps = array("q", map(int, map(_STAMP_OF, ids)))
+    first = prefixes[0]
+    if prefixes.count(first) == len(prefixes):      # the usual batch: one process's ids
+        return ((first, stamps.tobytes()),)
     runs = []
-    prefix = None
-    stamps = None
-    for event_id in ids:
-        p = event_id[:-TIMESTAMP_SUFFIX]
-        if p != prefix:
-            if stamps is not None:
-                runs.append((prefix, stamps.tobytes()))
-            prefix, stamps = p, array("q")
-        stamps.append(int(event_id[-16:]))
-    if stamps is not None:
-        runs.append((prefix, stamps.tobytes()))
+    start = 0
+    for prefix, group in groupby(prefixes):
+        end = start + len(list(group))
+        runs.append((prefix, stamps[start:end].tobytes()))
+        start = end
     return tuple(runs)
 
 
@@ -214,12 +237,25 @@ def bucket_width_us(gc_after_s: float) -> int:
 
 
 class _Run:
-    """The ids of one process inside one bucket: sorted offsets and their token numbers."""
-    __slots__ = ("offsets", "tokens")
+    """The ids of one process inside one bucket: sorted offsets and their token numbers.
+
+    ``shared``: a snapshot being written (:meth:`ShardState.freeze`) still reads the first ids of these
+    arrays; appending leaves those alone, but anything that changes or moves a held id first gives the run
+    its own copies (:meth:`unshare`)."""
+    __slots__ = ("offsets", "tokens", "shared")
 
     def __init__(self) -> None:
         self.offsets = array("I")
         self.tokens: array | None = array("I")   # None: every token of this run is cleared
+        self.shared = False
+
+    def unshare(self) -> None:
+        """Before changing held ids in place: copy the arrays if a snapshot still reads them."""
+        if self.shared:
+            self.offsets = array("I", self.offsets)
+            if self.tokens is not None:
+                self.tokens = array("I", self.tokens)
+            self.shared = False
 
     def token_array(self) -> array:
         """The token numbers, made again (all :data:`NO_TOKEN`) if the run had dropped them."""
@@ -249,6 +285,8 @@ class _Run:
             offsets.append(offset)
             tokens.append(token)
         else:
+            self.unshare()
+            offsets, tokens = self.offsets, self.tokens
             i = bisect_left(offsets, offset)
             offsets.insert(i, offset)
             tokens.insert(i, token)
@@ -281,13 +319,15 @@ class _Run:
                 prev = i
             new_offsets.extend(offsets[prev:])
             new_tokens.extend(tokens[prev:])
-            self.offsets, self.tokens = new_offsets, new_tokens
+            self.offsets, self.tokens = new_offsets, new_tokens     # new arrays: a snapshot keeps the old
+            self.shared = False
         return results, len(cuts)
 
     def token_at(self, i: int) -> int:
         return NO_TOKEN if self.tokens is None else self.tokens[i]
 
     def remove(self, i: int) -> None:
+        self.unshare()
         del self.offsets[i]
         if self.tokens is not None:
             del self.tokens[i]
@@ -296,6 +336,7 @@ class _Run:
         return (self.offsets.tobytes(), None if self.tokens is None else self.tokens.tobytes())
 
     def __setstate__(self, state) -> None:
+        self.shared = False
         self.offsets = array("I")
         self.offsets.frombytes(state[0])
         if state[1] is None:
@@ -371,6 +412,53 @@ class ShardingLease:
 
     def covers(self, ids) -> bool:
         return self.newest(ids) < self.valid_below_us
+
+
+class _FrozenRun:
+    """The first ``n`` ids of a run's arrays as :meth:`ShardState.freeze` found them; pickles as that
+    :class:`_Run` (slices are taken under the GIL, so an append racing in another thread is never half seen)."""
+    __slots__ = ("offsets", "tokens", "n")
+
+    def __init__(self, offsets: array, tokens: array | None, n: int) -> None:
+        self.offsets, self.tokens, self.n = offsets, tokens, n
+
+    def __reduce__(self):
+        n = self.n
+        return (_thawed_run, (self.offsets[:n].tobytes(), None if self.tokens is None else self.tokens[:n].tobytes()))
+
+
+class FrozenShardState:
+    """A :class:`ShardState` as :meth:`ShardState.freeze` found it: pickles as that state (the snapshot file
+    is the same as one written from the state itself, and reads back as a ``ShardState``)."""
+
+    def __init__(self, fields: dict, runs: list) -> None:
+        self._fields = fields
+        self._runs = runs
+
+    @property
+    def ids_held(self) -> int:
+        return self._fields["ids_held"]
+
+    def __reduce__(self):
+        return (_thawed_state, (self._fields,))
+
+    def release(self) -> None:
+        """Written: the runs may change their held ids in place again."""
+        for run in self._runs:
+            run.shared = False
+        self._runs = []
+
+
+def _thawed_run(offsets: bytes, tokens: bytes | None) -> _Run:
+    run = _Run.__new__(_Run)
+    run.__setstate__((offsets, tokens))
+    return run
+
+
+def _thawed_state(fields: dict) -> "ShardState":
+    state = ShardState.__new__(ShardState)
+    state.__setstate__(fields)
+    return state
 
 
 @dataclass(frozen=True)
@@ -485,6 +573,25 @@ class ShardState:
                              None if tokens is None else array("I", tokens)))
         return ShardSnapshot(self.shard, runs, dict(self.token_names), self.gc_boundary_us, self.ids_held,
                              dict(self.token_time))
+
+    def freeze(self) -> "FrozenShardState":
+        """The state as it is now, for writing a snapshot in another thread while commands go on applying
+        here. Made in time proportional to the (bucket, process) runs and tokens, not to the ids: the view
+        keeps each run's arrays and how many ids they held; appends leave those ids alone, and anything that
+        would change or move a held id copies the run's arrays first (:meth:`_Run.unshare`). Pickles as this
+        ``ShardState`` did at the call. Call it where :meth:`apply` runs (between two commands), and
+        :meth:`FrozenShardState.release` once written."""
+        buckets, runs = {}, []
+        for b, bucket in self.buckets.items():
+            frozen = {}
+            for prefix, run in bucket.items():
+                run.shared = True
+                runs.append(run)
+                frozen[prefix] = _FrozenRun(run.offsets, run.tokens, len(run.offsets))
+            buckets[b] = frozen
+        fields = {k: dict(v) if type(v) is dict else v for k, v in self.__dict__.items()}
+        fields["buckets"] = buckets
+        return FrozenShardState(fields, runs)
 
     def token_bytes_saved(self) -> tuple[int, int]:
         """``(ids whose run dropped its token array, bytes those arrays would hold)``."""
@@ -667,7 +774,8 @@ class ShardState:
             if i < len(offsets) and offsets[i] == off:
                 results.append(0 if run.tokens[i] == number else EXISTS_CODE)
             else:
-                offsets.insert(i, off)
+                run.unshare()
+                run.offsets.insert(i, off)
                 run.tokens.insert(i, number)
                 added += 1
                 results.append(0)
@@ -692,6 +800,7 @@ class ShardState:
         for event_id in ids:
             run, i, ts = self._locate(event_id)
             if i >= 0 and run.token_at(i) != NO_TOKEN:
+                run.unshare()
                 run.tokens[i] = NO_TOKEN
                 cleared += 1
                 touched[id(run)] = run

@@ -1,0 +1,139 @@
+"""Snapshots written beside the Raft thread: the frozen state (a view that later commands do not change)
+and the serializer/checker cycle pysyncobj drives. No cluster needed (restarts after compaction of a real
+cluster: test_registry_tokens_durability, test_registry_cluster)."""
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+
+import pytest
+from pysyncobj.config import SERIALIZER_STATE
+
+from idregistry._replica import WRITING_SUFFIX, _StateConsumer
+from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_COMMIT_RUNS, OP_DELETE, ShardState,
+                               pack_ids)
+from photon import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+T0 = 1_763_712_000_000_000
+BUCKET = 1_000_000
+
+
+def eid(n: int, proc: int = 1) -> str:
+    return f"10.0.0.1:{proc}:{T0 + n:016d}"
+
+
+def _contents(state: ShardState):
+    return (sorted(state.entries()), state.ids_held, dict(state.token_names), dict(state.token_bucket),
+            state.gc_boundary_us, state.next_token)
+
+
+def _filled() -> ShardState:
+    s = ShardState(bucket_us=BUCKET)
+    s.apply([(OP_COMMIT_RUNS, "A", pack_ids([eid(n) for n in range(0, 2000, 2)]), 1),
+             (OP_COMMIT_RUNS, "B", pack_ids([eid(n, proc=2) for n in range(100)]), 2),
+             (OP_COMMIT_RUNS, "C", pack_ids([eid(BUCKET + n) for n in range(50)]), 3)])
+    return s
+
+
+def test_a_frozen_state_pickles_as_the_state_was_whatever_is_applied_after():
+    s = _filled()
+    expected = _contents(s)
+    view = s.freeze()
+    # every kind of change after the freeze: appends, inserts among held ids (one by one and merged), token
+    # clearing, a delete, new tokens, GC dropping a bucket
+    s.apply([(OP_COMMIT_RUNS, "D", pack_ids([eid(n) for n in range(2000, 2100)]), 4),
+             (OP_COMMIT, "E", [eid(1), eid(3), eid(7, proc=2)], 5),
+             (OP_COMMIT_RUNS, "F", pack_ids([eid(n) for n in range(5, 400, 2)]), 6),
+             (OP_CLEAR_TOKENS, [eid(0), eid(2), eid(4, proc=2)]),
+             (OP_DELETE, eid(10), "A"),
+             (OP_ADVANCE_GC, T0 + BUCKET)])
+    after = _contents(s)
+    restored = pickle.loads(pickle.dumps(view, pickle.HIGHEST_PROTOCOL))
+    view.release()
+    assert type(restored) is ShardState
+    assert _contents(restored) == expected
+    assert _contents(s) == after and after != expected          # the live state went on changing
+    assert restored.lookup([eid(0), eid(1), eid(10), eid(2050)]) == [True, False, True, False]
+    # the restored state goes on working (a run that was shared is its own now)
+    restored.apply([(OP_COMMIT, "G", [eid(1)])])
+    assert restored.lookup([eid(1)]) == [True]
+
+
+def test_changes_after_release_do_not_copy_runs():
+    s = _filled()
+    view = s.freeze()
+    pickle.dumps(view)
+    view.release()
+    run = s.buckets[T0 // BUCKET]["10.0.0.1:1"]
+    offsets = run.offsets
+    s.apply([(OP_CLEAR_TOKENS, [eid(0)])])
+    assert run.offsets is offsets            # in place: no snapshot reads it any more
+
+
+def _consumer(tmp_path, state=None) -> _StateConsumer:
+    return _StateConsumer(state or _filled(), tmp_path / "raft.snapshot")
+
+
+def _finished(consumer) -> int:
+    states = []
+
+    def settled() -> bool:
+        states.append(consumer.check_snapshot())
+        return states[-1] != SERIALIZER_STATE.SERIALIZING
+    wait_until(settled, 30, interval=0.01, message="the snapshot writer")
+    return states[-1]
+
+
+def test_the_snapshot_is_written_beside_the_raft_thread_and_renamed_into_place_by_the_checker(tmp_path):
+    consumer = _consumer(tmp_path)
+    expected = _contents(consumer.state)
+    pysyncobj_tmp = tmp_path / "raft.snapshot.tmp"
+    pysyncobj_tmp.write_bytes(b"stale")                      # pysyncobj must find nothing to rename
+    assert consumer.check_snapshot() == SERIALIZER_STATE.NOT_SERIALIZING
+    consumer.write_snapshot(str(pysyncobj_tmp), ("raft", 1))
+    assert not pysyncobj_tmp.exists()
+    consumer.state.apply([(OP_COMMIT, "late", [eid(5000)])])   # applied while the writer runs
+    assert _finished(consumer) == SERIALIZER_STATE.SUCCESS
+    assert consumer.check_snapshot() == SERIALIZER_STATE.NOT_SERIALIZING   # success is told once
+    assert not (tmp_path / ("raft.snapshot" + WRITING_SUFFIX)).exists()
+    restored = _StateConsumer(ShardState())
+    assert restored.read_snapshot(str(tmp_path / "raft.snapshot")) == ("raft", 1)
+    assert _contents(restored.state) == expected             # as of the call, without the later commit
+
+
+def test_a_snapshot_installed_meanwhile_is_not_replaced_by_an_older_one(tmp_path):
+    consumer = _consumer(tmp_path)
+    final = tmp_path / "raft.snapshot"
+    final.write_bytes(b"old")
+    consumer.write_snapshot(str(tmp_path / "raft.snapshot.tmp"), ("raft", 1))
+    installed = tmp_path / "raft.snapshot.1.tmp"               # what pysyncobj does with a leader's snapshot
+    installed.write_bytes(b"from the leader")
+    os.replace(installed, final)
+    assert _finished(consumer) == SERIALIZER_STATE.FAILED
+    assert final.read_bytes() == b"from the leader"
+    assert not (tmp_path / ("raft.snapshot" + WRITING_SUFFIX)).exists()
+
+
+def test_a_failed_snapshot_write_is_fail_stop(tmp_path, monkeypatch):
+    import idregistry._replica as replica
+    failures = []
+    monkeypatch.setattr(replica, "storage_failed", lambda what, e: failures.append((what, e)))
+    consumer = _consumer(tmp_path)
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(replica.os, "fsync", full)
+    consumer.write_snapshot(str(tmp_path / "raft.snapshot.tmp"), ("raft", 1))
+    assert _finished(consumer) == SERIALIZER_STATE.FAILED
+    assert failures and "writing the snapshot" in failures[0][0] and failures[0][1].errno == errno.ENOSPC
+    assert not (tmp_path / "raft.snapshot").exists()
+
+
+def test_a_writer_left_over_from_an_earlier_life_is_removed(tmp_path):
+    leftover = tmp_path / ("raft.snapshot" + WRITING_SUFFIX)
+    leftover.write_bytes(b"half")
+    _consumer(tmp_path)
+    assert not leftover.exists()
