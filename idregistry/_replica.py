@@ -581,6 +581,9 @@ class RaftReplica(RaftMember):
         others = [p for p in peers if p != self_addr]
         conf = self.settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot,
                                   self._consumer.check_snapshot)
+        # the once-a-second commit-index record is written beside the Raft thread (destroy() waits for it)
+        self._meta_path = str(data_dir / JOURNAL_FILE) + ".meta"
+        _DurableMetaStorer.background_paths.add(self._meta_path)
         try:
             self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                           transportClass=_transport_class(self.settings.simulated_rtt_ms,
@@ -588,6 +591,7 @@ class RaftReplica(RaftMember):
                                           ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir,
                                           first_election_rank=self.settings.first_election_rank)
         except BaseException:
+            _DurableMetaStorer.background_paths.discard(self._meta_path)
             self._data_lock.close()
             raise
         self._destroyed = threading.Event()
@@ -625,6 +629,8 @@ class RaftReplica(RaftMember):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=5)
             self._consumer.wait_snapshot(timeout=30)     # no write into the data dir once it is let go
+            _DurableMetaStorer.settle()
+            _DurableMetaStorer.background_paths.discard(self._meta_path)
             self._data_lock.close()
 
 

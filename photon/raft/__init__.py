@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 
 import pysyncobj.journal
 from pysyncobj.version import VERSION as INSTALLED_PYSYNCOBJ
@@ -40,7 +41,7 @@ EXIT_STORAGE_FAILED = 75
 made durable."""
 
 __all__ = ["DurableMetaStorer", "EXIT_STORAGE_FAILED", "INSTALLED_PYSYNCOBJ", "PYSYNCOBJ_VERSION",
-           "CompactingJournal", "JOURNAL_FILE", "PysyncobjMismatch", "RaftMember", "ReservedFile", "storage_failed"]
+           "CompactingJournal", "JOURNAL_FILE", "discard_journal", "PysyncobjMismatch", "RaftMember", "ReservedFile", "storage_failed"]
 
 
 class PysyncobjMismatch(RuntimeError):
@@ -69,22 +70,53 @@ def storage_failed(what: str, error: BaseException) -> None:
 
 
 class DurableMetaStorer(pysyncobj.journal.MetaStorer):
-    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync."""
+    """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync.
+
+    A store that changes the term or the vote is on disk before it returns (Raft: before any message that
+    reflects them is sent). For a path in :attr:`background_paths` (a member that waits with
+    :meth:`settle` before letting its data dir go), a store that only moves the commit index (pysyncobj's
+    once-a-second save, a hint for restarts) is written the same durable way by one writer thread, so the
+    Raft thread does not wait for the disk every second. Writes to one path are serialized and each writes
+    the newest record, so none goes back to an older term or vote."""
 
     on_failure = staticmethod(storage_failed)
+    background_paths: set = set()
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self._write_lock = threading.Lock()
+        self._on_disk: tuple | None = None     # (term, vote) of the record on disk
+        self._newest = None
 
     def getMeta(self):  # noqa: N802 (pysyncobj's name)
         """The stored record; {} when there is none yet. Unlike pysyncobj's, an unreadable record raises
         and the file is closed."""
         try:
             with open(self.getPath(), "rb") as f:
-                return pysyncobj.journal.loads(f.read())
+                meta = pysyncobj.journal.loads(f.read())
         except FileNotFoundError:
-            return {}
+            meta = {}
+        self._on_disk = (meta.get("currentTerm"), meta.get("votedForNodeId"))
+        return meta
 
     def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
+        vote = (meta.get("currentTerm"), meta.get("votedForNodeId"))
+        if vote == self._on_disk and self.getPath() in self.background_paths:
+            self._newest = meta
+            _META_WRITER.submit(self)
+            return
+        with self._write_lock:
+            self._write(meta)
+
+    def _write_newest(self) -> None:
+        with self._write_lock:
+            self._write(self._newest)
+
+    def _write(self, meta) -> None:
         path = self.getPath()
         tmp = path + ".tmp"
+        meta = dict(meta)               # pysyncobj's own dict, which its thread may change meanwhile
+        vote = (meta.get("currentTerm"), meta.get("votedForNodeId"))
         try:
             with open(tmp, "wb") as f:
                 f.write(pysyncobj.journal.dumps(meta))
@@ -95,6 +127,54 @@ class DurableMetaStorer(pysyncobj.journal.MetaStorer):
         except OSError as e:
             type(self).on_failure(f"writing the Raft term/vote record {path}", e)
             raise
+        self._on_disk = vote
+
+    @staticmethod
+    def settle(timeout: float = 10.0) -> None:
+        """Wait for the commit-index records being written in the background (before a data dir is let go)."""
+        _META_WRITER.settle(timeout)
+
+
+class _MetaWriter:
+    """One thread writing the commit-index records of :class:`DurableMetaStorer` (the newest of each)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: list = []
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, storer) -> None:
+        with self._cond:
+            if storer not in self._queue:
+                self._queue.append(storer)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="raft-meta", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                storer = self._queue.pop(0)
+                self._busy = True
+            try:
+                storer._write_newest()
+            except OSError:      # on_failure has been told (and by default the process has exited)
+                pass
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def settle(self, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+
+_META_WRITER = _MetaWriter()
 
 
 class ReservedFile(pysyncobj.journal.ResizableFile):
@@ -166,6 +246,27 @@ class RaftMember:
         return None
 
 
+def discard_journal(journal) -> None:
+    """Close a pysyncobj journal whose file was replaced (so unlinked): in a thread of its own, and without
+    pysyncobj's ``_destroy``, which first writes every page of its memory map back to that file (an msync of
+    the whole old journal, tens of milliseconds at thousands of entries) although nobody will read it;
+    closing the last handle frees its blocks, which takes time too. Its entries are never read again."""
+    journal_file = getattr(journal, "_FileJournal__journalFile", None)
+    mm = getattr(journal_file, "_ResizableFile__mm", None)
+    f = getattr(journal_file, "_ResizableFile__f", None)
+    if mm is None or f is None:
+        journal._destroy()
+        return
+
+    def close() -> None:
+        try:
+            mm.close()
+            f.close()
+        except (OSError, ValueError):   # only blocks of a file already replaced are at stake
+            log.warning("closing a replaced Raft journal failed", exc_info=True)
+    threading.Thread(target=close, name="raft-journal-discard", daemon=True).start()
+
+
 class CompactingJournal:
     """pysyncobj's journal, compacted without ever rewriting the live file; everything else is passed on.
 
@@ -174,7 +275,8 @@ class CompactingJournal:
     kernel may write back in any order, so a power loss in the middle could leave a torn journal). Instead
     it fsyncs the data folder (making the snapshot's rename durable), writes the entries that remain into a
     new journal file beside it, fsyncs that, renames it over the old one, fsyncs the folder again and reads
-    the new journal back. A crash at any point leaves either the old journal (whose entries the snapshot
+    the new journal back; the old journal is closed in a thread of its own without writing its memory map
+    back (:func:`discard_journal`). A crash at any point leaves either the old journal (whose entries the snapshot
     already covers, as after a crash between pysyncobj's snapshot and its compaction) or the new one, each
     whole. A failure is fail-stop (``on_failure``, default :func:`storage_failed`)."""
 
@@ -205,12 +307,12 @@ class CompactingJournal:
             self._journal.onOneSecondTimer()            # the commit index it has not saved yet, durably
             os.replace(tmp, path)                       # the old journal's open map keeps its own (old) file
             fsync_path(self._data_dir)
-            self._journal._destroy()
-            self._journal = self._open(str(path))
+            old, self._journal = self._journal, self._open(str(path))
             Path(f"{tmp}.meta").unlink(missing_ok=True)
         except OSError as e:
             self._on_failure(what, e)
             raise
+        discard_journal(old)
 
     def __len__(self) -> int:
         return len(self._journal)

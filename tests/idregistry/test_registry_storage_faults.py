@@ -63,6 +63,39 @@ def test_term_and_vote_are_fsynced_file_and_folder(tmp_path, monkeypatch):
     assert synced.index(str(path) + ".tmp") < synced.index(str(tmp_path))
 
 
+def test_only_commit_index_records_are_written_beside_the_raft_thread(tmp_path, monkeypatch):
+    """For a member's path in background_paths, a record that moves only the commit index returns at once
+    and is written (durably) by another thread; a new term or vote is on disk before storeMeta returns."""
+    path = str(tmp_path / "raft.journal.meta")
+    monkeypatch.setattr(_DurableMetaStorer, "background_paths", {path})
+    gate = threading.Event()
+    real_fsync = os.fsync
+    writers: list[str] = []
+
+    def gated_fsync(fd):
+        writers.append(threading.current_thread().name)
+        if threading.current_thread().name == "raft-meta":
+            assert gate.wait(10)
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", gated_fsync)
+    storer = _DurableMetaStorer(path)
+    assert storer.getMeta() == {}
+    meta = {"currentTerm": 3, "votedForNodeId": "a", "raftCommitIndex": 1}
+    storer.storeMeta(meta)                                     # a new vote: written here, now
+    assert writers and set(writers) == {threading.current_thread().name}
+    meta["raftCommitIndex"] = 40
+    storer.storeMeta(meta)                                     # the commit index only: returns before the disk
+    assert _DurableMetaStorer(path).getMeta()["raftCommitIndex"] == 1
+    meta["currentTerm"], meta["votedForNodeId"] = 4, "b"
+    voting = threading.Thread(target=storer.storeMeta, args=(meta,))
+    voting.start()                                             # waits for the background write, then its own
+    gate.set()
+    voting.join(10)
+    _DurableMetaStorer.settle()
+    assert _DurableMetaStorer(path).getMeta() == {"currentTerm": 4, "votedForNodeId": "b", "raftCommitIndex": 40}
+    assert "raft-meta" in writers
+
+
 def test_pysyncobj_journals_store_their_meta_durably():
     import pysyncobj.journal
     assert pysyncobj.journal.MetaStorer is _DurableMetaStorer
@@ -104,6 +137,23 @@ def test_compaction_writes_a_new_journal_and_renames_it_into_place(tmp_path):
     reread._destroy()
     journal._destroy()
     assert not (tmp_path / _NotifyingJournal.COMPACT_FILE).exists()
+
+
+def test_compaction_closes_the_replaced_journal_without_writing_its_map_back(tmp_path, monkeypatch):
+    """The old journal (its file already replaced) is closed in another thread, not through pysyncobj's
+    ``_destroy``, whose msync of the whole map stalled the Raft thread for tens of milliseconds."""
+    path = tmp_path / "raft.journal"
+    live = _real_journal(path, 50)
+    journal = _NotifyingJournal(live, None, tmp_path)
+    mapped = live._FileJournal__journalFile._ResizableFile__mm
+
+    def no_msync():
+        raise AssertionError("the replaced journal's map was written back")
+    monkeypatch.setattr(live, "_destroy", no_msync)
+    journal.deleteEntriesTo(30)
+    wait_until(lambda: mapped.closed, 10, interval=0.01, message="the replaced journal closed")
+    assert len(journal) == 20 and journal[0] == (b"command-31", 31, 1)
+    journal._destroy()
 
 
 def test_a_compaction_that_fails_midway_leaves_the_live_journal_untouched(tmp_path, monkeypatch):
