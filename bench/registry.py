@@ -71,11 +71,10 @@ def worker(args) -> None:
         began = time.perf_counter()
         began_wall = time.time()
         seq = 0
+        ok_result = idregistry.CommitResult.OK
         while time.time() < stop_at and (not limit or sent < limit):
-            ids = []
-            for _ in range(args.batch):
-                ids.append(f"{prefix}{ts:016d}")
-                ts += 1
+            ids = [f"{prefix}{t:016d}" for t in range(ts, ts + args.batch)]
+            ts += args.batch
             t0 = time.perf_counter()
             token = args.token
             if args.token_per_request:      # the joiner's shape: host:port/pid/start_us/seq, one per request
@@ -83,13 +82,11 @@ def worker(args) -> None:
                 token = f"127.0.0.{t + 1}:{7000 + args.seed}/{os.getpid()}/{args.base_us}/{seq}"
             results = client.commit(ids, token)
             lat.append((time.perf_counter() - t0) * 1000)
-            for event_id, r in zip(ids, results):
-                if r == idregistry.CommitResult.OK:
-                    ok += 1
-                    if args.keep_ids:
-                        ok_ids.append(event_id)
-                else:
-                    exists += 1
+            accepted = results.count(ok_result)
+            ok += accepted
+            exists += len(results) - accepted
+            if args.keep_ids:
+                ok_ids.extend(event_id for event_id, r in zip(ids, results) if r == ok_result)
             sent += len(ids)
             if per_thread_rate:
                 ahead = sent / per_thread_rate - (time.perf_counter() - began)

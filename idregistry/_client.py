@@ -342,7 +342,7 @@ class RegistryClient:
         for _ in range(20):
             if not pending:
                 break
-            sub = [ids[i] for i in pending]
+            sub = ids if len(pending) == len(ids) else [ids[i] for i in pending]
             moved: list[int] = []
 
             def one(shard, idx, sub=sub):
@@ -354,6 +354,9 @@ class RegistryClient:
                         f"registry shard {shard} answered {len(codes)} results for {len(idx)} ids; are its "
                         "replicas older than this client? (clients and replicas are upgraded together)")
                 if _WRONG_SHARD_BYTE not in codes:       # the usual case: every id decided here
+                    if len(idx) == len(out):            # every id, in order (one shard, first round)
+                        out[:] = map(_RESULTS.__getitem__, codes)
+                        return
                     for i, code in zip(idx, codes):
                         out[pending[i]] = _RESULTS[code]
                     return
