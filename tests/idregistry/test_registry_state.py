@@ -249,3 +249,37 @@ def test_a_packed_command_is_a_few_strings_not_one_object_per_id():
     s = ShardState()
     assert s.apply([(OP_COMMIT_RUNS, "t", runs, T0)])[0] == bytes(1000)
     assert s.lookup(ids) == [True] * 1000
+
+
+def test_runs_are_judged_and_offset_whole_as_id_by_id():
+    """stamps_increase / stamp_offsets (one big-integer step per run) agree with a comparison and a
+    subtraction per timestamp, for increasing runs and runs that repeat or go back; a run holding values far
+    out of range (negative, near 2**63) after a first timestamp in range is never judged increasing unless
+    it is."""
+    import random
+    from array import array
+    from operator import lt
+    from idregistry._state import stamp_offsets, stamps_increase
+    rng = random.Random(7)
+    base = (T0 // 3_600_000_000) * 3_600_000_000
+    wild = [-1, -2**40, -2**63, 2**62, 2**63 - 1, 2**56, 2**55 - 1, 0, 1]
+    for trial in range(3000):
+        n = rng.choice([1, 2, 3, 7, 64, 500])
+        first = base + rng.randrange(0, 10**6)
+        stamps = [first]
+        for _ in range(n - 1):
+            stamps.append(stamps[-1] + rng.choice([1, 1, 2, 1000]))
+        kind = trial % 4
+        if kind == 1 and n > 1:                       # a repeat or a step back somewhere
+            i = rng.randrange(1, n)
+            stamps[i] = stamps[i - 1] - rng.choice([0, 1, 5])
+        elif kind == 2 and n > 1:                     # a wild value somewhere after the first
+            stamps[rng.randrange(1, n)] = rng.choice(wild)
+        raw = array("q", stamps).tobytes()
+        increasing = all(map(lt, stamps, stamps[1:]))
+        if all(0 <= t < 2**54 for t in stamps):
+            assert stamps_increase(raw, n) == increasing, stamps
+        else:                                         # out of range: never taken for increasing
+            assert increasing or not stamps_increase(raw, n), stamps
+        if increasing and stamps[-1] < base + 2**32:
+            assert stamp_offsets(raw, n, base) == array("I", [t - base for t in stamps])
