@@ -224,13 +224,14 @@ class Bench:
                 profiler.attach(p.pid, "replica")
         import psutil
         replicas = [psutil.Process(p.pid) for p in self.procs]
-        cpu0 = [sum(r.cpu_times()[:2]) for r in replicas]
+        cpu0 = [r.cpu_times()[:2] for r in replicas]
         try:
             peak = self.run_clients(a.clients, a.threads, a.batch, a.duration, profiler=profiler)
         finally:
             if profiler is not None:
                 profiler.stop()
-        cpu = [sum(r.cpu_times()[:2]) - c for r, c in zip(replicas, cpu0)]
+        split = [tuple(a - b for a, b in zip(r.cpu_times()[:2], c)) for r, c in zip(replicas, cpu0)]
+        cpu = [user + system for user, system in split]
         c1, i1 = self.leader_counters()
         elapsed = time.monotonic() - t0 - 1.5
         ok = sum(o["ok"] for o in peak)
@@ -243,6 +244,8 @@ class Bench:
         figures["raft_commands_per_s"] = round((c1 - c0) / max(elapsed, a.duration), 1)
         # CPU-seconds per million ids committed in the peak phase (user + system): each replica, the clients
         figures["replica_cpu_s_per_m_ids"] = sorted((round(c * 1e6 / max(1, ok), 2) for c in cpu), reverse=True)
+        # the busiest replica (the leader): user and system CPU-seconds per million ids
+        figures["leader_user_sys_s_per_m_ids"] = [round(x * 1e6 / max(1, ok), 2) for x in max(split, key=sum)]
         figures["client_cpu_s_per_m_ids"] = round(sum(o["cpu_s"] for o in peak) * 1e6 / max(1, ok), 2)
         leader = next(r for r in self.client.status() if r.get("is_leader"))
         figures["leader_fsyncs"] = leader["fsyncs"]

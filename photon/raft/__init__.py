@@ -69,6 +69,17 @@ def storage_failed(what: str, error: BaseException) -> None:
     os._exit(EXIT_STORAGE_FAILED)
 
 
+class _MetaPath:
+    """What every storer of one record path shares (a journal reopened after compaction gets a new storer):
+    the lock serializing writes, the (term, vote) on disk, and the newest record stored."""
+    __slots__ = ("lock", "on_disk", "newest")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.on_disk: tuple | None = None
+        self.newest = None
+
+
 class DurableMetaStorer(pysyncobj.journal.MetaStorer):
     """pysyncobj's term/vote/commit-index store, made durable: temp file, fsync, rename, folder fsync.
 
@@ -76,41 +87,48 @@ class DurableMetaStorer(pysyncobj.journal.MetaStorer):
     reflects them is sent). For a path in :attr:`background_paths` (a member that waits with
     :meth:`settle` before letting its data dir go), a store that only moves the commit index (pysyncobj's
     once-a-second save, a hint for restarts) is written the same durable way by one writer thread, so the
-    Raft thread does not wait for the disk every second. Writes to one path are serialized and each writes
-    the newest record, so none goes back to an older term or vote."""
+    Raft thread does not wait for the disk every second. Every write of one path (whichever storer, whichever
+    thread) holds that path's lock and writes the newest record stored for it, so none goes back to an older
+    term or vote."""
 
     on_failure = staticmethod(storage_failed)
     background_paths: set = set()
+    _paths: dict = {}
+    _paths_lock = threading.Lock()
 
     def __init__(self, path) -> None:
         super().__init__(path)
-        self._write_lock = threading.Lock()
-        self._on_disk: tuple | None = None     # (term, vote) of the record on disk
-        self._newest = None
+        with self._paths_lock:
+            self._path_state = self._paths.setdefault(os.path.abspath(path), _MetaPath())
 
     def getMeta(self):  # noqa: N802 (pysyncobj's name)
         """The stored record; {} when there is none yet. Unlike pysyncobj's, an unreadable record raises
         and the file is closed."""
-        try:
-            with open(self.getPath(), "rb") as f:
-                meta = pysyncobj.journal.loads(f.read())
-        except FileNotFoundError:
-            meta = {}
-        self._on_disk = (meta.get("currentTerm"), meta.get("votedForNodeId"))
+        state = self._path_state
+        with state.lock:
+            try:
+                with open(self.getPath(), "rb") as f:
+                    meta = pysyncobj.journal.loads(f.read())
+            except FileNotFoundError:
+                meta = {}
+            state.on_disk = (meta.get("currentTerm"), meta.get("votedForNodeId"))
         return meta
 
     def storeMeta(self, meta) -> None:  # noqa: N802 (pysyncobj's name)
+        state = self._path_state
         vote = (meta.get("currentTerm"), meta.get("votedForNodeId"))
-        if vote == self._on_disk and self.getPath() in self.background_paths:
-            self._newest = meta
+        if vote == state.on_disk and self.getPath() in self.background_paths:
+            state.newest = meta
             _META_WRITER.submit(self)
             return
-        with self._write_lock:
+        with state.lock:
+            state.newest = meta            # a background write still queued writes this one too
             self._write(meta)
 
     def _write_newest(self) -> None:
-        with self._write_lock:
-            self._write(self._newest)
+        state = self._path_state
+        with state.lock:
+            self._write(state.newest)
 
     def _write(self, meta) -> None:
         path = self.getPath()
@@ -127,7 +145,7 @@ class DurableMetaStorer(pysyncobj.journal.MetaStorer):
         except OSError as e:
             type(self).on_failure(f"writing the Raft term/vote record {path}", e)
             raise
-        self._on_disk = vote
+        self._path_state.on_disk = vote
 
     @staticmethod
     def settle(timeout: float = 10.0) -> None:
@@ -146,7 +164,7 @@ class _MetaWriter:
 
     def submit(self, storer) -> None:
         with self._cond:
-            if storer not in self._queue:
+            if all(queued._path_state is not storer._path_state for queued in self._queue):
                 self._queue.append(storer)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="raft-meta", daemon=True)

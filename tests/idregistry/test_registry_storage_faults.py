@@ -63,6 +63,11 @@ def test_term_and_vote_are_fsynced_file_and_folder(tmp_path, monkeypatch):
     assert synced.index(str(path) + ".tmp") < synced.index(str(tmp_path))
 
 
+def _record(path: str) -> dict:
+    with open(path, "rb") as f:
+        return pysyncobj.journal.loads(f.read())
+
+
 def test_only_commit_index_records_are_written_beside_the_raft_thread(tmp_path, monkeypatch):
     """For a member's path in background_paths, a record that moves only the commit index returns at once
     and is written (durably) by another thread; a new term or vote is on disk before storeMeta returns."""
@@ -85,15 +90,48 @@ def test_only_commit_index_records_are_written_beside_the_raft_thread(tmp_path, 
     assert writers and set(writers) == {threading.current_thread().name}
     meta["raftCommitIndex"] = 40
     storer.storeMeta(meta)                                     # the commit index only: returns before the disk
-    assert _DurableMetaStorer(path).getMeta()["raftCommitIndex"] == 1
+    assert _record(path)["raftCommitIndex"] == 1
     meta["currentTerm"], meta["votedForNodeId"] = 4, "b"
     voting = threading.Thread(target=storer.storeMeta, args=(meta,))
     voting.start()                                             # waits for the background write, then its own
     gate.set()
     voting.join(10)
     _DurableMetaStorer.settle()
-    assert _DurableMetaStorer(path).getMeta() == {"currentTerm": 4, "votedForNodeId": "b", "raftCommitIndex": 40}
+    assert _record(path) == {"currentTerm": 4, "votedForNodeId": "b", "raftCommitIndex": 40}
     assert "raft-meta" in writers
+
+
+def test_a_queued_commit_index_record_never_brings_back_an_older_vote(tmp_path, monkeypatch):
+    """A journal reopened after compaction has a new storer (and its own record dict): a commit-index
+    record the old one queued, written after the new one stored a newer term and vote, writes the newest
+    record of that path, not the old dict."""
+    busy, path = str(tmp_path / "other.meta"), str(tmp_path / "raft.journal.meta")
+    monkeypatch.setattr(_DurableMetaStorer, "background_paths", {busy, path})
+    gate = threading.Event()
+    real_fsync = os.fsync
+
+    def gated_fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(busy):
+            assert gate.wait(10)
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", gated_fsync)
+    other = _DurableMetaStorer(busy)
+    other.getMeta()
+    other.storeMeta({"currentTerm": None, "votedForNodeId": None, "raftCommitIndex": 9})   # the writer waits here
+    old = _DurableMetaStorer(path)
+    old.getMeta()
+    old_meta = {"currentTerm": 5, "votedForNodeId": "a", "raftCommitIndex": 1}
+    old.storeMeta(old_meta)
+    old_meta["raftCommitIndex"] = 70
+    old.storeMeta(old_meta)                                    # queued behind the busy path
+    reopened = _DurableMetaStorer(path)
+    new_meta = reopened.getMeta()
+    new_meta["currentTerm"], new_meta["votedForNodeId"] = 6, "b"
+    reopened.storeMeta(new_meta)                               # a new vote, on disk now
+    assert _record(path)["currentTerm"] == 6
+    gate.set()
+    _DurableMetaStorer.settle()
+    assert _record(path)["currentTerm"] == 6 and _record(path)["votedForNodeId"] == "b"
 
 
 def test_pysyncobj_journals_store_their_meta_durably():
