@@ -372,6 +372,7 @@ class _StateConsumer(SyncObjConsumer):
         self.state = state
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         self._writer: _SnapshotWriter | None = None
+        self.on_loaded = None        # on_loaded(raft_data), when a snapshot was read (see RaftReplica)
         self.snapshots = 0
         self.snapshot_ms_last = 0.0
         if self.snapshot_path is not None:     # a writer's leftover from an earlier life: never renamed, never read
@@ -440,6 +441,8 @@ class _StateConsumer(SyncObjConsumer):
         if fmt != SNAPSHOT_FORMAT:
             raise ValueError(f"{path}: registry snapshot format {fmt}, expected {SNAPSHOT_FORMAT}")
         self.state = state
+        if self.on_loaded is not None:
+            self.on_loaded(raft_data)
         return raft_data
 
     @replicated
@@ -594,7 +597,27 @@ class RaftReplica(RaftMember):
             _DurableMetaStorer.background_paths.discard(self._meta_path)
             self._data_lock.close()
             raise
+        self._consumer.on_loaded = self._align_journal
         self._destroyed = threading.Event()
+
+    def _align_journal(self, raft_data) -> None:
+        """When a snapshot is read (in the Raft thread, before pysyncobj compares it with the journal): if
+        the journal still starts before the snapshot's last two entries and holds them further in, a crash
+        came between the snapshot's rename and the journal's compaction; drop what the snapshot covers, as
+        that compaction would have. pysyncobj would otherwise clear the whole journal down to those two
+        entries, losing every later entry, which this replica may have acknowledged (so counted towards a
+        majority)."""
+        journal = self._sync._SyncObj__raftLog
+        last, prev = raft_data[0], raft_data[1]
+        n = len(journal)
+        if not isinstance(journal, CompactingJournal) or n < 2 or journal[0] == prev:
+            return
+        k = prev[1] - journal[0][1]
+        if 0 < k < n - 1 and journal[k] == prev and journal[k + 1] == last:
+            log.warning("registry replica %s: the Raft journal starts at entry %d, before the snapshot's "
+                        "(%d): compacting it now (a stop between the snapshot and the compaction)",
+                        self.self_addr, journal[0][1], prev[1])
+            journal.deleteEntriesTo(k)
 
     @property
     def state(self) -> ShardState:

@@ -11,7 +11,7 @@ import pytest
 from pysyncobj.config import SERIALIZER_STATE
 
 from idregistry._replica import WRITING_SUFFIX, _StateConsumer
-from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_COMMIT_RUNS, OP_DELETE, ShardState,
+from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_COMMIT_RUNS, OP_DELETE, OP_NOOP, ShardState,
                                pack_ids)
 from photon import wait_until
 
@@ -137,3 +137,67 @@ def test_a_writer_left_over_from_an_earlier_life_is_removed(tmp_path):
     leftover.write_bytes(b"half")
     _consumer(tmp_path)
     assert not leftover.exists()
+
+
+def _member(path, address) -> "RaftReplica":
+    from idregistry._replica import RaftReplica, RaftSettings
+    replica = RaftReplica(address, [address], path, ShardState(0), RaftSettings(log_compaction_min_entries=5))
+    wait_until(replica.is_leader, 30, interval=0.05, message="a one-member group's leader")
+    return replica
+
+
+def _replicate(replica, ops) -> None:
+    import threading
+    done, errors = threading.Event(), []
+    replica.submit(ops, lambda results, error: (errors.append(error), done.set()))
+    assert done.wait(30) and errors == [0], errors
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_between_the_snapshot_and_the_journal_compaction_loses_no_entry(tmp_path, monkeypatch):
+    """The snapshot is renamed into place but the journal is never compacted (the replica stops right
+    there, as a crash between the two would leave it). Restarted, the replica drops the entries the
+    snapshot covers instead of letting pysyncobj clear the journal down to the snapshot's last two
+    entries, so every entry after the snapshot (acknowledged ones included) is still there."""
+    import threading
+    from idregistry._replica import _SnapshotWriter
+    from photon import free_port
+    from photon.raft import CompactingJournal
+    address = f"127.0.0.1:{free_port()}"
+    data = tmp_path / "member"
+    monkeypatch.setattr(CompactingJournal, "deleteEntriesTo", lambda self, entry_to: None)
+    replica = _member(data, address)
+    ids = []
+    gate = threading.Event()
+
+    def stuck(writer) -> None:                 # later snapshots never get written
+        gate.wait(60)
+        writer.error = RuntimeError("stopped before writing")
+        writer.done.set()
+    try:
+        for k in range(12):
+            batch = [eid(100 * k + n) for n in range(3)]
+            ids += batch
+            _replicate(replica, [(OP_COMMIT, f"t{k}", batch)])
+        wait_until(lambda: replica._consumer.snapshots >= 1, 30, interval=0.05, message="a snapshot in place")
+        monkeypatch.setattr(_SnapshotWriter, "_run", stuck)
+        for k in range(12, 20):                  # most of these only in the journal
+            batch = [eid(100 * k + n) for n in range(3)]
+            ids += batch
+            _replicate(replica, [(OP_COMMIT, f"t{k}", batch)])
+        journal = replica._sync._SyncObj__raftLog
+        with open(data / "raft.snapshot", "rb") as f:
+            _, _, raft_data = pickle.load(f)
+        assert journal[0][1] <= 2                                   # never compacted
+        assert journal[len(journal) - 1][1] > raft_data[0][1] + 3   # entries after the snapshot
+    finally:
+        gate.set()
+        replica.destroy()
+    monkeypatch.undo()
+    restarted = _member(data, address)
+    try:
+        _replicate(restarted, [(OP_NOOP,)])       # commits what the new term's leader holds
+        assert restarted.state.lookup(ids) == [True] * len(ids)
+        assert restarted._sync._SyncObj__raftLog[0][1] > 2      # compacted at the restart
+    finally:
+        restarted.destroy()
