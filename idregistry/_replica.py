@@ -8,8 +8,10 @@ pysyncobj settings (see docs/registry.md for the measurements behind them):
 * ``appendEntriesBatchSizeBytes`` large: one message carries every pending entry (pipelining), and
   pysyncobj never splits an entry into chunks.
 * Journal (``journalFile``) and snapshots (``fullDumpFile``) in the replica's data dir. Snapshots use the
-  registry's own serializer (``serializer``/``deserializer``): the state is a few typed arrays, written
-  as raw bytes in tens of milliseconds per million ids. pysyncobj's default forks a child to pickle the
+  registry's own serializer (``serializer``/``deserializer``/``serializeChecker``): the state is a few typed
+  arrays, frozen between two commands in the Raft thread and written as raw bytes by a writer thread
+  (:class:`_StateConsumer`), so the Raft thread does not stop for the tens of milliseconds per million ids
+  that takes. pysyncobj's default forks a child to pickle the
   whole object, but a child forked from a process running gRPC's threads crashes (SIGSEGV) before it
   finishes, so compaction would never complete.
 * ``commandsQueueSize`` bounded: a full queue fails the command with QUEUE_FULL, which clients see as

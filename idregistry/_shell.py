@@ -96,8 +96,9 @@ class ReplicaServer:
         self._skew_us = int(spec.max_clock_skew_s * 1e6)
         self._lease_us = self._skew_us - min(self._skew_us // 2, SERVER_CLOCK_GUARD_US)
         self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
+        journal = str(Path(spec.data_dir) / JOURNAL_FILE)      # made once: the fsync thread names it per fsync
         self._syncer = None if spec.fsync == FSYNC_NONE else _Syncer(
-            lambda: str(Path(spec.data_dir) / JOURNAL_FILE),
+            lambda: journal,
             interval_s=spec.fsync_interval_ms / 1000 if spec.fsync == FSYNC_INTERVAL else 0.0)
         state = ShardState(spec.shard, bucket_width_us(spec.gc_after_s))
         batch = spec.fsync == FSYNC_BATCH
