@@ -235,8 +235,6 @@ def pack_ids(ids) -> tuple:
 # Whole runs as one big integer (little-endian hosts; int64 lanes, timestamps of 16 digits: 0 <= t < 2**54):
 # one subtraction over the run instead of a Python step per id.
 _LANES = sys.byteorder == "little" and array("q").itemsize == 8 and array("I").itemsize == 4
-
-
 _STAMP_BOUND = 1 << 54      # above every 16-digit timestamp
 
 
@@ -476,8 +474,9 @@ class _FrozenRun:
 
 
 class FrozenShardState:
-    """A :class:`ShardState` as :meth:`ShardState.freeze` found it: pickles as that state (the snapshot file
-    is the same as one written from the state itself, and reads back as a ``ShardState``)."""
+    """A :class:`ShardState` as :meth:`ShardState.freeze` found it: pickles into what unpickles as that
+    state (a ``ShardState`` with its ``_Run``s, rebuilt by :func:`_thawed_state` and :func:`_thawed_run`), so
+    a snapshot reads back as one written from the state itself."""
 
     def __init__(self, fields: dict, runs: list) -> None:
         self._fields = fields
