@@ -117,7 +117,6 @@ def validate_ids(ids) -> None:
             parse_event_id(event_id)      # raises with the precise reason
 
 
-_IDS_RE = re.compile(r"(?:%s)(?:\n(?:%s))*\Z" % (ID_REGEX, ID_REGEX))
 _PREFIX_RE = re.compile(ID_REGEX.rsplit(":", 1)[0] + r"\Z")      # "<server_ip>:<process_id>"
 _TIMESTAMP_LIMIT = 10 ** 16                                         # 16 digits
 _BIG_ENDIAN = sys.byteorder == "big"

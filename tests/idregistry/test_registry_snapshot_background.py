@@ -6,14 +6,16 @@ from __future__ import annotations
 import errno
 import os
 import pickle
+import threading
 
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
 
-from idregistry._replica import WRITING_SUFFIX, _StateConsumer
+from idregistry._replica import WRITING_SUFFIX, RaftReplica, RaftSettings, _SnapshotWriter, _StateConsumer
 from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_COMMIT_RUNS, OP_DELETE, OP_NOOP, ShardState,
                                pack_ids)
-from photon import wait_until
+from photon import free_port, wait_until
+from photon.raft import CompactingJournal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -139,15 +141,13 @@ def test_a_writer_left_over_from_an_earlier_life_is_removed(tmp_path):
     assert not leftover.exists()
 
 
-def _member(path, address) -> "RaftReplica":
-    from idregistry._replica import RaftReplica, RaftSettings
+def _member(path, address) -> RaftReplica:
     replica = RaftReplica(address, [address], path, ShardState(0), RaftSettings(log_compaction_min_entries=5))
     wait_until(replica.is_leader, 30, interval=0.05, message="a one-member group's leader")
     return replica
 
 
 def _replicate(replica, ops) -> None:
-    import threading
     done, errors = threading.Event(), []
     replica.submit(ops, lambda results, error: (errors.append(error), done.set()))
     assert done.wait(30) and errors == [0], errors
@@ -159,10 +159,6 @@ def test_a_stop_between_the_snapshot_and_the_journal_compaction_loses_no_entry(t
     there, as a crash between the two would leave it). Restarted, the replica drops the entries the
     snapshot covers instead of letting pysyncobj clear the journal down to the snapshot's last two
     entries, so every entry after the snapshot (acknowledged ones included) is still there."""
-    import threading
-    from idregistry._replica import _SnapshotWriter
-    from photon import free_port
-    from photon.raft import CompactingJournal
     address = f"127.0.0.1:{free_port()}"
     data = tmp_path / "member"
     monkeypatch.setattr(CompactingJournal, "deleteEntriesTo", lambda self, entry_to: None)
