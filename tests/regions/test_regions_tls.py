@@ -78,10 +78,16 @@ def test_a_replica_without_the_raft_secret_cannot_join_its_group(tmp_path, procs
         rows = {r["replica"]: r for r in client.status()}
         assert rows[2].get("leader", "") == "" and not rows[2].get("is_leader")
         # a replica that did not answer one status call (a row with "error") is asked again
-        wait_until(lambda: all(r.get("ids_held") == 1 for r in client.status() if r["replica"] in (0, 1)), 20,
-                   message="both replicas with the secret hold the id")
-        rows = {r["replica"]: r for r in client.status()}
-        assert rows[2]["ids_held"] == 0 and rows[2].get("leader", "") == ""
+        answered = {}
+
+        def all_answered_and_both_hold_the_id():
+            answered.clear()
+            answered.update({r["replica"]: r for r in client.status()})
+            return (all("error" not in r for r in answered.values())
+                    and all(answered[i].get("ids_held") == 1 for i in (0, 1)))
+        wait_until(all_answered_and_both_hold_the_id, 20,
+                   message="every replica answers and both replicas with the secret hold the id")
+        assert answered[2]["ids_held"] == 0 and answered[2].get("leader", "") == ""
     finally:
         client.close()
 
