@@ -96,9 +96,14 @@ class TreeSampler(threading.Thread):
             except psutil.Error:
                 continue
             with self.lock:
-                if self.kind.get(p.pid) in (None, "?", "spark-python-worker", "bash"):
-                    self.kind[p.pid] = process_kind(p)    # a launcher script may exec the JVM in place
-                    if self.on_new and self.kind[p.pid] not in ("?", "spark-jvm", "bash") and _is_python(p):
+                was = self.kind.get(p.pid)
+                # a launcher script may exec the JVM in place, and a child caught between fork and exec still
+                # shows its parent's command line (the launcher's): both are classified again until they settle
+                if was in (None, "?", "spark-python-worker", "bash") or (was == "launcher" and p.pid != self.root):
+                    self.kind[p.pid] = process_kind(p)
+                    settled = self.kind[p.pid] not in ("?", "spark-jvm", "bash") and not (
+                        self.kind[p.pid] == "launcher" and p.pid != self.root)
+                    if self.on_new and self.kind[p.pid] != was and settled and _is_python(p):
                         self.on_new(p.pid, self.kind[p.pid])
                 kind = self.kind[p.pid]
                 self.cpu[p.pid] = t.user + t.system + t.children_user + t.children_system

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
 
-from photon import EventIds, Quarantine, write_atomic
+from photon import TIMESTAMP_DIGITS, EventIds, Quarantine, is_event_id, write_atomic
 
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
@@ -125,6 +125,13 @@ class CacheEventStore:
         self.read_through_us = 0
         """Wall time (µs) up to which the store has read everything: every complete line the logs held at
         that moment is indexed. 0 until the first pass (after any warm-up) that reached every file's end."""
+        self._read_to: dict[str, int] = {}    # id key -> the greatest timestamp of its ids read (reader thread)
+        self.read_to_us: dict[str, int] | None = {}
+        """While the store is catching up (its latest pass did not reach every file's end): per id key
+        (``server_ip:process_id``), the greatest timestamp of that key's ids read so far, a copy made after
+        each pass (never changed in place: any thread may read it). None once a pass has caught up: then
+        ``read_through_us`` says how far. A primary id of key K and time t with t greater than both has
+        certainly not been read yet. Custom primary ids have no key: nothing is recorded for them."""
 
     def _load_checkpoint(self) -> dict | None:
         if self._checkpoint is None:
@@ -153,6 +160,8 @@ class CacheEventStore:
         keys: list[str] | None = [] if self._custom and offsets is not None else None
         found = index_lines(chunk, self._id_field, offsets, keys)
         ids, lines, timed = found.ids, found.lines, found.timed
+        if ids and not self._custom:
+            self._note_read_to(ids, timed)
         if offsets is not None:
             entries = (self._emitter.observe_many(chunk.file, offsets, keys) if keys is not None
                        else self._emitter.observe_many(chunk.file, offsets, ids, timed))
@@ -170,6 +179,22 @@ class CacheEventStore:
                 for b in found.bad:
                     self._quarantine.add(b.file, b.offset, b.reason, b.raw)
         return len(ids)
+
+    def _note_read_to(self, ids: list[str], timed) -> None:
+        """Move each key's read position to the greatest timestamp among ``ids`` (well-formed ids; ``timed``:
+        one key's strictly increasing timestamps, when :func:`index_lines` found them so)."""
+        read_to = self._read_to
+        if timed is not None:
+            key, tss = timed
+            if tss[-1] > read_to.get(key, 0):
+                read_to[key] = tss[-1]
+            return
+        cut = -TIMESTAMP_DIGITS - 1
+        for event_id in ids:
+            if is_event_id(event_id):
+                key, ts = event_id[:cut], int(event_id[-TIMESTAMP_DIGITS:])
+                if ts > read_to.get(key, 0):
+                    read_to[key] = ts
 
     def warm(self) -> int:
         """Re-read the recent tail (``warm_tail_s`` of event time, found through the map) up to the resume
@@ -211,6 +236,9 @@ class CacheEventStore:
         self._lines_read += lines
         if self._tailer.caught_up:
             self.read_through_us = started_us
+            self.read_to_us = None
+        elif lines or self.read_to_us is None:
+            self.read_to_us = dict(self._read_to)
         if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_interval_s:
             self.checkpoint()
         return lines
