@@ -282,9 +282,12 @@ class DispatcherState:
         backlog batches (``backlog_batch_size``) wait queued behind the requests in flight, and never more than ``max_unresolved`` events
         are unresolved (queued, in flight or waiting for a retry; 0: read nothing now). So at most
         ``max_unresolved`` + one scan's lines (plus their later copies) are held in memory and in each
-        checkpoint, however long the joiners, event store or registry stay down."""
+        checkpoint, however long the joiners, event store or registry stay down. Clicks held back for the
+        event store (their query not read yet) count as queued: the dispatcher reads no further ahead of the
+        store than that, so a cold start leaves the rest in the logs (not in memory, nor in checkpoints) until
+        the store has read their queries."""
         cfg = self.config
-        return max(0, min(self._backlog_batch * cfg.max_in_flight - len(self._queued),
+        return max(0, min(self._backlog_batch * cfg.max_in_flight - len(self._queued) - len(self._ahead_since),
                           cfg.max_unresolved - len(self._events)))
 
     def wants_lines(self) -> bool:

@@ -541,6 +541,27 @@ def test_clicks_whose_query_the_store_has_not_read_are_held_back_until_it_has():
     assert st.unresolved_ids() == set() and st.caught_up
 
 
+def test_clicks_held_back_for_the_store_count_against_the_read_ahead():
+    """A cold start does not read the click logs far ahead of the store: held clicks take the place of queued
+    ones in the read-ahead (backlog_batch_size x max_in_flight), so the rest stays in the logs until the store
+    has read their queries."""
+    clock = FakeClock()
+    st = state(batch_size=5, max_in_flight=2)
+    assert st.lines_wanted() == 10
+    [a, b] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 11)])], clock.now_us())), SendBatch)
+    assert st.lines_wanted() == 10                     # all ten in flight, none queued
+    behind = dict(store_behind=True, store_read_to={QKEY: qtime(2)}, store_read_through_us=0)
+    st.handle(JoinAnswered(a.batch_id, [Outcome.JOINED] * 2 + [Outcome.THROTTLED] * 3, clock.advance(1_000), **behind))
+    assert st.statistics().ahead_of_store == 3 and st.lines_wanted() == 7
+    cmds = st.handle(JoinAnswered(b.batch_id, [Outcome.THROTTLED] * 5, clock.advance(1_000), **behind))
+    assert st.statistics().ahead_of_store == 8 and st.lines_wanted() == 2
+    [probe] = of(cmds, SendBatch)                      # nothing else out: how far has the store read?
+    assert probe.ids == []
+    st.handle(JoinAnswered(probe.batch_id, [], clock.advance(1_000), store_behind=True,
+                           store_read_to={QKEY: qtime(6)}, store_read_through_us=0))
+    assert st.statistics().ahead_of_store == 4 and st.lines_wanted() == 10 - 4 - 0
+
+
 def test_a_click_is_held_only_for_its_own_query_key_and_a_key_the_store_has_not_met_waits_for_read_through():
     clock = FakeClock()
     st = state(batch_size=10, max_in_flight=1)
