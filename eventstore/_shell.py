@@ -126,12 +126,15 @@ class CacheEventStore:
         """Wall time (µs) up to which the store has read everything: every complete line the logs held at
         that moment is indexed. 0 until the first pass (after any warm-up) that reached every file's end."""
         self._read_to: dict[str, int] = {}    # id key -> the greatest timestamp of its ids read (reader thread)
+        self._file_read_to: dict[str, dict[str, int]] = {}   # file -> id key -> the greatest timestamp read there
         self.read_to_us: dict[str, int] | None = {}
         """While the store is catching up (its latest pass did not reach every file's end): per id key
-        (``server_ip:process_id``), the greatest timestamp of that key's ids read so far, a copy made after
-        each pass (never changed in place: any thread may read it). None once a pass has caught up: then
-        ``read_through_us`` says how far. A primary id of key K and time t with t greater than both has
-        certainly not been read yet. Custom primary ids have no key: nothing is recorded for them."""
+        (``server_ip:process_id``), how far the store has read that key's ids, made after each pass (a new
+        dict each time: any thread may read it). None once a pass has caught up: then ``read_through_us``
+        says how far. The position of a key is the greatest timestamp of its ids read, lowered to the last
+        timestamp read in every file of that key that still has bytes to read (ids run in time order within
+        a file, DESIGN §3): so every id of the key up to it has been read, as far as files already started
+        tell, and an id after it may not have been. Custom primary ids have no key: nothing is recorded."""
 
     def _load_checkpoint(self) -> dict | None:
         if self._checkpoint is None:
@@ -161,7 +164,7 @@ class CacheEventStore:
         found = index_lines(chunk, self._id_field, offsets, keys)
         ids, lines, timed = found.ids, found.lines, found.timed
         if ids and not self._custom:
-            self._note_read_to(ids, timed)
+            self._note_read_to(chunk.file, ids, timed)
         if offsets is not None:
             entries = (self._emitter.observe_many(chunk.file, offsets, keys) if keys is not None
                        else self._emitter.observe_many(chunk.file, offsets, ids, timed))
@@ -180,14 +183,20 @@ class CacheEventStore:
                     self._quarantine.add(b.file, b.offset, b.reason, b.raw)
         return len(ids)
 
-    def _note_read_to(self, ids: list[str], timed) -> None:
-        """Move each key's read position to the greatest timestamp among ``ids`` (well-formed ids; ``timed``:
-        one key's strictly increasing timestamps, when :func:`index_lines` found them so)."""
+    def _note_read_to(self, file: str, ids: list[str], timed) -> None:
+        """Move each key's greatest timestamp read, overall and in ``file``, past ``ids`` (well-formed ids;
+        ``timed``: one key's strictly increasing timestamps, when :func:`index_lines` found them so)."""
         read_to = self._read_to
+        in_file = self._file_read_to.get(file)
+        if in_file is None:
+            in_file = self._file_read_to[file] = {}
         if timed is not None:
             key, tss = timed
-            if tss[-1] > read_to.get(key, 0):
-                read_to[key] = tss[-1]
+            last = tss[-1]
+            if last > read_to.get(key, 0):
+                read_to[key] = last
+            if last > in_file.get(key, 0):
+                in_file[key] = last
             return
         cut = -TIMESTAMP_DIGITS - 1
         for event_id in ids:
@@ -195,6 +204,18 @@ class CacheEventStore:
                 key, ts = event_id[:cut], int(event_id[-TIMESTAMP_DIGITS:])
                 if ts > read_to.get(key, 0):
                     read_to[key] = ts
+                if ts > in_file.get(key, 0):
+                    in_file[key] = ts
+
+    def _positions(self) -> dict[str, int]:
+        """:attr:`read_to_us` as of now (the reader thread, after a pass that did not catch up)."""
+        positions = dict(self._read_to)
+        file_read_to = self._file_read_to
+        for name in self._tailer.unread_objects():
+            for key, last in file_read_to.get(name, {}).items():
+                if last < positions[key]:
+                    positions[key] = last
+        return positions
 
     def warm(self) -> int:
         """Re-read the recent tail (``warm_tail_s`` of event time, found through the map) up to the resume
@@ -238,7 +259,7 @@ class CacheEventStore:
             self.read_through_us = started_us
             self.read_to_us = None
         elif lines or self.read_to_us is None:
-            self.read_to_us = dict(self._read_to)
+            self.read_to_us = self._positions()
         if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_interval_s:
             self.checkpoint()
         return lines

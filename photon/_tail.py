@@ -105,6 +105,12 @@ class LogTailer:
         offsets, bad = self.offsets, self._unreadable
         return sum(max(0, i.size - offsets.get(n, 0)) for n, i in self._view.items() if bad.get(n) != i.version)
 
+    def unread_objects(self) -> list[str]:
+        """Names of the objects with bytes beyond their read offsets as of the last :meth:`poll` (left for lack
+        of budget, cut at the read size, or holding an unterminated last line)."""
+        offsets = self.offsets
+        return [n for n, i in self._view.items() if i.size > offsets.get(n, 0)]
+
     def statistics(self) -> TailerStatistics:
         return TailerStatistics(len(self._view), self.pending_bytes(), self._bad_objects, self._long_lines,
                                 self._bad_utf8, self._unavailable, self.caught_up)

@@ -229,3 +229,22 @@ def test_the_chain_takes_the_least_position_over_its_cache_servers():
     # a caught-up server has read every key up to its read_through_us; a key a server has not met: its own
     assert _least_read_to([({"k": 50, "j": 300}, 0), (None, 120)]) == {"k": 50, "j": 120}
     assert _least_read_to([({"k": 50}, 0), ({"j": 70}, 10)]) == {"k": 10, "j": 0}
+
+
+def test_a_writers_position_stops_at_the_last_id_read_in_its_files_still_being_read(tmp_path, queries_dir,
+                                                                                       monkeypatch):
+    """One writer's files may be read side by side: its position is the last id read in a file of it that still
+    has bytes to read (its later ids there are not read yet), not the greatest id read anywhere."""
+    import eventstore._shell as shell
+    from photon import id_timestamp_us
+
+    later = b"".join(query_line(n) + b"\n" for n in (7, 8, 9))
+    earlier = [query_line(n) + b"\n" for n in range(1, 7)]
+    (queries_dir / "a-later.log").write_bytes(later)               # listed, and read, first
+    (queries_dir / "b-earlier.log").write_bytes(b"".join(earlier))
+    store = make_store(tmp_path, queries_dir)
+    monkeypatch.setattr(shell, "POLL_MAX_BYTES", len(later) + sum(map(len, earlier[:3])))
+    assert store.read_once() == 6
+    assert store.read_to_us == {"10.0.0.1:4242": id_timestamp_us(query_id(3))}
+    monkeypatch.setattr(shell, "POLL_MAX_BYTES", 8 << 20)
+    assert store.read_once() == 3 and store.read_to_us is None
