@@ -75,7 +75,10 @@ class LogTailer:
 
     # ------------------------------------------------------------------ polling
 
-    def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
+    def poll(self, max_bytes: int = 16 << 20, order=None) -> list[LogChunk]:
+        """Read up to ``max_bytes`` of complete new lines (at most :attr:`read_bytes` per object), objects in
+        listing order, or in the order ``order(view)`` gives (``view``: name -> ObjectInfo; it must return every
+        name of the view once)."""
         self._cut = False
         try:
             view = self.source.scan(self.offsets)
@@ -88,7 +91,8 @@ class LogTailer:
         self._view = view
         chunks: list[LogChunk] = []
         budget = max_bytes
-        for name, info in view.items():
+        for name in (view if order is None else order(view)):
+            info = view[name]
             if budget <= 0:
                 self._cut = self._cut or info.size > self.offsets.get(name, 0)
                 continue

@@ -248,3 +248,20 @@ def test_a_writers_position_stops_at_the_last_id_read_in_its_files_still_being_r
     assert store.read_to_us == {"10.0.0.1:4242": id_timestamp_us(query_id(3))}
     monkeypatch.setattr(shell, "POLL_MAX_BYTES", 8 << 20)
     assert store.read_once() == 3 and store.read_to_us is None
+
+
+def test_a_backlog_is_read_one_file_per_folder_at_a_time_writers_side_by_side():
+    from types import SimpleNamespace
+
+    from eventstore._shell import MIN_FILE_READ_BYTES, POLL_MAX_BYTES, oldest_first
+
+    size = lambda n: SimpleNamespace(size=n)
+    view = {"w1/q-1.log": size(100), "w0/q-1.log": size(100), "w0/q-0.log": size(100), "w1/q-0.log": size(100),
+            "w2/q-0.log": size(50), "top.log": size(10)}
+    offsets = {"w0/q-0.log": 100, "w2/q-0.log": 50}              # w0's first file and w2's only one are read
+    names, per_file = oldest_first(view, offsets)
+    assert names[:3] == ["top.log", "w0/q-1.log", "w1/q-0.log"]  # in each folder the first with bytes to read
+    assert sorted(names) == sorted(view) and len(names) == len(view)
+    assert per_file == max(MIN_FILE_READ_BYTES, POLL_MAX_BYTES // 3)
+    names, per_file = oldest_first(view, {n: i.size for n, i in view.items()})   # all read: no file in front
+    assert names == sorted(view) and per_file == POLL_MAX_BYTES
