@@ -687,19 +687,25 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
-        self._store_wait.pop(cid, None)
-        if self._ahead_since.pop(cid, None) is not None or self._unhold:
-            self._unhold.discard(cid)
         if cid in self._added:
             del self._added[cid]              # never checkpointed: the journal need not know it
         else:
             self._gone.append(cid)            # checkpointed before: the journal must say it is gone
-        self._recovered.discard(cid)
-        if self._held.pop(cid, None) is not None:
+        # the rest are usually empty (a click per call: only the ones in use are asked)
+        if self._store_wait:
+            self._store_wait.pop(cid, None)
+        if self._ahead_since:
+            self._ahead_since.pop(cid, None)
+        if self._unhold:
+            self._unhold.discard(cid)
+        if self._recovered:
+            self._recovered.discard(cid)
+        if self._held and self._held.pop(cid, None) is not None:
             self._held_again.discard(cid)
-        copies = self._dups.pop(cid, None)
-        if copies and dups_counter:
-            self.counters[dups_counter] += len(copies)
+        if self._dups:
+            copies = self._dups.pop(cid, None)
+            if copies and dups_counter:
+                self.counters[dups_counter] += len(copies)
 
     def _release_due(self, now: int) -> None:
         heap = self._retry
