@@ -458,16 +458,15 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    idx, ids, timed = _well_formed(lines, id_field)
-    if len(idx) == len(lines):               # the common case: every line good
+    idx, ids, timed, bad_at = _well_formed(lines, id_field)
+    if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
         return IndexedLines(ids, lines, [], timed)
     if good_offsets is not None:
         good_offsets += map(offsets.__getitem__, idx)
-    bad_at = sorted(set(range(len(lines))).difference(idx))
     return IndexedLines(ids, list(map(lines.__getitem__, idx)),
-                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in sorted(bad_at)], timed)
 
 
 _LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
@@ -513,39 +512,47 @@ def _bad_id_positions(joined: str) -> list[int]:
     return bad
 
 
-def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None]:
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None,
+                                                           list[int]]:
     """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, those
-    ids, and :func:`split_photon_ids` of them if it holds: one ``orjson.loads`` per line and one
-    regular-expression pass over all ids, in bulk."""
+    ids, :func:`split_photon_ids` of them if it holds, and the indices of the other lines: one
+    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk."""
     idx: "range | list[int]" = range(len(lines))
+    bad: list[int] = []
     events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
     if failed:
+        bad += failed                                   # (positions in idx, still every line's own)
         idx = _drop(idx, failed)
     ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
     if failed:
+        bad += map(idx.__getitem__, failed)
         idx = _drop(idx, failed)
     if not ids:
-        return [], [], None
+        return [], [], None, bad
     if set(map(type, ids)) != {str}:
         keep = [type(i) is str for i in ids]
+        bad += compress(idx, map(not_, keep))
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
         if not ids:
-            return [], [], None
+            return [], [], None, bad
     joined = "\n".join(ids)
     if joined.count("\n") != len(ids) - 1:                   # an id holding a newline: one by one
         keep = [bool(is_event_id(i)) for i in ids]
+        bad += compress(idx, map(not_, keep))
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
-        return list(idx), ids, split_photon_ids(ids) if ids else None   # (the ids left are well-formed)
+        return list(idx), ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
     one = _one_writer(ids, joined)
     if one is not None:                                 # one writer's ids, maybe a few bad ones among them
-        bad, timed = one
-        if bad:
-            idx, ids = _drop(idx, bad), _drop(ids, bad)
-        return list(idx), ids, timed
+        wrong, timed = one
+        if wrong:
+            bad += map(idx.__getitem__, wrong)
+            idx, ids = _drop(idx, wrong), _drop(ids, wrong)
+        return list(idx), ids, timed, bad
     if _ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
-        bad = _bad_id_positions(joined)
-        idx, ids = _drop(idx, bad), _drop(ids, bad)
-    return list(idx), ids, split_photon_ids(ids) if ids else None
+        wrong = _bad_id_positions(joined)
+        bad += map(idx.__getitem__, wrong)
+        idx, ids = _drop(idx, wrong), _drop(ids, wrong)
+    return list(idx), ids, split_photon_ids(ids) if ids else None, bad
 
 
 def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
