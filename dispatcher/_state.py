@@ -189,6 +189,7 @@ class DispatcherState:
         self._store_through_us = 0
         self._ahead: dict[str, list[tuple[int, str]]] = {}   # query key -> heap of (query time, click id)
         self._ahead_since: dict[str, int] = {}     # click id held back -> since when (in that order)
+        self._ahead_entries = 0                    # entries in the heaps of _ahead (some of released clicks)
         self._unhold: set[str] = set()             # held past the longest retry delay: sent without the check
         self._position_probe_due_us = 0
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
@@ -612,7 +613,21 @@ class DispatcherState:
         heapq.heappush(heap, (t, cid))
         self._ahead_since[cid] = now
         self.counters["held_for_store"] += 1
+        self._ahead_entries += 1
+        if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
+            self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
         return True
+
+    def _rebuild_ahead(self) -> None:
+        ahead: dict[str, list[tuple[int, str]]] = {}
+        events = self._events
+        for cid in self._ahead_since:
+            ref = events[cid][_REF]
+            ahead.setdefault(ref[:-TIMESTAMP_DIGITS - 1], []).append((int(ref[-TIMESTAMP_DIGITS:]), cid))
+        for heap in ahead.values():
+            heapq.heapify(heap)
+        self._ahead = ahead
+        self._ahead_entries = len(self._ahead_since)
 
     def _release_ahead(self) -> None:
         """Queue (in front) every held click whose query the store has now read past (all of them once the
@@ -620,6 +635,7 @@ class DispatcherState:
         since = self._ahead_since
         if not since:
             self._ahead.clear()
+            self._ahead_entries = 0
             return
         read_to, through = self._store_read_to, self._store_through_us
         released: list[str] = []
@@ -636,6 +652,7 @@ class DispatcherState:
                         released.append(cid)
             if not heap:
                 del self._ahead[key]
+        self._ahead_entries = sum(map(len, self._ahead.values()))
         if released:
             self._queued.extendleft(reversed(released))
 
