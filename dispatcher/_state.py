@@ -10,9 +10,11 @@ Lifecycle of one foreign event::
 
     LinesRead ──► queued ──► Lookup ──► LookupAnswered ──► SendBatch ──► JoinAnswered ─┬─► resolved
                     ▲          (present: already registered, resolved)                  │
-                    └──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
+                    ├──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
+                    └── held for the event store (its query not read yet, see _hold_if_ahead) ◄── queued
 
-*Unresolved* events (queued, in a lookup or joiner request, or waiting in the retry heap) are unique by id:
+*Unresolved* events (queued, in a lookup or joiner request, waiting in the retry heap or for the event store)
+are unique by id:
 a second copy of an unresolved id is parked beside the first and resolved the same way.
 
 Offset rule: :attr:`DispatcherState.offsets` holds, per file, the offset just past the last line fed in.
