@@ -14,8 +14,7 @@ Lifecycle of one foreign event::
                     └── held for the event store (its query not read yet, see _hold_if_ahead) ◄── queued
 
 *Unresolved* events (queued, in a lookup or joiner request, waiting in the retry heap or for the event store)
-are unique by id:
-a second copy of an unresolved id is parked beside the first and resolved the same way.
+are unique by id: a second copy of an unresolved id is parked beside the first and resolved the same way.
 
 Offset rule: :attr:`DispatcherState.offsets` holds, per file, the offset just past the last line fed in.
 Every line before it is resolved, quarantined, or unresolved and therefore inside the next checkpoint, so
