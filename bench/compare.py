@@ -96,9 +96,14 @@ class TreeSampler(threading.Thread):
             except psutil.Error:
                 continue
             with self.lock:
-                if self.kind.get(p.pid) in (None, "?", "spark-python-worker", "bash"):
-                    self.kind[p.pid] = process_kind(p)    # a launcher script may exec the JVM in place
-                    if self.on_new and self.kind[p.pid] not in ("?", "spark-jvm", "bash") and _is_python(p):
+                was = self.kind.get(p.pid)
+                # a launcher script may exec the JVM in place, and a child caught between fork and exec still
+                # shows its parent's command line (the launcher's): both are classified again until they settle
+                if was in (None, "?", "spark-python-worker", "bash") or (was == "launcher" and p.pid != self.root):
+                    self.kind[p.pid] = process_kind(p)
+                    settled = self.kind[p.pid] not in ("?", "spark-jvm", "bash") and not (
+                        self.kind[p.pid] == "launcher" and p.pid != self.root)
+                    if self.on_new and self.kind[p.pid] != was and settled and _is_python(p):
                         self.on_new(p.pid, self.kind[p.pid])
                 kind = self.kind[p.pid]
                 self.cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
@@ -308,16 +313,28 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
 
 def dispatcher_attempts(root: Path) -> dict:
     """Joiner requests per click read (``attempts_per_click``) from the dispatchers' status files (Photon
-    only; empty for a system without them): above 1 is work done again (retries)."""
+    only; empty for a system without them): above 1 is work done again (retries); of those, the attempts the
+    joiners answered THROTTLED because their event store had not read the query yet, per click read."""
     import orjson
-    attempts = read = 0
+    attempts = read = held = behind = 0
     for status in root.rglob("dispatcher/status.json"):
         try:
             s = orjson.loads(status.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             continue
         attempts, read = attempts + s.get("attempts", 0), read + s.get("events_read", 0)
-    return {"attempts_per_click": round(attempts / read, 3)} if read else {}
+        held += s.get("held_for_store", 0)
+    for status in root.rglob("joiners/*.json"):
+        try:
+            behind += orjson.loads(status.read_bytes()).get("not_found_store_behind", 0)
+        except (OSError, orjson.JSONDecodeError, AttributeError):
+            continue
+    if not read:
+        return {}
+    # store_behind_per_click: attempts answered THROTTLED because the event store had not read the query yet
+    # (retried); held_for_store_per_click: clicks the dispatcher held back for the store instead of sending
+    return {"attempts_per_click": round(attempts / read, 3), "store_behind_per_click": round(behind / read, 3),
+            "held_for_store_per_click": round(held / read, 3)}
 
 
 def add_settings(config: Path, items: list[str]) -> None:

@@ -42,11 +42,16 @@ class LookupFailed:
 @dataclass(frozen=True, slots=True)
 class JoinAnswered:
     """A joiner answered a batch: one outcome per event. ``store_behind``: its event store was still reading
-    its logs (its NOT_FOUND answers came back THROTTLED)."""
+    its logs (its NOT_FOUND answers came back THROTTLED). With it, when the store reported them,
+    ``store_read_to``: per id key (``server_ip:process_id``), how far the store has read that key's ids, and
+    ``store_read_through_us``: how far for a key not in it; a query of key K and time t greater than that
+    has certainly not been read yet (None: not reported)."""
     batch_id: int
     outcomes: list
     now_us: int
     store_behind: bool = False
+    store_read_to: dict | None = None
+    store_read_through_us: int = 0
 
 
 @dataclass(frozen=True, slots=True)

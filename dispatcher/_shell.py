@@ -273,7 +273,8 @@ class Dispatcher:
         j = self._batch_joiner.pop(batch_id)
         self._joiners.outstanding[j] -= 1
         if kind == _JOIN_OK:
-            return JoinAnswered(batch_id, payload, now, getattr(payload, "store_behind", False))
+            return JoinAnswered(batch_id, payload, now, getattr(payload, "store_behind", False),
+                                getattr(payload, "store_read_to_us", None), getattr(payload, "store_read_through_us", 0))
         self._joiners.down_until[j] = now + _DOWN_FOR_US
         log.warning("joiner %s failed a request: %s", self._joiners.addresses[j], payload)
         return JoinFailed(batch_id, payload, now)

@@ -10,10 +10,11 @@ Lifecycle of one foreign event::
 
     LinesRead ──► queued ──► Lookup ──► LookupAnswered ──► SendBatch ──► JoinAnswered ─┬─► resolved
                     ▲          (present: already registered, resolved)                  │
-                    └──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
+                    ├──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
+                    └── held for the event store (its query not read yet, see _hold_if_ahead) ◄── queued
 
-*Unresolved* events (queued, in a lookup or joiner request, or waiting in the retry heap) are unique by id:
-a second copy of an unresolved id is parked beside the first and resolved the same way.
+*Unresolved* events (queued, in a lookup or joiner request, waiting in the retry heap or for the event store)
+are unique by id: a second copy of an unresolved id is parked beside the first and resolved the same way.
 
 Offset rule: :attr:`DispatcherState.offsets` holds, per file, the offset just past the last line fed in.
 Every line before it is resolved, quarantined, or unresolved and therefore inside the next checkpoint, so
@@ -45,6 +46,9 @@ twice the unresolved events (so rewriting the unresolved events costs O(1) per j
 STORE_PROBE_EVERY_US = 200_000
 """While clicks wait for the event store to catch up and no request is out whose answer would say whether it
 has, one batch of them (the longest waiting) is sent this often as a probe."""
+STORE_POSITION_PROBE_US = 50_000
+"""While clicks are held back because the event store has not read their queries yet and no request is out
+(whose answer would say how far the store has read), an empty request asks a joiner this often."""
 LATENCY_SAMPLES = 4096
 OLDEST_HEAP_SLACK = 1024
 """The heap behind :meth:`DispatcherState.oldest_unresolved_us` is rebuilt from the unresolved ids once it holds
@@ -78,7 +82,11 @@ class DispatcherStatistics:
     lost: int = 0
     bad_records: int = 0
     retry_queue: int = 0
-    waiting_for_store: int = 0     # THROTTLED while the event store was catching up; sent again once it has
+    waiting_for_store: int = 0     # THROTTLED while the event store was catching up, or held back before
+    #                                sending because the store has not read their queries yet (see ahead_of_store)
+    ahead_of_store: int = 0        # of those, held back: their query's time is past what the store has read
+    held_for_store: int = 0        # clicks held back so far (a click may be held more than once)
+    store_probes: int = 0          # empty requests sent to learn how far the store has read
     queued: int = 0
     in_flight: int = 0
     requests_in_flight: int = 0
@@ -106,7 +114,7 @@ class DispatcherStatistics:
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
-             "bad_records", "attempts", "lookup_failures", "join_failures")
+             "bad_records", "attempts", "lookup_failures", "join_failures", "held_for_store", "store_probes")
 _RENAMED_COUNTERS = {"already_joined": "wasted_joins", "duplicates_prevented": "already_registered"}
 """Counters of checkpoints written before their renaming, under their new names."""
 
@@ -176,6 +184,15 @@ class DispatcherState:
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
         self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
+        # holding back clicks whose query the event store has not read yet (see _hold_if_ahead)
+        self._by_position = not join.primary_ids.custom   # refs are Photon ids: key + time
+        self._store_read_to: dict | None = None    # the latest answer's store position, while the store is behind
+        self._store_through_us = 0
+        self._ahead: dict[str, list[tuple[int, str]]] = {}   # query key -> heap of (query time, click id)
+        self._ahead_since: dict[str, int] = {}     # click id held back -> since when (in that order)
+        self._ahead_entries = 0                    # entries in the heaps of _ahead (some of released clicks)
+        self._unhold: set[str] = set()             # held past the longest retry delay: sent without the check
+        self._position_probe_due_us = 0
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
         self._in_flight = 0
         self._next_batch = 1
@@ -213,7 +230,8 @@ class DispatcherState:
                 self.counters["lookup_failures"] += 1
                 self._on_lookup(ev.batch_id, None, out, now)
             elif kind is JoinAnswered:
-                self._on_answer(ev.batch_id, ev.outcomes, now, out, ev.store_behind)
+                self._on_answer(ev.batch_id, ev.outcomes, now, out, ev.store_behind, ev.store_read_to,
+                                ev.store_read_through_us)
             elif kind is JoinFailed:
                 self.counters["join_failures"] += 1
                 self._on_answer(ev.batch_id, None, now, out)
@@ -221,7 +239,7 @@ class DispatcherState:
                 raise TypeError(f"DispatcherState cannot handle {ev!r}")
         if events:
             self._release_due(now)
-            self._pump(out)
+            self._pump(out, now)
             final = type(events[-1]) is StopRequested
             if final or (self._dirty and now - self._last_checkpoint_us >= self._checkpoint_every_us):
                 if self._unjoinable:
@@ -259,16 +277,19 @@ class DispatcherState:
     @property
     def caught_up(self) -> bool:
         return (self._last_scan_empty and not self._batches and not self._queued and not self._retry
-                and not self._store_wait and not self._unjoinable)
+                and not self._store_wait and not self._ahead_since and not self._unjoinable)
 
     def lines_wanted(self) -> int:
         """Backpressure: how many more events the core wants read, so that about ``max_in_flight`` full
         backlog batches (``backlog_batch_size``) wait queued behind the requests in flight, and never more than ``max_unresolved`` events
         are unresolved (queued, in flight or waiting for a retry; 0: read nothing now). So at most
         ``max_unresolved`` + one scan's lines (plus their later copies) are held in memory and in each
-        checkpoint, however long the joiners, event store or registry stay down."""
+        checkpoint, however long the joiners, event store or registry stay down. Clicks held back for the
+        event store (their query not read yet) count as queued: the dispatcher reads no further ahead of the
+        store than that, so a cold start leaves the rest in the logs (not in memory, nor in checkpoints) until
+        the store has read their queries."""
         cfg = self.config
-        return max(0, min(self._backlog_batch * cfg.max_in_flight - len(self._queued),
+        return max(0, min(self._backlog_batch * cfg.max_in_flight - len(self._queued) - len(self._ahead_since),
                           cfg.max_unresolved - len(self._events)))
 
     def wants_lines(self) -> bool:
@@ -282,6 +303,11 @@ class DispatcherState:
             probe = (self._probe_due_us if not self._batches
                      else next(iter(self._store_wait.values())) + self._delays_us[-1])
             due = probe if due is None else min(due, probe)
+        if self._ahead_since:
+            cap = next(iter(self._ahead_since.values())) + self._delays_us[-1]
+            if not self._batches:
+                cap = min(cap, self._position_probe_due_us)
+            due = cap if due is None else min(due, cap)
         return due
 
     def unresolved_ids(self) -> set[str]:
@@ -289,7 +315,8 @@ class DispatcherState:
 
     def statistics(self, pending_bytes: int = 0, pid: int = 0) -> DispatcherStatistics:
         return DispatcherStatistics(
-            **self.counters, retry_queue=len(self._retry), waiting_for_store=len(self._store_wait),
+            **self.counters, retry_queue=len(self._retry),
+            waiting_for_store=len(self._store_wait) + len(self._ahead_since), ahead_of_store=len(self._ahead_since),
             queued=len(self._queued),
             in_flight=self._in_flight, requests_in_flight=len(self._batches), pending_bytes=pending_bytes,
             caught_up=self.caught_up, scan_at_us=self._scan_at_us,
@@ -495,12 +522,15 @@ class DispatcherState:
         out.append(SendBatch(batch_id, ids, refs, raws))
 
     def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list,
-                   store_behind: bool = False) -> None:
+                   store_behind: bool = False, read_to: dict | None = None, read_through_us: int = 0) -> None:
         """Store behind: THROTTLED events wait in ``_store_wait`` (not in the retry heap) until an answer
         comes from a joiner whose store is no longer behind; while no request is out, one batch of them
         goes out every :data:`STORE_PROBE_EVERY_US` as a probe, and none waits longer than the longest
         retry delay (``retry_max_s``), so answers that keep saying "behind" cannot hold one back for good. A cold start thus sends a click whose
-        primary was not read yet about twice, not once per backoff step while the store reads its backlog."""
+        primary was not read yet about twice, not once per backoff step while the store reads its backlog.
+
+        With the store's position (``read_to``), a click whose query it has not read yet is not even sent: it
+        is held back (see :meth:`_hold_if_ahead`) and goes once the store has read past its query's time."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
             raise KeyError(f"joiner answer for unknown batch {batch_id}")
@@ -517,9 +547,16 @@ class DispatcherState:
         if store_behind:
             if not wait:
                 self._probe_due_us = now + STORE_PROBE_EVERY_US
-        elif wait:                               # the store has caught up: everything waiting goes now
-            self._queued.extend(wait)
-            wait.clear()
+            if read_to is not None and self._by_position:
+                self._store_read_to, self._store_through_us = read_to, read_through_us
+                self._release_ahead()
+        else:
+            if wait:                             # the store has caught up: everything waiting goes now
+                self._queued.extend(wait)
+                wait.clear()
+            if self._store_read_to is not None:
+                self._store_read_to = None
+                self._release_ahead()
         events, c, lat = self._events, self.counters, self._latencies
         give_up: list[str] = []
         held = self._held
@@ -543,11 +580,82 @@ class DispatcherState:
             elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
                 give_up.append(cid)
             elif store_behind and outcome == Outcome.THROTTLED:
-                wait[cid] = now
+                if not self._hold_if_ahead(cid, now):
+                    wait[cid] = now
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
         if give_up:
             self._give_up(give_up)
+
+    def _hold_if_ahead(self, cid: str, now: int) -> bool:
+        """Hold ``cid`` back (true) when the latest answer said the event store is behind and its query's time
+        is past what the store has read of the query's key: the store has certainly not read that query yet,
+        so sending the click now would only come back THROTTLED. It goes (to the front of the queue) as soon as
+        an answer says the store has read past that time, or has caught up, and after the longest retry delay
+        (``retry_max_s``) in any case, then once without this check. While clicks are held and no request is
+        out, an empty request every :data:`STORE_POSITION_PROBE_US` asks how far the store has read. A click
+        whose query is truly missing is therefore held only while the store has not read up to its time, and
+        then tried and retried as usual (it stays unresolved meanwhile: the checkpoint and the oldest
+        unresolved time count it)."""
+        read_to = self._store_read_to
+        if read_to is None:
+            return False
+        if cid in self._unhold:
+            self._unhold.discard(cid)
+            return False
+        ref = self._events[cid][_REF]
+        key = ref[:-TIMESTAMP_DIGITS - 1]
+        t = int(ref[-TIMESTAMP_DIGITS:])
+        if t <= read_to.get(key, self._store_through_us):
+            return False
+        heap = self._ahead.get(key)
+        if heap is None:
+            heap = self._ahead[key] = []
+        heapq.heappush(heap, (t, cid))
+        self._ahead_since[cid] = now
+        self.counters["held_for_store"] += 1
+        self._ahead_entries += 1
+        if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
+            self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
+        return True
+
+    def _rebuild_ahead(self) -> None:
+        ahead: dict[str, list[tuple[int, str]]] = {}
+        events = self._events
+        for cid in self._ahead_since:
+            ref = events[cid][_REF]
+            ahead.setdefault(ref[:-TIMESTAMP_DIGITS - 1], []).append((int(ref[-TIMESTAMP_DIGITS:]), cid))
+        for heap in ahead.values():
+            heapq.heapify(heap)
+        self._ahead = ahead
+        self._ahead_entries = len(self._ahead_since)
+
+    def _release_ahead(self) -> None:
+        """Queue (in front) every held click whose query the store has now read past (all of them once the
+        store is no longer behind)."""
+        since = self._ahead_since
+        if not since:
+            self._ahead.clear()
+            self._ahead_entries = 0
+            return
+        read_to, through = self._store_read_to, self._store_through_us
+        released: list[str] = []
+        for key in list(self._ahead):
+            heap = self._ahead[key]
+            if read_to is None:
+                released.extend(cid for _, cid in heap if since.pop(cid, None) is not None)
+                heap.clear()
+            else:
+                limit = read_to.get(key, through)
+                while heap and heap[0][0] <= limit:
+                    cid = heapq.heappop(heap)[1]
+                    if since.pop(cid, None) is not None:
+                        released.append(cid)
+            if not heap:
+                del self._ahead[key]
+        self._ahead_entries = sum(map(len, self._ahead.values()))
+        if released:
+            self._queued.extendleft(reversed(released))
 
     def _may_give_up(self, rec: list, now: int) -> bool:
         return (rec[_ATTEMPTS] >= self.config.min_attempts
@@ -597,22 +705,32 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
-        self._store_wait.pop(cid, None)
         if cid in self._added:
             del self._added[cid]              # never checkpointed: the journal need not know it
         else:
             self._gone.append(cid)            # checkpointed before: the journal must say it is gone
-        self._recovered.discard(cid)
-        if self._held.pop(cid, None) is not None:
+        # the rest are usually empty (a click per call: only the ones in use are asked)
+        if self._store_wait:
+            self._store_wait.pop(cid, None)
+        if self._ahead_since:
+            self._ahead_since.pop(cid, None)
+        if self._unhold:
+            self._unhold.discard(cid)
+        if self._recovered:
+            self._recovered.discard(cid)
+        if self._held and self._held.pop(cid, None) is not None:
             self._held_again.discard(cid)
-        copies = self._dups.pop(cid, None)
-        if copies and dups_counter:
-            self.counters[dups_counter] += len(copies)
+        if self._dups:
+            copies = self._dups.pop(cid, None)
+            if copies and dups_counter:
+                self.counters[dups_counter] += len(copies)
 
     def _release_due(self, now: int) -> None:
         heap = self._retry
         while heap and heap[0][0] <= now:
             self._queued.append(heapq.heappop(heap)[1])
+        if self._ahead_since:
+            self._release_held_too_long(now)
         wait = self._store_wait
         if not wait:
             return
@@ -627,14 +745,34 @@ class DispatcherState:
             self._queued.extend(probe)
             self._probe_due_us = now + STORE_PROBE_EVERY_US
 
-    def _pump(self, out: list) -> None:
+    def _release_held_too_long(self, now: int) -> None:
+        since = self._ahead_since
+        oldest = now - self._delays_us[-1]
+        expired = list(itertools.takewhile(lambda cid: since[cid] <= oldest, since))
+        for cid in expired:
+            del since[cid]
+            self._unhold.add(cid)
+        self._queued.extend(expired)
+
+    def _pump(self, out: list, now: int = 0) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
+        hold = self._hold_if_ahead if self._store_read_to is not None else None
         while queued and len(self._batches) < limit:
             # a backlog is spread over the free slots in bigger requests (per-request costs paid less often);
             # with little queued, requests of batch_size go at once (no waiting to fill a batch)
             free = limit - len(self._batches)
             n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
-            ids = [queued.popleft() for _ in range(n)]
+            if hold is None:
+                ids = [queued.popleft() for _ in range(n)]
+            else:                               # clicks whose query the store has not read yet stay behind
+                ids = []
+                while queued and len(ids) < n:
+                    cid = queued.popleft()
+                    if not hold(cid, now):
+                        ids.append(cid)
+                if not ids:
+                    break
+                n = len(ids)
             batch_id = self._next_batch
             self._next_batch += 1
             self._batches[batch_id] = ids
@@ -644,6 +782,13 @@ class DispatcherState:
                 out.append(Lookup(batch_id, ids))
             else:
                 self._send(batch_id, ids, out)
+        if self._ahead_since and not self._batches and now >= self._position_probe_due_us:
+            batch_id = self._next_batch                 # an empty request: how far has the store read?
+            self._next_batch += 1
+            self._batches[batch_id] = []
+            self.counters["store_probes"] += 1
+            self._position_probe_due_us = now + STORE_POSITION_PROBE_US
+            out.append(SendBatch(batch_id, [], [], []))
 
     def _restore(self, snap: dict) -> None:
         if snap.get("format") != CHECKPOINT_FORMAT:

@@ -24,7 +24,7 @@ METRIC_KINDS = MetricKinds(
     gauges=frozenset({"retry_queue", "queued", "in_flight", "requests_in_flight", "pending_bytes", "caught_up",
                       "scan_at_us", "pid", "oldest_unresolved_us", "held_for_owner", "held_found_present",
                       "held_joined", "held_wasted", "held_again", "held_late", "share_judged_down",
-                      "waiting_for_store"}),
+                      "waiting_for_store", "ahead_of_store"}),
     latency_histograms={"join_latency_hist": "join_latency_seconds"},
     skip=frozenset({"join_latency_ms", "share_grace_ms"}))
 """How :class:`DispatcherStatistics` is exposed: its counters (cumulative across restarts, as

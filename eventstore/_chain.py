@@ -5,7 +5,9 @@
 (chosen by the same kind of ring over the logs stores). After a lookup, on the calling thread,
 :attr:`served_by` names for each id who answered (``"cache"``, ``"logs"`` or None) and
 :attr:`read_through_us` is the earliest ``read_through_us`` among the stores asked (None if none reported
-one), so a joiner defers NOT_FOUND while any store that could have held the id is catching up.
+one), so a joiner defers NOT_FOUND while any store that could have held the id is catching up, and
+:attr:`read_to_us` how far the cache servers have read each id key while one of them catches up (see
+:meth:`EventStoreChain.lookup`). ``lookup([])`` asks every cache server for these positions alone.
 A store that fails raises :class:`EventStoreUnavailable` for the whole lookup (the joiner answers THROTTLED).
 """
 from __future__ import annotations
@@ -50,24 +52,37 @@ class EventStoreChain:
         return getattr(self._last, "read_through_us", None)
 
     @property
+    def read_to_us(self) -> dict[str, int] | None:
+        """From this thread's latest :meth:`lookup`: while some cache server was catching up, per id key the
+        position every cache server has read past (the least over them; a caught-up server counts as having
+        read every key up to its ``read_through_us``); None when every cache server had caught up. A primary
+        id of key K and time t > ``read_to_us.get(K, read_through_us)`` is not held by every cache server yet."""
+        return getattr(self._last, "read_to_us", None)
+
+    @property
     def served_by(self) -> list[str | None] | None:
         return getattr(self._last, "served_by", None)
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         self._last.served_by = []
         self._last.read_through_us = None
+        self._last.read_to_us = None
         if not ids:
+            self._probe()
             return []
         out: list[bytes | None] = [None] * len(ids)
         served: list[str | None] = [None] * len(ids)
         throughs: list[int] = []
-        self._ask(self.caches, self._ring, ids, list(range(len(ids))), out, served, SERVED_BY_CACHE, throughs)
+        positions: list = []
+        self._ask(self.caches, self._ring, ids, list(range(len(ids))), out, served, SERVED_BY_CACHE, throughs,
+                  positions)
         missed = [i for i, r in enumerate(out) if r is None]
         if missed and self.logs:
             self._ask(self.logs, self._logs_ring, [ids[i] for i in missed], missed, out, served, SERVED_BY_LOGS,
                       throughs)
         self._last.served_by = served
         self._last.read_through_us = min(throughs) if throughs else None
+        self._last.read_to_us = _least_read_to(positions)
         from_cache = served.count(SERVED_BY_CACHE)
         from_logs = served.count(SERVED_BY_LOGS)
         with self._lock:
@@ -79,15 +94,31 @@ class EventStoreChain:
             c["not_found"] += len(ids) - from_cache - from_logs
         return out
 
+    def _probe(self) -> None:
+        """Every cache server's read positions, with no ids looked up (a joiner's answer to a dispatcher's
+        probe while it holds clicks back for the store)."""
+        waits = [(c, c.lookup_future([])) for c in self.caches]
+        throughs, positions = [], []
+        for client, wait in waits:
+            _, through = wait()
+            if through is not None:
+                throughs.append(through)
+            positions.append((client.read_to_us, through))
+        self._last.read_through_us = min(throughs) if throughs else None
+        self._last.read_to_us = _least_read_to(positions)
+
     @staticmethod
-    def _ask(clients, ring, ids, positions, out, served, name, throughs) -> None:
+    def _ask(clients, ring, ids, positions, out, served, name, throughs, read_to=None) -> None:
         waits = []
         for server, idx in ring.split(ids).items():
-            waits.append((idx, clients[server].lookup_future([ids[i] for i in idx])))
-        for idx, wait in waits:
+            client = clients[server]
+            waits.append((idx, client, client.lookup_future([ids[i] for i in idx])))
+        for idx, client, wait in waits:
             raws, through = wait()
             if through is not None:
                 throughs.append(through)
+            if read_to is not None:
+                read_to.append((client.read_to_us, through))
             for i, raw in zip(idx, raws):
                 if raw is not None:
                     out[positions[i]] = raw
@@ -105,6 +136,23 @@ class EventStoreChain:
     def close(self) -> None:
         for c in self.caches + self.logs:
             c.close()
+
+
+def _least_read_to(positions: list) -> dict[str, int] | None:
+    """Per id key, the least position over the cache servers asked (each ``(read_to_us | None,
+    read_through_us | None)``); None when none of them is catching up. A server's position for a key is its
+    ``read_to_us`` of the key or its ``read_through_us``, whichever is later (a key it has not met: its
+    ``read_through_us``)."""
+    if all(r is None for r, _ in positions):
+        return None
+    keys = set()
+    for r, _ in positions:
+        if r:
+            keys.update(r)
+    out = {}
+    for key in keys:
+        out[key] = min(max((r or {}).get(key, 0), t or 0) for r, t in positions)
+    return out
 
 
 def connect(cache: str | list[str], logs: str | list[str] = (), vnodes: int = 64) -> EventStoreChain:

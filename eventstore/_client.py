@@ -35,6 +35,12 @@ class EventStoreClient:
         self._last = threading.local()
 
     @property
+    def read_to_us(self) -> dict[str, int] | None:
+        """From this thread's latest :meth:`lookup_future` wait: the store's read position per id key while it
+        catches up (see ``LookupResponse.read_to_us``); None when it did not report one."""
+        return getattr(self._last, "read_to_us", None)
+
+    @property
     def read_through_us(self) -> int | None:
         """From this thread's latest lookup: the time up to which the store had read its logs when it
         answered (None: not reported, or no lookup yet)."""
@@ -57,7 +63,9 @@ class EventStoreClient:
 
     def lookup_future(self, ids: list[str]):
         """Start a lookup; returns a function that waits for it and returns ``(raws, read_through_us)``
-        (raws as :meth:`lookup`; read_through_us None when not reported). Raises like :meth:`lookup`."""
+        (raws as :meth:`lookup`; read_through_us None when not reported); afterwards, on the waiting thread,
+        :attr:`read_to_us` is the store's per-key read position (None: not reported, i.e. caught up or not
+        fed by logs). No ids: a probe of the store's positions alone. Raises like :meth:`lookup`."""
         try:
             fut = self._stub.Lookup.future(pb.LookupRequest(ids=ids), timeout=self.timeout)
         except grpc.RpcError as e:
@@ -72,6 +80,7 @@ class EventStoreClient:
                 raise EventStoreUnavailable(f"event store {self.address} answered {len(resp.raws)} results "
                                             f"for {len(ids)} ids")
             through = resp.read_through_us if resp.HasField("read_through_us") else None
+            self._last.read_to_us = dict(resp.read_to_us) if resp.catching_up else None
             return [r or None for r in resp.raws], through
         return wait
 

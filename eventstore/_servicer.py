@@ -16,9 +16,11 @@ class EventStoreServicer(pb_grpc.EventStoreServicer):
         self._store = store
 
     def Lookup(self, request, context):
-        raws = self._store.lookup(list(request.ids))
+        raws = self._store.lookup(list(request.ids)) if request.ids else []
+        read_to = getattr(self._store, "read_to_us", None)
         return pb.LookupResponse(raws=[r if r is not None else b"" for r in raws],
-                                 read_through_us=getattr(self._store, "read_through_us", None))
+                                 read_through_us=getattr(self._store, "read_through_us", None),
+                                 read_to_us=read_to, catching_up=read_to is not None)
 
     def Status(self, request, context):
         return pb.StatusResponse(json=orjson.dumps(dataclasses.asdict(self._store.statistics())).decode())

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
 
-from photon import EventIds, Quarantine, write_atomic
+from photon import TIMESTAMP_DIGITS, EventIds, Quarantine, is_event_id, write_atomic
 
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
@@ -46,6 +46,26 @@ QUARANTINE_SYNC_S = 5.0
 
 POLL_MAX_BYTES = 8 << 20
 """Bytes read per pass, so lookups are never starved by a large backlog."""
+
+MIN_FILE_READ_BYTES = 256 << 10
+"""The least a pass reads of one file in front (see :func:`oldest_first`)."""
+
+
+def oldest_first(view, offsets) -> tuple[list[str], int]:
+    """The order a pass reads the primary files in, and how much at most of each: first, in each folder, the
+    first file by name that still has bytes to read (a writer's rolled files, written one after another),
+    then every other file by name. The pass's budget is shared evenly by the files in front. So a backlog of
+    several writers is read side by side and roughly in time order, as clicks come, rather than one writer's
+    files after another: a click's query is read about when the clicks around it are. Any order reads every
+    line; this one only decides which come first."""
+    names = sorted(view)
+    front: dict[str, str] = {}
+    for name in names:
+        if view[name].size > offsets.get(name, 0):
+            front.setdefault(name.rpartition("/")[0], name)
+    first = set(front.values())
+    per_file = max(MIN_FILE_READ_BYTES, POLL_MAX_BYTES // max(1, len(first)))
+    return sorted(first) + [n for n in names if n not in first], per_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +145,16 @@ class CacheEventStore:
         self.read_through_us = 0
         """Wall time (µs) up to which the store has read everything: every complete line the logs held at
         that moment is indexed. 0 until the first pass (after any warm-up) that reached every file's end."""
+        self._read_to: dict[str, int] = {}    # id key -> the greatest timestamp of its ids read (reader thread)
+        self._file_read_to: dict[str, dict[str, int]] = {}   # file -> id key -> the greatest timestamp read there
+        self.read_to_us: dict[str, int] | None = {}
+        """While the store is catching up (its latest pass did not reach every file's end): per id key
+        (``server_ip:process_id``), how far the store has read that key's ids, made after each pass (a new
+        dict each time: any thread may read it). None once a pass has caught up: then ``read_through_us``
+        says how far. The position of a key is the greatest timestamp of its ids read, lowered to the last
+        timestamp read in every file of that key that still has bytes to read (ids run in time order within
+        a file, DESIGN §3): so every id of the key up to it has been read, as far as files already started
+        tell, and an id after it may not have been. Custom primary ids have no key: nothing is recorded."""
 
     def _load_checkpoint(self) -> dict | None:
         if self._checkpoint is None:
@@ -153,6 +183,8 @@ class CacheEventStore:
         keys: list[str] | None = [] if self._custom and offsets is not None else None
         found = index_lines(chunk, self._id_field, offsets, keys)
         ids, lines, timed = found.ids, found.lines, found.timed
+        if ids and not self._custom:
+            self._note_read_to(chunk.file, ids, timed)
         if offsets is not None:
             entries = (self._emitter.observe_many(chunk.file, offsets, keys) if keys is not None
                        else self._emitter.observe_many(chunk.file, offsets, ids, timed))
@@ -170,6 +202,44 @@ class CacheEventStore:
                 for b in found.bad:
                     self._quarantine.add(b.file, b.offset, b.reason, b.raw)
         return len(ids)
+
+    def _order(self, view) -> list[str]:
+        names, self._tailer.read_bytes = oldest_first(view, self._tailer.offsets)
+        return names
+
+    def _note_read_to(self, file: str, ids: list[str], timed) -> None:
+        """Move each key's greatest timestamp read, overall and in ``file``, past ``ids`` (well-formed ids;
+        ``timed``: one key's strictly increasing timestamps, when :func:`index_lines` found them so)."""
+        read_to = self._read_to
+        in_file = self._file_read_to.get(file)
+        if in_file is None:
+            in_file = self._file_read_to[file] = {}
+        if timed is not None:
+            key, tss = timed
+            last = tss[-1]
+            if last > read_to.get(key, 0):
+                read_to[key] = last
+            if last > in_file.get(key, 0):
+                in_file[key] = last
+            return
+        cut = -TIMESTAMP_DIGITS - 1
+        for event_id in ids:
+            if is_event_id(event_id):
+                key, ts = event_id[:cut], int(event_id[-TIMESTAMP_DIGITS:])
+                if ts > read_to.get(key, 0):
+                    read_to[key] = ts
+                if ts > in_file.get(key, 0):
+                    in_file[key] = ts
+
+    def _positions(self) -> dict[str, int]:
+        """:attr:`read_to_us` as of now (the reader thread, after a pass that did not catch up)."""
+        positions = dict(self._read_to)
+        file_read_to = self._file_read_to
+        for name in self._tailer.unread_objects():
+            for key, last in file_read_to.get(name, {}).items():
+                if last < positions[key]:
+                    positions[key] = last
+        return positions
 
     def warm(self) -> int:
         """Re-read the recent tail (``warm_tail_s`` of event time, found through the map) up to the resume
@@ -204,13 +274,16 @@ class CacheEventStore:
             self.warm()
         lines = 0
         started_us = time.time_ns() // 1000
-        for chunk in self._tailer.poll(POLL_MAX_BYTES):
+        for chunk in self._tailer.poll(POLL_MAX_BYTES, order=self._order):
             self._events_indexed += self._index(chunk, emit=True)
             lines += len(chunk.lines)
             self._bytes_read += chunk.end - chunk.offsets[0]
         self._lines_read += lines
         if self._tailer.caught_up:
             self.read_through_us = started_us
+            self.read_to_us = None
+        elif lines or self.read_to_us is None:
+            self.read_to_us = self._positions()
         if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_interval_s:
             self.checkpoint()
         return lines

@@ -12,7 +12,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate, compress, islice
-from operator import itemgetter, lt
+from operator import itemgetter, lt, not_
 
 import cachetools
 import orjson
@@ -458,21 +458,22 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    idx, ids, timed = _well_formed(lines, id_field)
-    if len(idx) == len(lines):               # the common case: every line good
+    idx, ids, timed, bad_at = _well_formed(lines, id_field)
+    if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
         return IndexedLines(ids, lines, [], timed)
     if good_offsets is not None:
         good_offsets += map(offsets.__getitem__, idx)
-    bad_at = sorted(set(range(len(lines))).difference(idx))
     return IndexedLines(ids, list(map(lines.__getitem__, idx)),
-                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in sorted(bad_at)], timed)
 
 
 _LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
 _ID_LINES = re.compile(r"(?:%s\n)*%s" % (_LAZY_ID, _LAZY_ID))
 """Ids joined by newlines, each one well-formed (``photon.is_event_id``)."""
+_BAD_ID_LINE = re.compile(r"^(?!(?:%s)$)[^\n]*$" % _LAZY_ID, re.MULTILINE)
+"""In ids joined by newlines, each line that is not a well-formed id."""
 
 
 def _map_marking(fn, items, errors) -> tuple[list, list[int]]:
@@ -489,37 +490,96 @@ def _map_marking(fn, items, errors) -> tuple[list, list[int]]:
 
 
 def _drop(idx, failed: list[int]) -> list[int]:
-    gone = set(failed)
-    return [k for j, k in enumerate(idx) if j not in gone]
+    """``idx`` without the items at the (increasing) positions ``failed``: slices between them, not a step per item."""
+    out: list[int] = []
+    prev = 0
+    for j in failed:
+        out.extend(idx[prev:j])
+        prev = j + 1
+    out.extend(idx[prev:])
+    return out
 
 
-def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None]:
+def _bad_id_positions(joined: str) -> list[int]:
+    """The line numbers of ``joined`` (ids joined by newlines, none holding a newline) that are not well-formed
+    ids: one regular-expression pass that stops only at them."""
+    bad: list[int] = []
+    line = last = 0
+    for m in _BAD_ID_LINE.finditer(joined):
+        line += joined.count("\n", last, m.start())
+        last = m.start()
+        bad.append(line)
+    return bad
+
+
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None,
+                                                           list[int]]:
     """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, those
-    ids, and :func:`split_photon_ids` of them if it holds: one ``orjson.loads`` per line and one
-    regular-expression pass over all ids, in bulk."""
+    ids, :func:`split_photon_ids` of them if it holds, and the indices of the other lines: one
+    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk."""
     idx: "range | list[int]" = range(len(lines))
+    bad: list[int] = []
     events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
     if failed:
+        bad += failed                                   # (positions in idx, still every line's own)
         idx = _drop(idx, failed)
     ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
     if failed:
+        bad += map(idx.__getitem__, failed)
         idx = _drop(idx, failed)
     if not ids:
-        return [], [], None
+        return [], [], None, bad
     if set(map(type, ids)) != {str}:
         keep = [type(i) is str for i in ids]
+        bad += compress(idx, map(not_, keep))
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
         if not ids:
-            return [], [], None
-    timed = split_photon_ids(ids)
-    if timed is not None and is_event_id(ids[0]):      # one writer's ids: its key checked once
-        return list(idx), ids, timed
+            return [], [], None, bad
     joined = "\n".join(ids)
-    if joined.count("\n") != len(ids) - 1 or _ID_LINES.fullmatch(joined) is None:
+    if joined.count("\n") != len(ids) - 1:                   # an id holding a newline: one by one
         keep = [bool(is_event_id(i)) for i in ids]
+        bad += compress(idx, map(not_, keep))
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
-        timed = split_photon_ids(ids) if ids else None       # (the ids left are well-formed)
-    return list(idx), ids, timed
+        return list(idx), ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
+    one = _one_writer(ids, joined)
+    if one is not None:                                 # one writer's ids, maybe a few bad ones among them
+        wrong, timed = one
+        if wrong:
+            bad += map(idx.__getitem__, wrong)
+            idx, ids = _drop(idx, wrong), _drop(ids, wrong)
+        return list(idx), ids, timed, bad
+    if _ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
+        wrong = _bad_id_positions(joined)
+        bad += map(idx.__getitem__, wrong)
+        idx, ids = _drop(idx, wrong), _drop(ids, wrong)
+    return list(idx), ids, split_photon_ids(ids) if ids else None, bad
+
+
+def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
+    """When every well-formed id among ``ids`` (``joined``: them joined by newlines, none holding one) is
+    ``ids[0]``'s key and 16 digits: the positions of the ids that are not well-formed, and the key with the
+    timestamps of the others if they strictly increase (else None). None when some other well-formed id is
+    there (several writers) or no such key. One regular-expression pass over them all; the key is checked
+    once, and each id that is not the key's alone."""
+    key = ids[0][:-_TS - 1]
+    if not key:
+        return None
+    tails = re.findall(r"^(?:%s:([0-9]{%d})|[^\n]*)$" % (re.escape(key), _TS), joined, re.MULTILINE)
+    if len(tails) != len(ids):
+        return None
+    holes = list(compress(range(len(tails)), map(not_, tails))) if "" in tails else []
+    first = 0
+    if holes:
+        if len(holes) == len(ids) or any(is_event_id(ids[k]) for k in holes):
+            return None
+        while first < len(holes) and holes[first] == first:
+            first += 1
+        tails = _drop(tails, holes)
+    if not is_event_id(ids[first]):
+        return None
+    if len(tails) > 1 and not all(map(lt, tails, islice(tails, 1, None))):
+        return holes, None                              # (equal-width digits: text order is number order)
+    return holes, (key, array("q", map(int, tails)))
 
 
 def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:

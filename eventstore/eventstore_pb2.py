@@ -24,21 +24,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ventstore/eventstore.proto\x12\x11photon.eventstore\"\x1c\n\rLookupRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"P\n\x0eLookupResponse\x12\x0c\n\x04raws\x18\x01 \x03(\x0c\x12\x1c\n\x0fread_through_us\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x12\n\x10_read_through_us\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t2\xaa\x01\n\nEventStore\x12M\n\x06Lookup\x12 .photon.eventstore.LookupRequest\x1a!.photon.eventstore.LookupResponse\x12M\n\x06Status\x12 .photon.eventstore.StatusRequest\x1a!.photon.eventstore.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ventstore/eventstore.proto\x12\x11photon.eventstore\"\x1c\n\rLookupRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"\xdb\x01\n\x0eLookupResponse\x12\x0c\n\x04raws\x18\x01 \x03(\x0c\x12\x1c\n\x0fread_through_us\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x43\n\nread_to_us\x18\x03 \x03(\x0b\x32/.photon.eventstore.LookupResponse.ReadToUsEntry\x12\x13\n\x0b\x63\x61tching_up\x18\x04 \x01(\x08\x1a/\n\rReadToUsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x12\n\x10_read_through_us\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t2\xaa\x01\n\nEventStore\x12M\n\x06Lookup\x12 .photon.eventstore.LookupRequest\x1a!.photon.eventstore.LookupResponse\x12M\n\x06Status\x12 .photon.eventstore.StatusRequest\x1a!.photon.eventstore.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'eventstore.eventstore_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_LOOKUPRESPONSE_READTOUSENTRY']._loaded_options = None
+  _globals['_LOOKUPRESPONSE_READTOUSENTRY']._serialized_options = b'8\001'
   _globals['_LOOKUPREQUEST']._serialized_start=50
   _globals['_LOOKUPREQUEST']._serialized_end=78
-  _globals['_LOOKUPRESPONSE']._serialized_start=80
-  _globals['_LOOKUPRESPONSE']._serialized_end=160
-  _globals['_STATUSREQUEST']._serialized_start=162
-  _globals['_STATUSREQUEST']._serialized_end=177
-  _globals['_STATUSRESPONSE']._serialized_start=179
-  _globals['_STATUSRESPONSE']._serialized_end=209
-  _globals['_EVENTSTORE']._serialized_start=212
-  _globals['_EVENTSTORE']._serialized_end=382
+  _globals['_LOOKUPRESPONSE']._serialized_start=81
+  _globals['_LOOKUPRESPONSE']._serialized_end=300
+  _globals['_LOOKUPRESPONSE_READTOUSENTRY']._serialized_start=233
+  _globals['_LOOKUPRESPONSE_READTOUSENTRY']._serialized_end=280
+  _globals['_STATUSREQUEST']._serialized_start=302
+  _globals['_STATUSREQUEST']._serialized_end=317
+  _globals['_STATUSRESPONSE']._serialized_start=319
+  _globals['_STATUSRESPONSE']._serialized_end=349
+  _globals['_EVENTSTORE']._serialized_start=352
+  _globals['_EVENTSTORE']._serialized_end=522
 # @@protoc_insertion_point(module_scope)

@@ -23,8 +23,12 @@ class JoinerUnavailable(RuntimeError):
 
 class Outcomes(list):
     """A join's outcomes (a list of :class:`Outcome`, one per event) and ``store_behind``: the joiner's event
-    store was still reading its logs, so a retry before it catches up is likely to be THROTTLED again."""
+    store was still reading its logs, so a retry before it catches up is likely to be THROTTLED again. With
+    it, when the store reported them, ``store_read_to_us`` (per id key, how far it has read) and
+    ``store_read_through_us`` (see joiner.proto's ``JoinResponse``); None and 0 otherwise."""
     store_behind: bool = False
+    store_read_to_us: dict | None = None
+    store_read_through_us: int = 0
 
 
 class JoinerClient:
@@ -90,6 +94,9 @@ class JoinerClient:
             raise JoinerUnavailable(f"joiner {self.address} answered {len(raw)} outcomes for {n} events")
         out = Outcomes(OUTCOMES[o] for o in raw)
         out.store_behind = resp.store_behind
+        if resp.store_behind and resp.HasField("store_read_through_us"):
+            out.store_read_to_us = dict(resp.store_read_to_us)
+            out.store_read_through_us = resp.store_read_through_us
         return out
 
     def _unavailable(self, e: grpc.RpcError) -> JoinerUnavailable:

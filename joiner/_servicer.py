@@ -19,7 +19,11 @@ class JoinerServicer(pb_grpc.JoinerServicer):
             outcomes = self._joiner.join(list(request.ids), list(request.ref_ids), list(request.raws))
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        return pb.JoinResponse(outcomes=outcomes, store_behind=self._joiner.store_behind)
+        position = self._joiner.store_position
+        if position is None:
+            return pb.JoinResponse(outcomes=outcomes, store_behind=self._joiner.store_behind)
+        return pb.JoinResponse(outcomes=outcomes, store_behind=True, store_read_to_us=position[0],
+                               store_read_through_us=position[1])
 
     def Status(self, request, context):
         return pb.StatusResponse(json=orjson.dumps(dataclasses.asdict(self._joiner.statistics())).decode())

@@ -101,6 +101,9 @@ class JoinerStatistics:
     output_commits: int = 0        # group commits of the output (one may cover several requests' lines)
 
 
+_STORE_CAUGHT_UP = (False, None, 0)
+"""(behind, read_to_us, read_through_us) of a store that is not behind."""
+
 ORPHAN_TOKEN = ""
 """The ledger token of ids set aside at a restart: the dead process's token is not in its output lines;
 the verification job finds the registry's token in its export (and judges that process stopped)."""
@@ -157,7 +160,8 @@ class Joiner:
         self._probe_bytes = PROBE_MIN_BYTES
         self._next_probe = 0.0
         self.stopping = threading.Event()
-        self._last = threading.local()   # store_behind of the calling thread's latest join
+        self._last = threading.local()   # the store's state as the calling thread's latest join found it
+        self._store_seen = _STORE_CAUGHT_UP  # the store's state as the latest lookup of any thread found it
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)   # notified whenever a request finishes
@@ -172,8 +176,17 @@ class Joiner:
 
     @property
     def store_behind(self) -> bool:
-        """Whether the calling thread's latest :meth:`join` found the event store catching up."""
-        return getattr(self._last, "store_behind", False)
+        """Whether the calling thread's latest :meth:`join` found the event store catching up (a request
+        refused before any lookup reports what the latest lookup of any request found)."""
+        return getattr(self._last, "store", _STORE_CAUGHT_UP)[0]
+
+    @property
+    def store_position(self) -> tuple[dict[str, int], int] | None:
+        """With :attr:`store_behind`: ``(read_to_us, read_through_us)``, how far the event store had read (see
+        ``eventstore.EventStoreChain.read_to_us``), for the dispatcher to hold back clicks whose query cannot
+        have been read yet; None when not behind or not reported by the store."""
+        behind, read_to, through = getattr(self._last, "store", _STORE_CAUGHT_UP)
+        return (read_to, through) if behind and read_to is not None else None
 
     def recover_orphans(self, id_field: "str | EventIds") -> int:
         """Put in order the output files a killed predecessor with this name left: each in-progress file is
@@ -210,7 +223,7 @@ class Joiner:
         """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns.
         Afterwards, on the calling thread, :attr:`store_behind` says whether the event store was catching up
         (its NOT_FOUND answers were turned into THROTTLED)."""
-        self._last.store_behind = False
+        self._last.store = self._store_seen
         n = len(ids)
         if len(ref_ids) != n or len(raws) != n:
             raise ValueError(f"a join request needs one ref_id and one raw line per id: got {n} ids, "
@@ -248,7 +261,8 @@ class Joiner:
     def _join(self, batch: JoinBatch, seq: int) -> bytearray:
         refs = batch.ref_ids_to_look_up()
         try:
-            primaries = self._store.lookup(refs) if refs else []
+            # a request with no events is a probe of how far the store has read (answered with that alone)
+            primaries = self._store.lookup(refs) if refs or not batch.n else []
             if len(primaries) != len(refs):
                 raise ValueError(f"event store answered {len(primaries)} results for {len(refs)} ids")
         except Exception as e:
@@ -266,10 +280,12 @@ class Joiner:
             batch.primaries_found(primaries, self._adapter.bind(now))
         read_through = getattr(self._store, "read_through_us", None)
         if read_through is not None and now - read_through > self._store_behind_us:
-            self._last.store_behind = True
+            self._last.store = self._store_seen = (True, getattr(self._store, "read_to_us", None), read_through)
             deferred = batch.defer_not_found()
             with self._lock:
                 self._c["not_found_store_behind"] += deferred
+        elif refs or not batch.n:
+            self._last.store = self._store_seen = _STORE_CAUGHT_UP
         if batch.first_error is not None:
             log.warning("joiner %s: request %d: %d malformed id(s), %d adapter failure(s), answered UNJOINABLE; "
                         "first: %s", self.name, seq, batch.bad_ids, batch.adapter_errors, batch.first_error)

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -35,10 +36,8 @@ class LogChunk:
 
 def line_offsets(start: int, lines: list[bytes]) -> list[int]:
     """Where each of ``lines`` (consecutive, each without its ``\\n``) starts, the first at ``start``."""
-    offsets, pos = [], start
-    for line in lines:
-        offsets.append(pos)
-        pos += len(line) + 1
+    offsets = list(accumulate(map((1).__add__, map(len, lines)), initial=start))   # in C: no step per line
+    offsets.pop()
     return offsets
 
 

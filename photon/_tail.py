@@ -75,7 +75,10 @@ class LogTailer:
 
     # ------------------------------------------------------------------ polling
 
-    def poll(self, max_bytes: int = 16 << 20) -> list[LogChunk]:
+    def poll(self, max_bytes: int = 16 << 20, order=None) -> list[LogChunk]:
+        """Read up to ``max_bytes`` of complete new lines (at most :attr:`read_bytes` per object), objects in
+        listing order, or in the order ``order(view)`` gives (``view``: name -> ObjectInfo; it must return every
+        name of the view once)."""
         self._cut = False
         try:
             view = self.source.scan(self.offsets)
@@ -88,7 +91,8 @@ class LogTailer:
         self._view = view
         chunks: list[LogChunk] = []
         budget = max_bytes
-        for name, info in view.items():
+        for name in (view if order is None else order(view)):
+            info = view[name]
             if budget <= 0:
                 self._cut = self._cut or info.size > self.offsets.get(name, 0)
                 continue
@@ -104,6 +108,12 @@ class LogTailer:
         :meth:`poll`; objects that cannot be read do not count."""
         offsets, bad = self.offsets, self._unreadable
         return sum(max(0, i.size - offsets.get(n, 0)) for n, i in self._view.items() if bad.get(n) != i.version)
+
+    def unread_objects(self) -> list[str]:
+        """Names of the objects with bytes beyond their read offsets as of the last :meth:`poll` (left for lack
+        of budget, cut at the read size, or holding an unterminated last line)."""
+        offsets = self.offsets
+        return [n for n, i in self._view.items() if i.size > offsets.get(n, 0)]
 
     def statistics(self) -> TailerStatistics:
         return TailerStatistics(len(self._view), self.pending_bytes(), self._bad_objects, self._long_lines,

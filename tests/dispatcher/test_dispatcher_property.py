@@ -144,7 +144,10 @@ class Harness:
                 else:
                     self.refused.add(i)
                     out.append(Outcome.UNJOINABLE)
-            self.apply(self.core.handle(JoinAnswered(bid, out, self.now, store_behind=behind)))
+            # and, mostly, how far it has read (clicks whose query is past it are held back, probes go out)
+            read_to = {"10.0.0.2:2": START + rng.randrange(-1, 13)} if behind and rng.random() < 0.7 else None
+            self.apply(self.core.handle(JoinAnswered(bid, out, self.now, store_behind=behind, store_read_to=read_to,
+                                                     store_read_through_us=START - 1 if read_to else 0)))
 
     def tick(self, us):
         self.now += us

@@ -498,6 +498,150 @@ def test_a_click_waits_for_the_store_at_most_the_longest_retry_delay_while_answe
     assert st.statistics().waiting_for_store > 0
 
 
+QKEY = "10.0.0.2:9"
+
+
+def qtime(n: int) -> int:
+    return id_timestamp_us(qid(n))
+
+
+def test_clicks_whose_query_the_store_has_not_read_are_held_back_until_it_has():
+    """A cold start with the store's position: a click whose query's time is past what the event store has
+    read of that query's key is not sent (it would come back THROTTLED) but held back, and goes, in front, as
+    soon as an answer says the store has read past it; with every click held and nothing out, an empty
+    request asks how far the store has read. Each click is sent once, but the one sent before the first
+    answer told the dispatcher where the store was."""
+    clock = FakeClock()
+    st = state(batch_size=2, max_in_flight=1)
+    [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 7)])], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(2)]
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED, Outcome.THROTTLED], clock.advance(1_000),
+                                  store_behind=True, store_read_to={QKEY: qtime(1)}, store_read_through_us=0))
+    [probe] = of(cmds, SendBatch)                       # 2 to 6 are all past the store: only a probe goes
+    assert probe.ids == [] and probe.ref_ids == [] and probe.raws == []
+    s = st.statistics()
+    assert (s.ahead_of_store, s.waiting_for_store, s.held_for_store, s.store_probes) == (5, 5, 5, 1)
+    assert not st.caught_up and s.retry_queue == 0 and s.oldest_unresolved_us == id_timestamp_us(cid(2))
+    cmds = st.handle(JoinAnswered(probe.batch_id, [], clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(4)}, store_read_through_us=0))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(2), cid(3)] and st.statistics().ahead_of_store == 2
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000),
+                                  store_behind=True, store_read_to={QKEY: qtime(4)}, store_read_through_us=0))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(4)]
+    # the store has caught up (no position any more): everything held goes
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(1_000)))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(5), cid(6)] and st.statistics().ahead_of_store == 0
+    st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED, Outcome.JOINED], clock.advance(1_000)))
+    s = st.statistics()
+    assert (s.joined, s.attempts, s.held_for_store, s.store_probes) == (6, 7, 5, 1)
+    st.handle(LinesRead([], clock.advance(1_000)))
+    assert st.unresolved_ids() == set() and st.caught_up
+
+
+def test_clicks_held_back_for_the_store_count_against_the_read_ahead():
+    """A cold start does not read the click logs far ahead of the store: held clicks take the place of queued
+    ones in the read-ahead (backlog_batch_size x max_in_flight), so the rest stays in the logs until the store
+    has read their queries."""
+    clock = FakeClock()
+    st = state(batch_size=5, max_in_flight=2)
+    assert st.lines_wanted() == 10
+    [a, b] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 11)])], clock.now_us())), SendBatch)
+    assert st.lines_wanted() == 10                     # all ten in flight, none queued
+    behind = dict(store_behind=True, store_read_to={QKEY: qtime(2)}, store_read_through_us=0)
+    st.handle(JoinAnswered(a.batch_id, [Outcome.JOINED] * 2 + [Outcome.THROTTLED] * 3, clock.advance(1_000), **behind))
+    assert st.statistics().ahead_of_store == 3 and st.lines_wanted() == 7
+    cmds = st.handle(JoinAnswered(b.batch_id, [Outcome.THROTTLED] * 5, clock.advance(1_000), **behind))
+    assert st.statistics().ahead_of_store == 8 and st.lines_wanted() == 2
+    [probe] = of(cmds, SendBatch)                      # nothing else out: how far has the store read?
+    assert probe.ids == []
+    st.handle(JoinAnswered(probe.batch_id, [], clock.advance(1_000), store_behind=True,
+                           store_read_to={QKEY: qtime(6)}, store_read_through_us=0))
+    assert st.statistics().ahead_of_store == 4 and st.lines_wanted() == 10 - 4 - 0
+
+
+def test_a_click_is_held_only_for_its_own_query_key_and_a_key_the_store_has_not_met_waits_for_read_through():
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=1)
+    other = format_event_id("10.0.0.3", 5, 1_763_711_000_000_000 + 50)          # a key the store has not met
+    lines = [line(1), line(2), orjson.dumps({"click_id": cid(3), "query_id": other})]
+    [send] = of(st.handle(LinesRead([chunk(lines)], clock.now_us())), SendBatch)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED] * 3, clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(5)}, store_read_through_us=qtime(0)))
+    [send] = of(cmds, SendBatch)                        # 1 and 2 are read (not found: back to waiting), 3 held
+    assert send.ids == [] and st.statistics().ahead_of_store == 1
+    assert st.statistics().waiting_for_store == 3
+    cmds = st.handle(JoinAnswered(send.batch_id, [], clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(9)}, store_read_through_us=id_timestamp_us(other)))
+    assert st.statistics().ahead_of_store == 0          # the store has read every key up to its time
+
+
+def test_a_held_click_goes_after_the_longest_retry_delay_and_a_missing_query_is_then_retried_as_usual():
+    """A position that never passes the query (a query never logged, a store that stays behind) holds its click
+    at most ``retry_max_s``; then the click is sent, and with the store caught up its NOT_FOUND answers follow
+    the normal schedule until it is given up as unjoinable."""
+    clock = FakeClock()
+    st = DispatcherState(JoinConfig(unjoinable_after_s=3.0),
+                         DispatcherConfig(batch_size=10, backlog_batch_size=10, max_in_flight=1, retry_initial_s=0.25,
+                                          retry_max_s=1.0, min_attempts=3, checkpoint_interval_s=0.2), lookups=False)
+    [send] = of(st.handle(LinesRead([chunk([line(7)])], clock.now_us())), SendBatch)
+    behind = dict(store_behind=True, store_read_to={QKEY: qtime(1)}, store_read_through_us=0)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.advance(1_000), **behind))
+    held_at = clock.now_us()
+    sent = []
+    while True:                                         # probes every 50 ms keep saying the store is behind
+        for c in of(cmds, SendBatch):
+            if c.ids:
+                sent.append(clock.now_us())
+                break
+            cmds = st.handle(JoinAnswered(c.batch_id, [], clock.advance(1_000), **behind))
+        else:
+            clock.set(st.next_due_us())
+            cmds = st.handle(TimePassed(clock.now_us()))
+            continue
+        break
+    assert S <= sent[0] - held_at <= S + 60_000         # held no longer than retry_max_s
+    assert 15 <= st.statistics().store_probes <= 25 and st.statistics().oldest_unresolved_us == id_timestamp_us(cid(7))
+    [send] = of(cmds, SendBatch)
+    attempts = 2
+    while True:                                         # the store has caught up: NOT_FOUND, retried, given up
+        cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], clock.advance(1_000)))
+        if st.statistics().unjoinable:
+            break
+        while not of(cmds, SendBatch):
+            clock.set(st.next_due_us())
+            cmds = st.handle(TimePassed(clock.now_us()))
+        [send] = of(cmds, SendBatch)
+        attempts += 1
+    s = st.statistics()
+    assert s.unjoinable == 1 and s.attempts == attempts >= 3 and s.ahead_of_store == 0
+
+
+def test_clicks_held_again_and_again_leave_no_trail_in_the_hold(monkeypatch):
+    """A store that stays behind: each click goes every retry_max_s, comes back THROTTLED and is held again,
+    while the others stay held. The hold's heaps (released clicks leave them lazily) are rebuilt before they
+    outgrow what is held."""
+    import dispatcher._state as core
+    monkeypatch.setattr(core, "OLDEST_HEAP_SLACK", 0)
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=1, retry_max_s=0.1)
+    [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(10, 30)])], clock.now_us())), SendBatch)
+    behind = dict(store_behind=True, store_read_to={QKEY: qtime(1)}, store_read_through_us=0)
+    sent = 0
+    for _ in range(300):
+        cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED] * len(send.ids), clock.advance(1_000),
+                                      **behind))
+        while not of(cmds, SendBatch):
+            clock.set(st.next_due_us())
+            cmds = st.handle(TimePassed(clock.now_us()))
+        [send] = of(cmds, SendBatch)
+        sent += bool(send.ids)
+        assert sum(map(len, st._ahead.values())) <= 2 * 20 + 1      # not one entry per time held
+    assert sent >= 100 and len(st.unresolved_ids()) == 20
+
+
 def test_a_delta_of_an_id_resolved_and_read_again_keeps_the_new_event():
     clock = FakeClock()
     st = state(batch_size=1, max_in_flight=1)

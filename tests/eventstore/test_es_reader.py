@@ -174,3 +174,94 @@ def test_map_entries_per_chunk_are_those_line_by_line():
             want = [e for e in map(single.observe, ["f.jsonl"] * n, offsets, ids) if e is not None]
             assert sorted(got) == sorted(want)
             assert bulk.marks() == single.marks()
+
+
+def test_while_catching_up_the_store_says_how_far_it_has_read_each_writer(tmp_path, queries_dir, monkeypatch):
+    """A pass cut by its read budget leaves the store catching up: per id key, the greatest timestamp read
+    (a dispatcher holds back clicks whose query is past it). Over gRPC an empty lookup asks for that alone,
+    and the lookup chain takes the least position over its cache servers. A pass that reaches every file's
+    end sets read_through_us and the positions are gone (None: caught up)."""
+    import time
+    from concurrent import futures
+
+    import grpc
+
+    import eventstore._shell as shell
+    from eventstore import EventStoreChain, eventstore_pb2_grpc
+    from eventstore._servicer import EventStoreServicer
+    from photon import format_event_id, id_timestamp_us
+
+    other = [format_event_id("10.9.9.9", 7, 1_763_712_000_000_000 + n) for n in (5, 9)]
+    first = b"".join(query_line(n) + b"\n" for n in (1, 2, 3))
+    (queries_dir / "a.log").write_bytes(first)
+    (queries_dir / "b.log").write_bytes(b"".join(orjson.dumps({"query_id": i}) + b"\n" for i in other))
+    store = make_store(tmp_path, queries_dir)
+    assert store.read_to_us == {} and store.read_through_us == 0          # nothing read yet
+    monkeypatch.setattr(shell, "POLL_MAX_BYTES", len(first))             # one pass reads a.log only
+    assert store.read_once() == 3
+    assert store.read_to_us == {"10.0.0.1:4242": id_timestamp_us(query_id(3))} and store.read_through_us == 0
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    eventstore_pb2_grpc.add_EventStoreServicer_to_server(EventStoreServicer(store), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    chain = EventStoreChain([f"127.0.0.1:{port}"])
+    try:
+        assert chain.lookup([]) == [] and chain.read_through_us == 0      # a probe: positions alone
+        assert chain.read_to_us == {"10.0.0.1:4242": id_timestamp_us(query_id(3))}
+        assert chain.lookup([query_id(2), other[0]]) == [query_line(2), None]
+        assert chain.read_to_us == {"10.0.0.1:4242": id_timestamp_us(query_id(3))}
+        monkeypatch.setattr(shell, "POLL_MAX_BYTES", 8 << 20)
+        before_us = time.time_ns() // 1000
+        assert store.read_once() == 2
+        assert store.read_to_us is None and store.read_through_us >= before_us   # caught up
+        assert chain.lookup([other[1]]) == [orjson.dumps({"query_id": other[1]})]
+        assert chain.read_to_us is None and chain.read_through_us >= before_us
+        assert chain.lookup([]) == [] and chain.read_to_us is None
+    finally:
+        chain.close()
+        server.stop(0)
+        store.close()
+
+
+def test_the_chain_takes_the_least_position_over_its_cache_servers():
+    from eventstore._chain import _least_read_to
+    assert _least_read_to([(None, 100), (None, 200)]) is None                # all caught up
+    # a caught-up server has read every key up to its read_through_us; a key a server has not met: its own
+    assert _least_read_to([({"k": 50, "j": 300}, 0), (None, 120)]) == {"k": 50, "j": 120}
+    assert _least_read_to([({"k": 50}, 0), ({"j": 70}, 10)]) == {"k": 10, "j": 0}
+
+
+def test_a_writers_position_stops_at_the_last_id_read_in_its_files_still_being_read(tmp_path, queries_dir,
+                                                                                       monkeypatch):
+    """One writer's files may be read side by side: its position is the last id read in a file of it that still
+    has bytes to read (its later ids there are not read yet), not the greatest id read anywhere."""
+    import eventstore._shell as shell
+    from photon import id_timestamp_us
+
+    later = b"".join(query_line(n) + b"\n" for n in (7, 8, 9))
+    earlier = [query_line(n) + b"\n" for n in range(1, 7)]
+    (queries_dir / "a-later.log").write_bytes(later)               # listed, and read, first
+    (queries_dir / "b-earlier.log").write_bytes(b"".join(earlier))
+    store = make_store(tmp_path, queries_dir)
+    monkeypatch.setattr(shell, "POLL_MAX_BYTES", len(later) + sum(map(len, earlier[:3])))
+    assert store.read_once() == 6
+    assert store.read_to_us == {"10.0.0.1:4242": id_timestamp_us(query_id(3))}
+    monkeypatch.setattr(shell, "POLL_MAX_BYTES", 8 << 20)
+    assert store.read_once() == 3 and store.read_to_us is None
+
+
+def test_a_backlog_is_read_one_file_per_folder_at_a_time_writers_side_by_side():
+    from types import SimpleNamespace
+
+    from eventstore._shell import MIN_FILE_READ_BYTES, POLL_MAX_BYTES, oldest_first
+
+    size = lambda n: SimpleNamespace(size=n)
+    view = {"w1/q-1.log": size(100), "w0/q-1.log": size(100), "w0/q-0.log": size(100), "w1/q-0.log": size(100),
+            "w2/q-0.log": size(50), "top.log": size(10)}
+    offsets = {"w0/q-0.log": 100, "w2/q-0.log": 50}              # w0's first file and w2's only one are read
+    names, per_file = oldest_first(view, offsets)
+    assert names[:3] == ["top.log", "w0/q-1.log", "w1/q-0.log"]  # in each folder the first with bytes to read
+    assert sorted(names) == sorted(view) and len(names) == len(view)
+    assert per_file == max(MIN_FILE_READ_BYTES, POLL_MAX_BYTES // 3)
+    names, per_file = oldest_first(view, {n: i.size for n, i in view.items()})   # all read: no file in front
+    assert names == sorted(view) and per_file == POLL_MAX_BYTES

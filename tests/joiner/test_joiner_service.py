@@ -64,6 +64,47 @@ def test_a_store_catching_up_makes_not_found_throttled(stack):
     assert (st["not_found"], st["throttled"], st["not_found_store_behind"]) == (0, 2, 2)
 
 
+class _StoreReadingItsLogs:
+    """An event store still reading its logs (read_through_us 0) that holds queries 0-2 and says how far it
+    has read each writer of queries, as a catching-up cache server does."""
+
+    def __init__(self) -> None:
+        import eventstore
+        from joiner_helpers import query_id
+        from photon import id_timestamp_us
+        self.key = query_id(0).rsplit(":", 1)[0]
+        self.inner = eventstore.InMemoryEventStore()
+        self.inner.put_many([(query_id(n), query_line(n)) for n in range(3)])
+        self.read_through_us = 0
+        self.read_to_us = {self.key: id_timestamp_us(query_id(2))}
+        self.asked: list[list[str]] = []
+
+    def lookup(self, ids):
+        self.asked.append(list(ids))
+        return self.inner.lookup(ids)
+
+
+def test_a_store_catching_up_says_how_far_it_has_read_and_an_empty_request_asks_for_that_alone(stack):
+    """The dispatcher holds back clicks whose query the store cannot have read yet: every answer while the store
+    is behind carries its position, and a request with no events (the dispatcher's probe) is answered with it
+    alone. Once the store has caught up, answers carry no position."""
+    import idregistry
+    store = _StoreReadingItsLogs()
+    s = stack(idregistry.connect("memory://"), eventstore_address=store)
+    ids, refs, raws = clicks(range(5), pid=fresh_click_pid())
+    answer = s.client.join(ids, refs, raws)
+    assert answer == [J] * 3 + [T] * 2 and answer.store_behind
+    assert answer.store_read_to_us == store.read_to_us and answer.store_read_through_us == 0
+    probe = s.client.join([], [], [])
+    assert probe == [] and probe.store_behind and probe.store_read_to_us == store.read_to_us
+    assert store.asked[-1] == []                        # the probe asked the store for its position
+    store.read_through_us, store.read_to_us = 2**62, None  # caught up
+    probe = s.client.join([], [], [])
+    assert probe == [] and not probe.store_behind and probe.store_read_to_us is None
+    assert s.client.join(ids[3:], refs[3:], raws[3:]) == [NF, NF]
+    assert s.client.status()["not_found_store_behind"] == 2
+
+
 def test_click_logged_twice_in_one_request_is_joined_once(stack):
     reg = FakeRegistry()
     s = stack(reg)
