@@ -1,0 +1,185 @@
+"""Watermark reports and claims when intervals move under real faults: worker processes of ``millwheel
+run`` (three master replicas, two workers) on the session's PostgreSQL, workers SIGSTOPped past their
+lease and resumed. Every write of a watermark report is logged by a trigger in the test's schema, so what
+the store accepted, and when, is read afterwards."""
+from __future__ import annotations
+
+import os
+import signal
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+import pytest
+
+from millwheel._cluster import worker_status
+from millwheel._routing import slots_in
+from photon import wait_until
+
+from mw_cluster import START_S, ClusterRun
+
+pytestmark = pytest.mark.timeout(600)
+
+LEASE_S = 8
+"""A lease long enough (heartbeats every 2 s) that a worker resumed after the move learns it lost its
+intervals before the new owner's next heartbeat, the window a late report needs."""
+
+LOG_REPORTS = """
+CREATE TABLE report_log (id BIGSERIAL PRIMARY KEY, name TEXT, interval_id INTEGER, sequencer BIGINT, low BIGINT);
+CREATE FUNCTION log_report() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    INSERT INTO report_log (name, interval_id, sequencer, low)
+        VALUES (NEW.name, NEW.interval_id, NEW.sequencer, NEW.low);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER log_report AFTER INSERT OR UPDATE ON wm_reports FOR EACH ROW EXECUTE FUNCTION log_report();
+"""
+
+
+def _connect(pg_url: str) -> psycopg.Connection:
+    parts = urlsplit(pg_url)
+    schema = parse_qs(parts.query)["schema"][0]
+    return psycopg.connect(parts._replace(query="").geturl(), autocommit=True,
+                           options=f"-c search_path={schema}")
+
+
+def _slots(run: ClusterRun, intervals) -> dict[tuple[str, int], int]:
+    """Each (computation, slot)'s sequencer in ``intervals`` (``(computation, lo, hi, sequencer)`` each; an
+    injector: its one interval, 0)."""
+    injectors = run.topology().injectors
+    out = {}
+    for name, lo, hi, seq in intervals:
+        for s in [0] if name in injectors else slots_in(lo, hi, 16):
+            out[(name, s)] = seq
+    return out
+
+
+@pytest.fixture
+def stopped():
+    """Pids a test SIGSTOPs (append each): resumed at teardown, also on failure."""
+    pids: list[int] = []
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_stopped_owners_late_reports_after_its_intervals_moved_are_not_stored(reachable_tmp, pg_url,
+                                                                                 cluster_runs, stopped):
+    """The worker holding the injector is SIGSTOPped past its lease; the master moves its intervals to the
+    other worker, which is stopped too right after (before its next heartbeat claims them); the first is
+    resumed. Its injector, which checks no lease, keeps stepping until the heartbeat gives it up, and its
+    estimate (the clock, input caught up) changes at every step, so it reports under its old sequencer.
+    Before the fix the store took those reports (no newer claim yet, and a newer report is what the store
+    compared with): every process's authority would read the old owner's value for an interval the master
+    had given away. Now its process writes no report while its lease has lapsed, and drops those of
+    intervals it no longer holds; none under an older sequencer than the master's map lands after the move.
+    Then the windows equal the batch, each once."""
+    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=2000, files=4,
+                     master_options=(f"lease_us={LEASE_S * 1_000_000}",))
+    cluster_runs.append(run)
+    with _connect(pg_url) as db:
+        wait_until(lambda: db.execute("SELECT to_regclass('wm_reports')").fetchone()[0] is not None, START_S,
+                   message="the store's tables")
+        db.execute(LOG_REPORTS)
+        wait_until(lambda: any("joined" in w["injectors"] and w["injectors"]["joined"]["caught_up"]
+                               for w in run.workers()), START_S, message="the injector caught up")
+        victim = next(w for w in run.workers() if "joined" in w["injectors"])
+        other = next(w for w in run.workers() if w["worker"] != victim["worker"])
+        held = _slots(run, [(iv["computation"], iv["lo"], iv["hi"], iv["sequencer"]) for iv in victim["intervals"]])
+        os.kill(victim["pid"], signal.SIGSTOP)
+        stopped.append(victim["pid"])
+        wait_until(lambda: all(iv.worker and iv.worker != victim["worker"] for iv in run.client.interval_map()),
+                   LEASE_S * 4, interval=0.02, message="the stopped worker's intervals moved")
+        os.kill(other["pid"], signal.SIGSTOP)         # its claims of them wait (its next heartbeat is later)
+        stopped.append(other["pid"])
+        moved_at = db.execute("SELECT coalesce(max(id), 0) FROM report_log").fetchone()[0]
+        current = _slots(run, [(iv.computation, iv.lo, iv.hi, iv.sequencer) for iv in run.client.interval_map()])
+        assert all(current[k] > seq for k, seq in held.items()), "every interval it held has a new sequencer"
+        os.kill(victim["pid"], signal.SIGCONT)
+        wait_until(lambda: worker_status(victim["address"]).get("incarnation", 0) > victim["incarnation"], 60,
+                   message="the resumed worker learned it lost its intervals and registered again")
+        os.kill(other["pid"], signal.SIGCONT)
+        run.wait_idle()
+        run.check()
+        dropped = worker_status(victim["address"]).get("counters", {}).get("reports_dropped", 0)
+        late = db.execute("SELECT name, interval_id, sequencer, low FROM report_log WHERE id > %s ORDER BY id",
+                           (moved_at,)).fetchall()
+    # (the other worker may write some under sequencers the master changed meanwhile, by merging its idle
+    # intervals, until its next heartbeat: the authorities that read the map ignore those)
+    stale = [r for r in late if held.get((r[0], r[1]), -1) >= r[2]]
+    assert not stale, f"the stopped worker's reports under its old sequencers stored after the move: {stale[:5]}"
+    assert dropped > 0, "the resumed worker had late reports of intervals it no longer held (its injector's)"
+
+
+CLAIMS_WAITING = ("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                  "AND query LIKE 'INSERT INTO intervals%%' ORDER BY query_start")
+
+
+def _counter(status: dict, name: str, section: str = "counters") -> int:
+    return status.get(section, {}).get(name, 0)
+
+
+def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_them_again(
+        reachable_tmp, pg_url, cluster_runs, stopped):
+    """A claim refused because the store's sequencer moved on, end to end. Two workers; the one without the
+    injector (X) is SIGSTOPped past its lease and resumed, so it registers again and the master moves
+    intervals back to it. Meanwhile the test holds a share lock on the store's rows of the ``windows``
+    intervals (the injector's owner P commits under share locks too, so it goes on): X's claim of the first
+    ``windows`` slot it is given waits, while P's injector already sends it that slot's records, which X
+    keeps for the claim. X is SIGSTOPped there, past its lease; the master gives its intervals back to P,
+    whose claim of the same rows waits too. Then X's waiting connection is terminated and the lock
+    released: P claims every ``windows`` slot under the master's newer sequencers, and X, resumed, retries
+    its claim on a new connection under its old sequencer: refused. X drops the records kept for it
+    uncommitted and asks P to send them again (P sends them to their owner now), and the windows equal
+    the batch, each once."""
+    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=40000, files=16)
+    cluster_runs.append(run)
+    wait_until(lambda: run.processed() > 500 and any("joined" in w["injectors"] for w in run.workers()), START_S,
+               message="records flowing")
+    p = next(w for w in run.workers() if "joined" in w["injectors"])
+    x = next(w for w in run.workers() if w["worker"] != p["worker"])
+    os.kill(x["pid"], signal.SIGSTOP)
+    stopped.append(x["pid"])
+    wait_until(lambda: all(iv.worker == p["worker"] for iv in run.client.interval_map()), 60,
+               message="the stopped worker's intervals moved to the other")
+    wait_until(lambda: {(iv["computation"], iv["lo"], iv["sequencer"]) for iv in worker_status(p["address"])["intervals"]}
+               == {(iv.computation, iv.lo, iv.sequencer) for iv in run.client.interval_map()}, 60,
+               message="the other worker holds them all")
+    with _connect(pg_url) as db, _connect(pg_url) as lock:
+        lock.autocommit = False
+        lock.execute("SELECT * FROM intervals WHERE computation = 'windows' FOR SHARE")
+        os.kill(x["pid"], signal.SIGCONT)
+        wait_until(lambda: db.execute(CLAIMS_WAITING).fetchall(), 120, interval=0.05,
+                   message="the resumed worker's claim of a windows slot waiting")
+        x_backend = db.execute(CLAIMS_WAITING).fetchone()[0]
+        before = worker_status(x["address"])
+        wait_until(lambda: _counter(worker_status(x["address"]), "taken_before_claim")
+                   > _counter(before, "taken_before_claim"), 30, message="records kept for the claim")
+        os.kill(x["pid"], signal.SIGSTOP)
+        wait_until(lambda: any(pid != x_backend for (pid,) in db.execute(CLAIMS_WAITING).fetchall()), 60,
+                   interval=0.02, message="the new owner's claim waiting behind it")
+        db.execute("SELECT pg_terminate_backend(%s)", (x_backend,))
+        lock.rollback()                                 # the lock released: the new owner claims first
+        wait_until(lambda: _windows_claimed(db, run), 30, message="every windows slot claimed by the new owner")
+        held = worker_status(p["address"])
+        os.kill(x["pid"], signal.SIGCONT)
+    wait_until(lambda: _counter(worker_status(x["address"]), "stale_grants") > _counter(before, "stale_grants"),
+               60, message="the claim refused")
+    after = worker_status(x["address"])
+    assert _counter(after, "early_dropped") > _counter(before, "early_dropped"), "the kept records dropped"
+    assert _counter(after, "resend_requests", "transport") > _counter(before, "resend_requests", "transport")
+    wait_until(lambda: _counter(worker_status(p["address"]), "resent_on_request", "transport")
+               > _counter(held, "resent_on_request", "transport"), 60, message="their sender sent them again")
+    run.wait_idle()
+    run.check()
+
+
+def _windows_claimed(db: psycopg.Connection, run: ClusterRun) -> bool:
+    """Every slot of ``windows`` is claimed in the store under its sequencer in the master's map."""
+    want = {(s, iv.sequencer) for iv in run.client.interval_map() if iv.computation == "windows"
+            for s in slots_in(iv.lo, iv.hi, 16)}
+    got = set(db.execute("SELECT interval_id, sequencer FROM intervals WHERE computation = 'windows'").fetchall())
+    return want <= got
