@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from millwheel._cluster import worker_status
-from millwheel._routing import slots_in
+from millwheel._routing import interval_of, slots_in
 from photon import wait_until
 
 from mw_cluster import START_S, ClusterRun
@@ -135,7 +135,11 @@ def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_th
     its claim on a new connection under its old sequencer: refused. X drops the records kept for it
     uncommitted and asks P to send them again (P sends them to their owner now), and the windows equal
     the batch, each once."""
-    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=40000, files=16)
+    # one advertiser per slot of ``windows``, so that every slot, the one whose claim waits included, has records
+    names = {}
+    for n in range(1000):
+        names.setdefault(interval_of(f"adv-{n}", 16), f"adv-{n}")
+    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=40000, files=16, names=sorted(names.values()))
     cluster_runs.append(run)
     wait_until(lambda: run.processed() > 500 and any("joined" in w["injectors"] for w in run.workers()), START_S,
                message="records flowing")
@@ -145,10 +149,11 @@ def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_th
     stopped.append(x["pid"])
     wait_until(lambda: all(iv.worker == p["worker"] for iv in run.client.interval_map()), 60,
                message="the stopped worker's intervals moved to the other")
-    wait_until(lambda: {(iv["computation"], iv["lo"], iv["sequencer"]) for iv in worker_status(p["address"])["intervals"]}
-               == {(iv.computation, iv.lo, iv.sequencer) for iv in run.client.interval_map()}, 60,
-               message="the other worker holds them all")
     with _connect(pg_url) as db, _connect(pg_url) as lock:
+        try:
+            wait_until(lambda: _windows_claimed(db, run), 60, message="the other worker claimed every windows slot")
+        except TimeoutError:
+            raise TimeoutError(f"unclaimed {_windows_unclaimed(db, run)}: {run.why_busy()}") from None
         lock.autocommit = False
         lock.execute("SELECT * FROM intervals WHERE computation = 'windows' FOR SHARE")
         os.kill(x["pid"], signal.SIGCONT)
@@ -168,9 +173,10 @@ def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_th
         os.kill(x["pid"], signal.SIGCONT)
     wait_until(lambda: _counter(worker_status(x["address"]), "stale_grants") > _counter(before, "stale_grants"),
                60, message="the claim refused")
-    after = worker_status(x["address"])
-    assert _counter(after, "early_dropped") > _counter(before, "early_dropped"), "the kept records dropped"
-    assert _counter(after, "resend_requests", "transport") > _counter(before, "resend_requests", "transport")
+    wait_until(lambda: _counter(worker_status(x["address"]), "early_dropped") > _counter(before, "early_dropped"),
+               30, message="the records kept for it dropped")
+    wait_until(lambda: _counter(worker_status(x["address"]), "resend_requests", "transport")
+               > _counter(before, "resend_requests", "transport"), 30, message="their sender asked for them again")
     wait_until(lambda: _counter(worker_status(p["address"]), "resent_on_request", "transport")
                > _counter(held, "resent_on_request", "transport"), 60, message="their sender sent them again")
     run.wait_idle()
@@ -179,7 +185,11 @@ def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_th
 
 def _windows_claimed(db: psycopg.Connection, run: ClusterRun) -> bool:
     """Every slot of ``windows`` is claimed in the store under its sequencer in the master's map."""
+    return not _windows_unclaimed(db, run)
+
+
+def _windows_unclaimed(db: psycopg.Connection, run: ClusterRun) -> set:
     want = {(s, iv.sequencer) for iv in run.client.interval_map() if iv.computation == "windows"
             for s in slots_in(iv.lo, iv.hi, 16)}
     got = set(db.execute("SELECT interval_id, sequencer FROM intervals WHERE computation = 'windows'").fetchall())
-    return want <= got
+    return want - got
