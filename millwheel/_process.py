@@ -251,6 +251,7 @@ class WorkerHost:
         if not items:
             return
         if not claimed:
+            self.counters["dropped_for_refused_claims"] += len(items)
             self._drop_early(items)
             return
         per: dict[str, list] = {}
