@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 
+from millwheel import RuntimeConfig
 from millwheel._cluster import worker_status
 from millwheel._routing import interval_of, slots_in
 from photon import wait_until
@@ -19,9 +20,12 @@ from mw_cluster import START_S, ClusterRun
 
 pytestmark = pytest.mark.timeout(600)
 
+SLOTS = RuntimeConfig().intervals
+"""Key intervals (slots) per computation of the runs here (the default)."""
 LEASE_S = 8
-"""A lease long enough (heartbeats every 2 s) that a worker resumed after the move learns it lost its
-intervals before the new owner's next heartbeat, the window a late report needs."""
+"""The master's lease here (heartbeats every 2 s): long enough that a worker resumed after a move learns it
+lost its intervals before the new owner's next heartbeat (the window a late report needs), and that a
+worker whose claim waits keeps its intervals while records for it arrive."""
 
 LOG_REPORTS = """
 CREATE TABLE report_log (id BIGSERIAL PRIMARY KEY, name TEXT, interval_id INTEGER, sequencer BIGINT, low BIGINT);
@@ -70,7 +74,7 @@ def _slots(run: ClusterRun, intervals) -> dict[tuple[str, int], int]:
     injectors = run.topology().injectors
     out = {}
     for name, lo, hi, seq in intervals:
-        for s in [0] if name in injectors else slots_in(lo, hi, 16):
+        for s in [0] if name in injectors else slots_in(lo, hi, SLOTS):
             out[(name, s)] = seq
     return out
 
@@ -149,47 +153,57 @@ def _counter(status: dict, name: str, section: str = "counters") -> int:
 
 def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_them_again(
         reachable_tmp, pg_url, cluster_runs, stopped):
-    """A claim refused because the store's sequencer moved on, end to end. Two workers; the one without the
-    injector (X) is SIGSTOPped past its lease and resumed, so it registers again and the master moves
-    intervals back to it. Meanwhile the test holds a share lock on the store's rows of the ``windows``
-    intervals (the injector's owner P commits under share locks too, so it goes on): X's claim of the first
-    ``windows`` slot it is given waits, while P's injector already sends it that slot's records, which X
-    keeps for the claim. X is SIGSTOPped there, past its lease, its store sessions (the waiting claim's
-    among them) are ended and the lock released; the master gives X's intervals back to P, which claims
-    every ``windows`` slot under the master's newer sequencers. X, resumed, retries its claim on a new
-    connection under its old sequencer: refused. X drops the records kept for it uncommitted and asks P
-    to send them again, and the windows equal the batch, each once. (P sends again each copy still unacked
-    when the request comes; it may have sent them all already, to itself, when its map read told it the
-    slot's owner had changed, and then the request sends nothing.)"""
-    # one advertiser per slot of ``windows``, so that every slot, the one whose claim waits included, has records
+    """A claim refused because the store's sequencer moved on, end to end. Three workers: P holds the
+    injector, Q holds ``windows`` intervals, X is the third. Q is SIGSTOPped past its lease; X is stopped
+    too just before Q's lease ends, and once the master has given Q's intervals to P and X, the test takes
+    a share lock on the store's rows of the ``windows`` slots given to X (commits go on under share
+    locks; a claim waits) and resumes X. X's claim of them waits, while P's injector already sends X their
+    records, which X keeps for the claim. X is SIGSTOPped there, past its lease, its store sessions (the
+    waiting claim's among them) are ended and the lock released; the master gives X's intervals to P,
+    which claims them under newer sequencers. X, resumed, retries its claim on a new connection under its
+    old sequencer: refused. X drops the records kept for it uncommitted and asks their sender to send them
+    again, and the windows equal the batch, each once. (P sends again each copy still unacked when the
+    request comes; it may have sent them all already, to itself, when its map read told it the slot's
+    owner had changed, and then the request sends nothing.)"""
+    # one advertiser per slot of ``windows``, so that every slot, the one whose claim waits included, has
+    # records; and enough input that the injector still sends when the claim waits (tens of seconds in)
     names = {}
     for n in range(1000):
-        names.setdefault(interval_of(f"adv-{n}", 16), f"adv-{n}")
-    # a 4 s lease: time for the injector's owner to learn the new map and send records while the claim waits
-    # and enough input that the injector still sends when the claim waits (tens of seconds in)
-    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=100000, files=16, names=sorted(names.values()),
-                     master_options=("lease_us=4000000",))
+        names.setdefault(interval_of(f"adv-{n}", SLOTS), f"adv-{n}")
+    run = ClusterRun(reachable_tmp, pg_url, workers=3, n_clicks=100000, files=16, names=sorted(names.values()),
+                     master_options=(f"lease_us={LEASE_S * 1_000_000}",))
     cluster_runs.append(run)
     wait_until(lambda: run.processed() > 500 and any("joined" in w["injectors"] for w in run.workers()), START_S,
                message="records flowing")
-    p = next(w for w in run.workers() if "joined" in w["injectors"])
-    x = next(w for w in run.workers() if w["worker"] != p["worker"])
+    workers = run.workers()
+    p = next(w for w in workers if "joined" in w["injectors"])
+    q = next((w for w in workers if w is not p and any(iv["computation"] == "windows" for iv in w["intervals"])),
+             None)
+    assert q is not None, f"no worker but the injector's holds a windows interval: {run.why_busy()}"
+    x = next(w for w in workers if w is not p and w is not q)
     with _connect(pg_url) as db, _connect(pg_url) as lock:
-        os.kill(x["pid"], signal.SIGSTOP)
+        os.kill(q["pid"], signal.SIGSTOP)
+        stopped.append(q["pid"])
+        _end_sessions(db, pg_url, q["pid"])
+        q_until = max(iv.lease_until_us for iv in run.client.interval_map() if iv.worker == q["worker"])
+        wait_until(lambda: _master_now(run) > q_until - 1_500_000, LEASE_S * 2, message="Q's lease nearly over")
+        os.kill(x["pid"], signal.SIGSTOP)            # for a moment: it must not claim before the lock is taken
         stopped.append(x["pid"])
-        _end_sessions(db, pg_url, x["pid"])
-        wait_until(lambda: all(iv.worker == p["worker"] for iv in run.client.interval_map()), 60,
-                   message="the stopped worker's intervals moved to the other")
-        try:
-            wait_until(lambda: _windows_claimed(db, run), 60, message="the other worker claimed every windows slot")
-        except TimeoutError:
-            raise TimeoutError(f"unclaimed {_windows_unclaimed(db, run)}: {run.why_busy()}") from None
+        wait_until(lambda: all(iv.worker and iv.worker != q["worker"] for iv in run.client.interval_map()),
+                   LEASE_S * 2, interval=0.02, message="Q's intervals given to the others")
+        claimed = dict(db.execute("SELECT interval_id, sequencer FROM intervals WHERE computation = 'windows'")
+                       .fetchall())
+        given = [s for iv in run.client.interval_map() if iv.computation == "windows" and iv.worker == x["worker"]
+                 for s in slots_in(iv.lo, iv.hi, SLOTS) if claimed.get(s, 0) < iv.sequencer]
+        assert given, f"no windows interval of Q given to X: {run.why_busy()}"
         lock.autocommit = False
-        lock.execute("SELECT * FROM intervals WHERE computation = 'windows' FOR SHARE")
+        lock.execute("SELECT * FROM intervals WHERE computation = 'windows' AND interval_id = ANY(%s) FOR SHARE",
+                     (given,))
         os.kill(x["pid"], signal.SIGCONT)
-        wait_until(lambda: db.execute(CLAIMS_WAITING).fetchall(), 120, interval=0.05,
-                   message="the resumed worker's claim of a windows slot waiting")
+        wait_until(lambda: "unreachable" not in worker_status(x["address"]), 30, message="X resumed")
         before = worker_status(x["address"])
+        wait_until(lambda: db.execute(CLAIMS_WAITING).fetchall(), 60, interval=0.05,
+                   message="X's claim of a windows slot waiting")
         try:
             wait_until(lambda: _counter(worker_status(x["address"]), "taken_before_claim")
                        > _counter(before, "taken_before_claim"), 30, message="records kept for the claim")
@@ -198,9 +212,10 @@ def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_th
         os.kill(x["pid"], signal.SIGSTOP)
         _end_sessions(db, pg_url, x["pid"])           # the waiting claim's session too
         lock.rollback()                                # the lock released
-        wait_until(lambda: all(iv.worker == p["worker"] for iv in run.client.interval_map()), 60,
-                   message="the stopped worker's intervals moved back to the other")
-        wait_until(lambda: _windows_claimed(db, run), 60, message="every windows slot claimed by the other")
+        wait_until(lambda: all(iv.worker == p["worker"] for iv in run.client.interval_map()
+                               if iv.computation == "windows"), LEASE_S * 3,
+                   message="X's windows intervals given to P")
+        wait_until(lambda: _windows_claimed(db, run), 60, message="every windows slot claimed by P")
         os.kill(x["pid"], signal.SIGCONT)
     wait_until(lambda: _counter(worker_status(x["address"]), "stale_grants") > _counter(before, "stale_grants"),
                60, message="the claim refused")
@@ -208,8 +223,14 @@ def test_a_claim_refused_drops_the_records_kept_for_it_and_their_senders_send_th
                message="the records kept for the refused claim dropped")
     wait_until(lambda: _counter(worker_status(x["address"]), "resend_requests", "transport")
                > _counter(before, "resend_requests", "transport"), 30, message="their sender asked for them again")
+    os.kill(q["pid"], signal.SIGCONT)
     run.wait_idle()
     run.check()
+
+
+def _master_now(run: ClusterRun) -> int:
+    """The master's time (its leader's clock, as every replica applied it)."""
+    return max((r.get("master_now_us", 0) for r in run.client.status()), default=0)
 
 
 def _windows_claimed(db: psycopg.Connection, run: ClusterRun) -> bool:
@@ -219,6 +240,6 @@ def _windows_claimed(db: psycopg.Connection, run: ClusterRun) -> bool:
 
 def _windows_unclaimed(db: psycopg.Connection, run: ClusterRun) -> set:
     want = {(s, iv.sequencer) for iv in run.client.interval_map() if iv.computation == "windows"
-            for s in slots_in(iv.lo, iv.hi, 16)}
+            for s in slots_in(iv.lo, iv.hi, SLOTS)}
     got = set(db.execute("SELECT interval_id, sequencer FROM intervals WHERE computation = 'windows'").fetchall())
     return want - got
