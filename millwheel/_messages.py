@@ -5,9 +5,9 @@ one-process runtime puts them in the parts' inboxes. (Acks of productions are :c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterable, Mapping
 
-from millwheel._watermarks import WatermarkReported
+from millwheel._watermarks import IntervalAssigned, WatermarkReported, WatermarksPublished
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,37 @@ class LowWatermarks:
     announced to each computation on a cycle (``epochs``; see :class:`WatermarkAuthority`)."""
     lows: Mapping[str, int]
     epochs: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalsAssigned:
+    """A worker process's heartbeat or map read → its authority: the sequencer each interval has now (a
+    grant, or every interval of a master's map just read), so that the authority ignores reports under
+    older ones from then on, whatever the store still holds."""
+    facts: tuple[IntervalAssigned, ...]
+
+
+class WatermarkBoard:
+    """What a runtime shows of its authority's last publication (``lows``, ``inputs``, ``epochs``,
+    ``settled``), and its announcement to the workers: :meth:`publish` sends them :class:`LowWatermarks`
+    when what some consumer's input is made of changed, or a cycle's epoch (else they have it already).
+    The one-process coordinator and a worker process's coordinator publish through one of these."""
+
+    def __init__(self) -> None:
+        self.lows: dict[str, int] = {}
+        self.inputs: dict[str, int] = {}
+        self.epochs: dict[str, int] = {}
+        self.settled = False
+
+    def publish(self, pub: WatermarksPublished, workers: Iterable) -> None:
+        """Take ``pub``; announce it first (a worker's inbox is in order, so it sees a watermark before any
+        record sent after it was observable here), then show it."""
+        if pub.inputs != self.inputs or pub.epochs != self.epochs:
+            msg = LowWatermarks(pub.lows, pub.epochs)
+            for w in workers:
+                w.inbox.put_many([msg])
+        self.inputs, self.lows, self.epochs = dict(pub.inputs), dict(pub.lows), dict(pub.epochs)
+        self.settled = pub.settled
 
 
 @dataclass(frozen=True, slots=True)

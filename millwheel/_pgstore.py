@@ -42,6 +42,11 @@ DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
+_CLAIMED = ("LEFT JOIN intervals i ON i.computation = r.name AND i.interval_id = r.interval_id "
+            "WHERE i.sequencer IS NULL OR i.sequencer <= r.sequencer")
+"""Keeps the reports of an interval not claimed under a newer sequencer than theirs (a fence in the
+report's own statement: a report of an owner that lost the interval changes nothing)."""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intervals (computation TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     PRIMARY KEY (computation, interval_id));
@@ -426,8 +431,9 @@ class PostgresStore(Store):
         if not rows:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_reports SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-            "%s::bigint[], %s::bigint[]) ON CONFLICT (name, interval_id) DO UPDATE SET "
+            "INSERT INTO wm_reports SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[], %s::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
+            " ON CONFLICT (name, interval_id) DO UPDATE SET "
             "sequencer = EXCLUDED.sequencer, low = EXCLUDED.low, input = EXCLUDED.input, oldest = EXCLUDED.oldest "
             "WHERE wm_reports.sequencer <= EXCLUDED.sequencer", _columns(rows, 6)))
 
@@ -439,8 +445,9 @@ class PostgresStore(Store):
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_cuts SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-            "%s::bigint[]) ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, "
+            "INSERT INTO wm_cuts SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[]) AS r (name, interval_id, sequencer, epoch, cut) " + _CLAIMED +
+            " ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, "
             "epoch = EXCLUDED.epoch, cut = EXCLUDED.cut WHERE wm_cuts.sequencer <= EXCLUDED.sequencer",
             _columns(last.values(), 5)))
 

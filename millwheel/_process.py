@@ -47,7 +47,7 @@ from millwheel._gc import ProcessDedupCollector
 from millwheel._injector_shell import InjectorShell
 from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
-from millwheel._messages import LowWatermarks, WatermarksReported
+from millwheel._messages import IntervalsAssigned, WatermarkBoard, WatermarksReported
 from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
 from millwheel._store import StaleSequencer, open_store
@@ -123,20 +123,35 @@ class WorkerHost:
             self.authority.handle(*(IntervalAssigned(cname, s, 0) for s in range(self.slots)))
         for iname in topology.injectors:
             self.authority.handle(IntervalAssigned(iname, 0, 0))
-        self.low_watermarks: dict[str, int] = {}
-        self.input_watermarks: dict[str, int] = {}
-        self.settled = False
+        self.board = WatermarkBoard()       # the last publication, announced to the workers
         self._report_seqs: dict[tuple[str, int], int] = {}
         self._last_counts: Counter = Counter()
         self._rates: dict[tuple[str, int], float] = {}
         self._slot_rates: dict[tuple[str, int], float] = {}
         self._written: dict[tuple[str, int], tuple] = {}     # the last watermark report written per interval
         self._written_cuts: dict[tuple[str, int], tuple] = {}  # and cut report (computations on a cycle)
-        self.epochs: dict[str, int] = {}
+        self._unwritten: dict[tuple[str, int], tuple] = {}     # reports held while the lease has lapsed
+        self._unwritten_cuts: dict[tuple[str, int], tuple] = {}
         self._started_at = self._load_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
                          threading.Thread(target=self._coordinate, name="millwheel-process-coordinator", daemon=True)]
+
+    @property
+    def low_watermarks(self) -> dict[str, int]:
+        return self.board.lows
+
+    @property
+    def input_watermarks(self) -> dict[str, int]:
+        return self.board.inputs
+
+    @property
+    def epochs(self) -> dict[str, int]:
+        return self.board.epochs
+
+    @property
+    def settled(self) -> bool:
+        return self.board.settled
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> "WorkerHost":
@@ -236,6 +251,7 @@ class WorkerHost:
         if not items:
             return
         if not claimed:
+            self.counters["dropped_for_refused_claims"] += len(items)
             self._drop_early(items)
             return
         per: dict[str, list] = {}
@@ -325,6 +341,8 @@ class WorkerHost:
 
     def _new_map(self, new: IntervalMap) -> None:
         old, self.map = self.map, new
+        # every interval's sequencer now, to the authority: reports under older ones are stale from here on
+        self._inbox.put_many([IntervalsAssigned(assigned_in(new, self.topology))])
         moved = new.moved_since(old)
         if moved:
             with self._accept_lock:
@@ -405,7 +423,7 @@ class WorkerHost:
                 self._take_early((cname, slot), False)
                 continue
             self.counters["granted"] += 1
-            self.authority.handle(IntervalAssigned(cname, slot, seq))
+            self._inbox.put_many([IntervalsAssigned((IntervalAssigned(cname, slot, seq),))])
         self.holding = tuple(intervals)
 
     def _inputs_may_start(self) -> bool:
@@ -491,7 +509,8 @@ class WorkerHost:
         try:
             while not self.stopping.wait(COORDINATOR_TICK_S):
                 items = self._inbox.take(1 << 30, 0)
-                self._watermarks([r for m in items if isinstance(m, WatermarksReported) for r in m.reports])
+                self._watermarks([r for m in items if isinstance(m, WatermarksReported) for r in m.reports],
+                                 [f for m in items if isinstance(m, IntervalsAssigned) for f in m.facts])
                 self.tracker.due_retries(self.clock.now_us(), max_backoff_us=self.config.retry_delay_us * 4)
                 if self._map_stale.is_set():
                     self._resync.set()
@@ -505,27 +524,22 @@ class WorkerHost:
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
 
-    def _watermarks(self, reports: list[WatermarkReported]) -> None:
+    def _watermarks(self, reports: list[WatermarkReported], assigned: list[IntervalAssigned] = ()) -> None:
         """Write this process's new reports to the store, read every process's, publish. A topology with a
         cycle also shares its cut reports and epochs through the store: every process's authority
         proposes the next epoch of a component, the store takes one proposal per step
         (``advance_epoch``), and every authority adopts the stored one (so the moment an epoch is
-        announced is one for all processes)."""
+        announced is one for all processes). ``assigned``: sequencers learnt since the last tick (grants,
+        map reads), handled first, so a report under an older one is ignored whatever the store holds."""
         producers = self.topology.producers()
         cyclic = bool(self.authority.components(producers))
-        rows, cuts = {}, {}
+        self.authority.handle(*assigned)
         for r in reports:     # the newest report per interval, and only if it changed
-            rows[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.low_us, r.input_us, r.oldest_us)
+            self._unwritten[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.low_us, r.input_us,
+                                                     r.oldest_us)
             if r.epoch:
-                cuts[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.epoch, r.cut_us)
-        changed = [row for k, row in rows.items() if self._written.get(k) != row]
-        if changed:
-            self.store.report_watermarks(changed)
-            self._written.update(((row[0], row[1]), row) for row in changed)
-        changed = [row for k, row in cuts.items() if self._written_cuts.get(k) != row]
-        if changed:
-            self.store.report_cuts(changed)
-            self._written_cuts.update(((row[0], row[1]), row) for row in changed)
+                self._unwritten_cuts[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.epoch, r.cut_us)
+        self._write_reports()
         rows = self.store.read_watermark_reports()
         self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
         if cyclic:
@@ -543,13 +557,28 @@ class WorkerHost:
         pub = self.authority.publish(producers)
         for p in pub.proposals:
             self.store.advance_epoch(p.component, p.epoch, p.external_us, json.dumps(p.cohort))
-        if pub.inputs != self.input_watermarks or pub.epochs != self.epochs:
-            msg = LowWatermarks(pub.lows, pub.epochs)
-            for w in self.workers:
-                w.inbox.put_many([msg])
-        self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
-        self.epochs = dict(pub.epochs)
-        self.settled = pub.settled
+        self.board.publish(pub, self.workers)
+
+    def _write_reports(self) -> None:
+        """Write the reports taken (changed ones only) of intervals still held under their sequencer; none
+        while the lease has lapsed (a stopped process resumed past its lease may have lost them all: they
+        wait until it knows, then go if still held). The store refuses one whose interval was claimed
+        under a newer sequencer since; this keeps the old owner's reports out also before that claim."""
+        if not (self._unwritten or self._unwritten_cuts) or not self._lease_ok():
+            return
+        held = self._held()
+        for pending, written, write in ((self._unwritten, self._written, self.store.report_watermarks),
+                                        (self._unwritten_cuts, self._written_cuts, self.store.report_cuts)):
+            rows = [row for k, row in pending.items() if written.get(k) != row]
+            mine = [row for row in rows if held.get((row[0], row[1])) == row[2]]
+            if not self._lease_ok():       # checked again just before the write: lapsed meanwhile, they wait
+                return
+            pending.clear()
+            if len(mine) < len(rows):      # of intervals given up meanwhile: their old owner's reports
+                self.counters["reports_dropped"] += len(rows) - len(mine)
+            if mine:
+                write(mine)
+                written.update(((row[0], row[1]), row) for row in mine)
 
     # ---- observing ---------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -608,6 +637,13 @@ class WorkerHost:
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
+
+
+def assigned_in(intervals: IntervalMap, topology: Topology) -> tuple[IntervalAssigned, ...]:
+    """The sequencer of every slot of the topology's computations, and of each injector's one interval,
+    in a master's interval map (an interval whose owner is gone has a new one too)."""
+    return tuple(IntervalAssigned(name, slot, seq) for (name, slot), seq in sorted(intervals.sequencers().items())
+                 if name in topology.computations or (name in topology.injectors and slot == 0))
 
 
 def _bound_name(bound_us: int) -> str:

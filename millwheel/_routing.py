@@ -142,6 +142,10 @@ class IntervalMap:
         got = self._owner.get((computation, slot))
         return got if got and got[0] else None
 
+    def sequencers(self) -> dict[tuple[str, int], int]:
+        """Each ``(computation, slot)``'s sequencer, with a live owner or not."""
+        return {k: v[2] for k, v in self._owner.items()}
+
     def moved_since(self, older: "IntervalMap") -> set[tuple[str, int]]:
         """The ``(computation, slot)`` pairs that had an owner in ``older`` and now have another address or
         none. (What was sent while a slot had no owner was parked, and goes out by this map anyway.)"""

@@ -32,7 +32,7 @@ from photon import Clock, SystemClock
 from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
 from millwheel._injector_shell import InjectorShell
-from millwheel._messages import FloorsRaised, LowWatermarks, RaiseFloors, WatermarksReported
+from millwheel._messages import FloorsRaised, RaiseFloors, WatermarkBoard, WatermarksReported
 from millwheel._model import Computation
 from millwheel._routing import ModuloPlacement, Placement, Router
 from millwheel._store import Store, open_store
@@ -89,10 +89,7 @@ class Runtime:
         self.injectors: dict[str, InjectorShell] = {}
         self.authority = WatermarkAuthority()
         self._auth_lock = threading.Lock()
-        self.low_watermarks: dict[str, int] = {}
-        self.input_watermarks: dict[str, int] = {}
-        self.epochs: dict[str, int] = {}      # the cut epoch of each computation on a cycle
-        self._settled = False
+        self.board = WatermarkBoard()         # the last publication, announced to the workers
         self._coordinating = False
         self.error: BaseException | None = None
         self.counters: Counter = Counter()
@@ -102,6 +99,19 @@ class Runtime:
         self._gen_cond = threading.Condition()
         self._coordinator = threading.Thread(target=self._coordinate, name="millwheel-coordinator", daemon=True)
         self._started = False
+
+    @property
+    def low_watermarks(self) -> dict[str, int]:
+        return self.board.lows
+
+    @property
+    def input_watermarks(self) -> dict[str, int]:
+        return self.board.inputs
+
+    @property
+    def epochs(self) -> dict[str, int]:
+        """The cut epoch of each computation on a cycle."""
+        return self.board.epochs
 
     # ---- wiring ------------------------------------------------------------------------------------
     def interval_of(self, key: str) -> int:
@@ -225,18 +235,10 @@ class Runtime:
                 self._floors_raised(m)
 
     def _publish(self) -> None:
-        """Publish the authority's watermarks: to the workers first (their inboxes are in order, so a
-        worker sees a watermark before any record sent after it was observable here), then here."""
+        """Publish the authority's watermarks (to the workers first, see :class:`WatermarkBoard`)."""
         with self._auth_lock:
             pub = self.authority.publish(self.topology.producers())
-        # what some consumer's input is made of has changed, or a cycle's cut has a new epoch
-        if pub.inputs != self.input_watermarks or pub.epochs != self.epochs:
-            msg = LowWatermarks(pub.lows, pub.epochs)
-            for w in self.workers:
-                w.inbox.put_many([msg])
-        self.input_watermarks, self.low_watermarks = dict(pub.inputs), dict(pub.lows)
-        self.epochs = dict(pub.epochs)
-        self._settled = pub.settled
+        self.board.publish(pub, self.workers)
 
     def _start_gc(self) -> None:
         """Begin a dedup garbage collection round (unless one is still waiting for answers): send each
@@ -286,7 +288,7 @@ class Runtime:
             return False
         # reports still in the coordinator's inbox are taken at its next tick, before run_until_idle's
         # second look (with a clock-driven injector estimate some always are)
-        if self._coordinating or not self._settled:
+        if self._coordinating or not self.board.settled:
             return False
         return not (self.tracker.in_flight or self.tracker.outstanding_count())
 

@@ -18,18 +18,19 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 from urllib.parse import parse_qs
 
 
-def keep_newest(table: dict, reports) -> dict:
+def keep_newest(table: dict, reports, claimed: Callable[[str, int], int] | None = None) -> dict:
     """Put each report ``(name, interval, sequencer, ...)`` into ``table`` (``(name, interval)`` -> row) unless
-    the row held for its interval carries a newer sequencer; returns ``table``. Reports of a worker that
+    the row held for its interval carries a newer sequencer, or (with ``claimed``: the interval's claimed
+    sequencer) the interval has been claimed under a newer one; returns ``table``. Reports of a worker that
     lost its interval (an older sequencer) change nothing."""
     for r in reports:
         key = (r[0], r[1])
         old = table.get(key)
-        if old is None or old[2] <= r[2]:
+        if (old is None or old[2] <= r[2]) and (claimed is None or claimed(r[0], r[1]) <= r[2]):
             table[key] = tuple(r)
     return table
 
@@ -159,8 +160,10 @@ class Store:
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
         """Record interval low watermark reports ``(name, interval, sequencer, low_us, input_us, oldest_us)``
         (the last two may be ``None``): each replaces the interval's stored report unless that one has a
-        larger sequencer (a report of a fenced owner changes nothing). Worker processes share their
-        reports through the store, and each computes the authority's publication from all of them."""
+        larger sequencer, or the interval has been claimed (:meth:`claim`) under a larger one since, in the
+        same statement: a report of a fenced owner changes nothing, also before the new owner has reported
+        (the interval keeps its last value until then). Worker processes share their reports through the
+        store, and each computes the authority's publication from all of them."""
         raise NotImplementedError
 
     def read_watermark_reports(self) -> list[tuple]:
@@ -170,7 +173,7 @@ class Store:
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         """Record the cut reports of intervals of computations on a cycle ``(name, interval, sequencer,
         epoch, cut_us)`` (``cut_us`` may be ``None``), each replacing the interval's stored one unless that
-        has a larger sequencer (as :meth:`report_watermarks`)."""
+        has a larger sequencer or the interval has been claimed under one (as :meth:`report_watermarks`)."""
         raise NotImplementedError
 
     def read_cuts(self) -> list[tuple]:
@@ -334,7 +337,7 @@ class MemoryStore(Store):
 
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
         with self._lock:
-            keep_newest(self._reports, reports)
+            keep_newest(self._reports, reports, lambda c, i: self._seq.get((c, i), 0))
 
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
@@ -342,7 +345,7 @@ class MemoryStore(Store):
 
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         with self._lock:
-            keep_newest(self._cuts, reports)
+            keep_newest(self._cuts, reports, lambda c, i: self._seq.get((c, i), 0))
 
     def read_cuts(self) -> list[tuple]:
         with self._lock:
@@ -385,6 +388,9 @@ def _check_sequencers(writes: list[Write], current) -> None:
         raise StaleSequencer(f"write to {c!r} interval {i} with sequencer {s} rejected: current is "
                              f"{current(c, i)} ({len(stale)} stale interval(s) in the batch)")
 
+
+_CLAIMED = "COALESCE((SELECT seq FROM sequencers WHERE computation = ?1 AND interval = ?2), 0)"
+"""The claimed sequencer of a report's interval (0: never claimed), for a fence in the report's statement."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sequencers (computation TEXT, interval INTEGER, seq INTEGER NOT NULL,
@@ -565,7 +571,8 @@ class SQLiteStore(Store):
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
         with self._lock, self._tx():
             self._db.executemany(
-                "INSERT INTO wm_reports VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name, interval) DO UPDATE SET "
+                "INSERT INTO wm_reports SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE ?3 >= " + _CLAIMED +
+                " ON CONFLICT(name, interval) DO UPDATE SET "
                 "seq=excluded.seq, low=excluded.low, input=excluded.input, oldest=excluded.oldest "
                 "WHERE wm_reports.seq <= excluded.seq", [tuple(r) for r in reports])
 
@@ -576,7 +583,8 @@ class SQLiteStore(Store):
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         with self._lock, self._tx():
             self._db.executemany(
-                "INSERT INTO wm_cuts VALUES (?, ?, ?, ?, ?) ON CONFLICT(name, interval) DO UPDATE SET "
+                "INSERT INTO wm_cuts SELECT ?1, ?2, ?3, ?4, ?5 WHERE ?3 >= " + _CLAIMED +
+                " ON CONFLICT(name, interval) DO UPDATE SET "
                 "seq=excluded.seq, epoch=excluded.epoch, cut=excluded.cut WHERE wm_cuts.seq <= excluded.seq",
                 [tuple(r) for r in reports])
 

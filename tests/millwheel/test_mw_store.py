@@ -141,6 +141,25 @@ def test_watermark_reports_keep_the_newest_sequencer_per_interval(opener):
     assert sorted(b.read_watermark_reports()) == [("c", 1, 6, 150, 140, 150), ("c", 2, 5, 200, None, None)]
 
 
+def test_a_report_under_a_sequencer_older_than_the_intervals_claim_changes_nothing(opener):
+    """The interval moved: its new owner claimed it and has not reported yet. The old owner's late reports
+    (watermark and cut) change nothing: the interval keeps its last value until its new owner reports."""
+    old, new = opener(), opener()
+    old.claim("c", 1, 5)
+    old.claim("c", 2, 5)
+    old.report_watermarks([("c", 1, 5, 100, 90, 100), ("c", 2, 5, 200, 190, 200)])
+    old.report_cuts([("c", 1, 5, 3, 100)])
+    new.claim("c", 1, 7)                                  # moved; no report under 7 yet
+    old.report_watermarks([("c", 1, 5, 900, 900, 900), ("c", 2, 5, 250, 240, 250)])
+    old.report_cuts([("c", 1, 5, 9, 900)])
+    assert sorted(new.read_watermark_reports()) == [("c", 1, 5, 100, 90, 100), ("c", 2, 5, 250, 240, 250)]
+    assert new.read_cuts() == [("c", 1, 5, 3, 100)]
+    new.report_watermarks([("c", 1, 7, 120, 110, 120)])
+    new.report_cuts([("c", 1, 7, 4, 120)])
+    assert sorted(old.read_watermark_reports()) == [("c", 1, 7, 120, 110, 120), ("c", 2, 5, 250, 240, 250)]
+    assert old.read_cuts() == [("c", 1, 7, 4, 120)]
+
+
 def test_cut_reports_keep_the_newest_sequencer_and_an_epoch_advances_one_step_at_a_time(opener):
     a, b = opener(), opener()
     a.report_cuts([("c", 1, 5, 3, 100), ("c", 2, 5, 3, None)])

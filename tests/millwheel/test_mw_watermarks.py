@@ -5,6 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from millwheel import Computation, ListInjector, Topology
+from millwheel._master_facts import Interval
+from millwheel._process import assigned_in
+from millwheel._routing import IntervalMap
 from millwheel._watermarks import (END_OF_TIME, NO_WATERMARK, IntervalAssigned, TimestampBag, WatermarkAuthority,
                                    WatermarkReported, input_watermark, interval_low, is_late)
 
@@ -152,3 +156,37 @@ def test_timestamp_bag_min_matches_a_list(ops):
             model.remove(ts)
         assert bag.min() == (min(model) if model else None)
         assert len(bag) == len(model)
+
+
+def test_a_worker_process_authority_takes_the_masters_sequencers_and_ignores_the_old_owners_late_report():
+    """In a worker process the authority reads every interval's stored report each tick, and learns each
+    interval's sequencer from the master's map (``assigned_in``), not only from reports. Slot 1 of ``a``
+    moved (sequencer 2 -> 5) to an owner that has not reported yet: the old owner's late report, still the
+    stored row, is ignored at every tick, and the slot holds its last value until its new owner reports."""
+    topology = Topology()
+    topology.add_injector("inj", lambda: ListInjector([]), produces="s")
+    topology.add_computation("a", Computation, consumes=["s"])
+
+    def iv(name, lo, hi, worker, seq):
+        return Interval(name, lo, hi, worker, seq, 0, f"{worker}:1")
+    before = IntervalMap([iv("a", "", "0001", "w1", 2), iv("a", "0001", None, "w1", 2), iv("inj", "", None, "w1", 2),
+                          iv("other", "", None, "w1", 9)], 2)
+    after = IntervalMap([iv("a", "", "0001", "w1", 2), iv("a", "0001", None, "w2", 5), iv("inj", "", None, "w1", 2)], 2)
+    assert assigned_in(before, topology) == (IntervalAssigned("a", 0, 2), IntervalAssigned("a", 1, 2),
+                                              IntervalAssigned("inj", 0, 2))
+    producers = topology.producers()
+    auth = WatermarkAuthority(decide_epochs=False)
+    auth.handle(*assigned_in(before, topology))
+    rows = {("inj", 0): ("inj", 0, 2, 300), ("a", 0): ("a", 0, 2, 100, 300), ("a", 1): ("a", 1, 2, 80, 300)}
+    auth.handle(*(WatermarkReported(*r) for r in rows.values()))
+    assert auth.publish(producers).lows["a"] == 80
+    auth.handle(*assigned_in(after, topology))                 # a map read: slot 1 moved
+    rows[("a", 1)] = ("a", 1, 2, 400, 400)                     # the old owner's late report, stored
+    rows[("a", 0)] = ("a", 0, 2, 400, 400)
+    rows[("inj", 0)] = ("inj", 0, 2, 400)
+    for _ in range(3):                                         # read again at every tick
+        auth.handle(*(WatermarkReported(*r) for r in rows.values()))
+        assert auth.publish(producers).lows["a"] == 80           # slot 1 holds its last value
+    assert auth.statistics().reports_stale == 3
+    auth.handle(WatermarkReported("a", 1, 5, 350, 400))        # its new owner
+    assert auth.publish(producers).lows["a"] == 350
