@@ -5,14 +5,23 @@ Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commi
 1. ``SELECT ... FROM intervals WHERE (computation, interval_id) IN (...) FOR SHARE``: reads the sequencer
    of every interval the batch writes to and locks those rows against a concurrent :meth:`claim` (which
    updates the row) until the transaction ends;
-2. the batch's net effect (see :func:`fold`), one statement per table over arrays (``unnest``):
-   state upserts and deletes, timer deletes and upserts, dedup ids, productions and acked productions,
-   and records set aside;
+2. the batch's net effect (see :func:`fold`), one statement per table over all its rows (a JSON array
+   for the per-key tables, binary arrays for the others): state upserts and deletes, timer deletes and
+   upserts, dedup ids, the row of the batch's new productions (one per sender interval, see below), rows
+   of acked productions deleted or marked, and records set aside;
 3. if any sequencer read in 1 differs from the write's: roll back and raise :class:`StaleSequencer`;
    else commit.
 
 The statements go out in one pipeline, so a batch of key checkpoints costs one round trip and one
-commit. A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
+commit.
+
+**Productions, a row per commit.** A commit's strong productions of one sender interval are one row of
+``production_batches`` (the fields as JSON, the values as one ``bytea``), not a row each: a production is
+written once per commit and deleted once per row, not once each. :class:`ProductionRows` knows which row
+holds which unacked id; an ack of some of a row's productions appends their ids to the row's ``acked``
+column (so :meth:`PostgresStore.pending_productions`, which a new owner reads, returns exactly the unacked
+ones, as before), and the ack of the last one deletes the row. A schema that still has the per-production
+``productions`` table of earlier versions is upgraded when the store opens. A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
 the new sequencer: a worker that lost its interval can never write.
 
 Connection loss (a restarted or failed-over server) is retried with backoff for ``retry_s`` seconds
@@ -75,17 +84,21 @@ CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT N
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
           "(SELECT * FROM unnest(%b::text[], %b::int[])) ORDER BY computation, interval_id FOR SHARE")
-_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT * FROM unnest(%b::text[], %b::text[], "
-              "%b::bytea[]) ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
-_STATE_DEL = "DELETE FROM state WHERE (computation, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))"
+# The per-key statements take their rows as one JSON array of arrays (bytea as hex): encoding it is one
+# call, where psycopg's array dumper costs microseconds per element in Python (bytea[] and the few-row
+# statements stay binary arrays).
+_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT e->>0, e->>1, decode(e->>2, 'hex') FROM "
+              "json_array_elements(%s::json) AS e ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
+_STATE_DEL = ("DELETE FROM state WHERE (computation, key) IN "
+              "(SELECT e->>0, e->>1 FROM json_array_elements(%s::json) AS e)")
 _TIMER_DEL = ("DELETE FROM timers WHERE (computation, key, tag) IN "
-              "(SELECT * FROM unnest(%b::text[], %b::text[], %b::text[]))")
-_TIMER_PUT = ("INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT * FROM "
-              "unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], %b::int[]) "
+              "(SELECT e->>0, e->>1, e->>2 FROM json_array_elements(%s::json) AS e)")
+_TIMER_PUT = ("INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT e->>0, e->>1, e->>2, "
+              "(e->>3)::bigint, e->>4, (e->>5)::int FROM json_array_elements(%s::json) AS e "
               "ON CONFLICT (computation, key, tag) DO UPDATE SET ts = EXCLUDED.ts, domain = EXCLUDED.domain, "
               "interval_id = EXCLUDED.interval_id")
-_DEDUP_PUT = ("INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT * FROM "
-              "unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::int[]) "
+_DEDUP_PUT = ("INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2, "
+              "(e->>3)::bigint, (e->>4)::int FROM json_array_elements(%s::json) AS e "
               "ON CONFLICT (computation, id) DO NOTHING")
 _BATCH_PUT = ("INSERT INTO production_batches (sender, interval_id, batch, meta, payload) SELECT * FROM "
               "unnest(%b::text[], %b::int[], %b::text[], %b::bytea[], %b::bytea[]) "
@@ -291,6 +304,10 @@ class ProductionRows:
                     where[i] = batch
 
 
+def _json(rows: list) -> str:
+    return orjson.dumps(rows).decode()
+
+
 def _columns(rows, width: int) -> list[list]:
     cols: list[list] = [[] for _ in range(width)]
     for row in rows:
@@ -483,16 +500,15 @@ class PostgresStore(Store):
     @staticmethod
     def _apply(conn: psycopg.Connection, n: NetEffect) -> None:
         if n.state_put:
-            conn.execute(_STATE_PUT, _columns(((c, k, v) for (c, k), v in n.state_put.items()), 3))
+            conn.execute(_STATE_PUT, (_json([(c, k, v.hex()) for (c, k), v in n.state_put.items()]),))
         if n.state_del:
-            conn.execute(_STATE_DEL, _columns(n.state_del, 2))
+            conn.execute(_STATE_DEL, (_json(list(n.state_del)),))
         if n.timer_del:
-            conn.execute(_TIMER_DEL, _columns(n.timer_del, 3))
+            conn.execute(_TIMER_DEL, (_json(list(n.timer_del)),))
         if n.timer_put:
-            conn.execute(_TIMER_PUT, _columns(((c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv)
-                                               in n.timer_put.items()), 6))
+            conn.execute(_TIMER_PUT, (_json([(c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv) in n.timer_put.items()]),))
         if n.dedup:
-            conn.execute(_DEDUP_PUT, _columns(((c, i, s, at, iv) for (c, i), (s, at, iv) in n.dedup.items()), 5))
+            conn.execute(_DEDUP_PUT, (_json([(c, i, s, at, iv) for (c, i), (s, at, iv) in n.dedup.items()]),))
         plan = n.plan
         if plan is not None and plan.put:
             conn.execute(_BATCH_PUT, _columns(plan.put, 5))
