@@ -54,6 +54,8 @@ class ClusterRun:
     store_cpu_s: float | None = None
     wall_s: float = 0.0
     transport: dict = field(default_factory=dict)          # summed over the workers: calls, records_sent, ...
+    warmup_s: float = 0.0                                  # warm-up before the measured records
+    settled: bool | None = None                            # the placement settled within the warm-up's limit
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
 
     @property
@@ -91,14 +93,43 @@ def _env() -> dict:
     return env
 
 
+SETTLED_S = 1.5
+"""The placement is settled when every worker holds intervals and the map has not changed for this long."""
+
+
+def wait_settled(client: MasterClient, workers: int, timeout_s: float) -> tuple[float, bool]:
+    """Wait until each of ``workers`` workers owns an interval and no interval changed owner or sequencer for
+    ``SETTLED_S``; returns the seconds waited and whether it settled within ``timeout_s``."""
+    start = time.monotonic()
+    last, since = None, start
+    while time.monotonic() - start < timeout_s:
+        try:
+            view = sorted((iv.computation, iv.lo, iv.worker, iv.sequencer) for iv in client.interval_map())
+        except Exception:  # noqa: BLE001 (a leader change: the next look)
+            view = None
+        now = time.monotonic()
+        if view != last:
+            last, since = view, now
+        elif view and len({w for *_, w, _ in view if w}) >= workers and now - since >= SETTLED_S:
+            return now - start, True
+        time.sleep(0.1)
+    return time.monotonic() - start, False
+
+
 def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: int, total: int,
                 store_pid: int | None = None, options: dict | None = None, profiler=None,
-                timeout_s: float = 600.0) -> ClusterRun:
+                timeout_s: float = 600.0, warmup_rate: int = 0, settle_timeout_s: float = 30.0) -> ClusterRun:
+    """One run; with ``warmup_rate``, warm-up records at that rate until the placement has settled (see
+    :func:`wait_settled`), then the measured ones (the figures count those only)."""
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "out"
     out.mkdir(exist_ok=True)
     spec = folder / "shuffle.json"
-    spec.write_text(json.dumps({"total": total, "rate": rate, "guarantees": guarantees}))
+    go = folder / "go"
+    body = {"total": total, "rate": rate, "guarantees": guarantees}
+    if warmup_rate:
+        body.update(go=str(go), warmup_rate=warmup_rate)
+    spec.write_text(json.dumps(body))
     topology = shuffle.build(str(spec), str(out))
     opts = {"threads": 1, "store": url, **(options or {})}
     config = RuntimeConfig.from_mapping(opts)
@@ -122,6 +153,9 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
             if profiler is not None:
                 profiler.attach(p.pid, f"worker-w{workers}")
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
+        if warmup_rate:
+            run.warmup_s, run.settled = wait_settled(client, workers, settle_timeout_s)
+            go.touch()
         sampler = threading.Thread(target=_sample_lags, args=(out, lags, stop), daemon=True)
         sampler.start()
         try:
@@ -209,7 +243,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         print(f"{kind}, {workers} workers: not applicable (SQLite serves one process)")
                         figures[f"{prefix}_records_per_s"] = None
                         continue
-                    runs = _Runs(Path(d), prefix, server, workers, threads)
+                    warmup = args.rate if args.warmup_rate is None else args.warmup_rate
+                    runs = _Runs(Path(d), prefix, server, workers, threads, warmup)
                     one = runs.one
                     tput = one(True, 0, args.records, profiler)
                     figures[f"{prefix}_records_per_s"] = tput.records_per_s
@@ -224,7 +259,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                           f"{tput.cache_hit_ratio:.3f} ({tput.cache_hits} hits, {tput.cache_misses} misses); "
                           f"store CPU {tput.store_cpu_s if tput.store_cpu_s is not None else 'n/a (in process)'} s; "
                           "watermark lag " + ", ".join(f"{s} {v} ms" for s, v in tput.lag_ms.items())
-                          + f"; {_per_rpc(tput)} records per RPC; transport {tput.transport}; ack delays {tput.ack_delays}",
+                          + f"; {_per_rpc(tput)} records per RPC; {_warm(tput)}transport {tput.transport}; "
+                          f"ack delays {tput.ack_delays}",
                           flush=True)
                     figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
                     for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
@@ -236,7 +272,7 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         print(f"  at {args.rate} records/s, exactly-once + strong productions {tag[3:]}: delay "
                               + " / ".join(f"p{q} {v} ms" for q, v in r.delay_ms.items())
                               + "; watermark lag " + ", ".join(f"{s} {v} ms" for s, v in r.lag_ms.items())
-                              + f"; transport {r.transport}", flush=True)
+                              + f"; {_warm(r)}transport {r.transport}", flush=True)
             finally:
                 if server is not None:
                     server.stop()
@@ -249,6 +285,12 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
     return 0
 
 
+def _warm(run: ClusterRun) -> str:
+    if run.settled is None:
+        return ""
+    return f"warm-up {run.warmup_s:.1f} s ({'placement settled' if run.settled else 'placement NOT settled'}); "
+
+
 def _per_rpc(run: ClusterRun) -> float | None:
     calls = run.transport.get("calls", 0)
     return round(run.transport.get("records_sent", 0) / calls, 1) if calls else None
@@ -257,8 +299,9 @@ def _per_rpc(run: ClusterRun) -> float | None:
 class _Runs:
     """Numbered runs of one store and worker count, each on a schema (or file) of its own."""
 
-    def __init__(self, root: Path, prefix: str, server, workers: int, threads: int) -> None:
+    def __init__(self, root: Path, prefix: str, server, workers: int, threads: int, warmup_rate: int = 0) -> None:
         self.root, self.prefix, self.server, self.workers, self.threads = root, prefix, server, workers, threads
+        self.warmup_rate = warmup_rate
         self.n = 0
 
     def one(self, guarantees: bool, rate: int, total: int, profiler=None) -> ClusterRun:
@@ -268,4 +311,4 @@ class _Runs:
                else f"sqlite:///{self.root / (name + '.db')}")
         return run_cluster(self.root / name, url, self.workers, guarantees, rate, total,
                            store_pid=self.server.pid if self.server else None,
-                           options={"threads": self.threads}, profiler=profiler)
+                           options={"threads": self.threads}, profiler=profiler, warmup_rate=self.warmup_rate)
