@@ -16,12 +16,14 @@ The statements go out in one pipeline, so a batch of key checkpoints costs one r
 commit.
 
 **Productions, a row per commit.** A commit's strong productions of one sender interval are one row of
-``production_batches`` (the fields as JSON, the values as one ``bytea``), not a row each: a production is
-written once per commit and deleted once per row, not once each. :class:`ProductionRows` knows which row
+``production_batches`` (the fields as JSON, the values as one ``bytea``), not a row each: productions are
+inserted and deleted a row at a time, not one by one. :class:`ProductionRows` knows which row
 holds which unacked id; an ack of some of a row's productions appends their ids to the row's ``acked``
 column (so :meth:`PostgresStore.pending_productions`, which a new owner reads, returns exactly the unacked
 ones, as before), and the ack of the last one deletes the row. A schema that still has the per-production
-``productions`` table of earlier versions is upgraded when the store opens. A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
+``productions`` table of earlier versions is upgraded when the store opens.
+
+A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
 the new sequencer: a worker that lost its interval can never write.
 
 Connection loss (a restarted or failed-over server) is retried with backoff for ``retry_s`` seconds
