@@ -5,8 +5,11 @@ state in an embedded PostgreSQL server (or a SQLite file, for one worker process
 One :func:`run_cluster` is one run on a fresh schema (or file): start the master and the workers, wait
 for the injector to finish and the cluster to go idle, read every worker's status (cache) and the
 delays the ``sort`` stage wrote, stop everything. While it runs it samples each stage's watermark lag
-(now - the published low watermark) from the workers' status RPC, and the store server's CPU time
-(the postmaster and its backends, from /proc) before and after.
+(now - the published low watermark) from the workers' status RPC, and the CPU time of the store server
+(the postmaster and its backends) and of the worker processes, from /proc, at the end of the warm-up (else
+at the start) and at the end: per 1,000 measured records, these are the figures a loaded machine disturbs
+least (the few warm-up records still in flight at the end of the warm-up are counted in the CPU, not in
+the records).
 """
 from __future__ import annotations
 
@@ -51,9 +54,12 @@ class ClusterRun:
     lag_ms: dict = field(default_factory=dict)             # median lag per stage while injecting
     cache_hits: int = 0
     cache_misses: int = 0
-    store_cpu_s: float | None = None
+    store_cpu_s: float | None = None                       # from the end of the warm-up (else the start) to idle
+    worker_cpu_s: float | None = None                      # the worker processes' CPU seconds (see store_cpu_s)
     wall_s: float = 0.0
     transport: dict = field(default_factory=dict)          # summed over the workers: calls, records_sent, ...
+    warmup_s: float = 0.0                                  # warm-up before the measured records
+    settled: bool | None = None                            # the placement settled within the warm-up's limit
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
 
     @property
@@ -91,14 +97,43 @@ def _env() -> dict:
     return env
 
 
+SETTLED_S = 1.5
+"""The placement is settled when every worker holds intervals and the map has not changed for this long."""
+
+
+def wait_settled(client: MasterClient, workers: int, timeout_s: float) -> tuple[float, bool]:
+    """Wait until each of ``workers`` workers owns an interval and no interval changed owner or sequencer for
+    ``SETTLED_S``; returns the seconds waited and whether it settled within ``timeout_s``."""
+    start = time.monotonic()
+    last, since = None, start
+    while time.monotonic() - start < timeout_s:
+        try:
+            view = sorted((iv.computation, iv.lo, iv.worker, iv.sequencer) for iv in client.interval_map())
+        except Exception:  # noqa: BLE001 (a leader change: the next look)
+            view = None
+        now = time.monotonic()
+        if view != last:
+            last, since = view, now
+        elif view and len({w for *_, w, _ in view if w}) >= workers and now - since >= SETTLED_S:
+            return now - start, True
+        time.sleep(0.1)
+    return time.monotonic() - start, False
+
+
 def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: int, total: int,
                 store_pid: int | None = None, options: dict | None = None, profiler=None,
-                timeout_s: float = 600.0) -> ClusterRun:
+                timeout_s: float = 600.0, warmup_rate: int = 0, settle_timeout_s: float = 30.0) -> ClusterRun:
+    """One run; with ``warmup_rate``, warm-up records at that rate until the placement has settled (see
+    :func:`wait_settled`), then the measured ones (the figures count those only)."""
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "out"
     out.mkdir(exist_ok=True)
     spec = folder / "shuffle.json"
-    spec.write_text(json.dumps({"total": total, "rate": rate, "guarantees": guarantees}))
+    go = folder / "go"
+    body = {"total": total, "rate": rate, "guarantees": guarantees}
+    if warmup_rate:
+        body.update(go=str(go), warmup_rate=warmup_rate)
+    spec.write_text(json.dumps(body))
     topology = shuffle.build(str(spec), str(out))
     opts = {"threads": 1, "store": url, **(options or {})}
     config = RuntimeConfig.from_mapping(opts)
@@ -113,15 +148,22 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
     stop = threading.Event()
     started = time.monotonic()
     cpu0 = tree_cpu_s(store_pid)
+    worker_pids: list[int] = []
+    wcpu0: list = []
     log = open(folder / "processes.log", "ab")
     try:
         for text in specs:
             procs.start(MasterSpec.from_json(text).argv(), "millwheel master serving on ", stderr=log)
         for _ in range(workers):
             p, _ = procs.start(worker_argv(path), "millwheel worker serving on ", env=_env(), stderr=log)
+            worker_pids.append(p.pid)
             if profiler is not None:
                 profiler.attach(p.pid, f"worker-w{workers}")
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
+        if warmup_rate:
+            run.warmup_s, run.settled = wait_settled(client, workers, settle_timeout_s)
+            cpu0, wcpu0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in worker_pids]
+            go.touch()
         sampler = threading.Thread(target=_sample_lags, args=(out, lags, stop), daemon=True)
         sampler.start()
         try:
@@ -145,6 +187,9 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
                       "stale_grants", "taken_before_claim", "early_dropped"):
                 run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
         cpu1 = tree_cpu_s(store_pid)
+        worker_cpu = [tree_cpu_s(p) for p in worker_pids]
+        wcpu0 = wcpu0 or [0.0] * len(worker_pids)
+        run.worker_cpu_s = None if None in worker_cpu + wcpu0 else round(sum(worker_cpu) - sum(wcpu0), 2)
         run.store_cpu_s = None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2)
     finally:
         procs.stop()
@@ -209,7 +254,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         print(f"{kind}, {workers} workers: not applicable (SQLite serves one process)")
                         figures[f"{prefix}_records_per_s"] = None
                         continue
-                    runs = _Runs(Path(d), prefix, server, workers, threads)
+                    warmup = args.rate if args.warmup_rate is None else args.warmup_rate
+                    runs = _Runs(Path(d), prefix, server, workers, threads, warmup)
                     one = runs.one
                     tput = one(True, 0, args.records, profiler)
                     figures[f"{prefix}_records_per_s"] = tput.records_per_s
@@ -217,14 +263,20 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                     figures[f"{prefix}_store_cpu_s"] = tput.store_cpu_s
                     figures[f"{prefix}_store_cpu_ms_per_1000_records"] = (
                         round(1e6 * tput.store_cpu_s / tput.records, 1) if tput.store_cpu_s and tput.records else None)
+                    figures[f"{prefix}_worker_cpu_ms_per_1000_records"] = (
+                        round(1e6 * tput.worker_cpu_s / tput.records, 1) if tput.worker_cpu_s and tput.records else None)
                     for stage, lag in tput.lag_ms.items():
                         figures[f"{prefix}_{stage}_watermark_lag_ms_at_max_rate"] = lag
                     print(f"{kind}, {workers} workers: {tput.records_per_s} records/s with exactly-once + strong "
                           f"productions ({tput.records} records); framework cache hit ratio "
                           f"{tput.cache_hit_ratio:.3f} ({tput.cache_hits} hits, {tput.cache_misses} misses); "
                           f"store CPU {tput.store_cpu_s if tput.store_cpu_s is not None else 'n/a (in process)'} s; "
+                          "CPU per 1,000 records measured: store "
+                          f"{figures[f'{prefix}_store_cpu_ms_per_1000_records']} ms, workers "
+                          f"{figures[f'{prefix}_worker_cpu_ms_per_1000_records']} ms; "
                           "watermark lag " + ", ".join(f"{s} {v} ms" for s, v in tput.lag_ms.items())
-                          + f"; {_per_rpc(tput)} records per RPC; transport {tput.transport}; ack delays {tput.ack_delays}",
+                          + f"; {_per_rpc(tput)} records per RPC; {_warm(tput)}transport {tput.transport}; "
+                          f"ack delays {tput.ack_delays}",
                           flush=True)
                     figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
                     for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
@@ -236,7 +288,7 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         print(f"  at {args.rate} records/s, exactly-once + strong productions {tag[3:]}: delay "
                               + " / ".join(f"p{q} {v} ms" for q, v in r.delay_ms.items())
                               + "; watermark lag " + ", ".join(f"{s} {v} ms" for s, v in r.lag_ms.items())
-                              + f"; transport {r.transport}", flush=True)
+                              + f"; {_warm(r)}transport {r.transport}", flush=True)
             finally:
                 if server is not None:
                     server.stop()
@@ -249,6 +301,12 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
     return 0
 
 
+def _warm(run: ClusterRun) -> str:
+    if run.settled is None:
+        return ""
+    return f"warm-up {run.warmup_s:.1f} s ({'placement settled' if run.settled else 'placement NOT settled'}); "
+
+
 def _per_rpc(run: ClusterRun) -> float | None:
     calls = run.transport.get("calls", 0)
     return round(run.transport.get("records_sent", 0) / calls, 1) if calls else None
@@ -257,8 +315,9 @@ def _per_rpc(run: ClusterRun) -> float | None:
 class _Runs:
     """Numbered runs of one store and worker count, each on a schema (or file) of its own."""
 
-    def __init__(self, root: Path, prefix: str, server, workers: int, threads: int) -> None:
+    def __init__(self, root: Path, prefix: str, server, workers: int, threads: int, warmup_rate: int = 0) -> None:
         self.root, self.prefix, self.server, self.workers, self.threads = root, prefix, server, workers, threads
+        self.warmup_rate = warmup_rate
         self.n = 0
 
     def one(self, guarantees: bool, rate: int, total: int, profiler=None) -> ClusterRun:
@@ -268,4 +327,4 @@ class _Runs:
                else f"sqlite:///{self.root / (name + '.db')}")
         return run_cluster(self.root / name, url, self.workers, guarantees, rate, total,
                            store_pid=self.server.pid if self.server else None,
-                           options={"threads": self.threads}, profiler=profiler)
+                           options={"threads": self.threads}, profiler=profiler, warmup_rate=self.warmup_rate)

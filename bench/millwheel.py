@@ -19,7 +19,10 @@ of worker processes (``--threads`` each, default 1). Per store and worker count:
 guarantees on (injected as fast as it goes), record delay p50 / p95 / p99 with both on and both off (at
 ``--rate`` records/s for ``--seconds``), each stage's watermark lag while injecting, the framework cache's
 hit ratio and the store server's CPU seconds. SQLite serves one process only, so it is measured with one
-worker and reported as not applicable for more. ``--profile DIR`` records every worker process with py-spy.
+worker and reported as not applicable for more. Each run first injects warm-up records at
+``--warmup-rate`` (default ``--rate``; not measured) until the master's placement has settled (every worker
+holds intervals, no change for 1.5 s), so that the figures are a running cluster's, not its start's.
+``--profile DIR`` records every worker process with py-spy.
 """
 from __future__ import annotations
 
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated stores to measure (postgres: an embedded server; sqlite: a file)")
     ap.add_argument("--workers", help="comma-separated worker process counts (e.g. 1,2,4): the process benchmark")
     ap.add_argument("--profile", help="with --workers: py-spy profiles of the worker processes into this folder")
+    ap.add_argument("--warmup-rate", type=int, default=None,
+                    help="with --workers: records/s injected (not measured) until the master's placement has "
+                         "settled, before each run's measured records (default: --rate; 0: no warm-up)")
     args = ap.parse_args(argv)
     kinds = [k.strip() for k in args.store.split(",") if k.strip()]
     if not kinds or set(kinds) - set(STORES):

@@ -4,10 +4,12 @@ re-keys it to its bucket, ``sort`` (keyed by the bucket) keeps each bucket's cou
 record's delay: its arrival time less its injection time (one machine, one wall clock).
 
 ``build(input, out)`` is what ``millwheel worker`` calls in every worker process. ``input`` is a JSON file:
-``{"total": N, "rate": R (0: as fast as it goes), "guarantees": true|false}``; guarantees on means
-exactly-once and strong productions on both stages, off means neither (weak productions, no dedup).
-Each process appends ``(injected_us, arrived_us)`` pairs of int64 to ``<out>/delays-<pid>.bin`` in batches
-and at exit.
+``{"total": N, "rate": R (0: as fast as it goes), "guarantees": true|false}``, optionally with
+``"go": PATH, "warmup_rate": W``: until the file ``PATH`` exists the injector sends warm-up records at W
+records/s (marked, not measured: they let the master spread the intervals over the workers, as in a
+running system), then the N measured ones. Guarantees on means exactly-once and strong productions on both
+stages, off means neither (weak productions, no dedup). Each process appends ``(injected_us, arrived_us)``
+pairs of int64 of the measured records to ``<out>/delays-<pid>.bin`` in batches and at exit.
 """
 from __future__ import annotations
 
@@ -27,17 +29,28 @@ FLUSH_EVERY = 2000
 
 class RateInjector(Injector):
     """``rate`` numbers per second (or as fast as polled when rate is 0) until ``total`` are out; each is
-    timestamped at injection, so its watermark estimate is the current time."""
+    timestamped at injection, so its watermark estimate is the current time. With ``go``: first warm-up
+    numbers (``{"w": 1}`` in the value) at ``warmup_rate`` until the file ``go`` exists."""
 
-    def __init__(self, rate: int, total: int) -> None:
-        self.rate, self.total = rate, total
-        self.sent = 0
+    def __init__(self, rate: int, total: int, go: str | None = None, warmup_rate: int = 1000) -> None:
+        self.rate, self.total, self.go, self.warmup_rate = rate, total, go, warmup_rate
+        self.sent = self.warm = 0
         self.started_us: int | None = None
+        self.warm_started_us: int | None = None
 
     def restore(self, position) -> None:
-        self.sent = int(position or 0)
+        if isinstance(position, list):
+            self.warm, self.sent = int(position[0]), int(position[1])
+        else:
+            self.sent = int(position or 0)
+        if self.sent:
+            self.go = None          # measuring had begun
 
     def poll(self, max_records: int, now_us: int) -> Poll:
+        if self.go is not None:
+            if not os.path.exists(self.go):
+                return self._warm_up(max_records, now_us)
+            self.go = None
         if self.started_us is None:
             self.started_us = now_us
         due = self.total if not self.rate else min(self.total, (now_us - self.started_us) * self.rate // 1_000_000)
@@ -45,7 +58,18 @@ class RateInjector(Injector):
         records = [(str(i * 7919 % 1_000_003), {"n": i * 7919 % 1_000_003}, now_us)
                    for i in range(self.sent, self.sent + n)]
         self.sent += n
-        return Poll(records, self.sent, now_us, self.sent >= self.total)
+        return Poll(records, [self.warm, self.sent], now_us, self.sent >= self.total)
+
+    def _warm_up(self, max_records: int, now_us: int) -> Poll:
+        if self.warm_started_us is None:
+            self.warm_started_us = now_us
+        due = (now_us - self.warm_started_us) * self.warmup_rate // 1_000_000
+        n = max(0, min(max_records, due - self.warm))
+        base = 500_000 + self.warm       # other numbers than the measured ones' (keys seen once, as theirs)
+        records = [(str((base + i) * 7919 % 1_000_003), {"n": (base + i) * 7919 % 1_000_003, "w": 1}, now_us)
+                   for i in range(n)]
+        self.warm += n
+        return Poll(records, [self.warm, self.sent], now_us, False)
 
 
 class _Delays:
@@ -90,7 +114,8 @@ class Sort(Computation):
         n = record.value["n"]
         st = ctx.state or {"count": 0, "lo": n, "hi": n}
         ctx.state = {"count": st["count"] + 1, "lo": min(st["lo"], n), "hi": max(st["hi"], n)}
-        DELAYS.note(record.timestamp_us)
+        if "w" not in record.value:
+            DELAYS.note(record.timestamp_us)
 
     def process_timer(self, ctx, timer):
         pass
@@ -105,7 +130,8 @@ def build(input: str, out: str) -> Topology:
     DELAYS.path = Path(out) / f"delays-{os.getpid()}.bin"
     g = bool(spec["guarantees"])
     t = Topology()
-    t.add_injector("numbers", lambda: RateInjector(int(spec["rate"]), int(spec["total"])), produces="numbers")
+    t.add_injector("numbers", lambda: RateInjector(int(spec["rate"]), int(spec["total"]), spec.get("go"),
+                                                   int(spec.get("warmup_rate", 1000))), produces="numbers")
     t.add_computation("bucket", _with(Bucket, g), consumes=["numbers"], produces=["buckets"])
     t.add_computation("sort", _with(Sort, g), consumes=["buckets"])
     return t

@@ -21,20 +21,28 @@ class BloomFilter:
         self._array = bytearray((self.bits + 7) // 8)
         self.count = 0
 
-    def _positions(self, item: str):
+    def _positions(self, item: str) -> list[int]:
         h1, h2 = mmh3.hash64(item, signed=False)
-        for i in range(self.hashes):
-            yield (h1 + i * h2) % self.bits
+        bits = self.bits
+        return [(h1 + i * h2) % bits for i in range(self.hashes)]
 
+    # add and might_contain inline the positions (no generator): they run once or twice per record
     def add(self, item: str) -> None:
-        arr = self._array
-        for p in self._positions(item):
+        h1, h2 = mmh3.hash64(item, signed=False)
+        arr, bits = self._array, self.bits
+        for i in range(self.hashes):
+            p = (h1 + i * h2) % bits
             arr[p >> 3] |= 1 << (p & 7)
         self.count += 1
 
     def might_contain(self, item: str) -> bool:
-        arr = self._array
-        return all(arr[p >> 3] & (1 << (p & 7)) for p in self._positions(item))
+        h1, h2 = mmh3.hash64(item, signed=False)
+        arr, bits = self._array, self.bits
+        for i in range(self.hashes):
+            p = (h1 + i * h2) % bits
+            if not arr[p >> 3] & (1 << (p & 7)):
+                return False
+        return True
 
     @property
     def full(self) -> bool:

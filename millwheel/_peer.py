@@ -3,9 +3,9 @@ acks, and the servicer.
 
 * :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
   when this process owns the consumer's slot, else into the batch of the owner's process, which one
-  thread per peer sends (``Exchange``, up to ``PEER_BATCH`` records and every pending ack per call). A
-  delivery whose owner is unknown, or that the receiver answers ``moved``, is parked until the map is
-  read again and then sent at once; one whose call fails is not sent now. Besides, the sender's tracker
+  thread per peer sends (``Exchange``, up to ``PEER_BATCH`` records, packed as one JSON array, and every
+  pending ack per call). A delivery whose owner is unknown, or that the receiver answers ``moved``, is
+  parked until the map is read again and then sent at once; one whose call fails is not sent now. Besides, the sender's tracker
   retries every unacked delivery (``may_lose``), so records are retried until acknowledged.
 * :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
   it, acks it to that process (batched with its records); acks that come in are the sender's half of
@@ -51,6 +51,25 @@ def from_wire(w: pb.WireRecord) -> Delivery:
                                                    w.sender, w.produced_at_us))
 
 
+def pack_records(deliveries: list[Delivery]) -> bytes:
+    """Deliveries as ``ExchangeRequest.packed_records``: one JSON array, encoded in one call."""
+    return orjson.dumps([(d.consumer, d.interval, r.key, r.value, r.timestamp_us, r.id, r.stream, r.sender,
+                          r.produced_at_us) for d in deliveries for r in (d.record,)])
+
+
+def unpack_records(packed: bytes) -> list[Delivery]:
+    return [Delivery(c, i, Record(k, v, ts, rid, stream, sender, at))
+            for c, i, k, v, ts, rid, stream, sender, at in orjson.loads(packed)]
+
+
+def request_records(request: pb.ExchangeRequest) -> list[Delivery]:
+    """The records of an ``Exchange`` call, packed or one message each."""
+    out = unpack_records(request.packed_records) if request.packed_records else []
+    if request.records:
+        out.extend(from_wire(w) for w in request.records)
+    return out
+
+
 class _Peer:
     """One other worker process: a queue of records and acks and the thread that sends them in batches."""
 
@@ -92,7 +111,7 @@ class _Peer:
                 records = [self._records.popleft() for _ in range(n)]
                 acks, self._acks = list(self._acks), deque()
                 resends, self._resends = list(self._resends), deque()
-            req = pb.ExchangeRequest(reply_to=self._reply_to, records=[to_wire(d) for d in records],
+            req = pb.ExchangeRequest(reply_to=self._reply_to, packed_records=pack_records(records) if records else b"",
                                      acks=[pb.WireAck(consumer=c, id=i) for c, i in acks],
                                      resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
             try:
@@ -269,8 +288,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             self._tracker.acked_remotely([(a.consumer, a.id) for a in request.acks])
         if request.resend:
             self._tracker.resend_requested([(a.consumer, a.id) for a in request.resend])
-        moved = self._accept(request.reply_to, [from_wire(w) for w in request.records]) if request.records else []
-        return pb.ExchangeReply(accepted=len(request.records) - len(moved),
+        records = request_records(request)
+        moved = self._accept(request.reply_to, records) if records else []
+        return pb.ExchangeReply(accepted=len(records) - len(moved),
                                 moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved])
 
     def Status(self, request, context):

@@ -5,14 +5,25 @@ Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commi
 1. ``SELECT ... FROM intervals WHERE (computation, interval_id) IN (...) FOR SHARE``: reads the sequencer
    of every interval the batch writes to and locks those rows against a concurrent :meth:`claim` (which
    updates the row) until the transaction ends;
-2. the batch's net effect (see :func:`fold`), one statement per table over arrays (``unnest``):
-   state upserts and deletes, timer deletes and upserts, dedup ids, productions and acked productions,
-   and records set aside;
+2. the batch's net effect (see :func:`fold`), one statement per table over all its rows (a JSON array
+   for the per-key tables, binary arrays for the others): state upserts and deletes, timer deletes and
+   upserts, dedup ids, the row of the batch's new productions (one per sender interval, see below), rows
+   of acked productions deleted or marked, and records set aside;
 3. if any sequencer read in 1 differs from the write's: roll back and raise :class:`StaleSequencer`;
    else commit.
 
 The statements go out in one pipeline, so a batch of key checkpoints costs one round trip and one
-commit. A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
+commit.
+
+**Productions, a row per commit.** A commit's strong productions of one sender interval are one row of
+``production_batches`` (the fields as JSON, the values as one ``bytea``), not a row each: productions are
+inserted and deleted a row at a time, not one by one. :class:`ProductionRows` knows which row
+holds which unacked id; an ack of some of a row's productions appends their ids to the row's ``acked``
+column (so :meth:`PostgresStore.pending_productions`, which a new owner reads, returns exactly the unacked
+ones, as before), and the ack of the last one deletes the row. A schema that still has the per-production
+``productions`` table of earlier versions is upgraded when the store opens.
+
+A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
 the new sequencer: a worker that lost its interval can never write.
 
 Connection loss (a restarted or failed-over server) is retried with backoff for ``retry_s`` seconds
@@ -28,11 +39,13 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import orjson
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
@@ -60,9 +73,8 @@ CREATE TABLE IF NOT EXISTS dedup (computation TEXT, id TEXT, sender TEXT NOT NUL
 CREATE INDEX IF NOT EXISTS dedup_by_sender ON dedup (computation, sender, produced_at);
 CREATE TABLE IF NOT EXISTS gc_floors (computation TEXT, sender TEXT, floor BIGINT NOT NULL,
     PRIMARY KEY (computation, sender));
-CREATE TABLE IF NOT EXISTS productions (sender TEXT, interval_id INTEGER, id TEXT, stream TEXT NOT NULL,
-    key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, produced_at BIGINT NOT NULL,
-    PRIMARY KEY (sender, interval_id, id));
+CREATE TABLE IF NOT EXISTS production_batches (sender TEXT, interval_id INTEGER, batch TEXT, meta BYTEA NOT NULL,
+    payload BYTEA NOT NULL, acked TEXT NOT NULL DEFAULT '', PRIMARY KEY (sender, interval_id, batch));
 CREATE TABLE IF NOT EXISTS watermarks (name TEXT PRIMARY KEY, wm BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS production_floors (sender TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     oldest BIGINT NOT NULL, PRIMARY KEY (sender, interval_id));
@@ -79,25 +91,31 @@ CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT N
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
           "(SELECT * FROM unnest(%b::text[], %b::int[])) ORDER BY computation, interval_id FOR SHARE")
-_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT * FROM unnest(%b::text[], %b::text[], "
-              "%b::bytea[]) ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
-_STATE_DEL = "DELETE FROM state WHERE (computation, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))"
+# The per-key statements take their rows as one JSON array of arrays (bytea as hex): encoding it is one
+# call, where psycopg's array dumper costs microseconds per element in Python (bytea[] and the few-row
+# statements stay binary arrays).
+_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT e->>0, e->>1, decode(e->>2, 'hex') FROM "
+              "json_array_elements(%s::json) AS e ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
+_STATE_DEL = ("DELETE FROM state WHERE (computation, key) IN "
+              "(SELECT e->>0, e->>1 FROM json_array_elements(%s::json) AS e)")
 _TIMER_DEL = ("DELETE FROM timers WHERE (computation, key, tag) IN "
-              "(SELECT * FROM unnest(%b::text[], %b::text[], %b::text[]))")
-_TIMER_PUT = ("INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT * FROM "
-              "unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], %b::int[]) "
+              "(SELECT e->>0, e->>1, e->>2 FROM json_array_elements(%s::json) AS e)")
+_TIMER_PUT = ("INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT e->>0, e->>1, e->>2, "
+              "(e->>3)::bigint, e->>4, (e->>5)::int FROM json_array_elements(%s::json) AS e "
               "ON CONFLICT (computation, key, tag) DO UPDATE SET ts = EXCLUDED.ts, domain = EXCLUDED.domain, "
               "interval_id = EXCLUDED.interval_id")
-_DEDUP_PUT = ("INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT * FROM "
-              "unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::int[]) "
+_DEDUP_PUT = ("INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2, "
+              "(e->>3)::bigint, (e->>4)::int FROM json_array_elements(%s::json) AS e "
               "ON CONFLICT (computation, id) DO NOTHING")
-_PROD_PUT = ("INSERT INTO productions (sender, interval_id, id, stream, key, value, ts, produced_at) "
-             "SELECT * FROM unnest(%b::text[], %b::int[], %b::text[], %b::text[], %b::text[], %b::bytea[], "
-             "%b::bigint[], %b::bigint[]) ON CONFLICT (sender, interval_id, id) DO UPDATE SET "
-             "stream = EXCLUDED.stream, key = EXCLUDED.key, value = EXCLUDED.value, ts = EXCLUDED.ts, "
-             "produced_at = EXCLUDED.produced_at")
-_PROD_DEL = ("DELETE FROM productions WHERE (sender, interval_id, id) IN "
-             "(SELECT * FROM unnest(%b::text[], %b::int[], %b::text[]))")
+_BATCH_PUT = ("INSERT INTO production_batches (sender, interval_id, batch, meta, payload) SELECT * FROM "
+              "unnest(%b::text[], %b::int[], %b::text[], %b::bytea[], %b::bytea[]) "
+              "ON CONFLICT (sender, interval_id, batch) DO NOTHING")
+_BATCH_DEL = ("DELETE FROM production_batches WHERE (sender, interval_id, batch) IN "
+              "(SELECT * FROM unnest(%b::text[], %b::int[], %b::text[]))")
+_BATCH_ACK = ("UPDATE production_batches AS b SET acked = b.acked || u.chunk FROM unnest(%b::text[], %b::int[], "
+              "%b::text[], %b::text[]) AS u(sender, interval_id, batch, chunk) WHERE b.sender = u.sender AND "
+              "b.interval_id = u.interval_id AND b.batch = u.batch")
+_BATCH_GET = "SELECT batch, meta, payload, acked FROM production_batches WHERE sender = %s AND interval_id = %s"
 _ASIDE_PUT = ("INSERT INTO set_aside (computation, id, key, interval_id, error, attempts, value, ts, sender, "
               "produced_at) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::text[], "
               "%b::int[], %b::bytea[], %b::bigint[], %b::text[], %b::bigint[]) ON CONFLICT (computation, id) "
@@ -109,50 +127,192 @@ _LANDED = ("SELECT count(*) FROM dedup WHERE (computation, id) IN "
 @dataclass
 class NetEffect:
     """What a batch of writes leaves behind, with no two changes to the same row (so each table's
-    changes can go out as one statement, in any order)."""
+    changes can go out as one statement, in any order). Productions are per sender interval: the new ones
+    (by id, in order) and the acked ones, and ``batches`` names the row each sender interval's new ones go
+    into (chosen once per commit, so a retried attempt writes the same row again)."""
     sequencers: set[tuple[str, int, int]] = field(default_factory=set)
     state_put: dict[tuple[str, str], bytes] = field(default_factory=dict)
     state_del: set[tuple[str, str]] = field(default_factory=set)
     timer_put: dict[tuple[str, str, str], tuple[int, str, int]] = field(default_factory=dict)
     timer_del: set[tuple[str, str, str]] = field(default_factory=set)
     dedup: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
-    prod_put: dict[tuple[str, int, str], StoredProduction] = field(default_factory=dict)
-    prod_del: set[tuple[str, int, str]] = field(default_factory=set)
+    prod_put: dict[tuple[str, int], dict[str, StoredProduction]] = field(default_factory=dict)
+    prod_done: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     set_aside: dict[tuple[str, str], tuple[SetAsideRecord, int]] = field(default_factory=dict)
+    batches: dict[tuple[str, int], str] = field(default_factory=dict)
+    plan: _Plan | None = None
 
 
 def fold(writes: list[Write]) -> NetEffect:
     """The net effect of applying ``writes`` one after the other, in the order the SQLite store applies
     each write's parts (state, deleted timers, set timers, ids, productions, acked productions)."""
     n = NetEffect()
+    seqs, state_put, state_del, dedup = n.sequencers, n.state_put, n.state_del, n.dedup
     for w in writes:
         c = w.computation
-        n.sequencers.add((c, w.interval, w.sequencer))
+        seqs.add((c, w.interval, w.sequencer))
         if w.key is not None:
             sk = (c, w.key)
-            if w.state is None:
-                n.state_put.pop(sk, None)
-                n.state_del.add(sk)
-            elif not isinstance(w.state, _Keep):
-                n.state_del.discard(sk)
-                n.state_put[sk] = bytes(w.state)
+            st = w.state
+            if st is None:
+                state_put.pop(sk, None)
+                state_del.add(sk)
+            elif not isinstance(st, _Keep):
+                if state_del:
+                    state_del.discard(sk)
+                state_put[sk] = bytes(st)
             for tag in w.timers_deleted:
                 n.timer_put.pop((c, w.key, tag), None)
                 n.timer_del.add((c, w.key, tag))
             for tag, ts, domain in w.timers_set:
                 n.timer_del.discard((c, w.key, tag))
                 n.timer_put[(c, w.key, tag)] = (ts, domain, w.interval)
+            iv = w.interval
             for rid, sender, at in w.processed:
-                n.dedup[(c, rid)] = (sender, at, w.interval)
-        for p in w.productions:
-            n.prod_del.discard((c, w.interval, p.id))
-            n.prod_put[(c, w.interval, p.id)] = p
-        for pid in w.productions_done:
-            n.prod_put.pop((c, w.interval, pid), None)
-            n.prod_del.add((c, w.interval, pid))
+                dedup[(c, rid)] = (sender, at, iv)
+        if w.productions:
+            pair = (c, w.interval)
+            puts = n.prod_put.get(pair)
+            if puts is None:
+                puts = n.prod_put[pair] = {}
+            done = n.prod_done.get(pair)
+            for p in w.productions:
+                if done:
+                    done.discard(p.id)
+                puts[p.id] = p
+        if w.productions_done:
+            pair = (c, w.interval)
+            puts = n.prod_put.get(pair)
+            done = n.prod_done.get(pair)
+            if done is None:
+                done = n.prod_done[pair] = set()
+            for pid in w.productions_done:
+                if puts:
+                    puts.pop(pid, None)
+                done.add(pid)
         for r in w.set_aside:
             n.set_aside[(r.computation, r.id)] = (r, w.interval)
+    for pair, puts in n.prod_put.items():
+        if puts:
+            n.batches[pair] = uuid.uuid4().hex
     return n
+
+
+def pack(prods: Iterable[StoredProduction]) -> tuple[bytes, bytes]:
+    """Productions as one row's ``(meta, payload)``: the fields other than the values as a JSON array of
+    ``[id, stream, key, value length, timestamp, production time]``, and the values one after another."""
+    prods = list(prods)
+    meta = orjson.dumps([(p.id, p.stream, p.key, len(p.value), p.timestamp_us, p.produced_at_us) for p in prods])
+    return meta, b"".join([p.value for p in prods])
+
+
+def unpack(meta: bytes, payload: bytes, acked: str = "") -> list[StoredProduction]:
+    """The productions of a row that are not acked yet."""
+    gone = {i for line in acked.splitlines() for i in orjson.loads(line)}
+    out, at = [], 0
+    payload = bytes(payload)
+    for pid, stream, key, size, ts, produced_at in orjson.loads(bytes(meta)):
+        if pid not in gone:
+            out.append(StoredProduction(pid, stream, key, payload[at:at + size], ts, produced_at))
+        at += size
+    return out
+
+
+def acked_chunk(ids: Iterable[str]) -> str:
+    """Ids acked in a row that still holds unacked ones: one line of JSON, appended to the row's ``acked``."""
+    return orjson.dumps(list(ids)).decode() + "\n"
+
+
+@dataclass
+class _Plan:
+    """One commit's changes to the production rows: rows to insert and delete, and what the bookkeeping
+    of unacked ids becomes once the commit has landed."""
+    put: list[tuple[str, int, str, bytes, bytes]] = field(default_factory=list)
+    delete: list[tuple[str, int, str]] = field(default_factory=list)
+    ack: list[tuple[str, int, str, str]] = field(default_factory=list)   # a row's newly acked ids (a chunk)
+    removed: dict[tuple[str, int], dict[str, set[str]]] = field(default_factory=dict)   # pair -> batch -> ids
+
+
+class ProductionRows:
+    """Which checkpointed production is in which row, for the sender intervals this process writes (one row
+    per commit and sender interval, deleted once its last production is acked). Filled by the commits that
+    land here and by :meth:`PostgresStore.pending_productions` (which a new owner calls before anything
+    else); a sender interval whose acked ids are not known here is read from the store first. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rows: dict[tuple[str, int], dict[str, set[str]]] = {}    # pair -> batch -> unacked ids
+        self.where: dict[tuple[str, int], dict[str, str]] = {}        # pair -> id -> batch
+        self.loaded: set[tuple[str, int]] = set()                     # pairs read from the store
+
+    def load(self, pair: tuple[str, int], rows: dict[str, list[str]]) -> None:
+        """What the store holds for ``pair`` now (batch -> ids), replacing what was known."""
+        with self._lock:
+            self.rows[pair] = {b: set(ids) for b, ids in rows.items()}
+            self.where[pair] = {i: b for b, ids in rows.items() for i in ids}
+            self.loaded.add(pair)
+
+    def unknown(self, net: NetEffect) -> list[tuple[str, int]]:
+        """Sender intervals with acked ids in no known row that were never read from the store."""
+        with self._lock:
+            out = []
+            for pair, done in net.prod_done.items():
+                if pair in self.loaded:
+                    continue
+                where = self.where.get(pair, {})
+                if any(i not in where for i in done):
+                    out.append(pair)
+            return out
+
+    def plan(self, net: NetEffect) -> _Plan:
+        """The rows ``net`` inserts and deletes: a row goes when every id in it is acked (or written again
+        into this commit's row)."""
+        plan = _Plan()
+        with self._lock:
+            for pair in set(net.prod_done) | set(net.prod_put):
+                rows, where = self.rows.get(pair, {}), self.where.get(pair, {})
+                gone: dict[str, set[str]] = {}
+                for ids in (net.prod_done.get(pair, ()), net.prod_put.get(pair, ())):
+                    for i in ids:
+                        b = where.get(i)
+                        if b is not None:
+                            gone.setdefault(b, set()).add(i)
+                for b, ids in gone.items():
+                    if len(rows[b]) == len(ids):
+                        plan.delete.append((pair[0], pair[1], b))
+                    else:
+                        plan.ack.append((pair[0], pair[1], b, acked_chunk(ids)))
+                if gone:
+                    plan.removed[pair] = gone
+                puts = net.prod_put.get(pair)
+                if puts:
+                    plan.put.append((pair[0], pair[1], net.batches[pair], *pack(puts.values())))
+        return plan
+
+    def landed(self, net: NetEffect, plan: _Plan) -> None:
+        """The commit of ``plan`` landed: its acked ids leave their rows, its new row holds its ids."""
+        with self._lock:
+            for pair, gone in plan.removed.items():
+                rows, where = self.rows.setdefault(pair, {}), self.where.setdefault(pair, {})
+                for b, ids in gone.items():
+                    left = rows.get(b)
+                    if left is not None:
+                        left -= ids
+                        if not left:
+                            del rows[b]
+                    for i in ids:
+                        if where.get(i) == b:
+                            del where[i]
+            for pair, batch in net.batches.items():
+                ids = net.prod_put[pair]
+                self.rows.setdefault(pair, {})[batch] = set(ids)
+                where = self.where.setdefault(pair, {})
+                for i in ids:
+                    where[i] = batch
+
+
+def _json(rows: list) -> str:
+    return orjson.dumps(rows).decode()
 
 
 def _columns(rows, width: int) -> list[list]:
@@ -190,6 +350,7 @@ class PostgresStore(Store):
         self._idle: list[psycopg.Connection] = []
         self._pool_lock = threading.Lock()
         self._closed = False
+        self._rows = ProductionRows()
         self._counts = {"commits": 0, "writes": 0, "fenced": 0, "retries": 0, "already_applied": 0,
                         "connections_opened": 0}
         self._retry(self._create_schema)
@@ -263,6 +424,23 @@ class PostgresStore(Store):
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     conn.execute(stmt)
+            if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.productions",)).fetchone()[0] is not None:
+                self._upgrade_productions(conn)
+
+    @staticmethod
+    def _upgrade_productions(conn: psycopg.Connection) -> None:
+        """A schema written before productions were stored a row per commit had a row per production in
+        ``productions``: move them, one row per sender interval, and drop that table (in the schema's
+        creating transaction; stop every worker of the older version before starting this one)."""
+        per: dict[tuple[str, int], list[StoredProduction]] = {}
+        for sender, iv, pid, stream, key, value, ts, at in conn.execute(
+                "SELECT sender, interval_id, id, stream, key, value, ts, produced_at FROM productions "
+                "ORDER BY produced_at, id").fetchall():
+            per.setdefault((sender, iv), []).append(StoredProduction(pid, stream, key, bytes(value), ts, at))
+        rows = [(sender, iv, "upgraded", *pack(prods)) for (sender, iv), prods in per.items()]
+        if rows:
+            conn.execute(_BATCH_PUT, _columns(rows, 5))
+        conn.execute("DROP TABLE productions")
 
     # ---- the contract --------------------------------------------------------------------------------
     def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
@@ -285,7 +463,10 @@ class PostgresStore(Store):
         if not writes:
             return
         net = fold(writes)
-        if self._retry(self._commit, net):
+        landed = self._retry(self._commit, net)
+        if net.plan is not None:       # applied now or by an attempt whose answer was lost: either way, in
+            self._rows.landed(net, net.plan)
+        if landed:
             self._count("commits")
             self._count("writes", len(writes))
 
@@ -293,6 +474,12 @@ class PostgresStore(Store):
         if attempt > 1 and net.dedup and self._landed(conn, net):
             self._count("already_applied")
             return False
+        if net.plan is None and (net.prod_put or net.prod_done):
+            # (planned once: the bookkeeping changes only when a commit lands, so every attempt of this
+            # one would plan the same rows, and an attempt whose answer was lost applied this plan)
+            for sender, interval in self._rows.unknown(net):
+                self._read_rows(conn, sender, interval)
+            net.plan = self._rows.plan(net)
         wanted = {(c, i): s for c, i, s in net.sequencers}
         try:
             with conn.pipeline(), conn.transaction():
@@ -306,6 +493,7 @@ class PostgresStore(Store):
                     raise StaleSequencer(f"write to {c!r} interval {i} with sequencer {s} rejected: current is "
                                          f"{current.get((c, i), 0)} ({len(stale)} stale interval(s) in the batch)")
         except StaleSequencer:
+            net.plan = None
             self._count("fenced")
             raise
         return True
@@ -319,21 +507,22 @@ class PostgresStore(Store):
     @staticmethod
     def _apply(conn: psycopg.Connection, n: NetEffect) -> None:
         if n.state_put:
-            conn.execute(_STATE_PUT, _columns(((c, k, v) for (c, k), v in n.state_put.items()), 3))
+            conn.execute(_STATE_PUT, (_json([(c, k, v.hex()) for (c, k), v in n.state_put.items()]),))
         if n.state_del:
-            conn.execute(_STATE_DEL, _columns(n.state_del, 2))
+            conn.execute(_STATE_DEL, (_json(list(n.state_del)),))
         if n.timer_del:
-            conn.execute(_TIMER_DEL, _columns(n.timer_del, 3))
+            conn.execute(_TIMER_DEL, (_json(list(n.timer_del)),))
         if n.timer_put:
-            conn.execute(_TIMER_PUT, _columns(((c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv)
-                                               in n.timer_put.items()), 6))
+            conn.execute(_TIMER_PUT, (_json([(c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv) in n.timer_put.items()]),))
         if n.dedup:
-            conn.execute(_DEDUP_PUT, _columns(((c, i, s, at, iv) for (c, i), (s, at, iv) in n.dedup.items()), 5))
-        if n.prod_put:
-            conn.execute(_PROD_PUT, _columns(((s, iv, p.id, p.stream, p.key, p.value, p.timestamp_us,
-                                               p.produced_at_us) for (s, iv, _), p in n.prod_put.items()), 8))
-        if n.prod_del:
-            conn.execute(_PROD_DEL, _columns(n.prod_del, 3))
+            conn.execute(_DEDUP_PUT, (_json([(c, i, s, at, iv) for (c, i), (s, at, iv) in n.dedup.items()]),))
+        plan = n.plan
+        if plan is not None and plan.put:
+            conn.execute(_BATCH_PUT, _columns(plan.put, 5))
+        if plan is not None and plan.delete:
+            conn.execute(_BATCH_DEL, _columns(plan.delete, 3))
+        if plan is not None and plan.ack:
+            conn.execute(_BATCH_ACK, _columns(plan.ack, 4))
         if n.set_aside:
             conn.execute(_ASIDE_PUT, _columns(((r.computation, r.id, r.key, iv, r.error, r.attempts, r.value,
                                                 r.timestamp_us, r.sender, r.produced_at_us)
@@ -409,10 +598,20 @@ class PostgresStore(Store):
         return [SetAsideRecord(c, i, k, e, a, bytes(v), ts, s, at) for c, i, k, e, a, v, ts, s, at in rows]
 
     def pending_productions(self, sender: str, interval: int) -> list[StoredProduction]:
-        rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT id, stream, key, value, ts, produced_at FROM productions WHERE sender = %s AND "
-            "interval_id = %s ORDER BY produced_at, id", (sender, interval)).fetchall())
-        return [StoredProduction(i, s, k, bytes(v), ts, at) for i, s, k, v, ts, at in rows]
+        """Also tells this process which rows hold them (a new owner calls this before acking any)."""
+        return self._retry(lambda conn, _: self._read_rows(conn, sender, interval))
+
+    def _read_rows(self, conn: psycopg.Connection, sender: str, interval: int) -> list[StoredProduction]:
+        rows = conn.execute(_BATCH_GET, (sender, interval)).fetchall()
+        by_id: dict[str, StoredProduction] = {}
+        members: dict[str, list[str]] = {}
+        for batch, meta, payload, acked in rows:
+            prods = unpack(meta, payload, acked)
+            members[batch] = [p.id for p in prods]
+            for p in prods:
+                by_id.setdefault(p.id, p)   # written again by a later commit: the same production
+        self._rows.load((sender, interval), members)
+        return sorted(by_id.values(), key=lambda p: (p.produced_at_us, p.id))
 
     def read_watermarks(self) -> dict[str, int]:
         return dict(self._retry(lambda conn, _: conn.execute("SELECT name, wm FROM watermarks").fetchall()))

@@ -38,6 +38,7 @@ class Topology:
     computations: dict[str, ComputationSpec] = field(default_factory=dict)
     injectors: dict[str, InjectorSpec] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _consumers: dict = field(default_factory=dict, repr=False, compare=False)   # stream -> (computations, consumers_of)
 
     def add_computation(self, name: str, computation: Computation | Callable[[], Computation],
                         consumes: Mapping[str, KeyExtractor | None] | Iterable[str] = (),
@@ -62,6 +63,7 @@ class Topology:
             if name in self.computations or name in self.injectors:
                 raise TopologyError(f"name {name!r} is already used in this topology")
             self.computations[name] = ComputationSpec(name, factory, extractors, tuple(produces))
+            self._consumers.clear()
         return self
 
     def add_injector(self, name: str, injector: Callable[[], object] | object, produces: str) -> "Topology":
@@ -75,8 +77,15 @@ class Topology:
         return self
 
     def consumers_of(self, stream: str) -> list[tuple[str, KeyExtractor]]:
+        """Asked once per production: the answer is kept per stream until a computation is added (or the
+        ``computations`` map is changed in size directly)."""
         with self._lock:
-            return [(c.name, c.consumes[stream]) for c in self.computations.values() if stream in c.consumes]
+            hit = self._consumers.get(stream)
+            if hit is not None and hit[0] == len(self.computations):
+                return hit[1]
+            found = [(c.name, c.consumes[stream]) for c in self.computations.values() if stream in c.consumes]
+            self._consumers[stream] = (len(self.computations), found)
+            return found
 
     def producers(self) -> dict[str, list[str]]:
         """For every computation, the names of computations and injectors producing to what it consumes."""

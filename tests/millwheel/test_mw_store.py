@@ -380,3 +380,71 @@ def test_postgres_commit_whose_ack_was_lost_is_found_by_its_dedup_ids_and_not_ap
     finally:
         store.close()
         rival.close()
+
+
+# ---- PostgreSQL only: productions stored a row per commit ----------------------------------------------
+def _batch_rows(pg_url: str) -> list[tuple]:
+    schema = pg_url.split("schema=")[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        return conn.execute(f"SELECT sender, interval_id, acked FROM {schema}.production_batches "
+                            "ORDER BY acked").fetchall()
+
+
+@pytest.mark.timeout(60)
+def test_postgres_keeps_a_commits_productions_in_one_row_until_the_last_is_acked_even_by_a_new_owner(pg_url):
+    first, second = open_store(pg_url), open_store(pg_url)
+    try:
+        seq = first.claim("c", 0)
+        first.commit([Write("c", 0, seq, "k1", b"1", productions=[prod("p1"), prod("p2")]),
+                      Write("c", 0, seq, "k2", b"1", productions=[prod("p3", at=90)])])
+        first.commit([Write("c", 0, seq, "k3", b"1", productions=[prod("p4")])])
+        assert [r[:2] for r in _batch_rows(pg_url)] == [("c", 0), ("c", 0)]   # a row per commit, not per production
+        first.commit([Write("c", 0, seq, productions_done=["p1", "p4"])])
+        rows = _batch_rows(pg_url)
+        assert len(rows) == 1 and '"p1"' in rows[0][2]       # p4's row is gone, p1 is marked in the other
+        # a new owner (another process) sees only what is not acked, and finishes the row
+        seq2 = second.claim("c", 0)
+        assert [p.id for p in second.pending_productions("c", 0)] == ["p3", "p2"]
+        with pytest.raises(StaleSequencer):                  # the old owner can no longer ack (nor write)
+            first.commit([Write("c", 0, seq, productions_done=["p2", "p3"])])
+        assert len(_batch_rows(pg_url)) == 1
+        second.commit([Write("c", 0, seq2, productions_done=["p2"])])
+        assert [p.id for p in second.pending_productions("c", 0)] == ["p3"]
+        second.commit([Write("c", 0, seq2, productions_done=["p3"])])
+        assert _batch_rows(pg_url) == []
+        # acks of productions this store never saw written or read: it reads their rows first
+        seq3 = first.claim("c", 0)
+        first.commit([Write("c", 0, seq3, productions=[prod("p5"), prod("p6")])])
+        third = open_store(pg_url)
+        try:
+            third.commit([Write("c", 0, seq3, productions_done=["p5", "p6"])])
+        finally:
+            third.close()
+        assert _batch_rows(pg_url) == [] and first.pending_productions("c", 0) == []
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.timeout(60)
+def test_postgres_schema_with_a_row_per_production_is_upgraded_when_the_store_opens(pg_url):
+    schema = pg_url.split("schema=")[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:   # the tables as older versions made them
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.productions (sender TEXT, interval_id INTEGER, id TEXT, "
+                     "stream TEXT NOT NULL, key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, "
+                     "produced_at BIGINT NOT NULL, PRIMARY KEY (sender, interval_id, id))")
+        conn.execute(f"INSERT INTO {schema}.productions VALUES ('c', 2, 'a', 'out', 'k', '\\x7b7d', 5, 20), "
+                     "('c', 2, 'b', 'out', 'j', '\\x5b5d', 6, 10), ('d', 0, 'x', 's', 'k', '\\x31', 7, 30)")
+    store = open_store(pg_url)
+    try:
+        assert [(p.id, p.key, p.value, p.timestamp_us) for p in store.pending_productions("c", 2)] == \
+            [("b", "j", b"[]", 6), ("a", "k", b"{}", 5)]
+        assert [p.id for p in store.pending_productions("d", 0)] == ["x"]
+        seq = store.claim("c", 2)
+        store.commit([Write("c", 2, seq, productions_done=["a", "b"])])
+        assert store.pending_productions("c", 2) == []
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+            assert conn.execute("SELECT to_regclass(%s)", (f"{schema}.productions",)).fetchone()[0] is None
+    finally:
+        store.close()
