@@ -49,6 +49,13 @@ has, one batch of them (the longest waiting) is sent this often as a probe."""
 STORE_POSITION_PROBE_US = 50_000
 """While clicks are held back because the event store has not read their queries yet and no request is out
 (whose answer would say how far the store has read), an empty request asks a joiner this often."""
+RETRY_GATHER_SHARE = 0.25
+"""When a retry falls due, the retries due within this share of the first retry delay (``retry_initial_s``)
+after it go with it, in the same requests, a little early. Retry delays are jittered per click, so a tail of
+clicks that fell due together (e.g. unjoinable clicks all let go when the event store catches up) would
+otherwise come due one by one and go as one request per click, each a registry lookup, a joiner request and
+event store lookups, competing with live clicks for the request slots and the CPU; gathered, they go in a few
+requests. Nothing goes before the first of them is due."""
 LATENCY_SAMPLES = 4096
 OLDEST_HEAP_SLACK = 1024
 """The heap behind :meth:`DispatcherState.oldest_unresolved_us` is rebuilt from the unresolved ids once it holds
@@ -169,6 +176,7 @@ class DispatcherState:
         self._jitter = jitter
         self._delays_us = backoff_table_us(dispatcher.retry_initial_s, dispatcher.retry_max_s)
         self._give_up_after_us = int(join.unjoinable_after_s * 1_000_000)
+        self._gather_us = int(self._delays_us[0] * RETRY_GATHER_SHARE)
         self._checkpoint_every_us = int(dispatcher.checkpoint_interval_s * 1_000_000)
         self._backlog_batch = max(dispatcher.batch_size, dispatcher.backlog_batch_size)
         self.offsets: dict[str, int] = {}
@@ -727,8 +735,10 @@ class DispatcherState:
 
     def _release_due(self, now: int) -> None:
         heap = self._retry
-        while heap and heap[0][0] <= now:
-            self._queued.append(heapq.heappop(heap)[1])
+        if heap and heap[0][0] <= now:         # with it, those due soon after (see RETRY_GATHER_SHARE)
+            soon = now + self._gather_us
+            while heap and heap[0][0] <= soon:
+                self._queued.append(heapq.heappop(heap)[1])
         if self._ahead_since:
             self._release_held_too_long(now)
         wait = self._store_wait

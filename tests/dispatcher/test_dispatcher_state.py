@@ -161,6 +161,27 @@ def test_jitter_shortens_delays_by_at_most_a_fifth():
     assert 800_000 <= st.next_due_us() - 10 < 1_000_000
 
 
+def test_retries_due_close_together_go_in_one_request_when_the_first_is_due():
+    """A tail of retries on jittered delays goes in a few requests, not one per click: when a retry falls due,
+    those due within a quarter of the first retry delay after it go with it; nothing goes before it is due."""
+    clock = FakeClock()
+    st = state()                                         # retry_initial_s=0.25: gathered within 62.5 ms
+    sends = [of(st.handle(LinesRead([chunk([line(n)], start=100 * n)], clock.now_us())), SendBatch)[0]
+             for n in (1, 2, 3, 4)]
+    t0 = clock.now_us()
+    for send, after_ms in zip(sends, (0, 10, 40, 100)):   # NOT_FOUND at t0 + 0, 10, 40, 100 ms
+        assert of(st.handle(JoinAnswered(send.batch_id, [Outcome.NOT_FOUND], clock.set(t0 + after_ms * 1000)
+                                         or t0 + after_ms * 1000)), SendBatch) == []
+    first_due = t0 + 250_000
+    assert st.next_due_us() == first_due
+    assert of(st.handle(TimePassed(clock.set(first_due - 1) or first_due - 1)), SendBatch) == []   # not yet
+    [send] = of(st.handle(TimePassed(clock.set(first_due) or first_due)), SendBatch)
+    assert send.ids == [cid(1), cid(2), cid(3)]           # due at +250, +260, +290 ms: together
+    assert st.statistics().retry_queue == 1 and st.next_due_us() == t0 + 350_000
+    [send] = of(st.handle(TimePassed(clock.set(t0 + 350_000) or t0 + 350_000)), SendBatch)
+    assert send.ids == [cid(4)]
+
+
 def _drive_not_found(st, clock, send, step_us):
     """Answer NOT_FOUND after step_us, wait for the retry, return (give-up commands or None, send)."""
     now = clock.advance(step_us)
