@@ -151,15 +151,17 @@ class _Lines:
         ``json_tuple``'s CPU per line: no line is materialised as text; the reader still parses and checks
         the whole line, so a line that is not valid JSON has no id); lines of other frames and custom ids
         (the pipeline's own key function needs the line) go through :func:`_ids`. Two readings differ from
-        ``json_tuple``'s: a blank line is skipped (here in every frame), and a line holding a JSON array of objects is read as one
-        record per object (Photon writes neither; the pipeline quarantines both)."""
+        ``json_tuple``'s: a blank line is skipped (here in every source: it holds no click), and a line
+        holding a JSON array of objects is read as one record per object (Photon writes neither; the
+        pipeline quarantines both)."""
         from pyspark.sql import functions as F
+        not_blank = F.col("value").rlike(r"\S")
         if isinstance(id_field, EventIds) and id_field.custom:
-            return _ids(self.values(spark), id_field).select("id")
+            return _ids(self.values(spark).filter(not_blank), id_field).select("id")
         name = id_field.id_field if isinstance(id_field, EventIds) else id_field
         column = "`" + name.replace("`", "``") + "`"
         schema = f"{column} STRING"
-        frames = [_ids(df.select("value").filter(F.col("value").rlike(r"\S")), name).select("id") for df in self.frames]
+        frames = [_ids(df.select("value").filter(not_blank), name).select("id") for df in self.frames]
         if self.files:
             frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id")))
         if self.staged:
@@ -315,8 +317,8 @@ def _bad_line_error(spark, config: PhotonConfig, frames, sources) -> VerifyInput
     looks for it line by line, only on this failure path)."""
     from pyspark.sql import functions as F
     id_field, ids = config.join.foreign_id_field, config.join.foreign_ids
-    bad = union_all([_ids(lines.values(spark), ids).select("value", F.lit(name).alias("region"), F.lit(kind).alias("kind"),
-                                                        "id")
+    bad = union_all([_ids(lines.values(spark), ids)
+                     .select("value", F.lit(name).alias("region"), F.lit(kind).alias("kind"), "id")
                      .filter((F.col("id").isNull() & F.col("value").rlike(r"\S")) | ~F.col("id").rlike(ID_PATTERN))
                      for _, name, kind, lines in frames])
     rows = bad.limit(5).collect()
@@ -609,25 +611,25 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
             if everywhere:
                 primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
                     .select(F.col("id").alias("ref")).distinct()
-                wrongly = every.filter(F.col("everywhere") > 0).join(lines, "id").join(primary, "ref", "left_semi").count()
+                wrongly = every.filter(F.col("everywhere") > 0).join(lines, "id") \
+                    .join(primary, "ref", "left_semi").count()
             recoverable_path = out / "recoverable"
             recoverable = _recoverable(spark, every, lines, export_files, judged, ledger, aged_before_us) if lost_n \
-                else None
-            if recoverable is None:
-                counts["recoverable"] = 0
-                spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in RECOVERABLE_COLUMNS)) \
-                    .coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
-            else:
-                recoverable = recoverable.cache()
-                counts["recoverable"] = recoverable.count()
-                recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
-                recoverable.unpersist()
+                else spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in RECOVERABLE_COLUMNS))
+            recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
+            counts["recoverable"] = _parquet_rows(recoverable_path)    # counted from what was written
             timings["join_s"] = time.perf_counter() - t0
         finally:
             summary.unpersist()
     return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
                         recoverable_path=str(recoverable_path), export_dir=str(export_dir),
                         timings={k: round(v, 3) for k, v in timings.items()})
+
+
+def _parquet_rows(folder: Path) -> int:
+    """Rows of the Parquet files in ``folder``, from their footers."""
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(folder.glob("*.parquet")))
 
 
 RECOVERABLE_COLUMNS = (("id", "string"), ("token", "string"), ("raw", "string"), ("ref", "string"),
