@@ -6,7 +6,8 @@
    counted). Prints events/s (N / job time) and the time spent reading input vs joining.
 2. From a cold start (``--cold N``, by default the smallest size; 0 to skip): the same data for N events, and a new Python process that
    imports Photon, starts Spark and runs the job; prints its seconds from launch to the report (Spark's
-   start-up included) and, of those, the session's start.
+   start-up included) and, of those, the session's start, and the JVM's CPU-seconds (start-up and job).
+   For the throughput runs too: the JVM's CPU-seconds of the job (less sensitive to other load than wall time).
 3. Recovery end to end (``--lost 0`` skips it): a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
    (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
    pipeline drops them as already joined); then times verify + recover + the pipeline re-joining them.
@@ -71,15 +72,23 @@ def _checked(report, n: int, expected_lost: int) -> None:
         raise SystemExit(f"verify miscounted: {report.as_dict()} (expected {expected_lost} lost of {n})")
 
 
+def jvm_cpu_s(spark) -> float:
+    """CPU-seconds the session's JVM (driver and local executors) has used so far (Linux ``/proc``)."""
+    with open(f"/proc/{spark.sparkContext._gateway.proc.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def throughput(spark, root: Path, n: int) -> dict:
     """One region of ``n`` foreign events; returns the job's figures (the session already started)."""
     expected_lost = prepare(root, n)
-    t0 = time.perf_counter()
+    cpu0, t0 = jvm_cpu_s(spark), time.perf_counter()
     report = run_verify(load_config(root / "photon.toml"), spark, export_dir=root / "export")
     elapsed = time.perf_counter() - t0
     _checked(report, n, expected_lost)
     return {"events_per_s": round(n / elapsed), "read_s": report.timings["read_s"],
-            "join_s": report.timings["join_s"], "duplicates": report.duplicates}
+            "join_s": report.timings["join_s"], "duplicates": report.duplicates,
+            "jvm_cpu_s": round(jvm_cpu_s(spark) - cpu0, 1)}
 
 
 def cold(root: Path, n: int) -> dict:
@@ -92,7 +101,8 @@ def cold(root: Path, n: int) -> dict:
     if r.returncode != 0:
         raise SystemExit(f"the cold verify run failed: {r.stderr[-2000:]}")
     child = orjson.loads(r.stdout.strip().splitlines()[-1])
-    return {"total_s": round(total, 2), "spark_start_s": child["spark_start_s"], "job_s": child["job_s"]}
+    return {"total_s": round(total, 2), "spark_start_s": child["spark_start_s"], "job_s": child["job_s"],
+            "jvm_cpu_s": child["jvm_cpu_s"]}
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
@@ -102,7 +112,8 @@ def _cold_child(root: str, n: str, expected_lost: str) -> int:
     report = run_verify(load_config(Path(root) / "photon.toml"), spark, export_dir=Path(root) / "export")
     t2 = time.perf_counter()
     _checked(report, int(n), int(expected_lost))
-    print(orjson.dumps({"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2)}).decode())
+    print(orjson.dumps({"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2),
+                        "jvm_cpu_s": round(jvm_cpu_s(spark), 1)}).decode())
     spark.stop()
     return 0
 
@@ -181,6 +192,7 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_from_cold_start_s"] = f["total_s"]
             figures[f"verify_{label}_cold_spark_start_s"] = f["spark_start_s"]
             figures[f"verify_{label}_cold_job_s"] = f["job_s"]
+            figures[f"verify_{label}_cold_jvm_cpu_s"] = f["jvm_cpu_s"]
             shutil.rmtree(Path(tmp) / "cold")
         spark = spark_session(None, "bench-verify")
         for n in sizes:
@@ -189,6 +201,7 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_events_per_s"] = f["events_per_s"]
             figures[f"verify_{label}_read_s"] = f["read_s"]
             figures[f"verify_{label}_join_s"] = f["join_s"]
+            figures[f"verify_{label}_jvm_cpu_s"] = f["jvm_cpu_s"]
             shutil.rmtree(Path(tmp) / f"n{n}")
         if args.lost:
             figures.update(recovery(spark, Path(tmp) / "recover", args.lost, args.timeout))

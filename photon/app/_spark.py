@@ -21,12 +21,15 @@ from photon import PhotonConfig
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 PROGRESS_INTERVAL_S = 0.5
+JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
 
 def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False):
     """The process's SparkSession, built from ``config.spark`` on first use (later calls return it).
 
-    ``verbose`` keeps Spark's own warnings on (``--verbose`` of the CLI)."""
+    ``verbose`` keeps Spark's own warnings on (``--verbose`` of the CLI). JVM flags given in ``[spark].conf``
+    (``spark.driver.extraJavaOptions``, e.g. ``-XX:TieredStopAtLevel=1`` for short jobs on a small machine)
+    are added to the quiet log's option, not put in its place."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -35,6 +38,20 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     spark_cfg = config.spark if config is not None else None
     builder = SparkSession.builder.appName(app_name)
     builder = builder.master(spark_cfg.master if spark_cfg else "local[*]")
+    settings = session_settings(config, verbose)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    # Executors (and local[*] workers) must run this interpreter with Photon importable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return session
+
+
+def session_settings(config: PhotonConfig | None = None, verbose: bool = False) -> dict:
+    """The settings :func:`spark_session` builds a session with, from ``config.spark`` (pure)."""
+    spark_cfg = config.spark if config is not None else None
     java_opts = "" if verbose else f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
     settings = {
         "spark.driver.memory": spark_cfg.driver_memory if spark_cfg else "2g",
@@ -48,15 +65,12 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     }
     if spark_cfg and spark_cfg.local_dir:
         settings["spark.local.dir"] = spark_cfg.local_dir
-    settings.update(spark_cfg.conf if spark_cfg else {})
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    # Executors (and local[*] workers) must run this interpreter with Photon importable.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
-    return session
+    extra = dict(spark_cfg.conf if spark_cfg else {})
+    for key in JAVA_OPTION_KEYS:    # the user's JVM flags go after the quiet log's, not instead of it
+        if key in extra:
+            settings[key] = f"{settings[key]} {extra.pop(key)}".strip()
+    settings.update(extra)
+    return settings
 
 
 def spark_error(exc: BaseException, verbose: bool = False) -> str:

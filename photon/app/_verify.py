@@ -123,27 +123,76 @@ def list_output(directory: Path) -> tuple[list[str], list[tuple[str, bytes]], li
     return published, partial, parquet
 
 
-def _lines_df(spark, files: list[str], partial: list[tuple[str, bytes]], staging: str | None, more=None,
-              parquet: list[str] = ()):
-    """Rows ``(value)`` of published files and compacted partitions' Parquet folders (both read by Spark),
-    in-progress lines and ``more`` (a DataFrame with a ``value`` column, e.g. from
-    :func:`photon._spark_io.stream_text`). The in-progress lines (read on the driver when the output was
-    listed, so that what Spark sees is that moment's committed prefix) are written to one file in
-    ``staging`` and read by Spark too, each non-empty line as the driver split it."""
+@dataclass
+class _Lines:
+    """The lines of one input or output, each read by Spark where it lies: ``files`` (published or logged
+    JSONL, read in place), ``staged`` (one file holding the committed prefixes of in-progress output files,
+    read on the driver when the output was listed, so that what Spark sees is that moment's committed
+    prefix; each non-empty line as the driver split it) and ``frames`` (DataFrames with a ``value`` column:
+    S3 objects through :func:`photon._spark_io.stream_text`, compacted partitions' Parquet folders)."""
+    files: list = field(default_factory=list)
+    staged: list = field(default_factory=list)
+    frames: list = field(default_factory=list)
+
+    def values(self, spark):
+        """Rows ``(value)``: every line as text."""
+        from pyspark.sql import functions as F
+        frames = [df.select("value") for df in self.frames]
+        if self.files:
+            frames.append(spark.read.text(self.files))
+        if self.staged:
+            frames.append(spark.read.text(self.staged, lineSep="\n").filter(F.col("value") != ""))
+        return union_all(frames) if frames else _no_rows(spark, "value")
+
+    def ids(self, spark, id_field: "str | EventIds"):
+        """Rows ``(id)``: each line's id as :func:`_ids` reads it (null on a line without a readable one).
+
+        Files are read by Spark's JSON reader with a schema of the id field alone (about a third of
+        ``json_tuple``'s CPU per line: no line is materialised as text; the reader still parses and checks
+        the whole line, so a line that is not valid JSON has no id); lines of other frames and custom ids
+        (the pipeline's own key function needs the line) go through :func:`_ids`. Two readings differ from
+        ``json_tuple``'s: a blank line is skipped (here in every source: it holds no click), and a line
+        holding a JSON array of objects is read as one record per object (Photon writes neither; the
+        pipeline quarantines both)."""
+        from pyspark.sql import functions as F
+        not_blank = F.col("value").rlike(r"\S")
+        if isinstance(id_field, EventIds) and id_field.custom:
+            return _ids(self.values(spark).filter(not_blank), id_field).select("id")
+        name = id_field.id_field if isinstance(id_field, EventIds) else id_field
+        column = "`" + name.replace("`", "``") + "`"
+        schema = f"{column} STRING"
+        frames = [_ids(df.select("value").filter(not_blank), name).select("id") for df in self.frames]
+        if self.files:
+            frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id")))
+        if self.staged:
+            frames.append(spark.read.schema(schema).option("lineSep", "\n").json(self.staged)
+                          .select(F.col(column).alias("id")))
+        return union_all(frames) if frames else _no_rows(spark, "id")
+
+
+def _no_rows(spark, *columns: str):
+    """An empty DataFrame of string ``columns`` (planned in the JVM: no Python rows)."""
     from pyspark.sql import functions as F
-    frames = [] if more is None else [more.select("value")]
-    if files:
-        frames.append(spark.read.text(files))
+    return spark.range(0).select(*(F.lit(None).cast("string").alias(c) for c in columns))
+
+
+def _lines(files: list[str], partial: list[tuple[str, bytes]], staging: str | None, more=None,
+           parquet: list[str] = (), spark=None) -> _Lines:
+    """A :class:`_Lines` of published files, the committed prefixes ``partial`` of in-progress files
+    (written now to one file in ``staging``), compacted partitions' Parquet folders and ``more`` (a DataFrame
+    with a ``value`` column)."""
+    from pyspark.sql import functions as F
+    lines = _Lines(files=list(files))
+    if more is not None:
+        lines.frames.append(more.select("value"))
     if parquet:    # each compacted line is kept as written, in one column
-        frames.append(spark.read.parquet(*parquet).select(F.col(LINE_COLUMN).cast("string").alias("value")))
+        lines.frames.append(spark.read.parquet(*parquet).select(F.col(LINE_COLUMN).cast("string").alias("value")))
     data = b"".join(d if d.endswith(b"\n") else d + b"\n" for _, d in partial)
     if data.strip(b"\n"):
         path = Path(tempfile.mkstemp(suffix=".jsonl", dir=staging)[1])
         path.write_bytes(data.decode("utf-8", "replace").encode("utf-8"))
-        frames.append(spark.read.text(str(path), lineSep="\n").filter(F.col("value") != ""))
-    if not frames:
-        return spark.createDataFrame([], "value string")
-    return union_all(frames)
+        lines.staged.append(str(path))
+    return lines
 
 
 def _in_window(since_us, until_us):
@@ -204,7 +253,7 @@ def _staging(config: PhotonConfig) -> str:
 
 
 def _output_lines(spark, config: PhotonConfig, region, kind: str):
-    """One region's ``kind`` output as rows ``(value)`` and the ``(name, read)`` sources
+    """One region's ``kind`` output as :class:`_Lines` and the ``(name, read)`` sources
     :func:`_first_bad_line` searches."""
     folder = region.joined_dir if kind == "joined" else region.unjoinable_dir
     output = region.output_reader(kind, config.s3)
@@ -214,7 +263,7 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
         sources += [(name, lambda d=data: d) for name, data in partial]
         sources += [(f, lambda f=f: b"".join(x + b"\n" for x in compacted_lines(Path(f), "."))) for f in parquet]
         staging = _staging(config) if partial else None
-        return _lines_df(spark, files, partial, staging, parquet=parquet), sources
+        return _lines(files, partial, staging, parquet=parquet, spark=spark), sources
     url = region.output_url(kind)
     try:
         snap = output.snapshot()
@@ -225,7 +274,7 @@ def _output_lines(spark, config: PhotonConfig, region, kind: str):
     partial += [(f"{url}/{part} (compacted)", b"".join(line + b"\n" for line in snap.compacted_lines(part)))
                 for part in sorted(snap.compacted)]
     sources = [(f"{url}/{o.name}", lambda n=o.name: snap.read(n)) for o in snap.objects]
-    return (_lines_df(spark, [], partial, _staging(config), objects),
+    return (_lines([], partial, _staging(config), objects),
             sources + [(n, lambda d=d: d) for n, d in partial])
 
 
@@ -249,10 +298,9 @@ def _regions(column: str, n_regions: int):
 
 def _read_outputs(spark, config: PhotonConfig):
     """Every region's joined and unjoinable output: ``(frames, sources)``, ``frames`` being
-    ``[(region index, region name, kind, rows (value, id))]`` (``id`` as :func:`_ids` reads it, null or
-    malformed on a line without a readable id) and ``sources`` the ``(region, kind) -> sources`` that
-    :func:`_first_bad_line` searches."""
-    ids = config.join.foreign_ids
+    ``[(region index, region name, kind, lines)]`` (:class:`_Lines`; their ids as :meth:`_Lines.ids` reads
+    them, null or malformed on a line without a readable id) and ``sources`` the ``(region, kind) ->
+    sources`` that :func:`_first_bad_line` searches."""
     frames, sources = [], {}
     for index, region in enumerate(config.pipeline_regions):
         root = region.output_root
@@ -260,17 +308,19 @@ def _read_outputs(spark, config: PhotonConfig):
             raise VerifyInputError(f"region {region.name}: output folder {root} does not exist")
         for kind in ("joined", "unjoinable"):
             df, sources[(region.name, kind)] = _output_lines(spark, config, region, kind)
-            frames.append((index, region.name, kind, _ids(df, ids)))
+            frames.append((index, region.name, kind, df))
     return frames, sources
 
 
-def _bad_line_error(config: PhotonConfig, frames, sources) -> VerifyInputError:
+def _bad_line_error(spark, config: PhotonConfig, frames, sources) -> VerifyInputError:
     """The error naming the first output line without a readable id (the aggregation found one; this
     looks for it line by line, only on this failure path)."""
     from pyspark.sql import functions as F
     id_field, ids = config.join.foreign_id_field, config.join.foreign_ids
-    bad = union_all([df.select("value", F.lit(name).alias("region"), F.lit(kind).alias("kind"))
-                     .filter(F.col("id").isNull() | ~F.col("id").rlike(ID_PATTERN)) for _, name, kind, df in frames])
+    bad = union_all([_ids(lines.values(spark), ids)
+                     .select("value", F.lit(name).alias("region"), F.lit(kind).alias("kind"), "id")
+                     .filter((F.col("id").isNull() & F.col("value").rlike(r"\S")) | ~F.col("id").rlike(ID_PATTERN))
+                     for _, name, kind, lines in frames])
     rows = bad.limit(5).collect()
     if not rows:        # pragma: no cover - the aggregation saw one
         return VerifyInputError("an output line without a readable id (not found again)")
@@ -290,7 +340,7 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
         files = [str(root / f) for f in list_log_files(root)]
         recovery = local_folder(region.stream_url(recovery_stream(stream)))
         files += [str(recovery / f) for f in list_log_files(recovery)]
-        return _lines_df(spark, files, [], None)
+        return _Lines(files=files)
     recovery = region.stream_url(recovery_stream(stream))
     try:
         objects = stream_objects(url, config.s3)
@@ -300,7 +350,7 @@ def _input_lines(spark, config: PhotonConfig, region, stream: str):
             stream_text(spark, recovery, config.s3, None, _staging(config)))
     except (SourceError, OSError) as e:
         raise VerifyInputError(f"region {region.name}: input {url}: {e}") from None
-    return _lines_df(spark, [], [], None, df)
+    return _lines([], [], None, df)
 
 
 def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: str | None, user_id: bool = False,
@@ -312,7 +362,7 @@ def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: s
     from pyspark.sql import functions as F
     frames = []
     for index, region in enumerate(config.pipeline_regions):
-        df = _ids(_input_lines(spark, config, region, stream), id_field, ref_field, user_id)
+        df = _ids(_input_lines(spark, config, region, stream).values(spark), id_field, ref_field, user_id)
         good = F.col("id").isNotNull() if (isinstance(id_field, EventIds) and id_field.custom) or not checked \
             else F.col("id").rlike(ID_PATTERN)
         frames.append(df.filter(good).withColumn("bit", _region_bit(index, len(config.pipeline_regions))))
@@ -360,56 +410,138 @@ def _mark_lost(every, aged_before_us: int):
         .withColumn("reason", F.when(in_ledger, LEDGER_REASON).when(stopped, STOPPED_REASON).otherwise(AGED_REASON))
 
 
-def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us, outputs):
-    """One row per id of every source, from one aggregation over them all (each input read once, the
-    aggregation's buffers all fixed-width but the foreign line and the registry entry kept for lost ids):
+def _foreign_inputs(spark, config: PhotonConfig) -> list:
+    """``[(region index, lines)]``: every region's foreign input and recovery stream (:class:`_Lines`),
+    listed once: the aggregation reads their ids, the lost ids' lines are looked up in the same files."""
+    return [(index, _input_lines(spark, config, region, config.join.foreign_stream))
+            for index, region in enumerate(config.pipeline_regions)]
+
+
+def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us, outputs, foreign):
+    """One row per id of every source, from one aggregation over them all (each input read once, ids only:
+    every aggregation buffer is fixed-width, so Spark hashes the ids, sorts nothing and shuffles no line):
     ``id``, ``in_regions`` (regions whose foreign input holds it), ``n_out`` (its joined lines),
-    ``u_regions`` (regions whose unjoinable output holds it), ``registered``, ``lost`` (registered and
-    joined nowhere), ``everywhere`` (unjoinable in every region whose input holds it, joined nowhere, not
-    registered), ``token`` and ``registered_us`` of a lost id, ``raw`` (its line as logged) of a lost id,
-    ``ref`` of a lost or ``everywhere`` id, and ``bad``: output lines hold this id and it is not well-formed
-    (or null: lines without it), which stops the job. ``outputs``: from :func:`_read_outputs`.
+    ``u_regions`` (regions whose unjoinable output holds it), ``registered`` (the export holds it with a
+    token), ``lost`` (registered and joined nowhere), ``everywhere`` (unjoinable in every region whose input
+    holds it, joined nowhere, not registered) and ``bad``: output lines hold this id and it is not
+    well-formed (or null: lines without it), which stops the job. ``outputs``: from :func:`_read_outputs`;
+    ``foreign``: from :func:`_foreign_inputs`.
 
     An id's format is checked once per id after the aggregation, not once per line: a foreign line whose
     id is malformed counts nowhere (the pipeline quarantines it), an output line's makes ``bad``."""
     from pyspark.sql import functions as F
     n_regions = len(config.pipeline_regions)
-    custom = config.join.foreign_ids.custom
+    ids = config.join.foreign_ids
     exported = spark.read.parquet(*export_files)
-    registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
     registry = _window(exported, since_us, until_us).select(
-        "id", F.when(F.col("token").isNotNull(), F.struct("token", registered_us.alias("registered_us"))).alias("reg"))
-    foreign = _window(_read_input(spark, config, config.join.foreign_stream, config.join.foreign_ids,
-                                  config.join.foreign_ref_field, checked=False), since_us, until_us)
-    rows = foreign.select("id", F.col("bit").alias("in_bit"), F.struct("value", "ref").alias("line"))
-    for index, _, kind, df in outputs:
+        "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
+    rows = union_all([lines.ids(spark, ids).filter(F.col("id").isNotNull())
+                      .select("id", _region_bit(index, n_regions).alias("in_bit")) for index, lines in foreign])
+    rows = _window(rows, since_us, until_us)
+    for index, _, kind, lines in outputs:
         bit = _region_bit(index, n_regions)
-        rows = rows.unionByName(df.select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
-                                          (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
-                                allowMissingColumns=True)
+        rows = rows.unionByName(
+            lines.ids(spark, ids).select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
+                                         (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
+            allowMissingColumns=True)
     rows = rows.unionByName(registry, allowMissingColumns=True)
     in_agg, in_regions = _regions("in_bit", n_regions)
     u_agg, u_regions = _regions("u_bit", n_regions)
-    grouped = rows.groupBy("id").agg(
-        in_agg, u_agg, F.sum("j").alias("n_out"), F.first("line", ignorenulls=True).alias("line"),
-        F.first("reg", ignorenulls=True).alias("reg"))
+    grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"))
     well_formed = F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
     grouped = grouped.select(
-        "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(custom)), in_regions).alias("in_regions"),
-        "n_out", u_regions.alias("u_regions"), "line", "reg", (in_output & ~well_formed).alias("bad"))
+        "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(ids.custom)), in_regions).alias("in_regions"),
+        "n_out", u_regions.alias("u_regions"), "reg", (in_output & ~well_formed).alias("bad"))
     if since_us is not None or until_us is not None:        # outputs' ids, here once per id
         grouped = grouped.filter(F.col("bad") | _in_window(since_us, until_us))
     registered = F.col("reg").isNotNull()
     lost = registered & F.col("n_out").isNull()
     unjoinable = F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~registered
     everywhere = unjoinable & F.col("in_regions").isNotNull() & (F.col("u_regions") >= F.col("in_regions"))
-    return grouped.select(
-        "id", "in_regions", "n_out", "u_regions", registered.alias("registered"), lost.alias("lost"),
-        everywhere.alias("everywhere"),
-        F.when(lost, F.col("reg.token")).alias("token"), F.when(lost, F.col("reg.registered_us")).alias("registered_us"),
-        F.when(lost & F.col("in_regions").isNotNull(), F.col("line.value")).alias("raw"),
-        F.when((lost | everywhere) & F.col("in_regions").isNotNull(), F.col("line.ref")).alias("ref"), "bad")
+    return grouped.select("id", "in_regions", "n_out", "u_regions", registered.alias("registered"),
+                          lost.alias("lost"), everywhere.alias("everywhere"), "bad")
+
+
+COUNTS = ("foreign_events", "joined", "duplicates", "lost", "pending", "unjoinable", "everywhere", "bad")
+
+
+def _summary(per_id):
+    """The per-id rows folded into what the report needs, by a second aggregation keyed by the id of the
+    rows that need more (lost, duplicated, unjoinable everywhere) and by null for all the others, so that
+    every other id ends in one row per partition before the (tiny) shuffle: rows ``(id, <every count of
+    COUNTS>, n_out, in_regions)``; summing each count over all rows gives the report's, and the rows with
+    an id are the ids that need more (their counts say which)."""
+    from pyspark.sql import functions as F
+    c = F.col
+    interesting = c("lost") | (c("n_out") > 1) | c("everywhere")
+    return per_id.groupBy(F.when(interesting, c("id")).alias("id")).agg(
+        F.count("in_regions").alias("foreign_events"),
+        F.count("n_out").alias("joined"),
+        F.count(F.when(c("n_out") > 1, 1)).alias("duplicates"),
+        F.count(F.when(c("lost"), 1)).alias("lost"),
+        F.count(F.when(c("in_regions").isNotNull() & ~c("registered") & c("n_out").isNull()
+                       & c("u_regions").isNull(), 1)).alias("pending"),
+        F.count(F.when(c("u_regions").isNotNull() & c("n_out").isNull() & ~c("registered"), 1)).alias("unjoinable"),
+        F.count(F.when(c("everywhere"), 1)).alias("everywhere"),
+        F.count(F.when(c("bad"), 1)).alias("bad"),
+        F.max("n_out").alias("n_out"), F.max("in_regions").alias("in_regions"))
+
+
+def _fast_id_pattern(field_name: str) -> str | None:
+    """A regular expression whose group 1 is the id of a line that starts with the id field as a plain
+    string (``{"click_id":"...",`` as Photon's generator and joiner write it), or None when the field's name
+    would need escaping in JSON. Only a pre-filter: every line it keeps, and every line it cannot read, is
+    parsed as JSON afterwards."""
+    import re
+    if not re.fullmatch(r"[A-Za-z0-9_]+", field_name):
+        return None
+    return r'^\{"' + field_name + r'":"([^"\\]+)"[,}]'
+
+
+def _lines_of(spark, config: PhotonConfig, foreign, wanted):
+    """``(id, raw, ref)``: one foreign line (as logged) and its reference of every id of ``wanted`` (rows
+    ``(id)``, few: lost ids and those unjoinable everywhere) that some region's input holds. Read again from
+    the same files; a cheap pattern keeps the lines whose leading id is wanted and those it cannot read, and
+    only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before)."""
+    from pyspark.sql import functions as F
+    ids, ref_field = config.join.foreign_ids, config.join.foreign_ref_field
+    pattern = None if ids.custom else _fast_id_pattern(ids.id_field)
+    wanted = wanted.select("id").distinct()
+    frames = []
+    for _, lines in foreign:
+        values = lines.values(spark)
+        if pattern is not None:     # a line naming the field twice or escaping a name may mean another id
+            hit = wanted.select(F.col("id").alias("fast"), F.lit(True).alias("hit"))
+            again = F.locate(f'"{ids.id_field}"', F.col("value"), len(ids.id_field) + 4) > 0
+            values = values.withColumn("fast", F.regexp_extract("value", pattern, 1)).join(hit, "fast", "left") \
+                .filter(F.col("hit").isNotNull() | (F.col("fast") == "") | again | F.col("value").contains("\\u")) \
+                .select("value")
+        frames.append(_ids(values, ids, ref_field).join(wanted, "id", "left_semi"))
+    found = union_all(frames)
+    return found.groupBy("id").agg(F.first(F.struct(F.col("value").alias("raw"), "ref")).alias("line")) \
+        .select("id", "line.raw", "line.ref")
+
+
+def _token_prefixes(export_files: list[str], since_us, until_us) -> list[str]:
+    """The joiners (token prefixes, :data:`TOKEN_PREFIX`) of the export's ids inside the window, read on
+    the driver from the token column alone (dictionary-encoded: a few distinct values per many ids)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    windowed = since_us is not None or until_us is not None
+    tokens = set()
+    for path in export_files:
+        reader = pq.ParquetFile(path, read_dictionary=["token"])
+        for batch in reader.iter_batches(columns=["token"] + (["id"] if windowed else []), batch_size=1 << 20):
+            column = batch.column(0)
+            if windowed:
+                ts = pc.cast(pc.utf8_slice_codeunits(batch.column(1), -TIMESTAMP_DIGITS), "int64")
+                keep = pc.and_(pc.greater_equal(ts, since_us) if since_us is not None else pc.is_valid(ts),
+                               pc.less(ts, until_us) if until_us is not None else pc.is_valid(ts))
+                column = pc.filter(column, keep)
+            tokens.update(t for t in pc.unique(column.cast("string") if hasattr(column, "dictionary")
+                                               else column).to_pylist() if t)
+    return sorted({p for t in tokens if (p := t.rpartition("/")[0])})
 
 
 def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, until_us: int | None = None,
@@ -419,12 +551,14 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     ``out_dir`` (default ``config.verify_dir``)/``recoverable`` with columns id, token, raw, ref, reason,
     registered_us.
 
-    The plan: the export's token prefixes first (to judge the joiners before the output is listed); then
-    every source (foreign input, joined and unjoinable output, export) is read once by Spark's own readers
-    (``json_tuple`` pulls the ids out of the lines, no Python per line) and grouped by id in one
-    aggregation, kept narrow (ids, counts, flags; the raw line only of lost ids) and cached; every count is
-    one aggregation over it, and the recoverable rows are the lost ones joined with the joiners' verdicts
-    and the ledgers."""
+    The plan: the export's token prefixes first (read on the driver from its token column, to judge the
+    joiners before the output is listed); then every source (foreign input, joined and unjoinable output,
+    export) is read once by Spark's own readers (the JSON reader with a schema of the id field alone, no
+    Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts; a second
+    aggregation folds every id that needs nothing more into the counts, and only that small result (the
+    counts and the lost, duplicated and unjoinable-everywhere ids) is cached. The lost ids' lines and
+    registry entries are then looked up (the input read again, the export's Parquet), joined with the
+    joiners' verdicts and the ledgers."""
     from pyspark.sql import functions as F
     from photon.app._spark import progress
 
@@ -445,9 +579,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     with progress(spark, "verify", show_progress):
         t0 = time.perf_counter()
         export_files = [str(export_dir / s["file"]) for s in manifest["shards"].values()]
-        prefixes = [r.prefix for r in _window(spark.read.parquet(*export_files), since_us, until_us)
-                    .select(F.regexp_extract("token", TOKEN_PREFIX, 1).alias("prefix")).distinct().collect()
-                    if r.prefix]
+        prefixes = _token_prefixes(export_files, since_us, until_us)
         # judged before the output is listed: a joiner stopped now wrote all it ever will by the listing
         grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
         now_us = time.time_ns() // 1000
@@ -457,54 +589,77 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
                   if isinstance(e.get("token"), str)]
 
         outputs, sources = _read_outputs(spark, config)       # lists the output
-        cached = _per_id(spark, config, export_files, since_us, until_us, outputs).cache()
-        counts = cached.agg(
-            F.count("in_regions").alias("foreign_events"),
-            F.count("n_out").alias("joined"),
-            F.count(F.when(F.col("n_out") > 1, 1)).alias("duplicates"),
-            F.count(F.when(F.col("lost"), 1)).alias("lost"),
-            F.count(F.when(F.col("in_regions").isNotNull() & ~F.col("registered") & F.col("n_out").isNull()
-                           & F.col("u_regions").isNull(), 1)).alias("pending"),
-            F.count(F.when(F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~F.col("registered"), 1))
-            .alias("unjoinable"),
-            F.count(F.when(F.col("everywhere"), 1)).alias("everywhere"),
-            F.count(F.when(F.col("bad"), 1)).alias("bad"),
-        ).collect()[0].asDict()
+        foreign = _foreign_inputs(spark, config)
+        summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
+        counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
         timings["read_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        bad = counts.pop("bad")
-        if bad:
-            cached.unpersist()
-            raise _bad_line_error(config, outputs, sources)
-        counts = {k: int(v or 0) for k, v in counts.items()}
-        every = cached.filter(F.col("id").isNotNull())      # ids in no output are well-formed or ignored
-        dups = ()
-        if counts["duplicates"]:
-            dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
-                         .select("id", "n_out").orderBy("id").limit(20).collect())
-        wrongly = 0
-        if counts.pop("everywhere"):
-            primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
-                .select(F.col("id").alias("ref")).distinct()
-            wrongly = every.filter("everywhere").join(primary, "ref", "left_semi").count()
-        judged_df = spark.createDataFrame([(p, v) for p, v in judged.items() if v in (STOPPED, UNSEEN)],
-                                          "prefix string, verdict string")
-        ledger_df = spark.createDataFrame(ledger, "id string, token string").dropDuplicates() \
-            .withColumn("in_ledger", F.lit(True))
-        lost = every.filter("lost").withColumn("prefix", F.regexp_extract("token", TOKEN_PREFIX, 1)) \
-            .join(F.broadcast(judged_df), "prefix", "left").join(ledger_df, ["id", "token"], "left")
-        recoverable = _mark_lost(lost, aged_before_us).filter("is_recoverable") \
-            .select("id", "token", "raw", "ref", "reason", "registered_us").cache()
-        counts["recoverable"] = recoverable.count()
-        recoverable_path = out / "recoverable"
-        recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
-        timings["join_s"] = time.perf_counter() - t0
-        recoverable.unpersist()
-        cached.unpersist()
+        try:
+            if counts.pop("bad"):
+                raise _bad_line_error(spark, config, outputs, sources)
+            counts = {k: int(v or 0) for k, v in counts.items()}
+            every = summary.filter(F.col("id").isNotNull())    # the ids that need more
+            dups = ()
+            if counts["duplicates"]:
+                dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
+                             .select("id", "n_out").orderBy("id").limit(20).collect())
+            everywhere, lost_n = counts.pop("everywhere"), counts["lost"]
+            wanted = every.filter(((F.col("lost") > 0) | (F.col("everywhere") > 0)) & F.col("in_regions").isNotNull())
+            lines = _lines_of(spark, config, foreign, wanted) if everywhere or lost_n else None
+            wrongly = 0
+            if everywhere:
+                primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
+                    .select(F.col("id").alias("ref")).distinct()
+                wrongly = every.filter(F.col("everywhere") > 0).join(lines, "id") \
+                    .join(primary, "ref", "left_semi").count()
+            recoverable_path = out / "recoverable"
+            recoverable = _recoverable(spark, every, lines, export_files, judged, ledger, aged_before_us) if lost_n \
+                else spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in RECOVERABLE_COLUMNS))
+            recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
+            counts["recoverable"] = _parquet_rows(recoverable_path)    # counted from what was written
+            timings["join_s"] = time.perf_counter() - t0
+        finally:
+            summary.unpersist()
     return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
                         recoverable_path=str(recoverable_path), export_dir=str(export_dir),
                         timings={k: round(v, 3) for k, v in timings.items()})
+
+
+def _parquet_rows(folder: Path) -> int:
+    """Rows of the Parquet files in ``folder``, from their footers."""
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(folder.glob("*.parquet")))
+
+
+RECOVERABLE_COLUMNS = (("id", "string"), ("token", "string"), ("raw", "string"), ("ref", "string"),
+                       ("reason", "string"), ("registered_us", "bigint"))
+
+
+def _recoverable(spark, every, lines, export_files: list[str], judged: dict, ledger: list, aged_before_us: int):
+    """The lost ids that may be recovered (:func:`_mark_lost`): the rows of ``every`` (:func:`_summary`)
+    that are lost, with their registry entry (token, registered_us: the export read again, those ids only),
+    their line and reference (``lines``, :func:`_lines_of`), the verdict on their joiner and their ledger
+    entries."""
+    from pyspark.sql import functions as F
+    lost_ids = every.filter(F.col("lost") > 0).select("id", "in_regions")
+    exported = spark.read.parquet(*export_files)
+    registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
+    entries = exported.filter(F.col("token").isNotNull()).join(lost_ids.select("id"), "id", "left_semi") \
+        .groupBy("id").agg(F.first(F.struct("token", registered_us.alias("registered_us"))).alias("reg"))
+    lost = lost_ids.join(entries, "id", "left").join(lines, "id", "left").select(
+        "id", F.col("reg.token").alias("token"), F.col("reg.registered_us").alias("registered_us"),
+        F.when(F.col("in_regions").isNotNull(), F.col("raw")).alias("raw"),
+        F.when(F.col("in_regions").isNotNull(), F.col("ref")).alias("ref"))
+    judged_df = spark.createDataFrame([(p, v) for p, v in judged.items() if v in (STOPPED, UNSEEN)],
+                                      "prefix string, verdict string")
+    ledger_df = spark.createDataFrame(ledger, "id string, token string").dropDuplicates() \
+        .withColumn("in_ledger", F.lit(True))
+    lost = lost.withColumn("prefix", F.regexp_extract("token", TOKEN_PREFIX, 1)) \
+        .join(F.broadcast(judged_df), "prefix", "left").join(ledger_df, ["id", "token"], "left") \
+        .withColumn("n_out", F.lit(None).cast("long"))
+    return _mark_lost(lost, aged_before_us).filter("is_recoverable") \
+        .select(*(c for c, _ in RECOVERABLE_COLUMNS))
 
 
 def read_recoverable(path: str | Path) -> list[dict]:

@@ -24,6 +24,18 @@ def test_spark_section_defaults_and_validation():
         parse_config({"regions": [REGION], "spark": {"conf": {"bad": [1]}}})
 
 
+def test_jvm_flags_of_the_spark_section_are_added_to_the_quiet_log_option():
+    from photon.app._spark import QUIET_LOG4J, session_settings
+    quiet = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+    assert session_settings(parse_config({"regions": [REGION]}))["spark.driver.extraJavaOptions"] == quiet
+    cfg = parse_config({"regions": [REGION], "spark": {"conf": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+                                                                "spark.executor.memory": "4g"}}})
+    settings = session_settings(cfg)
+    assert settings["spark.driver.extraJavaOptions"] == quiet + " -XX:TieredStopAtLevel=1"
+    assert settings["spark.executor.extraJavaOptions"] == quiet and settings["spark.executor.memory"] == "4g"
+    assert session_settings(cfg, verbose=True)["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+
+
 def test_session_is_shared_and_quiet(spark):
     assert spark_session(None) is spark
     assert spark.conf.get("spark.ui.enabled") == "false"
