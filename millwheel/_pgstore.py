@@ -32,8 +32,10 @@ COMMIT) is first looked up by its dedup ids: if they are all stored, the batch l
 again. Otherwise it is applied again; every part of a write sets a value (state, timers, ids,
 productions), so applying a batch twice leaves what applying it once leaves.
 
-URL: ``postgresql://user[:password]@host[:port]/database[?schema=NAME][&retry_s=SECONDS]`` plus any
-libpq parameter. Tables live in ``schema`` (default ``millwheel``), created on first use.
+URL: ``postgresql://user[:password]@host[:port]/database[?schema=NAME][&retry_s=SECONDS]
+[&idle_in_transaction_s=SECONDS]`` plus any libpq parameter. ``idle_in_transaction_s`` (default 5, the
+master's lease; 0: off) is how long the server lets one of the store's sessions sit idle inside a
+transaction before it ends the session and releases its locks. Tables live in ``schema`` (default ``millwheel``), created on first use.
 """
 from __future__ import annotations
 
@@ -53,6 +55,10 @@ from millwheel._store import KEEP, SetAsideRecord, StaleSequencer, Store, Stored
 
 DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
+DEFAULT_IDLE_IN_TRANSACTION_S = 5.0
+_LOST = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
+"""A lost connection: the server went away, or ended a session left idle inside a transaction (the first
+statement after that is answered with the timeout's error, an ``InternalError``, not an ``OperationalError``)."""
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 _CLAIMED = ("LEFT JOIN intervals i ON i.computation = r.name AND i.interval_id = r.interval_id "
@@ -342,10 +348,14 @@ class PostgresStore(Store):
     """See the module docstring. Thread-safe: each call takes a connection from a small per-process pool."""
 
     def __init__(self, conninfo: str, schema: str = DEFAULT_SCHEMA, retry_s: float = DEFAULT_RETRY_S,
-                 connect_timeout_s: int = 5) -> None:
+                 connect_timeout_s: int = 5, idle_in_transaction_s: float = DEFAULT_IDLE_IN_TRANSACTION_S) -> None:
         if not _IDENT.match(schema):
             raise ValueError(f"schema {schema!r} must be a lower-case SQL identifier")
+        if not idle_in_transaction_s >= 0:
+            raise ValueError(f"idle_in_transaction_s must be 0 (off) or a positive number of seconds, "
+                             f"not {idle_in_transaction_s!r}")
         self.conninfo, self.schema, self.retry_s = conninfo, schema, retry_s
+        self.idle_in_transaction_s = idle_in_transaction_s
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[psycopg.Connection] = []
         self._pool_lock = threading.Lock()
@@ -357,20 +367,29 @@ class PostgresStore(Store):
 
     @classmethod
     def from_url(cls, url: str) -> "PostgresStore":
-        """``postgresql://...?schema=NAME&retry_s=SECONDS``; the other parameters go to libpq."""
+        """``postgresql://...?schema=NAME&retry_s=SECONDS&idle_in_transaction_s=SECONDS``; the other
+        parameters go to libpq."""
         parts = urlsplit(url)
         params = dict(parse_qsl(parts.query))
         schema = params.pop("schema", DEFAULT_SCHEMA)
-        try:
-            retry_s = float(params.pop("retry_s", DEFAULT_RETRY_S))
-        except ValueError:
-            raise ValueError(f"store url {url!r}: retry_s must be a number of seconds") from None
-        return cls(urlunsplit(parts._replace(query=urlencode(params))), schema=schema, retry_s=retry_s)
+        seconds = {}
+        for name, default in (("retry_s", DEFAULT_RETRY_S), ("idle_in_transaction_s", DEFAULT_IDLE_IN_TRANSACTION_S)):
+            try:
+                seconds[name] = float(params.pop(name, default))
+            except ValueError:
+                raise ValueError(f"store url {url!r}: {name} must be a number of seconds") from None
+            if not seconds[name] >= 0:
+                raise ValueError(f"store url {url!r}: {name} must not be negative")
+        return cls(urlunsplit(parts._replace(query=urlencode(params))), schema=schema, **seconds)
 
     # ---- connections and retries ------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection:
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=self.connect_timeout_s)
         conn.execute(f"SET search_path TO {self.schema}")
+        # a worker stopped inside a transaction (SIGSTOP, a hung host) would hold the row locks it took
+        # there, and a new owner's claim of its intervals would wait for them for ever; the server ends
+        # such a session, and the stopped worker's commit, if it ever resumes, is retried and fenced
+        conn.execute(f"SET idle_in_transaction_session_timeout = {round(self.idle_in_transaction_s * 1000)}")
         self._count("connections_opened")
         return conn
 
@@ -405,7 +424,7 @@ class PostgresStore(Store):
 
     def _retry(self, fn, *args):
         """``fn(conn, attempt, *args)`` on a pooled connection, again on lost connections for ``retry_s``."""
-        for attempt in Retrying(retry=retry_if_exception_type(psycopg.OperationalError),
+        for attempt in Retrying(retry=retry_if_exception_type(_LOST),
                                 wait=wait_exponential(multiplier=0.05, max=2.0),
                                 stop=stop_after_delay(self.retry_s), reraise=True,
                                 before_sleep=lambda _: self._count("retries")):

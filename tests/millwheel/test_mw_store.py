@@ -303,6 +303,36 @@ def test_store_url_is_checked(pg_url):
         open_store(pg_url.split("?")[0] + "?schema=Robert'); DROP TABLE state;--")
 
 
+@pytest.mark.timeout(60)
+def test_a_session_left_idle_inside_a_transaction_is_ended_so_a_new_owners_claim_does_not_wait_for_ever(pg_url):
+    """A worker stopped between the statements of a commit holds its intervals' rows locked; the server
+    ends such a session after ``idle_in_transaction_s``, so the next owner's claim goes through."""
+    with pytest.raises(ValueError, match="idle_in_transaction_s must not be negative"):
+        open_store(f"{pg_url}&idle_in_transaction_s=-1")
+    stopped = open_store(f"{pg_url}&idle_in_transaction_s=1")
+    new_owner = open_store(pg_url)
+    try:
+        assert stopped.claim("c", 0, sequencer=1) == 1
+        with stopped._conn() as conn:          # one of the store's own sessions, as a commit uses it
+            conn.execute("BEGIN")
+            conn.execute("SELECT sequencer FROM intervals WHERE computation = 'c' FOR SHARE").fetchall()
+            claimed = []
+            claimer = threading.Thread(target=lambda: claimed.append(new_owner.claim("c", 0, sequencer=2)),
+                                       daemon=True)
+            claimer.start()                    # waits on the lock the idle transaction holds ...
+            wait_until(lambda: claimed, 20, message="the new owner's claim once the idle session is ended")
+            assert claimed == [2]              # ... until the server ends that session
+        # the stopped owner resumes: its next commit meets the ended session (back in its pool), is tried
+        # again on a new one, and its old sequencer is fenced
+        with pytest.raises(StaleSequencer):
+            stopped.commit([Write("c", 0, 1, "k", state=b"v")])
+        assert stopped.statistics().retries >= 1
+        assert new_owner.read_states("c", ["k"]) == {}
+    finally:
+        stopped.close()
+        new_owner.close()
+
+
 # ---- PostgreSQL only: a server that goes away and comes back --------------------------------------------
 @pytest.mark.timeout(120)
 def test_postgres_restarted_between_commits_the_client_retries_and_nothing_is_lost_or_doubled(own_pg):
