@@ -55,6 +55,29 @@ class WatermarkBoard:
         self.settled = pub.settled
 
 
+class ShowsWatermarks:
+    """What a runtime shows of its watermarks, read from its ``board`` (a :class:`WatermarkBoard`): the
+    one-process runtime and a worker process show them alike."""
+    board: WatermarkBoard
+
+    @property
+    def low_watermarks(self) -> dict[str, int]:
+        return self.board.lows
+
+    @property
+    def input_watermarks(self) -> dict[str, int]:
+        return self.board.inputs
+
+    @property
+    def epochs(self) -> dict[str, int]:
+        """The cut epoch of each computation on a cycle."""
+        return self.board.epochs
+
+    @property
+    def settled(self) -> bool:
+        return self.board.settled
+
+
 @dataclass(frozen=True, slots=True)
 class RaiseFloors:
     """Garbage collector → the workers owning intervals of ``consumer``: records from each sender produced

@@ -47,7 +47,7 @@ from millwheel._gc import ProcessDedupCollector
 from millwheel._injector_shell import InjectorShell
 from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
-from millwheel._messages import IntervalsAssigned, WatermarkBoard, WatermarksReported
+from millwheel._messages import IntervalsAssigned, ShowsWatermarks, WatermarkBoard, WatermarksReported
 from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
 from millwheel._store import StaleSequencer, open_store
@@ -64,7 +64,7 @@ LOAD_HALF_LIFE_S = 1.0
 """Half-life of the per-slot records/s a worker reports (the master's split and merge input)."""
 
 
-class WorkerHost:
+class WorkerHost(ShowsWatermarks):
     """See the module docstring. ``masters``: the master replicas' gRPC addresses."""
 
     def __init__(self, topology: Topology, config: RuntimeConfig, masters: list[str], *, name: str | None = None,
@@ -136,22 +136,6 @@ class WorkerHost:
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
                          threading.Thread(target=self._coordinate, name="millwheel-process-coordinator", daemon=True)]
-
-    @property
-    def low_watermarks(self) -> dict[str, int]:
-        return self.board.lows
-
-    @property
-    def input_watermarks(self) -> dict[str, int]:
-        return self.board.inputs
-
-    @property
-    def epochs(self) -> dict[str, int]:
-        return self.board.epochs
-
-    @property
-    def settled(self) -> bool:
-        return self.board.settled
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> "WorkerHost":

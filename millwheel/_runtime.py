@@ -32,7 +32,7 @@ from photon import Clock, SystemClock
 from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
 from millwheel._injector_shell import InjectorShell
-from millwheel._messages import FloorsRaised, RaiseFloors, WatermarkBoard, WatermarksReported
+from millwheel._messages import FloorsRaised, RaiseFloors, ShowsWatermarks, WatermarkBoard, WatermarksReported
 from millwheel._model import Computation
 from millwheel._routing import ModuloPlacement, Placement, Router
 from millwheel._store import Store, open_store
@@ -65,7 +65,7 @@ class RuntimeStatistics:
     injected: int
 
 
-class Runtime:
+class Runtime(ShowsWatermarks):
     """Runs a topology; see the module docstring for the lifecycle."""
 
     def __init__(self, topology: Topology, config: RuntimeConfig | None = None, clock: Clock | None = None,
@@ -99,19 +99,6 @@ class Runtime:
         self._gen_cond = threading.Condition()
         self._coordinator = threading.Thread(target=self._coordinate, name="millwheel-coordinator", daemon=True)
         self._started = False
-
-    @property
-    def low_watermarks(self) -> dict[str, int]:
-        return self.board.lows
-
-    @property
-    def input_watermarks(self) -> dict[str, int]:
-        return self.board.inputs
-
-    @property
-    def epochs(self) -> dict[str, int]:
-        """The cut epoch of each computation on a cycle."""
-        return self.board.epochs
 
     # ---- wiring ------------------------------------------------------------------------------------
     def interval_of(self, key: str) -> int:
