@@ -22,8 +22,10 @@ such as the memory-mapped Raft journal; ``replica_rss_bytes_per_id_max``: the la
 
 Prints a table, or with ``--json`` one JSON object on its last line (ids_per_s, commit_p50_ms,
 commit_p99_ms, ids_per_command, raft_commands_per_s, replica_cpu_s_per_m_ids (CPU-seconds per million ids
-committed in the peak phase, each replica, largest first), client_cpu_s_per_m_ids, bytes_per_id,
-replica_rss_bytes_per_id, ...). ``--profile DIR`` records a py-spy profile of every replica process during
+committed in the peak phase, each replica, largest first), client_cpu_s_per_m_ids, leader_context_switches_per_m_ids (the leader's threads' context switches per
+million ids: its hand-offs), half_rate_replica_cpu_s_per_m_ids, bytes_per_id, replica_rss_bytes_per_id, ...).
+``--half-rate R`` runs the half phase at R ids/s instead of half the peak's: a fixed load, to compare two
+builds by latency and CPU at the same rate when the peak moves with the host's load. ``--profile DIR`` records a py-spy profile of every replica process during
 the peak phase (``python -m bench._profile DIR`` summarises them).
 """
 from __future__ import annotations
