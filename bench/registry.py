@@ -22,8 +22,10 @@ such as the memory-mapped Raft journal; ``replica_rss_bytes_per_id_max``: the la
 
 Prints a table, or with ``--json`` one JSON object on its last line (ids_per_s, commit_p50_ms,
 commit_p99_ms, ids_per_command, raft_commands_per_s, replica_cpu_s_per_m_ids (CPU-seconds per million ids
-committed in the peak phase, each replica, largest first), client_cpu_s_per_m_ids, bytes_per_id,
-replica_rss_bytes_per_id, ...). ``--profile DIR`` records a py-spy profile of every replica process during
+committed in the peak phase, each replica, largest first), client_cpu_s_per_m_ids, leader_context_switches_per_m_ids (the leader's threads' context switches per
+million ids: its hand-offs), half_rate_replica_cpu_s_per_m_ids, bytes_per_id, replica_rss_bytes_per_id, ...).
+``--half-rate R`` runs the half phase at R ids/s instead of half the peak's: a fixed load, to compare two
+builds by latency and CPU at the same rate when the peak moves with the host's load. ``--profile DIR`` records a py-spy profile of every replica process during
 the peak phase (``python -m bench._profile DIR`` summarises them).
 """
 from __future__ import annotations
@@ -225,6 +227,7 @@ class Bench:
         import psutil
         replicas = [psutil.Process(p.pid) for p in self.procs]
         cpu0 = [r.cpu_times()[:2] for r in replicas]
+        switches0 = [_context_switches(p.pid) for p in self.procs]
         try:
             peak = self.run_clients(a.clients, a.threads, a.batch, a.duration, profiler=profiler)
         finally:
@@ -232,6 +235,7 @@ class Bench:
                 profiler.stop()
         split = [tuple(a - b for a, b in zip(r.cpu_times()[:2], c)) for r, c in zip(replicas, cpu0)]
         cpu = [user + system for user, system in split]
+        switches = [_context_switches(p.pid) - s0 for p, s0 in zip(self.procs, switches0)]
         c1, i1 = self.leader_counters()
         elapsed = time.monotonic() - t0 - 1.5
         ok = sum(o["ok"] for o in peak)
@@ -246,13 +250,22 @@ class Bench:
         figures["replica_cpu_s_per_m_ids"] = sorted((round(c * 1e6 / max(1, ok), 2) for c in cpu), reverse=True)
         # the busiest replica (the leader): user and system CPU-seconds per million ids
         figures["leader_user_sys_s_per_m_ids"] = [round(x * 1e6 / max(1, ok), 2) for x in max(split, key=sum)]
+        # the leader's threads' context switches (voluntary and not) per million ids: the hand-offs
+        figures["leader_context_switches_per_m_ids"] = round(
+            switches[max(range(len(split)), key=lambda k: sum(split[k]))] * 1e6 / max(1, ok))
         figures["client_cpu_s_per_m_ids"] = round(sum(o["cpu_s"] for o in peak) * 1e6 / max(1, ok), 2)
         leader = next(r for r in self.client.status() if r.get("is_leader"))
         figures["leader_fsyncs"] = leader["fsyncs"]
         figures["leader_fsync_ms_mean"] = leader["fsync_ms_mean"]
         # half the peak rate
         if a.half_duration > 0:
-            half = self.run_clients(a.clients, a.threads, a.batch, a.half_duration, rate=figures["ids_per_s"] / 2)
+            half_rate = a.half_rate or figures["ids_per_s"] / 2
+            cpu0 = [r.cpu_times()[:2] for r in replicas]
+            half = self.run_clients(a.clients, a.threads, a.batch, a.half_duration, rate=half_rate)
+            half_ok = sum(o["ok"] for o in half)
+            figures["half_rate_replica_cpu_s_per_m_ids"] = sorted(
+                (round((sum(r.cpu_times()[:2]) - sum(c)) * 1e6 / max(1, half_ok), 2)
+                 for r, c in zip(replicas, cpu0)), reverse=True)
             hl = [x for o in half for x in o["latencies_ms"]]
             accepted += sum(o["ok"] for o in half)
             figures["half_rate_ids_per_s"] = round(sum(o["ok"] for o in half) / _elapsed(half))
@@ -302,6 +315,19 @@ class Bench:
                                             f"of {ids_per_request} ids, one token each")}
 
 
+def _context_switches(pid: int) -> int:
+    """Context switches so far (voluntary and involuntary) summed over a process's live threads (Linux)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if "ctxt_switches:" in line:
+                    total += int(line.split()[1])
+        except (OSError, ValueError):      # a thread that ended meanwhile
+            continue
+    return total
+
+
 def _elapsed(outs: list[dict]) -> float:
     """Real seconds from the first client thread's first commit to the last one's last answer."""
     return max(1e-6, max(o["ended_s"] for o in outs) - min(o["began_s"] for o in outs))
@@ -320,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=None, help="ids per commit RPC (default 500; 1000 with --rtt-ms)")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of the peak phase")
     parser.add_argument("--half-duration", type=float, default=6.0, help="seconds of the half-rate phase")
+    parser.add_argument("--half-rate", type=float, default=0.0,
+                        help="ids/s of the half-rate phase (default 0: half the peak's): a fixed load to compare by")
     parser.add_argument("--light-duration", type=float, default=3.0)
     parser.add_argument("--light-batch", type=int, default=10)
     parser.add_argument("--race-duration", type=float, default=3.0)
