@@ -50,7 +50,8 @@ def test_an_injector_polls_again_after_a_tick_when_its_last_poll_gave_records(tm
             inj.push([(f"k{i}", {"i": i}, 1_000_000 + i)], estimate=1_000_000 + i)
             with lock:
                 mark = len(log)
-            wait_until(lambda: sum(1 for e in log[mark:] if e[0] == "wait") >= 3, 30, message="polls after it")
+            wait_until(lambda mark=mark: sum(1 for e in log[mark:] if e[0] == "wait") >= 3, 30,
+                       message="polls after it")
         with lock:
             events = list(log)
         after_records, after_empty = [], []     # each wait by the two polls before it
