@@ -21,6 +21,9 @@ from millwheel._store import Store, StoredProduction, Write
 from millwheel._transport import Done, Inbox, Tracker
 from millwheel._watermarks import WatermarkReported, interval_low
 
+IDLE_POLL_US = 20_000
+"""The wait between polls of an injector whose last two polls gave nothing (see :meth:`InjectorShell.idle_wait_s`)."""
+
 
 class InjectorShell:
     """Lifecycle: :meth:`prepare` (claim, restore the position, replay stored productions), then
@@ -40,6 +43,7 @@ class InjectorShell:
         self.seq = 0
         self._n = 0
         self._reported: int | None = None
+        self._produced_last = False      # the last poll gave records
         self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
 
     def prepare(self, sequencer: int | None = None) -> int:
@@ -84,7 +88,14 @@ class InjectorShell:
         finally:
             self.busy = False
         if not prods:
-            self.inbox.take(0, max(cfg.tick_us, 20_000) / 1e6)
+            self.inbox.take(0, self.idle_wait_s())
+        self._produced_last = bool(prods)
+
+    def idle_wait_s(self) -> float:
+        """How long to wait after a poll that gave nothing: ``tick_us`` if the poll before it gave records
+        (a source producing steadily has its next records due within a tick; waiting longer held each one
+        up to 20 ms before it was even read), else ``IDLE_POLL_US`` (an idle source is not polled busily)."""
+        return (self.config.tick_us if self._produced_last else max(self.config.tick_us, IDLE_POLL_US)) / 1e6
 
     def _inject(self, now: int, done: list[str]) -> list[StoredProduction]:
         cfg = self.config

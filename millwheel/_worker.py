@@ -13,16 +13,23 @@ reads time only from the injected clock. One loop iteration:
    :func:`millwheel._runner.run_key`; a key whose user code raised on a record is answered as
    :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
    every :class:`Commit`;
-3. wait for the previous step's commit to land (see below), then hand every core's key checkpoints of
-   this step, as one store transaction, to the worker's commit thread, and go on;
+3. if the previous transaction has landed, hand every core's key checkpoints of this step (and of the
+   steps taken while it was in flight), as one store transaction, to the worker's commit thread; else keep
+   them pending beside it (see below); and go on;
 4. report each interval's low watermark to the authority when it changed.
 
 **Commits overlap the next step.** A step's transaction runs on the worker's commit thread while the
 worker thread takes and processes the next batch, so the thread no longer idles through each commit's
 round trips and WAL flush. At most one transaction is in flight per worker, and its outcome is carried
-out on the worker thread, before the next transaction goes out (or earlier, as soon as it lands): tell
-each core (:class:`CheckpointCommitted`, or :class:`CommitRefused` when fenced), then register the strong
-productions, ack the senders, then send. What stays exactly as with one commit at a time:
+out on the worker thread as soon as it lands (its :class:`CommitLanded` wakes the thread), before the next
+transaction goes out: tell each core (:class:`CheckpointCommitted`, or :class:`CommitRefused` when
+fenced), then register the strong productions, ack the senders, then send. **Group commit**: a step
+taken while a transaction is in flight does not wait for it; its checkpoints are kept pending and go out,
+together with those of every other step taken meanwhile, as the next transaction the moment the one in
+flight lands. The worker thread so keeps taking records while a commit is out (a record arriving then
+waits for one landing, not for the thread to come back from waiting on it and then for one more
+commit), and under load the transactions grow instead of the queue. What stays exactly as with one
+commit at a time:
 
 * a key is locked from its run until its commit has landed, so the next step runs only other keys (and
   the records and due timers of a locked key wait in its core, in order); no state, dedup id or timer
@@ -33,8 +40,8 @@ productions, ack the senders, then send. What stays exactly as with one commit a
   back with :class:`CommitRefused`), and the other intervals' go out alone;
 * the step's production time stays held in the tracker (dedup GC must not pass it) until its
   productions are registered, at the landing;
-* the worker is ``busy`` while a commit is in flight; intervals are given up (:class:`GiveUp`) and the
-  loop ends only after the commit in flight has landed.
+* the worker is ``busy`` while a commit is in flight or pending; intervals are given up (:class:`GiveUp`) and the
+  loop ends only after the commit in flight (and then the pending one) has landed.
 """
 from __future__ import annotations
 
@@ -85,7 +92,7 @@ class _InFlight:
     """The one transaction of a worker in flight: its cores' commits, the step's time (its production time,
     held in the tracker until the productions are registered) and the commit thread's future."""
     commits: list
-    now: int
+    nows: list[int]
     future: Future
 
 
@@ -112,8 +119,11 @@ class Worker:
         self._lock = threading.Lock()
         self._busy = False
         self._in_flight: _InFlight | None = None
+        self._pending: list = []                   # checkpoints of steps taken while a commit was in flight
+        self._pending_nows: list[int] = []         # and those steps' production times (held in the tracker)
         self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"millwheel-commit-{index}")
         self.commits_waited = 0                    # transactions the worker thread had to wait for
+        self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
         self._deferred: list = []
         self._lows: dict[str, int] = {}
@@ -193,6 +203,9 @@ class Worker:
             while not self._stopping.is_set():
                 self.step(self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6))
             self._land(wait=True)
+            if self._pending:         # steps taken while the last commit was in flight: theirs go out too
+                self._send_commit([], None)
+                self._land(wait=True)
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
             self._fail(e)
         finally:
@@ -201,7 +214,7 @@ class Worker:
     @property
     def busy(self) -> bool:
         """A step is running or a commit is in flight."""
-        return self._busy or self._in_flight is not None
+        return self._busy or self._in_flight is not None or bool(self._pending)
 
     def step(self, items: list) -> None:
         self._busy = True
@@ -222,12 +235,23 @@ class Worker:
             now = self.tracker.hold_production_time(self.clock.now_us)  # until its productions are registered
             try:
                 commits = self._batch(work, comps, now)
-                if commits:
-                    self._land(wait=True)   # the previous step's commit lands before this one goes out
             except BaseException:
                 self.tracker.release_production_time(now)
                 raise
-            self._send_commit(commits, now)
+            flight = self._in_flight
+            if flight is not None and not flight.future.done():
+                # the previous commit is still in flight: this step's checkpoints wait beside it (group
+                # commit) instead of the thread, which takes the records arriving meanwhile; they all go
+                # out as one transaction when it lands (its CommitLanded wakes this thread)
+                if commits:
+                    self.steps_grouped += 1
+                    self._pending.extend(commits)
+                    self._pending_nows.append(now)
+                else:
+                    self.tracker.release_production_time(now)
+            else:
+                self._land(wait=True)   # landed already: carried out before the next commit goes out
+                self._send_commit(commits, now)
             self._report_watermarks()
         finally:
             self._busy = False
@@ -332,17 +356,21 @@ class Worker:
         events.append(TimePassed(now))
         return events
 
-    def _send_commit(self, commits: list, now: int) -> None:
-        """Hand the step's commits, one transaction, to the commit thread (no commit is in flight now).
-        The checkpoints of cores that lost their interval meanwhile (a commit refused at the landing just
-        before) are dropped: their records went back with the refusal."""
-        commits = [(core, c) for core, c in commits if core.awaits(c.commit_id)]
+    def _send_commit(self, commits: list, now: int | None) -> None:
+        """Hand the step's commits, with those of the steps taken while the previous commit was in flight,
+        as one transaction to the commit thread (no commit is in flight now). The checkpoints of cores that
+        lost their interval meanwhile (a commit refused at the landing just before) are dropped: their
+        records went back with the refusal."""
+        nows = self._pending_nows + ([] if now is None else [now])
+        commits = [(core, c) for core, c in self._pending + commits if core.awaits(c.commit_id)]
+        self._pending, self._pending_nows = [], []
         if not commits:
-            self.tracker.release_production_time(now)
+            for t in nows:
+                self.tracker.release_production_time(t)
             return
         writes = [w for _, c in commits for w in c.writes]
         future = self._committer.submit(self.store.commit, writes)
-        self._in_flight = _InFlight(commits, now, future)
+        self._in_flight = _InFlight(commits, nows, future)
         future.add_done_callback(lambda _: self.inbox.put_many([CommitLanded()]))
 
     def _land(self, wait: bool) -> None:
@@ -355,7 +383,7 @@ class Worker:
         if not flight.future.done():
             self.commits_waited += 1
         self._in_flight = None
-        now = flight.now
+        now = max(flight.nows)
         self._dirty.update(core for core, _ in flight.commits)   # their records are acked or handed back now
         try:
             try:
@@ -376,7 +404,8 @@ class Worker:
             sends, self._sends = self._sends, []
             self.tracker.send(sends)
         finally:
-            self.tracker.release_production_time(now)
+            for t in flight.nows:
+                self.tracker.release_production_time(t)
 
     def _execute(self, core: IntervalCore, commands: list, now: int, commits: list, reports: list | None = None,
                  runs: list | None = None) -> None:

@@ -1,5 +1,6 @@
-"""A worker's commit runs beside its next step: other keys are processed meanwhile, the committing key
-waits, acks follow the landing, and dedup GC does not pass the productions of a commit in flight."""
+"""A worker's commit runs beside its next steps: other keys are processed meanwhile (the thread does
+not wait for the landing; their checkpoints go out together when it lands), the committing key waits,
+acks follow the landing, and dedup GC does not pass the productions of a commit in flight."""
 from __future__ import annotations
 
 import threading
@@ -54,18 +55,22 @@ def test_the_next_step_runs_other_keys_while_a_commit_is_in_flight(tmp_path):
         assert store.entered.wait(30)          # k0's checkpoint is in flight, held by the store
         inj.push([_rec("k0", 1), _rec("k1", 2)])
         wait_until(lambda: ("k1", 2) in Seen.ran, 30, message="k1 run while k0's commit is in flight")
+        # the worker thread does not wait for the commit in flight after k1's step (group commit): it
+        # takes and runs k2, which arrives after that step, while k0's commit is still held
+        inj.push([_rec("k2", 3)])
+        wait_until(lambda: ("k2", 3) in Seen.ran, 10, message="k2 run while k0's commit is still in flight")
         assert ("k0", 1) not in Seen.ran       # k0 stays locked until its commit lands
         worker = rt.workers[0]
         assert worker.busy
+        assert worker.steps_grouped >= 2       # k1's and k2's checkpoints wait beside the commit in flight
         assert rt.statistics().computations["count"].records_processed == 0   # counted at the landing
         assert rt.tracker.in_flight > 0        # nothing acked before its commit landed
         store.release.set()
-        wait_until(lambda: rt.statistics().computations["count"].records_processed == 3, 30, message="all counted")
+        wait_until(lambda: rt.statistics().computations["count"].records_processed == 4, 30, message="all counted")
         assert Seen.ran.index(("k0", 0)) < Seen.ran.index(("k0", 1))
-        states = {k: orjson.loads(v)["n"] for k, v in store.read_states("count", ["k0", "k1"]).items()}
-        assert states == {"k0": 2, "k1": 1}
+        states = {k: orjson.loads(v)["n"] for k, v in store.read_states("count", ["k0", "k1", "k2"]).items()}
+        assert states == {"k0": 2, "k1": 1, "k2": 1}
         wait_until(lambda: rt.tracker.in_flight == 0 and not worker.busy, 30, message="acked after the landing")
-        assert worker.commits_waited >= 1      # the step after k1's run waited for k0's commit
     finally:
         store.release.set()
         rt.stop()
