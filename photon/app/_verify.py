@@ -755,6 +755,7 @@ def _recoverable_rows(spark, lost: list, judged: dict, aged_before_us: int) -> l
 def _write_rows(rows: list[tuple], folder: Path) -> None:
     """The recoverable rows as one Parquet file in ``folder`` (replaced), as Spark would write them."""
     import shutil
+
     import pyarrow as pa
     import pyarrow.parquet as pq
     types = {"string": pa.string(), "bigint": pa.int64()}
