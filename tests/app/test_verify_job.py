@@ -231,7 +231,8 @@ def test_beyond_the_bit_mask_regions_are_counted_as_sets_with_the_same_report(tm
     two-region world (a cross-region duplicate, a click unjoinable everywhere) gives the same report."""
     import photon.app._verify as verify
     monkeypatch.setattr(verify, "MASK_REGIONS", 0)
-    test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark)
+    test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark, "on_driver",
+                                                                                monkeypatch)
 
 
 def test_ids_are_read_as_the_pipeline_reads_them_whatever_the_line_looks_like(tmp_path, spark):
