@@ -59,6 +59,8 @@ STOPPED_REASON = "its joiner is no longer running"
 AGED_REASON = "registered over [verify].lost_after_s ago by a joiner that cannot be seen"
 TOKEN_PREFIX = r"^(.*)/[^/]*$"        # a token's joiner (host:port/pid/start_us) without its sequence number
 MASK_REGIONS = 62                     # up to this many regions, an id's regions are a bit mask in a long
+LOOKUP_ON_DRIVER = 50_000             # ids needing more (lost, duplicated, unjoinable everywhere) up to this
+                                      # many are collected and looked up by value, beyond it by joins in Spark
 
 
 class VerifyInputError(Exception):
@@ -503,24 +505,56 @@ def _lines_of(spark, config: PhotonConfig, foreign, wanted):
     """``(id, raw, ref)``: one foreign line (as logged) and its reference of every id of ``wanted`` (rows
     ``(id)``, few: lost ids and those unjoinable everywhere) that some region's input holds. Read again from
     the same files; a cheap pattern keeps the lines whose leading id is wanted and those it cannot read, and
-    only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before)."""
+    only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before).
+
+    ``wanted`` may also be the ids themselves (a list, on the driver): then they are matched by value
+    (:func:`_one_of`, no join, no shuffle) and every line of a wanted id is returned (the caller keeps one)."""
     from pyspark.sql import functions as F
     ids, ref_field = config.join.foreign_ids, config.join.foreign_ref_field
     pattern = None if ids.custom else _fast_id_pattern(ids.id_field)
-    wanted = wanted.select("id").distinct()
+    by_value = isinstance(wanted, list)
+    if not by_value:
+        wanted = wanted.select("id").distinct()
     frames = []
     for _, lines in foreign:
         values = lines.values(spark)
         if pattern is not None:     # a line naming the field twice or escaping a name may mean another id
-            hit = wanted.select(F.col("id").alias("fast"), F.lit(True).alias("hit"))
             again = F.locate(f'"{ids.id_field}"', F.col("value"), len(ids.id_field) + 4) > 0
-            values = values.withColumn("fast", F.regexp_extract("value", pattern, 1)).join(hit, "fast", "left") \
-                .filter(F.col("hit").isNotNull() | (F.col("fast") == "") | again | F.col("value").contains("\\u")) \
+            values = values.withColumn("fast", F.regexp_extract("value", pattern, 1))
+            if by_value:
+                hit = _one_of("fast", wanted)
+            else:
+                values = values.join(wanted.select(F.col("id").alias("fast"), F.lit(True).alias("hit")), "fast", "left")
+                hit = F.col("hit").isNotNull()
+            values = values.filter(hit | (F.col("fast") == "") | again | F.col("value").contains("\\u")) \
                 .select("value")
-        frames.append(_ids(values, ids, ref_field).join(wanted, "id", "left_semi"))
+        parsed = _ids(values, ids, ref_field)
+        frames.append(parsed.filter(_one_of("id", wanted)) if by_value else parsed.join(wanted, "id", "left_semi"))
     found = union_all(frames)
+    if by_value:
+        return found.select("id", F.col("value").alias("raw"), "ref")
     return found.groupBy("id").agg(F.first(F.struct(F.col("value").alias("raw"), "ref")).alias("line")) \
         .select("id", "line.raw", "line.ref")
+
+
+def _sql_literal(value) -> str:
+    """``value`` (str, int, bool or None) as a Spark SQL literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return f"{value}L"
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _one_of(column: str, values: list):
+    """``column IN (values)``, the values (strings) written into one SQL expression: one call into the JVM
+    however many they are (the optimizer makes it a hash set), where ``isin`` makes a call per value."""
+    from pyspark.sql import functions as F
+    if not values:
+        return F.lit(False)
+    return F.expr(f"`{column}` IN ({','.join(_sql_literal(v) for v in values)})")
 
 
 def _token_prefixes(export_files: list[str], since_us, until_us) -> list[str]:
@@ -557,8 +591,9 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts; a second
     aggregation folds every id that needs nothing more into the counts, and only that small result (the
     counts and the lost, duplicated and unjoinable-everywhere ids) is cached. The lost ids' lines and
-    registry entries are then looked up (the input read again, the export's Parquet), joined with the
-    joiners' verdicts and the ledgers."""
+    registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
+    when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
+    (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
     from pyspark.sql import functions as F
     from photon.app._spark import progress
 
@@ -600,23 +635,17 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
                 raise _bad_line_error(spark, config, outputs, sources)
             counts = {k: int(v or 0) for k, v in counts.items()}
             every = summary.filter(F.col("id").isNotNull())    # the ids that need more
-            dups = ()
-            if counts["duplicates"]:
-                dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
-                             .select("id", "n_out").orderBy("id").limit(20).collect())
             everywhere, lost_n = counts.pop("everywhere"), counts["lost"]
-            wanted = every.filter(((F.col("lost") > 0) | (F.col("everywhere") > 0)) & F.col("in_regions").isNotNull())
-            lines = _lines_of(spark, config, foreign, wanted) if everywhere or lost_n else None
-            wrongly = 0
-            if everywhere:
-                primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
-                    .select(F.col("id").alias("ref")).distinct()
-                wrongly = every.filter(F.col("everywhere") > 0).join(lines, "id") \
-                    .join(primary, "ref", "left_semi").count()
             recoverable_path = out / "recoverable"
-            recoverable = _recoverable(spark, every, lines, export_files, judged, ledger, aged_before_us) if lost_n \
-                else spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in RECOVERABLE_COLUMNS))
-            recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
+            if counts["duplicates"] + everywhere + lost_n <= LOOKUP_ON_DRIVER:
+                dups, wrongly, rows = _look_up_on_driver(spark, config, foreign, every, counts["duplicates"],
+                                                         everywhere, lost_n, export_files, judged, ledger,
+                                                         aged_before_us)
+                _write_rows(rows, recoverable_path)
+            else:
+                dups, wrongly = _look_up_in_spark(spark, config, foreign, every, counts["duplicates"], everywhere,
+                                                  lost_n, export_files, judged, ledger, aged_before_us,
+                                                  recoverable_path)
             counts["recoverable"] = _parquet_rows(recoverable_path)    # counted from what was written
             timings["join_s"] = time.perf_counter() - t0
         finally:
@@ -624,6 +653,118 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
                         recoverable_path=str(recoverable_path), export_dir=str(export_dir),
                         timings={k: round(v, 3) for k, v in timings.items()})
+
+
+def _look_up_in_spark(spark, config: PhotonConfig, foreign, every, duplicates: int, everywhere: int, lost_n: int,
+                      export_files, judged, ledger, aged_before_us: int, recoverable_path: Path):
+    """``(duplicate ids, wrongly unjoinable)``, the recoverable rows written to ``recoverable_path``: the
+    lookups by joins inside Spark, for more ids than :data:`LOOKUP_ON_DRIVER` (``every``: the rows of
+    :func:`_summary` with an id)."""
+    from pyspark.sql import functions as F
+    dups = ()
+    if duplicates:
+        dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
+                     .select("id", "n_out").orderBy("id").limit(20).collect())
+    wanted = every.filter(((F.col("lost") > 0) | (F.col("everywhere") > 0)) & F.col("in_regions").isNotNull())
+    lines = _lines_of(spark, config, foreign, wanted) if everywhere or lost_n else None
+    wrongly = 0
+    if everywhere:
+        primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
+            .select(F.col("id").alias("ref")).distinct()
+        wrongly = every.filter(F.col("everywhere") > 0).join(lines, "id").join(primary, "ref", "left_semi").count()
+    recoverable = _recoverable(spark, every, lines, export_files, judged, ledger, aged_before_us) if lost_n \
+        else spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in RECOVERABLE_COLUMNS))
+    recoverable.coalesce(1).write.mode("overwrite").parquet(str(recoverable_path))
+    return dups, wrongly
+
+
+def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: int, everywhere: int, lost_n: int,
+                       export_files, judged, ledger, aged_before_us: int):
+    """``(duplicate ids, wrongly unjoinable, recoverable rows)`` when at most :data:`LOOKUP_ON_DRIVER` ids need
+    more (``every``: the rows of :func:`_summary` with an id). Those rows are collected (from the cache);
+    the lost ids' lines and registry entries are then found in one scan of the foreign input and the export
+    filtered by value (:func:`_one_of`: no join, no shuffle, one job), and, when some id is unjoinable
+    everywhere, the primaries of their references in one more; the recoverable rule
+    (:func:`_recoverable_rows`) runs on the driver's rows. Nothing at all is read again when no id is lost
+    or unjoinable everywhere."""
+    from pyspark.sql import functions as F
+    if not (duplicates or everywhere or lost_n):
+        return (), 0, []
+    needs = every.select("id", "n_out", "in_regions", "lost", "everywhere").collect()
+    dups = tuple(sorted((r.id, int(r.n_out)) for r in needs if r.n_out is not None and r.n_out > 1)[:20])
+    wanted = sorted(r.id for r in needs if (r.lost or r.everywhere) and r.in_regions is not None)
+    lost = sorted(r.id for r in needs if r.lost)
+    lines, entries = {}, {}
+    if wanted or lost:
+        frames = []
+        if wanted:
+            frames.append(_lines_of(spark, config, foreign, wanted)
+                          .select("id", F.lit("line").alias("kind"), F.col("raw").alias("a"),
+                                  F.col("ref").alias("b"), F.lit(None).cast("long").alias("c")))
+        if lost:
+            exported = spark.read.parquet(*export_files)
+            registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
+            frames.append(exported.filter(F.col("token").isNotNull() & _one_of("id", lost))
+                          .select("id", F.lit("entry").alias("kind"), F.col("token").alias("a"),
+                                  F.lit(None).cast("string").alias("b"), registered_us.cast("long").alias("c")))
+        for r in union_all(frames).collect():     # an id's first line, and first entry, as Spark's first()
+            (lines if r.kind == "line" else entries).setdefault(r.id, r)
+    wrongly = 0
+    if everywhere:
+        refs = [lines[r.id].b for r in needs if r.everywhere and r.id in lines]     # each one's first line's
+        found = set()
+        if any(ref is not None for ref in refs):
+            primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True)
+            wanted_refs = sorted({ref for ref in refs if ref is not None})
+            found = {r.id for r in primary.filter(_one_of("id", wanted_refs)).select("id").distinct().collect()}
+        wrongly = sum(1 for ref in refs if ref is not None and ref in found)
+    in_ledger = set(ledger)
+    rows = []
+    for r in needs:
+        if not r.lost:
+            continue
+        entry, line = entries.get(r.id), lines.get(r.id) if r.in_regions is not None else None
+        token = entry.a if entry is not None else None
+        rows.append((r.id, token, entry.c if entry is not None else None, line.a if line else None,
+                     line.b if line else None, (r.id, token) in in_ledger))
+    return dups, wrongly, _recoverable_rows(spark, rows, judged, aged_before_us)
+
+
+def _recoverable_rows(spark, lost: list, judged: dict, aged_before_us: int) -> list[tuple]:
+    """The recoverable rows (:data:`RECOVERABLE_COLUMNS`) of ``lost`` (``(id, token, registered_us, raw, ref,
+    in_ledger)`` tuples) by :func:`_mark_lost`, the same rule as inside Spark, here over an inline table:
+    Spark evaluates it while planning, so no job runs."""
+    from pyspark.sql import functions as F
+    if not lost:
+        return []
+    values = ",".join("(" + ",".join(_sql_literal(v) for v in row) + ")" for row in lost)
+    table = spark.sql(f"SELECT * FROM VALUES {values} AS t(id, token, registered_us, raw, ref, in_ledger)")
+    table = table.select("id", F.col("token").cast("string").alias("token"),
+                         F.col("registered_us").cast("long").alias("registered_us"),
+                         F.col("raw").cast("string").alias("raw"), F.col("ref").cast("string").alias("ref"),
+                         F.col("in_ledger").cast("boolean").alias("in_ledger"))
+    cases = [(p, v) for p, v in sorted(judged.items()) if v in (STOPPED, UNSEEN)]
+    verdict = F.expr("CASE prefix " + " ".join(f"WHEN {_sql_literal(p)} THEN {_sql_literal(v)}" for p, v in cases)
+                     + " END") if cases else F.lit(None).cast("string")
+    table = table.withColumn("prefix", F.regexp_extract("token", TOKEN_PREFIX, 1)).withColumn("verdict", verdict) \
+        .withColumn("n_out", F.lit(None).cast("long"))
+    return [tuple(r) for r in _mark_lost(table, aged_before_us).filter("is_recoverable")
+            .select(*(c for c, _ in RECOVERABLE_COLUMNS)).collect()]
+
+
+def _write_rows(rows: list[tuple], folder: Path) -> None:
+    """The recoverable rows as one Parquet file in ``folder`` (replaced), as Spark would write them."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    types = {"string": pa.string(), "bigint": pa.int64()}
+    schema = pa.schema([(c, types[t]) for c, t in RECOVERABLE_COLUMNS])
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    table = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    pq.write_table(table, folder / "part-00000.parquet")
 
 
 def _parquet_rows(folder: Path) -> int:

@@ -46,7 +46,11 @@ def live_token(seq: int = 1) -> str:
     return f"127.0.0.1:5001/{os.getpid()}/{time.time_ns() // 1000}/{seq}"
 
 
-def test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark):
+@pytest.mark.parametrize("lookup", ["on_driver", "joins_in_spark"])
+def test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark, lookup,
+                                                                                monkeypatch):
+    if lookup == "joins_in_spark":     # more ids needing more than the driver takes: the same by joins
+        monkeypatch.setattr("photon.app._verify.LOOKUP_ON_DRIVER", 0)
     config = make_world(tmp_path)
     q = [GEN.next_id() for _ in range(6)]
     c = [GEN.next_id() for _ in range(6)]
@@ -227,7 +231,8 @@ def test_beyond_the_bit_mask_regions_are_counted_as_sets_with_the_same_report(tm
     two-region world (a cross-region duplicate, a click unjoinable everywhere) gives the same report."""
     import photon.app._verify as verify
     monkeypatch.setattr(verify, "MASK_REGIONS", 0)
-    test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark)
+    test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(tmp_path, spark, "on_driver",
+                                                                                monkeypatch)
 
 
 def test_ids_are_read_as_the_pipeline_reads_them_whatever_the_line_looks_like(tmp_path, spark):
