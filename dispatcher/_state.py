@@ -63,7 +63,15 @@ more than twice as many entries plus this many (resolved ids leave it lazily).""
 _MAX_ATTEMPT_TABLE = 64
 
 
+def _key_and_time(ref: str) -> tuple[str, int]:
+    """A Photon id's query key (``<server_ip>:<process_id>``) and its timestamp; ``ref`` passed
+    ``is_event_id`` already."""
+    return ref[:-TIMESTAMP_DIGITS - 1], int(ref[-TIMESTAMP_DIGITS:])
+
+
+
 # ---------------------------------------------------------------- statistics
+
 
 @dataclass(frozen=True)
 class DispatcherStatistics:
@@ -611,9 +619,7 @@ class DispatcherState:
         if cid in self._unhold:
             self._unhold.discard(cid)
             return False
-        ref = self._events[cid][_REF]
-        key = ref[:-TIMESTAMP_DIGITS - 1]
-        t = int(ref[-TIMESTAMP_DIGITS:])
+        key, t = _key_and_time(self._events[cid][_REF])
         if t <= read_to.get(key, self._store_through_us):
             return False
         heap = self._ahead.get(key)
@@ -631,8 +637,8 @@ class DispatcherState:
         ahead: dict[str, list[tuple[int, str]]] = {}
         events = self._events
         for cid in self._ahead_since:
-            ref = events[cid][_REF]
-            ahead.setdefault(ref[:-TIMESTAMP_DIGITS - 1], []).append((int(ref[-TIMESTAMP_DIGITS:]), cid))
+            key, t = _key_and_time(events[cid][_REF])
+            ahead.setdefault(key, []).append((t, cid))
         for heap in ahead.values():
             heapq.heapify(heap)
         self._ahead = ahead
