@@ -69,7 +69,6 @@ def _key_and_time(ref: str) -> tuple[str, int]:
     return ref[:-TIMESTAMP_DIGITS - 1], int(ref[-TIMESTAMP_DIGITS:])
 
 
-
 # ---------------------------------------------------------------- statistics
 
 
