@@ -55,6 +55,12 @@ def process_kind(proc: psutil.Process) -> str:
         return "spark-jvm"
     if "-m" in cmd:
         mod = cmd[cmd.index("-m") + 1]
+        if mod == "photon.app._forkserver":     # the fork server, or a service it forked (named by its room)
+            try:
+                name = proc.name()
+            except psutil.Error:
+                return "?"
+            return "forkserver" if name.startswith("python") else name
         return {"photon.app.cli": "launcher", "bench.compare": "spark-driver"}.get(mod, mod.split(".")[0])
     if any(c.endswith(("pyspark.daemon", "pyspark.worker")) for c in cmd):
         return "spark-python-worker"
@@ -98,15 +104,19 @@ class TreeSampler(threading.Thread):
             with self.lock:
                 was = self.kind.get(p.pid)
                 # a launcher script may exec the JVM in place, and a child caught between fork and exec still
-                # shows its parent's command line (the launcher's): both are classified again until they settle
-                if was in (None, "?", "spark-python-worker", "bash") or (was == "launcher" and p.pid != self.root):
+                # shows its parent's command line (the launcher's): both are classified again until they settle;
+                # so is a service the fork server forked, until it has named itself
+                if was in (None, "?", "spark-python-worker", "bash", "forkserver") or (
+                        was == "launcher" and p.pid != self.root):
                     self.kind[p.pid] = process_kind(p)
-                    settled = self.kind[p.pid] not in ("?", "spark-jvm", "bash") and not (
+                    settled = self.kind[p.pid] not in ("?", "spark-jvm", "bash", "forkserver") and not (
                         self.kind[p.pid] == "launcher" and p.pid != self.root)
                     if self.on_new and self.kind[p.pid] != was and settled and _is_python(p):
                         self.on_new(p.pid, self.kind[p.pid])
                 kind = self.kind[p.pid]
-                self.cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                # the fork server's reaped children are the services, sampled on their own
+                reaped = 0.0 if kind == "forkserver" else t.children_user + t.children_system
+                self.cpu[p.pid] = t.user + t.system + reaped
                 self.peak_rss[kind] = max(self.peak_rss.get(kind, 0), rss)
 
     def run(self) -> None:

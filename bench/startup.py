@@ -10,6 +10,7 @@ contract. Figures, not a pass/fail test; the machine's load average is printed b
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -47,6 +48,7 @@ def one_run(root: Path, timeout_s: float) -> dict:
     follower = OutputFollower(root / "out" / "a" / "joined")
     logs = root / "state" / "a" / "logs"
     status = root / "state" / "a" / "dispatcher" / "status.json"
+    state = root / "state" / "a" / "launcher.json"
     seen: dict[int, tuple[str, psutil.Process]] = {proc.pid: ("launcher", launcher)}
     names: dict[int, str] = {proc.pid: "launcher"}
     fig: dict = {}
@@ -65,7 +67,7 @@ def one_run(root: Path, timeout_s: float) -> dict:
                     seen[k.pid] = ("?", k)
                     first_seen[k.pid] = now
                 if k.pid not in names:       # named once it runs its own program (not the launcher's fork)
-                    name = _name(k)
+                    name = _name(k, state, proc.pid)
                     if name:
                         names[k.pid] = name
                         fig[f"start {name}"] = round(first_seen[k.pid], 3)
@@ -106,12 +108,23 @@ def one_run(root: Path, timeout_s: float) -> dict:
     return dict(sorted(fig.items(), key=lambda kv: (kv[0].startswith("cpu"), kv[1] if not kv[0].startswith("cpu") else 0, kv[0])))
 
 
-def _name(p: psutil.Process) -> str:
-    """The launcher's name for one of its processes (``PHOTON_PROCESS`` in its environment), once it runs
-    its own program; "" before."""
+def _name(p: psutil.Process, state: Path, launcher_pid: int) -> str:
+    """The launcher's name for one of its processes, once it runs its own program ("" before): its pid in
+    the launcher's ``launcher.json`` (a service forked by the fork server), else ``PHOTON_PROCESS`` in its
+    environment (a process the launcher started itself); ``forkserver`` for the fork server."""
     try:
-        if process_kind(p) == "launcher":
+        kind = process_kind(p)
+        if kind == "launcher":
             return ""
+        if kind == "forkserver":      # the fork server, or a service it forked that has not named itself yet
+            return "forkserver" if p.ppid() == launcher_pid else ""
+        try:
+            listed = json.loads(state.read_text())["processes"]
+        except (OSError, ValueError, KeyError):
+            listed = {}
+        for name, entry in listed.items():
+            if entry.get("pid") == p.pid:
+                return name
         return p.environ().get("PHOTON_PROCESS", "")
     except psutil.Error:
         return ""

@@ -23,10 +23,12 @@ import idregistry
 import joiner
 from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, ports_written_once,
                     storage_kind, stream_source, tls_env)
+from photon.app._forkserver import ForkServer
 from photon.app._regions import LAUNCHER_FILE, LAUNCHER_HOLDER, LOCK_FILE, RegionControls, held_by_launcher
 from photon.app._supervisor import Supervisor
 
 EXIT_OK, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 3, 130
+FORKSERVER_LOG = "forkserver.log"
 
 
 def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]) -> list[ProcessSpec]:
@@ -73,7 +75,10 @@ class Launcher:
         self.options = options
         self.echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
         state_file = launcher_state_file(config, options.regions)
-        self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=self._child_env(config), echo=self.echo)
+        env = self._child_env(config)
+        self.forkserver = ForkServer(env, state_file.parent / "logs" / FORKSERVER_LOG, echo=self.echo)
+        self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=env, echo=self.echo,
+                                     forkserver=self.forkserver)
         self.started_at = time.monotonic()
         self._region_specs: list[ProcessSpec] | None = None
         self.registry_export: Path | None = None     # taken at catch-up (--until-caught-up), see _export_registry
@@ -134,7 +139,17 @@ class Launcher:
 
     def run(self) -> int:
         """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out).
-        Raises :class:`AlreadyRunning` when another launcher runs one of these regions."""
+        Raises :class:`AlreadyRunning` when another launcher runs one of these regions.
+
+        The fork server (:mod:`photon.app._forkserver`) starts first, so it imports the services' modules
+        while this process checks the inputs and plans; every service is then forked from it."""
+        self.forkserver.start()
+        try:
+            return self._run()
+        finally:
+            self.forkserver.close()      # after the supervisor has stopped its children (a no-op then)
+
+    def _run(self) -> int:
         self.check_inputs()
         self._locks = lock_state_dirs(self.config, self.options.regions)
         for region in self.regions():

@@ -31,7 +31,7 @@ _PR_SET_PDEATHSIG = 1
 @dataclass
 class _Child:
     spec: object
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | None = None     # or a ForkedProcess (photon.app._forkserver), alike to the supervisor
     restarts: int = 0
     next_start: float = 0.0
     backoff_s: float = 0.5
@@ -76,6 +76,9 @@ class RotatingLog:
 
 
 def _describe_exit(code: int) -> str:
+    from photon.app._forkserver import STATUS_LOST
+    if code == STATUS_LOST:
+        return "ended with its fork server (exit status unknown)"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -89,8 +92,10 @@ class Supervisor:
     restarts dead children with a growing delay (0.5 s doubling to 10 s); ``stop()`` stops by role in
     :data:`STOP_ORDER`, SIGTERM first and SIGKILL after ``grace_s``."""
 
-    def __init__(self, log_dir: Path, state_file: Path, env: dict | None = None, echo=None) -> None:
+    def __init__(self, log_dir: Path, state_file: Path, env: dict | None = None, echo=None,
+                 forkserver=None) -> None:
         self.log_dir = Path(log_dir)
+        self.forkserver = forkserver     # a photon.app._forkserver.ForkServer: services start forked from it
         self.state_file = Path(state_file)
         self.env = env
         self.children: dict[str, _Child] = {}
@@ -175,6 +180,8 @@ class Supervisor:
     def stop(self, grace_s: float = 20.0) -> None:
         self.stopping = True
         self._stop_group([c for c in self.children.values() if c.proc is not None], grace_s)
+        if self.forkserver is not None:        # last: its children die with it
+            self.forkserver.close()
         self._write_state()
 
     def _stop_group(self, children: list, grace_s: float) -> None:
@@ -199,12 +206,33 @@ class Supervisor:
         except OSError:
             pass                      # the pump drops what it cannot write
         log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
-        child.proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=_die_with_parent, env=self._env(child.spec))
+        env = self._env(child.spec)
+        child.proc = self._fork(child.spec.argv, env)
+        if child.proc is None:
+            child.proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=_die_with_parent, env=env)
         threading.Thread(target=log.pump, args=(child.proc.stdout,), name=f"log-{child.spec.name}",
                          daemon=True).start()
         child.started_at = time.monotonic()
+
+    def _fork(self, argv, env: dict):
+        """The child forked by the fork server (its output on a pipe read here, as a started child's), or
+        None when there is no fork server or it cannot start this one (the caller starts it directly)."""
+        from photon.app._forkserver import ForkServerUnavailable
+        server = self.forkserver
+        if server is None or not server.can_fork(argv, env):
+            return None
+        read_end, write_end = os.pipe()
+        try:
+            proc = server.spawn(argv, env, write_end)
+        except ForkServerUnavailable:
+            os.close(read_end)
+            return None
+        finally:
+            os.close(write_end)
+        proc.stdout = open(read_end, "rb")  # noqa: SIM115  (the log pump closes it at the end of the output)
+        return proc
 
     def _env(self, spec) -> dict:
         """The child's environment: the launcher's, plus where it serves metrics and the labels they carry."""
@@ -215,9 +243,12 @@ class Supervisor:
         return env
 
     def _write_state(self) -> None:
-        state = {"launcher_pid": os.getpid(), "down_regions": sorted(self.held_regions), "processes": {
+        server = self.forkserver
+        state = {"launcher_pid": os.getpid(), "down_regions": sorted(self.held_regions),
+                 "forkserver_pid": server.pid if server is not None and not server.broken else None, "processes": {
             name: {"pid": c.proc.pid if c.proc else None, "role": c.spec.role, "region": c.spec.region,
                    "restarts": c.restarts, "argv": list(c.spec.argv),
+                   "forked": bool(getattr(c.proc, "forked", False)),
                    "address": c.spec.address, "metrics": c.spec.metrics_address}
             for name, c in self.children.items()}}
         try:

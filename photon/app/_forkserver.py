@@ -1,0 +1,426 @@
+"""The fork server: services start from one process that has imported their modules already.
+
+Every service process of ``photon run`` is ``python -m <room>.main ...``, and each spent 0.1-0.2 s of CPU
+importing the same modules (gRPC, protobuf, pysyncobj, the base, its room) while eight of them started at
+once on a few cores. The launcher now starts one fork server first (``python -m photon.app._forkserver``,
+in parallel with its own planning); it imports :data:`PRELOAD` once and then forks each service on request,
+so a service starts with its imports done and runs its main module as ``python -m`` would
+(:func:`runpy._run_module_as_main`, the same call ``-m`` makes).
+
+Why the fork is safe:
+
+* The fork server never starts a thread, a gRPC channel or server, a Raft node or a metrics server: it
+  only imports. It checks that it is single-threaded (``/proc/self/task``) after importing and refuses to
+  serve otherwise (the launcher then starts processes as before). gRPC's core is initialised by its first
+  channel or server (``grpc_init``), not by ``import grpc``, and its optional fork support
+  (``GRPC_ENABLE_FORK_SUPPORT``, off by default) only matters to a process that forks *after* using gRPC;
+  gRPC's own guidance for multiprocessing servers is this pattern: import in the parent, create every
+  channel and server after the fork in the child. pysyncobj starts its threads and sockets when a
+  ``SyncObj`` is created, never on import.
+* A forked service gets exactly the environment it asked for (``os.environ`` replaced), a new session,
+  ``/dev/null`` on stdin and the launcher's pipe on stdout/stderr, default signal handlers, and the
+  interpreter's own after-fork hooks (``random`` reseeded, ``logging``'s locks renewed). What differs from a
+  fresh interpreter: its command line (``/proc/<pid>/cmdline``) is the fork server's (its ``comm``, as
+  ``ps -o comm`` shows, is its room's name) and it shares the fork server's string-hash seed. A module
+  that reads the environment when imported would see the fork server's: so only a request whose
+  environment differs from the fork server's in the per-process keys the supervisor adds
+  (:data:`PER_PROCESS_ENV`) is forked; any other is started as before.
+
+Supervision (the launcher's side, :class:`ForkServer`): the fork server answers each request with the
+child's pid and a pidfd (``pidfd_open``) passed over the socket, reaps its children and sends each exit
+status (as ``subprocess`` reports it: the exit code, or minus the signal). :class:`ForkedProcess` offers
+the part of :class:`subprocess.Popen` the supervisor uses (``pid``, ``stdout``, ``poll``, ``wait``,
+``send_signal``, ``kill``, ``returncode``), signalling through the pidfd so a pid reused after the child
+was reaped is never hit. Children die with the fork server (``PR_SET_PDEATHSIG``), which dies with the
+launcher, as directly started children died with it before. If the fork server dies, the exit status of
+each child it had is lost (:data:`STATUS_LOST`; the pidfd still says when the child has ended) and the
+supervisor starts processes as before from then on.
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PRELOAD = ("grpc", "google.protobuf", "pysyncobj", "photon", "photon._config", "photon._service",
+           "idregistry.main", "eventstore.main", "joiner.main", "dispatcher.main",
+           "prometheus_client", "photon._metrics")
+"""What the fork server imports before it forks anything: gRPC, protobuf and pysyncobj, the base, every
+service room's main module (which imports its server) and the metrics' stack."""
+
+PER_PROCESS_ENV = frozenset({"PHOTON_REGION", "PHOTON_PROCESS", "PHOTON_METRICS_ADDR"})
+"""Environment keys a forked service may have that differ from the fork server's (read at run time only)."""
+
+STATUS_LOST = 256
+"""``returncode`` of a forked process that ended after its fork server died: its status is not known."""
+
+REPLY_TIMEOUT_S = 60.0
+"""How long the launcher waits for the fork server to answer a request (its first answer comes after it
+has imported :data:`PRELOAD`, a second or more on a busy machine)."""
+
+_PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
+_MAX_MESSAGE = 1 << 20
+
+
+def _prctl(option: int, arg) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def _die_with_parent() -> None:
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+# --- the fork server's own process -------------------------------------------------------------------------
+
+class _Job:
+    """What a forked child runs: set up in :func:`_become`, then ``python -m`` of ``argv[2]``."""
+
+    def __init__(self, argv: list, env: dict, cwd: str | None, out_fd: int, close_fds: list, server: int) -> None:
+        self.argv, self.env, self.cwd, self.out_fd, self.close_fds = argv, env, cwd, out_fd, close_fds
+        self.server = server          # the fork server's pid
+
+
+def _send(sock: socket.socket, message: dict, fds=()) -> None:
+    socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+
+
+def _serve(sock: socket.socket) -> _Job | None:
+    """The fork server's loop: fork on each request, report each child's exit. Returns ``None`` when the
+    launcher has closed the socket; returns the job in a forked child."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    server = os.getpid()
+    while True:
+        _reap(sock)
+        try:
+            ready, _, _ = select.select([sock, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        if sock not in ready:
+            continue
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 4)
+        except ConnectionResetError:
+            data, fds = b"", []
+        if not data:
+            return None
+        request = json.loads(data)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            return _Job(request["argv"], request["env"], request.get("cwd"), fds[0], [wake_r, wake_w, *fds[1:]],
+                        server)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        try:
+            _send(sock, {"id": request["id"], "pid": pid}, [pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        try:
+            _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        except OSError:
+            pass                   # the launcher is gone; this process ends with it
+
+
+def _become(job: _Job) -> None:
+    """In the forked child: a process of its own, as the supervisor would have started it."""
+    os.setsid()
+    _die_with_parent()
+    if os.getppid() != job.server:          # the fork server died before the death signal was armed
+        os._exit(1)
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for fd in job.close_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(job.out_fd, 1)
+    os.dup2(job.out_fd, 2)
+    os.close(job.out_fd)
+    os.environ.clear()
+    os.environ.update(job.env)
+    if job.cwd:
+        os.chdir(job.cwd)
+    module = job.argv[2]
+    _prctl(_PR_SET_NAME, ctypes.c_char_p(module.split(".")[0].encode()[:15]))
+    sys.argv = [module, *job.argv[3:]]
+
+
+def _refuse(sock: socket.socket, reason: str) -> int:
+    print(f"fork server: {reason}; the launcher starts processes itself", file=sys.stderr, flush=True)
+    try:
+        _send(sock, {"refused": reason})
+    except OSError:
+        pass
+    return 3
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    sock = socket.socket(fileno=int(args[args.index("--fd") + 1]))
+    t0 = time.process_time()
+    import importlib
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            return _refuse(sock, f"cannot import {name}: {e}")
+    threads = _thread_count()
+    if threads != 1:
+        return _refuse(sock, f"{threads} threads after importing (forking is safe with one only)")
+    print(f"fork server serving on its socket ({len(sys.modules)} modules imported in "
+          f"{time.process_time() - t0:.3f} CPU-s)", flush=True)
+    job = _serve(sock)
+    sock.close()                          # in a forked child too: the launcher's socket is the fork server's
+    if job is None:
+        return 0
+    _become(job)
+    import runpy
+    sys.modules.pop(job.argv[2], None)    # imported here for its imports; ``-m`` runs it afresh as __main__
+    runpy._run_module_as_main(job.argv[2], alter_argv=True)
+    return 0
+
+
+# --- the launcher's side ---------------------------------------------------------------------------------
+
+class ForkServerUnavailable(OSError):
+    """The fork server cannot start this process (it refused, died or did not answer); start it directly."""
+
+
+class ForkServer:
+    """The launcher's handle on its fork server: started by :meth:`start` (at once, so it imports while the
+    launcher plans), asked for processes by :meth:`spawn`, closed by :meth:`close` (after its children have
+    stopped: they die with it). Thread-safe."""
+
+    def __init__(self, env: dict | None, log_path, echo=None) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.log_path = log_path
+        self.echo = echo or (lambda msg: None)
+        self.proc: subprocess.Popen | None = None
+        self.broken = ""                 # why it serves no more ("" while it does)
+        self.exits: dict[int, int] = {}  # pid -> exit status, reported and not yet collected
+        self._sock: socket.socket | None = None
+        self._lock = threading.RLock()
+        self._next_id = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        """Start the fork server process (it imports :data:`PRELOAD`, then serves); a failure to start it
+        leaves :attr:`broken` set, and processes are started directly."""
+        with self._lock:
+            if self.proc is not None or self.broken:
+                return
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                os.makedirs(os.path.dirname(str(self.log_path)) or ".", exist_ok=True)
+                with open(self.log_path, "ab") as log:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-m", "photon.app._forkserver", "--fd", str(theirs.fileno())],
+                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        start_new_session=True, preexec_fn=_die_with_parent, env=self.env)
+            except OSError as e:
+                ours.close()
+                self._break(f"cannot start the fork server: {e}")
+                return
+            finally:
+                theirs.close()
+            self._sock = ours
+
+    def can_fork(self, argv, env: dict) -> bool:
+        """True when ``argv`` is ``python -m <module> ...`` of this interpreter and ``env`` differs from the
+        fork server's only in :data:`PER_PROCESS_ENV`, and the fork server serves."""
+        if self.broken or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m" or argv[2].startswith("-"):
+            return False
+        keys = (set(env) | set(self.env)) - PER_PROCESS_ENV
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def spawn(self, argv, env: dict, stdout_fd: int, cwd: str | None = None) -> ForkedProcess:
+        """Fork ``argv`` with ``env``, its stdout and stderr on ``stdout_fd`` (the caller closes its copy).
+        Raises :class:`ForkServerUnavailable` when the fork server cannot."""
+        with self._lock:
+            self.start()
+            if self.broken or self._sock is None:
+                raise ForkServerUnavailable(self.broken or "no fork server")
+            self._next_id += 1
+            request = {"id": self._next_id, "argv": list(argv), "env": env, "cwd": cwd}
+            try:
+                _send(self._sock, request, [stdout_fd])
+            except OSError as e:
+                self._break(f"the fork server does not listen: {e}")
+                raise ForkServerUnavailable(self.broken) from None
+            deadline = time.monotonic() + REPLY_TIMEOUT_S
+            while True:
+                message, fds = self._receive(max(0.0, deadline - time.monotonic()))
+                if message is None:
+                    if not self.broken:
+                        self._break(f"the fork server did not answer in {REPLY_TIMEOUT_S:.0f} s")
+                    raise ForkServerUnavailable(self.broken)
+                if message.get("id") == request["id"]:
+                    return ForkedProcess(self, argv, message["pid"], fds[0])
+                for fd in fds:
+                    os.close(fd)
+
+    def collect(self, timeout: float = 0.0) -> None:
+        """Take in the exit statuses the fork server has sent (waiting up to ``timeout`` for one)."""
+        with self._lock:
+            if self._sock is not None and not self.broken:
+                self._receive(timeout, until_exit=True)
+
+    def _receive(self, timeout: float, until_exit: bool = False):
+        """Read messages for up to ``timeout`` seconds: exit statuses go to :attr:`exits`; the first other
+        message is returned with its fds. ``(None, [])`` on timeout, a closed socket or a refusal."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._sock], [], [], max(0.0, left))
+            if not ready:
+                return None, []
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, _MAX_MESSAGE, 4)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self._break("the fork server has ended" + self._exit_note())
+                return None, []
+            message = json.loads(data)
+            if "exit" in message:
+                self.exits[message["exit"]] = message["code"]
+                if until_exit:
+                    timeout, deadline = 0.0, time.monotonic()
+                continue
+            if "refused" in message:
+                self._break(f"the fork server refused: {message['refused']}")
+                return None, []
+            return message, fds
+
+    def _exit_note(self) -> str:
+        if self.proc is None:
+            return ""
+        try:
+            code = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return ""
+        return f" (status {code})"
+
+    def _break(self, reason: str) -> None:
+        self.broken = reason
+        self.echo(f"{reason}; starting processes directly from now on")
+
+    def close(self) -> None:
+        """Close the socket: the fork server ends (and with it any child still running: close it after
+        the children have stopped)."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            if not self.broken:
+                self.broken = "closed"
+            if self.proc is not None and self.proc.poll() is None:
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=5)
+
+
+class ForkedProcess:
+    """A service the fork server forked, with the part of :class:`subprocess.Popen` the supervisor uses.
+    Signals go through its pidfd; its exit status comes from the fork server (:data:`STATUS_LOST` when the
+    fork server died before reporting it)."""
+
+    def __init__(self, server: ForkServer, argv, pid: int, pidfd: int) -> None:
+        self.server, self.args, self.pid, self._pidfd = server, list(argv), pid, pidfd
+        self.returncode: int | None = None
+        self.stdout = None
+        self.forked = True
+
+    def _ended(self) -> bool:
+        ready, _, _ = select.select([self._pidfd], [], [], 0)
+        return bool(ready)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.server.collect()
+            self._settle()
+        return self.returncode
+
+    def _settle(self) -> None:
+        code = self.server.exits.pop(self.pid, None)
+        if code is None and self.server.broken and self._ended():
+            code = STATUS_LOST
+        if code is not None:
+            self.returncode = code
+            os.close(self._pidfd)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            if self.server.broken:
+                select.select([self._pidfd], [], [], left)
+            else:
+                self.server.collect(left)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+        except ProcessLookupError:
+            pass                                    # ended; its status is on its way
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
