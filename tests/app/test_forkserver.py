@@ -1,0 +1,154 @@
+"""The fork server with the real supervisor: a service forked from the pre-imported parent runs as
+``python -m`` would, is restarted forked after a SIGKILL, reports its exit status, stops in role order; a
+fork server that dies takes its children with it and the supervisor starts them directly from then on."""
+import json
+import os
+import signal
+import sys
+import textwrap
+
+import pytest
+
+from photon import ProcessSpec, wait_until
+from photon.app import Supervisor
+from photon.app._forkserver import ForkServer
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROBE = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    preloaded = "grpc" in sys.modules and "joiner._server" in sys.modules   # before this module imports anything
+    name, log = sys.argv[1], sys.argv[2]
+    def on_term(*_):
+        with open(log, "a") as f:
+            f.write(name + "\\n")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    if __name__ == "__main__":
+        print(f"ready pid={os.getpid()} ppid={os.getppid()} preloaded={preloaded} "
+              f"process={os.environ.get('PHOTON_PROCESS')} sid={os.getsid(0) == os.getpid()} "
+              f"threads={threading.active_count()} argv0={os.path.basename(sys.argv[0])}", flush=True)
+        if len(sys.argv) > 3:
+            sys.exit(int(sys.argv[3]))
+        while True:
+            time.sleep(0.05)
+""")
+
+
+@pytest.fixture
+def forked(tmp_path):
+    """A supervisor with a fork server whose interpreter can import the probe module ``fs_probe``."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "fs_probe.py").write_text(PROBE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(mods), REPO, os.environ.get("PYTHONPATH", "")])}
+    messages = []
+    server = ForkServer(env, tmp_path / "logs" / "forkserver.log", echo=messages.append)
+    sup = Supervisor(tmp_path / "logs", tmp_path / "launcher.json", env=env, echo=messages.append, forkserver=server)
+    sup.messages = messages
+    server.start()
+    try:
+        yield sup
+    finally:
+        sup.stop(grace_s=5)
+        server.close()
+
+
+def _spec(tmp_path, name, role, *extra):
+    return ProcessSpec(name, [sys.executable, "-m", "fs_probe", name, str(tmp_path / "stopped.txt"), *extra],
+                       role, "a")
+
+
+def _ready_lines(tmp_path, name) -> list[str]:
+    log = tmp_path / "logs" / f"{name}.log"
+    return [x for x in log.read_text().splitlines() if x.startswith("ready")] if log.exists() else []
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _state(tmp_path) -> dict:
+    return json.loads((tmp_path / "launcher.json").read_text())
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_service_is_killed_restarted_forked_and_stopped_in_order(tmp_path, forked):
+    server = forked.forkserver
+    roles = [("r0", "registry"), ("es", "eventstore"), ("j0", "joiner"), ("d", "dispatcher")]
+    forked.ensure([_spec(tmp_path, n, r) for n, r in roles])
+    wait_until(lambda: all(len(_ready_lines(tmp_path, n)) == 1 for n, _ in roles), 60, message="children ready")
+    state = _state(tmp_path)
+    assert state["forkserver_pid"] == server.pid
+    first = forked.pid("j0")
+    for name, _ in roles:
+        pid = forked.pid(name)
+        assert state["processes"][name]["forked"] is True and state["processes"][name]["pid"] == pid
+        assert _ppid(pid) == server.pid                       # a child of the fork server, not of this process
+        line = _ready_lines(tmp_path, name)[0]
+        # its imports were done before it ran; its own session and environment; one thread; run as -m would
+        assert f"ready pid={pid} ppid={server.pid} preloaded=True process={name} sid=True threads=1 argv0=fs_probe.py" \
+            == line, line
+
+    os.kill(first, signal.SIGKILL)
+
+    def restarted():
+        forked.poll()
+        return forked.pid("j0") not in (None, first)
+    wait_until(restarted, 30, message="j0 restarted")
+    wait_until(lambda: len(_ready_lines(tmp_path, "j0")) == 2, 30, message="restarted j0 ready")
+    assert any(f"j0 (pid {first}) killed by SIGKILL" in m for m in forked.messages), forked.messages
+    again = forked.pid("j0")
+    assert _ppid(again) == server.pid and _state(tmp_path)["processes"]["j0"]["forked"] is True
+    assert _state(tmp_path)["processes"]["j0"]["restarts"] == 1
+    assert "preloaded=True" in _ready_lines(tmp_path, "j0")[1]
+
+    forked.ensure([_spec(tmp_path, "quits", "joiner", "7")])        # an exit status comes through
+    wait_until(lambda: (forked.poll(), any("quits" in m and "exited with status 7" in m
+                                           for m in forked.messages))[1], 30, message="status 7 reported")
+
+    forked.stop(grace_s=10)
+    stopped = (tmp_path / "stopped.txt").read_text().split()
+    assert stopped[:2] == ["d", "j0"] and stopped[-2:] == ["es", "r0"], stopped
+    assert all(c.proc.poll() is not None for c in forked.children.values() if c.proc is not None)
+    assert server.proc.wait(timeout=10) == 0                        # the fork server ends last, cleanly
+    assert forked.children["r0"].proc.returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_children_end_with_a_killed_fork_server_and_are_started_directly_after(tmp_path, forked):
+    server = forked.forkserver
+    forked.ensure([_spec(tmp_path, "j0", "joiner"), _spec(tmp_path, "d", "dispatcher")])
+    wait_until(lambda: all(_ready_lines(tmp_path, n) for n in ("j0", "d")), 60, message="children ready")
+    old = {n: forked.pid(n) for n in ("j0", "d")}
+    os.kill(server.pid, signal.SIGKILL)
+
+    def restarted_directly():
+        forked.poll()
+        return all(forked.pid(n) not in (None, old[n]) for n in old)
+    wait_until(restarted_directly, 60, message="both restarted")
+    for name in old:                            # the old ones got SIGTERM with their parent and stopped
+        wait_until(lambda: not os.path.exists(f"/proc/{old[name]}"), 10, message=f"old {name} gone")
+        assert any(f"{name} (pid {old[name]}) ended with its fork server" in m for m in forked.messages)
+        assert _ppid(forked.pid(name)) == os.getpid()
+        assert _state(tmp_path)["processes"][name]["forked"] is False
+    assert _state(tmp_path)["forkserver_pid"] is None
+    assert any("fork server has ended" in m and "starting processes directly" in m for m in forked.messages)
+    wait_until(lambda: all(len(_ready_lines(tmp_path, n)) == 2 for n in old), 60, message="restarted ready")
+    assert sorted((tmp_path / "stopped.txt").read_text().split()) == ["d", "j0"]   # SIGTERM, not SIGKILL
+
+
+@pytest.mark.timeout(60)
+def test_only_python_m_with_the_fork_servers_environment_is_forked(tmp_path):
+    env = {**os.environ, "PYTHONPATH": REPO}
+    server = ForkServer(env, tmp_path / "forkserver.log")
+    argv = [sys.executable, "-m", "joiner.main", "--config", "x"]
+    assert server.can_fork(argv, {**env, "PHOTON_PROCESS": "a-j0", "PHOTON_REGION": "a",
+                                  "PHOTON_METRICS_ADDR": "127.0.0.1:1"})
+    assert not server.can_fork(argv, {**env, "PHOTON_TEST_KILL_AFTER_COMMIT": "x"})   # read when imported
+    assert not server.can_fork([sys.executable, "-c", "pass"], env)
+    assert not server.can_fork([sys.executable, "-X", "importtime", "-m", "joiner.main"], env)
+    assert not server.can_fork(["/usr/bin/python3", "-m", "joiner.main"], env)
+    server.close()
+    assert not server.can_fork(argv, env)                       # closed: processes start directly
