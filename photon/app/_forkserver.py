@@ -38,7 +38,6 @@ supervisor starts processes as before from then on.
 """
 from __future__ import annotations
 
-import array
 import ctypes
 import json
 import os
@@ -186,8 +185,15 @@ def _become(job: _Job) -> None:
     sys.argv = [module, *job.argv[3:]]
 
 
+def _say(text: str) -> None:
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass                       # its log's disk is full: it serves all the same
+
+
 def _refuse(sock: socket.socket, reason: str) -> int:
-    print(f"fork server: {reason}; the launcher starts processes itself", file=sys.stderr, flush=True)
+    _say(f"fork server: {reason}; the launcher starts processes itself")
     try:
         _send(sock, {"refused": reason})
     except OSError:
@@ -208,8 +214,12 @@ def main(argv=None) -> int:
     threads = _thread_count()
     if threads != 1:
         return _refuse(sock, f"{threads} threads after importing (forking is safe with one only)")
-    print(f"fork server serving on its socket ({len(sys.modules)} modules imported in "
-          f"{time.process_time() - t0:.3f} CPU-s)", flush=True)
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError) as e:
+        return _refuse(sock, f"no pidfd on this system ({e})")
+    _say(f"fork server serving on its socket ({len(sys.modules)} modules imported in "
+         f"{time.process_time() - t0:.3f} CPU-s)")
     job = _serve(sock)
     sock.close()                          # in a forked child too: the launcher's socket is the fork server's
     if job is None:

@@ -128,9 +128,9 @@ def test_children_end_with_a_killed_fork_server_and_are_started_directly_after(t
         forked.poll()
         return all(forked.pid(n) not in (None, old[n]) for n in old)
     wait_until(restarted_directly, 60, message="both restarted")
-    for name in old:                            # the old ones got SIGTERM with their parent and stopped
-        wait_until(lambda: not os.path.exists(f"/proc/{old[name]}"), 10, message=f"old {name} gone")
-        assert any(f"{name} (pid {old[name]}) ended with its fork server" in m for m in forked.messages)
+    for name, pid in old.items():               # the old ones got SIGTERM with their parent and stopped
+        wait_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}"), 10, message=f"old {name} gone")
+        assert any(f"{name} (pid {pid}) ended with its fork server" in m for m in forked.messages)
         assert _ppid(forked.pid(name)) == os.getpid()
         assert _state(tmp_path)["processes"][name]["forked"] is False
     assert _state(tmp_path)["forkserver_pid"] is None
