@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,51 @@ def test_only_python_m_with_the_fork_servers_environment_is_forked(tmp_path):
     assert not server.can_fork(["/usr/bin/python3", "-m", "joiner.main"], env)
     server.close()
     assert not server.can_fork(argv, env)                       # closed: processes start directly
+
+
+@pytest.mark.timeout(180)
+def test_photon_run_forks_every_service_restarts_a_killed_one_forked_and_stops_all(tmp_path, procs):
+    from collections import Counter
+
+    from photon import load_config, read_output_lines
+    from photon.app import GenOptions, generate
+    s = generate(GenOptions(out=str(tmp_path), queries=2000, seed=3))
+    config = load_config(s.config)
+    state = tmp_path / "state" / "a" / "launcher.json"
+    with open(tmp_path / "launcher.log", "ab") as log:
+        run = procs.python("-m", "photon.app.cli", "run", "--config", s.config, stdout=log, stderr=log)
+
+    def listed():
+        try:
+            st = json.loads(state.read_text())
+        except (OSError, ValueError):
+            return None
+        return st if st.get("forkserver_pid") and all(p["pid"] for p in st["processes"].values()) else None
+    wait_until(listed, 60, message="every process listed")
+    st = listed()
+    server = st["forkserver_pid"]
+    assert {p["role"] for p in st["processes"].values()} == {"registry", "eventstore", "joiner", "dispatcher"}
+    for name, p in st["processes"].items():
+        assert p["forked"] is True and _ppid(p["pid"]) == server, (name, p)
+        room = p["argv"][2].split(".")[0]                     # it names itself after its room once forked
+        wait_until(lambda p=p, room=room: Path(f"/proc/{p['pid']}/comm").read_text().strip() == room, 30,
+                   message=f"{name} named {room}")
+    joined = config.regions[0].joined_dir
+    wait_until(lambda: list(read_output_lines(joined, True)), 60, message="a first join")
+    first = st["processes"]["a-j0"]["pid"]
+    os.kill(first, signal.SIGKILL)
+
+    def restarted():
+        p = (listed() or {"processes": {}})["processes"].get("a-j0", {})
+        return p.get("pid") not in (None, first) and p.get("restarts") == 1 and p
+    wait_until(restarted, 60, message="a-j0 restarted")
+    assert restarted()["forked"] is True and _ppid(restarted()["pid"]) == server
+    os.killpg(run.pid, signal.SIGTERM)                       # as Ctrl-C / systemd stop it
+    assert run.wait(timeout=90) == 0, (tmp_path / "launcher.log").read_text()[-3000:]
+    final = json.loads(state.read_text())
+    for pid in [server, *(p["pid"] for p in st["processes"].values()), restarted_pid := final["processes"]["a-j0"]["pid"]]:
+        wait_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}"), 10, message=f"pid {pid} gone")
+    assert restarted_pid not in (None, first)
+    assert "killed by SIGKILL" in (tmp_path / "launcher.log").read_text()
+    ids = Counter(json.loads(line)[config.join.foreign_id_field] for line in read_output_lines(joined, True))
+    assert ids and max(ids.values()) == 1
