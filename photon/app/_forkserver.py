@@ -109,8 +109,9 @@ def _serve(sock: socket.socket) -> _Job | None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     server = os.getpid()
+    requests: dict[int, int] = {}          # pid of a running child -> the request that forked it
     while True:
-        _reap(sock)
+        _reap(sock, requests)
         try:
             ready, _, _ = select.select([sock, wake_r], [], [])
         except InterruptedError:
@@ -134,6 +135,7 @@ def _serve(sock: socket.socket) -> _Job | None:
                         server)
         for fd in fds:
             os.close(fd)
+        requests[pid] = request["id"]
         pidfd = os.pidfd_open(pid)
         try:
             _send(sock, {"id": request["id"], "pid": pid}, [pidfd])
@@ -141,7 +143,7 @@ def _serve(sock: socket.socket) -> _Job | None:
             os.close(pidfd)
 
 
-def _reap(sock: socket.socket) -> None:
+def _reap(sock: socket.socket, requests: dict) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -150,7 +152,7 @@ def _reap(sock: socket.socket) -> None:
         if pid == 0:
             return
         try:
-            _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            _send(sock, {"exit": requests.pop(pid, None), "code": os.waitstatus_to_exitcode(status)})
         except OSError:
             pass                   # the launcher is gone; this process ends with it
 
@@ -248,7 +250,7 @@ class ForkServer:
         self.echo = echo or (lambda msg: None)
         self.proc: subprocess.Popen | None = None
         self.broken = ""                 # why it serves no more ("" while it does)
-        self.exits: dict[int, int] = {}  # pid -> exit status, reported and not yet collected
+        self.exits: dict[int, int] = {}  # request id -> its child's exit status, reported, not yet collected
         self._sock: socket.socket | None = None
         self._lock = threading.RLock()
         self._next_id = 0
@@ -309,7 +311,7 @@ class ForkServer:
                         self._break(f"the fork server did not answer in {REPLY_TIMEOUT_S:.0f} s")
                     raise ForkServerUnavailable(self.broken)
                 if message.get("id") == request["id"]:
-                    return ForkedProcess(self, argv, message["pid"], fds[0])
+                    return ForkedProcess(self, argv, message["pid"], fds[0], request["id"])
                 for fd in fds:
                     os.close(fd)
 
@@ -381,8 +383,9 @@ class ForkedProcess:
     Signals go through its pidfd; its exit status comes from the fork server (:data:`STATUS_LOST` when the
     fork server died before reporting it)."""
 
-    def __init__(self, server: ForkServer, argv, pid: int, pidfd: int) -> None:
+    def __init__(self, server: ForkServer, argv, pid: int, pidfd: int, request: int) -> None:
         self.server, self.args, self.pid, self._pidfd = server, list(argv), pid, pidfd
+        self._request = request          # statuses are matched by request, never by a pid that may be reused
         self.returncode: int | None = None
         self.stdout = None
         self.forked = True
@@ -398,7 +401,7 @@ class ForkedProcess:
         return self.returncode
 
     def _settle(self) -> None:
-        code = self.server.exits.pop(self.pid, None)
+        code = self.server.exits.pop(self._request, None)
         if code is None and self.server.broken and self._ended():
             code = STATUS_LOST
         if code is not None:

@@ -141,9 +141,8 @@ class Launcher:
         """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out).
         Raises :class:`AlreadyRunning` when another launcher runs one of these regions.
 
-        The fork server (:mod:`photon.app._forkserver`) starts first, so it imports the services' modules
-        while this process checks the inputs and plans; every service is then forked from it."""
-        self.forkserver.start()
+        The fork server (:mod:`photon.app._forkserver`) starts once the state dirs are locked, so it
+        imports the services' modules while this process plans; every service is then forked from it."""
         try:
             return self._run()
         finally:
@@ -152,6 +151,7 @@ class Launcher:
     def _run(self) -> int:
         self.check_inputs()
         self._locks = lock_state_dirs(self.config, self.options.regions)
+        self.forkserver.start()
         for region in self.regions():
             Path(region.state_dir).mkdir(parents=True, exist_ok=True)
         for region in self.pipeline_regions():
