@@ -129,7 +129,13 @@ def _serve(sock: socket.socket) -> _Job | None:
         request = json.loads(data)
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:                   # no memory or no pids left: the launcher tries it directly
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"id": request["id"], "error": f"fork failed: {e}"})
+            continue
         if pid == 0:
             return _Job(request["argv"], request["env"], request.get("cwd"), fds[0], [wake_r, wake_w, *fds[1:]],
                         server)
@@ -310,6 +316,8 @@ class ForkServer:
                     if not self.broken:
                         self._break(f"the fork server did not answer in {REPLY_TIMEOUT_S:.0f} s")
                     raise ForkServerUnavailable(self.broken)
+                if message.get("id") == request["id"] and "error" in message:
+                    raise ForkServerUnavailable(message["error"])
                 if message.get("id") == request["id"]:
                     return ForkedProcess(self, argv, message["pid"], fds[0], request["id"])
                 for fd in fds:

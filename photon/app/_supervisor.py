@@ -207,7 +207,7 @@ class Supervisor:
             pass                      # the pump drops what it cannot write
         log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
         env = self._env(child.spec)
-        child.proc = self._fork(child.spec.argv, env)
+        child.proc = self._fork(child.spec, env)
         if child.proc is None:
             child.proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True,
@@ -216,18 +216,20 @@ class Supervisor:
                          daemon=True).start()
         child.started_at = time.monotonic()
 
-    def _fork(self, argv, env: dict):
+    def _fork(self, spec, env: dict):
         """The child forked by the fork server (its output on a pipe read here, as a started child's), or
         None when there is no fork server or it cannot start this one (the caller starts it directly)."""
         from photon.app._forkserver import ForkServerUnavailable
         server = self.forkserver
-        if server is None or not server.can_fork(argv, env):
+        if server is None or not server.can_fork(spec.argv, env):
             return None
         read_end, write_end = os.pipe()
         try:
-            proc = server.spawn(argv, env, write_end)
-        except ForkServerUnavailable:
+            proc = server.spawn(spec.argv, env, write_end)
+        except ForkServerUnavailable as e:
             os.close(read_end)
+            if not server.broken:               # (a fork server that broke has said so itself)
+                self._echo(f"{spec.name}: {e}; starting it directly")
             return None
         finally:
             os.close(write_end)
