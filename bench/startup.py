@@ -1,8 +1,9 @@
 """A timeline of ``photon run``'s start: ``python -m bench.startup [--queries N] [--runs K] [--json]``.
 
 A small workload is generated (as :mod:`bench.compare` does, one region) and ``photon run`` started on it.
-Every 5 ms the watcher looks at the launcher's process tree and the processes' logs, and prints, in seconds
-from the launcher's start: when each process was started, when it printed ``serving on`` (the line a
+Every 5 ms the watcher looks at the launcher's process tree (the fork server's children named by their pids
+in ``launcher.json``) and the processes' logs, and prints, in seconds from the launcher's start: when the fork
+server and each process were started, when it printed ``serving on`` (the line a
 service prints once it answers), its CPU-seconds until then and until the first join, the dispatcher's first
 status file, and the first joined click seen complete in an output file and visible under the output
 contract. Figures, not a pass/fail test; the machine's load average is printed beside them.
