@@ -2,7 +2,9 @@
 
 The supervisor is the only part of ``photon run`` that touches processes. Children run in their own
 session (so a Ctrl-C reaches the launcher alone, which then stops them in order) and get SIGTERM if the
-launcher itself dies. Each child's output goes to ``<log_dir>/<name>.log``, rotated by size: at
+launcher itself dies. Given a fork server (:mod:`photon.app._forkserver`), every ``python -m`` child it can
+fork is forked from it (through the fork server, which dies with the launcher, they die with the launcher
+too), and anything else is started here; the two are supervised alike. Each child's output goes to ``<log_dir>/<name>.log``, rotated by size: at
 ``LOG_MAX_BYTES`` the file becomes ``<name>.log.1`` (older ones shift up to ``.LOG_BACKUPS``, the oldest is
 dropped). The output is read through a pipe by a thread per child, so a full disk drops log lines and
 never blocks a child.
