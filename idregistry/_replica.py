@@ -88,7 +88,9 @@ _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCur
                         TcpConnection: ("send", "_TcpConnection__trySendBuffer"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
 _PRIVATE_INSTANCE_NAMES = ("_methodToID", "_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
-                           "_SyncObj__raftElectionDeadline", "_SyncObj__votedForNodeId", "_SyncObj__transport")
+                           "_SyncObj__raftElectionDeadline", "_SyncObj__votedForNodeId", "_SyncObj__transport",
+                           "_SyncObj__raftCommitIndex", "_SyncObj__commandsQueue", "_SyncObj__applyLogEntries",
+                           "_SyncObj__getCurrentLogIndex")
 
 
 class DataDirInUse(RuntimeError):
@@ -556,6 +558,20 @@ class _AckAfterSyncObj(_PrevoteSyncObj):
         self._acks.append((seq, node, reset, nextNodeIdx, success))
         if success:
             self._ack_after_sync(lambda: self._synced(seq))
+
+    def _SyncObj__applyLogEntries(self):
+        """pysyncobj's, but a leader does not send an ``append_entries`` only to tell the followers its new
+        commit index when a later one tells them anyway: when entries past the commit index are still
+        waiting for a majority (their commit sends one) or commands wait to be appended this tick (each
+        is sent at once, carrying the commit index). pysyncobj sends one to every follower after every
+        apply, so each command cost two messages per follower and two acknowledgements. The last commit of
+        a burst is still told at once, heartbeats are unchanged, and the leader's answers never waited for
+        it; a follower applies (and answers lookups for) an entry up to one command later under load."""
+        need = SyncObj._SyncObj__applyLogEntries(self)
+        if need and (self._SyncObj__getCurrentLogIndex() > self._SyncObj__raftCommitIndex
+                     or self._SyncObj__commandsQueue._FastQueue__queue):
+            return False
+        return need
 
     def _synced(self, seq: int) -> None:
         """In the fsync thread: every acknowledgement up to ``seq`` is on disk; wake the Raft thread."""
