@@ -21,8 +21,16 @@ from pathlib import Path
 import orjson
 
 from bench._common import emit
-from dispatcher._messages import (Checkpoint, ChunkRead, JoinAnswered, LinesRead, Lookup, LookupAnswered,
-                                  SendBatch, TimePassed)
+from dispatcher._messages import (
+    Checkpoint,
+    ChunkRead,
+    JoinAnswered,
+    LinesRead,
+    Lookup,
+    LookupAnswered,
+    SendBatch,
+    TimePassed,
+)
 from dispatcher._state import DispatcherState
 from photon import load_config, settle_gc
 

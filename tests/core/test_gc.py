@@ -32,7 +32,7 @@ print("ok")
 
 @pytest.mark.timeout(60)
 def test_settle_gc_freezes_start_up_and_still_collects_cycles():
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=50)
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=50, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
