@@ -21,17 +21,8 @@ from pathlib import Path
 import orjson
 
 from bench._common import emit
-from dispatcher._messages import (
-    Checkpoint,
-    ChunkRead,
-    JoinAnswered,
-    LinesRead,
-    Lookup,
-    LookupAnswered,
-    SendBatch,
-    TimePassed,
-)
-from dispatcher._state import DispatcherState
+from dispatcher import (Checkpoint, ChunkRead, DispatcherState, JoinAnswered, LinesRead, Lookup, LookupAnswered,
+                        SendBatch, TimePassed)
 from photon import load_config, settle_gc
 
 CHUNK_LINES = 4000
