@@ -258,7 +258,7 @@ class SparkSinkFollower:
 def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work: dict, args) -> dict:
     """Start ``cmd`` in ``root``, follow its output until the backlog is visible, then probe it."""
     log = open(root / f"{name}.log", "ab")
-    profiler = Profiler(Path(args.profile) / name) if args.profile else None
+    profiler = Profiler(Path(args.profile) / name, gil=args.profile_gil) if args.profile else None
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=root, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -380,6 +380,8 @@ def main(argv=None) -> int:
                     help="extra photon.toml option for Photon, e.g. dispatcher.max_in_flight=8 (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--profile", metavar="DIR", help="py-spy record every Python process into DIR (slows them)")
+    ap.add_argument("--profile-gil", action="store_true",
+                    help="with --profile: sample only the thread holding the GIL (where the interpreter's time goes)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--spark-child", metavar="ROOT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -37,7 +37,7 @@ from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, Join
                                   TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare
 from photon import (TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id,
-                    parse_event_id)
+                    key_and_time, parse_event_id)
 
 CHECKPOINT_FORMAT = 1
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
@@ -61,12 +61,6 @@ OLDEST_HEAP_SLACK = 1024
 """The heap behind :meth:`DispatcherState.oldest_unresolved_us` is rebuilt from the unresolved ids once it holds
 more than twice as many entries plus this many (resolved ids leave it lazily)."""
 _MAX_ATTEMPT_TABLE = 64
-
-
-def _key_and_time(ref: str) -> tuple[str, int]:
-    """A Photon id's query key (``<server_ip>:<process_id>``) and its timestamp; ``ref`` passed
-    ``is_event_id`` already."""
-    return ref[:-TIMESTAMP_DIGITS - 1], int(ref[-TIMESTAMP_DIGITS:])
 
 
 # ---------------------------------------------------------------- statistics
@@ -618,7 +612,7 @@ class DispatcherState:
         if cid in self._unhold:
             self._unhold.discard(cid)
             return False
-        key, t = _key_and_time(self._events[cid][_REF])
+        key, t = key_and_time(self._events[cid][_REF])
         if t <= read_to.get(key, self._store_through_us):
             return False
         heap = self._ahead.get(key)
@@ -636,7 +630,7 @@ class DispatcherState:
         ahead: dict[str, list[tuple[int, str]]] = {}
         events = self._events
         for cid in self._ahead_since:
-            key, t = _key_and_time(events[cid][_REF])
+            key, t = key_and_time(events[cid][_REF])
             ahead.setdefault(key, []).append((t, cid))
         for heap in ahead.values():
             heapq.heapify(heap)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from photon import METRICS_AFTER_S, ConfigError, MetricKinds, load_config, serve_metrics_of
+from photon import METRICS_AFTER_S, ConfigError, MetricKinds, load_config, serve_metrics_of, settle_gc
 
 from dispatcher._files import DispatcherLocked
 from dispatcher._shell import serve
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:      # e.g. the log or output location on S3 cannot be used
         print(f"dispatcher: {e}", file=sys.stderr)
         return 2
+    settle_gc()               # its unresolved clicks never form cycles: see photon._gc
     metrics_at = time.monotonic() + METRICS_AFTER_S     # see METRICS_AFTER_S: the first second goes to the work
     while not stop.wait(0.2) and dispatcher.running:
         if metrics_at is not None and time.monotonic() >= metrics_at:

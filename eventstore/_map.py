@@ -26,12 +26,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from itertools import islice, repeat
-from operator import itemgetter, le
+from operator import le
 from typing import Sequence
 
 import orjson
 
-from photon import MAX_TIME_US, TIMESTAMP_DIGITS, check_custom_id
+from photon import ID_KEY, ID_TIME_DIGITS, MAX_TIME_US, check_custom_id
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -125,10 +125,9 @@ class MapEmitter:
             return []
         if not self.per_line:
             if timed is None:
-                key = event_ids[0][:-TIMESTAMP_DIGITS - 1]
-                keys = map(itemgetter(slice(None, -TIMESTAMP_DIGITS - 1)), event_ids)
-                if list(keys).count(key) == len(event_ids):
-                    tss = list(map(int, map(itemgetter(slice(-TIMESTAMP_DIGITS, None)), event_ids)))
+                key = ID_KEY(event_ids[0])
+                if list(map(ID_KEY, event_ids)).count(key) == len(event_ids):
+                    tss = list(map(int, map(ID_TIME_DIGITS, event_ids)))
                     if all(map(le, tss, islice(tss, 1, None))):
                         timed = key, tss
             if timed is not None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
 
-from photon import TIMESTAMP_DIGITS, EventIds, Quarantine, is_event_id, write_atomic
+from photon import EventIds, Quarantine, is_event_id, key_and_time, write_atomic
 
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
@@ -222,10 +222,9 @@ class CacheEventStore:
             if last > in_file.get(key, 0):
                 in_file[key] = last
             return
-        cut = -TIMESTAMP_DIGITS - 1
         for event_id in ids:
             if is_event_id(event_id):
-                key, ts = event_id[:cut], int(event_id[-TIMESTAMP_DIGITS:])
+                key, ts = key_and_time(event_id)
                 if ts > read_to.get(key, 0):
                     read_to[key] = ts
                 if ts > in_file.get(key, 0):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from photon import load_config, run_service
+from photon import load_config, run_service, settle_gc
 
 from eventstore._server import serve, serve_logs
 
@@ -23,13 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", type=int, default=0, help="which cache server of the region (0-based)")
     p.add_argument("--logs", action="store_true", help="run the region's LogsEventStore instead of a cache server")
     args = p.parse_args(argv)
-    if args.logs:
-        return run_service(f"logstore {args.region}", lambda: serve_logs(load_config(args.config), args.region,
-                                                                         port=args.port, host=args.host),
-                           region=args.region)
-    return run_service(f"eventstore {args.region}", lambda: serve(load_config(args.config), args.region,
-                                                                  port=args.port, host=args.host, shard=args.shard),
-                       region=args.region)
+
+    def start():
+        config = load_config(args.config)
+        if args.logs:
+            server = serve_logs(config, args.region, port=args.port, host=args.host)
+        else:
+            server = serve(config, args.region, port=args.port, host=args.host, shard=args.shard)
+        settle_gc()           # see photon._gc
+        return server
+
+    return run_service(f"{'logstore' if args.logs else 'eventstore'} {args.region}", start, region=args.region)
 
 
 if __name__ == "__main__":

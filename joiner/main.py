@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from photon import load_config, run_service
+from photon import load_config, run_service, settle_gc
 
 from joiner._server import serve
 
@@ -25,7 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--logstore", default="", help="the region's logs stores, host:port, comma-separated")
     p.add_argument("--registry", required=True, help="registry endpoints, comma-separated (or memory://)")
     args = p.parse_args(argv)
-    return run_service(f"joiner {args.name}", lambda: serve(load_config(args.config), args.region, args.name, eventstore=args.eventstore, registry=args.registry, port=args.port, host=args.host, logstore=args.logstore), region=args.region)
+    def start():
+        server = serve(load_config(args.config), args.region, args.name, eventstore=args.eventstore,
+                       registry=args.registry, port=args.port, host=args.host, logstore=args.logstore)
+        settle_gc()           # see photon._gc
+        return server
+
+    return run_service(f"joiner {args.name}", start, region=args.region)
 
 
 if __name__ == "__main__":

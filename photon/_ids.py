@@ -6,6 +6,7 @@ timestamp is the event's time for sharding, garbage collection and log-file-map 
 """
 from __future__ import annotations
 
+import operator
 import os
 import re
 import socket
@@ -58,6 +59,20 @@ def parse_event_id(text: str) -> EventId:
     if len(ts) != TIMESTAMP_DIGITS or not (ts.isascii() and ts.isdigit()):
         raise BadEventId(f"event id {text!r}: timestamp {ts!r} is not {TIMESTAMP_DIGITS} digits")
     return EventId(ip, int(pid), int(ts))
+
+
+def key_and_time(event_id: str) -> tuple[str, int]:
+    """A well-formed id's key (``<server_ip>:<process_id>``, what the event store's positions and the log-file
+    map are kept by) and its timestamp: the slicing of the hot paths, for an id that passed
+    :func:`is_event_id` (nothing is checked here; :func:`parse_event_id` says what is wrong with a bad one).
+    :data:`ID_KEY` and :data:`ID_TIME_DIGITS` are the same slices for ``map`` over many ids."""
+    return event_id[:-TIMESTAMP_DIGITS - 1], int(event_id[-TIMESTAMP_DIGITS:])
+
+
+ID_KEY = operator.itemgetter(slice(None, -TIMESTAMP_DIGITS - 1))
+"""``ID_KEY(event_id)``: the key of a well-formed id (see :func:`key_and_time`)."""
+ID_TIME_DIGITS = operator.itemgetter(slice(-TIMESTAMP_DIGITS, None))
+"""``ID_TIME_DIGITS(event_id)``: the timestamp digits of a well-formed id (zero-padded: text order is time order)."""
 
 
 def id_timestamp_us(text: str) -> int:

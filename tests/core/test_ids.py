@@ -89,3 +89,14 @@ def test_fast_check_on_real_ids():
     assert not is_event_id(":4242:1763712000123456")
     assert not is_event_id("::1:4242:1763712000123456")      # IPv6 server addresses go in brackets
     assert is_event_id("[::1]:4242:1763712000123456")
+
+
+def test_key_and_time_is_the_slicing_of_a_well_formed_id():
+    from photon import ID_KEY, ID_TIME_DIGITS, format_event_id, is_event_id, key_and_time, parse_event_id
+    for ip, pid, ts in [("10.0.0.1", 7, 1), ("host:with:colons", 0, 1_795_671_042_404_616), ("h", 123456, 10**16 - 1)]:
+        event_id = format_event_id(ip, pid, ts)
+        assert is_event_id(event_id)
+        parsed = parse_event_id(event_id)
+        assert key_and_time(event_id) == (f"{parsed.server_ip}:{parsed.process_id}", parsed.timestamp_us)
+        assert (ID_KEY(event_id), int(ID_TIME_DIGITS(event_id))) == key_and_time(event_id)
+        assert ID_TIME_DIGITS(event_id) == f"{ts:016d}"
