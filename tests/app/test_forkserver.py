@@ -183,7 +183,7 @@ def test_photon_run_forks_every_service_restarts_a_killed_one_forked_and_stops_a
         wait_until(lambda p=p, room=room: Path(f"/proc/{p['pid']}/comm").read_text().strip() == room, 30,
                    message=f"{name} named {room}")
     joined = config.regions[0].joined_dir
-    wait_until(lambda: list(read_output_lines(joined, True)), 60, message="a first join")
+    wait_until(lambda: list(read_output_lines(joined)), 60, message="a first committed join")
     first = st["processes"]["a-j0"]["pid"]
     os.kill(first, signal.SIGKILL)
 
@@ -204,5 +204,5 @@ def test_photon_run_forks_every_service_restarts_a_killed_one_forked_and_stops_a
         wait_until(lambda pid=pid: not os.path.exists(f"/proc/{pid}"), 10, message=f"pid {pid} gone")
     assert restarted_pid not in (None, first)
     assert "killed by SIGKILL" in (tmp_path / "launcher.log").read_text()
-    ids = Counter(json.loads(line)[config.join.foreign_id_field] for line in read_output_lines(joined, True))
+    ids = Counter(json.loads(line)[config.join.foreign_id_field] for line in read_output_lines(joined))
     assert ids and max(ids.values()) == 1
