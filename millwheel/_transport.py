@@ -307,8 +307,9 @@ class Tracker:
                     continue
                 if local:
                     if o.local is None:
-                        o.local = set()
-                    o.local.add(d.consumer)
+                        o.local = {d.consumer}
+                    else:
+                        o.local.add(d.consumer)
                 elif o.local:
                     o.local.discard(d.consumer)
 
