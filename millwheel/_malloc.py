@@ -1,13 +1,14 @@
 """The C heap of a worker process: glibc's trimming turned down.
 
-By default glibc gives the top of its heap back to the kernel as soon as more than 128 KiB of it is free,
-and takes it again, page by page, at the next growth. A worker process allocates and frees buffers all the
+By default glibc gives freed memory back to the kernel once more than 128 KiB is free at the top of a
+heap, and the pages fault in again when it grows. A worker process allocates and frees buffers all the
 time (an encoded value, a statement's parameters, an RPC's message) while keeping small objects alive
-between them, and so paid one page fault per kept object: ``orjson.dumps`` of a small value kept alive
-cost 1.5 µs of CPU where the same call whose result is dropped costs 0.15 µs (about 10,000 minor faults
-per 10,000 values kept, measured with ``getrusage``), and a record goes through several such encodings.
-:func:`keep_heap` raises the trim threshold and pads each growth, so freed memory stays in the process for
-reuse; the price is up to ``TRIM_THRESHOLD_BYTES`` of free heap kept per arena.
+between them, and paid a page fault per kept object: ``orjson.dumps`` of a small value kept alive cost
+1.5 µs of CPU where the same call whose result is dropped costs 0.15 µs (about 10,000 minor faults per
+10,000 values kept, measured with ``getrusage``; none once the trim threshold is raised), and a record
+goes through several such encodings. :func:`keep_heap` raises the trim threshold and pads each growth, so
+freed memory stays in the process for reuse; the price is up to ``TRIM_THRESHOLD_BYTES`` of free heap
+kept per arena.
 """
 from __future__ import annotations
 
