@@ -241,7 +241,7 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
     profiler = None
     if args.profile:
         from bench._profile import Profiler
-        profiler = Profiler(Path(args.profile))
+        profiler = Profiler(Path(args.profile), gil=getattr(args, "profile_gil", False))
     threads = args.threads if args.threads != 2 else 1
     figures: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory(prefix="millwheel-bench-") as d:

@@ -22,7 +22,7 @@ hit ratio and the store server's CPU seconds. SQLite serves one process only, so
 worker and reported as not applicable for more. Each run first injects warm-up records at
 ``--warmup-rate`` (default ``--rate``; not measured) until the master's placement has settled (every worker
 holds intervals, no change for 1.5 s), so that the figures are a running cluster's, not its start's.
-``--profile DIR`` records every worker process with py-spy.
+``--profile DIR`` records every worker process with py-spy (``--profile-gil``: only the thread holding the GIL).
 """
 from __future__ import annotations
 
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated stores to measure (postgres: an embedded server; sqlite: a file)")
     ap.add_argument("--workers", help="comma-separated worker process counts (e.g. 1,2,4): the process benchmark")
     ap.add_argument("--profile", help="with --workers: py-spy profiles of the worker processes into this folder")
+    ap.add_argument("--profile-gil", action="store_true",
+                    help="with --profile: sample only the thread holding the GIL (where the interpreter's time goes)")
     ap.add_argument("--warmup-rate", type=int, default=None,
                     help="with --workers: records/s injected (not measured) until the master's placement has "
                          "settled, before each run's measured records (default: --rate; 0: no warm-up)")

@@ -24,6 +24,7 @@ before the acks and sent after them; records produced before their sender's floo
 from __future__ import annotations
 
 import heapq
+from types import MappingProxyType
 
 import orjson
 from collections import OrderedDict
@@ -45,6 +46,8 @@ from millwheel._store import KEEP, SetAsideRecord, Write
 from millwheel._watermarks import NO_WATERMARK, TimestampBag, WatermarkReported, interval_low
 
 MIN_BLOOM_CAPACITY = 1024
+_NO_TIMERS = MappingProxyType({})
+"""A key's timers when it has none (read only: one object for every such key, not a dict each)."""
 
 # ---------------------------------------------------------------- the state cache
 
@@ -261,10 +264,13 @@ class IntervalCore:
         if self.sequencer is None:
             return
         now = ev.now_us
-        ready, waiting = [], []
-        for d in self._incoming:
-            (waiting if d.record.key in self.locked else ready).append(d)
-        self._incoming = waiting
+        if not self.locked:          # no key locked: every waiting record is ready (no look per record)
+            ready, self._incoming = self._incoming, []
+        else:
+            ready, waiting, locked = [], [], self.locked
+            for d in self._incoming:
+                (waiting if d.record.key in locked else ready).append(d)
+            self._incoming = waiting
         due = self._pop_due(now)
         if ready or due:
             out.append(self._start_run(ready, due, now))
@@ -299,16 +305,21 @@ class IntervalCore:
         dups, lookups = self._dedup(ready)
         by_key: dict[str, list[Delivery]] = {}
         for d in ready:
-            by_key.setdefault(d.record.key, []).append(d)
+            ds = by_key.get(d.record.key)
+            if ds is None:
+                by_key[d.record.key] = [d]
+            else:
+                ds.append(d)
         for key in list(due) + list(aside):
             by_key.setdefault(key, [])
         works, reads = {}, []
+        cache_get, timers = self.cache.get, self.timers
         for key, ds in by_key.items():
-            hit, state = self.cache.get(key)
+            hit, state = cache_get(key)
             if not hit:
                 reads.append(key)
-            works[key] = KeyWork(key, [d.record for d in ds], self.timers.get(key, {}), state, not hit)
-            if key in aside:
+            works[key] = KeyWork(key, [d.record for d in ds], timers.get(key) or _NO_TIMERS, state, not hit)
+            if aside and key in aside:
                 ds.extend(aside[key])      # acked (or handed back) with the key's others
         run_id = self._new_id()
         self._runs[run_id] = _Run(works, by_key, aside=aside)
@@ -344,7 +355,7 @@ class IntervalCore:
         for res in run.results:
             prods = [encode(p) for p in res.productions]
             run.prods[res.key] = prods
-            aside = self._set_aside(run.aside.get(res.key, ()))
+            aside = self._set_aside(run.aside[res.key]) if run.aside and res.key in run.aside else []
             processed = res.processed + [(r.id, r.sender, r.produced_at_us) for r in aside] \
                 if aside and self.s.exactly_once else res.processed
             run.writes[res.key] = Write(self.name, self.interval, self.sequencer, res.key, res.state,

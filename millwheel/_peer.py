@@ -4,7 +4,7 @@ acks, and the servicer.
 * :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
   when this process owns the consumer's slot, else into the batch of the owner's process, which one
   thread per peer sends (``Exchange``, up to ``PEER_BATCH`` records, packed as one JSON array, and every
-  pending ack per call). A delivery whose owner is unknown, or that the receiver answers ``moved``, is
+  pending ack per call, packed the same way). A delivery whose owner is unknown, or that the receiver answers ``moved``, is
   parked until the map is read again and then sent at once; one whose call fails is not sent now. Besides, the sender's tracker
   retries every unacked delivery (``may_lose``), so records are retried until acknowledged.
 * :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
@@ -62,6 +62,14 @@ def unpack_records(packed: bytes) -> list[Delivery]:
             for c, i, k, v, ts, rid, stream, sender, at in orjson.loads(packed)]
 
 
+def request_acks(request: pb.ExchangeRequest) -> list[tuple[str, str]]:
+    """The ``(consumer, production id)`` acks of an ``Exchange`` call, packed or one message each."""
+    out = [(c, i) for c, i in orjson.loads(request.packed_acks)] if request.packed_acks else []
+    if request.acks:
+        out.extend((a.consumer, a.id) for a in request.acks)
+    return out
+
+
 def request_records(request: pb.ExchangeRequest) -> list[Delivery]:
     """The records of an ``Exchange`` call, packed or one message each."""
     out = unpack_records(request.packed_records) if request.packed_records else []
@@ -112,7 +120,7 @@ class _Peer:
                 acks, self._acks = list(self._acks), deque()
                 resends, self._resends = list(self._resends), deque()
             req = pb.ExchangeRequest(reply_to=self._reply_to, packed_records=pack_records(records) if records else b"",
-                                     acks=[pb.WireAck(consumer=c, id=i) for c, i in acks],
+                                     packed_acks=orjson.dumps(acks) if acks else b"",
                                      resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
             try:
                 reply = self._stub.Exchange(req, timeout=CALL_TIMEOUT_S)
@@ -284,8 +292,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self._tracker, self._accept, self._status = tracker, accept, status
 
     def Exchange(self, request, context):
-        if request.acks:
-            self._tracker.acked_remotely([(a.consumer, a.id) for a in request.acks])
+        if request.acks or request.packed_acks:
+            self._tracker.acked_remotely(request_acks(request))
         if request.resend:
             self._tracker.resend_requested([(a.consumer, a.id) for a in request.resend])
         records = request_records(request)

@@ -141,7 +141,7 @@ class NetEffect:
     state_del: set[tuple[str, str]] = field(default_factory=set)
     timer_put: dict[tuple[str, str, str], tuple[int, str, int]] = field(default_factory=dict)
     timer_del: set[tuple[str, str, str]] = field(default_factory=set)
-    dedup: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
+    dedup: dict[tuple[str, str], tuple[str, str, str, int, int]] = field(default_factory=dict)  # -> its row
     prod_put: dict[tuple[str, int], dict[str, StoredProduction]] = field(default_factory=dict)
     prod_done: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     set_aside: dict[tuple[str, str], tuple[SetAsideRecord, int]] = field(default_factory=dict)
@@ -175,7 +175,7 @@ def fold(writes: list[Write]) -> NetEffect:
                 n.timer_put[(c, w.key, tag)] = (ts, domain, w.interval)
             iv = w.interval
             for rid, sender, at in w.processed:
-                dedup[(c, rid)] = (sender, at, iv)
+                dedup[(c, rid)] = (c, rid, sender, at, iv)      # the row as the statement takes it
         if w.productions:
             pair = (c, w.interval)
             puts = n.prod_put.get(pair)
@@ -534,7 +534,7 @@ class PostgresStore(Store):
         if n.timer_put:
             conn.execute(_TIMER_PUT, (_json([(c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv) in n.timer_put.items()]),))
         if n.dedup:
-            conn.execute(_DEDUP_PUT, (_json([(c, i, s, at, iv) for (c, i), (s, at, iv) in n.dedup.items()]),))
+            conn.execute(_DEDUP_PUT, (_json(list(n.dedup.values())),))
         plan = n.plan
         if plan is not None and plan.put:
             conn.execute(_BATCH_PUT, _columns(plan.put, 5))

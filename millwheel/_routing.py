@@ -11,7 +11,7 @@ from typing import Iterable, Protocol
 import mmh3
 import orjson
 
-from millwheel._model import Delivery, Production, Record
+from millwheel._model import Delivery, Production, Record, default_key
 from millwheel._store import StoredProduction
 
 
@@ -65,20 +65,34 @@ class Router:
     def interval_of(self, key: str) -> int:
         return interval_of(key, self.intervals)
 
-    def route(self, p: StoredProduction, sender: str) -> list[Delivery]:
+    def route(self, p: StoredProduction, sender: str, consumers: list | None = None) -> list[Delivery]:
+        """One delivery per consumer of ``p``'s stream (``consumers``: that stream's ``consumers_of``, when
+        the caller already has it). Each consumer gets a value of its own (decoded once per consumer: user
+        code may change it); a consumer with the default key extractor takes the production's key as is."""
+        if consumers is None:
+            consumers = self._consumers_of(p.stream)
         out = []
-        for consumer, extract in self._consumers_of(p.stream):
-            value = orjson.loads(p.value)
-            rec = Record(p.key, value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
-            key = extract(rec)
-            if key != rec.key:
-                rec = Record(str(key), value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
-            out.append(Delivery(consumer, self.interval_of(rec.key), rec))
+        intervals = self.intervals
+        for consumer, extract in consumers:
+            rec = Record(p.key, orjson.loads(p.value), p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
+            if extract is not default_key:
+                key = extract(rec)
+                if key != rec.key:
+                    rec = Record(str(key), rec.value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
+            out.append(Delivery(consumer, mmh3.hash(rec.key, signed=False) % intervals, rec))
         return out
 
     def outgoing(self, sender: str, interval: int, prods: Iterable[StoredProduction], stored: bool) -> list:
-        """The ``(production, sender interval, stored?, deliveries)`` rows the tracker registers."""
-        return [(p, interval, stored, self.route(p, sender)) for p in prods]
+        """The ``(production, sender interval, stored?, deliveries)`` rows the tracker registers. The
+        consumers of each stream are looked up once per call (not per production)."""
+        by_stream: dict[str, list] = {}
+        out = []
+        for p in prods:
+            consumers = by_stream.get(p.stream)
+            if consumers is None:
+                consumers = by_stream[p.stream] = self._consumers_of(p.stream)
+            out.append((p, interval, stored, self.route(p, sender, consumers)))
+        return out
 
 
 # ---- the master's key ranges over slots -------------------------------------------------------------

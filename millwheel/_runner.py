@@ -142,17 +142,21 @@ class _KeyContext:
 def run_key(comp: Computation, inp: KeyInput) -> KeyResult:
     """Process one key's records then its due timers; see the module docstring."""
     ctx = _KeyContext(comp, inp)
-    out = KeyResult(inp.key)
+    exactly_once = comp.exactly_once
+    duplicates, wm = inp.duplicates, inp.input_watermark_us
     batch_ids: set[str] = set()
+    processed: list[tuple[str, str, int]] = []
+    fired: list[Timer] = []
+    done = dropped = late = 0
     for rec in inp.records:
-        if comp.exactly_once:
-            if rec.id in inp.duplicates or rec.id in batch_ids:
-                out.duplicates_dropped += 1
+        if exactly_once:
+            if rec.id in duplicates or rec.id in batch_ids:
+                dropped += 1
                 continue
             batch_ids.add(rec.id)
-        if rec.timestamp_us < inp.input_watermark_us:
+        if rec.timestamp_us < wm:
             rec = replace(rec, is_late=True)
-            out.late_records += 1
+            late += 1
         ctx._begin(rec.id, rec.timestamp_us)
         try:
             comp.process_record(ctx, rec)
@@ -160,25 +164,23 @@ def run_key(comp: Computation, inp: KeyInput) -> KeyResult:
             raise              # the topology is wrong, not the record: stop loudly
         except Exception as e:  # noqa: BLE001 - user code: the record is tried again or set aside
             raise UserCodeFailed(rec.id, error_text(e)) from e
-        out.records_processed += 1
-        if comp.exactly_once:
-            out.processed.append((rec.id, rec.sender, rec.produced_at_us))
-    _fire_due_timers(comp, ctx, inp, out)
-    out.state = ctx.final_state()
-    out.timers = ctx.timer_map
-    out.productions = ctx.productions
-    for tag, spec in ctx.timer_map.items():
-        if inp.timers.get(tag) != spec:
-            out.timers_set.append((tag, spec[0], spec[1]))
-    out.timers_deleted = [tag for tag in inp.timers if tag not in ctx.timer_map]
-    return out
+        done += 1
+        if exactly_once:
+            processed.append((rec.id, rec.sender, rec.produced_at_us))
+    if ctx.timer_map:          # (no timers: none can be due)
+        _fire_due_timers(comp, ctx, inp, fired)
+    old, now = inp.timers, ctx.timer_map
+    timers_set = [(tag, spec[0], spec[1]) for tag, spec in now.items() if old.get(tag) != spec] if now else []
+    timers_deleted = [tag for tag in old if tag not in now] if old else []
+    return KeyResult(inp.key, ctx.final_state(), now, timers_set, timers_deleted, processed, ctx.productions,
+                     fired, done, dropped, late)
 
 
 def due(ts: int, domain: str, input_watermark_us: int, now_us: int) -> bool:
     return ts <= (input_watermark_us if domain == WATERMARK else now_us)
 
 
-def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: KeyResult) -> None:
+def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: list[Timer]) -> None:
     fired: set[tuple[str, int]] = set()
     while True:
         nxt = None
@@ -194,7 +196,7 @@ def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: Ke
         timer = Timer(ts, inp.key, tag, domain)
         ctx._begin(f"{inp.computation}/{inp.key}/{tag}/{ts}", ts)
         comp.process_timer(ctx, timer)
-        out.fired.append(timer)
+        out.append(timer)
 
 
 __all__ = ["KeyInput", "KeyResult", "run_key", "due", "UndeclaredStream", "UserCodeFailed", "WALL", "WATERMARK"]

@@ -259,24 +259,35 @@ class Tracker:
         out: list[Delivery] = []
         done: dict[tuple[str, int], list[str]] = {}
         with self._lock:
+            outstanding, retries = self.outstanding, self._retries
+            first = self._first_sent.get(sender)
+            if first is None:
+                first = self._first_sent[sender] = DueQueue()
+            due = now_us + max(retry_delay_us, self._rto_us)       # the same for the whole call
+            bag, bag_interval, added = None, None, 0
             for prod, interval, stored, deliveries in productions:
-                if prod.id in self.outstanding:
+                pid = prod.id
+                if pid in outstanding:
                     continue
                 if not deliveries:
                     if stored:
-                        done.setdefault((sender, interval), []).append(prod.id)
+                        done.setdefault((sender, interval), []).append(pid)
                     continue
-                due = now_us + max(retry_delay_us, self._rto_us)
-                self.outstanding[prod.id] = Outstanding(sender, interval, prod, {d.consumer: d for d in deliveries},
-                                                        stored, now_us, due, retry_delay_us, now_us)
-                self._retries.push(due, prod.id)
-                first = self._first_sent.get(sender)
-                if first is None:
-                    first = self._first_sent[sender] = DueQueue()
-                first.push(now_us, prod.id)
-                self.per_sender[sender] = self.per_sender.get(sender, 0) + 1
-                self._bag(sender, interval).add(prod.timestamp_us)
+                if len(deliveries) == 1:
+                    left = {deliveries[0].consumer: deliveries[0]}
+                else:
+                    left = {d.consumer: d for d in deliveries}
+                outstanding[pid] = Outstanding(sender, interval, prod, left, stored, now_us, due, retry_delay_us,
+                                               now_us)
+                retries.push(due, pid)
+                first.push(now_us, pid)
+                added += 1
+                if bag is None or interval != bag_interval:
+                    bag, bag_interval = self._bag(sender, interval), interval
+                bag.add(prod.timestamp_us)
                 out.extend(deliveries)
+            if added:
+                self.per_sender[sender] = self.per_sender.get(sender, 0) + added
         self._after(done)
         return out
 
@@ -296,8 +307,9 @@ class Tracker:
                     continue
                 if local:
                     if o.local is None:
-                        o.local = set()
-                    o.local.add(d.consumer)
+                        o.local = {d.consumer}
+                    else:
+                        o.local.add(d.consumer)
                 elif o.local:
                     o.local.discard(d.consumer)
 
@@ -315,8 +327,12 @@ class Tracker:
         """Deliveries reached their consumer: they are its work until it acks them. (In transit, the
         sender's outstanding production holds the watermark instead.)"""
         with self._lock:
+            bag, pair = None, None
             for d in deliveries:
-                self._bag(d.consumer, d.interval).add(d.record.timestamp_us)
+                if bag is None or pair != (d.consumer, d.interval):
+                    pair = (d.consumer, d.interval)
+                    bag = self._bag(*pair)
+                bag.add(d.record.timestamp_us)
             self.in_flight += len(deliveries)
 
     def acked(self, deliveries: list[Delivery]) -> None:
@@ -324,8 +340,12 @@ class Tracker:
         done: dict[tuple[str, int], list[str]] = {}
         now = self._now_us() if self._now_us is not None else None
         with self._lock:
+            bag, pair = None, None
             for d in deliveries:
-                self._bag(d.consumer, d.interval).remove(d.record.timestamp_us)
+                if bag is None or pair != (d.consumer, d.interval):
+                    pair = (d.consumer, d.interval)
+                    bag = self._bag(*pair)
+                bag.remove(d.record.timestamp_us)
                 self.in_flight -= 1
                 self._sender_acked(d.consumer, d.record.id, done, now)
             self.acked_total += len(deliveries)

@@ -221,12 +221,20 @@ class Worker:
         self.inbox_high = max(self.inbox_high, len(self.inbox) + len(items))
         try:
             self._land(wait=False)    # the previous step's commit, if it has landed
-            deliveries = [d for d in items if isinstance(d, Delivery)]
+            deliveries, control, work = [], [], list(self._deferred)
+            for item in items:                  # one pass: records, acks, and the rest (control)
+                kind = type(item)
+                if kind is Delivery:
+                    deliveries.append(item)
+                    work.append(item)
+                elif kind is Done:
+                    work.append(item)
+                else:
+                    control.append(item)
             self.tracker.received(deliveries)
             with self._lock:
                 comps = list(self.comps.values())
-            self._control([i for i in items if not isinstance(i, (Delivery, Done))], comps)
-            work = self._deferred + [i for i in items if isinstance(i, (Delivery, Done))]
+            self._control(control, comps)
             if self.may_run is not None and not self.may_run():
                 self._deferred = work      # the lease ran out: touch nothing until the host knows more
                 return
@@ -312,10 +320,12 @@ class Worker:
         """Feed the cores their records and time, run user code; returns the step's commits."""
         by_core: dict[tuple[str, int], list] = {}
         for item in items:
-            if isinstance(item, Delivery):
-                by_core.setdefault((item.consumer, item.interval), []).append(item)
-            elif isinstance(item, Done):
-                by_core.setdefault((item.sender, item.interval), []).append(item)
+            slot = (item.consumer, item.interval) if type(item) is Delivery else (item.sender, item.interval)
+            mine = by_core.get(slot)
+            if mine is None:
+                by_core[slot] = [item]
+            else:
+                mine.append(item)
         commits: list[tuple[IntervalCore, Commit]] = []
         runs: list[tuple[IntervalCore, RunUserCode]] = []
         for comp in comps:
@@ -345,8 +355,13 @@ class Worker:
 
     def _events(self, core: IntervalCore, items: list, now: int) -> list:
         events: list = []
-        delivered = [i for i in items if isinstance(i, Delivery)]
-        done = tuple(pid for i in items if isinstance(i, Done) for pid in i.ids)
+        delivered, done = [], []
+        for i in items:
+            if type(i) is Delivery:
+                delivered.append(i)
+            else:
+                done.extend(i.ids)
+        done = tuple(done)
         if done:
             events.append(ProductionsAcked(done))
         if delivered:

@@ -29,6 +29,7 @@ from pathlib import Path
 from millwheel._cluster import (ClusterFile, Processes, cluster_path, cluster_status, new_specs, start_masters,
                                 wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
+from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient
 from millwheel._master_state import PlacementPolicy
 from millwheel._process import WorkerHost
@@ -60,6 +61,7 @@ def _options(pairs: list[str]) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.workers:
         return run_cluster(args)
+    keep_heap()       # the one-process runtime too (see millwheel/_malloc.py)
     module = _load(args.module)
     topology = module.build(args.input, args.out)
     options = _options(args.option)
@@ -200,6 +202,7 @@ def worker(args: argparse.Namespace) -> int:
     if args.threads:
         options["threads"] = args.threads
     masters = args.master.split(",") if args.master else cf.masters
+    keep_heap()       # a page fault per kept allocation otherwise (see millwheel/_malloc.py)
     host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,
                       port=args.port, wait_for_workers=cf.workers if cf else 0).start()
     stop = threading.Event()

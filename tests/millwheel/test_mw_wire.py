@@ -1,12 +1,13 @@
 """The records' wire format between worker processes: packed as one JSON array per ``Exchange`` call, and
-the one-message-per-record form that earlier senders used, both taken by a receiver."""
+the one-message-per-record form that earlier senders used, both taken by a receiver; acks likewise."""
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from millwheel import worker_pb2 as pb
 from millwheel._model import Delivery, Record
-from millwheel._peer import pack_records, request_records, to_wire
+from millwheel._peer import pack_records, request_acks, request_records, to_wire
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,3 +28,15 @@ def test_a_receiver_takes_records_sent_one_message_each():
     req = pb.ExchangeRequest(reply_to="w:1", records=[to_wire(d) for d in deliveries()])
     assert request_records(req) == deliveries()
     assert request_records(pb.ExchangeRequest(reply_to="w:1")) == []
+
+
+def test_packed_acks_and_acks_sent_one_message_each_are_both_taken():
+    pairs = [("sort", "bucket:ab"), ("bucket", "numbers/3/17"), ("sort", "é/1")]
+    req = pb.ExchangeRequest.FromString(pb.ExchangeRequest(reply_to="w:1", packed_acks=orjson.dumps(pairs))
+                                        .SerializeToString())
+    assert request_acks(req) == pairs
+    old = pb.ExchangeRequest(reply_to="w:1", acks=[pb.WireAck(consumer=c, id=i) for c, i in pairs])
+    assert request_acks(old) == pairs
+    both = pb.ExchangeRequest(packed_acks=orjson.dumps(pairs[:1]), acks=[pb.WireAck(consumer="s", id="x")])
+    assert request_acks(both) == [pairs[0], ("s", "x")]
+    assert request_acks(pb.ExchangeRequest(reply_to="w:1")) == []
