@@ -17,7 +17,8 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
   any replica at every heartbeat, and again when a peer answers that a slot moved), over
   :mod:`millwheel._peer`.
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
-  keeps the newest sequencer per slot) and computes the authority's publication from every process's
+  keeps the newest sequencer per slot and refuses one older than the slot's claim or than a grant of the
+  master that a process recorded, ``record_grants``, from each map it read) and computes the authority's publication from every process's
   reports, every ``tick``; so every process publishes the same watermarks without a coordinator. The
   cut epochs of computations on a cycle are decided in the store (``advance_epoch``), one per step.
 * **Dedup garbage collection** by reports through the store and messages to the workers
