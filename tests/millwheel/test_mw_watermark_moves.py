@@ -304,7 +304,6 @@ def test_a_report_statement_resumed_after_its_interval_moved_is_refused_once_any
                 os.kill(r["pid"], signal.SIGSTOP)         # its claim waits (its next heartbeat is later)
                 stopped.append(r["pid"])
                 _end_sessions(db, pg_url, r["pid"])
-                third = next(w for w in workers if w["worker"] not in (v["worker"], r["worker"]))
                 new = next(iv.sequencer for iv in run.client.interval_map() if iv.computation == "joined")
                 try:     # the third's next heartbeat reads the map (every quarter of the lease)
                     wait_until(lambda: _granted(db, "joined", 0) >= new, LEASE_S,
