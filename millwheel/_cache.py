@@ -237,6 +237,9 @@ class CachedStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         return self.store.read_watermark_reports()
 
+    def record_grants(self, grants) -> None:
+        self.store.record_grants(grants)
+
     def report_cuts(self, reports) -> None:
         self.store.report_cuts(reports)
 

@@ -62,9 +62,11 @@ statement after that is answered with the timeout's error, an ``InternalError``,
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 _CLAIMED = ("LEFT JOIN intervals i ON i.computation = r.name AND i.interval_id = r.interval_id "
-            "WHERE i.sequencer IS NULL OR i.sequencer <= r.sequencer")
-"""Keeps the reports of an interval not claimed under a newer sequencer than theirs (a fence in the
-report's own statement: a report of an owner that lost the interval changes nothing)."""
+            "LEFT JOIN wm_granted g ON g.name = r.name AND g.interval_id = r.interval_id "
+            "WHERE (i.sequencer IS NULL OR i.sequencer <= r.sequencer) "
+            "AND (g.sequencer IS NULL OR g.sequencer <= r.sequencer)")
+"""Keeps the reports of an interval neither claimed nor granted under a newer sequencer than theirs (a
+fence in the report's own statement: a report of an owner that lost the interval changes nothing)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intervals (computation TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
@@ -89,6 +91,8 @@ CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NU
     sender TEXT NOT NULL, produced_at BIGINT NOT NULL, PRIMARY KEY (computation, id));
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     low BIGINT NOT NULL, input BIGINT, oldest BIGINT, PRIMARY KEY (name, interval_id));
+CREATE TABLE IF NOT EXISTS wm_granted (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
+    PRIMARY KEY (name, interval_id));
 CREATE TABLE IF NOT EXISTS wm_cuts (name TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     epoch BIGINT NOT NULL, cut BIGINT, PRIMARY KEY (name, interval_id));
 CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT NOT NULL,
@@ -657,6 +661,18 @@ class PostgresStore(Store):
 
     def read_watermark_reports(self) -> list[tuple]:
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
+
+    def record_grants(self, grants: Iterable[tuple[str, int, int]]) -> None:
+        last: dict[tuple[str, int], int] = {}     # one row per interval (one statement cannot change a row twice)
+        for c, i, seq in grants:
+            last[(c, i)] = max(seq, last.get((c, i), 0))
+        if not last:
+            return
+        rows = [(c, i, seq) for (c, i), seq in sorted(last.items())]
+        self._retry(lambda conn, _: conn.execute(
+            "INSERT INTO wm_granted SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]) "
+            "ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer "
+            "WHERE wm_granted.sequencer < EXCLUDED.sequencer", _columns(rows, 3)))
 
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         last = keep_newest({}, reports)      # one row per interval (one statement cannot change a row twice)

@@ -17,7 +17,8 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
   any replica at every heartbeat, and again when a peer answers that a slot moved), over
   :mod:`millwheel._peer`.
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
-  keeps the newest sequencer per slot) and computes the authority's publication from every process's
+  keeps the newest sequencer per slot and refuses one older than the slot's claim or than a grant of the
+  master that a process recorded, ``record_grants``, from each map it read) and computes the authority's publication from every process's
   reports, every ``tick``; so every process publishes the same watermarks without a coordinator. The
   cut epochs of computations on a cycle are decided in the store (``advance_epoch``), one per step.
 * **Dedup garbage collection** by reports through the store and messages to the workers
@@ -53,7 +54,8 @@ from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
 from millwheel._store import StaleSequencer, open_store
 from millwheel._topology import Topology
 from millwheel._transport import ACK_DELAY_BOUNDS_US, Inbox
-from millwheel._watermarks import EpochDecided, IntervalAssigned, WatermarkAuthority, WatermarkReported
+from millwheel._watermarks import (EpochDecided, IntervalAssigned, WatermarkAuthority, WatermarkReported, new_grants,
+                                   reports_to_write)
 from millwheel._worker import GiveUp, Worker
 
 COORDINATOR_TICK_S = 0.02
@@ -132,6 +134,7 @@ class WorkerHost(ShowsWatermarks):
         self._written_cuts: dict[tuple[str, int], tuple] = {}  # and cut report (computations on a cycle)
         self._unwritten: dict[tuple[str, int], tuple] = {}     # reports held while the lease has lapsed
         self._unwritten_cuts: dict[tuple[str, int], tuple] = {}
+        self._granted: dict[tuple[str, int], int] = {}   # the newest sequencer per interval of the maps read
         self._started_at = self._load_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
@@ -518,6 +521,10 @@ class WorkerHost(ShowsWatermarks):
         producers = self.topology.producers()
         cyclic = bool(self.authority.components(producers))
         self.authority.handle(*assigned)
+        grants = new_grants(self._granted, assigned)
+        if grants:      # the master's grants, in the store before this process's reports: see record_grants
+            self.store.record_grants(grants)
+            self.counters["grants_recorded"] += len(grants)
         for r in reports:     # the newest report per interval, and only if it changed
             self._unwritten[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.low_us, r.input_us,
                                                      r.oldest_us)
@@ -546,15 +553,17 @@ class WorkerHost(ShowsWatermarks):
     def _write_reports(self) -> None:
         """Write the reports taken (changed ones only) of intervals still held under their sequencer; none
         while the lease has lapsed (a stopped process resumed past its lease may have lost them all: they
-        wait until it knows, then go if still held). The store refuses one whose interval was claimed
-        under a newer sequencer since; this keeps the old owner's reports out also before that claim."""
+        wait until it knows, then go if still held), nor of an interval a map read since gave a newer
+        sequencer (before the heartbeat gives it up). The store refuses one whose interval was claimed, or
+        granted in a map any process has read, under a newer sequencer since; this keeps the old owner's
+        reports out also before the new owner's claim."""
         if not (self._unwritten or self._unwritten_cuts) or not self._lease_ok():
             return
         held = self._held()
         for pending, written, write in ((self._unwritten, self._written, self.store.report_watermarks),
                                         (self._unwritten_cuts, self._written_cuts, self.store.report_cuts)):
             rows = [row for k, row in pending.items() if written.get(k) != row]
-            mine = [row for row in rows if held.get((row[0], row[1])) == row[2]]
+            mine = reports_to_write(rows, held, self._granted)
             if not self._lease_ok():       # checked again just before the write: lapsed meanwhile, they wait
                 return
             pending.clear()

@@ -172,6 +172,15 @@ class Store:
         """Every interval's last report, as given to :meth:`report_watermarks`."""
         raise NotImplementedError
 
+    def record_grants(self, grants: Iterable[tuple[str, int, int]]) -> None:
+        """Record ``(name, interval, sequencer)``: the master has granted the interval under ``sequencer``
+        (a process read it in the master's map). The stored grant only rises. From then on the interval's
+        watermark and cut reports under an older sequencer are refused, as after a claim (:meth:`claim`),
+        also before the new owner has claimed: the old owner of an interval moved, split or merged reports
+        under its old sequencer until its next heartbeat, and a report statement of a process stopped after
+        its lease check lands when it resumes. Commits are not fenced by grants, only by claims."""
+        raise NotImplementedError
+
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         """Record the cut reports of intervals of computations on a cycle ``(name, interval, sequencer,
         epoch, cut_us)`` (``cut_us`` may be ``None``), each replacing the interval's stored one unless that
@@ -241,6 +250,7 @@ class MemoryStore(Store):
         self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
         self._wms: dict[str, int] = {}
         self._reports: dict[tuple[str, int], tuple] = {}
+        self._granted: dict[tuple[str, int], int] = {}
         self._cuts: dict[tuple[str, int], tuple] = {}
         self._epochs: dict[str, tuple] = {}
         self._aside: dict[tuple[str, str], SetAsideRecord] = {}
@@ -337,9 +347,17 @@ class MemoryStore(Store):
             for name, wm in watermarks.items():
                 self._wms[name] = max(wm, self._wms.get(name, wm))
 
+    def _fence(self, c: str, i: int) -> int:
+        return max(self._seq.get((c, i), 0), self._granted.get((c, i), 0))
+
     def report_watermarks(self, reports: Iterable[tuple]) -> None:
         with self._lock:
-            keep_newest(self._reports, reports, lambda c, i: self._seq.get((c, i), 0))
+            keep_newest(self._reports, reports, self._fence)
+
+    def record_grants(self, grants: Iterable[tuple[str, int, int]]) -> None:
+        with self._lock:
+            for c, i, seq in grants:
+                self._granted[(c, i)] = max(seq, self._granted.get((c, i), 0))
 
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
@@ -347,7 +365,7 @@ class MemoryStore(Store):
 
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         with self._lock:
-            keep_newest(self._cuts, reports, lambda c, i: self._seq.get((c, i), 0))
+            keep_newest(self._cuts, reports, self._fence)
 
     def read_cuts(self) -> list[tuple]:
         with self._lock:
@@ -391,8 +409,10 @@ def _check_sequencers(writes: list[Write], current) -> None:
                              f"{current(c, i)} ({len(stale)} stale interval(s) in the batch)")
 
 
-_CLAIMED = "COALESCE((SELECT seq FROM sequencers WHERE computation = ?1 AND interval = ?2), 0)"
-"""The claimed sequencer of a report's interval (0: never claimed), for a fence in the report's statement."""
+_CLAIMED = ("max(COALESCE((SELECT seq FROM sequencers WHERE computation = ?1 AND interval = ?2), 0), "
+            "COALESCE((SELECT seq FROM wm_granted WHERE name = ?1 AND interval = ?2), 0))")
+"""The claimed or granted sequencer of a report's interval, the larger (0: neither), for a fence in the
+report's statement."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sequencers (computation TEXT, interval INTEGER, seq INTEGER NOT NULL,
@@ -418,6 +438,8 @@ CREATE TABLE IF NOT EXISTS set_aside (computation TEXT, id TEXT, key TEXT NOT NU
     sender TEXT NOT NULL, produced_at INTEGER NOT NULL, PRIMARY KEY (computation, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wm_reports (name TEXT, interval INTEGER, seq INTEGER NOT NULL, low INTEGER NOT NULL,
     input INTEGER, oldest INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS wm_granted (name TEXT, interval INTEGER, seq INTEGER NOT NULL,
+    PRIMARY KEY (name, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wm_cuts (name TEXT, interval INTEGER, seq INTEGER NOT NULL, epoch INTEGER NOT NULL,
     cut INTEGER, PRIMARY KEY (name, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch INTEGER NOT NULL,
@@ -581,6 +603,12 @@ class SQLiteStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         with self._lock:
             return [tuple(r) for r in self._db.execute("SELECT * FROM wm_reports").fetchall()]
+
+    def record_grants(self, grants: Iterable[tuple[str, int, int]]) -> None:
+        with self._lock, self._tx():
+            self._db.executemany(
+                "INSERT INTO wm_granted VALUES (?, ?, ?) ON CONFLICT(name, interval) DO UPDATE SET "
+                "seq=max(seq, excluded.seq)", [tuple(g) for g in grants])
 
     def report_cuts(self, reports: Iterable[tuple]) -> None:
         with self._lock, self._tx():

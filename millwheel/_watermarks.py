@@ -451,6 +451,26 @@ def cyclic_components(producers: Mapping[str, Iterable[str]]) -> list[frozenset[
     return out
 
 
+def new_grants(granted: dict, assigned) -> list[tuple[str, int, int]]:
+    """The grants among ``assigned`` (:class:`IntervalAssigned`, from the master's maps) newer than those in
+    ``granted`` (``(name, interval)`` -> the sequencer last recorded), as ``(name, interval, sequencer)``
+    rows to record in the store; ``granted`` is updated to them."""
+    out = []
+    for a in assigned:
+        key = (a.name, a.interval)
+        if a.sequencer > granted.get(key, 0):
+            granted[key] = a.sequencer
+            out.append((a.name, a.interval, a.sequencer))
+    return out
+
+
+def reports_to_write(rows, held: dict, granted: dict) -> list[tuple]:
+    """The report rows ``(name, interval, sequencer, ...)`` a process may write: of an interval it holds
+    under that sequencer (``held``) and that no newer grant has reached it for (``granted``: the newest
+    sequencers of the master's maps it has read, which it may read before it gives the interval up)."""
+    return [r for r in rows if held.get((r[0], r[1])) == r[2] and granted.get((r[0], r[1]), 0) <= r[2]]
+
+
 def is_late(timestamp_us: int, input_watermark_us: int) -> bool:
     """A record is late when its timestamp is below the consumer's input low watermark: its producers
     had promised nothing older would come."""

@@ -160,6 +160,33 @@ def test_a_report_under_a_sequencer_older_than_the_intervals_claim_changes_nothi
     assert old.read_cuts() == [("c", 1, 7, 4, 120)]
 
 
+def test_a_report_under_a_sequencer_older_than_the_masters_grant_changes_nothing_before_the_claim(opener):
+    """The master moved interval 1 (sequencer 5 -> 7) and a process that read its map recorded the grant;
+    the new owner has not claimed yet. The old owner, which has not heard of the move (its heartbeat is
+    later), or whose report statement had passed its lease check when it was stopped, reports under 5:
+    nothing changes (watermark and cut). Interval 2, not moved, takes its owner's reports. A lower grant
+    read from a lagging replica's map does not lower the fence; the new owner's reports under 7 land."""
+    old, reader, new = opener(), opener(), opener()
+    old.claim("c", 1, 5)
+    old.claim("c", 2, 5)
+    old.report_watermarks([("c", 1, 5, 100, 90, 100), ("c", 2, 5, 200, 190, 200)])
+    old.report_cuts([("c", 1, 5, 3, 100)])
+    reader.record_grants([("c", 1, 7), ("c", 2, 5)])
+    reader.record_grants([("c", 1, 6)])
+    old.report_watermarks([("c", 1, 5, 900, 900, 900), ("c", 2, 5, 250, 240, 250)])
+    old.report_cuts([("c", 1, 5, 9, 900)])
+    assert sorted(new.read_watermark_reports()) == [("c", 1, 5, 100, 90, 100), ("c", 2, 5, 250, 240, 250)]
+    assert new.read_cuts() == [("c", 1, 5, 3, 100)]
+    new.claim("c", 1, 7)
+    new.report_watermarks([("c", 1, 7, 120, 110, 120)])
+    new.report_cuts([("c", 1, 7, 4, 120)])
+    assert sorted(old.read_watermark_reports()) == [("c", 1, 7, 120, 110, 120), ("c", 2, 5, 250, 240, 250)]
+    assert old.read_cuts() == [("c", 1, 7, 4, 120)]
+    reader.record_grants([("c", 2, 6)])       # grants fence reports only: commits are fenced by claims
+    old.commit([Write("c", 2, 5, "k", b"v")])
+    assert new.read_states("c", ["k"]) == {"k": b"v"}
+
+
 def test_cut_reports_keep_the_newest_sequencer_and_an_epoch_advances_one_step_at_a_time(opener):
     a, b = opener(), opener()
     a.report_cuts([("c", 1, 5, 3, 100), ("c", 2, 5, 3, None)])

@@ -14,6 +14,7 @@ import pytest
 from millwheel import RuntimeConfig
 from millwheel._cluster import worker_status
 from millwheel._routing import interval_of, slots_in
+from millwheel._store import open_store
 from photon import wait_until
 
 from mw_cluster import START_S, ClusterRun
@@ -263,3 +264,80 @@ def _windows_unclaimed(db: psycopg.Connection, run: ClusterRun) -> set:
             for s in slots_in(iv.lo, iv.hi, SLOTS)}
     got = set(db.execute("SELECT interval_id, sequencer FROM intervals WHERE computation = 'windows'").fetchall())
     return want - got
+
+
+def test_a_report_statement_resumed_after_its_interval_moved_is_refused_once_any_process_read_the_move(
+        reachable_tmp, pg_url, cluster_runs, stopped):
+    """Three workers. V, holding the injector, is SIGSTOPped past its lease; the master gives the injector
+    to R, which is SIGSTOPped too before its next heartbeat claims it (its sessions ended); the third
+    keeps running and reads the master's map at its heartbeat. Then a report of the injector under V's old
+    sequencer is written, as the statement of V that had passed its lease check when V was stopped would
+    be when V resumes (the test writes it itself: the moment of a stop inside ``_write_reports`` cannot be
+    chosen). Before the fix the store took it: no newer claim yet, and the store knew nothing else of the
+    master's grants. Now the third process has recorded the master's grant in the store (``wm_granted``)
+    and the statement changes nothing. (If R claimed before it was stopped, the round proves nothing and
+    another is run, up to three.) Then the windows equal the batch, each once."""
+    run = ClusterRun(reachable_tmp, pg_url, workers=3, n_clicks=2000, files=4,
+                     master_options=(f"lease_us={LEASE_S * 1_000_000}",))
+    cluster_runs.append(run)
+    late = open_store(pg_url)
+    try:
+        with _connect(pg_url) as db:
+            for _ in range(3):
+                wait_until(lambda: any(w["injectors"].get("joined", {}).get("caught_up") for w in run.workers()),
+                           START_S, message="the injector caught up")
+                workers = run.workers()
+                v = next(w for w in workers if "joined" in w["injectors"])
+                old = next(iv["sequencer"] for iv in v["intervals"] if iv["computation"] == "joined")
+                wait_until(lambda: db.execute("SELECT sequencer FROM wm_reports WHERE name = 'joined' "
+                                              "AND interval_id = 0").fetchone() == (old,), 30,
+                           message="the injector reported under its sequencer")
+                os.kill(v["pid"], signal.SIGSTOP)
+                stopped.append(v["pid"])
+                _end_sessions(db, pg_url, v["pid"])
+
+                def injector_owner():
+                    iv = next(iv for iv in run.client.interval_map() if iv.computation == "joined")
+                    return iv.worker if iv.worker and iv.worker != v["worker"] else None
+                wait_until(injector_owner, LEASE_S * 4, interval=0.02, message="the injector moved")
+                r = next(w for w in workers if w["worker"] == injector_owner())
+                os.kill(r["pid"], signal.SIGSTOP)         # its claim waits (its next heartbeat is later)
+                stopped.append(r["pid"])
+                _end_sessions(db, pg_url, r["pid"])
+                new = next(iv.sequencer for iv in run.client.interval_map() if iv.computation == "joined")
+                try:     # the third's next heartbeat reads the map (every quarter of the lease)
+                    wait_until(lambda: _granted(db, "joined", 0) >= new, LEASE_S,
+                               message="the third recorded the master's grant")
+                except TimeoutError:
+                    pass       # (before the fix nothing recorded grants; the statement below shows it)
+                claimed = db.execute("SELECT sequencer FROM intervals WHERE computation = 'joined' "
+                                     "AND interval_id = 0").fetchone()
+                if claimed is not None and claimed[0] >= new:     # R claimed before it was stopped
+                    for pid in (v["pid"], r["pid"]):
+                        os.kill(pid, signal.SIGCONT)
+                    wait_until(lambda: "unreachable" not in worker_status(v["address"]), 30, message="V resumed")
+                    continue
+                stored = db.execute("SELECT * FROM wm_reports WHERE name = 'joined' AND interval_id = 0").fetchone()
+                far = stored[3] + 10 ** 12
+                late.report_watermarks([("joined", 0, old, far, far, None)])
+                after = db.execute("SELECT * FROM wm_reports WHERE name = 'joined' AND interval_id = 0").fetchone()
+                assert after == stored, f"a report under the moved injector's old sequencer {old} was stored " \
+                                        f"(the master granted {new}): {after}"
+                for pid in (v["pid"], r["pid"]):
+                    os.kill(pid, signal.SIGCONT)
+                break
+            else:
+                pytest.fail("in three rounds the injector's new owner always claimed before it was stopped")
+    finally:
+        late.close()
+    run.wait_idle()
+    run.check()
+
+
+def _granted(db: psycopg.Connection, name: str, interval: int) -> int:
+    """The master's grant of ``interval`` of ``name`` recorded in the store (0: none, or no such table)."""
+    if db.execute("SELECT to_regclass('wm_granted')").fetchone()[0] is None:
+        return 0
+    row = db.execute("SELECT sequencer FROM wm_granted WHERE name = %s AND interval_id = %s",
+                     (name, interval)).fetchone()
+    return row[0] if row else 0

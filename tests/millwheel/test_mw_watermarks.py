@@ -10,7 +10,8 @@ from millwheel._master_facts import Interval
 from millwheel._process import assigned_in
 from millwheel._routing import IntervalMap
 from millwheel._watermarks import (END_OF_TIME, NO_WATERMARK, IntervalAssigned, TimestampBag, WatermarkAuthority,
-                                   WatermarkReported, input_watermark, interval_low, is_late)
+                                   WatermarkReported, input_watermark, interval_low, is_late, new_grants,
+                                   reports_to_write)
 
 CHAIN = {"a": ["inj"], "b": ["a"], "c": ["b"]}
 
@@ -190,3 +191,19 @@ def test_a_worker_process_authority_takes_the_masters_sequencers_and_ignores_the
     assert auth.statistics().reports_stale == 3
     auth.handle(WatermarkReported("a", 1, 5, 350, 400))        # its new owner
     assert auth.publish(producers).lows["a"] == 350
+
+
+def test_a_process_records_only_newer_grants_and_writes_no_report_below_a_grant_it_has_read():
+    """The pure part of the report fence of worker processes: the grants of the maps a process reads go to
+    the store once each (only newer ones); a report of an interval it still holds (its heartbeat has not
+    given it up yet) under a sequencer a map read since replaced is not written."""
+    granted: dict = {}
+    assert new_grants(granted, [IntervalAssigned("c", 0, 3), IntervalAssigned("c", 1, 3)]) == [("c", 0, 3),
+                                                                                              ("c", 1, 3)]
+    assert new_grants(granted, [IntervalAssigned("c", 0, 3), IntervalAssigned("c", 1, 5),
+                                IntervalAssigned("c", 1, 4)]) == [("c", 1, 5)]
+    rows = [("c", 0, 3, 100, 90, 100), ("c", 1, 3, 200, 190, 200), ("c", 2, 2, 300, 290, 300)]
+    held = {("c", 0): 3, ("c", 1): 3, ("c", 2): 1}
+    assert reports_to_write(rows, held, granted) == [("c", 0, 3, 100, 90, 100)]
+    held[("c", 1)] = 5
+    assert reports_to_write([("c", 1, 5, 220, 210, 220)], held, granted) == [("c", 1, 5, 220, 210, 220)]
