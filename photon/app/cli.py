@@ -13,6 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
+    # photon run: its fork server imports the services' modules while this process imports its own
+    from photon.app._forkserver import start_early
+    start_early()
+
 import orjson
 
 import dispatcher
@@ -657,4 +662,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        from photon.app._forkserver import discard_early
+        discard_early()              # a fork server no launcher took (a config error, a held region)
+    sys.exit(code)
