@@ -3,9 +3,16 @@
 Every service process of ``photon run`` is ``python -m <room>.main ...``, and each spent 0.1-0.2 s of CPU
 importing the same modules (gRPC, protobuf, pysyncobj, the base, its room) while eight of them started at
 once on a few cores. The launcher now starts one fork server first (``python -m photon.app._forkserver``,
-in parallel with its own planning); it imports :data:`PRELOAD` once and then forks each service on request,
+in parallel with its own planning); it imports :data:`PRELOAD` once and forks each service on request,
 so a service starts with its imports done and runs its main module as ``python -m`` would
 (:func:`runpy._run_module_as_main`, the same call ``-m`` makes).
+
+What comes first on the way to the first join: ``photon run`` starts its fork server before its own imports
+and config (:func:`start_early`; printing into a memory file, its log placed only once the launcher holds
+its state dirs, so a launcher refused for a held region writes nothing there), and the fork server serves
+as soon as :data:`PRELOAD_FIRST` (the base and the registry's room: the registry's replicas are started
+first) is imported, importing :data:`PRELOAD_LATER` while it serves (a request for one of those modules
+imports it first).
 
 Why the fork is safe:
 
