@@ -287,3 +287,23 @@ def test_a_photon_run_refused_for_a_held_region_writes_nothing_there(tmp_path, p
         assert sorted(p.name for p in state_dir.iterdir()) == before == [LOCK_FILE]
     finally:
         held.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_module_imported_while_serving_that_leaves_a_thread_stops_the_forking(tmp_path):
+    """Once a module imported while serving has started a thread, forking is no longer safe: every request
+    is then answered with an error (the launcher starts that process directly)."""
+    (tmp_path / "threaded_mod.py").write_text("import threading, time\n"
+                                              "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
+    script = textwrap.dedent("""
+        from photon.app._forkserver import _Preloader
+        p = _Preloader(["json", "threaded_mod"])
+        p.next()
+        assert not p.unsafe, p.unsafe
+        p.next()
+        assert p.pending == [] and p.unsafe.startswith("2 threads after importing threaded_mod"), p.unsafe
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"},
+                       capture_output=True, text=True, timeout=50, check=False)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "ok", (r.stdout, r.stderr[-3000:])
