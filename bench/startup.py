@@ -4,7 +4,8 @@ A small workload is generated (as :mod:`bench.compare` does, one region) and ``p
 Every 5 ms the watcher looks at the launcher's process tree (the fork server's children named by their pids
 in ``launcher.json``) and the processes' logs, and prints, in seconds from the launcher's start: when the fork
 server and each process were started, when it printed ``serving on`` (the line a
-service prints once it answers), its CPU-seconds until then and until the first join, the dispatcher's first
+service prints once it answers; the fork server says when in that line, as its log may be placed later),
+its CPU-seconds until then (seen when the line was) and until the first join, the dispatcher's first
 status file, and the first joined click seen complete in an output file and visible under the output
 contract. Figures, not a pass/fail test; the machine's load average is printed beside them.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,11 +84,18 @@ def one_run(root: Path, timeout_s: float) -> dict:
                     continue
                 f = logs / f"{name}.log"
                 try:
-                    if b"serving on" in f.read_bytes():
-                        fig[key] = round(now, 3)
-                        serving_cpu[name] = cpu.get(pid, 0.0)
+                    text = f.read_bytes()
                 except FileNotFoundError:
-                    pass
+                    continue
+                if b"serving on" in text:
+                    # the fork server's log is placed only once the launcher holds its state dirs, after it
+                    # may have started serving: it says when (CLOCK_MONOTONIC, this process's clock too)
+                    at = re.search(rb"at monotonic ([0-9.]+)", text)
+                    fig[key] = round(float(at.group(1)) - t0, 3) if at else round(now, 3)
+                    imports = re.search(rb"imported in ([0-9.]+) CPU-s", text)
+                    serving_cpu[name] = cpu.get(pid, 0.0)
+                    if imports:
+                        fig[f"cpu of {name}'s imports until serving"] = float(imports.group(1))
             if "dispatcher status" not in fig and status.exists():
                 fig["dispatcher status"] = round(now, 3)
             follower.poll()

@@ -3,9 +3,16 @@
 Every service process of ``photon run`` is ``python -m <room>.main ...``, and each spent 0.1-0.2 s of CPU
 importing the same modules (gRPC, protobuf, pysyncobj, the base, its room) while eight of them started at
 once on a few cores. The launcher now starts one fork server first (``python -m photon.app._forkserver``,
-in parallel with its own planning); it imports :data:`PRELOAD` once and then forks each service on request,
+in parallel with its own planning); it imports :data:`PRELOAD` once and forks each service on request,
 so a service starts with its imports done and runs its main module as ``python -m`` would
 (:func:`runpy._run_module_as_main`, the same call ``-m`` makes).
+
+What comes first on the way to the first join: ``photon run`` starts its fork server before its own imports
+and config (:func:`start_early`; printing into a memory file, its log placed only once the launcher holds
+its state dirs, so a launcher refused for a held region writes nothing there), and the fork server serves
+as soon as :data:`PRELOAD_FIRST` (the base and the registry's room: the registry's replicas are started
+first) is imported, importing :data:`PRELOAD_LATER` while it serves (a request for one of those modules
+imports it first).
 
 Why the fork is safe:
 
@@ -48,12 +55,20 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
-PRELOAD = ("grpc", "google.protobuf", "pysyncobj", "photon", "photon._config", "photon._service",
-           "idregistry.main", "eventstore.main", "joiner.main", "dispatcher.main",
-           "prometheus_client", "photon._metrics")
-"""What the fork server imports before it forks anything: gRPC, protobuf and pysyncobj, the base, every
-service room's main module (which imports its server) and the metrics' stack."""
+PRELOAD_FIRST = ("grpc", "google.protobuf", "pysyncobj", "photon", "photon._config", "photon._service",
+                 "prometheus_client", "photon._metrics", "idregistry.main")
+"""What the fork server imports before it serves: gRPC, protobuf and pysyncobj, the base, the metrics' stack
+and the registry's main module (the registry's replicas are started first: the first join needs them)."""
+
+PRELOAD_LATER = ("eventstore.main", "joiner.main", "dispatcher.main")
+"""The other rooms' main modules: imported while the fork server serves, whenever no request waits, or at
+once when a request asks for one of them (so every service still starts with its imports done)."""
+
+PRELOAD = PRELOAD_FIRST + PRELOAD_LATER
+"""Everything the fork server imports: the base, every service room's main module (which imports its
+server) and the metrics' stack."""
 
 PER_PROCESS_ENV = frozenset({"PHOTON_REGION", "PHOTON_PROCESS", "PHOTON_METRICS_ADDR"})
 """Environment keys a forked service may have that differ from the fork server's (read at run time only)."""
@@ -101,9 +116,60 @@ def _send(sock: socket.socket, message: dict, fds=()) -> None:
     socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
 
 
-def _serve(sock: socket.socket) -> _Job | None:
-    """The fork server's loop: fork on each request, report each child's exit. Returns ``None`` when the
-    launcher has closed the socket; returns the job in a forked child."""
+class _Preloader:
+    """The modules still to import (:data:`PRELOAD_LATER`), one at a time. Once importing one leaves a
+    thread behind, :attr:`unsafe` says why and nothing more is forked."""
+
+    def __init__(self, names) -> None:
+        self.pending = list(names)
+        self.unsafe = ""
+
+    def next(self) -> None:
+        self._load(self.pending[0])
+
+    def ensure(self, module: str) -> None:
+        """Before forking ``module``: import it if it is still to come; for a module of neither
+        :data:`PRELOAD_FIRST` nor :data:`PRELOAD_LATER`, import everything still to come (it may use any)."""
+        if module in self.pending:
+            self._load(module)
+        elif module not in PRELOAD_FIRST:
+            while self.pending:
+                self.next()
+
+    def _load(self, name: str) -> None:
+        self.pending.remove(name)
+        import importlib
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass                  # the forked service imports it itself, and fails as ``python -m`` would
+        threads = _thread_count()
+        if threads != 1 and not self.unsafe:
+            self.unsafe = f"{threads} threads after importing {name} (forking is safe with one only)"
+            _say(f"fork server: {self.unsafe}; the launcher starts processes itself")
+        if not self.pending:
+            _say(f"fork server: preloaded {len(sys.modules)} modules ({time.process_time():.3f} CPU-s)")
+
+
+def _place_log(fd: int) -> None:
+    """Write what this process has printed so far (into the memory file it was started with) to its log,
+    ``fd``, and print into the log from now on."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    offset = 0
+    while chunk := os.pread(1, 65536, offset):
+        os.write(fd, chunk)
+        offset += len(chunk)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _serve(sock: socket.socket, preload: _Preloader | None = None) -> _Job | None:
+    """The fork server's loop: fork on each request, report each child's exit; import what ``preload``
+    still holds whenever no request waits. Returns ``None`` when the launcher has closed the socket; returns
+    the job in a forked child."""
+    preload = preload or _Preloader(())
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -113,8 +179,11 @@ def _serve(sock: socket.socket) -> _Job | None:
     while True:
         _reap(sock, requests)
         try:
-            ready, _, _ = select.select([sock, wake_r], [], [])
+            ready, _, _ = select.select([sock, wake_r], [], [], 0 if preload.pending else None)
         except InterruptedError:
+            continue
+        if not ready:                      # nothing waits: import the next module
+            preload.next()
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
@@ -127,6 +196,15 @@ def _serve(sock: socket.socket) -> _Job | None:
         if not data:
             return None
         request = json.loads(data)
+        if "log" in request:               # the launcher holds its state dirs now: here is the log
+            _place_log(fds[0])
+            continue
+        preload.ensure(request["argv"][2])
+        if preload.unsafe:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"id": request["id"], "error": preload.unsafe})
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -214,7 +292,7 @@ def main(argv=None) -> int:
     sock = socket.socket(fileno=int(args[args.index("--fd") + 1]))
     t0 = time.process_time()
     import importlib
-    for name in PRELOAD:
+    for name in PRELOAD_FIRST:
         try:
             importlib.import_module(name)
         except ImportError as e:
@@ -227,8 +305,8 @@ def main(argv=None) -> int:
     except (AttributeError, OSError) as e:
         return _refuse(sock, f"no pidfd on this system ({e})")
     _say(f"fork server serving on its socket ({len(sys.modules)} modules imported in "
-         f"{time.process_time() - t0:.3f} CPU-s)")
-    job = _serve(sock)
+         f"{time.process_time() - t0:.3f} CPU-s; at monotonic {time.monotonic():.3f})")
+    job = _serve(sock, _Preloader(PRELOAD_LATER))
     sock.close()                          # in a forked child too: the launcher's socket is the fork server's
     if job is None:
         return 0
@@ -250,7 +328,7 @@ class ForkServer:
     launcher plans), asked for processes by :meth:`spawn`, closed by :meth:`close` (after its children have
     stopped: they die with it). Thread-safe."""
 
-    def __init__(self, env: dict | None, log_path, echo=None) -> None:
+    def __init__(self, env: dict | None, log_path=None, echo=None) -> None:
         self.env = dict(os.environ if env is None else env)
         self.log_path = log_path
         self.echo = echo or (lambda msg: None)
@@ -260,6 +338,7 @@ class ForkServer:
         self._sock: socket.socket | None = None
         self._lock = threading.RLock()
         self._next_id = 0
+        self._log_placed = False
 
     @property
     def pid(self) -> int | None:
@@ -267,25 +346,52 @@ class ForkServer:
 
     def start(self) -> None:
         """Start the fork server process (it imports :data:`PRELOAD`, then serves); a failure to start it
-        leaves :attr:`broken` set, and processes are started directly."""
+        leaves :attr:`broken` set, and processes are started directly. A fork server started without a
+        log (:func:`start_early`) prints into a memory file until a later call, given :attr:`log_path`,
+        hands it its log (it copies what it printed there first)."""
         with self._lock:
-            if self.proc is not None or self.broken:
+            if self.broken:
                 return
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
+            if self.proc is None:
+                self._spawn_server()
+            if self.log_path is not None and not self._log_placed and self._sock is not None:
+                self._log_placed = True
+                try:
+                    os.makedirs(os.path.dirname(str(self.log_path)) or ".", exist_ok=True)
+                    fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                except OSError as e:
+                    self.echo(f"the fork server's log {self.log_path}: {e}; it prints nowhere")
+                    return
+                try:
+                    _send(self._sock, {"log": True}, [fd])
+                except OSError:
+                    pass                     # it has ended: the next request says so
+                finally:
+                    os.close(fd)
+
+    def _spawn_server(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            if self.log_path is None:
+                out = os.memfd_create("forkserver-log")
+            else:
                 os.makedirs(os.path.dirname(str(self.log_path)) or ".", exist_ok=True)
-                with open(self.log_path, "ab") as log:
-                    self.proc = subprocess.Popen(
-                        [sys.executable, "-m", "photon.app._forkserver", "--fd", str(theirs.fileno())],
-                        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        start_new_session=True, preexec_fn=_die_with_parent, env=self.env)
-            except OSError as e:
-                ours.close()
-                self._break(f"cannot start the fork server: {e}")
-                return
+                out = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                self._log_placed = True
+            try:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "photon.app._forkserver", "--fd", str(theirs.fileno())],
+                    pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=_die_with_parent, env=self.env)
             finally:
-                theirs.close()
-            self._sock = ours
+                os.close(out)
+        except OSError as e:
+            ours.close()
+            self._break(f"cannot start the fork server: {e}")
+            return
+        finally:
+            theirs.close()
+        self._sock = ours
 
     def can_fork(self, argv, env: dict) -> bool:
         """True when ``argv`` is ``python -m <module> ...`` of this interpreter and ``env`` differs from the
@@ -384,6 +490,60 @@ class ForkServer:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait(timeout=5)
+
+
+_early: ForkServer | None = None
+
+
+def checkout_env(env: dict) -> dict:
+    """``env`` with this checkout first on ``PYTHONPATH`` (the environment every process Photon starts has)."""
+    env = dict(env)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def start_early() -> None:
+    """Start ``photon run``'s fork server before the launcher has imported anything or read its config,
+    with this process's environment (:func:`checkout_env`) and no log: it prints into a memory file, and
+    nothing is written anywhere until a launcher holding its state dirs takes it (:func:`take_early`) and
+    starts it (:meth:`ForkServer.start` places its log). Not taken, it ends with :func:`discard_early` or
+    with this process."""
+    global _early
+    if _early is None:
+        _early = ForkServer(checkout_env(os.environ))
+        _early.start()
+
+
+def take_early(env: dict, log_path, echo=None) -> ForkServer | None:
+    """The fork server :func:`start_early` started, for a launcher whose services' environment is ``env``
+    (its log to be ``log_path``); ``None`` (and that fork server closed) when there is none or its
+    environment differs (a module reading the environment at import would see the wrong one)."""
+    global _early
+    server, _early = _early, None
+    if server is None:
+        return None
+    if server.broken or server.env != env:
+        _end_unused(server)
+        return None
+    server.log_path = log_path
+    server.echo = echo or server.echo
+    return server
+
+
+def discard_early() -> None:
+    """Close the fork server :func:`start_early` started if no launcher took it."""
+    global _early
+    server, _early = _early, None
+    if server is not None:
+        _end_unused(server)
+
+
+def _end_unused(server: ForkServer) -> None:
+    """End a fork server that has forked nothing yet (without waiting for its imports)."""
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.kill()
+    server.close()
 
 
 class ForkedProcess:

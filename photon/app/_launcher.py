@@ -23,7 +23,7 @@ import idregistry
 import joiner
 from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, ports_written_once,
                     storage_kind, stream_source, tls_env)
-from photon.app._forkserver import ForkServer
+from photon.app._forkserver import ForkServer, checkout_env, take_early
 from photon.app._regions import LAUNCHER_FILE, LAUNCHER_HOLDER, LOCK_FILE, RegionControls, held_by_launcher
 from photon.app._supervisor import Supervisor
 
@@ -45,10 +45,7 @@ def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]
 def child_env(config: PhotonConfig) -> dict:
     """The environment of every process Photon starts: this one's, the config's TLS files, and this
     checkout first on ``PYTHONPATH``."""
-    env = {**os.environ, **tls_env(config)}
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return checkout_env({**os.environ, **tls_env(config)})
 
 
 def launcher_state_file(config: PhotonConfig, regions: list | None = None) -> Path:
@@ -76,7 +73,8 @@ class Launcher:
         self.echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
         state_file = launcher_state_file(config, options.regions)
         env = self._child_env(config)
-        self.forkserver = ForkServer(env, state_file.parent / "logs" / FORKSERVER_LOG, echo=self.echo)
+        log = state_file.parent / "logs" / FORKSERVER_LOG
+        self.forkserver = take_early(env, log, self.echo) or ForkServer(env, log, echo=self.echo)
         self.supervisor = Supervisor(state_file.parent / "logs", state_file, env=env, echo=self.echo,
                                      forkserver=self.forkserver)
         self.started_at = time.monotonic()
@@ -142,7 +140,10 @@ class Launcher:
         Raises :class:`AlreadyRunning` when another launcher runs one of these regions.
 
         The fork server (:mod:`photon.app._forkserver`) starts once the state dirs are locked, so it
-        imports the services' modules while this process plans; every service is then forked from it."""
+        imports the services' modules while this process plans; every service is then forked from it.
+        ``python -m photon.app.cli run`` starts it even earlier, before its own imports
+        (:func:`~photon.app._forkserver.start_early`): its log is placed only once the state dirs are
+        locked, so a launcher refused for a held region writes nothing there."""
         try:
             return self._run()
         finally:

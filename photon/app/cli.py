@@ -13,6 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+if sys.argv[1:2] == ["run"] and (__name__ == "__main__" or os.path.basename(sys.argv[0]) == "photon"):
+    # `photon run` (python -m photon.app.cli, or the installed script): its fork server imports the services'
+    # modules while this process imports its own (photon.app._forkserver.start_early)
+    from photon.app._forkserver import start_early
+    start_early()
+
 import orjson
 
 import dispatcher
@@ -632,7 +638,14 @@ def _registry_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        from photon.app._forkserver import discard_early
+        discard_early()                  # a fork server no launcher took (a config error, a held region)
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["registry"]:           # the registry room parses its own subcommands
         try:
             return _registry_command(_registry_argv(argv[1:]))

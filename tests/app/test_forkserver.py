@@ -4,6 +4,7 @@ fork server that dies takes its children with it and the supervisor starts them 
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -206,3 +207,103 @@ def test_photon_run_forks_every_service_restarts_a_killed_one_forked_and_stops_a
     assert "killed by SIGKILL" in (tmp_path / "launcher.log").read_text()
     ids = Counter(json.loads(line)[config.join.foreign_id_field] for line in read_output_lines(joined))
     assert ids and max(ids.values()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_an_early_fork_server_prints_nowhere_until_taken_and_ends_when_not_taken(tmp_path):
+    from photon.app import _forkserver as fs
+    log = tmp_path / "state" / "logs" / "forkserver.log"
+    env = fs.checkout_env(os.environ)
+    fs.start_early()                       # as `python -m photon.app.cli run` does before its own imports
+    refused = fs._early.proc
+    assert fs.take_early({**env, "PHOTON_TLS_CA": "ca.pem"}, log) is None     # another environment: not used
+    wait_until(lambda: refused.poll() is not None, 10, message="the unused fork server ended")
+    fs.start_early()
+    discarded = fs._early.proc
+    fs.discard_early()                     # no launcher took it (a config error, a held region)
+    wait_until(lambda: discarded.poll() is not None, 10, message="the discarded fork server ended")
+    assert not (tmp_path / "state").exists()
+
+    fs.start_early()
+    server = fs.take_early(env, log)
+    try:
+        assert server is not None and fs._early is None
+        wait_until(lambda: server._sock is not None, 5)
+        assert not log.exists()            # not before the launcher holds its state dirs
+        server.start()                     # what the launcher calls once it holds them: the log is placed
+        out = tmp_path / "child.out"
+        with open(out, "wb") as f:
+            child = server.spawn([sys.executable, "-m", "json.tool", "--help"], env, f.fileno())
+        assert child.wait(timeout=60) == 0 and "usage" in out.read_text()
+        # what it printed before its log was placed (into memory) is in the log, then what came after
+        wait_until(lambda: log.exists() and "preloaded" in log.read_text(), 30, message="its log")
+        lines = log.read_text().splitlines()
+        assert lines[0].startswith("fork server serving on its socket") and "at monotonic" in lines[0], lines
+    finally:
+        if server is not None:
+            server.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_registry_is_forked_before_the_other_rooms_are_imported_and_they_before_their_own(tmp_path):
+    """The fork server serves once :data:`PRELOAD_FIRST` is imported; a request for a later room's main
+    module imports it first, one for any other module everything still to come (checked in a fresh
+    interpreter, which has imported nothing of Photon's)."""
+    script = textwrap.dedent("""
+        import sys
+        from photon.app._forkserver import PRELOAD_FIRST, PRELOAD_LATER, _Preloader
+        for name in PRELOAD_FIRST:
+            __import__(name)
+        p = _Preloader(PRELOAD_LATER)
+        p.ensure("idregistry.main")
+        assert p.pending == list(PRELOAD_LATER) and "joiner.main" not in sys.modules, p.pending
+        p.ensure("joiner.main")
+        assert "joiner.main" in sys.modules and p.pending == ["eventstore.main", "dispatcher.main"], p.pending
+        assert "dispatcher.main" not in sys.modules
+        p.ensure("fs_probe")
+        assert p.pending == [] and "dispatcher.main" in sys.modules and not p.unsafe
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
+                       text=True, timeout=50, check=False)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "ok", r.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_photon_run_refused_for_a_held_region_writes_nothing_there(tmp_path, procs):
+    """The fork server starts before the launcher reads its config; a launcher then refused (the region is
+    held) leaves no fork-server log (nor anything else) in that region's state dir."""
+    from photon import hold_lock, load_config
+    from photon.app import GenOptions, generate
+    from photon.app._regions import LOCK_FILE
+    s = generate(GenOptions(out=str(tmp_path), queries=200, seed=3))
+    state_dir = Path(load_config(s.config).regions[0].state_dir)
+    held = hold_lock(state_dir / LOCK_FILE, "photon verify")
+    try:
+        before = sorted(p.name for p in state_dir.iterdir())
+        run = procs.python("-m", "photon.app.cli", "run", "--config", s.config, stderr=subprocess.PIPE)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 4 and b"already run by photon verify" in err, err
+        assert sorted(p.name for p in state_dir.iterdir()) == before == [LOCK_FILE]
+    finally:
+        held.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_module_imported_while_serving_that_leaves_a_thread_stops_the_forking(tmp_path):
+    """Once a module imported while serving has started a thread, forking is no longer safe: every request
+    is then answered with an error (the launcher starts that process directly)."""
+    (tmp_path / "threaded_mod.py").write_text("import threading, time\n"
+                                              "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
+    script = textwrap.dedent("""
+        from photon.app._forkserver import _Preloader
+        p = _Preloader(["json", "threaded_mod"])
+        p.next()
+        assert not p.unsafe, p.unsafe
+        p.next()
+        assert p.pending == [] and p.unsafe.startswith("2 threads after importing threaded_mod"), p.unsafe
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"},
+                       capture_output=True, text=True, timeout=50, check=False)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "ok", (r.stdout, r.stderr[-3000:])
