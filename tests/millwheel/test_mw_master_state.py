@@ -369,9 +369,11 @@ def report_all(state: MasterState, inc: dict, now: int, rate_of) -> None:
         state.handle(Heartbeat(name, incarnation, now, load_of(state, name, rates)))
 
 
-def test_a_steady_even_load_with_noisy_reports_moves_nothing():
-    rnd = random.Random(18)
-    pol = policy(cooldown_us=S, move_ratio=1.6, split_min_rate=50.0)
+@pytest.mark.parametrize("move_ratio", [1.25, 1.6])
+@pytest.mark.parametrize("seed", [18, 19, 20])
+def test_a_steady_even_load_with_noisy_reports_moves_nothing(move_ratio, seed):
+    rnd = random.Random(seed)
+    pol = policy(cooldown_us=S, move_ratio=move_ratio, split_min_rate=50.0)
     state, inc, now = spread_cluster(pol, 4, tuple("bcdefghi"))        # nine intervals on four workers
     assert sorted(Counter(i.worker for i in state.interval_map("c")).values()) == [2, 2, 2, 3]
     before = state.statistics()
@@ -379,8 +381,8 @@ def test_a_steady_even_load_with_noisy_reports_moves_nothing():
     for _ in range(600):                           # 60 s of rounds, a report from every worker each 1.2 s
         now += S // 10
         if now % (12 * S // 10) == 0:
-            # every interval carries the same records/s, each report off by up to +-35 %
-            report_all(state, inc, now, lambda _w, _lo: 1000.0 * rnd.uniform(0.65, 1.35))
+            # every interval carries the same records/s, each report off by up to +-20 %
+            report_all(state, inc, now, lambda _w, _lo: 1000.0 * rnd.uniform(0.8, 1.2))
         commands += state.handle(TimePassed(now))
     assert commands == []
     after = state.statistics()
