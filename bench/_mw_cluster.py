@@ -38,11 +38,11 @@ from millwheel import (
 )
 
 STAGES = ("numbers", "bucket", "sort")
-POLICY = {"cooldown_us": 1_000_000, "move_ratio": 1.6}
-"""The master's placement here: intervals spread within seconds of the start (short cooldown), and a move
-only for a worker above 1.6x the mean load. With the default 1.25, nine intervals of similar rates on four
-workers cannot be balanced within the ratio, and noisy rates moved one every second or so (24 moves in a
-17 s run), each bouncing the records in flight to it."""
+POLICY = {"cooldown_us": 1_000_000}
+"""The master's placement here is ``millwheel run``'s: its defaults with a short cooldown, so that intervals
+spread within seconds of the start. A move by load needs a large (``move_ratio``, with hysteresis) and
+lasting (``move_after_us``) imbalance, and one interval is moved by load at most once per ``move_gap_us``:
+at a steady, even load nothing moves while measuring (the figure ``placement while measuring``)."""
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -60,6 +60,7 @@ class ClusterRun:
     transport: dict = field(default_factory=dict)          # summed over the workers: calls, records_sent, ...
     warmup_s: float = 0.0                                  # warm-up before the measured records
     settled: bool | None = None                            # the placement settled within the warm-up's limit
+    placement: dict = field(default_factory=dict)          # moves / splits / merges while measuring
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
 
     @property
@@ -97,8 +98,10 @@ def _env() -> dict:
     return env
 
 
-SETTLED_S = 1.5
-"""The placement is settled when every worker holds intervals and the map has not changed for this long."""
+SETTLED_S = 1.5 + PlacementPolicy.from_mapping(POLICY).move_after_us / 1e6
+"""The placement is settled when every worker holds intervals and the map has not changed for this long:
+longer than the master waits on a lasting imbalance (``move_after_us``) before it moves an interval to a
+worker that is not starved, so the last moves of the start's spreading fall in the warm-up."""
 
 
 def wait_settled(client: MasterClient, workers: int, timeout_s: float) -> tuple[float, bool]:
@@ -118,6 +121,16 @@ def wait_settled(client: MasterClient, workers: int, timeout_s: float) -> tuple[
             return now - start, True
         time.sleep(0.1)
     return time.monotonic() - start, False
+
+
+PLACEMENT = ("moves", "splits", "merges")
+
+
+def placement_counts(client: MasterClient) -> dict[str, int]:
+    """The master's placement changes so far (the largest count over the replicas that answer: a follower
+    may lag the leader)."""
+    replies = [r for r in client.status() if "error" not in r]
+    return {k: max((r.get(k, 0) for r in replies), default=0) for k in PLACEMENT}
 
 
 def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: int, total: int,
@@ -164,11 +177,14 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
             run.warmup_s, run.settled = wait_settled(client, workers, settle_timeout_s)
             cpu0, wcpu0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in worker_pids]
             go.touch()
+        placed0 = placement_counts(client)
         sampler = threading.Thread(target=_sample_lags, args=(out, lags, stop), daemon=True)
         sampler.start()
         try:
             wait_cluster_idle(topology, out, client, threading.Event(), timeout_s)
             statuses = [worker_status(a) for a in known_workers(out, client)]
+            placed1 = placement_counts(client)
+            run.placement = {k: placed1[k] - placed0[k] for k in placed1}
         finally:
             stop.set()
             sampler.join(timeout=10)
@@ -279,12 +295,14 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                           f"ack delays {tput.ack_delays}",
                           flush=True)
                     figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
+                    figures.update({f"{prefix}_{k}_at_max_rate": v for k, v in tput.placement.items()})
                     for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
                         r = one(guarantees, args.rate, int(args.rate * args.seconds))
                         for q, v in r.delay_ms.items():
                             figures[f"{prefix}_delay_p{q}_ms_{tag}"] = v
                         for stage, lag in r.lag_ms.items():
                             figures[f"{prefix}_{stage}_watermark_lag_ms_{tag}"] = lag
+                        figures.update({f"{prefix}_{k}_{tag}": v for k, v in r.placement.items()})
                         print(f"  at {args.rate} records/s, exactly-once + strong productions {tag[3:]}: delay "
                               + " / ".join(f"p{q} {v} ms" for q, v in r.delay_ms.items())
                               + "; watermark lag " + ", ".join(f"{s} {v} ms" for s, v in r.lag_ms.items())
@@ -302,9 +320,11 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
 
 
 def _warm(run: ClusterRun) -> str:
+    placed = "placement while measuring: " + ", ".join(f"{k} {run.placement.get(k, 0)}" for k in PLACEMENT) + "; "
     if run.settled is None:
-        return ""
-    return f"warm-up {run.warmup_s:.1f} s ({'placement settled' if run.settled else 'placement NOT settled'}); "
+        return placed
+    return (f"warm-up {run.warmup_s:.1f} s ({'placement settled' if run.settled else 'placement NOT settled'}); "
+            + placed)
 
 
 def _per_rpc(run: ClusterRun) -> float | None:

@@ -21,7 +21,7 @@ guarantees on (injected as fast as it goes), record delay p50 / p95 / p99 with b
 hit ratio and the store server's CPU seconds. SQLite serves one process only, so it is measured with one
 worker and reported as not applicable for more. Each run first injects warm-up records at
 ``--warmup-rate`` (default ``--rate``; not measured) until the master's placement has settled (every worker
-holds intervals, no change for 1.5 s), so that the figures are a running cluster's, not its start's.
+holds intervals, no change for 4.5 s: longer than the master waits on a lasting imbalance), so that the figures are a running cluster's, not its start's.
 ``--profile DIR`` records every worker process with py-spy (``--profile-gil``: only the thread holding the GIL).
 """
 from __future__ import annotations

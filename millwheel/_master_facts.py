@@ -206,7 +206,16 @@ class PlacementPolicy:
     merge_ratio: float = 0.5
     """Merge an adjacent pair whose combined records/s is below this many times the mean."""
     move_ratio: float = 1.25
-    """Move one interval away from a worker carrying more than this many times the mean worker load."""
+    """Move one interval away from a worker carrying more than this many times the mean worker load, and
+    only if the receiver then carries at most the giver's load divided by this ratio (hysteresis: a move
+    must leave a clear gain, not trade one noisy report for another)."""
+    move_after_us: int = 3_000_000
+    """The giver must have stayed overloaded (as above) for this long, round after round, before an interval
+    leaves it, so that one noisy report moves nothing; waived when the receiver carries at most half the
+    mean worker load (a new or emptied worker gets intervals at once)."""
+    move_gap_us: int = 30_000_000
+    """An interval moved by load is not moved by load again for this long (a dead worker's intervals still
+    move at once)."""
     cooldown_us: int = 10_000_000
     """An interval changed less than this long ago is not split, merged or moved."""
     load_ttl_us: int = 15_000_000

@@ -35,8 +35,11 @@ Rebalancing runs on every :class:`TimePassed`, with hysteresis so that steady lo
   (``merge_ratio * 2 < split_ratio``: a merged pair is never hot enough to split again);
 * **move** one interval from the most loaded worker (load: the records/s of its intervals; an interval
   without a fresh report weighs its computation's mean, or 1) when it carries more than ``move_ratio``
-  times the mean worker load, to the least loaded one, only if the receiver then carries less than the
-  giver had (so the move can never be undone by the same rule).
+  times the mean worker load and has in every round for ``move_after_us`` (one noisy report moves
+  nothing; the wait is waived when the receiver carries at most half the mean: a new worker gets
+  intervals at once), to the least loaded one, only if the receiver then carries at most the giver's load
+  divided by ``move_ratio`` (a clear gain, so noise cannot trade an interval back and forth); an interval
+  moved by load is not moved by load again for ``move_gap_us``.
 
 At most one split and one merge per computation and one move overall per round; an interval changed less
 than ``cooldown_us`` ago, or without a fresh load report for its current sequencer, is not split, merged
@@ -67,6 +70,7 @@ class _Slot:
     rate: float = -1.0            # last reported records/s for this sequencer (-1: none)
     split_key: str = ""
     reported_us: int = 0
+    moved_us: int = -1            # when load last moved it (-1: never; kept across its sequencers)
 
 
 @dataclass(slots=True)
@@ -87,6 +91,7 @@ class _Worker:
     lease_until_us: int
     cpu: float = 0.0
     queue: int = 0
+    over_since_us: int = -1       # since when it has been overloaded, round after round (-1: it is not)
 
 
 @dataclass(frozen=True)
@@ -180,9 +185,10 @@ class MasterState:
         """Everything that decides future commands, as plain values (equal states: equal snapshots)."""
         return (self.now_us, self.last_incarnation,
                 tuple((n, c.last_sequencer, tuple((s.lo, s.hi, s.worker, s.sequencer, s.changed_us, s.rate,
-                                                   s.split_key, s.reported_us) for s in c.slots))
+                                                   s.split_key, s.reported_us, s.moved_us) for s in c.slots))
                       for n, c in sorted(self.computations.items())),
-                tuple((n, w.address, w.incarnation, w.registration, w.lease_until_us, w.cpu, w.queue)
+                tuple((n, w.address, w.incarnation, w.registration, w.lease_until_us, w.cpu, w.queue,
+                       w.over_since_us)
                       for n, w in sorted(self.workers.items())))
 
     def statistics(self) -> MasterStatistics:
@@ -360,22 +366,34 @@ class MasterState:
     def _move_one(self, out: list) -> None:
         if len(self.workers) < 2:
             return
+        p = self.policy
         loads = self._worker_loads()
         mean_load = sum(loads.values()) / len(loads)
+        for n, w in self.workers.items():             # how long each worker has been overloaded
+            if loads[n] <= p.move_ratio * mean_load:
+                w.over_since_us = -1
+            elif w.over_since_us < 0:
+                w.over_since_us = self.now_us
         source = max(loads, key=lambda n: (loads[n], n))
         target = min(loads, key=lambda n: (loads[n], n))
         giver, taker = loads[source], loads[target]
-        if source == target or giver <= self.policy.move_ratio * mean_load:
+        if source == target or self.workers[source].over_since_us < 0:
             return
+        starved = taker <= mean_load / 2
+        if not starved and self.now_us - self.workers[source].over_since_us < p.move_after_us:
+            return                                     # not lasting yet: one report may be noise
         best = None
         for cname in sorted(self.computations):
             comp = self.computations[cname]
             mean = self._mean_rate(comp)
             for s in comp.slots:
-                if s.worker != source or self.now_us - s.changed_us < self.policy.cooldown_us:
+                if s.worker != source or self.now_us - s.changed_us < p.cooldown_us:
+                    continue
+                if s.moved_us >= 0 and self.now_us - s.moved_us < p.move_gap_us:
                     continue
                 w = self._weight(s, mean)
-                if w <= 0 or taker + w >= giver:       # the receiver must end below where the giver was
+                # the receiver must end clearly below where the giver was (hysteresis: no trading places)
+                if w <= 0 or (taker + w) * p.move_ratio > giver:
                     continue
                 score = (max(giver - w, taker + w), cname, s.lo)
                 if best is None or score < best[0]:
@@ -385,6 +403,8 @@ class MasterState:
         _, cname, s = best
         old = s.sequencer
         self._reassign(self.computations[cname], s, target)
+        s.moved_us = self.now_us
+        self.workers[source].over_since_us = -1       # judged afresh from the next round
         out.append(Move(cname, s.lo, s.hi, source, target, old, s.sequencer))
 
     # ---- helpers ----

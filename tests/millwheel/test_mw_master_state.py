@@ -3,6 +3,8 @@ random fact sequences (Hypothesis), replay, and the rebalancing policy's decisio
 from __future__ import annotations
 
 import ast
+import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -341,3 +343,81 @@ def test_steady_load_settles_and_then_no_interval_flaps(weights, n_workers, cuts
         history.append(state.handle(TimePassed(now)))
         check_invariants(state)
     assert all(h == [] for h in history[-40:]), [h for h in history[-40:] if h]
+
+
+# ---- moves: only a large and lasting imbalance moves an interval --------------------------------------
+
+def spread_cluster(pol: PlacementPolicy, n_workers: int, cuts: tuple[str, ...]):
+    """A computation cut at ``cuts``, spread over ``n_workers`` workers (moves to starved workers), then
+    left past every cooldown; returns the state, the incarnations and the time reached."""
+    state = MasterState(pol)
+    state.handle(ComputationDeclared("c", cuts, 0))
+    inc = {f"w{i}": joined(state, f"w{i}", 0) for i in range(n_workers)}
+    now = 0
+    for _ in range(100):                           # past the cooldowns and the lasting-imbalance wait
+        now += S // 10
+        if now % S == 0:
+            for name, incarnation in inc.items():
+                state.handle(Heartbeat(name, incarnation, now))
+        state.handle(TimePassed(now))
+    return state, inc, now
+
+
+def report_all(state: MasterState, inc: dict, now: int, rate_of) -> None:
+    for name, incarnation in inc.items():
+        rates = {i.lo: rate_of(name, i.lo) for i in state.view_of(name).intervals}
+        state.handle(Heartbeat(name, incarnation, now, load_of(state, name, rates)))
+
+
+@pytest.mark.parametrize("move_ratio", [1.25, 1.6])
+@pytest.mark.parametrize("seed", [18, 19, 20])
+def test_a_steady_even_load_with_noisy_reports_moves_nothing(move_ratio, seed):
+    rnd = random.Random(seed)
+    pol = policy(cooldown_us=S, move_ratio=move_ratio, split_min_rate=50.0)
+    state, inc, now = spread_cluster(pol, 4, tuple("bcdefghi"))        # nine intervals on four workers
+    assert sorted(Counter(i.worker for i in state.interval_map("c")).values()) == [2, 2, 2, 3]
+    before = state.statistics()
+    commands = []
+    for _ in range(600):                           # 60 s of rounds, a report from every worker each 1.2 s
+        now += S // 10
+        if now % (12 * S // 10) == 0:
+            # every interval carries the same records/s, each report off by up to +-20 %
+            report_all(state, inc, now, lambda _w, _lo: 1000.0 * rnd.uniform(0.8, 1.2))
+        commands += state.handle(TimePassed(now))
+    assert commands == []
+    after = state.statistics()
+    assert (after.moves, after.splits, after.merges) == (before.moves, before.splits, before.merges)
+
+
+def test_a_lasting_imbalance_moves_one_interval_but_a_brief_one_does_not():
+    pol = policy(cooldown_us=S, move_after_us=3 * S, move_gap_us=5 * S, split_min_rate=1e9)
+    state, inc, now = spread_cluster(pol, 2, ("d", "h", "l", "p", "t"))   # three intervals each
+    a = state.interval_map("c")[0].worker
+    b = ({"w0", "w1"} - {a}).pop()
+    assert len(state.view_of(a).intervals) == len(state.view_of(b).intervals) == 3
+    hot = {i.lo for i in state.view_of(a).intervals}
+
+    def rates(spike: bool):     # a's intervals at 2.5 times b's: 7500 against 3000 records/s
+        return lambda _w, lo: (2500.0 if spike and lo in hot else 1000.0)
+
+    def rounds(n: int, spike: bool) -> list[list]:
+        """``n`` rounds of 100 ms, every worker reporting at the start of each second: each round's commands."""
+        nonlocal now
+        got = []
+        for k in range(n):
+            if k % 10 == 0:
+                report_all(state, inc, now, rates(spike))
+            now += S // 10
+            got.append(state.handle(TimePassed(now)))
+        return got
+
+    assert not any(rounds(50, False))                       # even
+    assert not any(rounds(20, True)), "a brief spike moved an interval"    # a at 2.5 times b for 2 s
+    assert not any(rounds(50, False)), "a brief spike moved an interval"
+    lasting = rounds(60, True)                              # the same imbalance, lasting
+    moves = [(k, c) for k, got in enumerate(lasting) for c in got]
+    assert len(moves) == 1, moves
+    k, move = moves[0]
+    assert isinstance(move, Move) and (move.from_worker, move.to_worker) == (a, b)
+    assert k >= 29, f"moved after {k / 10} s, before the imbalance lasted 3 s"
+    assert len(state.view_of(a).intervals) == 2 and len(state.view_of(b).intervals) == 4
