@@ -434,7 +434,7 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     from pyspark.sql import functions as F
     n_regions = len(config.pipeline_regions)
     ids = config.join.foreign_ids
-    exported = spark.read.parquet(*export_files)
+    exported = _read_export(spark, export_files)
     registry = _window(exported, since_us, until_us).select(
         "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
     rows = union_all([lines.ids(spark, ids).filter(F.col("id").isNotNull())
@@ -555,6 +555,34 @@ def _one_of(column: str, values: list):
     if not values:
         return F.lit(False)
     return F.expr(f"`{column}` IN ({','.join(_sql_literal(v) for v in values)})")
+
+
+EXPORT_COLUMNS = (("id", "STRING"), ("token", "STRING"), ("registered_us", "BIGINT"))
+
+
+def _read_export(spark, export_files: list[str]):
+    """The export's Parquet files as Spark reads them, with the columns :func:`run_verify` uses and the schema
+    their footers state (read on the driver by pyarrow), so that Spark runs no job to infer it; when a
+    footer states other types than the export writes, Spark infers the schema itself."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    kinds = {"STRING": (pa.types.is_string, pa.types.is_large_string), "BIGINT": (pa.types.is_int64,)}
+    common = None
+    for path in export_files:
+        schema = pq.read_schema(path)
+        typed = set()
+        for name, kind in EXPORT_COLUMNS:
+            if name in schema.names:
+                t = schema.field(name).type
+                t = t.value_type if pa.types.is_dictionary(t) else t
+                if not any(check(t) for check in kinds[kind]):
+                    return spark.read.parquet(*export_files)
+                typed.add(name)
+        common = typed if common is None else common & typed
+    if not common or not {"id", "token"} <= common:
+        return spark.read.parquet(*export_files)
+    return spark.read.schema(", ".join(f"`{n}` {k}" for n, k in EXPORT_COLUMNS if n in common)) \
+        .parquet(*export_files)
 
 
 def _token_prefixes(export_files: list[str], since_us, until_us) -> list[str]:
@@ -702,7 +730,7 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: 
                           .select("id", F.lit("line").alias("kind"), F.col("raw").alias("a"),
                                   F.col("ref").alias("b"), F.lit(None).cast("long").alias("c")))
         if lost:
-            exported = spark.read.parquet(*export_files)
+            exported = _read_export(spark, export_files)
             registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
             frames.append(exported.filter(F.col("token").isNotNull() & _one_of("id", lost))
                           .select("id", F.lit("entry").alias("kind"), F.col("token").alias("a"),
@@ -784,7 +812,7 @@ def _recoverable(spark, every, lines, export_files: list[str], judged: dict, led
     entries."""
     from pyspark.sql import functions as F
     lost_ids = every.filter(F.col("lost") > 0).select("id", "in_regions")
-    exported = spark.read.parquet(*export_files)
+    exported = _read_export(spark, export_files)
     registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
     entries = exported.filter(F.col("token").isNotNull()).join(lost_ids.select("id"), "id", "left_semi") \
         .groupBy("id").agg(F.first(F.struct("token", registered_us.alias("registered_us"))).alias("reg"))

@@ -1,0 +1,158 @@
+"""Class-data sharing for the Spark driver's JVM: an application class archive (AppCDS) kept in Photon's cache.
+
+A fresh JVM spends about half the CPU of a short Spark job loading, verifying and linking Spark's classes
+(some 20,000 from 280 jars). JDK 13+ can write the classes a JVM loaded into a *dynamic archive* that a later
+JVM maps instead of loading them again. Lifecycle, per process (:func:`plan` then :func:`after_start`):
+
+1. Before the JVM starts, :func:`plan` names the archive of this Java and these jars
+   (``<cache>/spark-classes-<key>.jsa``, the key a hash of the ``java`` binary's and every jar's path, size and
+   time, so a new JDK or pyspark gets a new file; nothing is downloaded). If the file is there the JVM is
+   started with ``-XX:SharedArchiveFile``; if not, with ``-XX:+RecordDynamicDumpInfo``.
+2. After the session started, :func:`after_start` checks (``/proc/<pid>/maps``) that the JVM mapped the
+   archive; one it refused (stale, truncated, another JVM's) is removed so that the next run writes a good
+   one. Without an archive it asks, at this interpreter's exit (the JVM then holds every class the jobs
+   used), ``jcmd <pid> VM.cds dynamic_dump`` into a file of its own and renames that into place: readers
+   see a whole archive or none, and two processes writing at once both write whole files.
+
+Nothing here can fail a job: a JVM that cannot use an archive runs without one (only slower), and every
+error of writing one (no ``jcmd`` beside ``java``, a full disk, a JVM that exited) is ignored. The JVM's own
+CDS messages are turned off (``-Xlog:cds*=off``) and its other lines go to stderr, so that none reaches a
+job's output on stdout (the first run's dump says on stderr where it wrote).
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ARCHIVE_FORMAT = 1               # bump when the way archives are made changes
+DUMP_TIMEOUT_S = 300.0
+# CDS warnings (a refused archive, classes it skips) go nowhere, and the JVM's own lines (the dump's "Dynamic
+# dump to file") to stderr, never into a job's output on stdout
+QUIET = "-Xlog:cds*=off -XX:+DisplayVMOutputToStderr"
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    """What :func:`plan` decided: the archive's path, whether it existed when the JVM was started, and the
+    JVM flags that go with it."""
+    path: Path
+    exists: bool
+
+    @property
+    def java_options(self) -> str:
+        if self.exists:
+            return f"-XX:SharedArchiveFile={self.path} {QUIET}"
+        return f"-XX:+RecordDynamicDumpInfo {QUIET}"
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/photon``, else ``~/.cache/photon``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "photon"
+
+
+def spark_java() -> Path | None:
+    """The ``java`` that Spark's launcher runs (``$JAVA_HOME/bin/java``, else the one on the PATH), resolved."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return Path(os.path.realpath(java)) if java and os.path.exists(java) else None
+
+
+def spark_jars() -> Path | None:
+    """The folder of the jars Spark's JVM runs (``$SPARK_HOME/jars``, else pyspark's own)."""
+    try:
+        from pyspark.find_spark_home import _find_spark_home
+        home = os.environ.get("SPARK_HOME") or _find_spark_home()
+    except Exception:                  # noqa: BLE001 - no Spark home: no archive
+        return None
+    jars = Path(home) / "jars"
+    return jars if jars.is_dir() else None
+
+
+def archive_key(java: Path, jars: Path) -> str:
+    """A hash of the JVM binary and every jar (path, size, modification time): equal keys, same classes."""
+    h = hashlib.sha256(f"{ARCHIVE_FORMAT}\0".encode())
+    for path in [java, *sorted(jars.glob("*.jar"))]:
+        st = path.stat()
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:20]
+
+
+CONFLICTING_FLAGS = ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "DynamicDumpInfo", "DumpLoadedClassList",
+                     "SharedClassListFile")
+
+
+def plan(cache_dir: Path, java_options: str = "") -> ArchivePlan | None:
+    """The archive for a JVM about to start with ``java_options`` (the user's) (see the module docstring), or
+    None where there can be none: no ``java`` or Spark jars found, a JDK without its own (base) CDS archive
+    (a JVM asked to record classes for a dump refuses to start without one), or class-data sharing flags
+    of the user's own."""
+    java, jars = spark_java(), spark_jars()
+    if java is None or jars is None or any(flag in java_options for flag in CONFLICTING_FLAGS):
+        return None
+    if not any((java.parent.parent / "lib" / "server" / name).is_file() for name in ("classes.jsa",
+                                                                                      "classes_nocoops.jsa")):
+        return None
+    try:
+        path = cache_dir / f"spark-classes-{archive_key(java, jars)}.jsa"
+    except OSError:
+        return None
+    return ArchivePlan(path, path.is_file())
+
+
+def mapped(pid: int, path: Path) -> bool | None:
+    """Whether process ``pid`` maps ``path`` (None where ``/proc`` cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any(line.rstrip("\n").endswith(str(path)) for line in f)
+    except OSError:
+        return None
+
+
+def after_start(archive: ArchivePlan, jvm_pid: int) -> None:
+    """Once the JVM runs: remove an archive it refused; without one, write one at this interpreter's exit."""
+    if archive.exists:
+        if mapped(jvm_pid, archive.path) is False:
+            try:
+                archive.path.unlink()
+            except OSError:
+                pass
+        return
+    atexit.register(dump, jvm_pid, archive.path)
+
+
+def dump(jvm_pid: int, path: Path, timeout_s: float = DUMP_TIMEOUT_S) -> bool:
+    """Write the classes JVM ``jvm_pid`` (started with ``-XX:+RecordDynamicDumpInfo``) has loaded to ``path``,
+    through a file of this process's own renamed into place; False (nothing written) on any failure."""
+    java = _java_of(jvm_pid)
+    jcmd = java.with_name("jcmd") if java is not None else None
+    if jcmd is None or not jcmd.exists() or path.exists():
+        return False
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([str(jcmd), str(jvm_pid), "VM.cds", "dynamic_dump", str(tmp)],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
+        if r.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+            return False
+        os.replace(tmp, path)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def _java_of(pid: int) -> Path | None:
+    try:
+        return Path(os.path.realpath(f"/proc/{pid}/exe"))
+    except OSError:
+        return None
