@@ -5,9 +5,11 @@ A fresh JVM spends about half the CPU of a short Spark job loading, verifying an
 JVM maps instead of loading them again. Lifecycle, per process (:func:`plan` then :func:`after_start`):
 
 1. Before the JVM starts, :func:`plan` names the archive of this Java and these jars
-   (``<cache>/spark-classes-<key>.jsa``, the key a hash of the ``java`` binary's and every jar's path, size and
-   time, so a new JDK or pyspark gets a new file; nothing is downloaded). If the file is there the JVM is
-   started with ``-XX:SharedArchiveFile``; if not, with ``-XX:+RecordDynamicDumpInfo``.
+   (``<cache>/spark-classes-<key>-<bytes>.jsa``, the key a hash of the ``java`` binary's and every jar's path,
+   size and time, so a new JDK or pyspark gets a new file; nothing is downloaded). If a file is there and
+   holds the bytes its name states the JVM is started with ``-XX:SharedArchiveFile`` (one of another size
+   is removed: a JVM may crash on a truncated archive rather than refuse it); if not, with
+   ``-XX:+RecordDynamicDumpInfo``.
 2. After the session started, :func:`after_start` checks (``/proc/<pid>/maps``) that the JVM mapped the
    archive; one it refused (stale, truncated, another JVM's) is removed so that the next run writes a good
    one. Without an archive it asks, at this interpreter's exit (the JVM then holds every class the jobs
@@ -17,7 +19,8 @@ JVM maps instead of loading them again. Lifecycle, per process (:func:`plan` the
 Nothing here can fail a job: a JVM that cannot use an archive runs without one (only slower), and every
 error of writing one (no ``jcmd`` beside ``java``, a full disk, a JVM that exited) is ignored. The JVM's own
 CDS messages are turned off (``-Xlog:cds*=off``) and its other lines go to stderr, so that none reaches a
-job's output on stdout (the first run's dump says on stderr where it wrote).
+job's output on stdout; the dump's own line (printed by the JVM's Java code on ``System.out``) goes to stderr
+too, the shell passing a ``before_dump`` that points the JVM's ``System.out`` at its ``System.err``.
 """
 from __future__ import annotations
 
@@ -31,8 +34,8 @@ from pathlib import Path
 
 ARCHIVE_FORMAT = 1               # bump when the way archives are made changes
 DUMP_TIMEOUT_S = 300.0
-# CDS warnings (a refused archive, classes it skips) go nowhere, and the JVM's own lines (the dump's "Dynamic
-# dump to file") to stderr, never into a job's output on stdout
+# CDS warnings (a refused archive, classes it skips) go nowhere, and the JVM's own lines to stderr, never into
+# a job's output on stdout
 QUIET = "-Xlog:cds*=off -XX:+DisplayVMOutputToStderr"
 
 
@@ -99,10 +102,30 @@ def plan(cache_dir: Path, java_options: str = "") -> ArchivePlan | None:
                                                                                       "classes_nocoops.jsa")):
         return None
     try:
-        path = cache_dir / f"spark-classes-{archive_key(java, jars)}.jsa"
+        prefix = f"spark-classes-{archive_key(java, jars)}-"
+        found = None
+        for path in sorted(cache_dir.glob(f"{prefix}*.jsa")):
+            if not _whole(path, prefix):
+                _remove(path)
+            elif found is None:
+                found = ArchivePlan(path, True)
     except OSError:
         return None
-    return ArchivePlan(path, path.is_file())
+    return found or ArchivePlan(cache_dir / f"{prefix}.jsa", False)
+
+
+def _whole(path: Path, prefix: str) -> bool:
+    """Whether ``path`` (``<prefix><bytes>.jsa``) holds the bytes its name states: a JVM given a truncated
+    archive may crash (SIGBUS on a page past the end) rather than refuse it, so the size is checked first."""
+    size = path.name[len(prefix):-len(".jsa")]
+    return size.isdigit() and path.stat().st_size == int(size)
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def mapped(pid: int, path: Path) -> bool | None:
@@ -114,41 +137,46 @@ def mapped(pid: int, path: Path) -> bool | None:
         return None
 
 
-def after_start(archive: ArchivePlan, jvm_pid: int) -> None:
-    """Once the JVM runs: remove an archive it refused; without one, write one at this interpreter's exit."""
+def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
+    """Once the JVM runs: remove an archive it refused; without one, write one at this interpreter's exit,
+    calling ``before_dump()`` first (errors ignored)."""
     if archive.exists:
         if mapped(jvm_pid, archive.path) is False:
-            try:
-                archive.path.unlink()
-            except OSError:
-                pass
+            _remove(archive.path)
         return
-    atexit.register(dump, jvm_pid, archive.path)
+
+    def at_exit():
+        try:
+            if before_dump is not None:
+                before_dump()
+        except Exception:              # noqa: BLE001 - a JVM already gone: the dump fails quietly too
+            pass
+        dump(jvm_pid, archive.path)
+    atexit.register(at_exit)
 
 
 def dump(jvm_pid: int, path: Path, timeout_s: float = DUMP_TIMEOUT_S) -> bool:
-    """Write the classes JVM ``jvm_pid`` (started with ``-XX:+RecordDynamicDumpInfo``) has loaded to ``path``,
-    through a file of this process's own renamed into place; False (nothing written) on any failure."""
+    """Write the classes JVM ``jvm_pid`` (started with ``-XX:+RecordDynamicDumpInfo``) has loaded as
+    ``<path's stem><bytes>.jsa`` (``path`` as :func:`plan` named it), through a file of this process's own
+    renamed into place; False (nothing written) on any failure."""
     java = _java_of(jvm_pid)
     jcmd = java.with_name("jcmd") if java is not None else None
-    if jcmd is None or not jcmd.exists() or path.exists():
+    if jcmd is None or not jcmd.exists():
         return False
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         r = subprocess.run([str(jcmd), str(jvm_pid), "VM.cds", "dynamic_dump", str(tmp)],
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
-        if r.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        size = tmp.stat().st_size if tmp.is_file() else 0
+        if r.returncode != 0 or size == 0:
             return False
-        os.replace(tmp, path)
+        os.replace(tmp, path.with_name(f"{path.stem}{size}.jsa"))
         return True
     except (OSError, subprocess.SubprocessError):
         return False
     finally:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        _remove(tmp)
 
 
 def _java_of(pid: int) -> Path | None:

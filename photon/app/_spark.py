@@ -52,7 +52,12 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
         session = _configured(builder, session_settings(config, verbose)).getOrCreate()
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     if archive is not None:
-        _class_archive.after_start(archive, session.sparkContext._gateway.proc.pid)
+        gateway = session.sparkContext._gateway
+        jvm_system = gateway.jvm.java.lang.System
+
+        def stdout_to_stderr():       # the dump's line, printed on the JVM's System.out, kept off stdout
+            jvm_system.setOut(jvm_system.err)
+        _class_archive.after_start(archive, gateway.proc.pid, stdout_to_stderr)
     return session
 
 

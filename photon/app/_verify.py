@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -585,6 +586,30 @@ def _read_export(spark, export_files: list[str]):
         .parquet(*export_files)
 
 
+COUNTS_SETTINGS = {
+    # Adaptive execution plans and submits each stage of the counts as a job of its own (five jobs, each
+    # planned and code-generated afresh); off, the three stages are one job planned once. Nothing adaptive
+    # is lost: the aggregation's partitions are hashed ids, even by construction, and it joins nothing.
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+@contextmanager
+def sql_settings(spark, settings: dict):
+    """The session's SQL ``settings`` for the block, those it had restored after (the session is shared)."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 def _token_prefixes(export_files: list[str], since_us, until_us) -> list[str]:
     """The joiners (token prefixes, :data:`TOKEN_PREFIX`) of the export's ids inside the window, read on
     the driver from the token column alone (dictionary-encoded: a few distinct values per many ids)."""
@@ -654,7 +679,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         outputs, sources = _read_outputs(spark, config)       # lists the output
         foreign = _foreign_inputs(spark, config)
         summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
-        counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
+        with sql_settings(spark, COUNTS_SETTINGS):
+            counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
         timings["read_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

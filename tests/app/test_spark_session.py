@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,11 @@ def test_class_archive_flags_go_to_the_driver_only(tmp_path):
     plan = class_archive_plan(cfg)
     assert plan is not None and plan.path.parent == tmp_path and plan.path.name.startswith("spark-classes-")
     assert not plan.exists and plan.java_options == f"-XX:+RecordDynamicDumpInfo {QUIET}"
+    whole, cut = tmp_path / f"{plan.path.stem}3.jsa", tmp_path / f"{plan.path.stem}99.jsa"
+    whole.write_bytes(b"abc")
+    cut.write_bytes(b"abc")                     # not the size its name states: removed, never used
+    assert class_archive_plan(cfg) == ArchivePlan(whole, True) and not cut.exists()
+    whole.unlink()
     settings = session_settings(cfg, archive=plan)
     quiet = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
     assert settings["spark.driver.extraJavaOptions"] == f"{quiet} -XX:+RecordDynamicDumpInfo {QUIET}"
@@ -124,8 +130,12 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
     assert run() == "not mapped"
     archives = sorted(tmp_path.glob("*"))
     assert len(archives) == 1 and archives[0].suffix == ".jsa" and archives[0].stat().st_size > 1 << 20
+    assert archives[0].name.endswith(f"-{archives[0].stat().st_size}.jsa")      # its size in its name
     assert run() == "mapped"
     archives[0].chmod(0o644)
-    archives[0].write_bytes(archives[0].read_bytes()[:4096])      # truncated: the JVM refuses it
+    archives[0].write_bytes(archives[0].read_bytes()[:4096])      # truncated: not used, not kept
     assert run() == "not mapped"
-    assert not archives[0].exists()            # removed: the next run writes a whole one
+    again = sorted(tmp_path.glob("*"))         # removed, and written again whole by the run that found it cut
+    assert len(again) == 1 and again[0].name.endswith(f"-{again[0].stat().st_size}.jsa")
+    assert again[0].stat().st_size > 4096
+    assert not list(Path.cwd().glob("hs_err_pid*.log"))         # no JVM crashed on the way
