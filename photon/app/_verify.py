@@ -678,8 +678,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
         outputs, sources = _read_outputs(spark, config)       # lists the output
         foreign = _foreign_inputs(spark, config)
-        summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
-        with sql_settings(spark, COUNTS_SETTINGS):
+        with sql_settings(spark, COUNTS_SETTINGS):       # the cache's plan is made here too, by cache()
+            summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
             counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
         timings["read_s"] = time.perf_counter() - t0
 
