@@ -770,7 +770,8 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: 
         if any(ref is not None for ref in refs):
             primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True)
             wanted_refs = sorted({ref for ref in refs if ref is not None})
-            found = {r.id for r in primary.filter(_one_of("id", wanted_refs)).select("id").distinct().collect()}
+            # no distinct() in Spark: its shuffle made this a second job; the matching lines are few, the set dedups
+            found = {r.id for r in primary.filter(_one_of("id", wanted_refs)).select("id").collect()}
         wrongly = sum(1 for ref in refs if ref is not None and ref in found)
     in_ledger = set(ledger)
     rows = []
