@@ -643,7 +643,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     export) is read once by Spark's own readers (the JSON reader with a schema of the id field alone, no
     Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts; a second
     aggregation folds every id that needs nothing more into the counts, and only that small result (the
-    counts and the lost, duplicated and unjoinable-everywhere ids) is cached. The lost ids' lines and
+    counts and the lost, duplicated and unjoinable-everywhere ids) is cached; both are one Spark job
+    (:data:`COUNTS_SETTINGS`), and the export is read with its footers' schema (no inference job). The lost ids' lines and
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
     when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
     (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
