@@ -26,6 +26,7 @@ too, the shell passing a ``before_dump`` that points the JVM's ``System.out`` at
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import shutil
@@ -147,11 +148,9 @@ def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
         return
 
     def at_exit():
-        try:
-            if before_dump is not None:
+        if before_dump is not None:
+            with contextlib.suppress(Exception):    # a JVM already gone: the dump then fails quietly too
                 before_dump()
-        except Exception:              # noqa: BLE001 - a JVM already gone: the dump fails quietly too
-            pass
         dump(jvm_pid, archive.path)
     atexit.register(at_exit)
 
@@ -168,7 +167,7 @@ def dump(jvm_pid: int, path: Path, timeout_s: float = DUMP_TIMEOUT_S) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         r = subprocess.run([str(jcmd), str(jvm_pid), "VM.cds", "dynamic_dump", str(tmp)],
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)
         size = tmp.stat().st_size if tmp.is_file() else 0
         if r.returncode != 0 or size == 0:
             return False

@@ -69,7 +69,7 @@ def test_progress_names_running_stages(spark):
 
 
 def test_class_archive_flags_go_to_the_driver_only(tmp_path):
-    from photon.app._class_archive import ArchivePlan, QUIET
+    from photon.app._class_archive import QUIET, ArchivePlan
     from photon.app._spark import QUIET_LOG4J, class_archive_plan, session_settings
     cfg = parse_config({"regions": [REGION], "spark": {"cache_dir": str(tmp_path)}})
     plan = class_archive_plan(cfg)
@@ -119,7 +119,7 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
 
     def run(*args):
         r = subprocess.run([sys.executable, "-c", _ARCHIVE_CHILD, str(tmp_path), *args], capture_output=True,
-                           text=True, timeout=240)
+                           text=True, timeout=240, check=False)
         assert r.returncode == 0, r.stderr[-3000:]
         assert "[cds" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]     # no JVM warning
         lines = r.stdout.strip().splitlines()
