@@ -6,7 +6,9 @@
    counted). Prints events/s (N / job time) and the time spent reading input vs joining.
 2. From a cold start (``--cold N``, by default the smallest size; 0 to skip): the same data for N events, and a new Python process that
    imports Photon, starts Spark and runs the job; prints its seconds from launch to the report (Spark's
-   start-up included) and, of those, the session's start, and the JVM's CPU-seconds (start-up and job).
+   start-up included) and, of those, the session's start, the JVM's CPU-seconds (start-up and job; of them,
+   the start's), the Spark jobs the run submitted, and whether the driver's class archive was used (a first
+   run writes it at its exit: run the bench twice to time a start with it).
    For the throughput runs too: the JVM's CPU-seconds of the job (less sensitive to other load than wall time).
 3. Recovery end to end (``--lost 0`` skips it): a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
    (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
@@ -82,13 +84,13 @@ def jvm_cpu_s(spark) -> float:
 def throughput(spark, root: Path, n: int) -> dict:
     """One region of ``n`` foreign events; returns the job's figures (the session already started)."""
     expected_lost = prepare(root, n)
-    cpu0, t0 = jvm_cpu_s(spark), time.perf_counter()
+    cpu0, jobs0, t0 = jvm_cpu_s(spark), spark_jobs(spark), time.perf_counter()
     report = run_verify(load_config(root / "photon.toml"), spark, export_dir=root / "export")
     elapsed = time.perf_counter() - t0
     _checked(report, n, expected_lost)
     return {"events_per_s": round(n / elapsed), "read_s": report.timings["read_s"],
             "join_s": report.timings["join_s"], "duplicates": report.duplicates,
-            "jvm_cpu_s": round(jvm_cpu_s(spark) - cpu0, 1)}
+            "jvm_cpu_s": round(jvm_cpu_s(spark) - cpu0, 1), "spark_jobs": spark_jobs(spark) - jobs0}
 
 
 def cold(root: Path, n: int) -> dict:
@@ -101,19 +103,39 @@ def cold(root: Path, n: int) -> dict:
     if r.returncode != 0:
         raise SystemExit(f"the cold verify run failed: {r.stderr[-2000:]}")
     child = orjson.loads(r.stdout.strip().splitlines()[-1])
-    return {"total_s": round(total, 2), "spark_start_s": child["spark_start_s"], "job_s": child["job_s"],
-            "jvm_cpu_s": child["jvm_cpu_s"]}
+    return {"total_s": round(total, 2), **{k: v for k, v in child.items()}}
+
+
+def spark_jobs(spark) -> int:
+    """Spark jobs the session has run so far (its status store)."""
+    return spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()
+
+
+def _class_archive_state(spark, archive) -> str:
+    """``used`` (the JVM mapped the driver's class archive), ``written at exit`` (none yet: this run writes
+    it), ``refused`` or ``off`` (photon.app._class_archive)."""
+    from photon.app._class_archive import mapped
+    if archive is None:
+        return "off"
+    if not archive.exists:
+        return "written at exit"
+    return "used" if mapped(spark.sparkContext._gateway.proc.pid, archive.path) else "refused"
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
+    from photon.app._spark import class_archive_plan
+    archive = class_archive_plan(None)
     t0 = time.perf_counter()
     spark = spark_session(None, "bench-verify-cold")
     t1 = time.perf_counter()
+    start_cpu = jvm_cpu_s(spark)
     report = run_verify(load_config(Path(root) / "photon.toml"), spark, export_dir=Path(root) / "export")
     t2 = time.perf_counter()
     _checked(report, int(n), int(expected_lost))
     print(orjson.dumps({"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2),
-                        "jvm_cpu_s": round(jvm_cpu_s(spark), 1)}).decode())
+                        "jvm_cpu_s": round(jvm_cpu_s(spark), 1), "jvm_start_cpu_s": round(start_cpu, 1),
+                        "spark_jobs": spark_jobs(spark),
+                        "class_archive": _class_archive_state(spark, archive)}).decode())
     spark.stop()
     return 0
 
@@ -193,6 +215,9 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_cold_spark_start_s"] = f["spark_start_s"]
             figures[f"verify_{label}_cold_job_s"] = f["job_s"]
             figures[f"verify_{label}_cold_jvm_cpu_s"] = f["jvm_cpu_s"]
+            figures[f"verify_{label}_cold_jvm_start_cpu_s"] = f["jvm_start_cpu_s"]
+            figures[f"verify_{label}_cold_spark_jobs"] = f["spark_jobs"]
+            figures[f"verify_{label}_cold_class_archive"] = f["class_archive"]
             shutil.rmtree(Path(tmp) / "cold")
         spark = spark_session(None, "bench-verify")
         for n in sizes:
@@ -202,6 +227,7 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_read_s"] = f["read_s"]
             figures[f"verify_{label}_join_s"] = f["join_s"]
             figures[f"verify_{label}_jvm_cpu_s"] = f["jvm_cpu_s"]
+            figures[f"verify_{label}_spark_jobs"] = f["spark_jobs"]
             shutil.rmtree(Path(tmp) / f"n{n}")
         if args.lost:
             figures.update(recovery(spark, Path(tmp) / "recover", args.lost, args.timeout))

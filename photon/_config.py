@@ -339,6 +339,10 @@ class SparkConfig:
     shuffle_partitions: int = opt(8, "spark.sql.shuffle.partitions of the jobs", check=_positive)
     local_dir: str = opt("", "scratch folder for Spark (spark.local.dir; default: the system's temp folder)")
     conf: dict = opt({}, "extra Spark settings, e.g. conf = { \"spark.executor.memory\" = \"4g\" }")
+    class_archive: bool = opt(True, "keep an archive of the classes the driver's JVM loaded (class-data sharing, "
+                                    "written by the first job, used by the next ones: a faster start); a "
+                                    "missing or stale archive only costs speed")
+    cache_dir: str = opt("", "folder of that archive (default: $XDG_CACHE_HOME/photon or ~/.cache/photon)")
 
 
 @dataclass(frozen=True)

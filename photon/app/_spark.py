@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from photon import PhotonConfig
+from photon.app import _class_archive
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 PROGRESS_INTERVAL_S = 0.5
@@ -38,28 +39,58 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     spark_cfg = config.spark if config is not None else None
     builder = SparkSession.builder.appName(app_name)
     builder = builder.master(spark_cfg.master if spark_cfg else "local[*]")
-    settings = session_settings(config, verbose)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
+    archive = class_archive_plan(config)
     # Executors (and local[*] workers) must run this interpreter with Photon importable.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = builder.getOrCreate()
+    try:
+        session = _configured(builder, session_settings(config, verbose, archive)).getOrCreate()
+    except Exception as e:
+        if archive is None or "JAVA_GATEWAY_EXITED" not in str(e):
+            raise
+        archive = None       # a JVM that would not start with the class archive's flags starts without them
+        session = _configured(builder, session_settings(config, verbose)).getOrCreate()
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    if archive is not None:
+        gateway = session.sparkContext._gateway
+        jvm_system = gateway.jvm.java.lang.System
+
+        def stdout_to_stderr():       # the dump's line, printed on the JVM's System.out, kept off stdout
+            jvm_system.setOut(jvm_system.err)
+        _class_archive.after_start(archive, gateway.proc.pid, stdout_to_stderr)
     return session
 
 
-def session_settings(config: PhotonConfig | None = None, verbose: bool = False) -> dict:
-    """The settings :func:`spark_session` builds a session with, from ``config.spark`` (pure)."""
+def _configured(builder, settings: dict):
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def class_archive_plan(config: PhotonConfig | None = None):
+    """The driver JVM's class archive (:mod:`photon.app._class_archive`) for ``config.spark``: None when
+    ``[spark].class_archive`` is off or there can be none."""
+    spark_cfg = config.spark if config is not None else None
+    if spark_cfg is not None and not spark_cfg.class_archive:
+        return None
+    cache = Path(os.path.expanduser(spark_cfg.cache_dir)) if spark_cfg and spark_cfg.cache_dir \
+        else _class_archive.default_cache_dir()
+    return _class_archive.plan(cache, (spark_cfg.conf if spark_cfg else {}).get("spark.driver.extraJavaOptions", ""))
+
+
+def session_settings(config: PhotonConfig | None = None, verbose: bool = False, archive=None) -> dict:
+    """The settings :func:`spark_session` builds a session with, from ``config.spark`` and the driver's class
+    archive (an :class:`photon.app._class_archive.ArchivePlan`, or None) (pure)."""
     spark_cfg = config.spark if config is not None else None
     java_opts = "" if verbose else f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+    driver_opts = f"{java_opts} {archive.java_options}".strip() if archive is not None else java_opts
     settings = {
         "spark.driver.memory": spark_cfg.driver_memory if spark_cfg else "2g",
         "spark.sql.shuffle.partitions": str(spark_cfg.shuffle_partitions if spark_cfg else 8),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
     }

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -434,7 +435,7 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     from pyspark.sql import functions as F
     n_regions = len(config.pipeline_regions)
     ids = config.join.foreign_ids
-    exported = spark.read.parquet(*export_files)
+    exported = _read_export(spark, export_files)
     registry = _window(exported, since_us, until_us).select(
         "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
     rows = union_all([lines.ids(spark, ids).filter(F.col("id").isNotNull())
@@ -557,6 +558,58 @@ def _one_of(column: str, values: list):
     return F.expr(f"`{column}` IN ({','.join(_sql_literal(v) for v in values)})")
 
 
+EXPORT_COLUMNS = (("id", "STRING"), ("token", "STRING"), ("registered_us", "BIGINT"))
+
+
+def _read_export(spark, export_files: list[str]):
+    """The export's Parquet files as Spark reads them, with the columns :func:`run_verify` uses and the schema
+    their footers state (read on the driver by pyarrow), so that Spark runs no job to infer it; when a
+    footer states other types than the export writes, Spark infers the schema itself."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    kinds = {"STRING": (pa.types.is_string, pa.types.is_large_string), "BIGINT": (pa.types.is_int64,)}
+    common = None
+    for path in export_files:
+        schema = pq.read_schema(path)
+        typed = set()
+        for name, kind in EXPORT_COLUMNS:
+            if name in schema.names:
+                t = schema.field(name).type
+                t = t.value_type if pa.types.is_dictionary(t) else t
+                if not any(check(t) for check in kinds[kind]):
+                    return spark.read.parquet(*export_files)
+                typed.add(name)
+        common = typed if common is None else common & typed
+    if not common or not {"id", "token"} <= common:
+        return spark.read.parquet(*export_files)
+    return spark.read.schema(", ".join(f"`{n}` {k}" for n, k in EXPORT_COLUMNS if n in common)) \
+        .parquet(*export_files)
+
+
+COUNTS_SETTINGS = {
+    # Adaptive execution plans and submits each stage of the counts as a job of its own (five jobs, each
+    # planned and code-generated afresh); off, the three stages are one job planned once. Nothing adaptive
+    # is lost: the aggregation's partitions are hashed ids, even by construction, and it joins nothing.
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+@contextmanager
+def sql_settings(spark, settings: dict):
+    """The session's SQL ``settings`` for the block, those it had restored after (the session is shared)."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 def _token_prefixes(export_files: list[str], since_us, until_us) -> list[str]:
     """The joiners (token prefixes, :data:`TOKEN_PREFIX`) of the export's ids inside the window, read on
     the driver from the token column alone (dictionary-encoded: a few distinct values per many ids)."""
@@ -590,7 +643,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     export) is read once by Spark's own readers (the JSON reader with a schema of the id field alone, no
     Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts; a second
     aggregation folds every id that needs nothing more into the counts, and only that small result (the
-    counts and the lost, duplicated and unjoinable-everywhere ids) is cached. The lost ids' lines and
+    counts and the lost, duplicated and unjoinable-everywhere ids) is cached; both are one Spark job
+    (:data:`COUNTS_SETTINGS`), and the export is read with its footers' schema (no inference job). The lost ids' lines and
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
     when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
     (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
@@ -625,8 +679,9 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
         outputs, sources = _read_outputs(spark, config)       # lists the output
         foreign = _foreign_inputs(spark, config)
-        summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
-        counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
+        with sql_settings(spark, COUNTS_SETTINGS):       # the cache's plan is made here too, by cache()
+            summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
+            counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
         timings["read_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -702,7 +757,7 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: 
                           .select("id", F.lit("line").alias("kind"), F.col("raw").alias("a"),
                                   F.col("ref").alias("b"), F.lit(None).cast("long").alias("c")))
         if lost:
-            exported = spark.read.parquet(*export_files)
+            exported = _read_export(spark, export_files)
             registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
             frames.append(exported.filter(F.col("token").isNotNull() & _one_of("id", lost))
                           .select("id", F.lit("entry").alias("kind"), F.col("token").alias("a"),
@@ -716,7 +771,8 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: 
         if any(ref is not None for ref in refs):
             primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True)
             wanted_refs = sorted({ref for ref in refs if ref is not None})
-            found = {r.id for r in primary.filter(_one_of("id", wanted_refs)).select("id").distinct().collect()}
+            # no distinct() in Spark: its shuffle made this a second job; the matching lines are few, the set dedups
+            found = {r.id for r in primary.filter(_one_of("id", wanted_refs)).select("id").collect()}
         wrongly = sum(1 for ref in refs if ref is not None and ref in found)
     in_ledger = set(ledger)
     rows = []
@@ -784,7 +840,7 @@ def _recoverable(spark, every, lines, export_files: list[str], judged: dict, led
     entries."""
     from pyspark.sql import functions as F
     lost_ids = every.filter(F.col("lost") > 0).select("id", "in_regions")
-    exported = spark.read.parquet(*export_files)
+    exported = _read_export(spark, export_files)
     registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
     entries = exported.filter(F.col("token").isNotNull()).join(lost_ids.select("id"), "id", "left_semi") \
         .groupBy("id").agg(F.first(F.struct("token", registered_us.alias("registered_us"))).alias("reg"))

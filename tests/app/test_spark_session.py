@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,76 @@ def test_progress_names_running_stages(spark):
         job.join(timeout=60)
     assert re.fullmatch(r"count: stage \d+ \(\d/4 tasks\)", seen[-1]), seen[-1]
     assert p.line() is None            # nothing runs any more
+
+
+def test_class_archive_flags_go_to_the_driver_only(tmp_path):
+    from photon.app._class_archive import QUIET, ArchivePlan
+    from photon.app._spark import QUIET_LOG4J, class_archive_plan, session_settings
+    cfg = parse_config({"regions": [REGION], "spark": {"cache_dir": str(tmp_path)}})
+    plan = class_archive_plan(cfg)
+    assert plan is not None and plan.path.parent == tmp_path and plan.path.name.startswith("spark-classes-")
+    assert not plan.exists and plan.java_options == f"-XX:+RecordDynamicDumpInfo {QUIET}"
+    whole, cut = tmp_path / f"{plan.path.stem}3.jsa", tmp_path / f"{plan.path.stem}99.jsa"
+    whole.write_bytes(b"abc")
+    cut.write_bytes(b"abc")                     # not the size its name states: removed, never used
+    assert class_archive_plan(cfg) == ArchivePlan(whole, True) and not cut.exists()
+    whole.unlink()
+    settings = session_settings(cfg, archive=plan)
+    quiet = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+    assert settings["spark.driver.extraJavaOptions"] == f"{quiet} -XX:+RecordDynamicDumpInfo {QUIET}"
+    assert settings["spark.executor.extraJavaOptions"] == quiet
+    there = ArchivePlan(tmp_path / "a.jsa", True)
+    assert session_settings(cfg, verbose=True, archive=there)["spark.driver.extraJavaOptions"] \
+        == f"-XX:SharedArchiveFile={tmp_path / 'a.jsa'} {QUIET}"
+    assert class_archive_plan(parse_config({"regions": [REGION], "spark": {"class_archive": False}})) is None
+    assert class_archive_plan(cfg).path == plan.path            # same Java, same jars: same archive
+
+
+_ARCHIVE_CHILD = """
+import sys
+from pathlib import Path
+from photon import parse_config
+from photon.app import spark_session
+from photon.app._class_archive import mapped
+from photon.app import _class_archive
+if sys.argv[2:] == ["bad-flags"]:      # flags the JVM refuses: the session must start without them
+    _class_archive.ArchivePlan.java_options = property(lambda self: "-XX:+NoSuchJvmFlagAtAll")
+cfg = parse_config({"regions": [{"name": "a", "log_root": "/l", "output_root": "/o", "state_dir": "/s"}],
+                    "spark": {"master": "local[1]", "cache_dir": sys.argv[1]}})
+spark = spark_session(cfg, "archive-test")
+assert spark.range(100).selectExpr("sum(id) AS s").collect()[0].s == 4950
+archives = sorted(Path(sys.argv[1]).glob("*.jsa"))
+print("mapped" if archives and mapped(spark.sparkContext._gateway.proc.pid, archives[0]) else "not mapped")
+"""
+
+
+@pytest.mark.timeout(600)
+def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_costs_only_speed(tmp_path):
+    """Real JVMs: one whose archive flags the JVM refuses starts without them; the next writes the archive at
+    its exit (nothing on its output but the job's), the next maps it, and one given a damaged archive runs
+    its job right and removes it."""
+    import subprocess
+    import sys
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-c", _ARCHIVE_CHILD, str(tmp_path), *args], capture_output=True,
+                           text=True, timeout=240, check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "[cds" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]     # no JVM warning
+        lines = r.stdout.strip().splitlines()
+        assert len(lines) == 1, r.stdout          # the job's output only: the dump's note goes to stderr
+        return lines[0]
+
+    assert run("bad-flags") == "not mapped" and not list(tmp_path.glob("*"))
+    assert run() == "not mapped"
+    archives = sorted(tmp_path.glob("*"))
+    assert len(archives) == 1 and archives[0].suffix == ".jsa" and archives[0].stat().st_size > 1 << 20
+    assert archives[0].name.endswith(f"-{archives[0].stat().st_size}.jsa")      # its size in its name
+    assert run() == "mapped"
+    archives[0].chmod(0o644)
+    archives[0].write_bytes(archives[0].read_bytes()[:4096])      # truncated: not used, not kept
+    assert run() == "not mapped"
+    again = sorted(tmp_path.glob("*"))         # removed, and written again whole by the run that found it cut
+    assert len(again) == 1 and again[0].name.endswith(f"-{again[0].stat().st_size}.jsa")
+    assert again[0].stat().st_size > 4096
+    assert not list(Path.cwd().glob("hs_err_pid*.log"))         # no JVM crashed on the way
