@@ -114,16 +114,15 @@ def spark_jobs(spark) -> int:
 def _class_archive_state(spark, archive) -> str:
     """``used`` (the JVM mapped the driver's class archive), ``written at exit`` (none yet: this run writes
     it), ``refused`` or ``off`` (photon.app._class_archive)."""
-    from photon.app._class_archive import mapped
     if archive is None:
         return "off"
     if not archive.exists:
         return "written at exit"
-    return "used" if mapped(spark.sparkContext._gateway.proc.pid, archive.path) else "refused"
+    return "used" if archive.mapped_by(spark.sparkContext._gateway.proc.pid) else "refused"
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
-    from photon.app._spark import class_archive_plan
+    from photon.app import class_archive_plan
     archive = class_archive_plan(None)
     t0 = time.perf_counter()
     spark = spark_session(None, "bench-verify-cold")

@@ -54,6 +54,10 @@ class ArchivePlan:
             return f"-XX:SharedArchiveFile={self.path} {QUIET}"
         return f"-XX:+RecordDynamicDumpInfo {QUIET}"
 
+    def mapped_by(self, pid: int) -> bool | None:
+        """Whether the JVM ``pid`` maps this archive (None where ``/proc`` cannot tell)."""
+        return mapped(pid, self.path)
+
 
 def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/photon``, else ``~/.cache/photon``."""
