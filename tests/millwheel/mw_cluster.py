@@ -65,8 +65,11 @@ class ClusterRun:
             self.cluster = ClusterFile.load(cluster_path(self.out))
             self.client = MasterClient(self.cluster.masters, retry_timeout_s=30.0)
             wait_until(lambda: len(self.workers()) == workers, START_S, message=f"{workers} workers answering")
-        except BaseException:
+        except BaseException as e:
             self.close()      # the run and everything it started stop, also when it did not start
+            if isinstance(e, TimeoutError):
+                tail = (tmp / "run.log").read_bytes()[-4000:].decode(errors="replace")
+                raise TimeoutError(f"{e}; the run's log ends:\n{tail}") from e
             raise
 
     def workers(self) -> list[dict]:
