@@ -230,7 +230,7 @@ IDLE_S = 10.0
 
 
 def idle_cpu(folder: Path, url: str, workers: int, store_pid: int | None = None, seconds: float = IDLE_S,
-             threads: int = 1, settle_timeout_s: float = 30.0) -> dict[str, float | None]:
+             threads: int = 1, settle_timeout_s: float = 30.0, options: dict | None = None) -> dict[str, float | None]:
     """The fixed cost of a cluster with no input: start the masters and ``workers`` worker processes with an
     injector that sends nothing (it waits for a ``go`` file that never comes, at a warm-up rate of 0), wait
     until the placement has settled, then measure the CPU of the store server and of each worker process
@@ -243,7 +243,7 @@ def idle_cpu(folder: Path, url: str, workers: int, store_pid: int | None = None,
     spec.write_text(json.dumps({"total": 1, "rate": 0, "guarantees": True, "go": str(folder / "go"),
                                 "warmup_rate": 0}))
     topology = shuffle.build(str(spec), str(out))
-    opts = {"threads": threads, "store": url}
+    opts = {"threads": threads, "store": url, **(options or {})}
     config = RuntimeConfig.from_mapping(opts)
     specs = new_specs(out, topology, config.intervals, PlacementPolicy.from_mapping(POLICY))
     cf = ClusterFile("bench.millwheel_shuffle", str(spec), str(out), url, opts, specs, workers)
