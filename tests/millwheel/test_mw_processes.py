@@ -155,3 +155,19 @@ def test_ctrl_c_stops_until_idle_mode(reachable_tmp, pg_url):
             p.kill()
             p.wait(timeout=10)
         p.stderr.close()
+
+
+def test_a_quiet_worker_process_exchanges_watermarks_every_100_ms_and_all_publish_the_same(run_factory):
+    """Once nothing waits on a watermark (no record waiting, unacked or in flight, no timer set), a
+    process's coordinator writes and reads the watermark reports every ``QUIET_EXCHANGE_S``, not every
+    20 ms tick; the output equals the batch, and every process still publishes the same watermarks."""
+    from millwheel._process import COORDINATOR_TICK_S, QUIET_EXCHANGE_S
+    run = run_factory(workers=2, n_clicks=2000, files=4)
+    run.wait_idle()
+    run.check()
+    before = {w["worker"]: w["counters"].get("quiet_ticks", 0) for w in run.workers()}
+    skips = int(QUIET_EXCHANGE_S / COORDINATOR_TICK_S) - 2     # ticks skipped per exchange, at least
+    wait_until(lambda: all(w["counters"].get("quiet_ticks", 0) >= before[w["worker"]] + 3 * skips
+                           for w in run.workers()), 10, message="quiet ticks on every worker process")
+    wait_until(lambda: len({json.dumps(w["low_watermarks_us"], sort_keys=True) for w in run.workers()}) == 1, 10,
+               message="every process publishes the same watermarks")
