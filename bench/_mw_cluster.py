@@ -250,27 +250,34 @@ def idle_cpu(folder: Path, url: str, workers: int, store_pid: int | None = None,
     path = cluster_path(out)
     cf.save(path)
     procs = Processes()
-    log = open(folder / "processes.log", "ab")
-    try:
-        for text in specs:
-            procs.start(MasterSpec.from_json(text).argv(), "millwheel master serving on ", stderr=log)
-        pids = [procs.start(worker_argv(path), "millwheel worker serving on ", env=_env(), stderr=log)[0].pid
-                for _ in range(workers)]
-        client = MasterClient(cf.masters, retry_timeout_s=30.0)
+    with open(folder / "processes.log", "ab") as log:
         try:
-            wait_settled(client, workers, settle_timeout_s)
+            store0, w0, t0, store1, w1, t1 = _measure_idle(procs, log, specs, cf, path, workers, store_pid, seconds,
+                                                           settle_timeout_s)
         finally:
-            client.close()
-        store0, w0, t0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
-        time.sleep(seconds)     # the measured span itself: nothing to wait for
-        store1, w1, t1 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
-    finally:
-        procs.stop()
-        log.close()
+            procs.stop()
     wall = t1 - t0
     worker = None if None in w0 + w1 else round((sum(w1) - sum(w0)) / wall / workers, 4)
     store = None if store0 is None or store1 is None else round((store1 - store0) / wall, 4)
     return {"store": store, "worker": worker}
+
+
+def _measure_idle(procs: Processes, log, specs: list[str], cf: ClusterFile, path: Path, workers: int,
+                  store_pid: int | None, seconds: float, settle_timeout_s: float) -> tuple:
+    """Start the masters and the workers, wait for the placement to settle, then read the CPU of the store
+    and of each worker over ``seconds``: (store, workers, time) at the start and at the end."""
+    for text in specs:
+        procs.start(MasterSpec.from_json(text).argv(), "millwheel master serving on ", stderr=log)
+    pids = [procs.start(worker_argv(path), "millwheel worker serving on ", env=_env(), stderr=log)[0].pid
+            for _ in range(workers)]
+    client = MasterClient(cf.masters, retry_timeout_s=30.0)
+    try:
+        wait_settled(client, workers, settle_timeout_s)
+    finally:
+        client.close()
+    store0, w0, t0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
+    time.sleep(seconds)     # the measured span itself: nothing to wait for
+    return store0, w0, t0, tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
 
 
 def _sample_lags(out: Path, lags: dict[str, list[int]], stop: threading.Event) -> None:
