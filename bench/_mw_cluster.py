@@ -225,6 +225,61 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
     return run
 
 
+IDLE_S = 10.0
+"""How long :func:`idle_cpu` measures an idle cluster."""
+
+
+def idle_cpu(folder: Path, url: str, workers: int, store_pid: int | None = None, seconds: float = IDLE_S,
+             threads: int = 1, settle_timeout_s: float = 30.0, options: dict | None = None) -> dict[str, float | None]:
+    """The fixed cost of a cluster with no input: start the masters and ``workers`` worker processes with an
+    injector that sends nothing (it waits for a ``go`` file that never comes, at a warm-up rate of 0), wait
+    until the placement has settled, then measure the CPU of the store server and of each worker process
+    over ``seconds``. Returns the share of one core used: ``store`` and ``worker`` (the mean per worker
+    process)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    spec = folder / "shuffle.json"
+    spec.write_text(json.dumps({"total": 1, "rate": 0, "guarantees": True, "go": str(folder / "go"),
+                                "warmup_rate": 0}))
+    topology = shuffle.build(str(spec), str(out))
+    opts = {"threads": threads, "store": url, **(options or {})}
+    config = RuntimeConfig.from_mapping(opts)
+    specs = new_specs(out, topology, config.intervals, PlacementPolicy.from_mapping(POLICY))
+    cf = ClusterFile("bench.millwheel_shuffle", str(spec), str(out), url, opts, specs, workers)
+    path = cluster_path(out)
+    cf.save(path)
+    procs = Processes()
+    with open(folder / "processes.log", "ab") as log:
+        try:
+            store0, w0, t0, store1, w1, t1 = _measure_idle(procs, log, specs, cf, path, workers, store_pid, seconds,
+                                                           settle_timeout_s)
+        finally:
+            procs.stop()
+    wall = t1 - t0
+    worker = None if None in w0 + w1 else round((sum(w1) - sum(w0)) / wall / workers, 4)
+    store = None if store0 is None or store1 is None else round((store1 - store0) / wall, 4)
+    return {"store": store, "worker": worker}
+
+
+def _measure_idle(procs: Processes, log, specs: list[str], cf: ClusterFile, path: Path, workers: int,
+                  store_pid: int | None, seconds: float, settle_timeout_s: float) -> tuple:
+    """Start the masters and the workers, wait for the placement to settle, then read the CPU of the store
+    and of each worker over ``seconds``: (store, workers, time) at the start and at the end."""
+    for text in specs:
+        procs.start(MasterSpec.from_json(text).argv(), "millwheel master serving on ", stderr=log)
+    pids = [procs.start(worker_argv(path), "millwheel worker serving on ", env=_env(), stderr=log)[0].pid
+            for _ in range(workers)]
+    client = MasterClient(cf.masters, retry_timeout_s=30.0)
+    try:
+        wait_settled(client, workers, settle_timeout_s)
+    finally:
+        client.close()
+    store0, w0, t0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
+    time.sleep(seconds)     # the measured span itself: nothing to wait for
+    return store0, w0, t0, tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
+
+
 def _sample_lags(out: Path, lags: dict[str, list[int]], stop: threading.Event) -> None:
     """Each stage's lag behind the wall clock, every 100 ms, from the moment the injector's watermark moved
     until it caught up (after that the lag only measures idleness)."""
@@ -271,6 +326,13 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         figures[f"{prefix}_records_per_s"] = None
                         continue
                     warmup = args.rate if args.warmup_rate is None else args.warmup_rate
+                    if kind == "postgres":
+                        idle = idle_cpu(Path(d) / f"{prefix}_idle", f"{server.url}?schema={prefix}_idle", workers,
+                                        server.pid, threads=threads)
+                        figures[f"{prefix}_idle_store_cpu_share"] = idle["store"]
+                        figures[f"{prefix}_idle_worker_cpu_share"] = idle["worker"]
+                        print(f"{kind}, {workers} workers, idle for {IDLE_S:.0f} s: idle CPU per process: store "
+                              f"{_share(idle['store'])} of a core, each worker {_share(idle['worker'])}", flush=True)
                     runs = _Runs(Path(d), prefix, server, workers, threads, warmup)
                     one = runs.one
                     tput = one(True, 0, args.records, profiler)
@@ -317,6 +379,10 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
     if args.json:
         print(json.dumps(figures))
     return 0
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
 
 
 def _warm(run: ClusterRun) -> str:

@@ -237,6 +237,9 @@ class CachedStore(Store):
     def read_watermark_reports(self) -> list[tuple]:
         return self.store.read_watermark_reports()
 
+    def report_and_read_watermarks(self, reports) -> list[tuple]:
+        return self.store.report_and_read_watermarks(reports)
+
     def record_grants(self, grants) -> None:
         self.store.record_grants(grants)
 

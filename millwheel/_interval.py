@@ -182,6 +182,11 @@ class IntervalCore:
                 return True
         return False
 
+    @property
+    def has_timers(self) -> bool:
+        """A timer is set (due or not)."""
+        return any(self._heaps.values())
+
     def wants_step(self, now_us: int) -> bool:
         """Something would happen at :class:`TimePassed` with no new records: records wait for their key,
         weak checkpoints wait, or a timer is due."""

@@ -68,6 +68,13 @@ _CLAIMED = ("LEFT JOIN intervals i ON i.computation = r.name AND i.interval_id =
 """Keeps the reports of an interval neither claimed nor granted under a newer sequencer than theirs (a
 fence in the report's own statement: a report of an owner that lost the interval changes nothing)."""
 
+_REPORT = ("INSERT INTO wm_reports SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
+           "%s::bigint[], %s::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
+           " ON CONFLICT (name, interval_id) DO UPDATE SET "
+           "sequencer = EXCLUDED.sequencer, low = EXCLUDED.low, input = EXCLUDED.input, oldest = EXCLUDED.oldest "
+           "WHERE wm_reports.sequencer <= EXCLUDED.sequencer")
+"""Watermark reports ``(name, interval, sequencer, low_us, input_us, oldest_us)``, fenced (``_CLAIMED``)."""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS intervals (computation TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     PRIMARY KEY (computation, interval_id));
@@ -652,15 +659,21 @@ class PostgresStore(Store):
         rows = list(last.values())
         if not rows:
             return
-        self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_reports SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-            "%s::bigint[], %s::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
-            " ON CONFLICT (name, interval_id) DO UPDATE SET "
-            "sequencer = EXCLUDED.sequencer, low = EXCLUDED.low, input = EXCLUDED.input, oldest = EXCLUDED.oldest "
-            "WHERE wm_reports.sequencer <= EXCLUDED.sequencer", _columns(rows, 6)))
+        self._retry(lambda conn, _: conn.execute(_REPORT, _columns(rows, 6)))
 
     def read_watermark_reports(self) -> list[tuple]:
         return self._retry(lambda conn, _: [tuple(r) for r in conn.execute("SELECT * FROM wm_reports").fetchall()])
+
+    def report_and_read_watermarks(self, reports: Iterable[tuple]) -> list[tuple]:
+        """One statement: the rows the reports changed (after the fences, as :meth:`report_watermarks`) and
+        every other interval's stored report."""
+        rows = list(keep_newest({}, reports).values())
+        if not rows:
+            return self.read_watermark_reports()
+        return self._retry(lambda conn, _: [tuple(r) for r in conn.execute(
+            "WITH w AS (" + _REPORT + " RETURNING wm_reports.*) SELECT * FROM w UNION ALL SELECT * FROM wm_reports r "
+            "WHERE NOT EXISTS (SELECT 1 FROM w WHERE w.name = r.name AND w.interval_id = r.interval_id)",
+            _columns(rows, 6)).fetchall()])
 
     def record_grants(self, grants: Iterable[tuple[str, int, int]]) -> None:
         last: dict[tuple[str, int], int] = {}     # one row per interval (one statement cannot change a row twice)

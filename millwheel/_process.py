@@ -59,6 +59,10 @@ from millwheel._watermarks import (EpochDecided, IntervalAssigned, WatermarkAuth
 from millwheel._worker import GiveUp, Worker
 
 COORDINATOR_TICK_S = 0.02
+QUIET_EXCHANGE_S = 0.1
+"""While this process is quiet (:meth:`WorkerHost.quiet`: no record waiting, running, unacked or in flight, no
+timer set) it writes its watermark reports and reads every process's at most this often instead of every
+tick: then only the clock moves them, and nothing here waits on them."""
 GIVE_UP_WAIT_S = 10.0
 EARLY_LIMIT = 200_000
 """Records of slots not claimed yet kept per process at most (beyond, they are answered ``moved``)."""
@@ -135,6 +139,8 @@ class WorkerHost(ShowsWatermarks):
         self._unwritten: dict[tuple[str, int], tuple] = {}     # reports held while the lease has lapsed
         self._unwritten_cuts: dict[tuple[str, int], tuple] = {}
         self._granted: dict[tuple[str, int], int] = {}   # the newest sequencer per interval of the maps read
+        self._exchanged_at = float("-inf")     # the coordinator's last watermark exchange (QUIET_EXCHANGE_S)
+        self._quiet_reports: list[WatermarkReported] = []   # taken at ticks without an exchange, in order
         self._started_at = self._load_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
@@ -496,8 +502,15 @@ class WorkerHost(ShowsWatermarks):
         try:
             while not self.stopping.wait(COORDINATOR_TICK_S):
                 items = self._inbox.take(1 << 30, 0)
-                self._watermarks([r for m in items if isinstance(m, WatermarksReported) for r in m.reports],
-                                 [f for m in items if isinstance(m, IntervalsAssigned) for f in m.facts])
+                self._quiet_reports.extend(r for m in items if isinstance(m, WatermarksReported) for r in m.reports)
+                facts = [f for m in items if isinstance(m, IntervalsAssigned) for f in m.facts]
+                now = time.monotonic()
+                if not facts and now - self._exchanged_at < QUIET_EXCHANGE_S and self.quiet():
+                    self.counters["quiet_ticks"] += 1      # the reports taken go out at the next exchange
+                else:
+                    self._exchanged_at = now
+                    reports, self._quiet_reports = self._quiet_reports, []
+                    self._watermarks(reports, facts)
                 self.tracker.due_retries(self.clock.now_us(), max_backoff_us=self.config.retry_delay_us * 4)
                 if self._map_stale.is_set():
                     self._resync.set()
@@ -530,8 +543,9 @@ class WorkerHost(ShowsWatermarks):
                                                      r.oldest_us)
             if r.epoch:
                 self._unwritten_cuts[(r.name, r.interval)] = (r.name, r.interval, r.sequencer, r.epoch, r.cut_us)
-        self._write_reports()
-        rows = self.store.read_watermark_reports()
+        rows = self._write_reports()          # with every process's reports, in the same statement
+        if rows is None:
+            rows = self.store.read_watermark_reports()
         self._report_seqs = {(r[0], r[1]): r[2] for r in rows}
         if cyclic:
             cut_of = {(c[0], c[1]): c for c in self.store.read_cuts()}
@@ -550,30 +564,43 @@ class WorkerHost(ShowsWatermarks):
             self.store.advance_epoch(p.component, p.epoch, p.external_us, json.dumps(p.cohort))
         self.board.publish(pub, self.workers)
 
-    def _write_reports(self) -> None:
+    def _write_reports(self) -> list[tuple] | None:
         """Write the reports taken (changed ones only) of intervals still held under their sequencer; none
         while the lease has lapsed (a stopped process resumed past its lease may have lost them all: they
         wait until it knows, then go if still held), nor of an interval a map read since gave a newer
         sequencer (before the heartbeat gives it up). The store refuses one whose interval was claimed, or
         granted in a map any process has read, under a newer sequencer since; this keeps the old owner's
-        reports out also before the new owner's claim."""
+        reports out also before the new owner's claim. Returns every process's reports when it wrote some
+        (the store reads them in the same statement), else ``None``."""
         if not (self._unwritten or self._unwritten_cuts) or not self._lease_ok():
-            return
+            return None
+        read = None
         held = self._held()
-        for pending, written, write in ((self._unwritten, self._written, self.store.report_watermarks),
-                                        (self._unwritten_cuts, self._written_cuts, self.store.report_cuts)):
+        for pending, written, cuts in ((self._unwritten, self._written, False),
+                                       (self._unwritten_cuts, self._written_cuts, True)):
             rows = [row for k, row in pending.items() if written.get(k) != row]
             mine = reports_to_write(rows, held, self._granted)
             if not self._lease_ok():       # checked again just before the write: lapsed meanwhile, they wait
-                return
+                return read
             pending.clear()
             if len(mine) < len(rows):      # of intervals given up meanwhile: their old owner's reports
                 self.counters["reports_dropped"] += len(rows) - len(mine)
             if mine:
-                write(mine)
+                if cuts:
+                    self.store.report_cuts(mine)
+                else:
+                    read = self.store.report_and_read_watermarks(mine)
                 written.update(((row[0], row[1]), row) for row in mine)
+        return read
 
     # ---- observing ---------------------------------------------------------------------------------
+    def quiet(self) -> bool:
+        """Nothing here waits on a watermark: no record waiting, running or deferred in a worker, no
+        commit in flight, no timer set, nothing sent and unacked."""
+        if self.tracker.in_flight or self.tracker.outstanding_count():
+            return False
+        return not any(w.busy or len(w.inbox) or w._deferred or w.has_timers() for w in self.workers)
+
     def idle(self) -> bool:
         """Nothing to do here: held injectors caught up, no record waiting, running, in flight or unacked,
         no timer due, and the watermarks settled."""

@@ -172,6 +172,12 @@ class Store:
         """Every interval's last report, as given to :meth:`report_watermarks`."""
         raise NotImplementedError
 
+    def report_and_read_watermarks(self, reports: Iterable[tuple]) -> list[tuple]:
+        """:meth:`report_watermarks`, then :meth:`read_watermark_reports` (a store may do both in one
+        statement)."""
+        self.report_watermarks(reports)
+        return self.read_watermark_reports()
+
     def record_grants(self, grants: Iterable[tuple[str, int, int]]) -> None:
         """Record ``(name, interval, sequencer)``: the master has granted the interval under ``sequencer``
         (a process read it in the master's map). The stored grant only rises. From then on the interval's

@@ -522,6 +522,12 @@ class Worker:
                 c["timers"] += len(res.fired)
 
     # ---- observing -------------------------------------------------------------------------------
+    def has_timers(self) -> bool:
+        """A core of this worker has a timer set (due or not)."""
+        with self._lock:
+            comps = list(self.comps.values())
+        return any(core.has_timers for comp in comps for core in list(comp.cores.values()))
+
     def has_due(self, now: int) -> bool:
         with self._lock:
             comps = list(self.comps.values())

@@ -155,3 +155,27 @@ def test_ctrl_c_stops_until_idle_mode(reachable_tmp, pg_url):
             p.kill()
             p.wait(timeout=10)
         p.stderr.close()
+
+
+def test_a_quiet_worker_process_exchanges_watermarks_every_100_ms_and_their_watermarks_still_follow_the_input(run_factory):
+    """Once nothing waits on a watermark (no record waiting, unacked or in flight, no timer set), a
+    process's coordinator writes and reads the watermark reports every ``QUIET_EXCHANGE_S``, not every
+    20 ms tick; the output equals the batch, and every process's watermarks still follow the input's."""
+    from millwheel._process import COORDINATOR_TICK_S, QUIET_EXCHANGE_S
+    run = run_factory(workers=2, n_clicks=2000, files=4)
+    run.wait_idle()
+    run.check()
+    before = {w["worker"]: w["counters"].get("quiet_ticks", 0) for w in run.workers()}
+    skips = int(QUIET_EXCHANGE_S / COORDINATOR_TICK_S) - 2     # ticks skipped per exchange, at least
+    wait_until(lambda: all(w["counters"].get("quiet_ticks", 0) >= before[w["worker"]] + 3 * skips
+                           for w in run.workers()), 10, message="quiet ticks on every worker process")
+    first = max(w["low_watermarks_us"]["joined"] for w in run.workers())
+
+    def moving_and_close() -> bool:
+        """The input's watermark follows the clock: while quiet, every process's publication still moves
+        with it, and the processes' publications of each computation stay within a few exchanges."""
+        lows = [w["low_watermarks_us"] for w in run.workers()]
+        names = set(lows[0])
+        return (all(set(x) == names for x in lows) and all(x["joined"] > first + 300_000 for x in lows)
+                and all(max(x[n] for x in lows) - min(x[n] for x in lows) < 500_000 for n in names))
+    wait_until(moving_and_close, 10, message="every process's watermarks moving and close to the others'")

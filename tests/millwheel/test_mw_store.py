@@ -187,6 +187,28 @@ def test_a_report_under_a_sequencer_older_than_the_masters_grant_changes_nothing
     assert new.read_states("c", ["k"]) == {"k": b"v"}
 
 
+def test_reporting_and_reading_in_one_call_gives_what_a_read_after_the_report_gives(opener):
+    """A worker process writes its reports and reads every process's in one call (one statement on
+    PostgreSQL): the same fences as :meth:`report_watermarks`, and the rows a read after it gives (its own
+    new values, a fenced report's stored value kept, the other intervals' rows)."""
+    old, new, reader = opener(), opener(), opener()
+    old.claim("c", 1, 5)
+    old.claim("c", 2, 5)
+    assert sorted(old.report_and_read_watermarks([("c", 1, 5, 100, 90, 100), ("c", 2, 5, 200, 190, 200)])) == [
+        ("c", 1, 5, 100, 90, 100), ("c", 2, 5, 200, 190, 200)]
+    new.claim("c", 1, 7)                                  # moved; no report under 7 yet
+    reader.record_grants([("c", 3, 4)])
+    got = old.report_and_read_watermarks([("c", 1, 5, 900, 900, 900), ("c", 2, 5, 250, 240, 250),
+                                          ("c", 3, 3, 1, 1, 1)])
+    expected = [("c", 1, 5, 100, 90, 100), ("c", 2, 5, 250, 240, 250)]   # 1 claimed under 7, 3 granted under 4
+    assert sorted(got) == expected
+    assert sorted(reader.read_watermark_reports()) == expected
+    got = new.report_and_read_watermarks([("c", 1, 7, 120, 110, 120), ("c", 1, 7, 130, 120, 130)])
+    assert sorted(got) == [("c", 1, 7, 130, 120, 130), ("c", 2, 5, 250, 240, 250)]
+    assert sorted(new.report_and_read_watermarks([])) == sorted(got)
+    assert sorted(reader.read_watermark_reports()) == sorted(got)
+
+
 def test_cut_reports_keep_the_newest_sequencer_and_an_epoch_advances_one_step_at_a_time(opener):
     a, b = opener(), opener()
     a.report_cuts([("c", 1, 5, 3, 100), ("c", 2, 5, 3, None)])
