@@ -2,14 +2,21 @@
 clock-skew bound 1 s)."""
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 from collections import Counter
 
+import grpc
 import pytest
 
 from photon import IdGenerator, SystemClock, wait_until
 import idregistry
 from idregistry import CommitResult
+from idregistry import registry_pb2 as pb
+from idregistry import registry_pb2_grpc as pb_grpc
+from registry_helpers import start_cluster
 
 OK, EXISTS, TOO_OLD = CommitResult.OK, CommitResult.ALREADY_EXISTS, CommitResult.TOO_OLD
 
@@ -64,32 +71,67 @@ def test_gc_boundary_never_goes_back_across_a_leader_change(fast_cluster):
 
 
 @pytest.mark.timeout(120)
-def test_overloaded_leader_answers_resource_exhausted_and_clients_back_off(fast_cluster):
+def test_overloaded_leader_answers_resource_exhausted_and_clients_back_off(tmp_path, procs):
+    """The followers are stopped, so nothing commits: the leader's 4 commands in flight hold at most 80,000
+    ids and its queue 5,000, so 24 clients sending 5,000 ids each at once must be turned away; once the
+    followers resume, the clients' retries commit every id. (Its own cluster: the default GC horizon, so
+    that ids waiting out the back-off are not too old.)"""
+    cluster = start_cluster(tmp_path, procs, max_queued_ids=5000)
+    leader = cluster.wait_leader()
+    followers = [cluster.running[cluster.name_of(r)] for r in cluster.status()
+                 if r["replica"] != leader["replica"]]
     errors: list[BaseException] = []
     results: list[list] = []
+    batches = [[IdGenerator("10.4.4.4", 100 + k).next_id() for _ in range(5000)] for k in range(24)]
+    start = threading.Barrier(len(batches))
+
+    clients = [idregistry.RegistryClient(cluster.endpoints(), retry_timeout_s=60) for _ in batches]
+    for client in clients:   # each knows the leader before the followers stop
+        client.commit([IdGenerator("10.4.4.5", 1).next_id()], "warm-up")
 
     def worker(k: int) -> None:
-        gen = IdGenerator("10.4.4.4", 100 + k)
-        client = idregistry.RegistryClient(fast_cluster.endpoints(), retry_timeout_s=60)
         try:
-            for _ in range(4):
-                ids = [gen.next_id() for _ in range(5000)]
-                results.append(client.commit(ids, f"j{k}"))
+            start.wait(timeout=30)
+            results.append(clients[k].commit(batches[k], f"j{k}"))
         except BaseException as e:
             errors.append(e)
         finally:
-            client.close()
+            clients[k].close()
 
-    refused_before = sum(r["refused_overloaded"] for r in fast_cluster.status())
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(12)]
-    for t in threads:
-        t.start()
+    channel = grpc.insecure_channel(leader["address"])
+    leader_stub = pb_grpc.RegistryStub(channel)
+
+    def refused() -> int:   # the leader's own count (the stopped followers would hold up a status of all)
+        return json.loads(leader_stub.Status(pb.StatusRequest(), timeout=2).status_json)["refused_overloaded"]
+
+    refused_before = refused()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(batches))]
+    for p in followers:
+        os.kill(p.pid, signal.SIGSTOP)
+    try:
+        for t in threads:
+            t.start()
+        # within the leader's fallback (3 s without an answer from any follower)
+        wait_until(lambda: refused() > refused_before, 2.5, message="the leader to refuse a request")
+    finally:
+        for p in followers:
+            os.kill(p.pid, signal.SIGCONT)
+        channel.close()
     for t in threads:
         t.join(timeout=100)
     assert not errors, errors
-    assert len(results) == 48 and all(r == [OK] * 5000 for r in results)
-    # 12 clients x 5,000 ids against a 5,000-id queue: requests were turned away and retried
-    assert sum(r["refused_overloaded"] for r in fast_cluster.status()) > refused_before
+    assert len(results) == len(batches)
+    assert Counter(x for r in results for x in r) == {OK: 5000 * len(batches)}
+    assert client_lookup_all(cluster, batches)
+    cluster.client.close()
+
+
+def client_lookup_all(cluster, batches) -> bool:
+    client = idregistry.RegistryClient(cluster.endpoints())
+    try:
+        return all(client.lookup(ids) == [True] * len(ids) for ids in batches)
+    finally:
+        client.close()
 
 
 class Racers:
