@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import queue
 import struct
 import threading
 import zlib
@@ -61,7 +62,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.monotonic import monotonic as _monotonic
-from pysyncobj.syncobj import _COMMAND_TYPE
+from pysyncobj.syncobj import _COMMAND_TYPE, _bchr
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
@@ -83,14 +84,15 @@ EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
 
 _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex",
-                                  "_SyncObj__getCurrentLogTerm", "_applyCommand", "_getFuncName"),
+                                  "_SyncObj__getCurrentLogTerm", "_applyCommand", "_getFuncName",
+                                  "_SyncObj__callErrCallback", "_checkCommandsToApply"),
                         TCPTransport: ("_onMessageReceived", "_onTick", "_onNewIncomingConnection", "addNode"),
                         TcpConnection: ("send", "_TcpConnection__trySendBuffer"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
 _PRIVATE_INSTANCE_NAMES = ("_methodToID", "_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
                            "_SyncObj__raftElectionDeadline", "_SyncObj__votedForNodeId", "_SyncObj__transport",
                            "_SyncObj__raftCommitIndex", "_SyncObj__commandsQueue", "_SyncObj__applyLogEntries",
-                           "_SyncObj__getCurrentLogIndex")
+                           "_SyncObj__getCurrentLogIndex", "_SyncObj__thread")
 
 
 class DataDirInUse(RuntimeError):
@@ -542,11 +544,38 @@ class _AckAfterSyncObj(_PrevoteSyncObj):
         self._acks: deque = deque()      # (seq, node, reset, next_idx, success), in order; success needs a sync
         self._ack_seq = 0
         self._synced_seq = 0
+        self._queued_unwoken = False
         super().__init__(*args, **kwargs)
+        self.addOnTickCallback(self._wake_for_queued)
         if data_dir is not None:
             self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir)
         if ack_after_sync is not None:
             self.addOnTickCallback(self._send_synced_acks)
+
+    def _applyCommand(self, command, callback, commandType=None):
+        """pysyncobj's, but a command queued from the Raft thread itself (a completion submitting what
+        queued behind it, see :class:`~idregistry._batcher.Batcher`) does not write to the wake-up pipe:
+        this tick's ``_checkCommandsToApply`` (after the applies) or the next tick's (after a message)
+        takes it anyway, and the write would only release the GIL in the Raft thread and wake its poll once
+        more. A command still queued when the tick's callbacks run (:meth:`_wake_for_queued`) writes it
+        then, so it never waits for the poll's timeout."""
+        if threading.current_thread() is not self._SyncObj__thread:
+            return SyncObj._applyCommand(self, command, callback, commandType)
+        try:
+            self._SyncObj__commandsQueue.put_nowait(
+                (command if commandType is None else _bchr(commandType) + command, callback))
+        except queue.Full:
+            self._SyncObj__callErrCallback(FAIL_REASON.QUEUE_FULL, callback)
+            return
+        self._queued_unwoken = True
+
+    def _wake_for_queued(self) -> None:
+        """A tick callback (after ``_checkCommandsToApply``): wake the next poll if a command queued from
+        this thread without a wake-up is still waiting."""
+        if self._queued_unwoken:
+            self._queued_unwoken = False
+            if self._SyncObj__commandsQueue._FastQueue__queue:
+                self._SyncObj__pipeNotifier.notify()
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         if self._ack_after_sync is None or (not success and not self._acks):

@@ -74,3 +74,50 @@ def test_commit_index_rides_on_the_next_entries_and_the_burst_end_is_told_at_onc
     finally:
         for r in replicas:
             r.destroy()
+
+
+@pytest.mark.timeout(120)
+def test_a_command_queued_from_the_raft_thread_is_appended_without_waking_the_pipe(tmp_path):
+    """A completion that submits the next command (the batcher's pump) runs in the Raft thread: the command
+    is taken by the same tick, so no byte goes through pysyncobj's wake-up pipe for it (pysyncobj's own
+    ``_applyCommand`` writes one per command), and every command of the chain is still applied."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    replicas = [RaftReplica(addresses[k], addresses, tmp_path / f"r{k}", ShardState(0),
+                            RaftSettings(first_election_rank=k)) for k in range(3)]
+    try:
+        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, message="one leader")
+        leader = next(r for r in replicas if r.is_leader())
+        sync = leader._sync
+        raft_thread = sync._SyncObj__thread
+        notifier = sync._SyncObj__pipeNotifier
+        real_notify = notifier.notify
+        woken_from_raft_thread: list[int] = []
+
+        def counting_notify() -> None:
+            if threading.current_thread() is raft_thread:
+                woken_from_raft_thread.append(1)
+            real_notify()
+
+        notifier.notify = counting_notify
+        ids = [[f"10.1.1.3:{c}:17637120{n:08d}" for n in range(1, 21)] for c in range(COMMANDS)]
+        results: list[tuple[str, int]] = []
+        finished = threading.Event()
+
+        def chain(c: int):
+            def done(_results, error) -> None:
+                results.append((threading.current_thread().name, error))
+                if error or c + 1 == COMMANDS:
+                    finished.set()
+                else:
+                    leader.submit([(OP_COMMIT, f"c{c + 1}", ids[c + 1])], chain(c + 1))
+            return done
+
+        leader.submit([(OP_COMMIT, "c0", ids[0])], chain(0))
+        assert finished.wait(30), f"the chain stopped after {len(results)} commands"
+        assert [e for _, e in results] == [0] * COMMANDS
+        assert {name for name, _ in results} == {raft_thread.name}      # every later submit came from it
+        assert woken_from_raft_thread == [], "the Raft thread wrote to its own wake-up pipe"
+        assert all(leader.state.contains(batch[-1]) for batch in ids)
+    finally:
+        for r in replicas:
+            r.destroy()
