@@ -461,9 +461,18 @@ class _NotifyingJournal(CompactingJournal):
     starts flushing as soon as an entry is in, while it is still being replicated), and compacted without
     rewriting the live file (:class:`photon.raft.CompactingJournal`)."""
 
-    def __init__(self, journal, on_append, data_dir: Path, on_failure=None, open_journal=None) -> None:
+    def __init__(self, journal, on_append, data_dir: Path, on_failure=None, open_journal=None,
+                 on_replace=None) -> None:
         super().__init__(journal, data_dir, on_failure, open_journal)
         self._on_append = on_append
+        self._on_replace = on_replace
+
+    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
+        """Compaction renames a new file over the journal: ``on_replace`` is told before the next entry is
+        written (into the new file), so the fsync thread opens the path again."""
+        super().deleteEntriesTo(entry_to)
+        if self._on_replace is not None:
+            self._on_replace()
 
     def add(self, *entry) -> None:
         self._journal.add(*entry)
@@ -538,8 +547,8 @@ class _AckAfterSyncObj(_PrevoteSyncObj):
     Raft thread through pysyncobj's own pipe, and the waiting acknowledgements are sent from the tick.
     So an entry counts towards a majority only once it is on that member's disk."""
 
-    def __init__(self, *args, ack_after_sync=None, on_append=None, data_dir: Path | None = None,
-                 **kwargs) -> None:
+    def __init__(self, *args, ack_after_sync=None, on_append=None, on_replace=None,
+                 data_dir: Path | None = None, **kwargs) -> None:
         self._ack_after_sync = ack_after_sync
         self._acks: deque = deque()      # (seq, node, reset, next_idx, success), in order; success needs a sync
         self._ack_seq = 0
@@ -548,7 +557,8 @@ class _AckAfterSyncObj(_PrevoteSyncObj):
         super().__init__(*args, **kwargs)
         self.addOnTickCallback(self._wake_for_queued)
         if data_dir is not None:
-            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir)
+            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir,
+                                                      on_replace=on_replace)
         if ack_after_sync is not None:
             self.addOnTickCallback(self._send_synced_acks)
 
@@ -620,7 +630,7 @@ class RaftReplica(RaftMember):
     runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
     def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: ShardState,
-                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None,
+                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None, on_replace=None,
                  holder: str = "registry replica") -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
@@ -638,7 +648,8 @@ class RaftReplica(RaftMember):
             self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                           transportClass=_transport_class(self.settings.simulated_rtt_ms,
                                                                                  self.settings.compress_messages),
-                                          ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir,
+                                          ack_after_sync=ack_after_sync, on_append=on_append, on_replace=on_replace,
+                                          data_dir=data_dir,
                                           first_election_rank=self.settings.first_election_rank)
         except BaseException:
             _DurableMetaStorer.background_paths.discard(self._meta_path)
