@@ -25,7 +25,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, LatencyHistogram, SystemClock, fsync_path, raft_secret, secret_fingerprint
+from photon import Clock, LatencyHistogram, SystemClock, raft_secret, secret_fingerprint
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
