@@ -1,15 +1,19 @@
-"""Server-side batching: RPC handlers enqueue operations; one registry thread drains the queue into one
-replicated command and answers every request when Raft has applied it.
+"""Server-side batching: RPC handlers enqueue operations; whatever is queued leaves as one replicated
+command, and every request is answered when Raft has applied it.
 
 Up to ``max_in_flight`` commands are handed to Raft at once (pipelining): while they travel, new requests
 pile up in the queue and leave together as the next command. There is no minimum batch size and no
 timer: an idle registry submits a lone request at once.
+
+No thread of its own: a request that finds a free slot submits the queue itself (in its handler's
+thread), and a command's completion (in Raft's thread) submits what queued behind it before it answers
+its own requests, so the next command is in Raft's queue within the same tick, without waking another
+thread to send it (see docs/registry.md, "The window and the hand-offs").
 """
 from __future__ import annotations
 
-import queue
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from idregistry._state import OP_COMMIT, OP_COMMIT_RUNS
@@ -61,16 +65,15 @@ class BatcherStatistics:
 class Batcher:
     """``run(op, size)`` blocks until ``op`` has been applied and returns its result, or raises
     :class:`Rejected` / ``TimeoutError``. ``submit(ops, callback)`` replicates one command (the Raft
-    member's method); ``is_overloaded(reason)`` says whether a failure means "queue full";
-    ``deliver(answer)`` runs ``answer()`` (which wakes the waiting requests) when the results may be told,
-    at once by default."""
+    member's method; it may call ``callback`` before returning, e.g. a full queue); ``is_overloaded(reason)``
+    says whether a failure means "queue full"; ``deliver(answer)`` runs ``answer()`` (which wakes the
+    waiting requests) when the results may be told, at once by default."""
 
     def __init__(self, submit, is_overloaded, max_in_flight: int = 4, max_ids_per_command: int = 20000,
                  max_queued_ids: int = 200000, deliver=None, name: str = "registry-batcher") -> None:
         self._submit = submit
         self._is_overloaded = is_overloaded
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._slots = threading.Semaphore(max_in_flight)
+        self._queue: deque[_Pending] = deque()      # guarded by _lock
         self._max_in_flight = max_in_flight
         self._max_ids = max_ids_per_command
         self._max_queued = max_queued_ids
@@ -78,20 +81,20 @@ class Batcher:
         self._queued_ids = 0
         self._closed = False
         self._lock = threading.Lock()
+        self.name = name
         self.stats = BatcherStatistics()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self._thread.start()
 
     def run(self, op, size: int, timeout: float = 10.0):
-        if self._closed:
-            raise Rejected(-1, overloaded=False)
+        p = _Pending(op, size)
         with self._lock:
+            if self._closed:
+                raise Rejected(-1, overloaded=False)
             if self._queued_ids and self._queued_ids + size > self._max_queued:
                 self.stats.refused += 1
                 raise Rejected(QUEUE_FULL, overloaded=True)
             self._queued_ids += size
-        p = _Pending(op, size)
-        self._queue.put(p)
+            self._queue.append(p)
+        self._pump()
         if not p.done.acquire(timeout=timeout):
             raise TimeoutError(f"registry command not applied within {timeout} s")
         if p.error is not None:
@@ -99,73 +102,69 @@ class Batcher:
         return p.result
 
     def queue_depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._queue)
 
     def queued_ids(self) -> int:
         return self._queued_ids
 
     def close(self) -> None:
-        self._closed = True
-        self._queue.put(None)
-        for _ in range(self._max_in_flight):   # a loop waiting for a slot (every command in flight) wakes
-            self._slots.release()
-        self._thread.join(timeout=5)
-        while True:   # fail whatever is left so no handler waits for its timeout
-            try:
-                p = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if p is not None:
-                p.error = Rejected(-1, overloaded=False)
-                p.finish()
-
-    def _loop(self) -> None:
-        while True:
-            self._slots.acquire()
-            if self._closed:          # close() fails what is still queued
-                return
-            first = self._queue.get()
-            if first is None:
-                return
-            batch, ids = [first], first.size
-            while ids < self._max_ids:
-                try:
-                    p = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if p is None:
-                    self._closed = True
-                    break
-                batch.append(p)
-                ids += p.size
-            self._send(batch, ids)
-            if self._closed:
-                return
-
-    def _send(self, batch: list[_Pending], ids: int) -> None:
+        """Submit nothing more and fail whatever is still queued (commands in flight still answer)."""
         with self._lock:
-            self._queued_ids -= ids
-            self.stats.commands += 1
-            self.stats.ops += len(batch)
-            self.stats.ids += ids
-            self.stats.in_flight += 1
-            self.stats.batch_ids_histogram[1 << max(0, ids - 1).bit_length()] += 1
+            self._closed = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._queued_ids = 0
+        for p in left:
+            p.error = Rejected(-1, overloaded=False)
+            p.finish()
 
+    def _take(self) -> tuple[list[_Pending], int] | None:
+        """Under ``_lock``: the next command's requests (a slot taken for it), or None."""
+        queue_ = self._queue
+        if self._closed or not queue_ or self.stats.in_flight >= self._max_in_flight:
+            return None
+        first = queue_.popleft()
+        batch, ids = [first], first.size
+        while queue_ and ids < self._max_ids:
+            p = queue_.popleft()
+            batch.append(p)
+            ids += p.size
+        self._queued_ids -= ids
+        stats = self.stats
+        stats.commands += 1
+        stats.ops += len(batch)
+        stats.ids += ids
+        stats.in_flight += 1
+        stats.batch_ids_histogram[1 << max(0, ids - 1).bit_length()] += 1
+        return batch, ids
+
+    def _pump(self) -> None:
+        """Submit queued requests while a slot is free (outside the lock: ``submit`` may call back)."""
+        while True:
+            with self._lock:
+                taken = self._take()
+            if taken is None:
+                return
+            self._send(taken[0])
+
+    def _send(self, batch: list[_Pending]) -> None:
         def done(results, error) -> None:
             with self._lock:
                 self.stats.in_flight -= 1
-            self._slots.release()
-            if error == SUCCESS:
-                def answer() -> None:
-                    for p, r in zip(batch, results):
-                        p.result = r
+            try:
+                self._pump()          # what queued behind this command leaves now, from this thread
+            finally:
+                if error == SUCCESS:
+                    def answer() -> None:
+                        for p, r in zip(batch, results):
+                            p.result = r
+                            p.finish()
+                    self._deliver(answer)      # e.g. once the journal holding the command is on disk
+                else:
+                    failure = Rejected(error, overloaded=self._is_overloaded(error))
+                    for p in batch:
+                        p.error = failure
                         p.finish()
-                self._deliver(answer)      # e.g. once the journal holding the command is on disk
-                return
-            failure = Rejected(error, overloaded=self._is_overloaded(error))
-            for p in batch:
-                p.error = failure
-                p.finish()
 
         try:
             self._submit([p.op for p in batch], done)

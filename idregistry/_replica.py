@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import queue
 import struct
 import threading
 import zlib
@@ -61,7 +62,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.monotonic import monotonic as _monotonic
-from pysyncobj.syncobj import _COMMAND_TYPE
+from pysyncobj.syncobj import _COMMAND_TYPE, _bchr
 from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
@@ -83,14 +84,15 @@ EXIT_DATA_DIR_IN_USE = 73
 """Exit status of a replica process that found its data dir held by another live replica."""
 
 _PRIVATE_CLASS_NAMES = {SyncObj: ("_SyncObj__sendNextNodeIdx", "_SyncObj__getCurrentLogIndex",
-                                  "_SyncObj__getCurrentLogTerm", "_applyCommand", "_getFuncName"),
+                                  "_SyncObj__getCurrentLogTerm", "_applyCommand", "_getFuncName",
+                                  "_SyncObj__callErrCallback", "_checkCommandsToApply"),
                         TCPTransport: ("_onMessageReceived", "_onTick", "_onNewIncomingConnection", "addNode"),
                         TcpConnection: ("send", "_TcpConnection__trySendBuffer"),
                         pysyncobj.journal.MetaStorer: ("storeMeta", "getMeta", "getPath")}
 _PRIVATE_INSTANCE_NAMES = ("_methodToID", "_SyncObj__raftLog", "_SyncObj__pipeNotifier", "_SyncObj__raftNextIndex",
                            "_SyncObj__raftElectionDeadline", "_SyncObj__votedForNodeId", "_SyncObj__transport",
                            "_SyncObj__raftCommitIndex", "_SyncObj__commandsQueue", "_SyncObj__applyLogEntries",
-                           "_SyncObj__getCurrentLogIndex")
+                           "_SyncObj__getCurrentLogIndex", "_SyncObj__thread")
 
 
 class DataDirInUse(RuntimeError):
@@ -459,9 +461,18 @@ class _NotifyingJournal(CompactingJournal):
     starts flushing as soon as an entry is in, while it is still being replicated), and compacted without
     rewriting the live file (:class:`photon.raft.CompactingJournal`)."""
 
-    def __init__(self, journal, on_append, data_dir: Path, on_failure=None, open_journal=None) -> None:
+    def __init__(self, journal, on_append, data_dir: Path, on_failure=None, open_journal=None,
+                 on_replace=None) -> None:
         super().__init__(journal, data_dir, on_failure, open_journal)
         self._on_append = on_append
+        self._on_replace = on_replace
+
+    def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
+        """Compaction renames a new file over the journal: ``on_replace`` is told before the next entry is
+        written (into the new file), so the fsync thread opens the path again."""
+        super().deleteEntriesTo(entry_to)
+        if self._on_replace is not None:
+            self._on_replace()
 
     def add(self, *entry) -> None:
         self._journal.add(*entry)
@@ -536,17 +547,45 @@ class _AckAfterSyncObj(_PrevoteSyncObj):
     Raft thread through pysyncobj's own pipe, and the waiting acknowledgements are sent from the tick.
     So an entry counts towards a majority only once it is on that member's disk."""
 
-    def __init__(self, *args, ack_after_sync=None, on_append=None, data_dir: Path | None = None,
-                 **kwargs) -> None:
+    def __init__(self, *args, ack_after_sync=None, on_append=None, on_replace=None,
+                 data_dir: Path | None = None, **kwargs) -> None:
         self._ack_after_sync = ack_after_sync
         self._acks: deque = deque()      # (seq, node, reset, next_idx, success), in order; success needs a sync
         self._ack_seq = 0
         self._synced_seq = 0
+        self._queued_unwoken = False
         super().__init__(*args, **kwargs)
+        self.addOnTickCallback(self._wake_for_queued)
         if data_dir is not None:
-            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir)
+            self._SyncObj__raftLog = _NotifyingJournal(self._SyncObj__raftLog, on_append, data_dir,
+                                                      on_replace=on_replace)
         if ack_after_sync is not None:
             self.addOnTickCallback(self._send_synced_acks)
+
+    def _applyCommand(self, command, callback, commandType=None):
+        """pysyncobj's, but a command queued from the Raft thread itself (a completion submitting what
+        queued behind it, see :class:`~idregistry._batcher.Batcher`) does not write to the wake-up pipe:
+        this tick's ``_checkCommandsToApply`` (after the applies) or the next tick's (after a message)
+        takes it anyway, and the write would only release the GIL in the Raft thread and wake its poll once
+        more. A command still queued when the tick's callbacks run (:meth:`_wake_for_queued`) writes it
+        then, so it never waits for the poll's timeout."""
+        if threading.current_thread() is not self._SyncObj__thread:
+            return SyncObj._applyCommand(self, command, callback, commandType)
+        try:
+            self._SyncObj__commandsQueue.put_nowait(
+                (command if commandType is None else _bchr(commandType) + command, callback))
+        except queue.Full:
+            self._SyncObj__callErrCallback(FAIL_REASON.QUEUE_FULL, callback)
+            return
+        self._queued_unwoken = True
+
+    def _wake_for_queued(self) -> None:
+        """A tick callback (after ``_checkCommandsToApply``): wake the next poll if a command queued from
+        this thread without a wake-up is still waiting."""
+        if self._queued_unwoken:
+            self._queued_unwoken = False
+            if self._SyncObj__commandsQueue._FastQueue__queue:
+                self._SyncObj__pipeNotifier.notify()
 
     def _SyncObj__sendNextNodeIdx(self, node, reset=False, nextNodeIdx=None, success=False):
         if self._ack_after_sync is None or (not success and not self._acks):
@@ -591,7 +630,7 @@ class RaftReplica(RaftMember):
     runs in pysyncobj's thread as ``callback(results, error)`` with ``error`` 0 on success."""
 
     def __init__(self, self_addr: str, peers: list[str], data_dir: Path, state: ShardState,
-                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None,
+                 settings: RaftSettings | None = None, ack_after_sync=None, on_append=None, on_replace=None,
                  holder: str = "registry replica") -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
@@ -609,7 +648,8 @@ class RaftReplica(RaftMember):
             self._sync = _AckAfterSyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
                                           transportClass=_transport_class(self.settings.simulated_rtt_ms,
                                                                                  self.settings.compress_messages),
-                                          ack_after_sync=ack_after_sync, on_append=on_append, data_dir=data_dir,
+                                          ack_after_sync=ack_after_sync, on_append=on_append, on_replace=on_replace,
+                                          data_dir=data_dir,
                                           first_election_rank=self.settings.first_election_rank)
         except BaseException:
             _DurableMetaStorer.background_paths.discard(self._meta_path)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, LatencyHistogram, SystemClock, fsync_path, raft_secret, secret_fingerprint
+from photon import Clock, LatencyHistogram, SystemClock, raft_secret, secret_fingerprint
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._batcher import Batcher
@@ -35,7 +35,7 @@ from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, s
 from photon.rpc import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
-                               bucket_width_us, pack_ids, run_ids, runs_count, runs_newest, validate_ids)
+                               bucket_width_us, check_ids, pack_ids, run_ids, runs_count, runs_newest, validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -106,7 +106,8 @@ class ReplicaServer:
             self.raft = RaftReplica(spec.raft_address, list(spec.raft_peers), Path(spec.data_dir), state,
                                     spec.raft_settings(_raft_password(spec)),
                                     ack_after_sync=self._syncer.after_sync if batch else None,
-                                    on_append=self._syncer.appended if self._syncer else None, holder=spec.holder)
+                                    on_append=self._syncer.appended if self._syncer else None,
+                                    on_replace=self._syncer.replaced if self._syncer else None, holder=spec.holder)
         except BaseException:
             if self._syncer is not None:
                 self._syncer.close()
@@ -148,9 +149,9 @@ class ReplicaServer:
         if not self._caught_up.is_set():
             raise CatchingUp(f"registry shard {self.spec.shard} replica {self.spec.replica} has just started and "
                              f"is catching up with the leader; retry in a moment")
-        validate_ids(ids)
+        check_ids(ids)
         wrong = self.sharding().wrong_shard(self.spec.shard, ids)
-        return self.state.lookup(ids), wrong
+        return self.state.lookup_well_formed(ids), wrong
 
     def _refuse_for_job(self, what: str) -> None:
         if self.spec.job:
@@ -160,7 +161,7 @@ class ReplicaServer:
         """One :class:`CommitResult` byte per id, decided by the leader after replication."""
         self._refuse_for_job("commits are")
         self._require_leader()
-        validate_ids(ids)
+        check_ids(ids)
         runs = pack_ids(ids)                # packed once here; the newest timestamp falls out of it
         wrong = self._judge(ids, runs_newest(runs)).wrong_shard(self.spec.shard, ids)
         if not wrong:
@@ -408,11 +409,21 @@ class _Syncer:
     A failed fsync is fail-stop: no waiter runs (so no client gets OK and no follower acknowledges), later
     ``after_sync`` calls never run theirs, and ``on_failure(what, error)`` is called (the replica's default
     logs why and exits; the supervisor restarts it and it reads its journal back from the disk). A later
-    fsync that succeeds proves nothing after one failed (the kernel may have dropped the dirty pages)."""
+    fsync that succeeds proves nothing after one failed (the kernel may have dropped the dirty pages).
 
-    def __init__(self, path, interval_s: float = 0.0, *, fsync=fsync_path, on_failure=storage_failed) -> None:
+    By default the thread keeps the journal open and fsyncs that descriptor (one system call per fsync, not
+    an open, an fsync and a close: each releases the GIL, which a busy leader pays in thread switches).
+    ``replaced()`` must be called when a new file takes the journal's path (compaction renames one over
+    it) before anything is written to the new file: the next fsync opens the path again. Entries written
+    before the replacement are in the new file, which the compaction fsynced, so an fsync of the old
+    descriptor still covers every entry counted before it. With ``fsync`` given, ``fsync(path)`` is
+    called instead (tests)."""
+
+    def __init__(self, path, interval_s: float = 0.0, *, fsync=None, on_failure=storage_failed) -> None:
         self._path = path
         self._fsync = fsync
+        self._fd: int | None = None     # the journal, kept open by the thread (fsync is None)
+        self._reopen = False            # the journal's path names a new file: open it before the next fsync
         self._on_failure = on_failure
         self.failed: BaseException | None = None
         self._interval_s = interval_s
@@ -434,6 +445,11 @@ class _Syncer:
             self._appended += 1
             self._dirty = True
             self._cond.notify()
+
+    def replaced(self) -> None:
+        """A new file took the journal's path (before anything is written to it)."""
+        with self._cond:
+            self._reopen = True
 
     def after_sync(self, fn) -> None:
         with self._cond:
@@ -464,9 +480,10 @@ class _Syncer:
                     return
                 self._dirty = False
                 covering = self._appended
+                reopen, self._reopen = self._reopen, False
             t = time.perf_counter()
             try:
-                self._fsync(self._path())
+                self._flush(reopen)
             except OSError as e:
                 with self._cond:
                     self.failed = e
@@ -491,12 +508,26 @@ class _Syncer:
             if self._interval_s:
                 self._closing.wait(self._interval_s)
 
+    def _flush(self, reopen: bool) -> None:
+        if self._fsync is not None:
+            self._fsync(self._path())
+            return
+        if reopen and self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        if self._fd is None:
+            self._fd = os.open(self._path(), os.O_RDONLY)
+        os.fsync(self._fd)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._closing.set()
         self._thread.join(timeout=2)
+        if self._fd is not None and not self._thread.is_alive():
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 class _Rates:

@@ -593,8 +593,21 @@ class ShardState:
         return i >= 0 and ts >= self.gc_boundary_us
 
     def lookup(self, ids) -> list[bool]:
-        """Whether each id is held (ids below the GC boundary are reported absent)."""
-        return [self.contains(i) for i in ids]
+        """Whether each id is held (ids below the GC boundary are reported absent); raises
+        :class:`photon.BadEventId` naming the first malformed id."""
+        check_ids(ids)
+        return self.lookup_well_formed(ids)
+
+    def lookup_well_formed(self, ids) -> list[bool]:
+        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`): the prefixes and timestamps
+        are sliced out in C over the whole batch, not parsed id by id."""
+        buckets, width, boundary = self.buckets, self.bucket_us, self.gc_boundary_us
+        held = []
+        for prefix, ts in zip(map(_PREFIX_OF, ids), map(int, map(_STAMP_OF, ids))):
+            bucket = buckets.get(ts // width)
+            run = bucket.get(prefix) if bucket is not None else None
+            held.append(run is not None and ts >= boundary and run.find(ts % width) >= 0)
+        return held
 
     def token_of(self, event_id: str) -> str | None:
         """The token of a held id ("" once cleared), or None when absent."""

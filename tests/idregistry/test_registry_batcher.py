@@ -133,9 +133,46 @@ def test_closing_while_every_slot_is_in_flight_stops_the_loop_and_fails_the_queu
     queued.start()
     wait_until(lambda: b.queue_depth() == 1, 10, message="the second request queued behind the full slots")
     b.close()
-    assert not b._thread.is_alive()
     queued.join(10)
     assert isinstance(outcomes["queued"], Rejected)
     applier.gate.set()                             # the command in flight still answers its request
     first.join(10)
+    assert len(applier.commands) == 1, "a command was submitted after close"
+    with pytest.raises(Rejected):
+        b.run((OP_COMMIT, "t", _ids(2, 3)), 2, timeout=5)
     assert outcomes["in flight"] == bytes([CommitResult.OK, CommitResult.OK])
+
+
+@pytest.mark.timeout(60)
+def test_a_completion_submits_what_queued_behind_it_before_answering_and_no_thread_of_its_own():
+    applier = _Applier()
+    submitted_by: list[str] = []
+    plain_submit = applier.submit
+
+    def submit(ops, callback) -> None:
+        submitted_by.append(threading.current_thread().name)
+        plain_submit(ops, callback)
+    answered_before_next: list[bool] = []
+    b = Batcher(submit, lambda reason: False, max_in_flight=1,
+                deliver=lambda answer: (answered_before_next.append(len(applier.commands) < 2), answer()))
+    try:
+        applier.gate.clear()
+        outcomes: dict[int, bytes] = {}
+        first = threading.Thread(target=lambda: outcomes.__setitem__(1, b.run((OP_COMMIT, "t", _ids(2, 31)), 2)),
+                                 name="handler-1", daemon=True)
+        first.start()
+        wait_until(lambda: len(applier.commands) == 1, 10, message="the first command submitted")
+        second = threading.Thread(target=lambda: outcomes.__setitem__(2, b.run((OP_COMMIT, "t", _ids(2, 32)), 2)),
+                                  name="handler-2", daemon=True)
+        second.start()
+        wait_until(lambda: b.queue_depth() == 1, 10, message="the second request queued behind the full slot")
+        applier.gate.set()
+        first.join(10)
+        second.join(10)
+        assert outcomes == {1: bytes([CommitResult.OK] * 2), 2: bytes([CommitResult.OK] * 2)}
+        assert submitted_by[0] == "handler-1"      # a free slot: the request's own thread submits it
+        assert submitted_by[1] not in ("handler-1", "handler-2"), submitted_by   # the completing thread did
+        assert answered_before_next == [False, False], "the first answer went out before the next command"
+        assert not any(t.name.startswith("registry-batcher") for t in threading.enumerate())
+    finally:
+        b.close()

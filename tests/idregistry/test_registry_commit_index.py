@@ -37,26 +37,29 @@ def test_commit_index_rides_on_the_next_entries_and_the_burst_end_is_told_at_onc
         wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, message="one leader")
         leader = next(r for r in replicas if r.is_leader())
         followers = [r for r in replicas if r is not leader]
-        slots = threading.Semaphore(IN_FLIGHT)
         errors: list[int] = []
         answered = threading.Semaphore(0)
+        ids = [[f"10.1.1.2:{c}:17637120{n:08d}" for n in range(1, 51)] for c in range(COMMANDS)]
+        following = iter(range(IN_FLIGHT, COMMANDS))
 
         def done(_results, error) -> None:
             if error:
                 errors.append(error)
-            slots.release()
             answered.release()
+            c = next(following, None)
+            if c is not None:           # as the batcher does: the completion submits the next command
+                leader.submit([(OP_COMMIT, f"t{c}", ids[c])], done)
 
         first = [f"10.1.1.1:1:17637120{n:08d}" for n in range(1, 11)]
-        leader.submit([(OP_COMMIT, "warm", first)], done)
+        warm: list[int] = []
+        leader.submit([(OP_COMMIT, "warm", first)], lambda _results, error: (warm.append(error), answered.release()))
         assert answered.acquire(timeout=30), "no answer to the first commit"
+        assert warm == [0]
         wait_until(lambda: all(f.state.contains(first[-1]) for f in followers), 10,
                    message="the followers applied the first commit")
         sent.clear()
 
-        ids = [[f"10.1.1.2:{c}:17637120{n:08d}" for n in range(1, 51)] for c in range(COMMANDS)]
-        for c in range(COMMANDS):          # IN_FLIGHT commands in Raft at a time, as the batcher keeps them
-            assert slots.acquire(timeout=30), "a command was not answered"
+        for c in range(IN_FLIGHT):         # IN_FLIGHT commands in Raft at a time, as the batcher keeps them
             leader.submit([(OP_COMMIT, f"t{c}", ids[c])], done)
         for _ in range(COMMANDS):
             assert answered.acquire(timeout=30), "a command was not answered"
@@ -71,6 +74,53 @@ def test_commit_index_rides_on_the_next_entries_and_the_burst_end_is_told_at_onc
         assert with_entries >= COMMANDS, sent
         # pysyncobj alone sends one to each follower after every apply: about 2 x COMMANDS of them
         assert commit_only <= COMMANDS // 4, f"{commit_only} append_entries without entries: {sent}"
+    finally:
+        for r in replicas:
+            r.destroy()
+
+
+@pytest.mark.timeout(120)
+def test_a_command_queued_from_the_raft_thread_is_appended_without_waking_the_pipe(tmp_path):
+    """A completion that submits the next command (the batcher's pump) runs in the Raft thread: the command
+    is taken by the same tick, so no byte goes through pysyncobj's wake-up pipe for it (pysyncobj's own
+    ``_applyCommand`` writes one per command), and every command of the chain is still applied."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    replicas = [RaftReplica(addresses[k], addresses, tmp_path / f"r{k}", ShardState(0),
+                            RaftSettings(first_election_rank=k)) for k in range(3)]
+    try:
+        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, message="one leader")
+        leader = next(r for r in replicas if r.is_leader())
+        sync = leader._sync
+        raft_thread = sync._SyncObj__thread
+        notifier = sync._SyncObj__pipeNotifier
+        real_notify = notifier.notify
+        woken_from_raft_thread: list[int] = []
+
+        def counting_notify() -> None:
+            if threading.current_thread() is raft_thread:
+                woken_from_raft_thread.append(1)
+            real_notify()
+
+        notifier.notify = counting_notify
+        ids = [[f"10.1.1.3:{c}:17637120{n:08d}" for n in range(1, 21)] for c in range(COMMANDS)]
+        results: list[tuple[str, int]] = []
+        finished = threading.Event()
+
+        def chain(c: int):
+            def done(_results, error) -> None:
+                results.append((threading.current_thread().name, error))
+                if error or c + 1 == COMMANDS:
+                    finished.set()
+                else:
+                    leader.submit([(OP_COMMIT, f"c{c + 1}", ids[c + 1])], chain(c + 1))
+            return done
+
+        leader.submit([(OP_COMMIT, "c0", ids[0])], chain(0))
+        assert finished.wait(30), f"the chain stopped after {len(results)} commands"
+        assert [e for _, e in results] == [0] * COMMANDS
+        assert {name for name, _ in results} == {raft_thread.name}      # every later submit came from it
+        assert woken_from_raft_thread == [], "the Raft thread wrote to its own wake-up pipe"
+        assert all(leader.state.contains(batch[-1]) for batch in ids)
     finally:
         for r in replicas:
             r.destroy()

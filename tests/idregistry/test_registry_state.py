@@ -59,6 +59,22 @@ def test_gc_boundary_is_monotonic_and_old_ids_are_too_old():
     assert [e[0] for e in s.entries()] == [new]
 
 
+def test_a_batch_lookup_agrees_with_contains_across_buckets_processes_and_the_gc_boundary():
+    s = ShardState(bucket_us=bucket_width_us(8.0))   # 1 s buckets
+    held = [eid(n, proc=p, ip=ip) for n in (0, 10, 1_500_000, 2_000_001) for p in (1, 22)
+            for ip in ("10.0.0.1", "fe80::1")]
+    commit(s, "A", held)
+    s.apply([(OP_ADVANCE_GC, T0 + 5)])              # eid(0) falls below the boundary, its bucket stays
+    asked = held + [eid(11), eid(10, proc=3), eid(1_500_000, ip="10.0.0.9"), eid(7_000_000), eid(0)]
+    expected = [s.contains(i) for i in asked]
+    assert expected.count(True) == len(held) - 4     # the four eid(0) ids are too old
+    assert s.lookup(asked) == expected
+    assert s.lookup_well_formed(asked) == expected
+    assert s.lookup([]) == []
+    with pytest.raises(BadEventId, match="not-an-id"):
+        s.lookup([eid(1), "not-an-id"])
+
+
 def test_clear_tokens_keeps_ids_and_delete_needs_the_matching_token():
     s = ShardState()
     a, b = eid(1), eid(2)

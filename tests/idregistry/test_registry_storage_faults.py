@@ -47,6 +47,48 @@ def test_a_failed_journal_fsync_releases_no_waiter_and_stops_the_replica(tmp_pat
         syncer.close()
 
 
+def test_the_fsync_thread_keeps_the_journal_open_and_opens_it_again_once_replaced(tmp_path, monkeypatch):
+    """One fsync of a kept descriptor per round (no open and close each time), and after ``replaced()`` (a
+    compaction renamed a new file over the journal) the new file is what gets fsynced."""
+    journal = tmp_path / "raft.journal"
+    journal.write_bytes(b"old")
+    synced_inodes: list[int] = []
+    opened: list[str] = []
+    real_fsync, real_open = os.fsync, os.open
+
+    def recording_fsync(fd):
+        synced_inodes.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    def recording_open(path, *args, **kwargs):
+        if str(path) == str(journal):
+            opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "open", recording_open)
+    syncer = _Syncer(lambda: str(journal), on_failure=lambda what, e: pytest.fail(f"{what}: {e}"))
+    try:
+        released: list[int] = []
+        for k in range(3):
+            syncer.appended()
+            syncer.after_sync(lambda k=k: released.append(k))
+            wait_until(lambda: len(released) == k + 1, 10, message=f"waiter {k} released")
+        old_inode = journal.stat().st_ino
+        assert set(synced_inodes) == {old_inode} and len(opened) == 1
+        new = tmp_path / "new.journal"
+        new.write_bytes(b"new")
+        os.replace(new, journal)
+        syncer.replaced()
+        syncer.appended()
+        syncer.after_sync(lambda: released.append(3))
+        wait_until(lambda: len(released) == 4, 10, message="the waiter after the replacement released")
+        assert synced_inodes[-1] == journal.stat().st_ino != old_inode
+        assert len(opened) == 2
+    finally:
+        syncer.close()
+
+
 def test_term_and_vote_are_fsynced_file_and_folder(tmp_path, monkeypatch):
     synced: list[str] = []
     real_fsync = os.fsync
