@@ -541,7 +541,9 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str
         bad += compress(idx, map(not_, keep))
         idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
         return list(idx), ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
-    one = _one_writer(ids, joined)
+    one = _same_key(ids, joined)
+    if one is None:
+        one = _one_writer(ids, joined)
     if one is not None:                                 # one writer's ids, maybe a few bad ones among them
         wrong, timed = one
         if wrong:
@@ -553,6 +555,34 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str
         bad += map(idx.__getitem__, wrong)
         idx, ids = _drop(idx, wrong), _drop(ids, wrong)
     return list(idx), ids, split_photon_ids(ids) if ids else None, bad
+
+
+_TAIL = itemgetter(slice(-_TS, None))
+
+
+def _same_key(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
+    """:func:`_one_writer` of ids that are all ``ids[0]``'s key, ``:`` and 16 ASCII digits (one writer's
+    chunk, the usual one), else None (then :func:`_one_writer` decides). Done with string operations over
+    ``joined`` in C, no regular expression: one length per id, one count, one replace and one digit check
+    of the whole chunk, then an ``int`` per timestamp."""
+    first = ids[0]
+    key = first[:-_TS - 1]
+    if not key or first[-_TS - 1] != ":":
+        return None
+    width = len(first)
+    head = key + ":"
+    sep = "\n" + head
+    # every id holds no newline (checked by the caller): each of the n-1 newlines starts a ``sep``
+    if (not joined.startswith(head) or joined.count(sep) != len(ids) - 1
+            or list(map(len, ids)).count(width) != len(ids)):
+        return None
+    digits = joined[len(head):].replace(sep, "")
+    if not (digits.isascii() and digits.isdigit()) or not is_event_id(first):
+        return None
+    tss = array("q", map(int, map(_TAIL, ids)))
+    if len(tss) > 1 and not all(map(lt, tss, islice(tss, 1, None))):
+        return [], None
+    return [], (key, tss)
 
 
 def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
