@@ -226,7 +226,8 @@ class EventCache:
                 part = ids[lo:hi]
                 split = (timed[0], timed[1][lo:hi]) if timed is not None else split_photon_ids(part)
                 if split is not None:
-                    self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split)
+                    self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split,
+                                    sizes=sizes[lo:hi])
                 else:
                     self._put_keyed(part, raws[lo:hi])
                 lo = hi
@@ -246,15 +247,16 @@ class EventCache:
             self._add_keyed(ids[lo:hi], raws[lo:hi])
             lo = hi
 
-    def _new_block(self, raws, id_key: str | None, tss: array, ids) -> _Block:
+    def _new_block(self, raws, id_key: str | None, tss: array, ids, sizes: list[int] | None = None) -> _Block:
         # (a join of one returns that object itself, with whatever room its maker left in it: copy it)
         blob = b"".join(raws) if len(raws) > 1 else bytes(memoryview(raws[0]))
-        block = _Block(self._next_key, blob, array("I", accumulate(map(len, raws), initial=0)), id_key, tss, ids)
+        ends = list(accumulate(map(len, raws) if sizes is None else sizes, initial=0))
+        block = _Block(self._next_key, blob, array("I", ends), id_key, tss, ids)   # (an array from a list: faster)
         self._next_key += 1
         return block
 
-    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array) -> None:
-        block = self._new_block(raws, id_key, tss, None)
+    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, sizes: list[int] | None = None) -> None:
+        block = self._new_block(raws, id_key, tss, None, sizes)
         block.charged = charged
         timeline = self._timelines.get(id_key)
         if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
