@@ -465,10 +465,11 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
         if good_offsets is not None:
             good_offsets += offsets
         return IndexedLines(ids, lines, [], timed)
+    bad_at = sorted(bad_at)                  # (the lines kept are all the others: slices between the bad ones)
     if good_offsets is not None:
-        good_offsets += map(offsets.__getitem__, idx)
-    return IndexedLines(ids, list(map(lines.__getitem__, idx)),
-                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in sorted(bad_at)], timed)
+        good_offsets += _drop(offsets, bad_at)
+    return IndexedLines(ids, _drop(lines, bad_at),
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
 
 
 _LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
@@ -500,6 +501,18 @@ def _drop(idx, failed: list[int]) -> list[int]:
         prev = j + 1
     out.extend(idx[prev:])
     return out
+
+
+def _positions(items: list, value) -> list[int]:
+    """The positions of ``value`` in ``items``, by ``list.index`` (in C): few steps when it is rare."""
+    out: list[int] = []
+    try:
+        at = items.index(value)
+        while True:
+            out.append(at)
+            at = items.index(value, at + 1)
+    except ValueError:
+        return out
 
 
 def _bad_id_positions(joined: str) -> list[int]:
@@ -569,7 +582,7 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     tails = re.findall(r"^(?:%s:([0-9]{%d})|[^\n]*)$" % (re.escape(key), _TS), joined, re.MULTILINE)
     if len(tails) != len(ids):
         return None
-    holes = list(compress(range(len(tails)), map(not_, tails))) if "" in tails else []
+    holes = _positions(tails, "")
     first = 0
     if holes:
         if len(holes) == len(ids) or any(is_event_id(ids[k]) for k in holes):
