@@ -460,7 +460,7 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    idx, ids, timed, bad_at = _well_formed(lines, id_field)
+    _, ids, timed, bad_at = _well_formed(lines, id_field)
     if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
