@@ -460,12 +460,12 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    _, ids, timed, bad_at = _well_formed(lines, id_field)
+    ids, timed, bad_at = _well_formed(lines, id_field)
     if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
         return IndexedLines(ids, lines, [], timed)
-    bad_at = sorted(bad_at)                  # (the lines kept are all the others: slices between the bad ones)
+    # (the lines kept are all the others: slices between the bad ones)
     if good_offsets is not None:
         good_offsets += _drop(offsets, bad_at)
     return IndexedLines(ids, _drop(lines, bad_at),
@@ -527,47 +527,57 @@ def _bad_id_positions(joined: str) -> list[int]:
     return bad
 
 
-def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None,
-                                                           list[int]]:
-    """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, those
-    ids, :func:`split_photon_ids` of them if it holds, and the indices of the other lines: one
-    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk."""
-    idx: "range | list[int]" = range(len(lines))
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:
+    """The well-formed string ids in ``id_field`` of the lines that are JSON objects with one, in order,
+    :func:`split_photon_ids` of them if it holds, and the indices of the other lines, increasing: one
+    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk. The lines kept are
+    not listed: they are all the others (a step per bad line, not per line)."""
     bad: list[int] = []
     events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
     if failed:
-        bad += failed                                   # (positions in idx, still every line's own)
-        idx = _drop(idx, failed)
+        bad = failed                                    # (positions in lines: every line's own)
     ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
     if failed:
-        bad += map(idx.__getitem__, failed)
-        idx = _drop(idx, failed)
+        bad = _with(bad, failed)
     if not ids:
-        return [], [], None, bad
+        return [], None, bad
     if set(map(type, ids)) != {str}:
         keep = [type(i) is str for i in ids]
-        bad += compress(idx, map(not_, keep))
-        idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
+        bad = _with(bad, list(compress(range(len(ids)), map(not_, keep))))
+        ids = list(compress(ids, keep))
         if not ids:
-            return [], [], None, bad
+            return [], None, bad
     joined = "\n".join(ids)
     if joined.count("\n") != len(ids) - 1:                   # an id holding a newline: one by one
         keep = [bool(is_event_id(i)) for i in ids]
-        bad += compress(idx, map(not_, keep))
-        idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
-        return list(idx), ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
+        bad = _with(bad, list(compress(range(len(ids)), map(not_, keep))))
+        ids = list(compress(ids, keep))
+        return ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
     one = _one_writer(ids, joined)
     if one is not None:                                 # one writer's ids, maybe a few bad ones among them
         wrong, timed = one
         if wrong:
-            bad += map(idx.__getitem__, wrong)
-            idx, ids = _drop(idx, wrong), _drop(ids, wrong)
-        return list(idx), ids, timed, bad
+            bad = _with(bad, wrong)
+            ids = _drop(ids, wrong)
+        return ids, timed, bad
     if _ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
         wrong = _bad_id_positions(joined)
-        bad += map(idx.__getitem__, wrong)
-        idx, ids = _drop(idx, wrong), _drop(ids, wrong)
-    return list(idx), ids, split_photon_ids(ids) if ids else None, bad
+        bad = _with(bad, wrong)
+        ids = _drop(ids, wrong)
+    return ids, split_photon_ids(ids) if ids else None, bad
+
+
+def _with(removed: list[int], more: list[int]) -> list[int]:
+    """``removed`` (increasing indices of lines) with the lines at the increasing positions ``more`` of
+    what is left of the lines without ``removed``: the positions turned into the lines' own indices in one
+    walk over both, then merged."""
+    out: list[int] = []
+    j, r = 0, len(removed)
+    for p in more:
+        while j < r and removed[j] <= p + j:
+            j += 1
+        out.append(p + j)
+    return sorted(removed + out)
 
 
 def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
