@@ -67,7 +67,7 @@ def split_photon_ids(ids) -> tuple[str, array] | None:
     tails = re.findall(r"^%s:([0-9]{%d})$" % (re.escape(key), _TS), joined, re.MULTILINE)
     if len(tails) != n or (n > 1 and not all(map(lt, tails, islice(tails, 1, None)))):
         return None                           # (equal-width digits: text order is number order)
-    return key, array("q", map(int, tails))
+    return key, array("q", list(map(int, tails)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +226,8 @@ class EventCache:
                 part = ids[lo:hi]
                 split = (timed[0], timed[1][lo:hi]) if timed is not None else split_photon_ids(part)
                 if split is not None:
-                    self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split)
+                    self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split,
+                                    sizes=sizes[lo:hi])
                 else:
                     self._put_keyed(part, raws[lo:hi])
                 lo = hi
@@ -246,15 +247,16 @@ class EventCache:
             self._add_keyed(ids[lo:hi], raws[lo:hi])
             lo = hi
 
-    def _new_block(self, raws, id_key: str | None, tss: array, ids) -> _Block:
+    def _new_block(self, raws, id_key: str | None, tss: array, ids, sizes: list[int] | None = None) -> _Block:
         # (a join of one returns that object itself, with whatever room its maker left in it: copy it)
         blob = b"".join(raws) if len(raws) > 1 else bytes(memoryview(raws[0]))
-        block = _Block(self._next_key, blob, array("I", accumulate(map(len, raws), initial=0)), id_key, tss, ids)
+        ends = list(accumulate(map(len, raws) if sizes is None else sizes, initial=0))
+        block = _Block(self._next_key, blob, array("I", ends), id_key, tss, ids)   # (an array from a list: faster)
         self._next_key += 1
         return block
 
-    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array) -> None:
-        block = self._new_block(raws, id_key, tss, None)
+    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, sizes: list[int] | None = None) -> None:
+        block = self._new_block(raws, id_key, tss, None, sizes)
         block.charged = charged
         timeline = self._timelines.get(id_key)
         if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
@@ -458,15 +460,16 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    idx, ids, timed, bad_at = _well_formed(lines, id_field)
+    ids, timed, bad_at = _well_formed(lines, id_field)
     if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
         return IndexedLines(ids, lines, [], timed)
+    # (the lines kept are all the others: slices between the bad ones)
     if good_offsets is not None:
-        good_offsets += map(offsets.__getitem__, idx)
-    return IndexedLines(ids, list(map(lines.__getitem__, idx)),
-                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in sorted(bad_at)], timed)
+        good_offsets += _drop(offsets, bad_at)
+    return IndexedLines(ids, _drop(lines, bad_at),
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
 
 
 _LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
@@ -500,6 +503,18 @@ def _drop(idx, failed: list[int]) -> list[int]:
     return out
 
 
+def _positions(items: list, value) -> list[int]:
+    """The positions of ``value`` in ``items``, by ``list.index`` (in C): few steps when it is rare."""
+    out: list[int] = []
+    try:
+        at = items.index(value)
+        while True:
+            out.append(at)
+            at = items.index(value, at + 1)
+    except ValueError:
+        return out
+
+
 def _bad_id_positions(joined: str) -> list[int]:
     """The line numbers of ``joined`` (ids joined by newlines, none holding a newline) that are not well-formed
     ids: one regular-expression pass that stops only at them."""
@@ -512,47 +527,57 @@ def _bad_id_positions(joined: str) -> list[int]:
     return bad
 
 
-def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[int], list[str], tuple[str, array] | None,
-                                                           list[int]]:
-    """The indices of the lines that are JSON objects with a well-formed string id in ``id_field``, those
-    ids, :func:`split_photon_ids` of them if it holds, and the indices of the other lines: one
-    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk."""
-    idx: "range | list[int]" = range(len(lines))
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:
+    """The well-formed string ids in ``id_field`` of the lines that are JSON objects with one, in order,
+    :func:`split_photon_ids` of them if it holds, and the indices of the other lines, increasing: one
+    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk. The lines kept are
+    not listed: they are all the others (a step per bad line, not per line)."""
     bad: list[int] = []
     events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
     if failed:
-        bad += failed                                   # (positions in idx, still every line's own)
-        idx = _drop(idx, failed)
+        bad = failed                                    # (positions in lines: every line's own)
     ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
     if failed:
-        bad += map(idx.__getitem__, failed)
-        idx = _drop(idx, failed)
+        bad = _with(bad, failed)
     if not ids:
-        return [], [], None, bad
+        return [], None, bad
     if set(map(type, ids)) != {str}:
         keep = [type(i) is str for i in ids]
-        bad += compress(idx, map(not_, keep))
-        idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
+        bad = _with(bad, list(compress(range(len(ids)), map(not_, keep))))
+        ids = list(compress(ids, keep))
         if not ids:
-            return [], [], None, bad
+            return [], None, bad
     joined = "\n".join(ids)
     if joined.count("\n") != len(ids) - 1:                   # an id holding a newline: one by one
         keep = [bool(is_event_id(i)) for i in ids]
-        bad += compress(idx, map(not_, keep))
-        idx, ids = list(compress(idx, keep)), list(compress(ids, keep))
-        return list(idx), ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
+        bad = _with(bad, list(compress(range(len(ids)), map(not_, keep))))
+        ids = list(compress(ids, keep))
+        return ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
     one = _one_writer(ids, joined)
     if one is not None:                                 # one writer's ids, maybe a few bad ones among them
         wrong, timed = one
         if wrong:
-            bad += map(idx.__getitem__, wrong)
-            idx, ids = _drop(idx, wrong), _drop(ids, wrong)
-        return list(idx), ids, timed, bad
+            bad = _with(bad, wrong)
+            ids = _drop(ids, wrong)
+        return ids, timed, bad
     if _ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
         wrong = _bad_id_positions(joined)
-        bad += map(idx.__getitem__, wrong)
-        idx, ids = _drop(idx, wrong), _drop(ids, wrong)
-    return list(idx), ids, split_photon_ids(ids) if ids else None, bad
+        bad = _with(bad, wrong)
+        ids = _drop(ids, wrong)
+    return ids, split_photon_ids(ids) if ids else None, bad
+
+
+def _with(removed: list[int], more: list[int]) -> list[int]:
+    """``removed`` (increasing indices of lines) with the lines at the increasing positions ``more`` of
+    what is left of the lines without ``removed``: the positions turned into the lines' own indices in one
+    walk over both, then merged."""
+    out: list[int] = []
+    j, r = 0, len(removed)
+    for p in more:
+        while j < r and removed[j] <= p + j:
+            j += 1
+        out.append(p + j)
+    return sorted(removed + out)
 
 
 def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
@@ -567,7 +592,7 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     tails = re.findall(r"^(?:%s:([0-9]{%d})|[^\n]*)$" % (re.escape(key), _TS), joined, re.MULTILINE)
     if len(tails) != len(ids):
         return None
-    holes = list(compress(range(len(tails)), map(not_, tails))) if "" in tails else []
+    holes = _positions(tails, "")
     first = 0
     if holes:
         if len(holes) == len(ids) or any(is_event_id(ids[k]) for k in holes):
@@ -579,7 +604,7 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
         return None
     if len(tails) > 1 and not all(map(lt, tails, islice(tails, 1, None))):
         return holes, None                              # (equal-width digits: text order is number order)
-    return holes, (key, array("q", map(int, tails)))
+    return holes, (key, array("q", list(map(int, tails))))   # (from a list: a fifth faster than from a map)
 
 
 def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:

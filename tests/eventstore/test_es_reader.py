@@ -265,3 +265,24 @@ def test_a_backlog_is_read_one_file_per_folder_at_a_time_writers_side_by_side():
     assert per_file == max(MIN_FILE_READ_BYTES, POLL_MAX_BYTES // 3)
     names, per_file = oldest_first(view, {n: i.size for n, i in view.items()})   # all read: no file in front
     assert names == sorted(view) and per_file == POLL_MAX_BYTES
+
+
+def test_one_writer_chunk_with_one_odd_id_is_indexed_as_a_line_by_line_reading():
+    """A chunk of one writer's ids in time order where one id differs in one place (its width, a digit that
+    ``int`` would still read, another key, a time out of order): the same lines kept, ids and quarantine as
+    a line-by-line reading, and key and timestamps only when every id kept is the writer's in order."""
+    from eventstore._state import index_lines, split_photon_ids
+    key, t0 = "10.0.0.9:77", 1763712000000000
+    odd = [f"{key}:{t0 + 5:015d}", f"{key}:{t0 + 5:017d}", f"{key}:+{t0 + 5:015d}", f"{key}:1_{t0 + 5:014d}",
+           f"{key}:{t0 + 5:016d}".replace("0", "\u0660", 1), f"{key}:{t0 - 1:016d}", f"{key}:{t0 + 3:016d}",
+           f"10.0.0.9:78:{t0 + 5:016d}", f"{key}x:{t0 + 5:016d}", f"{key[:-1]}:{t0 + 5:016d}", f"{key} {t0 + 5:016d}"]
+    for at in (0, 4, 9):
+        for bad in odd:
+            ids = [f"{key}:{t0 + 10 * k:016d}" for k in range(10)]
+            ids[at] = bad
+            lines = [orjson.dumps({"query_id": i, "n": k}) for k, i in enumerate(ids)]
+            found = index_lines(LogChunk("q.log", list(range(0, 100, 10)), lines, 100), "query_id")
+            good, want = _reference_index(lines)
+            assert list(found.ids) == want and found.lines == [lines[k] for k in good], (at, bad)
+            assert [b.offset for b in found.bad] == [10 * k for k in range(10) if k not in set(good)]
+            assert found.timed == (split_photon_ids(want) if want else None), (at, bad)
