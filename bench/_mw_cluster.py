@@ -63,6 +63,10 @@ class ClusterRun:
     placement: dict = field(default_factory=dict)          # moves / splits / merges while measuring
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
 
+    def cpu_ms_per_1000(self, seconds: float | None) -> float | None:
+        """CPU milliseconds (``store_cpu_s`` or ``worker_cpu_s``) per 1,000 measured records."""
+        return round(1e6 * seconds / self.records, 1) if seconds and self.records else None
+
     @property
     def cache_hit_ratio(self) -> float:
         looked = self.cache_hits + self.cache_misses
@@ -339,10 +343,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                     figures[f"{prefix}_records_per_s"] = tput.records_per_s
                     figures[f"{prefix}_cache_hit_ratio"] = round(tput.cache_hit_ratio, 3)
                     figures[f"{prefix}_store_cpu_s"] = tput.store_cpu_s
-                    figures[f"{prefix}_store_cpu_ms_per_1000_records"] = (
-                        round(1e6 * tput.store_cpu_s / tput.records, 1) if tput.store_cpu_s and tput.records else None)
-                    figures[f"{prefix}_worker_cpu_ms_per_1000_records"] = (
-                        round(1e6 * tput.worker_cpu_s / tput.records, 1) if tput.worker_cpu_s and tput.records else None)
+                    figures[f"{prefix}_store_cpu_ms_per_1000_records"] = tput.cpu_ms_per_1000(tput.store_cpu_s)
+                    figures[f"{prefix}_worker_cpu_ms_per_1000_records"] = tput.cpu_ms_per_1000(tput.worker_cpu_s)
                     for stage, lag in tput.lag_ms.items():
                         figures[f"{prefix}_{stage}_watermark_lag_ms_at_max_rate"] = lag
                     print(f"{kind}, {workers} workers: {tput.records_per_s} records/s with exactly-once + strong "
@@ -365,8 +367,14 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         for stage, lag in r.lag_ms.items():
                             figures[f"{prefix}_{stage}_watermark_lag_ms_{tag}"] = lag
                         figures.update({f"{prefix}_{k}_{tag}": v for k, v in r.placement.items()})
+                        cpu = (r.cpu_ms_per_1000(r.store_cpu_s), r.cpu_ms_per_1000(r.worker_cpu_s))
+                        figures[f"{prefix}_store_cpu_ms_per_1000_records_{tag}"] = cpu[0]
+                        figures[f"{prefix}_worker_cpu_ms_per_1000_records_{tag}"] = cpu[1]
+                        figures[f"{prefix}_records_per_rpc_{tag}"] = _per_rpc(r)
                         print(f"  at {args.rate} records/s, exactly-once + strong productions {tag[3:]}: delay "
                               + " / ".join(f"p{q} {v} ms" for q, v in r.delay_ms.items())
+                              + f"; CPU per 1,000 records store {cpu[0]} ms, workers {cpu[1]} ms; "
+                              f"{_per_rpc(r)} records per RPC"
                               + "; watermark lag " + ", ".join(f"{s} {v} ms" for s, v in r.lag_ms.items())
                               + f"; {_warm(r)}transport {r.transport}", flush=True)
             finally:
