@@ -72,6 +72,7 @@ class ClusterRun:
     duplicate_samples: int = 0                             # samples of a record already sampled
     store_shortfall: int | None = None                     # records injected less those the store's sort state counts
     killed_at_stop: int = 0                                # processes killed after their stop's timeout
+    records_after_idle: int = 0                            # measured records that reached sort after idle was told
 
     @property
     def cache_hit_ratio(self) -> float:
@@ -192,6 +193,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         sampler.start()
         try:
             wait_cluster_idle(topology, out, client, threading.Event(), timeout_s)
+            idle_us = time.time_ns() // 1000
             statuses = [worker_status(a) for a in known_workers(out, client)]
             _wait_samples(out, total)
             placed1 = placement_counts(client)
@@ -228,6 +230,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
     pairs = samples.pairs
     run.total, run.records, run.duplicate_samples = total, len(pairs), samples.duplicates
     run.records_missing = total - len(pairs)
+    run.records_after_idle = sum(1 for _, a in pairs if a > idle_us)
     run.store_shortfall = store_shortfall(url)
     if pairs:
         first = min(i for i, _ in pairs)
@@ -434,11 +437,13 @@ def _count(figures: dict, prefix: str, suffix: str, run: ClusterRun) -> None:
     figures[f"{prefix}records_missing{suffix}"] = run.records_missing
     figures[f"{prefix}store_shortfall{suffix}"] = run.store_shortfall
     figures[f"{prefix}killed_at_stop{suffix}"] = run.killed_at_stop
-    if run.records_missing or run.store_shortfall or run.killed_at_stop:
+    figures[f"{prefix}records_after_idle{suffix}"] = run.records_after_idle
+    if run.records_missing or run.store_shortfall or run.killed_at_stop or run.records_after_idle:
         print(f"WARNING: {run.records_missing} of {run.total} measured records have no delay sample "
               f"({run.duplicate_samples} duplicate samples); the store's sort state counts "
               f"{'?' if run.store_shortfall is None else run.store_shortfall} records fewer than were injected; "
-              f"{run.killed_at_stop} processes were killed at the stop", file=sys.stderr, flush=True)
+              f"{run.killed_at_stop} processes were killed at the stop; {run.records_after_idle} records reached "
+              "sort after the cluster was told idle", file=sys.stderr, flush=True)
 
 
 def _share(x: float | None) -> str:

@@ -1,7 +1,7 @@
 """The process benchmark counts every measured record exactly: the ``sort`` stage's delay samples reach
 their file while the process runs (a worker killed after its stop's timeout runs no exit handler), each
 record is counted once however often its user code ran, and a run on real worker processes reports no
-record missing, none short in the store, none killed."""
+record missing, none short in the store, none processed after the cluster was told idle, none killed."""
 from __future__ import annotations
 
 import os
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from photon import wait_until
-
 from bench import _mw_cluster
 from bench import millwheel_shuffle as shuffle
+from photon import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,3 +74,4 @@ def test_a_run_on_four_worker_processes_counts_every_measured_record(tmp_path, p
     assert (run.total, run.records, run.records_missing) == (1500, 1500, 0), run
     assert run.store_shortfall == 0, run
     assert run.killed_at_stop == 0, run
+    assert run.records_after_idle == 0, run     # idle was told once every record had been processed
