@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import orjson
 
 from bench import millwheel_shuffle as shuffle
 from bench._common import percentile
@@ -32,10 +35,12 @@ from millwheel import (
     cluster_path,
     known_workers,
     new_specs,
+    open_store,
     wait_cluster_idle,
     worker_argv,
     worker_status,
 )
+from photon import wait_until
 
 STAGES = ("numbers", "bucket", "sort")
 POLICY = {"cooldown_us": 1_000_000}
@@ -62,6 +67,13 @@ class ClusterRun:
     settled: bool | None = None                            # the placement settled within the warm-up's limit
     placement: dict = field(default_factory=dict)          # moves / splits / merges while measuring
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
+    total: int = 0                                         # measured records injected
+    guarantees: bool = True                                # exactly-once and strong productions on
+    records_missing: int = 0                               # measured records with no delay sample
+    duplicate_samples: int = 0                             # samples of a record already sampled
+    store_shortfall: int | None = None                     # records injected less those the store's sort state counts
+    killed_at_stop: int = 0                                # processes killed after their stop's timeout
+    records_after_idle: int = 0                            # measured records that reached sort after idle was told
 
     def cpu_ms_per_1000(self, seconds: float | None) -> float | None:
         """CPU milliseconds (``store_cpu_s`` or ``worker_cpu_s``) per 1,000 measured records."""
@@ -186,7 +198,9 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         sampler.start()
         try:
             wait_cluster_idle(topology, out, client, threading.Event(), timeout_s)
+            idle_us = time.time_ns() // 1000
             statuses = [worker_status(a) for a in known_workers(out, client)]
+            _wait_samples(out, total)
             placed1 = placement_counts(client)
             run.placement = {k: placed1[k] - placed0[k] for k in placed1}
         finally:
@@ -212,13 +226,18 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         run.worker_cpu_s = None if None in worker_cpu + wcpu0 else round(sum(worker_cpu) - sum(wcpu0), 2)
         run.store_cpu_s = None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2)
     finally:
-        procs.stop()
+        run.killed_at_stop = len(procs.stop())
         log.close()
         if profiler is not None:
             profiler.stop()
     run.wall_s = time.monotonic() - started
-    pairs = shuffle.read_delays(out)
-    run.records = len(pairs)
+    samples = shuffle.read_delays(out)
+    pairs = samples.pairs
+    run.total, run.records, run.duplicate_samples = total, len(pairs), samples.duplicates
+    run.guarantees = guarantees
+    run.records_missing = total - len(pairs)
+    run.records_after_idle = sum(1 for _, a in pairs if a > idle_us)
+    run.store_shortfall = store_shortfall(url)
     if pairs:
         first = min(i for i, _ in pairs)
         last = max(a for _, a in pairs)
@@ -227,6 +246,37 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         run.delay_ms = {q: round(percentile(delays, q) / 1000, 2) for q in (50, 95, 99)}
     run.lag_ms = {s: round(sorted(v)[len(v) // 2] / 1000, 1) for s, v in lags.items() if v}
     return run
+
+
+SAMPLES_S = 10.0
+"""How long an idle cluster's samples may take to reach their files (each process flushes its own every
+``shuffle.FLUSH_S``; more on a loaded machine)."""
+
+
+def _wait_samples(out: Path, total: int) -> None:
+    """Wait until the delay files hold a sample of each of the ``total`` measured records, at most
+    ``SAMPLES_S``: the count checked after the stop tells any shortfall."""
+    try:
+        wait_until(lambda: len(shuffle.read_delays(out).pairs) >= total, SAMPLES_S, 0.05, "the delay samples")
+    except TimeoutError:
+        pass
+
+
+def store_shortfall(url: str) -> int | None:
+    """Records the injector committed (warm-up and measured, its stored position) less those the ``sort``
+    stage's stored state counts: 0 when the runtime processed every injected record exactly once (with both
+    guarantees on), None when the store cannot be read."""
+    try:
+        store = open_store(url)
+    except Exception:  # noqa: BLE001 (the figure is then unknown, not wrong)
+        return None
+    try:
+        raw = store.read_states("numbers", [""]).get("")
+        warm, sent = orjson.loads(raw)["position"] if raw is not None else (0, 0)
+        states = store.read_states("sort", [str(b) for b in range(shuffle.BUCKETS)])
+        return int(warm) + int(sent) - sum(orjson.loads(v)["count"] for v in states.values())
+    finally:
+        store.close()
 
 
 IDLE_S = 10.0
@@ -359,6 +409,7 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                           f"ack delays {tput.ack_delays}",
                           flush=True)
                     figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
+                    _count(figures, f"{prefix}_", "_at_max_rate", tput)
                     figures.update({f"{prefix}_{k}_at_max_rate": v for k, v in tput.placement.items()})
                     for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
                         r = one(guarantees, args.rate, int(args.rate * args.seconds))
@@ -371,6 +422,7 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                         figures[f"{prefix}_store_cpu_ms_per_1000_records_{tag}"] = cpu[0]
                         figures[f"{prefix}_worker_cpu_ms_per_1000_records_{tag}"] = cpu[1]
                         figures[f"{prefix}_records_per_rpc_{tag}"] = _per_rpc(r)
+                        _count(figures, f"{prefix}_", f"_{tag}", r)
                         print(f"  at {args.rate} records/s, exactly-once + strong productions {tag[3:]}: delay "
                               + " / ".join(f"p{q} {v} ms" for q, v in r.delay_ms.items())
                               + f"; CPU per 1,000 records store {cpu[0]} ms, workers {cpu[1]} ms; "
@@ -387,6 +439,23 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
     if args.json:
         print(json.dumps(figures))
     return 0
+
+
+def _count(figures: dict, prefix: str, suffix: str, run: ClusterRun) -> None:
+    """The run's count figures, and a warning on stderr when any measured record is not counted: a shortfall
+    is never silent (the figures of such a run are of fewer records than asked)."""
+    figures[f"{prefix}records_missing{suffix}"] = run.records_missing
+    figures[f"{prefix}store_shortfall{suffix}"] = run.store_shortfall
+    figures[f"{prefix}killed_at_stop{suffix}"] = run.killed_at_stop
+    figures[f"{prefix}records_after_idle{suffix}"] = run.records_after_idle
+    # without the guarantees a record may be processed twice (a negative shortfall), never lost
+    short = run.store_shortfall is not None and (run.store_shortfall > 0 or run.guarantees and run.store_shortfall)
+    if run.records_missing or short or run.killed_at_stop or run.records_after_idle:
+        print(f"WARNING: {run.records_missing} of {run.total} measured records have no delay sample "
+              f"({run.duplicate_samples} duplicate samples); the store's sort state counts "
+              f"{'?' if run.store_shortfall is None else run.store_shortfall} records fewer than were injected; "
+              f"{run.killed_at_stop} processes were killed at the stop; {run.records_after_idle} records reached "
+              "sort after the cluster was told idle", file=sys.stderr, flush=True)
 
 
 def _share(x: float | None) -> str:

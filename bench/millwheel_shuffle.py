@@ -8,8 +8,11 @@ record's delay: its arrival time less its injection time (one machine, one wall 
 ``"go": PATH, "warmup_rate": W``: until the file ``PATH`` exists the injector sends warm-up records at W
 records/s (marked, not measured: they let the master spread the intervals over the workers, as in a
 running system), then the N measured ones. Guarantees on means exactly-once and strong productions on both
-stages, off means neither (weak productions, no dedup). Each process appends ``(injected_us, arrived_us)``
-pairs of int64 of the measured records to ``<out>/delays-<pid>.bin`` in batches and at exit.
+stages, off means neither (weak productions, no dedup). Each process appends ``(number, injected_us,
+arrived_us)`` triples of int64 of the measured records to ``<out>/delays-<pid>.bin`` within ``FLUSH_S`` of
+noting them (and at exit): the samples of every record processed are on disk while the cluster is still idle,
+so a worker that ends without running its exit handlers (killed after its stop's timeout) loses none. The
+measured numbers are distinct, so :func:`read_delays` counts each record once and tells the duplicates.
 """
 from __future__ import annotations
 
@@ -19,12 +22,14 @@ import os
 import threading
 import time
 from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from millwheel import STRONG, WEAK, Computation, Injector, Poll, Topology
 
 BUCKETS = 100
-FLUSH_EVERY = 2000
+FLUSH_S = 0.1
+"""How soon a noted sample is on disk: well within the cluster's idle settle (two looks 0.3 s apart)."""
 
 
 class RateInjector(Injector):
@@ -73,28 +78,38 @@ class RateInjector(Injector):
 
 
 class _Delays:
-    """This process's delay samples, appended to its file in batches and at exit."""
+    """This process's delay samples, appended to its file by a flusher thread every ``FLUSH_S`` and at
+    exit (a process stopped by SIGKILL runs no exit handler: only what the flusher wrote survives it)."""
 
     def __init__(self) -> None:
         self.path: Path | None = None
         self.buf = array("q")
         self.lock = threading.Lock()
-        atexit.register(self.flush)
+        self._flusher: threading.Thread | None = None
+        self._stop = threading.Event()
+        atexit.register(self.close)
 
-    def note(self, injected_us: int) -> None:
+    def note(self, number: int, injected_us: int) -> None:
         with self.lock:
-            self.buf.append(injected_us)
-            self.buf.append(time.time_ns() // 1000)
-            full = len(self.buf) >= 2 * FLUSH_EVERY
-        if full:
+            self.buf.extend((number, injected_us, time.time_ns() // 1000))
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_often, name="delays-flusher", daemon=True)
+                self._flusher.start()
+
+    def _flush_often(self) -> None:
+        while not self._stop.wait(FLUSH_S):
             self.flush()
 
     def flush(self) -> None:
         with self.lock:
             buf, self.buf = self.buf, array("q")
-        if buf and self.path is not None:
-            with open(self.path, "ab") as f:
-                buf.tofile(f)
+            if buf and self.path is not None:
+                with open(self.path, "ab") as f:
+                    buf.tofile(f)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
 
 
 DELAYS = _Delays()
@@ -115,7 +130,7 @@ class Sort(Computation):
         st = ctx.state or {"count": 0, "lo": n, "hi": n}
         ctx.state = {"count": st["count"] + 1, "lo": min(st["lo"], n), "hi": max(st["hi"], n)}
         if "w" not in record.value:
-            DELAYS.note(record.timestamp_us)
+            DELAYS.note(n, record.timestamp_us)
 
     def process_timer(self, ctx, timer):
         pass
@@ -137,11 +152,26 @@ def build(input: str, out: str) -> Topology:
     return t
 
 
-def read_delays(out: Path) -> list[tuple[int, int]]:
-    """Every ``(injected_us, arrived_us)`` pair the processes wrote under ``out``."""
-    pairs = []
+@dataclass
+class Delays:
+    """The delay samples under an output folder: one ``(injected_us, arrived_us)`` pair per measured record
+    (its first sample), and how many samples were of a record already sampled (processed twice)."""
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def read_delays(out: Path) -> Delays:
+    """Every measured record's ``(injected_us, arrived_us)`` the processes wrote under ``out``."""
+    first: dict[int, tuple[int, int]] = {}
+    duplicates = 0
     for f in sorted(Path(out).glob("delays-*.bin")):
         a = array("q")
-        a.frombytes(f.read_bytes())
-        pairs.extend(zip(a[0::2], a[1::2]))
-    return pairs
+        raw = f.read_bytes()
+        a.frombytes(raw[:len(raw) - len(raw) % (3 * a.itemsize)])   # a write cut short by a kill: whole triples
+        for n, injected, arrived in zip(a[0::3], a[1::3], a[2::3]):
+            if n in first:
+                duplicates += 1
+                first[n] = min(first[n], (injected, arrived), key=lambda p: p[1])
+            else:
+                first[n] = (injected, arrived)
+    return Delays(list(first.values()), duplicates)

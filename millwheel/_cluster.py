@@ -92,8 +92,10 @@ class Processes:
             raise RuntimeError(f"{' '.join(argv[:4])} ... did not start (exit {p.returncode}): {line!r}")
         return p, line[len(ready):].strip()
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Last started first, each waited for (workers leave while the master still answers)."""
+    def stop(self, timeout_s: float = 20.0) -> list[int]:
+        """Last started first, each waited for (workers leave while the master still answers); returns the
+        pids that did not end within ``timeout_s`` of their SIGTERM and were killed (no exit handler ran)."""
+        killed = []
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -102,8 +104,10 @@ class Processes:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=10)
+                killed.append(p.pid)
             if p.stdout:
                 p.stdout.close()
+        return killed
 
 
 def start_masters(procs: Processes, specs: list[str]) -> list[str]:
