@@ -217,6 +217,7 @@ class LocalSource:
         stated = 0
         if self.root.is_dir():
             stack = [str(self.root)]
+            cut = len(os.path.join(stack[0], ""))        # listed paths are the root's, joined: a slice names them
             while stack:
                 d = stack.pop()
                 try:
@@ -228,7 +229,7 @@ class LocalSource:
                     if is_dir:
                         stack.append(path)
                         continue
-                    name = os.path.relpath(path, self.root).replace(os.sep, "/")
+                    name = path[cut:].replace(os.sep, "/")
                     if not visible(name):
                         continue
                     if not full and name in self._retired and name in self._view:

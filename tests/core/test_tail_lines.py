@@ -114,3 +114,15 @@ def test_offsets_and_the_utf8_check_agree_with_each_line(lines, tail, start):
             except UnicodeDecodeError:
                 return False
         assert _is_utf8(data, last_nl) == all(map(valid, lines))
+
+
+def test_local_objects_are_named_from_the_root_however_the_root_is_written(tmp_path, monkeypatch):
+    stream = tmp_path / "s"
+    (stream / "w0" / "deep").mkdir(parents=True)
+    (stream / "a.jsonl").write_bytes(b"{}\n")
+    (stream / "w0" / "deep" / "b.jsonl").write_bytes(b"{}\n")
+    monkeypatch.chdir(tmp_path)
+    for root in (str(stream), str(stream) + "/", "s", "./s", "s/"):
+        assert list(LogTailer(root).source.scan()) == ["a.jsonl", "w0/deep/b.jsonl"], root
+    monkeypatch.chdir(stream)
+    assert list(LogTailer(".").source.scan()) == ["a.jsonl", "w0/deep/b.jsonl"]
