@@ -9,7 +9,7 @@ the stream folder ``--logs``, then measures, as CPU time (``time.process_time``)
 * ``lines``: the splitting alone (the tailer's ``_lines``) over the stream's bytes held in memory, cut into
   ``--chunk``-byte pieces at arbitrary places (so most pieces end in a partial line).
 
-``--baseline`` names another checkout of the project; its ``photon/_tail.py`` and ``photon/_logs.py`` are loaded
+``--baseline`` names another checkout of the project; its ``photon/_tail.py``, ``_logs.py`` and ``_source.py`` are loaded
 beside this one and measured in the same process, runs alternated, so the two are compared under the same load.
 """
 from __future__ import annotations
@@ -25,26 +25,27 @@ from pathlib import Path
 from bench._common import emit
 
 import photon
-from photon import _tail as current_tail
+from photon import LogTailer, open_source
 
 POLL_BYTES = 8 << 20
 
 
 def load_baseline(checkout: Path):
-    """The tailer module of another checkout, with that checkout's ``line_offsets``."""
+    """The ``LogTailer`` of another checkout (its module loaded by path), with that checkout's ``line_offsets``, and
+    a maker of that checkout's local source."""
     mods = {}
-    for name in ("_logs", "_tail"):
+    for name in ("_logs", "_source", "_tail"):
         spec = importlib.util.spec_from_file_location(f"baseline{name}", checkout / "photon" / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
         mods[name] = mod
     mods["_tail"].line_offsets = mods["_logs"].line_offsets
-    return mods["_tail"]
+    return mods["_tail"].LogTailer, mods["_source"].LocalSource
 
 
-def poll_all(tail_module, stream: Path) -> int:
-    t = tail_module.LogTailer(stream)
+def poll_all(tailer, source) -> int:
+    t = tailer(source)
     lines = 0
     while True:
         chunks = t.poll(POLL_BYTES)
@@ -53,8 +54,9 @@ def poll_all(tail_module, stream: Path) -> int:
             return lines
 
 
-def split_all(tail_module, pieces: list[tuple[str, bytes]]) -> int:
-    t = tail_module.LogTailer(tempfile.gettempdir())
+def split_all(tailer, pieces: list[tuple[str, bytes]]) -> int:
+    """The tailer's splitting step alone (its ``_lines``, what a poll does with the bytes it read)."""
+    t = tailer(tempfile.gettempdir())
     lines = 0
     for name, data in pieces:
         start = t.offsets.get(name, 0)
@@ -102,7 +104,7 @@ def main(argv=None) -> int:
             from photon.app import GenOptions, generate
             generate(GenOptions(out=tmp, queries=args.queries, clicks_per_query=0.0, regions=("a",)))
             stream = Path(tmp) / "logs" / "a" / "queries"
-        trees = {"this": current_tail}
+        trees = {"this": (LogTailer, open_source)}
         if args.baseline is not None:
             trees["baseline"] = load_baseline(args.baseline)
         pieces = pieces_of(stream, args.chunk)
@@ -111,10 +113,10 @@ def main(argv=None) -> int:
         results: dict = {k: {"poll": float("inf"), "lines": float("inf")} for k in trees}
         n = 0
         for _ in range(args.runs):              # trees alternated, each run the best of one
-            for key, mod in trees.items():
-                s, n = best_of(lambda: poll_all(mod, stream), 1)
+            for key, (tailer, source) in trees.items():
+                s, n = best_of(lambda: poll_all(tailer, source(str(stream))), 1)
                 results[key]["poll"] = min(results[key]["poll"], s)
-                s, m = best_of(lambda: split_all(mod, pieces), 1)
+                s, m = best_of(lambda: split_all(tailer, pieces), 1)
                 results[key]["lines"] = min(results[key]["lines"], s)
                 if m != n:
                     raise SystemExit(f"{key}: the splitting alone found {m} lines, the tailer {n}")
