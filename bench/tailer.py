@@ -7,7 +7,8 @@ the stream folder ``--logs``, then measures, as CPU time (``time.process_time``)
 * ``poll``: a fresh tailer reading the whole stream from byte 0, ``poll(8 MiB)`` until caught up (files read
   from the page cache), as the event store's reader does;
 * ``lines``: the splitting alone (the tailer's ``_lines``) over the stream's bytes held in memory, cut into
-  ``--chunk``-byte pieces at arbitrary places (so most pieces end in a partial line).
+  ``--chunk``-byte pieces at arbitrary places (so most pieces end in a partial line);
+* ``poll_lines_per_s``: lines per CPU second of ``poll``.
 
 ``--baseline`` names another checkout of the project; its ``photon/_tail.py``, ``_logs.py`` and ``_source.py`` are loaded
 beside this one and measured in the same process, runs alternated, so the two are compared under the same load.
@@ -124,6 +125,7 @@ def main(argv=None) -> int:
         for key, r in results.items():
             figures[f"{key}_poll_ns_per_line"] = round(r["poll"] / n * 1e9, 1)
             figures[f"{key}_lines_ns_per_line"] = round(r["lines"] / n * 1e9, 1)
+            figures[f"{key}_poll_lines_per_s"] = round(n / r["poll"]) if r["poll"] > 0 else 0
         figures["load_average"] = round(os.getloadavg()[0], 1)
         emit(figures, args.json, f"LogTailer, best of {args.runs}")
     return 0
