@@ -37,6 +37,8 @@ BENCHES = {
     "bench.sql": (["--rates", "200", "--seconds", "1", "--rows", "20000", "--files", "4"],
                   {"published_p50_ms", "published_p90_ms", "files_per_joiner_hour", "groupby_jsonl_s",
                    "groupby_parquet_s", "groupby_jsonl_rows_per_s", "groupby_parquet_rows_per_s"}),
+    "bench.tailer": (["--queries", "20000", "--runs", "1"],
+                     {"input_lines", "this_poll_ns_per_line", "this_lines_ns_per_line", "this_poll_lines_per_s"}),
     "bench.verify": (["--sizes", "2000", "--lost", "20"],
                      {"verify_2k_events_per_s", "verify_2k_read_s", "verify_2k_join_s", "recover_end_to_end_s",
                       "recovered", "verify_2k_from_cold_start_s", "verify_2k_cold_spark_start_s",
