@@ -152,8 +152,7 @@ def _class_archive_state(spark, archive) -> str:
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
-    from photon.app import class_archive_plan
-    from photon.app._verify import input_bytes
+    from photon.app import class_archive_plan, input_bytes
     config = load_config(Path(root) / "photon.toml")
     archive = class_archive_plan(config)
     t0 = time.perf_counter()
