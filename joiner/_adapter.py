@@ -61,24 +61,29 @@ class SpliceAdapter:
         join = b"".join
         merge = self._merge
 
+        def splices(foreign: bytes) -> bool:
+            return not (foreign[-1:] != b"}" or len(foreign) < 2 or foreign[-2] in no_splice
+                        or nest_quoted in foreign or photon_quoted in foreign or b"\\u" in foreign)
+
         def build(foreign: bytes, primary: bytes) -> bytes:
             if (foreign[-1:] != b"}" or len(foreign) < 2 or foreign[-2] in no_splice
                     or nest_quoted in foreign or photon_quoted in foreign or b"\\u" in foreign):
                 return merge(foreign, primary, now_us, served_by)
             return join((foreign[:-1], nest_prefix, primary, suffix))
 
-        def heads(foreigns: list[bytes], primaries: list[bytes]) -> list[bytes] | None:
+        def heads(foreigns: list[bytes], primaries: list[bytes]) -> list[bytes | None]:
             """The lines ``build`` makes for ``zip(foreigns, primaries)``, each cut just before its stamp's
-            digits (``build(f, p) == head + b"%d" % now_us + build.tail``), when every foreign line splices
-            (checked over all of them at once); None when one does not (then build each)."""
+            digits (``build(f, p) == head + b"%d" % now_us + build.tail``); None for a line that does not
+            splice (build it on its own). Checked over all the lines at once, one by one only when that
+            finds one that does not."""
             n = len(foreigns)
             ends = b"".join(map(_LAST_TWO, foreigns))      # 2 bytes a line unless a line is shorter
-            if (len(ends) != 2 * n or ends[1::2].count(b"}") != n
-                    or len(ends[0::2].translate(None, no_splice_bytes)) != n):
-                return None
             text = b"\n".join(foreigns)      # no needle holds a newline: a match lies inside one line
-            if nest_quoted in text or photon_quoted in text or b"\\u" in text:
-                return None
+            if (len(ends) != 2 * n or ends[1::2].count(b"}") != n
+                    or len(ends[0::2].translate(None, no_splice_bytes)) != n
+                    or nest_quoted in text or photon_quoted in text or b"\\u" in text):
+                return [join((f[:-1], nest_prefix, p, head_end)) if splices(f) else None
+                        for f, p in zip(foreigns, primaries)]
             return list(map(join, zip(map(_ALL_BUT_LAST, foreigns), repeat(nest_prefix), primaries, repeat(head_end))))
 
         build.heads = heads

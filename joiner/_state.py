@@ -16,7 +16,8 @@ without an OK commit. Lines are handed out only by :meth:`commit_resolved`, only
 """
 from __future__ import annotations
 
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import eq, is_not, itemgetter
 from typing import Callable
 
 from photon import ID_KEY, TIMESTAMP_DIGITS, Outcome, is_event_id
@@ -54,7 +55,7 @@ class JoinBatch:
     """
 
     __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "whole", "_ids", "_ref_ids", "_raws", "_out",
-                 "_first", "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx", "_tail")
+                 "_first", "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx", "_tails", "_write_tails")
 
     def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes], ref_ok=is_event_id) -> None:
         n = len(ids)
@@ -73,7 +74,8 @@ class JoinBatch:
         self._commit_idx: list[int] = []
         self._commit_lines: list[bytes] = []
         self._written_idx: list[int] = []
-        self._tail: bytes | None = None   # set when the lines to commit are their heads (made at once)
+        self._tails: list[bytes | None] = []     # per line to commit: what follows its stamp (None: a whole line)
+        self._write_tails: list[bytes | None] = []   # the same for the lines commit_resolved handed out
         # The usual request: distinct, well-formed ids; checked over the whole batch in C (no step per event)
         self.whole = (len(set(ids)) == n and all_event_ids(ids)
                       and (all_event_ids(ref_ids) if ref_ok is is_event_id else all(map(ref_ok, ref_ids))))
@@ -121,33 +123,67 @@ class JoinBatch:
         With ``served_by`` (``served_by[k]`` names the store that answered ``primaries[k]``), ``build`` is a
         mapping from those names to builds, so the joined line can say who served its primary.
 
-        A build with a ``many(foreigns, primaries)`` attribute (the splice adapter's) makes the lines of a
-        whole request at once when every event is distinct, well-formed and has its primary and one store
-        served them all; it answers None when some line needs the build one at a time."""
+        A build with a ``heads(foreigns, primaries)`` attribute (the splice adapter's) makes the lines of
+        all the events one store served at once, each cut before its stamp's digits (``build.tail`` follows
+        them); an event it answers None for is built on its own."""
         if len(primaries) != len(self._refs):
             raise ValueError(f"{len(primaries)} lookup results for {len(self._refs)} primary ids")
         found = dict(zip(self._refs, primaries))
+        out, ref_ids = self._out, self._ref_ids
         if served_by is not None and len(set(served_by)) == 1:
             build, served_by = build[served_by[0]], None
-        if (served_by is None and self.whole and self.n and out_all_pending(self._out)
-                and self._built_whole(found, build)):
-            return
-        if served_by is not None:
-            builds, by_ref = build, dict(zip(self._refs, served_by))
+        if self.whole and out_all_pending(out):
+            todo = range(self.n)
+            prims = list(map(found.__getitem__, ref_ids))
         else:
-            builds, by_ref = None, None
-        out, ref_ids, raws = self._out, self._ref_ids, self._raws
-        idx, lines = self._commit_idx, self._commit_lines
-        for i in self._first:
-            if out[i] != _PENDING:
-                continue
-            ref = ref_ids[i]
-            primary = found[ref]
-            if primary is None:
-                out[i] = _NOT_FOUND
+            todo = [i for i in self._first if out[i] == _PENDING]
+            prims = list(map(found.__getitem__, map(ref_ids.__getitem__, todo)))
+        if None in prims:
+            for i, p in zip(todo, prims):
+                if p is None:
+                    out[i] = _NOT_FOUND
+            keep = list(map(is_not, prims, repeat(None)))
+            todo, prims = list(compress(todo, keep)), list(compress(prims, keep))
+        if served_by is None:
+            self._build(build, todo, prims)
+            return
+        by_ref = dict(zip(self._refs, served_by))
+        stores = list(map(by_ref.__getitem__, map(ref_ids.__getitem__, todo)))
+        for store in dict.fromkeys(stores):
+            mine = list(map(eq, stores, repeat(store)))
+            self._build(build[store], list(compress(todo, mine)), list(compress(prims, mine)))
+        idx = self._commit_idx      # back into request order (the stores' groups came one after the other)
+        order = sorted(range(len(idx)), key=idx.__getitem__)
+        self._commit_idx = list(map(idx.__getitem__, order))
+        self._commit_lines = list(map(self._commit_lines.__getitem__, order))
+        self._tails = list(map(self._tails.__getitem__, order))
+
+    def _build(self, build, todo, primaries: list[bytes]) -> None:
+        """The lines of events ``todo`` (their primaries found), made at once where the build can."""
+        raws = self._raws
+        foreigns = raws if type(todo) is range else list(map(raws.__getitem__, todo))
+        heads = getattr(build, "heads", None)
+        made = None
+        if heads is not None and todo:
+            try:
+                made = heads(foreigns, primaries)
+            except Exception:       # each event is then built on its own, and a failure counted there
+                made = None
+        idx, lines, tails = self._commit_idx, self._commit_lines, self._tails
+        if made is not None and None not in made:
+            idx.extend(todo)
+            lines.extend(made)
+            tails.extend([build.tail] * len(made))
+            return
+        out = self._out
+        for k, i in enumerate(todo):
+            if made is not None and made[k] is not None:
+                idx.append(i)
+                lines.append(made[k])
+                tails.append(build.tail)
                 continue
             try:
-                line = (build if builds is None else builds[by_ref[ref]])(raws[i], primary)
+                line = build(foreigns[k], primaries[k])
             except Exception as e:  # a user adapter's bug must not fail the other events of the batch
                 self.adapter_errors += 1
                 if self.first_error is None:
@@ -158,62 +194,59 @@ class JoinBatch:
             else:
                 idx.append(i)
                 lines.append(line)
-
-    def _built_whole(self, found: dict, build) -> bool:
-        """The whole request's lines made at once (see :meth:`primaries_found`); False: nothing done."""
-        heads = getattr(build, "heads", None)
-        if heads is None:
-            return False
-        primaries = list(map(found.__getitem__, self._ref_ids))
-        if None in primaries:
-            return False
-        try:
-            lines = heads(self._raws, primaries)
-        except Exception:       # the one-at-a-time path counts and reports the failing event
-            return False
-        if lines is None:
-            return False
-        self._commit_idx, self._commit_lines, self._tail = range(self.n), lines, build.tail
-        return True
+                tails.append(None)
 
     def render(self, lines: list[bytes], built_us: int, stamp_us: int) -> bytes:
         """The bytes to write for ``lines`` (what :meth:`commit_resolved` returned; the build's stamp was
-        ``built_us``): each line stamped ``stamp_us`` instead and ended by a newline. Lines of a request made
-        at once are the lines up to their stamp's digits, so this is a single join; others are restamped
-        one by one (see :func:`restamp`)."""
-        if self._tail is not None:
-            end = b"%d" % stamp_us + self._tail + b"\n"
-            return end.join(lines) + end if lines else b""
-        return b"\n".join(restamp(lines, built_us, stamp_us)) + b"\n"
+        ``built_us``): each line stamped ``stamp_us`` instead and ended by a newline. Lines made at once are
+        the lines up to their stamp's digits: when all are, and one tail follows them all, this is a single
+        join; whole lines are restamped one by one (see :func:`restamp`)."""
+        tails = self._write_tails
+        if len(tails) != len(lines):
+            raise ValueError(f"{len(lines)} lines to render, {len(tails)} handed out by commit_resolved")
+        if not lines:
+            return b""
+        stamp = b"%d" % stamp_us
+        first = tails[0]
+        if first is not None and tails.count(first) == len(tails):
+            end = stamp + first + b"\n"
+            return end.join(lines) + end
+        old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":' + stamp
+        return b"".join([line + stamp + tail + b"\n" if tail is not None else line.replace(old, new, 1) + b"\n"
+                         for line, tail in zip(lines, tails)])
 
     def ids_to_commit(self) -> list[str]:
         """The foreign ids whose joined line was built, to commit with this attempt's token."""
         ids, idx = self._ids, self._commit_idx
-        if type(idx) is range:
-            return list(ids)
-        return [ids[i] for i in idx]
+        return list(ids) if len(idx) == self.n else list(map(ids.__getitem__, idx))
 
     def commit_resolved(self, results: list[int]) -> list[bytes]:
         """``results[k]`` is the registry's CommitResult for ``ids_to_commit()[k]``. Returns the joined
         lines to write: exactly those whose commit was OK. ALREADY_EXISTS: ALREADY_REGISTERED; TOO_OLD:
         UNJOINABLE; anything else: THROTTLED. Write them as :meth:`render` makes them."""
-        idx, lines = self._commit_idx, self._commit_lines
+        idx, lines, tails = self._commit_idx, self._commit_lines, self._tails
         if len(results) != len(idx):
             raise ValueError(f"{len(results)} commit results for {len(idx)} ids")
         out = self._out
-        self._commit_idx, self._commit_lines = [], []
-        if type(idx) is range and results.count(0) == len(results):     # the whole request committed
-            out[:] = bytes([_JOINED]) * self.n
-            self._written_idx = idx
+        self._commit_idx, self._commit_lines, self._tails = [], [], []
+        if results.count(0) == len(results):        # every commit OK: the usual request
+            if len(idx) == self.n:
+                out[:] = bytes([_JOINED]) * self.n
+            else:
+                for i in idx:
+                    out[i] = _JOINED
+            self._written_idx, self._write_tails = idx, tails
             return lines
         write: list[bytes] = []
         written = self._written_idx = []
+        wtails = self._write_tails = []
         for k, r in enumerate(results):
             o = COMMIT_OUTCOME.get(r, _THROTTLED)
             out[idx[k]] = o
             if o == _JOINED:
                 write.append(lines[k])
                 written.append(idx[k])
+                wtails.append(tails[k])
         return write
 
     def write_failed_ids(self) -> list[str]:
@@ -255,7 +288,7 @@ class JoinBatch:
     def gave_up(self) -> None:
         """The event store or registry failed: every undecided event becomes THROTTLED (retryable) and
         the built lines are dropped unwritten."""
-        self._commit_idx, self._commit_lines = [], []
+        self._commit_idx, self._commit_lines, self._tails = [], [], []
         out = self._out
         if _PENDING not in out:
             return

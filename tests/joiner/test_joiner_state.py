@@ -253,6 +253,28 @@ def test_whole_request_of_clean_clicks_is_spliced_at_once():
     assert len(lines) == 3 and all(line.endswith(b'"joined_at_us":') for line in lines)
 
 
+def test_the_events_that_splice_are_made_at_once_beside_those_that_do_not():
+    """A missing primary, a copy, a line that must be merged and two serving stores in one request: the
+    others still come as heads (one join at the write), and the bytes are the build's, in request order."""
+    ids, refs, raws = clicks(range(6))
+    ids[5] = ids[4]                                     # a copy
+    raws[1] = raws[1][:-1] + b',"t":"\\u00e9"}'          # merged, not spliced
+    adapter = SpliceAdapter("a", "a-j0", "query")
+    builds = {s: adapter.bind(BUILT, s) for s in ("cache", "logs")}
+    b = JoinBatch(ids, refs, raws)
+    assert not b.whole
+    assert b.ref_ids_to_look_up() == refs[:5]
+    served = ["cache", "logs", "cache", "logs", "cache"]
+    b.primaries_found([query_line(0), query_line(1), None, query_line(3), query_line(4)], builds, served)
+    lines = b.commit_resolved([R.OK] * 4)
+    assert bytes(b.outcomes()) == bytes([J, J, NF, J, J, AJ])
+    heads = [line for line in lines if line.endswith(b'"joined_at_us":')]
+    assert len(heads) == 3
+    at_commit = {s: adapter.bind(COMMITTED, s) for s in builds}
+    assert b.render(lines, BUILT, COMMITTED) == b"".join(
+        at_commit[served[n]](raws[n], query_line(n)) + b"\n" for n in (0, 1, 3, 4))
+
+
 def test_a_stamp_inside_the_foreign_line_is_left_alone():
     """Only each line's own ``_photon`` stamp moves, also when the foreign line carries the same text."""
     ids, refs, _ = clicks(range(1))
