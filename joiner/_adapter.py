@@ -14,6 +14,8 @@ An adapter is bound once per request to the join time (``bind(now_us)``) and ret
 from __future__ import annotations
 
 import importlib
+from itertools import repeat
+from operator import itemgetter
 from typing import Callable
 
 import orjson
@@ -25,6 +27,9 @@ PHOTON_KEY = "_photon"
 # Bytes that, just before the closing brace, make the splice unsafe: an empty object, or whitespace the
 # cheap check cannot see through.
 _NO_SPLICE_BEFORE_BRACE = frozenset(b"{ \t\r\n")
+_NO_SPLICE_BYTES = bytes(sorted(_NO_SPLICE_BEFORE_BRACE))
+_ALL_BUT_LAST = itemgetter(slice(None, -1))
+_LAST_TWO = itemgetter(slice(-2, None))
 
 
 class SpliceAdapter:
@@ -48,12 +53,17 @@ class SpliceAdapter:
         ``_photon`` when given."""
         nest_prefix = self._nest_prefix
         served = b',"served_by":' + orjson.dumps(served_by) if served_by else b""
-        suffix = self._photon_prefix + str(now_us).encode() + served + b"}}"
+        head_end = self._photon_prefix      # ends in '"joined_at_us":'
+        suffix = head_end + str(now_us).encode() + served + b"}}"
         nest_quoted = self._nest_quoted
         photon_quoted = b'"_photon"'
-        no_splice = _NO_SPLICE_BEFORE_BRACE
+        no_splice, no_splice_bytes = _NO_SPLICE_BEFORE_BRACE, _NO_SPLICE_BYTES
         join = b"".join
         merge = self._merge
+
+        def splices(foreign: bytes) -> bool:
+            return not (foreign[-1:] != b"}" or len(foreign) < 2 or foreign[-2] in no_splice
+                        or nest_quoted in foreign or photon_quoted in foreign or b"\\u" in foreign)
 
         def build(foreign: bytes, primary: bytes) -> bytes:
             if (foreign[-1:] != b"}" or len(foreign) < 2 or foreign[-2] in no_splice
@@ -61,6 +71,23 @@ class SpliceAdapter:
                 return merge(foreign, primary, now_us, served_by)
             return join((foreign[:-1], nest_prefix, primary, suffix))
 
+        def heads(foreigns: list[bytes], primaries: list[bytes]) -> list[bytes | None]:
+            """The lines ``build`` makes for ``zip(foreigns, primaries)``, each cut just before its stamp's
+            digits (``build(f, p) == head + b"%d" % now_us + build.tail``); None for a line that does not
+            splice (build it on its own). Checked over all the lines at once, one by one only when that
+            finds one that does not."""
+            n = len(foreigns)
+            ends = b"".join(map(_LAST_TWO, foreigns))      # 2 bytes a line unless a line is shorter
+            text = b"\n".join(foreigns)      # no needle holds a newline: a match lies inside one line
+            if (len(ends) != 2 * n or ends[1::2].count(b"}") != n
+                    or len(ends[0::2].translate(None, no_splice_bytes)) != n
+                    or nest_quoted in text or photon_quoted in text or b"\\u" in text):
+                return [join((f[:-1], nest_prefix, p, head_end)) if splices(f) else None
+                        for f, p in zip(foreigns, primaries)]
+            return list(map(join, zip(map(_ALL_BUT_LAST, foreigns), repeat(nest_prefix), primaries, repeat(head_end))))
+
+        build.heads = heads
+        build.tail = served + b"}}"
         return build
 
     def _merge(self, foreign: bytes, primary: bytes, now_us: int, served_by: str | None = None) -> bytes:

@@ -117,13 +117,6 @@ PROBE_MIN_BYTES = 64 << 10
 few bytes into a partly used page)."""
 
 
-def restamp(lines: list[bytes], built_us: int, committed_us: int) -> list[bytes]:
-    """The lines with ``_photon.joined_at_us`` moved from the time they were built (before the registry
-    commit) to the time the commit answered, just before the write: the stamp covers the commit."""
-    old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":%d' % committed_us
-    return [line.replace(old, new, 1) for line in lines]
-
-
 def make_token_prefix(address: str, pid: int, start_us: int) -> str:
     """The part of every token that names this joiner process; the request number follows."""
     return f"{address}/{pid}/{start_us}/"
@@ -357,17 +350,17 @@ class Joiner:
             self._record_unknown(seq, "commit outcome unknown: the joiner stopped before the commit answered")
         return len(unfinished)
 
-    def _write(self, lines: list[bytes], built_us: int) -> None:
+    def _write(self, batch: JoinBatch, lines: list[bytes], built_us: int) -> None:
         """Write the committed lines and return once they are durable and committed under the output contract
         (a reader counts them); each line stamped with the time the writer took it (in its file's hour)."""
-        self._writer.sync(self._writer.write_lines(lines, lambda now_us, ls: restamp(ls, built_us, now_us)))
+        self._writer.sync(self._writer.write_lines(lines, lambda now_us, ls: batch.render(ls, built_us, now_us)))
 
     def _write_or_record(self, batch: JoinBatch, lines: list[bytes], built_us: int, token: str, seq: int) -> None:
         """Write the committed lines until they are committed output; if any step fails (write, fsync, roll,
         commit record: the lines are then cut, never output later), put their ids durably into the lost-ids
         ledger before answering (retrying the output and the ledger in turn while neither works)."""
         try:
-            self._write(lines, built_us)
+            self._write(batch, lines, built_us)
             return
         except OSError as e:
             reason = f"output write failed: {e}"
@@ -398,7 +391,7 @@ class Joiner:
             self.stopping.wait(delay)
             delay = min(1.0, delay * 2)
             try:
-                self._write(lines, built_us)     # the output may have room again
+                self._write(batch, lines, built_us)     # the output may have room again
             except OSError:
                 continue
             return

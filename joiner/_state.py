@@ -16,9 +16,11 @@ without an OK commit. Lines are handed out only by :meth:`commit_resolved`, only
 """
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import eq, is_not, itemgetter
 from typing import Callable
 
-from photon import Outcome, is_event_id
+from photon import ID_KEY, TIMESTAMP_DIGITS, Outcome, is_event_id
 
 
 
@@ -50,10 +52,13 @@ class JoinBatch:
     primary event (default: a Photon id; with ``[join].primary_time_field``, any id the config allows).
     An event whose id or ref_id is not one is UNJOINABLE at once (counted in ``bad_ids``): it can
     never be found or committed, and one malformed id must not fail the registry call of the others.
+
+    ``whole``: the request is the usual one (distinct, well-formed ids, checked over the batch in C); its
+    steps then run over the batch rather than event by event. The outcomes and bytes are the same either way.
     """
 
-    __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "_ids", "_ref_ids", "_raws", "_out", "_first",
-                 "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx")
+    __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "whole", "_ids", "_ref_ids", "_raws", "_out",
+                 "_first", "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx", "_tails", "_write_tails")
 
     def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes], ref_ok=is_event_id) -> None:
         n = len(ids)
@@ -66,9 +71,27 @@ class JoinBatch:
         self.first_error: str | None = None
         self._ids, self._ref_ids, self._raws = ids, ref_ids, raws
         self._out = bytearray(b"\xff") * n
+        self._first: list[int]
+        self._dups: list[tuple[int, int]] = []
+        self._refs: list[str] = []
+        self._commit_idx: list[int] = []
+        self._commit_lines: list[bytes] = []
+        self._written_idx: list[int] = []
+        self._tails: list[bytes | None] = []     # per line to commit: what follows its stamp (None: a whole line)
+        self._write_tails: list[bytes | None] = []   # the same for the lines commit_resolved handed out
+        # The usual request: distinct, well-formed ids; checked over the whole batch in C (no step per event)
+        self.whole = (len(set(ids)) == n and all_event_ids(ids)
+                      and (all_event_ids(ref_ids) if ref_ok is is_event_id else all(map(ref_ok, ref_ids))))
+        if self.whole:
+            self._first = range(n)
+            return
+        self._first = self._one_by_one(ids, ref_ids, ref_ok)
+
+    def _one_by_one(self, ids: list[str], ref_ids: list[str], ref_ok) -> list[int]:
+        """The first copies' positions; the copies and the malformed ids noted (the request's rare shape)."""
         seen: dict[str, int] = {}
         first: list[int] = []
-        dups: list[tuple[int, int]] = []
+        dups = self._dups
         out = self._out
         for i, event_id in enumerate(ids):
             j = seen.setdefault(event_id, i)
@@ -81,12 +104,7 @@ class JoinBatch:
                 self.bad_ids += 1
                 if self.first_error is None:
                     self.first_error = f"malformed event id or ref id: {event_id!r} -> {ref_ids[i]!r}"
-        self._first = first
-        self._dups = dups
-        self._refs: list[str] = []
-        self._commit_idx: list[int] = []
-        self._commit_lines: list[bytes] = []
-        self._written_idx: list[int] = []
+        return first
 
     @property
     def duplicates(self) -> int:
@@ -96,35 +114,79 @@ class JoinBatch:
     def ref_ids_to_look_up(self) -> list[str]:
         """The distinct primary ids the first copies refer to, in first-seen order."""
         ref_ids, out = self._ref_ids, self._out
-        self._refs = list(dict.fromkeys([ref_ids[i] for i in self._first if out[i] == _PENDING]))
+        if self.whole and out_all_pending(out):
+            self._refs = list(dict.fromkeys(ref_ids))
+        else:
+            self._refs = list(dict.fromkeys([ref_ids[i] for i in self._first if out[i] == _PENDING]))
         return self._refs
 
     def primaries_found(self, primaries: list[bytes | None], build, served_by: list | None = None) -> None:
         """``primaries[k]`` answers ``ref_ids_to_look_up()[k]``. Missing primary: NOT_FOUND. Otherwise
         ``build`` makes the joined line; None or an exception from it: UNJOINABLE (that event only).
         With ``served_by`` (``served_by[k]`` names the store that answered ``primaries[k]``), ``build`` is a
-        mapping from those names to builds, so the joined line can say who served its primary."""
+        mapping from those names to builds, so the joined line can say who served its primary.
+
+        A build with a ``heads(foreigns, primaries)`` attribute (the splice adapter's) makes the lines of
+        all the events one store served at once, each cut before its stamp's digits (``build.tail`` follows
+        them); an event it answers None for is built on its own."""
         if len(primaries) != len(self._refs):
             raise ValueError(f"{len(primaries)} lookup results for {len(self._refs)} primary ids")
-        if served_by is not None:
-            by_ref = dict(zip(self._refs, served_by))
-            builds = build
-            build = lambda foreign, primary, ref: builds[by_ref[ref]](foreign, primary)  # noqa: E731
-        else:
-            plain = build
-            build = lambda foreign, primary, ref: plain(foreign, primary)  # noqa: E731
         found = dict(zip(self._refs, primaries))
-        out, ref_ids, raws = self._out, self._ref_ids, self._raws
-        idx, lines = self._commit_idx, self._commit_lines
-        for i in self._first:
-            if out[i] != _PENDING:
-                continue
-            primary = found[ref_ids[i]]
-            if primary is None:
-                out[i] = _NOT_FOUND
+        out, ref_ids = self._out, self._ref_ids
+        if served_by is not None and len(set(served_by)) == 1:
+            build, served_by = build[served_by[0]], None
+        if self.whole and out_all_pending(out):
+            todo = range(self.n)
+            prims = list(map(found.__getitem__, ref_ids))
+        else:
+            todo = [i for i in self._first if out[i] == _PENDING]
+            prims = list(map(found.__getitem__, map(ref_ids.__getitem__, todo)))
+        if None in prims:
+            for i, p in zip(todo, prims):
+                if p is None:
+                    out[i] = _NOT_FOUND
+            keep = list(map(is_not, prims, repeat(None)))
+            todo, prims = list(compress(todo, keep)), list(compress(prims, keep))
+        if served_by is None:
+            self._build(build, todo, prims)
+            return
+        by_ref = dict(zip(self._refs, served_by))
+        stores = list(map(by_ref.__getitem__, map(ref_ids.__getitem__, todo)))
+        for store in dict.fromkeys(stores):
+            mine = list(map(eq, stores, repeat(store)))
+            self._build(build[store], list(compress(todo, mine)), list(compress(prims, mine)))
+        idx = self._commit_idx      # back into request order (the stores' groups came one after the other)
+        order = sorted(range(len(idx)), key=idx.__getitem__)
+        self._commit_idx = list(map(idx.__getitem__, order))
+        self._commit_lines = list(map(self._commit_lines.__getitem__, order))
+        self._tails = list(map(self._tails.__getitem__, order))
+
+    def _build(self, build, todo, primaries: list[bytes]) -> None:
+        """The lines of events ``todo`` (their primaries found), made at once where the build can."""
+        raws = self._raws
+        foreigns = raws if type(todo) is range else list(map(raws.__getitem__, todo))
+        heads = getattr(build, "heads", None)
+        made = None
+        if heads is not None and todo:
+            try:
+                made = heads(foreigns, primaries)
+            except Exception:       # each event is then built on its own, and a failure counted there
+                made = None
+        idx, lines, tails = self._commit_idx, self._commit_lines, self._tails
+        if made is not None and None not in made:
+            idx.extend(todo)
+            lines.extend(made)
+            tails.extend([build.tail] * len(made))
+            return
+        out = self._out
+        for k, i in enumerate(todo):
+            if made is not None and made[k] is not None:
+                idx.append(i)
+                lines.append(made[k])
+                tails.append(build.tail)
                 continue
             try:
-                line = build(raws[i], primary, ref_ids[i])
+                line = build(foreigns[k], primaries[k])
             except Exception as e:  # a user adapter's bug must not fail the other events of the batch
                 self.adapter_errors += 1
                 if self.first_error is None:
@@ -135,29 +197,59 @@ class JoinBatch:
             else:
                 idx.append(i)
                 lines.append(line)
+                tails.append(None)
+
+    def render(self, lines: list[bytes], built_us: int, stamp_us: int) -> bytes:
+        """The bytes to write for ``lines`` (what :meth:`commit_resolved` returned; the build's stamp was
+        ``built_us``): each line stamped ``stamp_us`` instead and ended by a newline. Lines made at once are
+        the lines up to their stamp's digits: when all are, and one tail follows them all, this is a single
+        join; whole lines are restamped one by one (see :func:`restamp`)."""
+        tails = self._write_tails
+        if len(tails) != len(lines):
+            raise ValueError(f"{len(lines)} lines to render, {len(tails)} handed out by commit_resolved")
+        if not lines:
+            return b""
+        stamp = b"%d" % stamp_us
+        first = tails[0]
+        if first is not None and tails.count(first) == len(tails):
+            end = stamp + first + b"\n"
+            return end.join(lines) + end
+        old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":' + stamp
+        return b"".join([line + stamp + tail + b"\n" if tail is not None else line.replace(old, new, 1) + b"\n"
+                         for line, tail in zip(lines, tails)])
 
     def ids_to_commit(self) -> list[str]:
         """The foreign ids whose joined line was built, to commit with this attempt's token."""
-        ids = self._ids
-        return [ids[i] for i in self._commit_idx]
+        ids, idx = self._ids, self._commit_idx
+        return list(ids) if len(idx) == self.n else list(map(ids.__getitem__, idx))
 
     def commit_resolved(self, results: list[int]) -> list[bytes]:
         """``results[k]`` is the registry's CommitResult for ``ids_to_commit()[k]``. Returns the joined
         lines to write: exactly those whose commit was OK. ALREADY_EXISTS: ALREADY_REGISTERED; TOO_OLD:
-        UNJOINABLE; anything else: THROTTLED."""
-        idx, lines = self._commit_idx, self._commit_lines
+        UNJOINABLE; anything else: THROTTLED. Write them as :meth:`render` makes them."""
+        idx, lines, tails = self._commit_idx, self._commit_lines, self._tails
         if len(results) != len(idx):
             raise ValueError(f"{len(results)} commit results for {len(idx)} ids")
         out = self._out
+        self._commit_idx, self._commit_lines, self._tails = [], [], []
+        if results.count(0) == len(results):        # every commit OK: the usual request
+            if len(idx) == self.n:
+                out[:] = bytes([_JOINED]) * self.n
+            else:
+                for i in idx:
+                    out[i] = _JOINED
+            self._written_idx, self._write_tails = idx, tails
+            return lines
         write: list[bytes] = []
         written = self._written_idx = []
+        wtails = self._write_tails = []
         for k, r in enumerate(results):
             o = COMMIT_OUTCOME.get(r, _THROTTLED)
             out[idx[k]] = o
             if o == _JOINED:
                 write.append(lines[k])
                 written.append(idx[k])
-        self._commit_idx, self._commit_lines = [], []
+                wtails.append(tails[k])
         return write
 
     def write_failed_ids(self) -> list[str]:
@@ -199,8 +291,10 @@ class JoinBatch:
     def gave_up(self) -> None:
         """The event store or registry failed: every undecided event becomes THROTTLED (retryable) and
         the built lines are dropped unwritten."""
-        self._commit_idx, self._commit_lines = [], []
+        self._commit_idx, self._commit_lines, self._tails = [], [], []
         out = self._out
+        if _PENDING not in out:
+            return
         for i in self._first:
             if out[i] == _PENDING:
                 out[i] = _THROTTLED
@@ -208,13 +302,49 @@ class JoinBatch:
     def outcomes(self) -> bytearray:
         """One outcome number per event, in request order (see :data:`OUTCOMES`)."""
         out = self._out
-        for i in self._first:
-            if out[i] == _PENDING:  # a step was skipped: never claim more than was done
-                out[i] = _THROTTLED
+        if _PENDING in out:
+            for i in self._first:
+                if out[i] == _PENDING:  # a step was skipped: never claim more than was done
+                    out[i] = _THROTTLED
         for i, j in self._dups:
             o = out[j]
             out[i] = _ALREADY if o in (_JOINED, _LOST) else o
         return out
+
+
+_ID_TAIL = itemgetter(slice(-TIMESTAMP_DIGITS - 1, None))
+_ZERO_TAIL = ":" + "0" * TIMESTAMP_DIGITS
+
+
+def all_event_ids(ids: list[str]) -> bool:
+    """Whether :func:`photon.is_event_id` holds for every id, checked in C over the batch (a regular
+    expression per distinct ``<server_ip>:<process_id>``, not per id); False may also mean "not checked"
+    (something other than a str): then check them one by one. Exact: the id format ends in ``:`` and 16
+    ASCII digits, so an id is well formed iff its last 17 characters are those and its key is well formed."""
+    n = len(ids)
+    if not n:
+        return True
+    try:
+        tails = "".join(map(_ID_TAIL, ids))
+    except TypeError:
+        return False
+    digits = tails.replace(":", "")
+    if (len(tails) != (TIMESTAMP_DIGITS + 1) * n or len(digits) != TIMESTAMP_DIGITS * n or not digits.isascii()
+            or not digits.isdigit() or tails[::TIMESTAMP_DIGITS + 1] != ":" * n):
+        return False
+    return all(is_event_id(key + _ZERO_TAIL) for key in set(map(ID_KEY, ids)))
+
+
+def restamp(lines: list[bytes], built_us: int, committed_us: int) -> list[bytes]:
+    """The lines with ``_photon.joined_at_us`` moved from the time they were built (before the registry
+    commit) to the time the commit answered, just before the write: the stamp covers the commit."""
+    old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":%d' % committed_us
+    return [line.replace(old, new, 1) for line in lines]
+
+
+def out_all_pending(out: bytearray) -> bool:
+    """Whether no event of the request is decided yet."""
+    return out.count(_PENDING) == len(out)
 
 
 def throttled(n: int) -> bytearray:

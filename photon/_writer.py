@@ -129,10 +129,12 @@ class RollingWriter:
 
     # ----------------------------------------------------------------------------------------------- writing
 
-    def write_lines(self, lines: list[bytes], stamp: Callable[[int, list[bytes]], list[bytes]] | None = None) -> int:
+    def write_lines(self, lines: list[bytes],
+                    stamp: Callable[[int, list[bytes]], list[bytes] | bytes] | None = None) -> int:
         """Append ``lines`` (each without ``\\n``) and hand them to the OS, all or none; returns their ticket
         for :meth:`sync`. ``stamp(now_us, lines)``, if given, returns the lines to write, stamped with the
-        time that also picks their file (under the writer's lock). A failed write (``ENOSPC``, ``EIO``) is cut
+        time that also picks their file (under the writer's lock), or those lines already joined, each
+        ending in ``\\n``, as one ``bytes``. A failed write (``ENOSPC``, ``EIO``) is cut
         back to the file's size before the call and raised, so a later call may simply try again."""
         if not lines:
             return 0
@@ -144,9 +146,10 @@ class RollingWriter:
                     self._roll()             # the hour ended: a file never spans two partitions
             if self._f is None:
                 self._open(now_us)
+            n = len(lines)
             if stamp is not None:
                 lines = stamp(now_us, lines)
-            data = b"\n".join(lines) + b"\n"
+            data = lines if type(lines) is bytes else b"\n".join(lines) + b"\n"
             f = self._f
             try:
                 view, done = memoryview(data), 0
@@ -165,7 +168,7 @@ class RollingWriter:
             self._written += len(data)
             ticket = self._written
             self._dirty = True
-            self.stats.lines_written += len(lines)
+            self.stats.lines_written += n
             self.stats.bytes_written += len(data)
             if self._size >= self.roll_bytes:
                 self._idle()

@@ -225,3 +225,14 @@ def test_lines_are_stamped_with_the_time_that_chose_their_file(tmp_path):
         for line in path.read_bytes().splitlines():
             assert partition_of(orjson.loads(line)["at"]) == part
     assert len(published(tmp_path)) == 2
+
+
+def test_a_stamp_may_hand_back_the_bytes_to_write_already_joined(tmp_path):
+    """``stamp`` may return the lines joined, each ending in a newline (one join for a whole request): they
+    are written and committed as those lines, and counted by the lines given."""
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, commit_interval_s=3600, clock=FakeClock(1_763_712_000_000_000))
+    w.sync(w.write_lines(lines(1, 2), lambda now_us, ls: b"".join(line + b"\n" for line in ls)))
+    w.sync(w.write_lines(lines(3)))
+    assert read_output_lines(tmp_path) == lines(1, 2, 3)
+    assert w.stats.lines_written == 3 and w.stats.bytes_written == sum(len(x) + 1 for x in lines(1, 2, 3))
+    w.close()
