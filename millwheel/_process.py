@@ -215,7 +215,9 @@ class WorkerHost(ShowsWatermarks):
             self._grpc.stop(grace=0.5).wait(1.0)
             self.transport.close()
             self.client.close()
-            if self.error is None and not self._cut:
+            if self._cut:
+                self.gave_up.append("saving the watermarks (the store's calls were cut off)")
+            elif self.error is None:
                 try:
                     self.store.save_watermarks(self.low_watermarks)
                     saved = True

@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
             # a stop asked for while running for ever is the normal end
         finally:
             rt.stop()
+            if rt.gave_up:
+                print(f"millwheel: stopped; gave up {len(rt.gave_up)} store call(s) the store did not answer; "
+                      + "; ".join(rt.gave_up) + "; nothing is lost: what was not committed is redone at the "
+                      "next start", file=sys.stderr, flush=True)
     finally:
         if server is not None:
             server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +29,9 @@ pytestmark = pytest.mark.timeout(600)
 STOP_S = 8.0
 """A stop must take less than this (the parent's SIGKILL comes after 20 s; a stop takes 3-5 s at most by
 design, the rest is slack for a loaded 2-core machine)."""
+
+
+FROZEN_HOLD_S = 1.0
 
 
 def _server_processes(server) -> list[psutil.Process]:
@@ -98,10 +102,13 @@ def test_a_worker_stops_within_seconds_when_postgres_does_not_answer(fault, reac
         wait_until(lambda: len(w.status().get("intervals", ())) > 0, 60, message="the new worker holding intervals")
         if fault == "frozen":
             frozen = _freeze(own_pg)
+            assert not _answers(own_pg.url)
+            # a frozen server shows nothing to wait for (calls just hang): hold it a second, in which the
+            # worker's coordinator (a store round every 20-100 ms) and heartbeat are in their store calls
+            time.sleep(FROZEN_HOLD_S)
         else:
             own_pg.stop()
-        assert not _answers(own_pg.url)
-        time.sleep(1.0)       # noqa: the fault lasts a while first: the worker's threads are in their store calls
+            wait_until(lambda: w.status()["store"]["retries"] >= 3, 60, message="the worker retrying its store")
         t0 = time.monotonic()
         w.proc.send_signal(signal.SIGTERM)
         w.proc.wait(timeout=60)
@@ -119,15 +126,18 @@ def test_a_worker_stops_within_seconds_when_postgres_does_not_answer(fault, reac
             own_pg.start()
 
 
-@pytest.mark.parametrize("to", ["group", "run"])
-def test_ctrl_c_stops_millwheel_run_until_idle_and_everything_it_started(to, reachable_tmp, cluster_runs, pg_url):
-    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=20000, files=16, until_idle=True,
+@pytest.mark.parametrize("to, postgres", [("group", "running"), ("run", "stopped")])
+def test_ctrl_c_stops_millwheel_run_until_idle_and_everything_it_started(to, postgres, reachable_tmp, cluster_runs,
+                                                                         own_pg):
+    run = ClusterRun(reachable_tmp, own_pg.url, workers=2, n_clicks=20000, files=16, until_idle=True,
                      new_session=True)
     cluster_runs.append(run)
     children = psutil.Process(run.proc.pid).children(recursive=True)
     pids = {p.pid for p in children}
-    assert len([w["pid"] for w in run.workers()]) == 2 and {w["pid"] for w in run.workers()} <= pids
+    assert len(run.workers()) == 2 and {w["pid"] for w in run.workers()} <= pids
     assert len(pids) >= 5, "three master replicas and two workers"
+    if postgres == "stopped":
+        own_pg.stop()
     t0 = time.monotonic()
     if to == "group":        # a terminal's Ctrl-C: every process of the foreground group gets it
         os.killpg(run.proc.pid, signal.SIGINT)
@@ -137,12 +147,16 @@ def test_ctrl_c_stops_millwheel_run_until_idle_and_everything_it_started(to, rea
     took = time.monotonic() - t0
     gone, alive = psutil.wait_procs(children, timeout=5)
     text = (reachable_tmp / "run.log").read_text(errors="replace")
-    print(f"Ctrl-C ({to}) to millwheel run --until-idle: {took:.2f} s, exit {rc}\n{text[-3000:]}")
+    print(f"Ctrl-C ({to}, PostgreSQL {postgres}) to millwheel run --until-idle: {took:.2f} s, exit {rc}\n"
+          + "\n".join(line for line in text.splitlines() if "millwheel worker:" in line or "millwheel:" in line))
     assert not alive, f"orphans: {[p.pid for p in alive]}"
     assert rc == 130, text[-3000:]
     assert "stopped before the input was consumed" in text
-    assert "killed" not in text, "every child ended on its own"
+    assert "millwheel: killed" not in text, "every child ended on its own"
+    assert text.count("millwheel worker: stopped in") == 2, text[-3000:]
     assert took < 2 * STOP_S, text[-3000:]
+    if postgres == "stopped":
+        own_pg.start()
 
 
 def test_a_stopping_store_gives_up_at_once_and_interrupt_cuts_off_a_call_on_a_frozen_server(own_pg):
@@ -209,3 +223,38 @@ def test_a_stopping_store_does_not_retry_a_refused_connection(own_pg):
     finally:
         store.close()
         own_pg.start()
+
+
+def test_ctrl_c_stops_the_one_process_millwheel_run_with_its_postgres_stopped(reachable_tmp, own_pg):
+    from mw_helpers import write_joined
+    write_joined(reachable_tmp / "in", 20000, 16)
+    url = f"{own_pg.url}?schema=one_process"
+    log = open(reachable_tmp / "run.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "millwheel.cli", "run", "examples.ad_windows", "--input",
+                             str(reachable_tmp / "in"), "--out", str(reachable_tmp / "out"), "--store", url,
+                             "--option", "injector_batch=200"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def claimed() -> bool:
+            with psycopg.connect(own_pg.url, connect_timeout=2) as conn:
+                return conn.execute("SELECT to_regclass('one_process.state') IS NOT NULL AND "
+                                    "EXISTS (SELECT 1 FROM one_process.state)").fetchone()[0]
+        wait_until(lambda: claimed() or proc.poll() is not None, START_S, message="state written")
+        assert proc.poll() is None
+        own_pg.stop()
+        time.sleep(FROZEN_HOLD_S)   # the threads are in their store retries meanwhile (nothing to see from here)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        text = (reachable_tmp / "run.log").read_text(errors="replace")
+        print(f"Ctrl-C to the one-process millwheel run, PostgreSQL stopped: {took:.2f} s, exit {rc}\n{text[-2000:]}")
+        assert rc == 0, text[-3000:]
+        assert "millwheel: stopped; gave up" in text
+        assert took < STOP_S, text[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+        if not own_pg.running:
+            own_pg.start()
