@@ -236,8 +236,9 @@ def test_ctrl_c_stops_the_one_process_millwheel_run_with_its_postgres_stopped(re
     try:
         def claimed() -> bool:
             with psycopg.connect(own_pg.url, connect_timeout=2) as conn:
-                return conn.execute("SELECT to_regclass('one_process.state') IS NOT NULL AND "
-                                    "EXISTS (SELECT 1 FROM one_process.state)").fetchone()[0]
+                if conn.execute("SELECT to_regclass('one_process.state')").fetchone()[0] is None:
+                    return False
+                return conn.execute("SELECT EXISTS (SELECT 1 FROM one_process.state)").fetchone()[0]
         wait_until(lambda: claimed() or proc.poll() is not None, START_S, message="state written")
         assert proc.poll() is None
         own_pg.stop()
