@@ -367,6 +367,8 @@ class PostgresStatistics:
 class PostgresStore(Store):
     """See the module docstring. Thread-safe: each call takes a connection from a small per-process pool."""
 
+    interruptible = True
+
     def __init__(self, conninfo: str, schema: str = DEFAULT_SCHEMA, retry_s: float = DEFAULT_RETRY_S,
                  connect_timeout_s: int = 5, idle_in_transaction_s: float = DEFAULT_IDLE_IN_TRANSACTION_S) -> None:
         if not _IDENT.match(schema):

@@ -185,7 +185,7 @@ class Runtime(ShowsWatermarks):
         threads = [w.thread for w in self.workers] + [s.thread for s in self.injectors.values()]
         if self._started:
             threads.append(self._coordinator)
-        if not self._own_store:
+        if not (self._own_store and self.store.interruptible):     # (SQLite and memory calls do not hang)
             for t in threads:
                 if t.is_alive():
                     t.join(timeout=30)

@@ -213,6 +213,9 @@ class Store:
         """Every component's announced epoch: ``(component, epoch, external_us, cohort)``."""
         raise NotImplementedError
 
+    interruptible = False
+    """Its calls can hang (a server that stops answering) and :meth:`interrupt` cuts them off."""
+
     def give_up_when(self, event: threading.Event) -> None:
         """Once ``event`` is set (the process is stopping), a call that fails on a lost connection is not
         tried again, and a wait between attempts ends at once: it raises :class:`StoreAbandoned`. Stores
