@@ -260,5 +260,15 @@ class CachedStore(Store):
             return CacheStatistics(self.hits, self.misses, len(self._lru), len(self._pinned), self._evictions,
                                    self._invalidations)
 
+    @property
+    def interruptible(self) -> bool:
+        return self.store.interruptible
+
+    def give_up_when(self, event: threading.Event) -> None:
+        self.store.give_up_when(event)
+
+    def interrupt(self) -> None:
+        self.store.interrupt()
+
     def close(self) -> None:
         self.store.close()

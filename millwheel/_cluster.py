@@ -78,35 +78,54 @@ def new_specs(out, topology, slots: int, policy: PlacementPolicy) -> list[str]:
 
 
 class Processes:
-    """Child processes started by this one, stopped (TERM, then KILL) in reverse order."""
+    """Child processes started by this one, stopped (TERM, then KILL) a group at a time, the last started
+    group first: processes started one after the other with the same ``ready`` line (the workers, the
+    master's replicas) are one group, signalled together and waited for together."""
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
+        self._kinds: list[str] = []
 
     def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, **kw)
         self.procs.append(p)
+        self._kinds.append(ready)
         line = p.stdout.readline().decode()
         if not line.startswith(ready):
             p.wait(timeout=timeout_s)
             raise RuntimeError(f"{' '.join(argv[:4])} ... did not start (exit {p.returncode}): {line!r}")
         return p, line[len(ready):].strip()
 
+    def groups(self) -> list[list[subprocess.Popen]]:
+        """The processes in stopping order: groups of the same kind, the last started first."""
+        out: list[list[subprocess.Popen]] = []
+        last = None
+        for p, kind in zip(self.procs, self._kinds):
+            if kind != last:
+                out.append([])
+                last = kind
+            out[-1].append(p)
+        return out[::-1]
+
     def stop(self, timeout_s: float = 20.0) -> list[int]:
-        """Last started first, each waited for (workers leave while the master still answers); returns the
-        pids that did not end within ``timeout_s`` of their SIGTERM and were killed (no exit handler ran)."""
+        """Each group in turn (workers leave while the master still answers): SIGTERM to all of it, then
+        wait up to ``timeout_s`` for all of it; returns the pids that did not end in time and were killed
+        (no exit handler ran)."""
         killed = []
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
-                killed.append(p.pid)
-            if p.stdout:
-                p.stdout.close()
+        for group in self.groups():
+            for p in group:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for p in group:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(timeout=10)
+                    killed.append(p.pid)
+                if p.stdout:
+                    p.stdout.close()
         return killed
 
 

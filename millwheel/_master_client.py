@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 
 import grpc
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, stop_when_event_set, wait_exponential_jitter
 
 from photon.rpc import open_channel
 
@@ -61,12 +61,18 @@ def load_to_pb(load: WorkerLoad) -> pb.Load:
 
 class MasterClient:
     """``MasterClient(["host:port", ...])``: the master replicas' gRPC addresses. Each call retries (with
-    jittered exponential back-off) for up to ``retry_timeout_s`` before raising :class:`MasterUnavailable`."""
+    jittered exponential back-off) for up to ``retry_timeout_s`` before raising :class:`MasterUnavailable`.
+    ``stopping``: once set (its process is stopping), a call is not tried again and a wait between
+    attempts ends at once (except a leave, :meth:`heartbeat` with ``leaving``, which has its own budget);
+    :meth:`interrupt` also cuts off the calls in progress."""
 
-    def __init__(self, endpoints: list[str], retry_timeout_s: float = 15.0, rpc_timeout_s: float = 3.0) -> None:
+    def __init__(self, endpoints: list[str], retry_timeout_s: float = 15.0, rpc_timeout_s: float = 3.0,
+                 stopping: threading.Event | None = None) -> None:
         if not endpoints:
             raise ValueError("MasterClient needs at least one master address")
         self.endpoints = list(endpoints)
+        self._stopping = stopping or threading.Event()
+        self._interrupted = False
         self.retry_timeout_s = retry_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._stubs: dict[str, pb_grpc.MasterStub] = {}
@@ -78,6 +84,7 @@ class MasterClient:
 
     def _stub(self, address: str) -> pb_grpc.MasterStub:
         with self._lock:
+            self._check_interrupted()
             stub = self._stubs.get(address)
             if stub is None:
                 channel = open_channel(address, CHANNEL_OPTIONS)
@@ -85,8 +92,11 @@ class MasterClient:
                 stub = self._stubs[address] = pb_grpc.MasterStub(channel)
             return stub
 
-    def _retrying(self, attempt):
-        retrying = Retrying(stop=stop_after_delay(self.retry_timeout_s), reraise=True,
+    def _retrying(self, attempt, budget_s: float | None = None, interruptible: bool = True):
+        stop = stop_after_delay(self.retry_timeout_s if budget_s is None else budget_s)
+        never = threading.Event()
+        stopping = self._stopping if interruptible else never
+        retrying = Retrying(stop=stop | stop_when_event_set(stopping), reraise=True, sleep=stopping.wait,
                             wait=wait_exponential_jitter(multiplier=0.05, max=0.5, jitter=0.05),
                             retry=retry_if_exception_type(_Retry))
         try:
@@ -111,6 +121,9 @@ class MasterClient:
             tried.add(address)
             try:
                 reply = call(self._stub(address))
+            except ValueError:      # a channel closed under the call
+                self._check_interrupted()
+                raise
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE:
                     raise
@@ -135,12 +148,16 @@ class MasterClient:
         return _assignments(worker, reply)
 
     def heartbeat(self, worker: str, incarnation: int, load: WorkerLoad | None = None,
-                  leaving: bool = False) -> Assignments:
-        """Restart the lease of ``worker``'s incarnation (and report its load); everything it owns now."""
+                  leaving: bool = False, budget_s: float | None = None) -> Assignments:
+        """Restart the lease of ``worker``'s incarnation (and report its load); everything it owns now.
+        ``leaving``: the incarnation leaves (its intervals move at once); tried also while stopping, for
+        ``budget_s`` (each attempt at most that long too)."""
         req = pb.HeartbeatRequest(worker=worker, incarnation=incarnation, leaving=leaving)
         if load is not None:
             req.load.CopyFrom(load_to_pb(load))
-        reply = self._retrying(lambda: self._to_leader(lambda stub: stub.Heartbeat(req, timeout=self.rpc_timeout_s)))
+        rpc_s = self.rpc_timeout_s if budget_s is None else min(self.rpc_timeout_s, budget_s)
+        reply = self._retrying(lambda: self._to_leader(lambda stub: stub.Heartbeat(req, timeout=rpc_s)),
+                               budget_s, interruptible=not leaving)
         return _assignments(worker, reply)
 
     # ---- reads: any replica ----
@@ -151,6 +168,9 @@ class MasterClient:
                 [a for a in self.endpoints if a != self._leader]:
             try:
                 return call(self._stub(address))
+            except ValueError:
+                self._check_interrupted()
+                raise
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE:
                     raise
@@ -175,6 +195,16 @@ class MasterClient:
             except grpc.RpcError as e:
                 out.append({"address": address, "error": e.code().name})
         return out
+
+    def _check_interrupted(self) -> None:
+        if self._interrupted:
+            raise MasterUnavailable("the master client was interrupted: its process is stopping")
+
+    def interrupt(self) -> None:
+        """Cut off the calls in progress (each raises :class:`MasterUnavailable`) and refuse new ones."""
+        with self._lock:
+            self._interrupted = True
+        self.close()
 
     def close(self) -> None:
         with self._lock:

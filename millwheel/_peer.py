@@ -34,6 +34,8 @@ from millwheel._transport import Tracker, Transport
 
 PEER_BATCH = 5000
 CALL_TIMEOUT_S = 5.0
+CLOSE_WAIT_S = 1.0
+"""How long closing a peer waits for its thread (its call in progress is cut off first)."""
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500),
                    ("grpc.min_reconnect_backoff_ms", 50), ("grpc.max_receive_message_length", 64 * 2**20),
                    ("grpc.max_send_message_length", 64 * 2**20)]
@@ -101,12 +103,14 @@ class _Peer:
             self._resends.extend(resends)
             self._cond.notify()
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
+        """Stop sending: what is queued is dropped (its senders retry it, as after a failed call) and a call
+        in progress is cut off (closing the channel ends it at once, also to a peer that hangs)."""
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self.thread.join(timeout=CALL_TIMEOUT_S + 1)
         self._channel.close()
+        self.thread.join(timeout=timeout_s)
 
     def _main(self) -> None:
         while True:
@@ -124,6 +128,8 @@ class _Peer:
                                      resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
             try:
                 reply = self._stub.Exchange(req, timeout=CALL_TIMEOUT_S)
+            except ValueError:       # the channel was closed under the call: closing
+                return
             except grpc.RpcError:
                 # the senders retry the records, acks come again, and records asked for again and not
                 # sent come by their sender's retry timeout (a resend request only hastens them)

@@ -27,7 +27,9 @@ A claim that comes after a commit's lock waits for it, and a commit that comes a
 the new sequencer: a worker that lost its interval can never write.
 
 Connection loss (a restarted or failed-over server) is retried with backoff for ``retry_s`` seconds
-(tenacity), on fresh connections. A commit whose outcome is unknown (the connection broke around the
+(tenacity), on fresh connections, unless the process is stopping (:meth:`PostgresStore.give_up_when`: then
+the call raises :class:`StoreAbandoned` at once; :meth:`PostgresStore.interrupt` also cuts off the calls
+in progress, by shutting their sockets down, for a server that hangs rather than refuses). A commit whose outcome is unknown (the connection broke around the
 COMMIT) is first looked up by its dedup ids: if they are all stored, the batch landed and is not applied
 again. Otherwise it is applied again; every part of a write sets a value (state, timers, ids,
 productions), so applying a batch twice leaves what applying it once leaves.
@@ -39,7 +41,9 @@ transaction before it ends the session and releases its locks. Tables live in ``
 """
 from __future__ import annotations
 
+import os
 import re
+import socket
 import threading
 import uuid
 from contextlib import contextmanager
@@ -49,9 +53,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 import psycopg
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, stop_when_event_set, wait_exponential
 
-from millwheel._store import KEEP, SetAsideRecord, StaleSequencer, Store, StoredProduction, Write, _Keep, keep_newest
+from millwheel._store import (KEEP, SetAsideRecord, StaleSequencer, Store, StoreAbandoned, StoredProduction, Write,
+                              _Keep, keep_newest)
 
 DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
@@ -353,10 +358,16 @@ class PostgresStatistics:
     already_applied: int
     """Retried commits found already landed (by their dedup ids) and not applied again."""
     connections_opened: int
+    abandoned: int = 0
+    """Calls given up (not tried again) because the process was stopping."""
+    interrupted: int = 0
+    """Calls in progress cut off by :meth:`PostgresStore.interrupt`."""
 
 
 class PostgresStore(Store):
     """See the module docstring. Thread-safe: each call takes a connection from a small per-process pool."""
+
+    interruptible = True
 
     def __init__(self, conninfo: str, schema: str = DEFAULT_SCHEMA, retry_s: float = DEFAULT_RETRY_S,
                  connect_timeout_s: int = 5, idle_in_transaction_s: float = DEFAULT_IDLE_IN_TRANSACTION_S) -> None:
@@ -369,11 +380,14 @@ class PostgresStore(Store):
         self.idle_in_transaction_s = idle_in_transaction_s
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[psycopg.Connection] = []
+        self._busy: set[psycopg.Connection] = set()     # connections in a call now (see interrupt)
         self._pool_lock = threading.Lock()
         self._closed = False
+        self._giving_up = threading.Event()      # never set unless give_up_when is called
+        self._interrupted = False
         self._rows = ProductionRows()
         self._counts = {"commits": 0, "writes": 0, "fenced": 0, "retries": 0, "already_applied": 0,
-                        "connections_opened": 0}
+                        "connections_opened": 0, "abandoned": 0, "interrupted": 0}
         self._retry(self._create_schema)
 
     @classmethod
@@ -412,20 +426,33 @@ class PostgresStore(Store):
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = self._connect()
+        with self._pool_lock:
+            if self._interrupted:
+                conn.close()
+                raise StoreAbandoned("the store was interrupted: its process is stopping")
+            self._busy.add(conn)
         try:
             yield conn
         except psycopg.OperationalError:
+            self._release(conn)
             conn.close()
             self._drop_idle()  # the server went away: the idle connections are as dead as this one
             raise
         except BaseException:
+            self._release(conn)
             conn.close()
             raise
         with self._pool_lock:
-            if self._closed:
+            self._busy.discard(conn)
+            if self._closed or self._interrupted:
                 conn.close()
             else:
                 self._idle.append(conn)
+
+    def _release(self, conn: psycopg.Connection) -> None:
+        """Out of :attr:`_busy` before it is closed (its socket number may be reused at once)."""
+        with self._pool_lock:
+            self._busy.discard(conn)
 
     def _drop_idle(self) -> None:
         with self._pool_lock:
@@ -434,14 +461,43 @@ class PostgresStore(Store):
             conn.close()
 
     def _retry(self, fn, *args):
-        """``fn(conn, attempt, *args)`` on a pooled connection, again on lost connections for ``retry_s``."""
-        for attempt in Retrying(retry=retry_if_exception_type(_LOST),
-                                wait=wait_exponential(multiplier=0.05, max=2.0),
-                                stop=stop_after_delay(self.retry_s), reraise=True,
-                                before_sleep=lambda _: self._count("retries")):
-            with attempt:
-                with self._conn() as conn:
-                    return fn(conn, attempt.retry_state.attempt_number, *args)
+        """``fn(conn, attempt, *args)`` on a pooled connection, again on lost connections for ``retry_s``
+        (none once the process is stopping: :class:`StoreAbandoned`)."""
+        try:
+            for attempt in Retrying(retry=retry_if_exception_type(_LOST),
+                                    wait=wait_exponential(multiplier=0.05, max=2.0),
+                                    stop=stop_after_delay(self.retry_s) | stop_when_event_set(self._giving_up),
+                                    sleep=self._giving_up.wait, reraise=True,
+                                    before_sleep=lambda _: self._count("retries")):
+                with attempt:
+                    with self._conn() as conn:
+                        return fn(conn, attempt.retry_state.attempt_number, *args)
+        except _LOST as e:
+            if not self._giving_up.is_set():
+                raise
+            self._count("abandoned")
+            raise StoreAbandoned(f"PostgreSQL did not answer and the process is stopping: {_first_line(e)}") from e
+        except StoreAbandoned:
+            self._count("abandoned")
+            raise
+
+    def give_up_when(self, event: threading.Event) -> None:
+        self._giving_up = event
+
+    def interrupt(self) -> None:
+        """See :meth:`Store.interrupt`: every connection in a call has its socket shut down (the call
+        waiting on it wakes with a lost connection, which is not tried again), and new calls are refused."""
+        with self._pool_lock:
+            self._interrupted = True
+            busy = list(self._busy)
+            for conn in busy:   # under the lock: no socket of these is closed (and its number reused) meanwhile
+                try:
+                    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, psycopg.Error):
+                    pass        # closed meanwhile: nothing to cut off
+            self._counts["interrupted"] += len(busy)
+        self._drop_idle()
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._pool_lock:
@@ -731,6 +787,11 @@ class PostgresStore(Store):
         with self._pool_lock:
             self._closed = True
         self._drop_idle()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 __all__ = ["KEEP", "PostgresStatistics", "PostgresStore", "fold"]

@@ -51,7 +51,7 @@ from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
 from millwheel._messages import IntervalsAssigned, ShowsWatermarks, WatermarkBoard, WatermarksReported
 from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
-from millwheel._store import StaleSequencer, open_store
+from millwheel._store import StaleSequencer, StoreAbandoned, open_store
 from millwheel._topology import Topology
 from millwheel._transport import ACK_DELAY_BOUNDS_US, Inbox
 from millwheel._watermarks import (EpochDecided, IntervalAssigned, WatermarkAuthority, WatermarkReported, new_grants,
@@ -64,6 +64,13 @@ QUIET_EXCHANGE_S = 0.1
 timer set) it writes its watermark reports and reads every process's at most this often instead of every
 tick: then only the clock moves them, and nothing here waits on them."""
 GIVE_UP_WAIT_S = 10.0
+STOP_GRACE_S = 2.0
+"""How long :meth:`WorkerHost.stop` lets the threads end on their own (a commit in flight lands) before it
+cuts off the store, master and peer calls still in progress (a server that hangs never answers them)."""
+STOP_CUT_S = 1.5
+"""How long it then waits for the threads before leaving them behind (daemon threads: the process exits)."""
+LEAVE_BUDGET_S = 1.0
+"""How long a stopping process tries to tell the master it leaves (else its lease runs out)."""
 EARLY_LIMIT = 200_000
 """Records of slots not claimed yet kept per process at most (beyond, they are answered ``moved``)."""
 LOAD_HALF_LIFE_S = 1.0
@@ -80,11 +87,14 @@ class WorkerHost(ShowsWatermarks):
         self.clock = clock or SystemClock()
         self.slots = config.intervals
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
-        self.store = CachedStore(open_store(config.store), config.cache_keys)
-        self.router = Router(topology.consumers_of, self.slots)
         self.stopping = threading.Event()
+        self.store = CachedStore(open_store(config.store), config.cache_keys)
+        self.store.give_up_when(self.stopping)      # no store call is tried again once stopping
+        self.router = Router(topology.consumers_of, self.slots)
         self.error: BaseException | None = None
-        self.client = MasterClient(masters, retry_timeout_s=5.0)
+        self.gave_up: list[str] = []      # what was abandoned because the process was stopping
+        self._cut = False                 # the calls still in progress were cut off (see stop)
+        self.client = MasterClient(masters, retry_timeout_s=5.0, stopping=self.stopping)
         self.map = IntervalMap([], self.slots)
         self._map_stale = threading.Event()
         self._resync = threading.Event()
@@ -161,31 +171,70 @@ class WorkerHost(ShowsWatermarks):
         if isinstance(error, StaleSequencer):   # an injector fenced: ask the master what is still ours
             self._fenced(error)
             return
+        if self.stopping.is_set() and isinstance(error, (StoreAbandoned, MasterUnavailable)):
+            # a call given up because this process stops: not a failure (nothing of it was acked; the
+            # intervals' next owners redo it), but said when the process ends
+            self.gave_up.append(f"{threading.current_thread().name}: {error}")
+            return
         if self.error is None:
             self.error = error
         self.stopping.set()
 
-    def stop(self, leave: bool = True) -> None:
-        if leave and self.incarnation:
-            try:
-                self.client.heartbeat(self.name, self.incarnation, leaving=True)
-            except MasterUnavailable:
-                pass
+    def stop(self, leave: bool = True) -> "StopReport":
+        """Stop within about ``STOP_GRACE_S + STOP_CUT_S`` seconds whatever the store, the master and the
+        peers are doing: retries end at once (``stopping``); the master is told this process leaves (for at
+        most ``LEAVE_BUDGET_S``); the threads get ``STOP_GRACE_S`` to end on their own (a commit in flight
+        lands); then the calls still in progress are cut off (:meth:`_cut_off`), and threads still running
+        ``STOP_CUT_S`` later are left behind. Nothing is lost by giving up: what was not committed was acked
+        to nobody, and the intervals' next owners redo it. The report says what was given up."""
+        started = time.monotonic()
         self.stopping.set()
-        for shell, ev in list(self.injectors.values()):
-            ev.set()
-            shell.inbox.wake()
-        for w in self.workers:
-            w.inbox.wake()
-        for t in [w.thread for w in self.workers] + [s.thread for s, _ in self.injectors.values()] + self._threads:
-            if t.is_alive():
-                t.join(timeout=30)
-        self._grpc.stop(grace=0.5).wait(2)
-        self.transport.close()
-        self.client.close()
-        if self.error is None:
-            self.store.save_watermarks(self.low_watermarks)
+        watchdog = threading.Timer(STOP_GRACE_S, self._cut_off)
+        watchdog.daemon = True
+        watchdog.start()
+        left = saved = False
+        try:
+            for shell, ev in list(self.injectors.values()):
+                ev.set()
+                shell.inbox.wake()
+            for w in self.workers:
+                w.inbox.wake()
+            if leave and self.incarnation:
+                try:
+                    self.client.heartbeat(self.name, self.incarnation, leaving=True, budget_s=LEAVE_BUDGET_S)
+                    left = True
+                except MasterUnavailable as e:
+                    self.gave_up.append(f"telling the master this process leaves ({e}): its intervals move "
+                                        f"when its lease ends")
+            deadline = started + STOP_GRACE_S + STOP_CUT_S
+            threads = [w.thread for w in self.workers] + [s.thread for s, _ in self.injectors.values()] + self._threads
+            for t in threads:
+                if t.is_alive():
+                    t.join(max(0.0, deadline - time.monotonic()))
+            behind = tuple(t.name for t in threads if t.is_alive())
+            self._grpc.stop(grace=0.5).wait(1.0)
+            self.transport.close()
+            self.client.close()
+            if self._cut:
+                self.gave_up.append("saving the watermarks (the store's calls were cut off)")
+            elif self.error is None:
+                try:
+                    self.store.save_watermarks(self.low_watermarks)
+                    saved = True
+                except StoreAbandoned as e:
+                    self.gave_up.append(f"saving the watermarks ({e})")
+        finally:
+            watchdog.cancel()
         self.store.close()
+        return StopReport(round(time.monotonic() - started, 3), left, saved, self._cut, tuple(self.gave_up), behind)
+
+    def _cut_off(self) -> None:
+        """Still stopping after ``STOP_GRACE_S``: cut off the store, master and peer calls in progress (each
+        raises in its thread, which then ends) and refuse new ones."""
+        self._cut = True
+        self.store.interrupt()
+        self.client.interrupt()
+        self.transport.close()
 
     # ---- wiring ------------------------------------------------------------------------------------
     def _thread_of(self, slot: int) -> Worker:
@@ -301,6 +350,8 @@ class WorkerHost(ShowsWatermarks):
                 except MasterUnavailable:
                     self.counters["heartbeats_failed"] += 1
                     continue
+                if self.stopping.is_set():   # (an answer to a heartbeat sent before this process left)
+                    return
                 if not a.known:     # the master dropped this incarnation (its lease lapsed): start again
                     self.counters["lost_incarnations"] += 1
                     self._apply(())
@@ -450,10 +501,12 @@ class WorkerHost(ShowsWatermarks):
             done = threading.Event()
             self.workers[index].inbox.put_many([GiveUp(cname, tuple(slots), done)])
             events.append(done)
-        for done in events:
-            done.wait(GIVE_UP_WAIT_S)
+        for done in events:      # (a worker thread that ended, the process stopping, never sets it)
+            _Either(self.stopping, done).wait(GIVE_UP_WAIT_S)
         for t in waits:
-            t.join(GIVE_UP_WAIT_S)
+            deadline = time.monotonic() + GIVE_UP_WAIT_S
+            while t.is_alive() and not self.stopping.is_set() and time.monotonic() < deadline:
+                t.join(0.05)
         for cname, slot in lost:
             self.tracker.forget(cname, slot)    # its new owner replays the stored productions
 
@@ -657,6 +710,32 @@ class WorkerHost(ShowsWatermarks):
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class StopReport:
+    """How :meth:`WorkerHost.stop` went."""
+    seconds: float
+    left: bool
+    """The master was told this process leaves (its intervals moved at once)."""
+    watermarks_saved: bool
+    cut_off: bool
+    """Calls still in progress after ``STOP_GRACE_S`` were cut off."""
+    gave_up: tuple[str, ...]
+    """Calls given up because the process was stopping (thread: what)."""
+    left_behind: tuple[str, ...]
+    """Threads still running when it returned (daemon threads: the process exits anyway)."""
+
+    def describe(self) -> str:
+        """One line for the log."""
+        text = f"stopped in {self.seconds:.2f} s"
+        if self.gave_up or self.left_behind or self.cut_off:
+            text += (f"; gave up {len(self.gave_up)} call(s) the store or the master did not answer"
+                     + (" (cut off after %.0f s)" % STOP_GRACE_S if self.cut_off else "")
+                     + "".join(f"; {g}" for g in self.gave_up)
+                     + (f"; threads left behind: {', '.join(self.left_behind)}" if self.left_behind else "")
+                     + "; nothing is lost: what was not committed is redone by the intervals' next owners")
+        return text
 
 
 def assigned_in(intervals: IntervalMap, topology: Topology) -> tuple[IntervalAssigned, ...]:

@@ -35,11 +35,16 @@ from millwheel._injector_shell import InjectorShell
 from millwheel._messages import FloorsRaised, RaiseFloors, ShowsWatermarks, WatermarkBoard, WatermarksReported
 from millwheel._model import Computation
 from millwheel._routing import ModuloPlacement, Placement, Router
-from millwheel._store import Store, open_store
+from millwheel._store import Store, StoreAbandoned, open_store
 from millwheel._topology import Topology
 from millwheel._transport import Inbox, LocalTransport, Tracker, Transport
 from millwheel._watermarks import IntervalAssigned, WatermarkAuthority
 from millwheel._worker import Worker
+
+STOP_GRACE_S = 2.0
+"""How long :meth:`Runtime.stop` lets its threads end on their own before it cuts off the calls to a store
+it opened itself (see ``millwheel._process.STOP_GRACE_S``)."""
+STOP_CUT_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -75,12 +80,16 @@ class Runtime(ShowsWatermarks):
         self.config = config or RuntimeConfig()
         self.clock = clock or SystemClock()
         self.store = CachedStore(store or open_store(self.config.store), self.config.cache_keys)
+        self._own_store = store is None      # only a store opened here gives up, or is cut off, at stop
         self.placement = placement or ModuloPlacement(self.config.threads, self.config.intervals)
         self.router = Router(topology.consumers_of, self.config.intervals)
         self.transport = transport or LocalTransport()
         self.transport.bind(self._consumer_inbox)
         self.tracker = Tracker(self.transport, self._owner_inbox)
         self.stopping = threading.Event()
+        if self._own_store:
+            self.store.give_up_when(self.stopping)     # no store call is tried again once stopping
+        self.gave_up: list[str] = []      # store calls given up because the runtime was stopping
         self._inbox = Inbox()                 # the coordinator's: watermark reports, floor answers
         self.workers = [Worker(i, config=self.config, clock=self.clock, store=self.store, tracker=self.tracker,
                                router=self.router, topology=topology, report=self._inbox,
@@ -114,6 +123,9 @@ class Runtime(ShowsWatermarks):
         return self.workers[self.placement.owner(sender, interval)].inbox
 
     def fail(self, error: BaseException) -> None:
+        if self.stopping.is_set() and isinstance(error, StoreAbandoned):
+            self.gave_up.append(f"{threading.current_thread().name}: {error}")   # not a failure: see stop
+            return
         if self.error is None:
             self.error = error
         self.stopping.set()
@@ -173,11 +185,31 @@ class Runtime(ShowsWatermarks):
         threads = [w.thread for w in self.workers] + [s.thread for s in self.injectors.values()]
         if self._started:
             threads.append(self._coordinator)
+        if not (self._own_store and self.store.interruptible):     # (SQLite and memory calls do not hang)
+            for t in threads:
+                if t.is_alive():
+                    t.join(timeout=30)
+            if self.error is None:
+                self.store.save_watermarks(self.low_watermarks)
+            self.store.close()
+            return
+        # a store opened here: bounded like a worker process's stop (see WorkerHost.stop); what was not
+        # committed was acked to nobody and is redone from the store at the next start
+        deadline = time.monotonic() + STOP_GRACE_S
         for t in threads:
-            if t.is_alive():
-                t.join(timeout=30)
-        if self.error is None:
-            self.store.save_watermarks(self.low_watermarks)
+            t.join(max(0.0, deadline - time.monotonic()))
+        cut = any(t.is_alive() for t in threads)
+        if cut:
+            self.store.interrupt()     # calls a hung server never answers
+            deadline = time.monotonic() + STOP_CUT_S
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            self.gave_up.append("saving the watermarks (the store's calls were cut off)")
+        elif self.error is None:
+            try:
+                self.store.save_watermarks(self.low_watermarks)
+            except StoreAbandoned as e:
+                self.gave_up.append(f"saving the watermarks ({e})")
         self.store.close()
 
     def __enter__(self) -> "Runtime":

@@ -39,6 +39,12 @@ class StaleSequencer(RuntimeError):
     """A write carried an old sequencer: another writer has claimed the interval since."""
 
 
+class StoreAbandoned(RuntimeError):
+    """A store call given up because its process is stopping (see :meth:`Store.give_up_when`): the store
+    did not answer, and it was not tried again. Whatever it would have written was not acked to anyone:
+    the interval's next owner redoes it."""
+
+
 class _Keep:
     def __repr__(self) -> str:
         return "KEEP"
@@ -206,6 +212,19 @@ class Store:
     def read_epochs(self) -> list[tuple[str, int, int, str]]:
         """Every component's announced epoch: ``(component, epoch, external_us, cohort)``."""
         raise NotImplementedError
+
+    interruptible = False
+    """Its calls can hang (a server that stops answering) and :meth:`interrupt` cuts them off."""
+
+    def give_up_when(self, event: threading.Event) -> None:
+        """Once ``event`` is set (the process is stopping), a call that fails on a lost connection is not
+        tried again, and a wait between attempts ends at once: it raises :class:`StoreAbandoned`. Stores
+        that never retry ignore this."""
+
+    def interrupt(self) -> None:
+        """Cut off the calls in progress (a server that stopped answering leaves them hanging) and refuse
+        new ones, each with :class:`StoreAbandoned`; for a process that must stop now. Stores whose calls
+        cannot hang ignore this."""
 
     def close(self) -> None:
         pass

@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+import queue
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
@@ -87,6 +88,36 @@ class CommitLanded:
     loop to carry it out)."""
 
 
+class _Committer:
+    """The one thread running a worker's transactions, in order (``submit(fn, *args) -> Future``). A daemon
+    thread, unlike an executor's: a transaction a hung server never answers must not keep a stopping
+    process from exiting (what it would have written was acked to nobody; the next owner redoes it)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._queue.put((future, fn, args))
+        if self._thread.ident is None:
+            self._thread.start()        # on the first transaction (only the worker thread submits)
+        return future
+
+    def shutdown(self) -> None:
+        self._queue.put(None)
+
+    def _main(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - the worker thread raises it when it lands
+                future.set_exception(e)
+
+
 @dataclass
 class _InFlight:
     """The one transaction of a worker in flight: its cores' commits, the step's time (its production time,
@@ -121,7 +152,7 @@ class Worker:
         self._in_flight: _InFlight | None = None
         self._pending: list = []                   # checkpoints of steps taken while a commit was in flight
         self._pending_nows: list[int] = []         # and those steps' production times (held in the tracker)
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"millwheel-commit-{index}")
+        self._committer = _Committer(f"millwheel-commit-{index}")
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
@@ -209,7 +240,7 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
             self._fail(e)
         finally:
-            self._committer.shutdown(wait=False)
+            self._committer.shutdown()
 
     @property
     def busy(self) -> bool:

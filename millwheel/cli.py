@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
             # a stop asked for while running for ever is the normal end
         finally:
             rt.stop()
+            if rt.gave_up:
+                print(f"millwheel: stopped; gave up {len(rt.gave_up)} store call(s) the store did not answer; "
+                      + "; ".join(rt.gave_up) + "; nothing is lost: what was not committed is redone at the "
+                      "next start", file=sys.stderr, flush=True)
     finally:
         if server is not None:
             server.stop()
@@ -172,7 +176,10 @@ def run_cluster(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        procs.stop()
+        killed = procs.stop()
+        if killed:
+            print(f"millwheel: killed {len(killed)} process(es) that did not stop within 20 s of SIGTERM: "
+                  f"pids {', '.join(map(str, killed))}", file=sys.stderr, flush=True)
         if server is not None:
             server.stop()
     done = {n: sum(w["computations"].get(n, {}).get("records", 0) for w in st["workers"])
@@ -217,7 +224,8 @@ def worker(args: argparse.Namespace) -> int:
             pass
     finally:
         announce.unlink(missing_ok=True)
-        host.stop()
+        report = host.stop()
+        print(f"millwheel worker: {report.describe()}", file=sys.stderr, flush=True)
     if host.error is not None:
         print(f"millwheel worker: {host.error!r}", file=sys.stderr)
         return 1

@@ -34,12 +34,13 @@ def window_key(w: dict) -> tuple:
 class ClusterRun:
     """One ``millwheel run`` of ``module`` (``examples.ad_windows`` or a module beside the tests) over
     ``n_clicks`` joined clicks in ``files`` files. ``poison``: the index of the click that
-    ``mw_poison_windows`` raises on (left out of the expected answer)."""
+    ``mw_poison_windows`` raises on (left out of the expected answer). ``until_idle``: the run returns once
+    idle; ``new_session``: the run leads a process group of its own (for a Ctrl-C to the whole group)."""
 
     def __init__(self, tmp: Path, store: str, *, workers: int = 2, n_clicks: int = 4000, files: int = 8,
                  module: str = "examples.ad_windows", names: list[str] | None = None,
                  master_options: tuple[str, ...] = (), options: tuple[str, ...] = ("injector_batch=200",),
-                 poison: int | None = None) -> None:
+                 poison: int | None = None, until_idle: bool = False, new_session: bool = False) -> None:
         self.input, self.out = tmp / "in", tmp / "out"
         self.events = write_joined(self.input, n_clicks, files, names=names)
         self.poison = None if poison is None else self.events[poison]
@@ -52,12 +53,15 @@ class ClusterRun:
             argv += ["--master-option", o]
         for o in options:
             argv += ["--option", o]
+        if until_idle:
+            argv.append("--until-idle")
         env = dict(os.environ)
         if self.poison is not None:
             env["MW_POISON_CLICK"] = self.poison["click_id"]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(HERE)) if p)
         self.log = open(tmp / "run.log", "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=new_session)
         self.client = None
         try:
             wait_until(lambda: cluster_path(self.out).exists() or self.proc.poll() is not None, START_S,
