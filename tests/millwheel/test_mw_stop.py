@@ -31,7 +31,29 @@ STOP_S = 8.0
 design, the rest is slack for a loaded 2-core machine)."""
 
 
-FROZEN_HOLD_S = 1.0
+def _ss(*flt: str) -> list[list[str]]:
+    """``ss``'s established TCP sockets matching the filter, split into columns (Recv-Q, Send-Q, local,
+    peer[, process]). (Not psutil's connections: pysyncobj replaces ``socket.inet_ntop`` process-wide.)"""
+    out = subprocess.run(["ss", "-Htnp", "state", "established", *flt], capture_output=True, text=True,
+                         check=False).stdout
+    return [line.split() for line in out.splitlines()]
+
+
+def _connections_to(pid: int, port: int) -> set[int]:
+    """Local ports of ``pid``'s established TCP connections to ``port``."""
+    return {int(row[2].rsplit(":", 1)[1]) for row in _ss(f"( dport = :{port} )")
+            if len(row) > 4 and f"pid={pid}," in row[4]}
+
+
+def _calls_waiting_in(server_port: int, pid: int) -> int:
+    """How many of ``pid``'s connections to the server have bytes the server has not read (its side's
+    receive queue, from ``ss``): calls a frozen server will never answer."""
+    ours = _connections_to(pid, server_port)
+    waiting = 0
+    for recv_q, _, _, peer, *_ in _ss(f"( sport = :{server_port} )"):
+        if int(recv_q) > 0 and int(peer.rsplit(":", 1)[1]) in ours:
+            waiting += 1
+    return waiting
 
 
 def _server_processes(server) -> list[psutil.Process]:
@@ -103,9 +125,9 @@ def test_a_worker_stops_within_seconds_when_postgres_does_not_answer(fault, reac
         if fault == "frozen":
             frozen = _freeze(own_pg)
             assert not _answers(own_pg.url)
-            # a frozen server shows nothing to wait for (calls just hang): hold it a second, in which the
-            # worker's coordinator (a store round every 20-100 ms) and heartbeat are in their store calls
-            time.sleep(FROZEN_HOLD_S)
+            # the worker's coordinator (a store round every 20-100 ms) and heartbeat send their next calls
+            wait_until(lambda: _calls_waiting_in(own_pg.port, w.proc.pid) > 0, 30,
+                       message="a store call of the worker waiting in the frozen server")
         else:
             own_pg.stop()
             wait_until(lambda: w.status()["store"]["retries"] >= 3, 60, message="the worker retrying its store")
@@ -241,8 +263,10 @@ def test_ctrl_c_stops_the_one_process_millwheel_run_with_its_postgres_stopped(re
                 return conn.execute("SELECT EXISTS (SELECT 1 FROM one_process.state)").fetchone()[0]
         wait_until(lambda: claimed() or proc.poll() is not None, START_S, message="state written")
         assert proc.poll() is None
+        port = own_pg.port
         own_pg.stop()
-        time.sleep(FROZEN_HOLD_S)   # the threads are in their store retries meanwhile (nothing to see from here)
+        # its connections closed by the stopped server: its next store calls reconnect, are refused and retry
+        wait_until(lambda: not _connections_to(proc.pid, port), 30, message="the run's connections closed")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=60)
