@@ -28,7 +28,8 @@ import itertools
 import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from operator import itemgetter, ne, or_
+from itertools import compress, repeat
+from operator import eq, itemgetter, ne, not_, or_
 
 import orjson
 from tenacity import RetryCallState, wait_exponential
@@ -602,9 +603,16 @@ class DispatcherState:
                 self._release_ahead()
         events, c, lat = self._events, self.counters, self._latencies
         held = self._held
-        if not held and outcomes.count(Outcome.JOINED) == len(ids):
-            self._all_joined(ids, now)          # the usual answer: in bulk
-            return
+        if not held:                            # the JOINED ones in bulk, the others (usually none) one by one
+            joined = outcomes.count(Outcome.JOINED)
+            if joined == len(ids):
+                self._all_joined(ids, now)
+                return
+            if joined:
+                mask = list(map(eq, outcomes, repeat(Outcome.JOINED)))
+                self._all_joined(list(compress(ids, mask)), now)
+                keep = list(map(not_, mask))
+                ids, outcomes = list(compress(ids, keep)), list(compress(outcomes, keep))
         give_up: list[str] = []
         for cid, outcome in zip(ids, outcomes):
             if cid in held:
@@ -634,8 +642,8 @@ class DispatcherState:
             self._give_up(give_up)
 
     def _all_joined(self, ids: list[str], now: int) -> None:
-        """Every click of a batch JOINED (none held for its owner): their latencies counted per distinct wait
-        (a batch's clicks were mostly read together) and their records dropped in bulk."""
+        """Clicks answered JOINED (none held for its owner): their latencies counted per distinct wait (a
+        batch's clicks were mostly read together) and their records dropped in bulk."""
         recs = list(map(self._events.pop, ids))
         waits = [now - f for f in map(_GET_FIRST_SEEN, recs)]
         self._latencies.extend(waits)
@@ -910,7 +918,7 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
 
 
 _LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
-_GOOD_IDS = re.compile(r"(?:%s\n)*" % _LAZY_ID)
+_GOOD_IDS = re.compile(rf"(?:{_LAZY_ID}\n)*")
 """A run of well-formed ids (``photon.is_event_id``), each followed by a newline."""
 _FIELD_ERRORS = (KeyError, TypeError, IndexError)
 

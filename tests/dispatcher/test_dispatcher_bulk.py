@@ -46,7 +46,7 @@ def _line(kind: str, n: int) -> bytes:
     if kind == "bad_id":
         return orjson.dumps({**good, "click_id": cid(n)[:-1]})
     if kind == "bad_ref":
-        return orjson.dumps({**good, "query_id": "q-%d" % n})
+        return orjson.dumps({**good, "query_id": f"q-{n}"})
     if kind == "newline_id":
         return orjson.dumps({**good, "click_id": "10.0.0.1:7:\n" + cid(n)})
     if kind == "empty_id":
