@@ -57,6 +57,9 @@ def worker(args) -> None:
     client = idregistry.RegistryClient(args.endpoints.split(","), retry_timeout_s=60.0)
     client.sharding()
     start_at = args.start_at
+    if not start_at:                # told once every client is ready (a loaded machine starts them late)
+        print("ready", flush=True)
+        start_at = float(sys.stdin.readline())
     stop_at = start_at + args.duration
     limit = args.count // args.threads if args.count else 0      # ids per thread (0: until the duration ends)
     per_thread_rate = args.rate / args.threads if args.rate else 0.0
@@ -176,7 +179,6 @@ class Bench:
     def run_clients(self, clients: int, threads: int, batch: int, duration: float, rate: float = 0.0,
                     race: bool = False, count: int = 0, token_per_request: bool = False,
                     profiler=None) -> list[dict]:
-        start_at = time.time() + 1.5
         self.base_us = int(time.time() * 1e6)   # fresh seeds (id prefixes) keep phases apart
         procs = []
         for c in range(clients):
@@ -185,17 +187,25 @@ class Bench:
                     "--endpoints", ",".join(self.endpoints),
                     "--threads", str(threads), "--batch", str(batch), "--duration", str(duration),
                     "--rate", str(rate / clients), "--seed", str(seed), "--token", f"bench-{c}",
-                    "--start-at", str(start_at), "--base-us", str(self.base_us)]
+                    "--base-us", str(self.base_us)]
             if race:
                 argv.append("--keep-ids")
             if count:
                 argv += ["--count", str(count // clients)]
             if token_per_request:
                 argv.append("--token-per-request")
-            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True))
+            procs.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True))
             if profiler is not None:
                 profiler.attach(procs[-1].pid, "client")
         self.seed += clients + 1
+        for p in procs:              # every client has imported and found the shard leaders: start together
+            if p.stdout.readline().strip() != b"ready":
+                p.wait(timeout=30)
+                raise RuntimeError(f"bench client exited with {p.returncode} before it was ready")
+        start_at = time.time() + 0.2
+        for p in procs:
+            p.stdin.write(f"{start_at}\n".encode())
+            p.stdin.flush()                # (closed by communicate below)
         outs = []
         for p in procs:
             stdout, _ = p.communicate(timeout=duration + 120)

@@ -8,7 +8,9 @@
    imports Photon, starts Spark and runs the job; prints its seconds from launch to the report (Spark's
    start-up included) and, of those, the session's start, the JVM's CPU-seconds (start-up and job; of them,
    the start's), the Spark jobs the run submitted, and whether the driver's class archive was used (a first
-   run writes it at its exit: run the bench twice to time a start with it).
+   run writes it at its exit: run the bench twice to time a start with it), the job's JVM CPU-seconds by kind of
+   thread (JIT compilers, garbage collector, task threads, the rest) and the classes Spark's code generation
+   compiled (with Janino) and its milliseconds.
    For the throughput runs too: the JVM's CPU-seconds of the job (less sensitive to other load than wall time).
 3. Recovery end to end (``--lost 0`` skips it): a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
    (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
@@ -81,6 +83,34 @@ def jvm_cpu_s(spark) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def jvm_threads_cpu_s(spark) -> dict:
+    """The JVM's CPU-seconds so far by kind of thread (Linux ``/proc/<pid>/task``): ``jit`` (the compiler
+    threads), ``gc`` (the collector's and the VM thread), ``tasks`` (Spark's task threads) and ``other``
+    (the driver: planning, code generation, py4j, the scheduler). Threads that ended are not counted."""
+    pid = spark.sparkContext._gateway.proc.pid
+    tick = os.sysconf("SC_CLK_TCK")
+    kinds = {"jit": 0.0, "gc": 0.0, "tasks": 0.0, "other": 0.0}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = "jit" if "CompilerThre" in name else "gc" if name.startswith(("GC ", "G1 ", "VM Thread")) \
+            else "tasks" if name.startswith("Executor task") else "other"
+        kinds[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return kinds
+
+
+def codegen_figures(spark) -> dict:
+    """Spark's own code generation so far (its ``CodegenMetrics``): classes Janino compiled, and the
+    milliseconds it took."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    compiled = metrics.METRIC_COMPILATION_TIME()
+    return {"codegen_classes": compiled.getCount(),
+            "codegen_ms": round(compiled.getSnapshot().getMean() * compiled.getCount())}
+
+
 def throughput(spark, root: Path, n: int) -> dict:
     """One region of ``n`` foreign events; returns the job's figures (the session already started)."""
     expected_lost = prepare(root, n)
@@ -122,16 +152,19 @@ def _class_archive_state(spark, archive) -> str:
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
-    from photon.app import class_archive_plan
-    archive = class_archive_plan(None)
+    from photon.app import class_archive_plan, input_bytes
+    config = load_config(Path(root) / "photon.toml")
+    archive = class_archive_plan(config)
     t0 = time.perf_counter()
-    spark = spark_session(None, "bench-verify-cold")
+    spark = spark_session(config, "bench-verify-cold", input_bytes=input_bytes(config))    # as photon verify
     t1 = time.perf_counter()
-    start_cpu = jvm_cpu_s(spark)
+    start_cpu, threads0 = jvm_cpu_s(spark), jvm_threads_cpu_s(spark)
     report = run_verify(load_config(Path(root) / "photon.toml"), spark, export_dir=Path(root) / "export")
     t2 = time.perf_counter()
     _checked(report, int(n), int(expected_lost))
-    print(orjson.dumps({"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2),
+    threads = jvm_threads_cpu_s(spark)
+    print(orjson.dumps({**{f"job_{k}_cpu_s": round(v - threads0[k], 1) for k, v in threads.items()},
+                        **codegen_figures(spark),"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2),
                         "jvm_cpu_s": round(jvm_cpu_s(spark), 1), "jvm_start_cpu_s": round(start_cpu, 1),
                         "spark_jobs": spark_jobs(spark),
                         "class_archive": _class_archive_state(spark, archive)}).decode())
@@ -217,6 +250,9 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_cold_jvm_start_cpu_s"] = f["jvm_start_cpu_s"]
             figures[f"verify_{label}_cold_spark_jobs"] = f["spark_jobs"]
             figures[f"verify_{label}_cold_class_archive"] = f["class_archive"]
+            for key in ("job_jit_cpu_s", "job_gc_cpu_s", "job_tasks_cpu_s", "job_other_cpu_s", "codegen_classes",
+                        "codegen_ms"):
+                figures[f"verify_{label}_cold_{key}"] = f[key]
             shutil.rmtree(Path(tmp) / "cold")
         spark = spark_session(None, "bench-verify")
         for n in sizes:

@@ -343,6 +343,10 @@ class SparkConfig:
                                     "written by the first job, used by the next ones: a faster start); a "
                                     "missing or stale archive only costs speed")
     cache_dir: str = opt("", "folder of that archive (default: $XDG_CACHE_HOME/photon or ~/.cache/photon)")
+    short_job_mb: int = opt(256, "a job whose input is known to be at most this many MB (photon verify over "
+                                 "local folders) starts its driver JVM with the JIT's first tier only "
+                                 "(-XX:TieredStopAtLevel=1: less compiling in a short run, slower in a long "
+                                 "one); 0: never", check=_non_negative)
 
 
 @dataclass(frozen=True)

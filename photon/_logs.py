@@ -13,7 +13,8 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import add
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -36,7 +37,7 @@ class LogChunk:
 
 def line_offsets(start: int, lines: list[bytes]) -> list[int]:
     """Where each of ``lines`` (consecutive, each without its ``\\n``) starts, the first at ``start``."""
-    offsets = list(accumulate(map((1).__add__, map(len, lines)), initial=start))   # in C: no step per line
+    offsets = list(accumulate(map(add, map(len, lines), repeat(1)), initial=start))   # in C: no Python step per line
     offsets.pop()
     return offsets
 

@@ -187,7 +187,7 @@ class LocalSource:
         self._view: dict[str, ObjectInfo] = {}
         self._unchanged_since: dict[str, float] = {}   # name -> when it was last seen growing or changing
         self._retired: set[str] = set()
-        self._listings: dict[str, tuple[int, list[tuple[str, bool]]]] = {}   # folder -> (mtime_ns, entries)
+        self._listings: dict[str, tuple[int, list[tuple[str, str | None]]]] = {}   # folder -> (mtime_ns, entries)
         self._last_full = float("-inf")
         self.stats_last_scan = 0                        # files stated by the last scan
 
@@ -195,14 +195,19 @@ class LocalSource:
         if self.root.exists() and not self.root.is_dir():
             raise SourceError(f"{self.root} is not a folder")
 
-    def _entries(self, folder: str, full: bool) -> list[tuple[str, bool]]:
-        """``[(path, is_dir)]`` of ``folder``, listed again only if its mtime changed (or ``full``)."""
+    def _entries(self, folder: str, cut: int, full: bool) -> list[tuple[str, str | None]]:
+        """``[(path, name)]`` of ``folder``: a sub-folder's path with ``None``, a visible file's path with its
+        object name (its path from the root's ``cut`` on); listed again only if its mtime changed (or ``full``)."""
         st = os.stat(folder)
         cached = self._listings.get(folder)
         if not full and cached is not None and cached[0] == st.st_mtime_ns:
             return cached[1]
-        entries = [(e.path, e.is_dir(follow_symlinks=False)) for e in os.scandir(folder)
-                   if e.is_dir(follow_symlinks=False) or e.is_file()]
+        entries = []
+        for e in os.scandir(folder):
+            if e.is_dir(follow_symlinks=False):
+                entries.append((e.path, None))
+            elif e.is_file() and visible(name := e.path[cut:].replace(os.sep, "/")):
+                entries.append((e.path, name))
         self._listings[folder] = (st.st_mtime_ns, entries)
         return entries
 
@@ -217,19 +222,17 @@ class LocalSource:
         stated = 0
         if self.root.is_dir():
             stack = [str(self.root)]
+            cut = len(os.path.join(stack[0], ""))        # listed paths are the root's, joined: a slice names them
             while stack:
                 d = stack.pop()
                 try:
-                    entries = self._entries(d, full)
+                    entries = self._entries(d, cut, full)
                 except (FileNotFoundError, NotADirectoryError):
                     self._listings.pop(d, None)
                     continue
-                for path, is_dir in entries:
-                    if is_dir:
+                for path, name in entries:
+                    if name is None:
                         stack.append(path)
-                        continue
-                    name = os.path.relpath(path, self.root).replace(os.sep, "/")
-                    if not visible(name):
                         continue
                     if not full and name in self._retired and name in self._view:
                         view[name] = self._view[name]

@@ -211,21 +211,26 @@ class LogTailer:
         return self._lines(name, pos + nl + 1, rest) if rest else None
 
     def _lines(self, name: str, start: int, data: bytes) -> LogChunk | None:
+        """The complete lines of ``data`` (read from ``start``), in few passes over its bytes, each in C: one
+        split (the lines themselves, no slice of the body first), the offsets by one running sum of the
+        lengths, the UTF-8 check of the whole chunk at once (one ``isascii`` scan, a decode of the complete
+        lines only when some byte is not ASCII), and the longest line measured only when the chunk is long
+        enough to hold an over-long one. Only a chunk that fails a check goes through its lines one by one."""
         last_nl = data.rfind(b"\n")
         if last_nl < 0:
             if len(data) > self.max_line_bytes:
                 self._long_line(name, start, data)
             return None
-        body = data[:last_nl]
-        lines = body.split(b"\n")
-        offsets = line_offsets(start, lines)
+        lines = data.split(b"\n")
+        tail = lines.pop()                       # after the last newline: not written yet
         end = start + last_nl + 1
-        tail = len(data) - last_nl - 1
-        if max(map(len, lines)) > self.max_line_bytes or not _is_utf8(body):
+        offsets = line_offsets(start, lines)
+        limit = self.max_line_bytes
+        if (last_nl > limit and max(map(len, lines)) > limit) or not _is_utf8(data, last_nl):
             offsets, lines = self._drop_bad(name, offsets, lines)
         self.offsets[name] = end
-        if tail > self.max_line_bytes:
-            self._long_line(name, end, data[last_nl + 1:])
+        if len(tail) > limit:
+            self._long_line(name, end, tail)
         if not lines:
             return None
         return LogChunk(name, offsets, lines, end)
@@ -256,9 +261,13 @@ class LogTailer:
         return good_offsets, good
 
 
-def _is_utf8(data: bytes) -> bool:
+def _is_utf8(data: bytes, length: int) -> bool:
+    """Whether the first ``length`` bytes of ``data`` are valid UTF-8, in one pass in C, without a copy: an
+    all-ASCII ``data`` (the common case) needs no decode."""
+    if data.isascii():
+        return True
     try:
-        data.decode("utf-8")
+        str(memoryview(data)[:length], "utf-8")
     except UnicodeDecodeError:
         return False
     return True

@@ -17,20 +17,24 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from photon import PhotonConfig
+from photon import PhotonConfig, SparkConfig
 from photon.app import _class_archive
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 PROGRESS_INTERVAL_S = 0.5
 JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+SHORT_JOB_JIT = "-XX:TieredStopAtLevel=1"     # C1 only: compiles cheaply, runs code more slowly than C2
+JIT_FLAGS = ("TieredStopAtLevel", "TieredCompilation", "CompilationMode")    # the user's choice wins
 
 
-def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False):
+def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False,
+                  input_bytes: int | None = None):
     """The process's SparkSession, built from ``config.spark`` on first use (later calls return it).
 
     ``verbose`` keeps Spark's own warnings on (``--verbose`` of the CLI). JVM flags given in ``[spark].conf``
     (``spark.driver.extraJavaOptions``, e.g. ``-XX:TieredStopAtLevel=1`` for short jobs on a small machine)
-    are added to the quiet log's option, not put in its place."""
+    are added to the quiet log's option, not put in its place. ``input_bytes``: the size of the job's input
+    when the caller knows it before the session starts (:func:`short_job_options`)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -44,12 +48,12 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
-        session = _configured(builder, session_settings(config, verbose, archive)).getOrCreate()
+        session = _configured(builder, session_settings(config, verbose, archive, input_bytes)).getOrCreate()
     except Exception as e:
         if archive is None or "JAVA_GATEWAY_EXITED" not in str(e):
             raise
         archive = None       # a JVM that would not start with the class archive's flags starts without them
-        session = _configured(builder, session_settings(config, verbose)).getOrCreate()
+        session = _configured(builder, session_settings(config, verbose, None, input_bytes)).getOrCreate()
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     if archive is not None:
         gateway = session.sparkContext._gateway
@@ -78,12 +82,28 @@ def class_archive_plan(config: PhotonConfig | None = None):
     return _class_archive.plan(cache, (spark_cfg.conf if spark_cfg else {}).get("spark.driver.extraJavaOptions", ""))
 
 
-def session_settings(config: PhotonConfig | None = None, verbose: bool = False, archive=None) -> dict:
-    """The settings :func:`spark_session` builds a session with, from ``config.spark`` and the driver's class
-    archive (an :class:`photon.app._class_archive.ArchivePlan`, or None) (pure)."""
+def short_job_options(config: PhotonConfig | None, input_bytes: int | None) -> str:
+    """The driver JVM's JIT flags for a job of ``input_bytes`` (None: not known) (pure): the first tier only
+    (:data:`SHORT_JOB_JIT`) when the input is at most ``[spark].short_job_mb``, where a fresh JVM spends
+    more CPU compiling with C2 than C2's faster code saves (docs/performance.md, the verification job's
+    fifth pass); nothing for a larger or unknown input, or when ``[spark].conf`` sets JIT flags of its own."""
+    limit_mb = (config.spark if config is not None else SparkConfig()).short_job_mb
+    user = (config.spark.conf if config is not None else {}).get("spark.driver.extraJavaOptions", "")
+    if input_bytes is None or not limit_mb or input_bytes > limit_mb * 1_000_000 \
+            or any(flag in user for flag in JIT_FLAGS):
+        return ""
+    return SHORT_JOB_JIT
+
+
+def session_settings(config: PhotonConfig | None = None, verbose: bool = False, archive=None,
+                     input_bytes: int | None = None) -> dict:
+    """The settings :func:`spark_session` builds a session with, from ``config.spark``, the driver's class
+    archive (an :class:`photon.app._class_archive.ArchivePlan`, or None) and the job's input size
+    (:func:`short_job_options`) (pure)."""
     spark_cfg = config.spark if config is not None else None
     java_opts = "" if verbose else f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
     driver_opts = f"{java_opts} {archive.java_options}".strip() if archive is not None else java_opts
+    driver_opts = f"{driver_opts} {short_job_options(config, input_bytes)}".strip()
     settings = {
         "spark.driver.memory": spark_cfg.driver_memory if spark_cfg else "2g",
         "spark.sql.shuffle.partitions": str(spark_cfg.shuffle_partitions if spark_cfg else 8),

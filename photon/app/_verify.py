@@ -390,6 +390,28 @@ def check_inputs(config: PhotonConfig) -> None:
 
 # ---- the job ----------------------------------------------------------------------------------------
 
+def input_bytes(config: PhotonConfig) -> int | None:
+    """Bytes of every region's foreign input (and recovery stream) and output, as their local folders hold
+    them now, or None when some are not local (S3): the job's size, known before Spark starts
+    (:func:`photon.app._spark.short_job_options`). Only a size: nothing here is read."""
+    import os
+    total = 0
+    for region in config.pipeline_regions:
+        folders = [local_folder(region.stream_url(s)) for s in (config.join.foreign_stream,
+                                                                 recovery_stream(config.join.foreign_stream))]
+        folders.append(local_folder(region.output_root))
+        if any(f is None for f in folders):
+            return None
+        for folder in folders:
+            for base, _, names in os.walk(folder):
+                for name in names:
+                    try:
+                        total += os.stat(os.path.join(base, name)).st_size
+                    except OSError:
+                        pass
+    return total
+
+
 def take_export(config: PhotonConfig, out: Path) -> Path:
     client = idregistry.connect(idregistry.registry_endpoints(config))
     try:

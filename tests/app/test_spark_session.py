@@ -139,3 +139,40 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
     assert len(again) == 1 and again[0].name.endswith(f"-{again[0].stat().st_size}.jsa")
     assert again[0].stat().st_size > 4096
     assert not list(Path.cwd().glob("hs_err_pid*.log"))         # no JVM crashed on the way
+
+
+def test_a_job_known_to_be_small_starts_its_driver_jvm_with_the_first_jit_tier_only():
+    from photon.app._spark import QUIET_LOG4J, SHORT_JOB_JIT, session_settings
+    quiet = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+    cfg = parse_config({"regions": [REGION]})
+    assert cfg.spark.short_job_mb == 256
+    small = session_settings(cfg, input_bytes=200_000_000)
+    assert small["spark.driver.extraJavaOptions"] == f"{quiet} {SHORT_JOB_JIT}"
+    assert small["spark.executor.extraJavaOptions"] == quiet
+    assert session_settings(None, input_bytes=256_000_000)["spark.driver.extraJavaOptions"] == f"{quiet} {SHORT_JOB_JIT}"
+    for size in (None, 256_000_001, 5_000_000_000):       # unknown or large: C2 too
+        assert session_settings(cfg, input_bytes=size)["spark.driver.extraJavaOptions"] == quiet
+    never = parse_config({"regions": [REGION], "spark": {"short_job_mb": 0}})
+    assert session_settings(never, input_bytes=1)["spark.driver.extraJavaOptions"] == quiet
+    own = parse_config({"regions": [REGION], "spark": {"conf": {"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}}})
+    assert session_settings(own, input_bytes=1)["spark.driver.extraJavaOptions"] == f"{quiet} -XX:-TieredCompilation"
+    with pytest.raises(ConfigError, match=r"short_job_mb.*>= 0"):
+        parse_config({"regions": [REGION], "spark": {"short_job_mb": -1}})
+
+
+def test_verify_input_size_is_the_local_input_and_output_and_unknown_on_s3(tmp_path):
+    from photon.app._verify import input_bytes
+    region = {"name": "a", "log_root": str(tmp_path / "logs"), "output_root": str(tmp_path / "out"),
+              "state_dir": str(tmp_path / "state")}
+    cfg = parse_config({"regions": [region]})
+    (tmp_path / "logs/clicks").mkdir(parents=True)
+    (tmp_path / "logs/clicks/c-1.jsonl").write_bytes(b"x" * 1000)
+    (tmp_path / "logs/clicks-recovery").mkdir()
+    (tmp_path / "logs/clicks-recovery/r.jsonl").write_bytes(b"x" * 20)
+    (tmp_path / "logs/queries").mkdir()
+    (tmp_path / "logs/queries/q.jsonl").write_bytes(b"x" * 5000)      # the primary input: not read by the counts
+    (tmp_path / "out/joined").mkdir(parents=True)
+    (tmp_path / "out/joined/a.jsonl").write_bytes(b"x" * 300)
+    assert input_bytes(cfg) == 1320
+    remote = parse_config({"regions": [{**region, "output_root": "s3://bucket/out"}]})
+    assert input_bytes(remote) is None
