@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+import re
+from collections import Counter, deque
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import eq, gt, itemgetter, ne, not_, or_
 
 import orjson
 from tenacity import RetryCallState, wait_exponential
@@ -36,8 +39,8 @@ from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, Join
                                   Lookup, LookupAnswered, LookupFailed, QuarantineRecords, SendBatch, StopRequested,
                                   TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare
-from photon import (TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig, LatencyHistogram, is_event_id,
-                    key_and_time, parse_event_id)
+from photon import (ID_KEY, ID_REGEX, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig,
+                    LatencyHistogram, is_event_id, key_and_time, parse_event_id)
 
 CHECKPOINT_FORMAT = 1
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
@@ -151,6 +154,8 @@ def percentiles_ms(samples_us, points=(50, 90, 99)) -> dict:
 # ---------------------------------------------------------------- the core
 
 _REF, _RAW, _FIRST_SEEN, _ATTEMPTS = range(4)  # fields of an unresolved event's record (a list)
+_GET_REF, _GET_RAW, _GET_FIRST_SEEN = itemgetter(_REF), itemgetter(_RAW), itemgetter(_FIRST_SEEN)
+_MISSING = object()
 
 RECOVERY_FILE_PREFIX = "../"
 """Files of the recovery stream are named ``../<stream>-recovery/<file>`` (see ``_recovery.py``). Their clicks
@@ -187,8 +192,7 @@ class DispatcherState:
         self._share = share if lookups else None   # each click's first region (see _share.py)
         self._held: dict[str, int] = {}            # unresolved id held back for its owner -> owner index
         self._held_again: set[str] = set()         # of those, found unjoined at a lookup already
-        self._by_time: list[tuple[str, str]] = []   # heap of (time digits, id) of unresolved ids; resolved ones
-        #                                             leave it lazily (see oldest_unresolved_us)
+        self._oldest = _OldestIds()                # unresolved ids by time (resolved ones leave it lazily)
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
@@ -346,19 +350,7 @@ class DispatcherState:
         """The event time (from its key, photon.EventIds) of the oldest click queued, in flight or waiting for
         a retry; 0 when there is none. Every click whose joined line may still appear is unresolved here or
         not read yet."""
-        events, heap = self._events, self._by_time
-        if not events:
-            heap.clear()
-            return 0
-        # every id here passed is_event_id: its last TIMESTAMP_DIGITS characters are zero-padded digits, so
-        # the smallest string is the smallest time. The heap holds every unresolved id (and resolved ones
-        # not popped yet): O(log n) per click read instead of a scan of every unresolved id per status
-        if len(heap) > 2 * len(events) + OLDEST_HEAP_SLACK:    # mostly resolved ids: rebuild (amortized O(1) per click)
-            heap[:] = [(i[-TIMESTAMP_DIGITS:], i) for i in events]
-            heapq.heapify(heap)
-        while heap[0][1] not in events:
-            heapq.heappop(heap)
-        return int(heap[0][0])
+        return self._oldest.oldest_us(self._events)
 
     def snapshot(self, now_us: int) -> dict:
         """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting)::
@@ -409,6 +401,11 @@ class DispatcherState:
     # ------------------------------------------------------------ transitions
 
     def _on_lines(self, ev: LinesRead, out: list) -> None:
+        """Each chunk in bulk (see :func:`_chunk_fields`): its lines parsed, their two ids taken and checked
+        with one regular-expression pass each, and its new events added together. Only its bad lines
+        (:meth:`_add_line` names their problem) and copies of unresolved ids (:meth:`_add_event`) are taken
+        one by one; a chunk of custom ids (an event-time field) goes line by line. The outcome of every line
+        is the one it had line by line: nothing is resolved while lines are read."""
         self._scan_at_us = ev.now_us
         self._last_scan_empty = not ev.chunks
         if not ev.chunks:
@@ -418,73 +415,112 @@ class DispatcherState:
         idf, reff = self.join.foreign_id_field, self.join.foreign_ref_field
         foreign_ids, primary_ids = self.join.foreign_ids, self.join.primary_ids
         custom = foreign_ids if foreign_ids.custom or primary_ids.custom else None
-        loads, decode_error = orjson.loads, orjson.JSONDecodeError
-        events, dups, queued = self._events, self._dups, self._queued
-        share = self._share
-        added = self._added
-        by_time, heappush = self._by_time, heapq.heappush
+        events, added, queued = self._events, self._added, self._queued
         bad: list = []
         read = 0
         for chunk in ev.chunks:
-            file = chunk.file
+            file, lines = chunk.file, chunk.lines
             recovered = file.startswith(RECOVERY_FILE_PREFIX)
-            read += len(chunk.lines)
-            for off, line in zip(chunk.offsets, chunk.lines):
-                try:
-                    rec = loads(line)
-                except decode_error as e:
-                    bad.append((file, off, f"not valid JSON: {e}", line))
-                    continue
-                if type(rec) is not dict:
-                    bad.append((file, off, f"not a JSON object but {type(rec).__name__}", line))
-                    continue
-                cid = rec.get(idf)
-                ref = rec.get(reff)
-                if type(cid) is not str or type(ref) is not str:
-                    bad.append((file, off, _field_problem(rec, idf, reff), line))
-                    continue
-                if custom is not None:          # a time field: the event's Photon key (photon.EventIds)
-                    try:
-                        cid = custom.key(rec)
-                        problem = primary_ids.ref_problem(ref)
-                        if problem:
-                            raise BadEventId(f"{reff!r} {problem}")
-                    except BadEventId as e:
-                        bad.append((file, off, str(e), line))
-                        continue
-                elif not (is_event_id(cid) and is_event_id(ref)):
-                    try:
-                        parse_event_id(cid)
-                        parse_event_id(ref)
-                    except BadEventId as e:
-                        bad.append((file, off, str(e), line))
-                        continue
-                if cid in events:
-                    dups.setdefault(cid, []).append(line)
-                    if cid not in added:
-                        self._dup_added.append((cid, line))
-                    continue
-                events[cid] = [ref, line, now, 0]
-                heappush(by_time, (cid[-TIMESTAMP_DIGITS:], cid))
-                added[cid] = None
-                if recovered:
-                    self._recovered.add(cid)
-                    queued.append(cid)
-                elif share is None:
-                    queued.append(cid)
-                else:
-                    owner = share.owner(cid)
-                    hold = share.hold_us(owner)
-                    if hold:
-                        self._held[cid] = owner
-                        heapq.heappush(self._retry, (now + hold, cid))
-                    else:
-                        queued.append(cid)
+            read += len(lines)
+            if custom is not None:              # a time field per event: line by line
+                for off, line in zip(chunk.offsets, lines):
+                    self._add_line(file, off, line, now, recovered, custom, bad)
+                self.offsets[file] = chunk.end
+                continue
+            cids, refs, wrong = _chunk_fields(lines, idf, reff)
+            if wrong:                           # their problems named one by one (in order: only they are bad)
+                offsets = chunk.offsets
+                for k in wrong:
+                    self._add_line(file, offsets[k], lines[k], now, recovered, None, bad)
+                lines = _drop(lines, wrong)
+            again = _repeats(cids, events)
+            if again:                           # copies of unresolved ids: after the others, in order
+                copies = [(cids[k], refs[k], lines[k]) for k in again]
+                cids, refs, lines = _drop(cids, again), _drop(refs, again), _drop(lines, again)
+            new = dict(zip(cids, [[ref, line, now, 0] for ref, line in zip(refs, lines)]))
+            events.update(new)
+            added.update(dict.fromkeys(cids))
+            self._oldest.add(cids)
+            if recovered:
+                self._recovered.update(cids)
+                queued.extend(cids)
+            elif self._share is None:
+                queued.extend(cids)
+            else:
+                for cid in cids:
+                    self._place(cid, now)
+            if again:
+                for cid, ref, line in copies:
+                    self._add_event(cid, ref, line, now, recovered)
             self.offsets[file] = chunk.end
         self.counters["events_read"] += read
         if bad:
             self.counters["bad_records"] += len(bad)
             out.append(QuarantineRecords(bad))
+
+    def _add_line(self, file: str, off: int, line: bytes, now: int, recovered: bool, custom, bad: list) -> None:
+        """One line parsed and checked on its own: added, or its problem appended to ``bad``."""
+        idf, reff = self.join.foreign_id_field, self.join.foreign_ref_field
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            bad.append((file, off, f"not valid JSON: {e}", line))
+            return
+        if type(rec) is not dict:
+            bad.append((file, off, f"not a JSON object but {type(rec).__name__}", line))
+            return
+        cid = rec.get(idf)
+        ref = rec.get(reff)
+        if type(cid) is not str or type(ref) is not str:
+            bad.append((file, off, _field_problem(rec, idf, reff), line))
+            return
+        if custom is not None:          # a time field: the event's Photon key (photon.EventIds)
+            try:
+                cid = custom.key(rec)
+                problem = self.join.primary_ids.ref_problem(ref)
+                if problem:
+                    raise BadEventId(f"{reff!r} {problem}")
+            except BadEventId as e:
+                bad.append((file, off, str(e), line))
+                return
+        elif not (is_event_id(cid) and is_event_id(ref)):
+            try:
+                parse_event_id(cid)
+                parse_event_id(ref)
+            except BadEventId as e:
+                bad.append((file, off, str(e), line))
+                return
+        self._add_event(cid, ref, line, now, recovered)
+
+    def _add_event(self, cid: str, ref: str, line: bytes, now: int, recovered: bool) -> None:
+        """A checked line: a later copy of an unresolved id, or a new unresolved event."""
+        events = self._events
+        if cid in events:
+            self._dups.setdefault(cid, []).append(line)
+            if cid not in self._added:
+                self._dup_added.append((cid, line))
+            return
+        events[cid] = [ref, line, now, 0]
+        self._oldest.add((cid,))
+        self._added[cid] = None
+        if recovered:
+            self._recovered.add(cid)
+            self._queued.append(cid)
+        elif self._share is None:
+            self._queued.append(cid)
+        else:
+            self._place(cid, now)
+
+    def _place(self, cid: str, now: int) -> None:
+        """A new click with region sharing: queued, or held back for its owner region."""
+        share = self._share
+        owner = share.owner(cid)
+        hold = share.hold_us(owner)
+        if hold:
+            self._held[cid] = owner
+            heapq.heappush(self._retry, (now + hold, cid))
+        else:
+            self._queued.append(cid)
 
     def _on_lookup(self, batch_id: int, present: list | None, out: list, now: int = 0) -> None:
         ids = self._batches.get(batch_id)
@@ -518,17 +554,16 @@ class DispatcherState:
         self._send(batch_id, ids, out)
 
     def _send(self, batch_id: int, ids: list[str], out: list) -> None:
-        events, added, sent = self._events, self._added, self._sent
-        refs, raws = [], []
-        for cid in ids:
-            r = events[cid]
+        recs = list(map(self._events.__getitem__, ids))
+        for r in recs:
             r[_ATTEMPTS] += 1
-            refs.append(r[_REF])
-            raws.append(r[_RAW])
-            if cid not in added:
-                sent.append(cid)
+        added = self._added
+        if added:                              # one more attempt, for the journal (of ids checkpointed before)
+            self._sent.extend(itertools.filterfalse(added.__contains__, ids))
+        else:
+            self._sent.extend(ids)
         self.counters["attempts"] += len(ids)
-        out.append(SendBatch(batch_id, ids, refs, raws))
+        out.append(SendBatch(batch_id, ids, list(map(_GET_REF, recs)), list(map(_GET_RAW, recs))))
 
     def _on_answer(self, batch_id: int, outcomes: list | None, now: int, out: list,
                    store_behind: bool = False, read_to: dict | None = None, read_through_us: int = 0) -> None:
@@ -567,8 +602,18 @@ class DispatcherState:
                 self._store_read_to = None
                 self._release_ahead()
         events, c, lat = self._events, self.counters, self._latencies
-        give_up: list[str] = []
         held = self._held
+        if not held:                            # the JOINED ones in bulk, the others (usually none) one by one
+            joined = outcomes.count(Outcome.JOINED)
+            if joined == len(ids):
+                self._all_joined(ids, now)
+                return
+            if joined:
+                mask = list(map(eq, outcomes, repeat(Outcome.JOINED)))
+                self._all_joined(list(compress(ids, mask)), now)
+                keep = list(map(not_, mask))
+                ids, outcomes = list(compress(ids, keep)), list(compress(outcomes, keep))
+        give_up: list[str] = []
         for cid, outcome in zip(ids, outcomes):
             if cid in held:
                 self._held_answered(held[cid], outcome, now)
@@ -596,6 +641,18 @@ class DispatcherState:
         if give_up:
             self._give_up(give_up)
 
+    def _all_joined(self, ids: list[str], now: int) -> None:
+        """Clicks answered JOINED (none held for its owner): their latencies counted per distinct wait (a
+        batch's clicks were mostly read together) and their records dropped in bulk."""
+        recs = list(map(self._events.pop, ids))
+        waits = [now - f for f in map(_GET_FIRST_SEEN, recs)]
+        self._latencies.extend(waits)
+        hist = self._latency_hist
+        for waited, n in Counter(waits).items():
+            hist.add(waited, n)
+        self.counters["joined"] += len(ids)
+        self._forget(ids)
+
     def _hold_if_ahead(self, cid: str, now: int) -> bool:
         """Hold ``cid`` back (true) when the latest answer said the event store is behind and its query's time
         is past what the store has read of the query's key: the store has certainly not read that query yet,
@@ -615,6 +672,30 @@ class DispatcherState:
         key, t = key_and_time(self._events[cid][_REF])
         if t <= read_to.get(key, self._store_through_us):
             return False
+        self._hold(cid, key, t, now)
+        return True
+
+    def _not_ahead(self, cids: list[str], now: int) -> list[str]:
+        """:meth:`_hold_if_ahead` of each of ``cids`` (taken from the queue, the store's position known), in
+        bulk: their query keys and times sliced and compared by ``map`` in C, only the clicks held back taken
+        one by one. Returns the others, in order."""
+        refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
+        ahead = list(map(gt, map(int, map(ID_TIME_DIGITS, refs)),
+                         map(self._store_read_to.get, map(ID_KEY, refs), repeat(self._store_through_us))))
+        unhold = self._unhold
+        if unhold:                              # once without the check: those go whatever their time
+            free = [cid in unhold for cid in cids]
+            unhold.difference_update(cids)
+            ahead = list(map(gt, ahead, free))  # (ahead and not free)
+        at = _positions(ahead, True)
+        if not at:
+            return cids
+        for k in at:
+            ref = refs[k]
+            self._hold(cids[k], ID_KEY(ref), int(ID_TIME_DIGITS(ref)), now)
+        return _drop(cids, at)
+
+    def _hold(self, cid: str, key: str, t: int, now: int) -> None:
         heap = self._ahead.get(key)
         if heap is None:
             heap = self._ahead[key] = []
@@ -624,7 +705,6 @@ class DispatcherState:
         self._ahead_entries += 1
         if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
             self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
-        return True
 
     def _rebuild_ahead(self) -> None:
         ahead: dict[str, list[tuple[int, str]]] = {}
@@ -712,25 +792,40 @@ class DispatcherState:
 
     def _resolved(self, cid: str, dups_counter: str | None = "already_registered") -> None:
         del self._events[cid]
-        if cid in self._added:
-            del self._added[cid]              # never checkpointed: the journal need not know it
+        self._forget((cid,), dups_counter)
+
+    def _forget(self, ids, dups_counter: str | None = "already_registered") -> None:
+        """The rest of resolving ``ids`` (no longer in ``_events``): the journal told of those checkpointed
+        before, and each dropped from the sets it may be in (only the sets in use are asked)."""
+        added = self._added
+        if added:
+            pop = added.pop
+            gone = self._gone
+            for cid in ids:
+                if pop(cid, _MISSING) is _MISSING:
+                    gone.append(cid)          # checkpointed before: the journal must say it is gone
         else:
-            self._gone.append(cid)            # checkpointed before: the journal must say it is gone
-        # the rest are usually empty (a click per call: only the ones in use are asked)
+            self._gone.extend(ids)            # (one never checkpointed: the journal need not know it)
+        # the rest are usually empty
         if self._store_wait:
-            self._store_wait.pop(cid, None)
+            for cid in ids:
+                self._store_wait.pop(cid, None)
         if self._ahead_since:
-            self._ahead_since.pop(cid, None)
+            for cid in ids:
+                self._ahead_since.pop(cid, None)
         if self._unhold:
-            self._unhold.discard(cid)
+            self._unhold.difference_update(ids)
         if self._recovered:
-            self._recovered.discard(cid)
-        if self._held and self._held.pop(cid, None) is not None:
-            self._held_again.discard(cid)
+            self._recovered.difference_update(ids)
+        if self._held:
+            for cid in ids:
+                if self._held.pop(cid, None) is not None:
+                    self._held_again.discard(cid)
         if self._dups:
-            copies = self._dups.pop(cid, None)
-            if copies and dups_counter:
-                self.counters[dups_counter] += len(copies)
+            for cid in ids:
+                copies = self._dups.pop(cid, None)
+                if copies and dups_counter:
+                    self.counters[dups_counter] += len(copies)
 
     def _release_due(self, now: int) -> None:
         heap = self._retry
@@ -765,20 +860,18 @@ class DispatcherState:
 
     def _pump(self, out: list, now: int = 0) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
-        hold = self._hold_if_ahead if self._store_read_to is not None else None
+        hold = self._store_read_to is not None
         while queued and len(self._batches) < limit:
             # a backlog is spread over the free slots in bigger requests (per-request costs paid less often);
             # with little queued, requests of batch_size go at once (no waiting to fill a batch)
             free = limit - len(self._batches)
             n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
-            if hold is None:
+            if not hold:
                 ids = [queued.popleft() for _ in range(n)]
             else:                               # clicks whose query the store has not read yet stay behind
                 ids = []
                 while queued and len(ids) < n:
-                    cid = queued.popleft()
-                    if not hold(cid, now):
-                        ids.append(cid)
+                    ids += self._not_ahead([queued.popleft() for _ in range(min(n - len(ids), len(queued)))], now)
                 if not ids:
                     break
                 n = len(ids)
@@ -807,10 +900,10 @@ class DispatcherState:
             if cid in self._events:
                 continue
             self._events[cid] = [ref, raw.encode(), int(first_seen), int(attempts)]
-            heapq.heappush(self._by_time, (cid[-TIMESTAMP_DIGITS:], cid))
             if dups:
                 self._dups[cid] = [d.encode() for d in dups]
             self._queued.append(cid)
+        self._oldest.add(self._events)
         self._recovered = {cid for cid in snap.get("recovered", ()) if cid in self._events}
         for name, value in snap.get("counters", {}).items():
             name = _RENAMED_COUNTERS.get(name, name)
@@ -843,6 +936,163 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
                     written_at_us=delta["written_at_us"], counters=delta["counters"],
                     join_latency_hist=delta["join_latency_hist"])
     return snapshot
+
+
+_LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
+_GOOD_IDS = re.compile(rf"(?:{_LAZY_ID}\n)*")
+"""A run of well-formed ids (``photon.is_event_id``), each followed by a newline."""
+_FIELD_ERRORS = (KeyError, TypeError, IndexError)
+
+
+def _map_marking(fn, items, errors) -> tuple[list, list[int]]:
+    """``fn`` over ``items`` in C (``map``): the results where it returned, the indices where it raised."""
+    out: list = []
+    failed: list[int] = []
+    rest = iter(items)
+    while True:
+        try:
+            out.extend(map(fn, rest))         # on an error, what came before stays in ``out``
+            return out, failed
+        except errors:
+            failed.append(len(out) + len(failed))
+
+
+def _drop(items: list, at: list[int]) -> list:
+    """``items`` without those at the (increasing) positions ``at``: slices between them."""
+    out: list = []
+    prev = 0
+    for j in at:
+        out.extend(items[prev:j])
+        prev = j + 1
+    out.extend(items[prev:])
+    return out
+
+
+def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], list[str], list[int]]:
+    """The ids (``idf``) and refs (``reff``) of the lines that are JSON objects whose two fields are
+    well-formed Photon ids, in order, and the (increasing) indices of the other lines, which the caller
+    takes one by one to name their problem. In bulk: the lines parsed and the two fields taken by ``map``
+    in C, and each list of ids checked by one regular-expression pass over them joined by newlines; a step
+    per bad line, not per line."""
+    recs, bad = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
+    pairs, failed = _map_marking(itemgetter(idf, reff), recs, _FIELD_ERRORS)
+    if failed:
+        kept = _drop(range(len(lines)), bad) if bad else range(len(lines))
+        bad = sorted(bad + [kept[p] for p in failed])
+    if not pairs:
+        return [], [], bad
+    cids, refs = map(list, zip(*pairs))
+    n = len(cids) - 1
+    try:
+        joined_ids, joined_refs = "\n".join(cids), "\n".join(refs)
+    except TypeError:                         # a field not a string: each pair looked at
+        joined_ids = joined_refs = None
+    if joined_ids is not None and joined_ids.count("\n") == n and joined_refs.count("\n") == n:
+        wrong = _bad_id_positions(joined_ids)       # one pass over each, stopping only at bad ids
+        wrong_refs = _bad_id_positions(joined_refs)
+        if wrong_refs:
+            wrong = sorted(set(wrong).union(wrong_refs))
+        if not wrong:
+            return cids, refs, bad
+    else:                                     # (an id holding a newline, or not a string)
+        wrong = [k for k, (cid, ref) in enumerate(pairs)
+                 if type(cid) is not str or type(ref) is not str or not (is_event_id(cid) and is_event_id(ref))]
+    kept = _drop(range(len(lines)), bad) if bad else range(len(lines))
+    return _drop(cids, wrong), _drop(refs, wrong), sorted(bad + [kept[p] for p in wrong])
+
+
+def _bad_id_positions(joined: str) -> list[int]:
+    """The line numbers of ``joined`` (ids joined by newlines, none holding one) that are not well-formed ids:
+    one regular-expression pass over the runs of good ones, stopping only at the bad ones."""
+    bad: list[int] = []
+    pos = line = 0
+    while True:
+        stop = _GOOD_IDS.match(joined, pos).end()   # (matches at least the empty string)
+        line += joined.count("\n", pos, stop)
+        nl = joined.find("\n", stop)
+        if nl < 0:                              # the last line (no newline after it)
+            if not is_event_id(joined[stop:]):
+                bad.append(line)
+            return bad
+        bad.append(line)                        # a good line would have been taken by the run
+        line += 1
+        pos = nl + 1
+
+
+def _repeats(cids: list[str], events: dict) -> list[int]:
+    """The positions in ``cids`` of ids unresolved already (in ``events``) or repeated from earlier in
+    ``cids``, increasing: found by ``map`` in C (usually none: one dict built and one check)."""
+    n = len(cids)
+    first = dict(zip(reversed(cids), range(n - 1, -1, -1)))   # id -> its first position
+    if len(first) == n and events.keys().isdisjoint(first):
+        return []
+    flags = list(map(or_, map(ne, map(first.__getitem__, cids), range(n)), map(events.__contains__, cids)))
+    return _positions(flags, True)
+
+
+def _positions(items: list, value) -> list[int]:
+    """The positions of ``value`` in ``items``, by ``list.index`` (in C): few steps when it is rare."""
+    out: list[int] = []
+    try:
+        at = items.index(value)
+        while True:
+            out.append(at)
+            at = items.index(value, at + 1)
+    except ValueError:
+        return out
+
+
+class _OldestIds:
+    """The unresolved ids by event time, for :meth:`DispatcherState.oldest_unresolved_us`: a heap of *runs*
+    (the ids added together, e.g. one chunk's, sorted by their time digits), each keyed by the time of its
+    first id not resolved yet. Resolved ids leave a run lazily, as its front is looked at; a run whose ids
+    are all resolved leaves the heap. Adding a chunk costs one (usually linear: one writer's ids come in
+    time order) sort and one heap push, not one push per id. Every id here passed ``is_event_id``: its last
+    :data:`TIMESTAMP_DIGITS` characters are zero-padded digits, so the smallest string is the smallest time."""
+
+    __slots__ = ("_heap", "_held", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[list] = []     # [time digits of the run's front, seq, run, index of its front]
+        self._held = 0                  # ids in the runs of the heap (resolved ones too)
+        self._seq = 0
+
+    def add(self, ids) -> None:
+        run = sorted(ids, key=ID_TIME_DIGITS)
+        if run:
+            self._seq += 1
+            heapq.heappush(self._heap, [run[0][-TIMESTAMP_DIGITS:], self._seq, run, 0])
+            self._held += len(run)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._held = 0
+
+    def oldest_us(self, events: dict) -> int:
+        """The time of the oldest id in ``events`` (the unresolved ones; every one of them was added); 0
+        when there is none."""
+        if not events:
+            self.clear()
+            return 0
+        if self._held > 2 * len(events) + OLDEST_HEAP_SLACK:   # mostly resolved ids: rebuild (amortized O(1))
+            self.clear()
+            self.add(events)
+        heap = self._heap
+        while True:
+            top = heap[0]
+            run, i = top[2], top[3]
+            while i < len(run) and run[i] not in events:
+                i += 1
+            if i == len(run):
+                heapq.heappop(heap)
+                self._held -= len(run)
+                continue
+            digits = run[i][-TIMESTAMP_DIGITS:]
+            if digits == top[0]:
+                top[3] = i
+                return int(digits)
+            top[0], top[3] = digits, i
+            heapq.heapreplace(heap, top)      # its front moved later: back into place
 
 
 def _field_problem(rec: dict, idf: str, reff: str) -> str:

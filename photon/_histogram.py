@@ -19,10 +19,11 @@ class LatencyHistogram:
         self.counts: dict[int, int] = dict(counts or {})
         self.total = sum(self.counts.values())
 
-    def add(self, duration_us: int) -> None:
+    def add(self, duration_us: int, count: int = 1) -> None:
+        """Count ``count`` durations of ``duration_us`` each."""
         k = 0 if duration_us < 1 else int(math.log2(duration_us) * SUB_BUCKETS)
-        self.counts[k] = self.counts.get(k, 0) + 1
-        self.total += 1
+        self.counts[k] = self.counts.get(k, 0) + count
+        self.total += count
 
     def merge(self, other: "LatencyHistogram") -> "LatencyHistogram":
         """Add ``other``'s counts into this one; returns self."""

@@ -1,0 +1,138 @@
+"""Reading a chunk of click lines in bulk decides every line as reading it alone would: the same quarantine
+records (file, offset, reason), the same unresolved events and later copies, the same requests and journal,
+and the same oldest unresolved time, whatever mix of good lines, bad lines and copies a chunk holds."""
+from __future__ import annotations
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dispatcher import DispatcherConfig, DispatcherState
+from dispatcher._state import ChunkRead, LinesRead, QuarantineRecords, TimePassed
+from photon import JoinConfig, format_event_id, is_event_id
+
+FILE = "w0/clicks-1.jsonl"
+T0 = 1_763_712_000_000_000
+
+
+def cid(n: int, writer: int = 7) -> str:
+    return format_event_id("10.0.0.1", writer, T0 + n)
+
+
+def qid(n: int) -> str:
+    return format_event_id("10.0.0.2", 9, T0 - 1_000_000 + n)
+
+
+def _line(kind: str, n: int) -> bytes:
+    good = {"click_id": cid(n), "query_id": qid(n), "ad": "x"}
+    if kind == "good":
+        return orjson.dumps(good)
+    if kind == "other_writer":
+        return orjson.dumps({**good, "click_id": cid(n, writer=8)})
+    if kind == "broken":
+        return b'{"click_id": "' + cid(n).encode()
+    if kind == "array":
+        return orjson.dumps([cid(n), qid(n)])
+    if kind == "scalar":
+        return b"17"
+    if kind == "missing_id":
+        return orjson.dumps({"query_id": qid(n)})
+    if kind == "missing_ref":
+        return orjson.dumps({"click_id": cid(n)})
+    if kind == "int_id":
+        return orjson.dumps({**good, "click_id": n})
+    if kind == "null_ref":
+        return orjson.dumps({**good, "query_id": None})
+    if kind == "bad_id":
+        return orjson.dumps({**good, "click_id": cid(n)[:-1]})
+    if kind == "bad_ref":
+        return orjson.dumps({**good, "query_id": f"q-{n}"})
+    if kind == "newline_id":
+        return orjson.dumps({**good, "click_id": "10.0.0.1:7:\n" + cid(n)})
+    if kind == "empty_id":
+        return orjson.dumps({**good, "click_id": ""})
+    raise AssertionError(kind)
+
+
+KINDS = ["good"] * 8 + ["other_writer", "broken", "array", "scalar", "missing_id", "missing_ref", "int_id",
+                        "null_ref", "bad_id", "bad_ref", "newline_id", "empty_id"]
+
+
+def _chunks(lines: list[bytes], sizes: list[int], start: int) -> tuple[list[ChunkRead], int]:
+    out, pos, i = [], start, 0
+    for size in sizes:
+        part = lines[i:i + size]
+        if not part:
+            break
+        offsets = []
+        for ln in part:
+            offsets.append(pos)
+            pos += len(ln) + 1
+        out.append(ChunkRead(FILE, offsets, part, pos))
+        i += size
+    return out, pos
+
+
+def _core() -> DispatcherState:
+    cfg = DispatcherConfig(batch_size=5, max_in_flight=2, retry_initial_s=0.25, retry_max_s=8.0, min_attempts=3,
+                           checkpoint_interval_s=0.2, max_unresolved=10_000)
+    return DispatcherState(JoinConfig(unjoinable_after_s=60.0), cfg, lookups=False)
+
+
+def _observe(core: DispatcherState, commands: list, now: int) -> dict:
+    quarantined = [r for c in commands if type(c) is QuarantineRecords for r in c.records]
+    return {"commands": [c for c in commands if type(c) is not QuarantineRecords], "quarantined": quarantined,
+            "snapshot": core.snapshot(now), "delta": core.delta(now), "oldest": core.oldest_unresolved_us(),
+            "stats": core.statistics()}
+
+
+def _model(lines: list[bytes]) -> tuple[list[bytes], dict]:
+    """Line by line, plainly: the bad lines, and each good id's first line and ref with its later copies."""
+    bad, events = [], {}
+    for raw in lines:
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            bad.append(raw)
+            continue
+        if not isinstance(rec, dict):
+            bad.append(raw)
+            continue
+        i, r = rec.get("click_id"), rec.get("query_id")
+        if not (type(i) is str and type(r) is str and is_event_id(i) and is_event_id(r)):
+            bad.append(raw)
+        elif i in events:
+            events[i][2].append(raw.decode())
+        else:
+            events[i] = [r, raw.decode(), []]
+    return bad, events
+
+
+line_spec = st.tuples(st.sampled_from(KINDS), st.integers(0, 30))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=st.lists(line_spec, max_size=30), second=st.lists(line_spec, min_size=1, max_size=60),
+       sizes=st.lists(st.integers(1, 25), min_size=1, max_size=8))
+def test_a_chunk_read_in_bulk_decides_each_line_as_read_alone(first, second, sizes):
+    first_lines = [_line(k, n) for k, n in first]
+    second_lines = [_line(k, n) for k, n in second]
+    seen = []
+    for per_line in (False, True):
+        core = _core()
+        now = T0
+        chunks, end = _chunks(first_lines, [len(first_lines)], 0)   # some ids unresolved (and checkpointed) before
+        core.handle(LinesRead(chunks, now), TimePassed(now))
+        now += 1_000_000                                             # (past the checkpoint interval)
+        core.handle(TimePassed(now))
+        now += 1_000
+        chunks, _ = _chunks(second_lines, [1] * len(second_lines) if per_line else sizes * len(second_lines), end)
+        out = core.handle(LinesRead(chunks, now))
+        seen.append(_observe(core, out, now))
+    bulk, alone = seen
+    assert bulk == alone
+    bad, events = _model(first_lines + second_lines)
+    assert [raw for _, _, _, raw in bulk["quarantined"]] == bad[len(_model(first_lines)[0]):]
+    assert {e[0]: [e[1], e[2], e[5]] for e in bulk["snapshot"]["events"]} == events
+    assert [e[0] for e in bulk["snapshot"]["events"]] == list(events)
+    assert bulk["oldest"] == (min(int(i[-16:]) for i in events) if events else 0)
