@@ -805,7 +805,7 @@ class DispatcherState:
                 if pop(cid, _MISSING) is _MISSING:
                     gone.append(cid)          # checkpointed before: the journal must say it is gone
         else:
-            self._gone.extend(ids)            # (one never checkpointed: the journal need not know it)
+            self._gone.extend(ids)            # (nothing added since the last checkpoint: all were in it)
         # the rest are usually empty
         if self._store_wait:
             for cid in ids:
