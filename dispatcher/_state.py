@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -39,8 +38,9 @@ from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, Join
                                   Lookup, LookupAnswered, LookupFailed, QuarantineRecords, SendBatch, StopRequested,
                                   TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare
-from photon import (ID_KEY, ID_REGEX, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig,
-                    LatencyHistogram, is_event_id, key_and_time, parse_event_id)
+from photon import (ID_KEY, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig,
+                    LatencyHistogram, bad_id_positions, drop_at, is_event_id, key_and_time, map_marking,
+                    parse_event_id, positions)
 
 CHECKPOINT_FORMAT = 1
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
@@ -432,11 +432,11 @@ class DispatcherState:
                 offsets = chunk.offsets
                 for k in wrong:
                     self._add_line(file, offsets[k], lines[k], now, recovered, None, bad)
-                lines = _drop(lines, wrong)
+                lines = drop_at(lines, wrong)
             again = _repeats(cids, events)
             if again:                           # copies of unresolved ids: after the others, in order
                 copies = [(cids[k], refs[k], lines[k]) for k in again]
-                cids, refs, lines = _drop(cids, again), _drop(refs, again), _drop(lines, again)
+                cids, refs, lines = drop_at(cids, again), drop_at(refs, again), drop_at(lines, again)
             new = dict(zip(cids, [[ref, line, now, 0] for ref, line in zip(refs, lines)]))
             events.update(new)
             added.update(dict.fromkeys(cids))
@@ -687,13 +687,13 @@ class DispatcherState:
             free = [cid in unhold for cid in cids]
             unhold.difference_update(cids)
             ahead = list(map(gt, ahead, free))  # (ahead and not free)
-        at = _positions(ahead, True)
+        at = positions(ahead, True)
         if not at:
             return cids
         for k in at:
             ref = refs[k]
             self._hold(cids[k], ID_KEY(ref), int(ID_TIME_DIGITS(ref)), now)
-        return _drop(cids, at)
+        return drop_at(cids, at)
 
     def _hold(self, cid: str, key: str, t: int, now: int) -> None:
         heap = self._ahead.get(key)
@@ -938,34 +938,7 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
     return snapshot
 
 
-_LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
-_GOOD_IDS = re.compile(rf"(?:{_LAZY_ID}\n)*")
-"""A run of well-formed ids (``photon.is_event_id``), each followed by a newline."""
 _FIELD_ERRORS = (KeyError, TypeError, IndexError)
-
-
-def _map_marking(fn, items, errors) -> tuple[list, list[int]]:
-    """``fn`` over ``items`` in C (``map``): the results where it returned, the indices where it raised."""
-    out: list = []
-    failed: list[int] = []
-    rest = iter(items)
-    while True:
-        try:
-            out.extend(map(fn, rest))         # on an error, what came before stays in ``out``
-            return out, failed
-        except errors:
-            failed.append(len(out) + len(failed))
-
-
-def _drop(items: list, at: list[int]) -> list:
-    """``items`` without those at the (increasing) positions ``at``: slices between them."""
-    out: list = []
-    prev = 0
-    for j in at:
-        out.extend(items[prev:j])
-        prev = j + 1
-    out.extend(items[prev:])
-    return out
 
 
 def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], list[str], list[int]]:
@@ -974,10 +947,10 @@ def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], l
     takes one by one to name their problem. In bulk: the lines parsed and the two fields taken by ``map``
     in C, and each list of ids checked by one regular-expression pass over them joined by newlines; a step
     per bad line, not per line."""
-    recs, bad = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
-    pairs, failed = _map_marking(itemgetter(idf, reff), recs, _FIELD_ERRORS)
+    recs, bad = map_marking(orjson.loads, lines, orjson.JSONDecodeError)
+    pairs, failed = map_marking(itemgetter(idf, reff), recs, _FIELD_ERRORS)
     if failed:
-        kept = _drop(range(len(lines)), bad) if bad else range(len(lines))
+        kept = drop_at(range(len(lines)), bad) if bad else range(len(lines))
         bad = sorted(bad + [kept[p] for p in failed])
     if not pairs:
         return [], [], bad
@@ -988,8 +961,8 @@ def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], l
     except TypeError:                         # a field not a string: each pair looked at
         joined_ids = joined_refs = None
     if joined_ids is not None and joined_ids.count("\n") == n and joined_refs.count("\n") == n:
-        wrong = _bad_id_positions(joined_ids)       # one pass over each, stopping only at bad ids
-        wrong_refs = _bad_id_positions(joined_refs)
+        wrong = bad_id_positions(joined_ids)       # one pass over each, stopping only at bad ids
+        wrong_refs = bad_id_positions(joined_refs)
         if wrong_refs:
             wrong = sorted(set(wrong).union(wrong_refs))
         if not wrong:
@@ -997,26 +970,8 @@ def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], l
     else:                                     # (an id holding a newline, or not a string)
         wrong = [k for k, (cid, ref) in enumerate(pairs)
                  if type(cid) is not str or type(ref) is not str or not (is_event_id(cid) and is_event_id(ref))]
-    kept = _drop(range(len(lines)), bad) if bad else range(len(lines))
-    return _drop(cids, wrong), _drop(refs, wrong), sorted(bad + [kept[p] for p in wrong])
-
-
-def _bad_id_positions(joined: str) -> list[int]:
-    """The line numbers of ``joined`` (ids joined by newlines, none holding one) that are not well-formed ids:
-    one regular-expression pass over the runs of good ones, stopping only at the bad ones."""
-    bad: list[int] = []
-    pos = line = 0
-    while True:
-        stop = _GOOD_IDS.match(joined, pos).end()   # (matches at least the empty string)
-        line += joined.count("\n", pos, stop)
-        nl = joined.find("\n", stop)
-        if nl < 0:                              # the last line (no newline after it)
-            if not is_event_id(joined[stop:]):
-                bad.append(line)
-            return bad
-        bad.append(line)                        # a good line would have been taken by the run
-        line += 1
-        pos = nl + 1
+    kept = drop_at(range(len(lines)), bad) if bad else range(len(lines))
+    return drop_at(cids, wrong), drop_at(refs, wrong), sorted(bad + [kept[p] for p in wrong])
 
 
 def _repeats(cids: list[str], events: dict) -> list[int]:
@@ -1027,19 +982,7 @@ def _repeats(cids: list[str], events: dict) -> list[int]:
     if len(first) == n and events.keys().isdisjoint(first):
         return []
     flags = list(map(or_, map(ne, map(first.__getitem__, cids), range(n)), map(events.__contains__, cids)))
-    return _positions(flags, True)
-
-
-def _positions(items: list, value) -> list[int]:
-    """The positions of ``value`` in ``items``, by ``list.index`` (in C): few steps when it is rare."""
-    out: list[int] = []
-    try:
-        at = items.index(value)
-        while True:
-            out.append(at)
-            at = items.index(value, at + 1)
-    except ValueError:
-        return out
+    return positions(flags, True)
 
 
 class _OldestIds:

@@ -17,7 +17,8 @@ from operator import itemgetter, lt, not_
 import cachetools
 import orjson
 
-from photon import ID_REGEX, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, is_event_id, parse_event_id, parse_record
+from photon import (ID_LINES, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, bad_id_positions, drop_at,
+                    is_event_id, map_marking, parse_event_id, parse_record, positions)
 
 ENTRY_OVERHEAD_BYTES = 12
 """Bytes charged per cached event with a Photon id on top of its raw line: 8 for its timestamp and 4 for its
@@ -467,64 +468,9 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
         return IndexedLines(ids, lines, [], timed)
     # (the lines kept are all the others: slices between the bad ones)
     if good_offsets is not None:
-        good_offsets += _drop(offsets, bad_at)
-    return IndexedLines(ids, _drop(lines, bad_at),
+        good_offsets += drop_at(offsets, bad_at)
+    return IndexedLines(ids, drop_at(lines, bad_at),
                         [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
-
-
-_LAZY_ID = ID_REGEX.replace(r"[^\n]*:", r"[^\n]*?:", 1)    # the same ids, found with less backtracking
-_ID_LINES = re.compile(r"(?:%s\n)*%s" % (_LAZY_ID, _LAZY_ID))
-"""Ids joined by newlines, each one well-formed (``photon.is_event_id``)."""
-_BAD_ID_LINE = re.compile(r"^(?!(?:%s)$)[^\n]*$" % _LAZY_ID, re.MULTILINE)
-"""In ids joined by newlines, each line that is not a well-formed id."""
-
-
-def _map_marking(fn, items, errors) -> tuple[list, list[int]]:
-    """``fn`` over ``items`` in C (``map``): the results where it returned, the indices where it raised."""
-    out: list = []
-    failed: list[int] = []
-    rest = iter(items)
-    while True:
-        try:
-            out.extend(map(fn, rest))         # on an error, what came before stays in ``out``
-            return out, failed
-        except errors:
-            failed.append(len(out) + len(failed))
-
-
-def _drop(idx, failed: list[int]) -> list[int]:
-    """``idx`` without the items at the (increasing) positions ``failed``: slices between them, not a step per item."""
-    out: list[int] = []
-    prev = 0
-    for j in failed:
-        out.extend(idx[prev:j])
-        prev = j + 1
-    out.extend(idx[prev:])
-    return out
-
-
-def _positions(items: list, value) -> list[int]:
-    """The positions of ``value`` in ``items``, by ``list.index`` (in C): few steps when it is rare."""
-    out: list[int] = []
-    try:
-        at = items.index(value)
-        while True:
-            out.append(at)
-            at = items.index(value, at + 1)
-    except ValueError:
-        return out
-
-
-def _bad_id_positions(joined: str) -> list[int]:
-    """The line numbers of ``joined`` (ids joined by newlines, none holding a newline) that are not well-formed
-    ids: one regular-expression pass that stops only at them."""
-    bad: list[int] = []
-    line = last = 0
-    for m in _BAD_ID_LINE.finditer(joined):
-        line += joined.count("\n", last, m.start())
-        last = m.start()
-        bad.append(line)
-    return bad
 
 
 def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:
@@ -533,10 +479,10 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[st
     ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk. The lines kept are
     not listed: they are all the others (a step per bad line, not per line)."""
     bad: list[int] = []
-    events, failed = _map_marking(orjson.loads, lines, orjson.JSONDecodeError)
+    events, failed = map_marking(orjson.loads, lines, orjson.JSONDecodeError)
     if failed:
         bad = failed                                    # (positions in lines: every line's own)
-    ids, failed = _map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
+    ids, failed = map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
     if failed:
         bad = _with(bad, failed)
     if not ids:
@@ -558,12 +504,12 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[st
         wrong, timed = one
         if wrong:
             bad = _with(bad, wrong)
-            ids = _drop(ids, wrong)
+            ids = drop_at(ids, wrong)
         return ids, timed, bad
-    if _ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
-        wrong = _bad_id_positions(joined)
+    if ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
+        wrong = bad_id_positions(joined)
         bad = _with(bad, wrong)
-        ids = _drop(ids, wrong)
+        ids = drop_at(ids, wrong)
     return ids, split_photon_ids(ids) if ids else None, bad
 
 
@@ -592,14 +538,14 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     tails = re.findall(r"^(?:%s:([0-9]{%d})|[^\n]*)$" % (re.escape(key), _TS), joined, re.MULTILINE)
     if len(tails) != len(ids):
         return None
-    holes = _positions(tails, "")
+    holes = positions(tails, "")
     first = 0
     if holes:
         if len(holes) == len(ids) or any(is_event_id(ids[k]) for k in holes):
             return None
         while first < len(holes) and holes[first] == first:
             first += 1
-        tails = _drop(tails, holes)
+        tails = drop_at(tails, holes)
     if not is_event_id(ids[first]):
         return None
     if len(tails) > 1 and not all(map(lt, tails, islice(tails, 1, None))):
