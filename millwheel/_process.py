@@ -181,32 +181,34 @@ class WorkerHost(ShowsWatermarks):
         self.stopping.set()
 
     def stop(self, leave: bool = True) -> "StopReport":
-        """Stop within about ``STOP_GRACE_S + STOP_CUT_S`` seconds whatever the store, the master and the
-        peers are doing: retries end at once (``stopping``); the master is told this process leaves (for at
-        most ``LEAVE_BUDGET_S``); the threads get ``STOP_GRACE_S`` to end on their own (a commit in flight
-        lands); then the calls still in progress are cut off (:meth:`_cut_off`), and threads still running
-        ``STOP_CUT_S`` later are left behind. Nothing is lost by giving up: what was not committed was acked
-        to nobody, and the intervals' next owners redo it. The report says what was given up."""
+        """Stop within about ``LEAVE_BUDGET_S + STOP_GRACE_S + STOP_CUT_S`` seconds whatever the store, the
+        master and the peers are doing: retries end at once (``stopping``); the master is told this process
+        leaves (for at most about ``LEAVE_BUDGET_S``); from then the threads get ``STOP_GRACE_S`` to end on
+        their own (a commit in flight lands); then the calls still in progress are cut off
+        (:meth:`_cut_off`), and threads still running ``STOP_CUT_S`` later are left behind. Nothing is lost
+        by giving up: what was not committed was acked to nobody, and the intervals' next owners redo it.
+        The report says what was given up."""
         started = time.monotonic()
         self.stopping.set()
+        for shell, ev in list(self.injectors.values()):
+            ev.set()
+            shell.inbox.wake()
+        for w in self.workers:
+            w.inbox.wake()
+        left = saved = False
+        if leave and self.incarnation:
+            try:
+                self.client.heartbeat(self.name, self.incarnation, leaving=True, budget_s=LEAVE_BUDGET_S)
+                left = True
+            except MasterUnavailable as e:
+                self.gave_up.append(f"telling the master this process leaves ({e}): its intervals move "
+                                    f"when its lease ends")
+        # the grace counts from here: a slow leave does not cut off threads that were ending on their own
         watchdog = threading.Timer(STOP_GRACE_S, self._cut_off)
         watchdog.daemon = True
         watchdog.start()
-        left = saved = False
         try:
-            for shell, ev in list(self.injectors.values()):
-                ev.set()
-                shell.inbox.wake()
-            for w in self.workers:
-                w.inbox.wake()
-            if leave and self.incarnation:
-                try:
-                    self.client.heartbeat(self.name, self.incarnation, leaving=True, budget_s=LEAVE_BUDGET_S)
-                    left = True
-                except MasterUnavailable as e:
-                    self.gave_up.append(f"telling the master this process leaves ({e}): its intervals move "
-                                        f"when its lease ends")
-            deadline = started + STOP_GRACE_S + STOP_CUT_S
+            deadline = time.monotonic() + STOP_GRACE_S + STOP_CUT_S
             threads = [w.thread for w in self.workers] + [s.thread for s, _ in self.injectors.values()] + self._threads
             for t in threads:
                 if t.is_alive():

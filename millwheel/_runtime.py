@@ -195,22 +195,25 @@ class Runtime(ShowsWatermarks):
             return
         # a store opened here: bounded like a worker process's stop (see WorkerHost.stop); what was not
         # committed was acked to nobody and is redone from the store at the next start
-        deadline = time.monotonic() + STOP_GRACE_S
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        cut = any(t.is_alive() for t in threads)
-        if cut:
-            self.store.interrupt()     # calls a hung server never answers
-            deadline = time.monotonic() + STOP_CUT_S
+        threads = [t for t in threads if t.ident is not None]    # (a runtime stopped before or while starting)
+        try:
+            deadline = time.monotonic() + STOP_GRACE_S
             for t in threads:
                 t.join(max(0.0, deadline - time.monotonic()))
-            self.gave_up.append("saving the watermarks (the store's calls were cut off)")
-        elif self.error is None:
-            try:
-                self.store.save_watermarks(self.low_watermarks)
-            except StoreAbandoned as e:
-                self.gave_up.append(f"saving the watermarks ({e})")
-        self.store.close()
+            cut = any(t.is_alive() for t in threads)
+            if cut:
+                self.store.interrupt()     # calls a hung server never answers
+                deadline = time.monotonic() + STOP_CUT_S
+                for t in threads:
+                    t.join(max(0.0, deadline - time.monotonic()))
+                self.gave_up.append("saving the watermarks (the store's calls were cut off)")
+            elif self.error is None:
+                try:
+                    self.store.save_watermarks(self.low_watermarks)
+                except StoreAbandoned as e:
+                    self.gave_up.append(f"saving the watermarks ({e})")
+        finally:
+            self.store.close()
 
     def __enter__(self) -> "Runtime":
         return self.start()

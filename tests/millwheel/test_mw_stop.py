@@ -283,3 +283,16 @@ def test_ctrl_c_stops_the_one_process_millwheel_run_with_its_postgres_stopped(re
         log.close()
         if not own_pg.running:
             own_pg.start()
+
+
+def test_a_runtime_on_its_own_postgres_store_stopped_before_it_started_closes_the_store(pg_url):
+    """``millwheel run`` stops its runtime in a ``finally``, also when a signal or an error came while it was
+    starting: the stop must not fail on threads never started (hiding the error) and must close the store."""
+    from test_mw_runtime import QueueInjector, topo
+
+    from millwheel import Runtime, RuntimeConfig
+    rt = Runtime(topo(QueueInjector()), RuntimeConfig(threads=2, intervals=2, store=pg_url))
+    assert rt.store.interruptible
+    rt.stop()
+    with pytest.raises(RuntimeError, match="the store is closed"):
+        rt.store.read_watermarks()
