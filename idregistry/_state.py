@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 
 import mmh3
 
-from photon import ID_REGEX, BadEventId, id_timestamp_us, is_event_id, parse_event_id
+from photon import ID_REGEX, BadEventId, all_event_ids, id_timestamp_us, is_event_id, parse_event_id
 
 OP_COMMIT = 0
 OP_ADVANCE_GC = 1
@@ -123,7 +123,6 @@ _BIG_ENDIAN = sys.byteorder == "big"
 _BELOW_0X20 = bytes(range(0x20))
 TIMESTAMP_DIGITS = TIMESTAMP_SUFFIX - 1
 _PREFIX_OF = itemgetter(slice(None, -TIMESTAMP_SUFFIX))      # "<server_ip>:<process_id>" of an id
-_SEPARATOR_OF = itemgetter(-TIMESTAMP_SUFFIX)                # the ":" before the timestamp
 _STAMP_OF = itemgetter(slice(-TIMESTAMP_DIGITS, None))       # the 16 digits
 
 
@@ -133,25 +132,8 @@ def check_ids(ids) -> None:
     batch is well-formed iff the 17th character from the end of every id is ``:``, the last 16 characters
     of all ids joined are ASCII digits, and each distinct prefix (one per process, a few per batch) matches.
     A batch that fails is checked id by id for the precise reason."""
-    try:
-        if _batch_well_formed(ids):
-            return
-    except (TypeError, IndexError):     # not all strings, or an id shorter than 17 characters
-        pass
-    validate_ids(ids)
-
-
-def _batch_well_formed(ids) -> bool:
-    n = len(ids)
-    if not n:
-        return True
-    if "".join(map(_SEPARATOR_OF, ids)) != ":" * n:
-        return False
-    digits = "".join(map(_STAMP_OF, ids))
-    if len(digits) != TIMESTAMP_DIGITS * n or not digits.isascii() or not digits.isdigit():
-        return False
-    match = _PREFIX_RE.match
-    return all(match(p) is not None for p in set(map(_PREFIX_OF, ids)))
+    if not all_event_ids(ids):
+        validate_ids(ids)
 
 
 def runs_to_wire(runs) -> list[tuple[str, bytes]]:

@@ -17,10 +17,10 @@ without an OK commit. Lines are handed out only by :meth:`commit_resolved`, only
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import eq, is_not, itemgetter
+from operator import eq, is_not
 from typing import Callable
 
-from photon import ID_KEY, TIMESTAMP_DIGITS, Outcome, is_event_id
+from photon import Outcome, all_event_ids, is_event_id
 
 
 
@@ -203,7 +203,7 @@ class JoinBatch:
         """The bytes to write for ``lines`` (what :meth:`commit_resolved` returned; the build's stamp was
         ``built_us``): each line stamped ``stamp_us`` instead and ended by a newline. Lines made at once are
         the lines up to their stamp's digits: when all are, and one tail follows them all, this is a single
-        join; whole lines are restamped one by one (see :func:`restamp`)."""
+        join; whole lines have their stamp replaced one by one."""
         tails = self._write_tails
         if len(tails) != len(lines):
             raise ValueError(f"{len(lines)} lines to render, {len(tails)} handed out by commit_resolved")
@@ -310,36 +310,6 @@ class JoinBatch:
             o = out[j]
             out[i] = _ALREADY if o in (_JOINED, _LOST) else o
         return out
-
-
-_ID_TAIL = itemgetter(slice(-TIMESTAMP_DIGITS - 1, None))
-_ZERO_TAIL = ":" + "0" * TIMESTAMP_DIGITS
-
-
-def all_event_ids(ids: list[str]) -> bool:
-    """Whether :func:`photon.is_event_id` holds for every id, checked in C over the batch (a regular
-    expression per distinct ``<server_ip>:<process_id>``, not per id); False may also mean "not checked"
-    (something other than a str): then check them one by one. Exact: the id format ends in ``:`` and 16
-    ASCII digits, so an id is well formed iff its last 17 characters are those and its key is well formed."""
-    n = len(ids)
-    if not n:
-        return True
-    try:
-        tails = "".join(map(_ID_TAIL, ids))
-    except TypeError:
-        return False
-    digits = tails.replace(":", "")
-    if (len(tails) != (TIMESTAMP_DIGITS + 1) * n or len(digits) != TIMESTAMP_DIGITS * n or not digits.isascii()
-            or not digits.isdigit() or tails[::TIMESTAMP_DIGITS + 1] != ":" * n):
-        return False
-    return all(is_event_id(key + _ZERO_TAIL) for key in set(map(ID_KEY, ids)))
-
-
-def restamp(lines: list[bytes], built_us: int, committed_us: int) -> list[bytes]:
-    """The lines with ``_photon.joined_at_us`` moved from the time they were built (before the registry
-    commit) to the time the commit answered, just before the write: the stamp covers the commit."""
-    old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":%d' % committed_us
-    return [line.replace(old, new, 1) for line in lines]
 
 
 def out_all_pending(out: bytearray) -> bool:
