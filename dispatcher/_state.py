@@ -663,17 +663,7 @@ class DispatcherState:
         whose query is truly missing is therefore held only while the store has not read up to its time, and
         then tried and retried as usual (it stays unresolved meanwhile: the checkpoint and the oldest
         unresolved time count it)."""
-        read_to = self._store_read_to
-        if read_to is None:
-            return False
-        if cid in self._unhold:
-            self._unhold.discard(cid)
-            return False
-        key, t = key_and_time(self._events[cid][_REF])
-        if t <= read_to.get(key, self._store_through_us):
-            return False
-        self._hold(cid, key, t, now)
-        return True
+        return self._store_read_to is not None and not self._not_ahead([cid], now)
 
     def _not_ahead(self, cids: list[str], now: int) -> list[str]:
         """:meth:`_hold_if_ahead` of each of ``cids`` (taken from the queue, the store's position known), in
