@@ -472,6 +472,14 @@ class _Syncer:
         return round(1000 * self._seconds / self.fsyncs, 3) if self.fsyncs else 0.0
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:                    # the thread owns the descriptor: closed here, never under a running fsync
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._dirty and not self._closed:
@@ -524,10 +532,7 @@ class _Syncer:
             self._closed = True
             self._cond.notify()
         self._closing.set()
-        self._thread.join(timeout=2)
-        if self._fd is not None and not self._thread.is_alive():
-            fd, self._fd = self._fd, None
-            os.close(fd)
+        self._thread.join(timeout=2)    # the thread closes the journal on its way out, also after this gives up
 
 
 class _Rates:

@@ -89,6 +89,50 @@ def test_the_fsync_thread_keeps_the_journal_open_and_opens_it_again_once_replace
         syncer.close()
 
 
+def _open_fds_of(path) -> list[str]:
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                fds.append(fd)
+        except OSError:
+            pass
+    return fds
+
+
+def test_a_journal_held_by_an_fsync_that_outlives_close_is_closed_by_its_thread(tmp_path, monkeypatch):
+    """close() waits 2 s for the fsync thread; an fsync still running then must not have its descriptor
+    closed under it, and the descriptor must not leak: the thread closes it once the fsync returns."""
+    journal = tmp_path / "raft.journal"
+    journal.write_bytes(b"entries")
+    real_fsync = os.fsync
+    hold = threading.Event()
+    release = threading.Event()
+
+    def slow_fsync(fd):
+        if hold.is_set():
+            release.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    syncer = _Syncer(lambda: str(journal), on_failure=lambda what, e: pytest.fail(f"{what}: {e}"))
+    try:
+        released: list[int] = []
+        syncer.appended()
+        syncer.after_sync(lambda: released.append(1))
+        wait_until(lambda: released == [1], 10, message="the first fsync")
+        assert len(_open_fds_of(journal)) == 1
+        hold.set()
+        syncer.appended()
+        syncer.after_sync(lambda: released.append(2))
+        syncer.close()              # gives up after 2 s: the fsync is still held
+        assert syncer._thread.is_alive() and len(_open_fds_of(journal)) == 1
+    finally:
+        release.set()
+    wait_until(lambda: not syncer._thread.is_alive(), 10, message="the fsync thread ends")
+    assert _open_fds_of(journal) == [] and released == [1, 2]
+
+
 def test_term_and_vote_are_fsynced_file_and_folder(tmp_path, monkeypatch):
     synced: list[str] = []
     real_fsync = os.fsync
