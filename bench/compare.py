@@ -132,6 +132,122 @@ class TreeSampler(threading.Thread):
         return out
 
 
+class Timeline(threading.Thread):
+    """Every ``interval`` seconds: each pipeline process's time on a CPU and waiting for one (all its threads,
+    from ``/proc/<pid>/task/*/schedstat``, nanoseconds), the dispatchers' status counters, and the clicks
+    visible so far. :meth:`report` folds the samples into ``bucket``-second rows and per-phase figures."""
+
+    STATUS_KEYS = ("events_read", "joined", "queued", "in_flight", "requests_in_flight", "waiting_for_store",
+                   "ahead_of_store", "retry_queue")
+
+    def __init__(self, sampler: TreeSampler, root: Path, visible, interval: float, t0: float) -> None:
+        super().__init__(daemon=True)
+        self.sampler, self.root, self.visible, self.interval, self.t0 = sampler, root, visible, interval, t0
+        self.stopped = threading.Event()
+        self.rows: list[tuple] = []        # (t, {kind: (cpu_ns, wait_ns)}, status dict, visible count)
+        self._status = list(root.rglob("dispatcher/status.json"))
+
+    @staticmethod
+    def _schedstat(pid: int) -> tuple[int, int]:
+        cpu = wait = 0
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return 0, 0
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    a, b, _ = f.read().split()
+            except (OSError, ValueError):
+                continue
+            cpu, wait = cpu + int(a), wait + int(b)
+        return cpu, wait
+
+    def _read_status(self) -> dict:
+        import orjson
+        if not self._status:
+            self._status = list(self.root.rglob("dispatcher/status.json"))
+        out: dict = {}
+        for path in self._status:
+            try:
+                s = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            for k in self.STATUS_KEYS:
+                out[k] = out.get(k, 0) + int(s.get(k, 0))
+        return out
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            with self.sampler.lock:
+                kinds = dict(self.sampler.kind)
+            per: dict[str, list[int]] = {}
+            for pid, kind in kinds.items():
+                if kind in ("?", "bash"):
+                    continue
+                cpu, wait = self._schedstat(pid)
+                acc = per.setdefault(kind, [0, 0])
+                acc[0] += cpu
+                acc[1] += wait
+            self.rows.append((time.monotonic() - self.t0, {k: tuple(v) for k, v in per.items()},
+                              self._read_status(), len(self.visible())))
+
+    def report(self, first_s: float | None, done_s: float, bucket: float, show_rows: bool) -> dict:
+        """Rows of ``bucket`` seconds (printed when ``show_rows``) and per-phase figures: cores used, cores'
+        worth of time waiting for a CPU, by kind, before the first join and from it to the backlog's end."""
+        rows = [r for r in self.rows if r[0] <= done_s + bucket]
+        if len(rows) < 2:
+            return {}
+        kinds = sorted({k for r in rows for k in r[1]})
+        out: dict = {}
+
+        def delta(a, b, kind, i):
+            return (b[1].get(kind, (0, 0))[i] - a[1].get(kind, (0, 0))[i]) / 1e9
+
+        phases = [("start", 0.0, first_s or done_s), ("backlog", first_s or done_s, done_s)]
+        for name, lo, hi in phases:
+            sel = [r for r in rows if lo <= r[0] <= hi]
+            if len(sel) < 2:
+                continue
+            wall = sel[-1][0] - sel[0][0]
+            cpu = {k: delta(sel[0], sel[-1], k, 0) for k in kinds}
+            wait = {k: delta(sel[0], sel[-1], k, 1) for k in kinds}
+            out[f"timeline_{name}_s"] = round(wall, 2)
+            out[f"timeline_{name}_cores_used"] = round(sum(cpu.values()) / wall, 2)
+            out[f"timeline_{name}_cores_waiting"] = round(sum(wait.values()) / wall, 2)
+            for k in kinds:
+                out[f"timeline_{name}_cores_{k}"] = round(cpu[k] / wall, 2)
+            # intervals where less than a core and a half was busy and nobody waited for a CPU: time not bound by CPU
+            idle = 0.0
+            for a, b in zip(sel, sel[1:]):
+                dt = b[0] - a[0]
+                used = sum(delta(a, b, k, 0) for k in kinds) / dt
+                waited = sum(delta(a, b, k, 1) for k in kinds) / dt
+                if used < 1.5 and waited < 0.2:
+                    idle += dt
+            out[f"timeline_{name}_s_under_1.5_cores"] = round(idle, 2)
+        if show_rows:
+            short = {"dispatcher": "disp", "eventstore": "store", "idregistry": "reg", "joiner": "join",
+                     "launcher": "launch", "forkserver": "fork"}
+            head = " ".join(f"{short.get(k, k)[:6]:>6}" for k in kinds)
+            print(f"{'t_s':>5} {head} {'runq':>5} | {'read':>7} {'joined':>7} {'queued':>6} {'infl':>5} "
+                  f"{'reqs':>4} {'store':>5} {'ahead':>5} {'retry':>5} | {'visible':>7}", file=sys.stderr)
+            last = rows[0]
+            for r in rows[1:]:
+                if r[0] - last[0] < bucket and r is not rows[-1]:
+                    continue
+                dt = r[0] - last[0]
+                cols = " ".join(f"{delta(last, r, k, 0) / dt:6.2f}" for k in kinds)
+                runq = sum(delta(last, r, k, 1) for k in kinds) / dt
+                s = r[2]
+                print(f"{r[0]:5.2f} {cols} {runq:5.2f} | {s.get('events_read', 0):7d} {s.get('joined', 0):7d} "
+                      f"{s.get('queued', 0):6d} {s.get('in_flight', 0):5d} {s.get('requests_in_flight', 0):4d} "
+                      f"{s.get('waiting_for_store', 0):5d} {s.get('ahead_of_store', 0):5d} "
+                      f"{s.get('retry_queue', 0):5d} | {r[3]:7d}", file=sys.stderr)
+                last = r
+        return out
+
+
 # ---- the workload ------------------------------------------------------------------------------------
 
 def generate_workload(root: Path, queries: int) -> dict:
@@ -264,6 +380,10 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     sampler = TreeSampler(proc.pid, on_new=profiler.attach if profiler else None)
     sampler.start()
+    timeline = None
+    if args.timeline:
+        timeline = Timeline(sampler, root, lambda: visible_of(follower), args.timeline / 1000, t0)
+        timeline.start()
     figures: dict = {}
     joinable = work["joinable"]
     try:
@@ -288,6 +408,10 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
                         "cpu_us_per_input_line": round(sum(cpu_backlog.values()) / work["input_lines"] * 1e6, 2)})
         for kind, cpu in sorted(cpu_backlog.items()):
             figures[f"cpu_s_per_m_lines_{kind}"] = round(cpu / work["input_lines"] * 1e6, 2)
+        if timeline:
+            timeline.stopped.set()
+            timeline.join()
+            figures.update(timeline.report(first - t0, total, args.timeline_bucket, args.timeline_rows))
         figures.update(dispatcher_attempts(root))
         prober = Prober(root / "logs" / "a", name)
         lat = []
@@ -382,6 +506,13 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", metavar="DIR", help="py-spy record every Python process into DIR (slows them)")
     ap.add_argument("--profile-gil", action="store_true",
                     help="with --profile: sample only the thread holding the GIL (where the interpreter's time goes)")
+    ap.add_argument("--timeline", type=float, default=0.0, metavar="MS",
+                    help="sample every Photon process's CPU and run-queue time and the dispatchers' counters every "
+                         "MS milliseconds until the backlog is visible; prints per-phase figures (timeline_*)")
+    ap.add_argument("--timeline-bucket", type=float, default=0.1, metavar="S",
+                    help="with --timeline-rows: seconds per printed row")
+    ap.add_argument("--timeline-rows", action="store_true",
+                    help="with --timeline: print the timeline's rows on stderr")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--spark-child", metavar="ROOT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
