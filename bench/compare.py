@@ -450,7 +450,7 @@ def dispatcher_attempts(root: Path) -> dict:
     only; empty for a system without them): above 1 is work done again (retries); of those, the attempts the
     joiners answered THROTTLED because their event store had not read the query yet, per click read."""
     import orjson
-    attempts = read = held = behind = 0
+    attempts = read = held = behind = requests = 0
     for status in root.rglob("dispatcher/status.json"):
         try:
             s = orjson.loads(status.read_bytes())
@@ -460,7 +460,9 @@ def dispatcher_attempts(root: Path) -> dict:
         held += s.get("held_for_store", 0)
     for status in root.rglob("joiners/*.json"):
         try:
-            behind += orjson.loads(status.read_bytes()).get("not_found_store_behind", 0)
+            joiner = orjson.loads(status.read_bytes())
+            behind += joiner.get("not_found_store_behind", 0)
+            requests += joiner.get("requests", 0)
         except (OSError, orjson.JSONDecodeError, AttributeError):
             continue
     if not read:
@@ -468,7 +470,10 @@ def dispatcher_attempts(root: Path) -> dict:
     # store_behind_per_click: attempts answered THROTTLED because the event store had not read the query yet
     # (retried); held_for_store_per_click: clicks the dispatcher held back for the store instead of sending
     return {"attempts_per_click": round(attempts / read, 3), "store_behind_per_click": round(behind / read, 3),
-            "held_for_store_per_click": round(held / read, 3)}
+            "held_for_store_per_click": round(held / read, 3),
+            # joiner requests (each a store lookup and a registry commit) per thousand clicks read, as of the
+            # joiners' latest status files (rewritten about once a second: a lower bound)
+            "joiner_requests_per_k_clicks": round(requests / read * 1000, 2)}
 
 
 def add_settings(config: Path, items: list[str]) -> None:

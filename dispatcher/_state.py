@@ -865,6 +865,10 @@ class DispatcherState:
                 if not ids:
                     break
                 n = len(ids)
+            # one writer's ids together and in time order: the registry takes such a run as one packed
+            # (prefix, timestamps) item, a mix of writers id by id (clicks released by the store's progress
+            # come in their queries' order, the writers interleaved)
+            ids.sort()
             batch_id = self._next_batch
             self._next_batch += 1
             self._batches[batch_id] = ids

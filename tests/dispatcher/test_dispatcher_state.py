@@ -562,6 +562,31 @@ def test_clicks_whose_query_the_store_has_not_read_are_held_back_until_it_has():
     assert st.unresolved_ids() == set() and st.caught_up
 
 
+@pytest.mark.timeout(10)
+def test_a_request_holds_each_writers_ids_together_in_time_order():
+    """Clicks of two writers, released by the store's progress in their queries' order (the writers
+    interleaved), go in one request with each writer's ids together and in time order: the registry packs a
+    writer's run of ids as one item and takes a mix id by id."""
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=1)
+    other = [format_event_id("10.0.0.5", 3, 1_763_712_000_000_000 + n) for n in range(1, 5)]
+    # writer 10.0.0.1:7 clicks 1-4 on queries 1, 3, 5, 7; writer 10.0.0.5:3 clicks on queries 2, 4, 6, 8
+    a = chunk([line(n, q=2 * n - 1) for n in range(1, 5)], file="w0/clicks-1.jsonl")
+    b = chunk([orjson.dumps({"click_id": c, "query_id": qid(2 * n + 2)}) for n, c in enumerate(other)],
+              file="w1/clicks-1.jsonl")
+    [probe] = of(st.handle(LinesRead([a, b], clock.now_us())), SendBatch)
+    assert probe.ids == sorted(probe.ids) and len(probe.ids) == 8
+    cmds = st.handle(JoinAnswered(probe.batch_id, [Outcome.THROTTLED] * 8, clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(0)}, store_read_through_us=0))
+    [empty] = of(cmds, SendBatch)
+    assert empty.ids == [] and st.statistics().ahead_of_store == 8
+    cmds = st.handle(JoinAnswered(empty.batch_id, [], clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(8)}, store_read_through_us=0))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(1), cid(2), cid(3), cid(4)] + other
+    assert send.ref_ids == [qid(1), qid(3), qid(5), qid(7), qid(2), qid(4), qid(6), qid(8)]
+
+
 def test_clicks_held_back_for_the_store_count_against_the_read_ahead():
     """A cold start does not read the click logs far ahead of the store: held clicks take the place of queued
     ones in the read-ahead (backlog_batch_size x max_in_flight), so the rest stays in the logs until the store
