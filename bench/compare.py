@@ -144,7 +144,7 @@ class Timeline(threading.Thread):
         super().__init__(daemon=True)
         self.sampler, self.root, self.visible, self.interval, self.t0 = sampler, root, visible, interval, t0
         self.stopped = threading.Event()
-        self.rows: list[tuple] = []        # (t, {kind: (cpu_ns, wait_ns)}, status dict, visible count)
+        self.rows: list[tuple] = []        # (t, {kind: (cpu_ns, wait_ns)}, status dict, visible count, idle s)
         self._status = list(root.rglob("dispatcher/status.json"))
 
     @staticmethod
@@ -177,6 +177,13 @@ class Timeline(threading.Thread):
                 out[k] = out.get(k, 0) + int(s.get(k, 0))
         return out
 
+    @staticmethod
+    def _machine_idle_s() -> float:
+        """Seconds every CPU of the machine has spent idle (idle + iowait) since boot."""
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
             with self.sampler.lock:
@@ -190,9 +197,9 @@ class Timeline(threading.Thread):
                 acc[0] += cpu
                 acc[1] += wait
             self.rows.append((time.monotonic() - self.t0, {k: tuple(v) for k, v in per.items()},
-                              self._read_status(), len(self.visible())))
+                              self._read_status(), len(self.visible()), self._machine_idle_s()))
 
-    def report(self, first_s: float | None, done_s: float, bucket: float, show_rows: bool) -> dict:
+    def report(self, first_s: float | None, done_s: float, bucket: float, show_rows: bool, joinable: int = 0) -> dict:
         """Rows of ``bucket`` seconds (printed when ``show_rows``) and per-phase figures: cores used, cores'
         worth of time waiting for a CPU, by kind, before the first join and from it to the backlog's end."""
         rows = [r for r in self.rows if r[0] <= done_s + bucket]
@@ -204,6 +211,12 @@ class Timeline(threading.Thread):
         def delta(a, b, kind, i):
             return (b[1].get(kind, (0, 0))[i] - a[1].get(kind, (0, 0))[i]) / 1e9
 
+        # the last sample with clicks held back for the event store: about when it had read its backlog; the
+        # clicks joined by then were joined while it read (the rest waited for it, or for the joining after it)
+        held = [r for r in rows if r[2].get("ahead_of_store", 0) > 0]
+        if held and joinable:
+            out["timeline_store_read_s"] = round(held[-1][0], 2)
+            out["timeline_joined_share_while_store_read"] = round(held[-1][2].get("joined", 0) / joinable, 3)
         phases = [("start", 0.0, first_s or done_s), ("backlog", first_s or done_s, done_s)]
         for name, lo, hi in phases:
             sel = [r for r in rows if lo <= r[0] <= hi]
@@ -215,6 +228,8 @@ class Timeline(threading.Thread):
             out[f"timeline_{name}_s"] = round(wall, 2)
             out[f"timeline_{name}_cores_used"] = round(sum(cpu.values()) / wall, 2)
             out[f"timeline_{name}_cores_waiting"] = round(sum(wait.values()) / wall, 2)
+            # the machine's CPUs idle meanwhile (a pipeline waiting on itself, not on other work)
+            out[f"timeline_{name}_machine_cores_idle"] = round((sel[-1][4] - sel[0][4]) / wall, 2)
             for k in kinds:
                 out[f"timeline_{name}_cores_{k}"] = round(cpu[k] / wall, 2)
             # intervals where less than a core and a half was busy and nobody waited for a CPU: time not bound by CPU
@@ -231,7 +246,7 @@ class Timeline(threading.Thread):
                      "launcher": "launch", "forkserver": "fork"}
             head = " ".join(f"{short.get(k, k)[:6]:>6}" for k in kinds)
             print(f"{'t_s':>5} {head} {'runq':>5} | {'read':>7} {'joined':>7} {'queued':>6} {'infl':>5} "
-                  f"{'reqs':>4} {'store':>5} {'ahead':>5} {'retry':>5} | {'visible':>7}", file=sys.stderr)
+                  f"{'reqs':>4} {'store':>5} {'ahead':>5} {'retry':>5} | {'visible':>7} {'idle':>5}", file=sys.stderr)
             last = rows[0]
             for r in rows[1:]:
                 if r[0] - last[0] < bucket and r is not rows[-1]:
@@ -243,7 +258,7 @@ class Timeline(threading.Thread):
                 print(f"{r[0]:5.2f} {cols} {runq:5.2f} | {s.get('events_read', 0):7d} {s.get('joined', 0):7d} "
                       f"{s.get('queued', 0):6d} {s.get('in_flight', 0):5d} {s.get('requests_in_flight', 0):4d} "
                       f"{s.get('waiting_for_store', 0):5d} {s.get('ahead_of_store', 0):5d} "
-                      f"{s.get('retry_queue', 0):5d} | {r[3]:7d}", file=sys.stderr)
+                      f"{s.get('retry_queue', 0):5d} | {r[3]:7d} {(r[4] - last[4]) / dt:5.2f}", file=sys.stderr)
                 last = r
         return out
 
@@ -411,7 +426,8 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
         if timeline:
             timeline.stopped.set()
             timeline.join()
-            figures.update(timeline.report(first - t0, total, args.timeline_bucket, args.timeline_rows))
+            figures.update(timeline.report(first - t0, total, args.timeline_bucket, args.timeline_rows,
+                                           len(joinable)))
         figures.update(dispatcher_attempts(root))
         prober = Prober(root / "logs" / "a", name)
         lat = []
