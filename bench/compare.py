@@ -17,7 +17,9 @@ log), seconds until every joinable click of the backlog is visible, joined click
 ``--probe-clicks`` clicks each (their queries then their clicks, each probe as new files renamed into
 place, which both systems pick up): visible latency p50/p90 from the click file's rename to the click being
 visible. CPU-seconds of every process of the system (sampled with psutil every 0.2 s, also per process kind,
-and per million input lines), and peak RSS per process kind. Both outputs are checked against the
+and per million input lines), and peak RSS per process kind. With ``--timeline MS``, a finer look at where the
+wall time goes (see :class:`Timeline`): every process's CPU and run-queue time, the machine's idle time and the
+dispatcher's counters every MS milliseconds, folded into per-phase figures. Both outputs are checked against the
 generator's truth (every joinable click once, nothing else); a mismatch is printed and the exit code is 1.
 Ratios Photon/Spark last.
 """
