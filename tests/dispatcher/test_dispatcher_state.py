@@ -587,6 +587,36 @@ def test_a_request_holds_each_writers_ids_together_in_time_order():
     assert send.ref_ids == [qid(1), qid(3), qid(5), qid(7), qid(2), qid(4), qid(6), qid(8)]
 
 
+@pytest.mark.timeout(10)
+def test_an_answer_carrying_an_older_store_position_does_not_hold_back_clicks_again():
+    """Requests sent at once come back in any order, each with the store's position its lookup saw: the
+    dispatcher keeps the later position key by key, so a click released by one answer is not held again by an
+    older one that arrives after it."""
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=2)
+    [a, b] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 7)])], clock.now_us())), SendBatch)
+    behind = dict(store_behind=True, store_read_through_us=0)
+    cmds = st.handle(JoinAnswered(a.batch_id, [Outcome.JOINED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(2)}, **behind))
+    assert of(cmds, SendBatch) == [] and st.statistics().ahead_of_store == 4      # 3 to 6 held
+    cmds = st.handle(JoinAnswered(b.batch_id, [Outcome.JOINED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(5)}, **behind))
+    [c, d] = of(cmds, SendBatch)                       # 3, 4 and 5 released; two slots
+    assert (c.ids, d.ids) == ([cid(3)], [cid(4)]) and st.statistics().queued == 1
+    cmds = st.handle(JoinAnswered(c.batch_id, [Outcome.JOINED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(2)}, **behind))   # an older lookup's position
+    [e] = of(cmds, SendBatch)
+    assert e.ids == [cid(5)]
+    s = st.statistics()
+    assert (s.held_for_store, s.ahead_of_store) == (4, 1)
+
+
+def test_the_later_of_two_store_positions_is_taken_key_by_key():
+    from dispatcher._state import later_position
+    assert later_position({"k1": 10, "k2": 50}, 5, {"k1": 20, "k3": 7}, 30) == ({"k1": 20, "k2": 50, "k3": 7}, 30)
+    assert later_position({}, 40, {"k1": 20}, 30) == ({"k1": 40}, 40)
+
+
 def test_clicks_held_back_for_the_store_count_against_the_read_ahead():
     """A cold start does not read the click logs far ahead of the store: held clicks take the place of queued
     ones in the read-ahead (backlog_batch_size x max_in_flight), so the rest stays in the logs until the store
