@@ -167,7 +167,7 @@ class Timeline(threading.Thread):
 
     def _read_status(self) -> dict:
         import orjson
-        if not self._status:
+        if not self._status and len(self.rows) % 20 == 0:     # looked for now and then until one is written
             self._status = list(self.root.rglob("dispatcher/status.json"))
         out: dict = {}
         for path in self._status:
