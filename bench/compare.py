@@ -469,6 +469,7 @@ def dispatcher_attempts(root: Path) -> dict:
     joiners answered THROTTLED because their event store had not read the query yet, per click read."""
     import orjson
     attempts = read = held = behind = requests = 0
+    waits = {"store_wait_us": 0, "commit_wait_us": 0, "write_wait_us": 0}
     for status in root.rglob("dispatcher/status.json"):
         try:
             s = orjson.loads(status.read_bytes())
@@ -481,6 +482,8 @@ def dispatcher_attempts(root: Path) -> dict:
             joiner = orjson.loads(status.read_bytes())
             behind += joiner.get("not_found_store_behind", 0)
             requests += joiner.get("requests", 0)
+            for k in waits:
+                waits[k] += joiner.get(k, 0)
         except (OSError, orjson.JSONDecodeError, AttributeError):
             continue
     if not read:
@@ -491,7 +494,10 @@ def dispatcher_attempts(root: Path) -> dict:
             "held_for_store_per_click": round(held / read, 3),
             # joiner requests (each a store lookup and a registry commit) per thousand clicks read, as of the
             # joiners' latest status files (rewritten about once a second: a lower bound)
-            "joiner_requests_per_k_clicks": round(requests / read * 1000, 2)}
+            "joiner_requests_per_k_clicks": round(requests / read * 1000, 2),
+            # where a joiner request's wall time went, ms per request on average: the event store lookup, the
+            # registry commit, the output write (the rest: parsing, the adapter, gRPC)
+            **{f"joiner_{k[:-8]}_ms_per_request": round(v / 1000 / max(1, requests), 1) for k, v in waits.items()}}
 
 
 def add_settings(config: Path, items: list[str]) -> None:
