@@ -17,7 +17,9 @@ log), seconds until every joinable click of the backlog is visible, joined click
 ``--probe-clicks`` clicks each (their queries then their clicks, each probe as new files renamed into
 place, which both systems pick up): visible latency p50/p90 from the click file's rename to the click being
 visible. CPU-seconds of every process of the system (sampled with psutil every 0.2 s, also per process kind,
-and per million input lines), and peak RSS per process kind. Both outputs are checked against the
+and per million input lines), and peak RSS per process kind. With ``--timeline MS``, a finer look at where the
+wall time goes (see :class:`Timeline`): every process's CPU and run-queue time, the machine's idle time and the
+dispatcher's counters every MS milliseconds, folded into per-phase figures. Both outputs are checked against the
 generator's truth (every joinable click once, nothing else); a mismatch is printed and the exit code is 1.
 Ratios Photon/Spark last.
 """
@@ -129,6 +131,137 @@ class TreeSampler(threading.Thread):
         with self.lock:
             for pid, cpu in self.cpu.items():
                 out[self.kind[pid]] = out.get(self.kind[pid], 0.0) + cpu
+        return out
+
+
+class Timeline(threading.Thread):
+    """Every ``interval`` seconds: each pipeline process's time on a CPU and waiting for one (all its threads,
+    from ``/proc/<pid>/task/*/schedstat``, nanoseconds), the dispatchers' status counters, and the clicks
+    visible so far. :meth:`report` folds the samples into ``bucket``-second rows and per-phase figures."""
+
+    STATUS_KEYS = ("events_read", "joined", "queued", "in_flight", "requests_in_flight", "waiting_for_store",
+                   "ahead_of_store", "retry_queue")
+
+    def __init__(self, sampler: TreeSampler, root: Path, visible, interval: float, t0: float) -> None:
+        super().__init__(daemon=True)
+        self.sampler, self.root, self.visible, self.interval, self.t0 = sampler, root, visible, interval, t0
+        self.stopped = threading.Event()
+        self.rows: list[tuple] = []        # (t, {kind: (cpu_ns, wait_ns)}, status dict, visible count, idle s)
+        self._status = list(root.rglob("dispatcher/status.json"))
+
+    @staticmethod
+    def _schedstat(pid: int) -> tuple[int, int]:
+        cpu = wait = 0
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return 0, 0
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    a, b, _ = f.read().split()
+            except (OSError, ValueError):
+                continue
+            cpu, wait = cpu + int(a), wait + int(b)
+        return cpu, wait
+
+    def _read_status(self) -> dict:
+        import orjson
+        if not self._status and len(self.rows) % 20 == 0:     # looked for now and then until one is written
+            self._status = list(self.root.rglob("dispatcher/status.json"))
+        out: dict = {}
+        for path in self._status:
+            try:
+                s = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            for k in self.STATUS_KEYS:
+                out[k] = out.get(k, 0) + int(s.get(k, 0))
+        return out
+
+    @staticmethod
+    def _machine_idle_s() -> float:
+        """Seconds every CPU of the machine has spent idle (idle + iowait) since boot."""
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            with self.sampler.lock:
+                kinds = dict(self.sampler.kind)
+            per: dict[str, list[int]] = {}
+            for pid, kind in kinds.items():
+                if kind in ("?", "bash"):
+                    continue
+                cpu, wait = self._schedstat(pid)
+                acc = per.setdefault(kind, [0, 0])
+                acc[0] += cpu
+                acc[1] += wait
+            self.rows.append((time.monotonic() - self.t0, {k: tuple(v) for k, v in per.items()},
+                              self._read_status(), len(self.visible()), self._machine_idle_s()))
+
+    def report(self, first_s: float | None, done_s: float, bucket: float, show_rows: bool, joinable: int = 0) -> dict:
+        """Rows of ``bucket`` seconds (printed when ``show_rows``) and per-phase figures: cores used, cores'
+        worth of time waiting for a CPU, by kind, before the first join and from it to the backlog's end."""
+        rows = [r for r in self.rows if r[0] <= done_s + bucket]
+        if len(rows) < 2:
+            return {}
+        kinds = sorted({k for r in rows for k in r[1]})
+        out: dict = {}
+
+        def delta(a, b, kind, i):
+            return (b[1].get(kind, (0, 0))[i] - a[1].get(kind, (0, 0))[i]) / 1e9
+
+        # the last sample with clicks held back for the event store: about when it had read its backlog; the
+        # clicks joined by then were joined while it read (the rest waited for it, or for the joining after it)
+        held = [r for r in rows if r[2].get("ahead_of_store", 0) > 0]
+        if held and joinable:
+            out["timeline_store_read_s"] = round(held[-1][0], 2)
+            out["timeline_joined_share_while_store_read"] = round(held[-1][2].get("joined", 0) / joinable, 3)
+        phases = [("start", 0.0, first_s or done_s), ("backlog", first_s or done_s, done_s)]
+        for name, lo, hi in phases:
+            sel = [r for r in rows if lo <= r[0] <= hi]
+            if len(sel) < 2:
+                continue
+            wall = sel[-1][0] - sel[0][0]
+            cpu = {k: delta(sel[0], sel[-1], k, 0) for k in kinds}
+            wait = {k: delta(sel[0], sel[-1], k, 1) for k in kinds}
+            out[f"timeline_{name}_s"] = round(wall, 2)
+            out[f"timeline_{name}_cores_used"] = round(sum(cpu.values()) / wall, 2)
+            out[f"timeline_{name}_cores_waiting"] = round(sum(wait.values()) / wall, 2)
+            # the machine's CPUs idle meanwhile (a pipeline waiting on itself, not on other work)
+            out[f"timeline_{name}_machine_cores_idle"] = round((sel[-1][4] - sel[0][4]) / wall, 2)
+            for k in kinds:
+                out[f"timeline_{name}_cores_{k}"] = round(cpu[k] / wall, 2)
+            # intervals where less than a core and a half was busy and nobody waited for a CPU: time not bound by CPU
+            idle = 0.0
+            for a, b in zip(sel, sel[1:]):
+                dt = b[0] - a[0]
+                used = sum(delta(a, b, k, 0) for k in kinds) / dt
+                waited = sum(delta(a, b, k, 1) for k in kinds) / dt
+                if used < 1.5 and waited < 0.2:
+                    idle += dt
+            out[f"timeline_{name}_s_under_1.5_cores"] = round(idle, 2)
+        if show_rows:
+            short = {"dispatcher": "disp", "eventstore": "store", "idregistry": "reg", "joiner": "join",
+                     "launcher": "launch", "forkserver": "fork"}
+            head = " ".join(f"{short.get(k, k)[:6]:>6}" for k in kinds)
+            print(f"{'t_s':>5} {head} {'runq':>5} | {'read':>7} {'joined':>7} {'queued':>6} {'infl':>5} "
+                  f"{'reqs':>4} {'store':>5} {'ahead':>5} {'retry':>5} | {'visible':>7} {'idle':>5}", file=sys.stderr)
+            last = rows[0]
+            for r in rows[1:]:
+                if r[0] - last[0] < bucket and r is not rows[-1]:
+                    continue
+                dt = r[0] - last[0]
+                cols = " ".join(f"{delta(last, r, k, 0) / dt:6.2f}" for k in kinds)
+                runq = sum(delta(last, r, k, 1) for k in kinds) / dt
+                s = r[2]
+                print(f"{r[0]:5.2f} {cols} {runq:5.2f} | {s.get('events_read', 0):7d} {s.get('joined', 0):7d} "
+                      f"{s.get('queued', 0):6d} {s.get('in_flight', 0):5d} {s.get('requests_in_flight', 0):4d} "
+                      f"{s.get('waiting_for_store', 0):5d} {s.get('ahead_of_store', 0):5d} "
+                      f"{s.get('retry_queue', 0):5d} | {r[3]:7d} {(r[4] - last[4]) / dt:5.2f}", file=sys.stderr)
+                last = r
         return out
 
 
@@ -264,6 +397,10 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     sampler = TreeSampler(proc.pid, on_new=profiler.attach if profiler else None)
     sampler.start()
+    timeline = None
+    if args.timeline:
+        timeline = Timeline(sampler, root, lambda: visible_of(follower), args.timeline / 1000, t0)
+        timeline.start()
     figures: dict = {}
     joinable = work["joinable"]
     try:
@@ -288,6 +425,11 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
                         "cpu_us_per_input_line": round(sum(cpu_backlog.values()) / work["input_lines"] * 1e6, 2)})
         for kind, cpu in sorted(cpu_backlog.items()):
             figures[f"cpu_s_per_m_lines_{kind}"] = round(cpu / work["input_lines"] * 1e6, 2)
+        if timeline:
+            timeline.stopped.set()
+            timeline.join()
+            figures.update(timeline.report(first - t0, total, args.timeline_bucket, args.timeline_rows,
+                                           len(joinable)))
         figures.update(dispatcher_attempts(root))
         prober = Prober(root / "logs" / "a", name)
         lat = []
@@ -326,7 +468,8 @@ def dispatcher_attempts(root: Path) -> dict:
     only; empty for a system without them): above 1 is work done again (retries); of those, the attempts the
     joiners answered THROTTLED because their event store had not read the query yet, per click read."""
     import orjson
-    attempts = read = held = behind = 0
+    attempts = read = held = behind = requests = 0
+    waits = {"store_wait_us": 0, "commit_wait_us": 0, "write_wait_us": 0}
     for status in root.rglob("dispatcher/status.json"):
         try:
             s = orjson.loads(status.read_bytes())
@@ -336,7 +479,11 @@ def dispatcher_attempts(root: Path) -> dict:
         held += s.get("held_for_store", 0)
     for status in root.rglob("joiners/*.json"):
         try:
-            behind += orjson.loads(status.read_bytes()).get("not_found_store_behind", 0)
+            joiner = orjson.loads(status.read_bytes())
+            behind += joiner.get("not_found_store_behind", 0)
+            requests += joiner.get("requests", 0)
+            for k in waits:
+                waits[k] += joiner.get(k, 0)
         except (OSError, orjson.JSONDecodeError, AttributeError):
             continue
     if not read:
@@ -344,7 +491,13 @@ def dispatcher_attempts(root: Path) -> dict:
     # store_behind_per_click: attempts answered THROTTLED because the event store had not read the query yet
     # (retried); held_for_store_per_click: clicks the dispatcher held back for the store instead of sending
     return {"attempts_per_click": round(attempts / read, 3), "store_behind_per_click": round(behind / read, 3),
-            "held_for_store_per_click": round(held / read, 3)}
+            "held_for_store_per_click": round(held / read, 3),
+            # joiner requests (each a store lookup and a registry commit) per thousand clicks read, as of the
+            # joiners' latest status files (rewritten about once a second: a lower bound)
+            "joiner_requests_per_k_clicks": round(requests / read * 1000, 2),
+            # where a joiner request's wall time went, ms per request on average: the event store lookup, the
+            # registry commit, the output write (the rest: parsing, the adapter, gRPC)
+            **{f"joiner_{k[:-8]}_ms_per_request": round(v / 1000 / max(1, requests), 1) for k, v in waits.items()}}
 
 
 def add_settings(config: Path, items: list[str]) -> None:
@@ -382,6 +535,13 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", metavar="DIR", help="py-spy record every Python process into DIR (slows them)")
     ap.add_argument("--profile-gil", action="store_true",
                     help="with --profile: sample only the thread holding the GIL (where the interpreter's time goes)")
+    ap.add_argument("--timeline", type=float, default=0.0, metavar="MS",
+                    help="sample every Photon process's CPU and run-queue time and the dispatchers' counters every "
+                         "MS milliseconds until the backlog is visible; prints per-phase figures (timeline_*)")
+    ap.add_argument("--timeline-bucket", type=float, default=0.1, metavar="S",
+                    help="with --timeline-rows: seconds per printed row")
+    ap.add_argument("--timeline-rows", action="store_true",
+                    help="with --timeline: print the timeline's rows on stderr")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--spark-child", metavar="ROOT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -130,6 +130,17 @@ _RENAMED_COUNTERS = {"already_joined": "wasted_joins", "duplicates_prevented": "
 """Counters of checkpoints written before their renaming, under their new names."""
 
 
+def later_position(read_to: dict[str, int], through_us: int, new_read_to: dict[str, int],
+                   new_through_us: int) -> tuple[dict[str, int], int]:
+    """The later of two positions of the event store (per query key, the time up to which it has read that
+    key; ``through_us`` for a key not named): key by key the greater. Answers to requests sent at once come
+    back in any order, each with the position its lookup saw, so the latest answer may carry an older
+    position; taken as it came, a click released by one answer was held again by the next."""
+    keys = read_to.keys() | new_read_to.keys()
+    return ({k: max(read_to.get(k, through_us), new_read_to.get(k, new_through_us)) for k in keys},
+            max(through_us, new_through_us))
+
+
 def backoff_table_us(initial_s: float, max_s: float) -> list[int]:
     """Retry delay after the n-th attempt (index n-1), from tenacity's exponential wait: doubling from
     ``initial_s``, capped at ``max_s``."""
@@ -199,7 +210,7 @@ class DispatcherState:
         self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
         # holding back clicks whose query the event store has not read yet (see _hold_if_ahead)
         self._by_position = not join.primary_ids.custom   # refs are Photon ids: key + time
-        self._store_read_to: dict | None = None    # the latest answer's store position, while the store is behind
+        self._store_read_to: dict | None = None    # the store's position as answers gave it, while it is behind
         self._store_through_us = 0
         self._ahead: dict[str, list[tuple[int, str]]] = {}   # query key -> heap of (query time, click id)
         self._ahead_since: dict[str, int] = {}     # click id held back -> since when (in that order)
@@ -592,6 +603,9 @@ class DispatcherState:
             if not wait:
                 self._probe_due_us = now + STORE_PROBE_EVERY_US
             if read_to is not None and self._by_position:
+                if self._store_read_to is not None:  # answers overtake each other: a store never reads back
+                    read_to, read_through_us = later_position(self._store_read_to, self._store_through_us,
+                                                              read_to, read_through_us)
                 self._store_read_to, self._store_through_us = read_to, read_through_us
                 self._release_ahead()
         else:
@@ -865,6 +879,10 @@ class DispatcherState:
                 if not ids:
                     break
                 n = len(ids)
+            # one writer's ids together and in time order: the registry takes such a run as one packed
+            # (prefix, timestamps) item, a mix of writers id by id (clicks released by the store's progress
+            # come in their queries' order, the writers interleaved)
+            ids.sort()
             batch_id = self._next_batch
             self._next_batch += 1
             self._batches[batch_id] = ids

@@ -38,7 +38,8 @@ METRIC_KINDS = MetricKinds(
         "unjoinable", "duplicates_in_request", "adapter_errors", "bad_ids", "eventstore_errors", "registry_errors",
         "commit_retries", "lines_written", "bytes_written", "files_rolled", "orphans_recovered",
         "not_found_store_behind", "served_by_cache", "served_by_logs", "write_failures", "lost_ids",
-        "requests_throttled_writer", "refused_ids", "commit_unknown_ids", "unrecorded_ids", "output_commits"}))
+        "requests_throttled_writer", "refused_ids", "commit_unknown_ids", "unrecorded_ids", "output_commits",
+        "store_wait_us", "commit_wait_us", "write_wait_us"}))
 """How :class:`JoinerStatistics` is exposed: everything counts since the process started, but the
 requests in flight and their limit."""
 

@@ -99,6 +99,9 @@ class JoinerStatistics:
     commit_unknown_ids: int = 0    # ids put into the ledger because their commit's outcome stayed unknown
     unrecorded_ids: int = 0        # registered ids neither written nor in the ledger (stopping with both failing)
     output_commits: int = 0        # group commits of the output (one may cover several requests' lines)
+    store_wait_us: int = 0         # time requests spent in event store lookups (summed over requests at once)
+    commit_wait_us: int = 0        # ... in registry commits
+    write_wait_us: int = 0         # ... writing their lines until committed output
 
 
 _STORE_CAUGHT_UP = (False, None, 0)
@@ -165,7 +168,7 @@ class Joiner:
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
                        orphans_recovered=0, not_found_store_behind=0, served_by_cache=0, served_by_logs=0,
                        write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
-                       commit_unknown_ids=0, unrecorded_ids=0)
+                       commit_unknown_ids=0, unrecorded_ids=0, store_wait_us=0, commit_wait_us=0, write_wait_us=0)
 
     @property
     def store_behind(self) -> bool:
@@ -255,7 +258,9 @@ class Joiner:
         refs = batch.ref_ids_to_look_up()
         try:
             # a request with no events is a probe of how far the store has read (answered with that alone)
+            began = time.monotonic_ns()
             primaries = self._store.lookup(refs) if refs or not batch.n else []
+            self._waited("store_wait_us", began)
             if len(primaries) != len(refs):
                 raise ValueError(f"event store answered {len(primaries)} results for {len(refs)} ids")
         except Exception as e:
@@ -289,7 +294,9 @@ class Joiner:
                 self._started[seq] = (ids, token)
             try:
                 try:
+                    began = time.monotonic_ns()
                     results = self._commit_isolating(ids, token, seq)
+                    self._waited("commit_wait_us", began)
                     lines = batch.commit_resolved(results)
                 except Exception as e:
                     self._failed("registry_errors", "registry commit", e)
@@ -301,11 +308,20 @@ class Joiner:
                 if lines:
                     if _KILL_MARKER:        # tests only; 0: OK
                         _kill_after_commit(_KILL_MARKER, [i for i, r in zip(ids, results) if int(r) == 0])
+                    began = time.monotonic_ns()
                     self._write_or_record(batch, lines, now, token, seq)
+                    self._waited("write_wait_us", began)
             finally:
                 with self._lock:
                     self._started.pop(seq, None)
         return batch.outcomes()
+
+    def _waited(self, counter: str, began_ns: int) -> None:
+        """Add the time since ``began_ns`` (``time.monotonic_ns``) to one of the wait counters: where a request's
+        wall time goes (statistics only; nothing decides on them)."""
+        waited = (time.monotonic_ns() - began_ns) // 1000
+        with self._lock:
+            self._c[counter] += waited
 
     def _record_unknown(self, seq: int, reason: str) -> None:
         """Put the ids of started commit ``seq`` into the lost-ids ledger as candidates (they may be

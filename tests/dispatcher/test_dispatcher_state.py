@@ -562,6 +562,61 @@ def test_clicks_whose_query_the_store_has_not_read_are_held_back_until_it_has():
     assert st.unresolved_ids() == set() and st.caught_up
 
 
+@pytest.mark.timeout(10)
+def test_a_request_holds_each_writers_ids_together_in_time_order():
+    """Clicks of two writers, released by the store's progress in their queries' order (the writers
+    interleaved), go in one request with each writer's ids together and in time order: the registry packs a
+    writer's run of ids as one item and takes a mix id by id."""
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=1)
+    other = [format_event_id("10.0.0.5", 3, 1_763_712_000_000_000 + n) for n in range(1, 5)]
+    # writer 10.0.0.1:7 clicks 1-4 on queries 1, 3, 5, 7; writer 10.0.0.5:3 clicks on queries 2, 4, 6, 8
+    a = chunk([line(n, q=2 * n - 1) for n in range(1, 5)], file="w0/clicks-1.jsonl")
+    b = chunk([orjson.dumps({"click_id": c, "query_id": qid(2 * n + 2)}) for n, c in enumerate(other)],
+              file="w1/clicks-1.jsonl")
+    [probe] = of(st.handle(LinesRead([a, b], clock.now_us())), SendBatch)
+    assert probe.ids == sorted(probe.ids) and len(probe.ids) == 8
+    cmds = st.handle(JoinAnswered(probe.batch_id, [Outcome.THROTTLED] * 8, clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(0)}, store_read_through_us=0))
+    [empty] = of(cmds, SendBatch)
+    assert empty.ids == [] and st.statistics().ahead_of_store == 8
+    cmds = st.handle(JoinAnswered(empty.batch_id, [], clock.advance(1_000), store_behind=True,
+                                  store_read_to={QKEY: qtime(8)}, store_read_through_us=0))
+    [send] = of(cmds, SendBatch)
+    assert send.ids == [cid(1), cid(2), cid(3), cid(4)] + other
+    assert send.ref_ids == [qid(1), qid(3), qid(5), qid(7), qid(2), qid(4), qid(6), qid(8)]
+
+
+@pytest.mark.timeout(10)
+def test_an_answer_carrying_an_older_store_position_does_not_hold_back_clicks_again():
+    """Requests sent at once come back in any order, each with the store's position its lookup saw: the
+    dispatcher keeps the later position key by key, so a click released by one answer is not held again by an
+    older one that arrives after it."""
+    clock = FakeClock()
+    st = state(batch_size=1, max_in_flight=2)
+    [a, b] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 7)])], clock.now_us())), SendBatch)
+    behind = dict(store_behind=True, store_read_through_us=0)
+    cmds = st.handle(JoinAnswered(a.batch_id, [Outcome.JOINED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(2)}, **behind))
+    assert of(cmds, SendBatch) == [] and st.statistics().ahead_of_store == 4      # 3 to 6 held
+    cmds = st.handle(JoinAnswered(b.batch_id, [Outcome.JOINED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(5)}, **behind))
+    [c, d] = of(cmds, SendBatch)                       # 3, 4 and 5 released; two slots
+    assert (c.ids, d.ids) == ([cid(3)], [cid(4)]) and st.statistics().queued == 1
+    cmds = st.handle(JoinAnswered(c.batch_id, [Outcome.JOINED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(2)}, **behind))   # an older lookup's position
+    [e] = of(cmds, SendBatch)
+    assert e.ids == [cid(5)]
+    s = st.statistics()
+    assert (s.held_for_store, s.ahead_of_store) == (4, 1)
+
+
+def test_the_later_of_two_store_positions_is_taken_key_by_key():
+    from dispatcher._state import later_position
+    assert later_position({"k1": 10, "k2": 50}, 5, {"k1": 20, "k3": 7}, 30) == ({"k1": 20, "k2": 50, "k3": 7}, 30)
+    assert later_position({}, 40, {"k1": 20}, 30) == ({"k1": 40}, 40)
+
+
 def test_clicks_held_back_for_the_store_count_against_the_read_ahead():
     """A cold start does not read the click logs far ahead of the store: held clicks take the place of queued
     ones in the read-ahead (backlog_batch_size x max_in_flight), so the rest stays in the logs until the store

@@ -282,3 +282,24 @@ def test_nothing_is_written_before_the_commit_and_stop_finishes_in_flight_reques
     assert not stopping.is_alive()
     assert not inprogress_files(s.joined_dir)
     assert sorted(e["click_id"] for e in joined_lines(s.joined_dir)) == [click_id(n) for n in range(3)]
+
+
+@pytest.mark.timeout(60)
+def test_status_says_where_requests_waited_store_commit_write(stack):
+    """A request's wall time in the event store lookup, the registry commit and the output write is summed per
+    joiner (``store_wait_us``, ``commit_wait_us``, ``write_wait_us``); a request that commits nothing adds to
+    the store's alone."""
+    import idregistry
+    s = stack(idregistry.connect("memory://"))
+    pid = fresh_click_pid()
+    ids, refs, raws = clicks(range(5), pid=pid)
+    assert s.client.join(ids, refs, raws) == [NF] * 5          # nothing read yet: no commit, no write
+    st = s.client.status()
+    assert st["store_wait_us"] > 0 and st["commit_wait_us"] == 0 and st["write_wait_us"] == 0
+    store_before = st["store_wait_us"]
+    write_queries(s.root, range(5))
+    s.wait_queries(5)
+    assert s.client.join(ids, refs, raws) == [J] * 5
+    st = s.client.status()
+    assert st["store_wait_us"] > store_before and st["commit_wait_us"] > 0
+    assert st["write_wait_us"] > 0 and st["output_commits"] >= 1   # the write waited for a durable commit
