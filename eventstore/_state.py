@@ -12,8 +12,8 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import accumulate, compress, islice
-from operator import itemgetter, lt, not_
+from itertools import accumulate, compress, islice, repeat
+from operator import add, itemgetter, lt, not_
 
 import cachetools
 import orjson
@@ -112,7 +112,10 @@ class CacheStatistics:
 
 
 class _Block:
-    """Events put together: their lines concatenated in ``blob`` (event ``i`` is ``blob[offs[i]:offs[i+1]]``),
+    """Events put together: their lines concatenated in ``blob``. ``offs`` counts, from ``offs[0]``, each
+    line's bytes plus :data:`ENTRY_OVERHEAD_BYTES` (what a put measured already to charge them, no second
+    pass), so event ``i`` is ``blob[s:s + offs[i+1] - offs[i] - ENTRY_OVERHEAD_BYTES]`` with
+    ``s = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES`` (:meth:`line`);
     and either their ids as one key and increasing timestamps in packed decimal (a *timed* block: event
     ``i``'s id is ``f"{id_key}:{tss[i]:016x}"``, see :func:`packed_times`) or kept in the cache's id dict (a *keyed* block, ``id_key`` None)."""
     __slots__ = ("key", "blob", "offs", "id_key", "tss", "ids", "replaced", "live", "charged", "live_bytes")
@@ -130,7 +133,9 @@ class _Block:
         self.live_bytes = 0     # the part still held: replaced events leave the block
 
     def line(self, i: int) -> bytes:
-        return self.blob[self.offs[i]:self.offs[i + 1]]
+        offs = self.offs
+        start = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES
+        return self.blob[start:start + offs[i + 1] - offs[i] - ENTRY_OVERHEAD_BYTES]
 
 
 class _Timeline:
@@ -233,18 +238,20 @@ class EventCache:
             return
         with self._lock:
             self._puts += len(ids)
-            sizes = list(map(len, raws))
+            cum = list(accumulate(map(add, map(len, raws), repeat(ENTRY_OVERHEAD_BYTES)), initial=0))
+            n = len(raws)
             max_size = self.max_bytes - BLOCK_OVERHEAD_BYTES - ENTRY_OVERHEAD_BYTES
-            if max(sizes) > max_size:
-                keep = [size <= max_size for size in sizes]
+            if cum[-1] - n * ENTRY_OVERHEAD_BYTES > max_size and max(map(len, raws)) > max_size:   # (all: none)
+                keep = [len(raw) <= max_size for raw in raws]
                 self._too_large += keep.count(False)
-                ids, raws, sizes = (list(compress(x, keep)) for x in (ids, raws, sizes))
+                ids, raws = list(compress(ids, keep)), list(compress(raws, keep))
                 if timed is not None:
                     timed = timed[0], array("Q", compress(timed[1], keep))
                 if not ids:
                     return
-            n = len(sizes)
-            cum = list(accumulate(map(ENTRY_OVERHEAD_BYTES.__add__, sizes), initial=0))
+                cum = list(accumulate(map(add, map(len, raws), repeat(ENTRY_OVERHEAD_BYTES)), initial=0))
+                n = len(raws)
+            code = "I" if cum[-1] >> 32 == 0 else "Q"
             room = self._block_bytes - BLOCK_OVERHEAD_BYTES
             lo = 0
             while lo < n:
@@ -254,7 +261,7 @@ class EventCache:
                 split = (timed[0], timed[1][lo:hi]) if timed is not None else split_photon_ids(part)
                 if split is not None:
                     self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split,
-                                    sizes=sizes[lo:hi])
+                                    offs=array(code, cum[lo:hi + 1]))   # (an array from a list: faster)
                 else:
                     self._put_keyed(part, raws[lo:hi])
                 lo = hi
@@ -274,16 +281,18 @@ class EventCache:
             self._add_keyed(ids[lo:hi], raws[lo:hi])
             lo = hi
 
-    def _new_block(self, raws, id_key: str | None, tss: array, ids, sizes: list[int] | None = None) -> _Block:
+    def _new_block(self, raws, id_key: str | None, tss: array, ids, offs: array | None = None) -> _Block:
+        """A block of ``raws``; ``offs``: as :class:`_Block` keeps them, if the caller has them."""
         # (a join of one returns that object itself, with whatever room its maker left in it: copy it)
         blob = b"".join(raws) if len(raws) > 1 else bytes(memoryview(raws[0]))
-        ends = list(accumulate(map(len, raws) if sizes is None else sizes, initial=0))
-        block = _Block(self._next_key, blob, array("I", ends), id_key, tss, ids)   # (an array from a list: faster)
+        if offs is None:
+            offs = array("I", list(accumulate(map(add, map(len, raws), repeat(ENTRY_OVERHEAD_BYTES)), initial=0)))
+        block = _Block(self._next_key, blob, offs, id_key, tss, ids)
         self._next_key += 1
         return block
 
-    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, sizes: list[int] | None = None) -> None:
-        block = self._new_block(raws, id_key, tss, None, sizes)
+    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, offs: array | None = None) -> None:
+        block = self._new_block(raws, id_key, tss, None, offs)
         block.charged = charged
         timeline = self._timelines.get(id_key)
         if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
@@ -412,7 +421,8 @@ class EventCache:
                             j = bisect_left(tss, ts)
                             if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
                                 offs = block.offs
-                                out.append(block.blob[offs[j]:offs[j + 1]])
+                                at = offs[j] - offs[0] - j * ENTRY_OVERHEAD_BYTES
+                                out.append(block.blob[at:at + offs[j + 1] - offs[j] - ENTRY_OVERHEAD_BYTES])
                                 touched[block.key] = None
                                 continue
                     found = None
