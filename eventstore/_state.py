@@ -406,6 +406,7 @@ class EventCache:
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         with self._lock:
             timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
+            entry = ENTRY_OVERHEAD_BYTES
             out: list[bytes | None] = []
             touched: dict[int, None] = {}
             for event_id in ids:
@@ -421,8 +422,10 @@ class EventCache:
                             j = bisect_left(tss, ts)
                             if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
                                 offs = block.offs
-                                at = offs[j] - offs[0] - j * ENTRY_OVERHEAD_BYTES
-                                out.append(block.blob[at:at + offs[j + 1] - offs[j] - ENTRY_OVERHEAD_BYTES])
+                                at = offs[j]
+                                end = offs[j + 1] - entry
+                                skip = offs[0] + j * entry           # (see _Block)
+                                out.append(block.blob[at - skip:end - skip])
                                 touched[block.key] = None
                                 continue
                     found = None
