@@ -33,7 +33,7 @@ import orjson
 
 from photon import ID_KEY, ID_TIME_DIGITS, MAX_TIME_US, check_custom_id
 
-from eventstore._state import pack_time, unpack_time
+from eventstore._packed import pack_time, unpack_time
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -34,7 +34,8 @@ from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
 from eventstore._ring import HashRing
 from eventstore._source import open_primary
-from eventstore._state import CacheStatistics, EventCache, index_lines, unpack_time
+from eventstore._packed import unpack_time
+from eventstore._state import CacheStatistics, EventCache, index_lines
 
 log = logging.getLogger("photon.eventstore")
 

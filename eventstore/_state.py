@@ -7,7 +7,6 @@ from a chunk of log lines to its good lines and ids and its bad records, worked 
 from __future__ import annotations
 
 import re
-import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
@@ -20,6 +19,8 @@ import orjson
 
 from photon import (ID_LINES, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, bad_id_positions, drop_at,
                     is_event_id, map_marking, parse_event_id, parse_record, positions)
+
+from eventstore._packed import packed_times
 
 ENTRY_OVERHEAD_BYTES = 12
 """Bytes charged per cached event with a Photon id on top of its raw line: 8 for its timestamp and 4 for its
@@ -46,32 +47,6 @@ _SHIFT = 10                     # a kept id's position: block key << _SHIFT | in
 assert BLOCK_EVENTS == 1 << _SHIFT
 _LOW = BLOCK_EVENTS - 1
 _NO_TIMES = array("Q")
-_BIG_ENDIAN = sys.byteorder == "big"
-
-
-def packed_times(digits: str) -> array:
-    """The timestamps whose 16-digit decimal texts are concatenated in ``digits`` (ASCII digits only), as
-    *packed decimal*: each digit one nibble of a 64-bit unsigned integer, the first digit the highest
-    (``int(text, 16)`` of the text). One C call for a whole chunk, no ``int`` per timestamp. Packed values of
-    16-digit texts compare, and are equal, exactly as the numbers do, which is all the cache's timelines and
-    bisections need; :func:`unpack_time` gives the number back (read positions, map entries)."""
-    packed = array("Q", bytes.fromhex(digits))
-    if not _BIG_ENDIAN:
-        packed.byteswap()
-    return packed
-
-
-def pack_time(ts: int) -> int:
-    """``ts`` (µs, at most 16 digits) in packed decimal (see :func:`packed_times`); a longer ``ts`` packs
-    above every 16-digit one, so order is still kept."""
-    return int(f"{ts:016d}", 16)
-
-
-def unpack_time(packed: int) -> int:
-    """The timestamp (µs) of a packed decimal value (see :func:`packed_times`)."""
-    return int(f"{packed:016x}")
-
-
 def entry_size(raw: bytes, event_id: str | None = None) -> int:
     """The bytes one cached event is charged against ``[eventstore].cache_mb`` (besides its block's
     :data:`BLOCK_OVERHEAD_BYTES`): with no ``event_id`` (or a Photon id put in time order), a timed
@@ -117,7 +92,8 @@ class _Block:
     pass), so event ``i`` is ``blob[s:s + offs[i+1] - offs[i] - ENTRY_OVERHEAD_BYTES]`` with
     ``s = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES`` (:meth:`line`);
     and either their ids as one key and increasing timestamps in packed decimal (a *timed* block: event
-    ``i``'s id is ``f"{id_key}:{tss[i]:016x}"``, see :func:`packed_times`) or kept in the cache's id dict (a *keyed* block, ``id_key`` None)."""
+    ``i``'s id is ``f"{id_key}:{tss[i]:016x}"``, see :func:`packed_times`) or kept in the cache's id dict (a
+    *keyed* block, ``id_key`` None)."""
     __slots__ = ("key", "blob", "offs", "id_key", "tss", "ids", "replaced", "live", "charged", "live_bytes")
 
     def __init__(self, key: int, blob: bytes, offs: array, id_key: str | None, tss: array, ids) -> None:
@@ -198,8 +174,8 @@ class EventCache:
     A block holds its lines concatenated in one ``bytes`` with an array of offsets: no Python object per
     event. Photon ids need no index of their own: a block of one writer's events in file order (one
     ``server_ip:process_id`` key, timestamps strictly increasing, what a chunk of a primary log file is)
-    keeps the key once and the timestamps in an array (packed decimal, :func:`packed_times`), and the cache keeps, per key, its blocks in order
-    of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
+    keeps the key once and the timestamps in an array (packed decimal, :func:`packed_times`), and the
+    cache keeps, per key, its blocks in order of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
     timeline for the block and the block's timestamps for the event: an id is exactly its key and
     timestamp, so a match is the event of that id. Any other block (ids that are not Photon ids, such as
     custom primary ids, or that do not run in time order) keeps its ids in one dict, charged for it.

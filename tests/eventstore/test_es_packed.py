@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore._map import MapEmitter
-from eventstore._state import (EventCache, index_lines, pack_time, packed_times, split_photon_ids,
-                               unpack_time)
+from eventstore._packed import pack_time, packed_times, unpack_time
+from eventstore._state import EventCache, index_lines, split_photon_ids
 from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 
 BASE_US = 1_763_712_000_000_000
