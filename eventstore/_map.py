@@ -33,6 +33,8 @@ import orjson
 
 from photon import ID_KEY, ID_TIME_DIGITS, MAX_TIME_US, check_custom_id
 
+from eventstore._packed import pack_time, unpack_time
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class MapEntry:
@@ -117,7 +119,7 @@ class MapEmitter:
                      timed: "tuple[str, Sequence[int]] | None" = None) -> list[MapEntry]:
         """:meth:`observe` for lines of ``file`` in file order (increasing ``offsets``): the entries made.
         ``timed``: ``(key, timestamps)`` when all the ids are of one key with increasing timestamps (see
-        ``eventstore._state.split_photon_ids``), else worked out here when it holds.
+        ``eventstore._state.split_photon_ids``: packed decimal), else worked out here when it holds.
 
         Such a chunk (the usual one) is done without a step per line: from each entry, the next one is
         the first line ``W`` µs or ``M`` bytes past it, found by bisection. Others go line by line."""
@@ -127,28 +129,30 @@ class MapEmitter:
             if timed is None:
                 key = ID_KEY(event_ids[0])
                 if list(map(ID_KEY, event_ids)).count(key) == len(event_ids):
-                    tss = list(map(int, map(ID_TIME_DIGITS, event_ids)))
+                    tss = list(map(int, map(ID_TIME_DIGITS, event_ids), repeat(16)))   # packed decimal
                     if all(map(le, tss, islice(tss, 1, None))):
                         timed = key, tss
             if timed is not None:
                 return self._jump(file, timed[0], offsets, timed[1])
         return [e for e in map(self.observe, repeat(file), offsets, event_ids) if e is not None]
 
-    def _jump(self, file: str, key: str, offsets: list[int], tss: list[int]) -> list[MapEntry]:
-        """The entries of one key's lines with non-decreasing timestamps (see :meth:`observe_many`)."""
+    def _jump(self, file: str, key: str, offsets: list[int], tss) -> list[MapEntry]:
+        """The entries of one key's lines with non-decreasing timestamps, given in packed decimal (see
+        :meth:`observe_many`): marks and entries hold the numbers, one conversion each way per entry."""
         out: list[MapEntry] = []
         mark = self._marks.get((file, key))
         i, n = 0, len(tss)
         while i < n:
-            if mark is None or tss[i] < mark[0]:
+            if mark is None or tss[i] < pack_time(mark[0]):
                 j = i
             else:
-                j = min(bisect.bisect_left(tss, mark[0] + self.every_us, i),
+                j = min(bisect.bisect_left(tss, pack_time(mark[0] + self.every_us), i),
                         bisect.bisect_left(offsets, mark[1] + self.every_bytes, i))
                 if j >= n:
                     break
-            mark = (tss[j], offsets[j])
-            out.append(MapEntry(key, tss[j], file, offsets[j]))
+            ts = unpack_time(tss[j])
+            mark = (ts, offsets[j])
+            out.append(MapEntry(key, ts, file, offsets[j]))
             i = j + 1
         if out:
             self._marks[(file, key)] = mark

@@ -34,6 +34,7 @@ from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
 from eventstore._ring import HashRing
 from eventstore._source import open_primary
+from eventstore._packed import unpack_time
 from eventstore._state import CacheStatistics, EventCache, index_lines
 
 log = logging.getLogger("photon.eventstore")
@@ -216,7 +217,7 @@ class CacheEventStore:
             in_file = self._file_read_to[file] = {}
         if timed is not None:
             key, tss = timed
-            last = tss[-1]
+            last = unpack_time(tss[-1])             # (packed decimal)
             if last > read_to.get(key, 0):
                 read_to[key] = last
             if last > in_file.get(key, 0):

@@ -11,14 +11,16 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import accumulate, compress, islice
-from operator import itemgetter, lt, not_
+from itertools import accumulate, compress, islice, repeat
+from operator import add, itemgetter, lt, not_
 
 import cachetools
 import orjson
 
 from photon import (ID_LINES, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, bad_id_positions, drop_at,
                     is_event_id, map_marking, parse_event_id, parse_record, positions)
+
+from eventstore._packed import packed_times
 
 ENTRY_OVERHEAD_BYTES = 12
 """Bytes charged per cached event with a Photon id on top of its raw line: 8 for its timestamp and 4 for its
@@ -44,9 +46,7 @@ _TS = TIMESTAMP_DIGITS
 _SHIFT = 10                     # a kept id's position: block key << _SHIFT | index in its block
 assert BLOCK_EVENTS == 1 << _SHIFT
 _LOW = BLOCK_EVENTS - 1
-_NO_TIMES = array("q")
-
-
+_NO_TIMES = array("Q")
 def entry_size(raw: bytes, event_id: str | None = None) -> int:
     """The bytes one cached event is charged against ``[eventstore].cache_mb`` (besides its block's
     :data:`BLOCK_OVERHEAD_BYTES`): with no ``event_id`` (or a Photon id put in time order), a timed
@@ -58,8 +58,9 @@ def entry_size(raw: bytes, event_id: str | None = None) -> int:
 
 def split_photon_ids(ids) -> tuple[str, array] | None:
     """``(key, timestamps)`` when every one of ``ids`` is ``<key>:<16 digits>`` with one ``key`` and the
-    timestamps strictly increasing (one writer's events in file order), else None. One regular-expression
-    pass over them all; ``key`` itself is not checked (``photon.is_event_id`` of one id does that)."""
+    timestamps strictly increasing (one writer's events in file order), else None; the timestamps in packed
+    decimal (:func:`packed_times`). One regular-expression pass over them all; ``key`` itself is not checked
+    (``photon.is_event_id`` of one id does that)."""
     n = len(ids)
     key = ids[0][:-_TS - 1]
     joined = "\n".join(ids)
@@ -68,7 +69,7 @@ def split_photon_ids(ids) -> tuple[str, array] | None:
     tails = re.findall(r"^%s:([0-9]{%d})$" % (re.escape(key), _TS), joined, re.MULTILINE)
     if len(tails) != n or (n > 1 and not all(map(lt, tails, islice(tails, 1, None)))):
         return None                           # (equal-width digits: text order is number order)
-    return key, array("q", list(map(int, tails)))
+    return key, packed_times("".join(tails))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,13 @@ class CacheStatistics:
 
 
 class _Block:
-    """Events put together: their lines concatenated in ``blob`` (event ``i`` is ``blob[offs[i]:offs[i+1]]``),
-    and either their ids as one key and increasing timestamps (a *timed* block: event ``i``'s id is
-    ``f"{id_key}:{tss[i]:016d}"``) or kept in the cache's id dict (a *keyed* block, ``id_key`` None)."""
+    """Events put together: their lines concatenated in ``blob``. ``offs`` counts, from ``offs[0]``, each
+    line's bytes plus :data:`ENTRY_OVERHEAD_BYTES` (what a put measured already to charge them, no second
+    pass), so event ``i`` is ``blob[s:s + offs[i+1] - offs[i] - ENTRY_OVERHEAD_BYTES]`` with
+    ``s = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES`` (:meth:`line`);
+    and either their ids as one key and increasing timestamps in packed decimal (a *timed* block: event
+    ``i``'s id is ``f"{id_key}:{tss[i]:016x}"``, see :func:`packed_times`) or kept in the cache's id dict (a
+    *keyed* block, ``id_key`` None)."""
     __slots__ = ("key", "blob", "offs", "id_key", "tss", "ids", "replaced", "live", "charged", "live_bytes")
 
     def __init__(self, key: int, blob: bytes, offs: array, id_key: str | None, tss: array, ids) -> None:
@@ -104,7 +109,9 @@ class _Block:
         self.live_bytes = 0     # the part still held: replaced events leave the block
 
     def line(self, i: int) -> bytes:
-        return self.blob[self.offs[i]:self.offs[i + 1]]
+        offs = self.offs
+        start = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES
+        return self.blob[start:start + offs[i + 1] - offs[i] - ENTRY_OVERHEAD_BYTES]
 
 
 class _Timeline:
@@ -167,8 +174,8 @@ class EventCache:
     A block holds its lines concatenated in one ``bytes`` with an array of offsets: no Python object per
     event. Photon ids need no index of their own: a block of one writer's events in file order (one
     ``server_ip:process_id`` key, timestamps strictly increasing, what a chunk of a primary log file is)
-    keeps the key once and the timestamps in an array, and the cache keeps, per key, its blocks in order
-    of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
+    keeps the key once and the timestamps in an array (packed decimal, :func:`packed_times`), and the
+    cache keeps, per key, its blocks in order of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
     timeline for the block and the block's timestamps for the event: an id is exactly its key and
     timestamp, so a match is the event of that id. Any other block (ids that are not Photon ids, such as
     custom primary ids, or that do not run in time order) keeps its ids in one dict, charged for it.
@@ -207,18 +214,20 @@ class EventCache:
             return
         with self._lock:
             self._puts += len(ids)
-            sizes = list(map(len, raws))
+            cum = list(accumulate(map(add, map(len, raws), repeat(ENTRY_OVERHEAD_BYTES)), initial=0))
+            n = len(raws)
             max_size = self.max_bytes - BLOCK_OVERHEAD_BYTES - ENTRY_OVERHEAD_BYTES
-            if max(sizes) > max_size:
-                keep = [size <= max_size for size in sizes]
+            if cum[-1] - n * ENTRY_OVERHEAD_BYTES > max_size and max(map(len, raws)) > max_size:   # (all: none)
+                keep = [len(raw) <= max_size for raw in raws]
                 self._too_large += keep.count(False)
-                ids, raws, sizes = (list(compress(x, keep)) for x in (ids, raws, sizes))
+                ids, raws = list(compress(ids, keep)), list(compress(raws, keep))
                 if timed is not None:
-                    timed = timed[0], array("q", compress(timed[1], keep))
+                    timed = timed[0], array("Q", compress(timed[1], keep))
                 if not ids:
                     return
-            n = len(sizes)
-            cum = list(accumulate(map(ENTRY_OVERHEAD_BYTES.__add__, sizes), initial=0))
+                cum = list(accumulate(map(add, map(len, raws), repeat(ENTRY_OVERHEAD_BYTES)), initial=0))
+                n = len(raws)
+            code = "I" if cum[-1] >> 32 == 0 else "Q"
             room = self._block_bytes - BLOCK_OVERHEAD_BYTES
             lo = 0
             while lo < n:
@@ -228,7 +237,7 @@ class EventCache:
                 split = (timed[0], timed[1][lo:hi]) if timed is not None else split_photon_ids(part)
                 if split is not None:
                     self._add_timed(part, raws[lo:hi], cum[hi] - cum[lo] + BLOCK_OVERHEAD_BYTES, *split,
-                                    sizes=sizes[lo:hi])
+                                    offs=array(code, cum[lo:hi + 1]))   # (an array from a list: faster)
                 else:
                     self._put_keyed(part, raws[lo:hi])
                 lo = hi
@@ -248,16 +257,18 @@ class EventCache:
             self._add_keyed(ids[lo:hi], raws[lo:hi])
             lo = hi
 
-    def _new_block(self, raws, id_key: str | None, tss: array, ids, sizes: list[int] | None = None) -> _Block:
+    def _new_block(self, raws, id_key: str | None, tss: array, ids, offs: array | None = None) -> _Block:
+        """A block of ``raws``; ``offs``: as :class:`_Block` keeps them, if the caller has them."""
         # (a join of one returns that object itself, with whatever room its maker left in it: copy it)
         blob = b"".join(raws) if len(raws) > 1 else bytes(memoryview(raws[0]))
-        ends = list(accumulate(map(len, raws) if sizes is None else sizes, initial=0))
-        block = _Block(self._next_key, blob, array("I", ends), id_key, tss, ids)   # (an array from a list: faster)
+        if offs is None:
+            offs = array("I", list(accumulate(map(add, map(len, raws), repeat(ENTRY_OVERHEAD_BYTES)), initial=0)))
+        block = _Block(self._next_key, blob, offs, id_key, tss, ids)
         self._next_key += 1
         return block
 
-    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, sizes: list[int] | None = None) -> None:
-        block = self._new_block(raws, id_key, tss, None, sizes)
+    def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, offs: array | None = None) -> None:
+        block = self._new_block(raws, id_key, tss, None, offs)
         block.charged = charged
         timeline = self._timelines.get(id_key)
         if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
@@ -360,7 +371,7 @@ class EventCache:
         text = event_id[-_TS:]
         if not (text.isascii() and text.isdigit()):
             return None
-        ts = int(text)
+        ts = int(text, 16)                    # (packed decimal, as the blocks hold)
         for block in timeline.holding(ts):
             tss = block.tss
             i = bisect_left(tss, ts)
@@ -371,6 +382,7 @@ class EventCache:
     def lookup(self, ids: list[str]) -> list[bytes | None]:
         with self._lock:
             timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
+            entry = ENTRY_OVERHEAD_BYTES
             out: list[bytes | None] = []
             touched: dict[int, None] = {}
             for event_id in ids:
@@ -378,7 +390,7 @@ class EventCache:
                 if timeline is not None and not timeline.overlap:      # the usual case, inline
                     text = event_id[-_TS:]
                     if event_id[-_TS - 1] == ":" and text.isdigit() and text.isascii():
-                        ts = int(text)
+                        ts = int(text, 16)              # (packed decimal, as the blocks hold)
                         i = bisect_right(timeline.starts, ts)
                         if i:
                             block = timeline.blocks[i - 1]
@@ -386,7 +398,10 @@ class EventCache:
                             j = bisect_left(tss, ts)
                             if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
                                 offs = block.offs
-                                out.append(block.blob[offs[j]:offs[j + 1]])
+                                at = offs[j]
+                                end = offs[j + 1] - entry
+                                skip = offs[0] + j * entry           # (see _Block)
+                                out.append(block.blob[at - skip:end - skip])
                                 touched[block.key] = None
                                 continue
                     found = None
@@ -445,7 +460,8 @@ def index_primary_lines(chunk: LogChunk, id_field: "str | EventIds", good_offset
 @dataclass(frozen=True, slots=True)
 class IndexedLines:
     """A chunk's good lines, their ids, its bad records, and :func:`split_photon_ids` of the ids if it
-    holds (what the cache and the map emitter then need not work out again)."""
+    holds (what the cache and the map emitter then need not work out again; its timestamps are packed
+    decimal, see :func:`packed_times`)."""
     ids: list[str]
     lines: list[bytes]
     bad: list[BadRecord]
@@ -550,7 +566,7 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
         return None
     if len(tails) > 1 and not all(map(lt, tails, islice(tails, 1, None))):
         return holes, None                              # (equal-width digits: text order is number order)
-    return holes, (key, array("q", list(map(int, tails))))   # (from a list: a fifth faster than from a map)
+    return holes, (key, packed_times("".join(tails)))   # (one C call, not an int per id)
 
 
 def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:

@@ -145,7 +145,7 @@ def test_bulk_indexing_agrees_with_a_line_by_line_reading():
         assert found.timed == (split_photon_ids(ids) if ids else None)
         if found.timed is not None:
             key, tss = found.timed
-            assert [f"{key}:{ts:016d}" for ts in tss] == ids and list(tss) == sorted(set(tss))
+            assert [f"{key}:{ts:016x}" for ts in tss] == ids and list(tss) == sorted(set(tss))   # packed decimal
 
 
 def test_map_entries_per_chunk_are_those_line_by_line():

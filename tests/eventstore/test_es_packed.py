@@ -1,0 +1,172 @@
+"""The primary reader's bulk path against a line-by-line reading, on random chunks (Hypothesis).
+
+The bulk path indexes a chunk with one orjson map, one regular-expression pass over the ids and the
+timestamps packed from one ``bytes.fromhex`` of their digits; the cache puts a chunk with one running sum
+of the lines' charges. Here every chunk is also read one line at a time, with nothing in bulk: the same
+lines kept (with their offsets), the same quarantine records with the same reasons, the same key and
+timestamps, the same map entries and marks, the same read position, and the same lookups for every id
+put and for ids that are near misses of them (other keys, widths, digits, neighbouring times).
+"""
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore._map import MapEmitter
+from eventstore._packed import pack_time, packed_times, unpack_time
+from eventstore._state import EventCache, index_lines, split_photon_ids
+from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
+
+BASE_US = 1_763_712_000_000_000
+WRITERS = ["10.0.0.1:4242", "10.0.0.1:4243", "10.0.0.12:4242"]
+ARABIC_ONE = "\u0661"
+
+
+def _line(event_id, **extra) -> bytes:
+    return orjson.dumps({"query_id": event_id, "q": "shoes", **extra})
+
+
+@st.composite
+def odd_line(draw) -> bytes:
+    """A line a reader must quarantine, or keep as another writer's, or keep though it is odd."""
+    ts = BASE_US + draw(st.integers(0, 10**6))
+    key = draw(st.sampled_from(WRITERS))
+    kind = draw(st.integers(0, 17))
+    digits = f"{ts:016d}"
+    return [
+        b"not json",
+        b'{"query_id": "10.0.0.1:1:00000000000", broken',          # the generator's kinds of bad line
+        orjson.dumps({"note": "no id here"}),
+        orjson.dumps({"query_id": "not-an-id-7", "x": "also-bad"}),
+        b'["an", "array"]',
+        b"", b"{}", b"null", b'"s"',
+        _line(7) if kind == 9 else _line(None),                   # ids that are not strings
+        _line(f"{key}:{digits[:-1]}"),                              # 15 digits
+        _line(f"{key}:{digits}0"),                                  # 17 digits
+        _line(f"{key}:{ARABIC_ONE}{digits[1:]}"),                   # a non-ASCII digit
+        _line(f"{key}:+{digits[1:]}"),                              # a sign, an underscore
+        _line(f"{key}:{digits[:4]}_{digits[5:]}"),
+        _line(f"{key.replace(':', '')}:1:{digits}"),                # another (well-formed) key
+        _line(f"{key}\n:{digits}"),                                 # a newline inside the id
+        _line(f":{digits}"),                                        # no key at all
+    ][kind]
+
+
+@st.composite
+def chunks(draw) -> list[bytes]:
+    """Mostly one writer's lines in time order (as a primary log file is), with odd lines among them;
+    sometimes other writers' ids, repeated or backward times."""
+    n = draw(st.integers(1, 120))
+    main = draw(st.sampled_from(WRITERS))
+    mixed = draw(st.booleans())
+    ordered = draw(st.sampled_from(["increasing", "increasing", "repeats", "any"]))
+    bad_share = draw(st.sampled_from([0.0, 0.0, 0.02, 0.2, 0.9]))
+    ts = BASE_US + draw(st.integers(0, 10**9))
+    lines = []
+    for _ in range(n):
+        if draw(st.floats(0, 1)) < bad_share:
+            lines.append(draw(odd_line()))
+            continue
+        step = {"increasing": draw(st.integers(1, 10**6)), "repeats": draw(st.sampled_from([0, 1, 50])),
+                "any": draw(st.integers(-10**6, 10**6))}[ordered]
+        ts = max(0, ts + step)
+        key = draw(st.sampled_from(WRITERS)) if mixed else main
+        lines.append(_line(f"{key}:{ts:016d}", n=draw(st.integers(0, 9)), text="é" * draw(st.integers(0, 2))))
+    return lines
+
+
+def _reason(raw: bytes) -> str:
+    """What is wrong with a line, as a reader of one line at a time says it."""
+    event, reason = parse_record(raw, ("query_id",))
+    if event is None:
+        return reason
+    try:
+        parse_event_id(event["query_id"])
+    except BadEventId as e:
+        return str(e)
+    return "id does not parse"
+
+
+def _read_line_by_line(lines: list[bytes], offsets: list[int]):
+    kept, bad = [], []
+    for off, raw in zip(offsets, lines):
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            event = None
+        if isinstance(event, dict) and type(event.get("query_id")) is str and is_event_id(event["query_id"]):
+            kept.append((off, event["query_id"], raw))
+        else:
+            bad.append((off, _reason(raw), raw))
+    return kept, bad
+
+
+def _near_misses(ids: list[str]) -> list[str]:
+    out = []
+    for event_id in ids[:20]:
+        key, _, digits = event_id.rpartition(":")
+        ts = int(digits)
+        out += [f"{key}:{ts + 1:016d}", f"{key}:{max(0, ts - 1):016d}", f"{key}0:{digits}", f"{key}:{digits}0",
+                f"{key}:{digits[1:]}", f"{key}:{ARABIC_ONE}{digits[1:]}", f"10.9.9.9:1:{digits}", digits]
+    return out
+
+
+@pytest.mark.timeout(240)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=chunks(), start=st.integers(0, 1 << 40), block_kb=st.sampled_from([4, 32, 1 << 12]))
+def test_the_bulk_path_agrees_with_a_line_by_line_reading(lines, start, block_kb):
+    offsets, pos = [], start
+    for line in lines:
+        offsets.append(pos)
+        pos += len(line) + 1
+    want_kept, want_bad = _read_line_by_line(lines, offsets)
+    map_offsets: list[int] = []
+    found = index_lines(LogChunk("w/q.jsonl", offsets, lines, pos), "query_id", map_offsets)
+
+    # the lines kept, their ids and offsets; the quarantine records with their reasons
+    assert list(zip(map_offsets, found.ids, found.lines)) == want_kept
+    assert [(b.offset, b.reason, b.raw) for b in found.bad] == want_bad
+    assert all(b.file == "w/q.jsonl" for b in found.bad)
+
+    # the key and timestamps: given exactly when the ids kept are one key's, strictly increasing
+    ids = found.ids
+    numbers = [int(i[-16:]) for i in ids]
+    one_key = bool(ids) and len({i[:-17] for i in ids}) == 1
+    increasing = all(a < b for a, b in zip(numbers, numbers[1:]))
+    assert (found.timed is not None) == (one_key and increasing)
+    if found.timed is not None:
+        key, tss = found.timed
+        assert key == ids[0][:-17] and [unpack_time(t) for t in tss] == numbers
+        assert found.timed == split_photon_ids(ids)
+        assert unpack_time(tss[-1]) == max(numbers)            # the reader's read position of the key
+
+    # the map: entries and marks as observed line by line
+    bulk, single = MapEmitter(50_000, 300), MapEmitter(50_000, 300)
+    got = bulk.observe_many("w/q.jsonl", map_offsets, ids, found.timed)
+    assert got == [e for e in map(single.observe, ["w/q.jsonl"] * len(ids), map_offsets, ids) if e is not None]
+    assert bulk.marks() == single.marks()
+
+    # the cache: every id put found with its line (the last of a repeated id), near misses not found
+    cache, one_by_one = EventCache(block_kb << 16), EventCache(1 << 30)   # (blocks of block_kb KiB)
+    cache.put_lines(ids, found.lines, found.timed)
+    for event_id, raw in zip(ids, found.lines):
+        one_by_one.put(event_id, raw)
+    held = dict(zip(ids, found.lines))
+    asked = ids + [i for i in _near_misses(ids) if i not in held]
+    assert cache.lookup(asked) == [held.get(i) for i in asked] == one_by_one.lookup(asked)
+    assert cache.statistics().entries == len(held) and cache.statistics().evictions == 0
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(0, 10**16 - 1), min_size=1, max_size=50))
+def test_packed_decimal_keeps_order_and_equality_and_comes_back(numbers):
+    packed = packed_times("".join(f"{x:016d}" for x in numbers))
+    assert list(packed) == [pack_time(x) for x in numbers] == [int(f"{x:016d}", 16) for x in numbers]
+    assert [unpack_time(p) for p in packed] == numbers
+    order = sorted(range(len(numbers)), key=numbers.__getitem__)
+    assert sorted(range(len(numbers)), key=packed.__getitem__) == order
+    assert all((a < b) == (pa < pb) and (a == b) == (pa == pb)
+               for a, pa in zip(numbers, packed) for b, pb in zip(numbers, packed))
+    assert pack_time(10**16) > max(packed)                    # a longer time still packs above
