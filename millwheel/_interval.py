@@ -40,7 +40,7 @@ from millwheel._interval_events import (  # the events and commands, re-exported
     CountResults, RebuildDedupFilter, ReportWatermark, Relinquish,
     ReturnDeliveries, Event, Command)
 from millwheel._model import WALL, WATERMARK, Delivery, Record
-from millwheel._routing import encode
+from millwheel._routing import encode_all
 from millwheel._runner import KeyResult
 from millwheel._store import KEEP, SetAsideRecord, Write
 from millwheel._watermarks import NO_WATERMARK, TimestampBag, WatermarkReported, interval_low
@@ -358,7 +358,7 @@ class IntervalCore:
         run.results = [r for r in ev.results if not isinstance(r, KeyFailed)]
         self._failed([r for r in ev.results if isinstance(r, KeyFailed)], run)
         for res in run.results:
-            prods = [encode(p) for p in res.productions]
+            prods = encode_all(res.productions)
             run.prods[res.key] = prods
             aside = self._set_aside(run.aside[res.key]) if run.aside and res.key in run.aside else []
             processed = res.processed + [(r.id, r.sender, r.produced_at_us) for r in aside] \

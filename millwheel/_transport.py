@@ -104,6 +104,17 @@ class DueQueue:
         else:
             heapq.heappush(self._heap, (at, key))
 
+    def push_many(self, at: int, keys: list[str]) -> None:
+        """``push(at, key)`` for each of ``keys``, in that order (one look at the end of the deque for all)."""
+        if not keys:
+            return
+        run = self._run
+        if not run or at >= run[-1][0]:
+            run.extend([(at, key) for key in keys])
+        else:
+            for key in keys:
+                heapq.heappush(self._heap, (at, key))
+
     def first(self) -> tuple[int, str] | None:
         run, heap = self._run, self._heap
         if run and (not heap or run[0] <= heap[0]):
@@ -264,7 +275,8 @@ class Tracker:
             if first is None:
                 first = self._first_sent[sender] = DueQueue()
             due = now_us + max(retry_delay_us, self._rto_us)       # the same for the whole call
-            bag, bag_interval, added = None, None, 0
+            bag, bag_interval = None, None
+            added: list[str] = []
             for prod, interval, stored, deliveries in productions:
                 pid = prod.id
                 if pid in outstanding:
@@ -279,15 +291,15 @@ class Tracker:
                     left = {d.consumer: d for d in deliveries}
                 outstanding[pid] = Outstanding(sender, interval, prod, left, stored, now_us, due, retry_delay_us,
                                                now_us)
-                retries.push(due, pid)
-                first.push(now_us, pid)
-                added += 1
+                added.append(pid)
                 if bag is None or interval != bag_interval:
                     bag, bag_interval = self._bag(sender, interval), interval
                 bag.add(prod.timestamp_us)
                 out.extend(deliveries)
-            if added:
-                self.per_sender[sender] = self.per_sender.get(sender, 0) + added
+            if added:      # one retry time and one first-send time for the whole call: pushed together
+                retries.push_many(due, added)
+                first.push_many(now_us, added)
+                self.per_sender[sender] = self.per_sender.get(sender, 0) + len(added)
         self._after(done)
         return out
 

@@ -1,0 +1,73 @@
+"""The hot paths' bulk forms agree with the per-item ones on random inputs: records made slot by slot
+(``new_record``) with the frozen dataclass's constructor, ``encode_all`` with ``encode`` per production, a
+retry queue's ``push_many`` with ``push`` per id, and the acks a receiver hands its tracker with
+``request_acks``."""
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from millwheel import worker_pb2 as pb
+from millwheel._model import Production, Record, new_record
+from millwheel._peer import _ack_pairs, request_acks
+from millwheel._routing import encode, encode_all
+from millwheel._transport import DueQueue
+
+pytestmark = pytest.mark.timeout(120)
+
+_TEXT = st.text(max_size=12)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | _TEXT,
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+                     max_leaves=8)
+_INT = st.integers(-2**62, 2**62)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXT, _JSON, _INT, _TEXT, _TEXT, _TEXT, _INT)
+def test_a_record_made_slot_by_slot_is_the_frozen_record_its_constructor_makes(key, value, ts, rid, stream, sender, at):
+    fast, slow = new_record(key, value, ts, rid, stream, sender, at), Record(key, value, ts, rid, stream, sender, at)
+    assert type(fast) is Record
+    assert fast == slow and repr(fast) == repr(slow) and fast.is_late is False
+    assert dataclasses.astuple(fast) == dataclasses.astuple(slow)
+    if not isinstance(value, (list, dict)):
+        assert hash(fast) == hash(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.key = "other"          # still frozen
+    assert dataclasses.replace(fast, is_late=True) == dataclasses.replace(slow, is_late=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, _TEXT, _JSON, _INT, _INT, _TEXT), max_size=8))
+def test_productions_encoded_together_are_encoded_as_one_by_one(rows):
+    prods = [Production(*row) for row in rows]
+    assert encode_all(prods) == [encode(p) for p in prods]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(0, 4)), max_size=40))
+def test_ids_pushed_together_come_out_as_pushed_one_by_one(calls):
+    """Each call pushes ``count`` ids at one time (as the tracker's register does per call)."""
+    together, single, clock, n = DueQueue(), DueQueue(), 0, 0
+    for step, count in calls:
+        clock += step
+        ids = [f"p{n + i:04d}" for i in range(count)]
+        n += count
+        together.push_many(clock, ids)
+        for i in ids:
+            single.push(clock, i)
+        assert len(together) == len(single)
+        assert together.first() == single.first()
+    assert [together.pop() for _ in range(len(together))] == [single.pop() for _ in range(len(single))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT), max_size=6), st.lists(st.tuples(_TEXT, _TEXT), max_size=3))
+def test_the_acks_a_receiver_hands_its_tracker_are_the_request_acks(packed, single):
+    req = pb.ExchangeRequest.FromString(pb.ExchangeRequest(
+        reply_to="w:1", packed_acks=orjson.dumps(packed) if packed else b"",
+        acks=[pb.WireAck(consumer=c, id=i) for c, i in single]).SerializeToString())
+    assert [tuple(p) for p in _ack_pairs(req)] == request_acks(req) == packed + single
