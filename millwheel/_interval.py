@@ -223,8 +223,7 @@ class IntervalCore:
         if not self.s.exactly_once:
             return
         self._bloom = BloomFilter(max(self.s.bloom_capacity, MIN_BLOOM_CAPACITY, 2 * len(ids)))
-        for i in ids:
-            self._bloom.add(i)
+        self._bloom.add_many(ids)
         for sender, floor in floors.items():
             self.floors[sender] = max(floor, self.floors.get(sender, 0))
 
@@ -435,14 +434,15 @@ class IntervalCore:
             return
         for res in run.results:
             self._apply(res, run.works[res.key].timers)
+        if self._bloom is not None:      # the committed ids, together (one call per commit, not per id)
+            self._bloom.add_many([rid for res in run.results for rid, _, _ in res.processed])
         aside = tuple(r for w in run.writes.values() for r in w.set_aside)
         if self._attempts:     # tried again and committed, or set aside: forget the failures
             for ds in run.deliveries.values():
                 for d in ds:
                     self._attempts.pop(d.record.id, None)
         if aside and self._bloom is not None:
-            for r in aside:
-                self._bloom.add(r.id)
+            self._bloom.add_many([r.id for r in aside])
         out.append(CountResults(run.results, aside))
         if self.s.weak:
             stored = [p.id for ps in run.unacked.values() for p in ps]
@@ -458,7 +458,8 @@ class IntervalCore:
             out.append(RebuildDedupFilter(self.name, self.interval))
 
     def _apply(self, res: KeyResult, old_timers: dict) -> None:
-        """The key's checkpoint is durable: cache, timers, watermark holds, Bloom filter, lock."""
+        """The key's checkpoint is durable: cache, timers, watermark holds, lock (the Bloom filter takes
+        the commit's ids together, in :meth:`_on_committed`)."""
         key = res.key
         if res.state is not KEEP:
             self.cache.put(key, res.state)
@@ -473,9 +474,6 @@ class IntervalCore:
             self.timers[key] = res.timers
         else:
             self.timers.pop(key, None)
-        if self._bloom is not None:
-            for rid, _, _ in res.processed:
-                self._bloom.add(rid)
         self.locked.discard(key)
 
     def _on_dedup_loaded(self, ev: DedupIdsLoaded, out: list) -> None:

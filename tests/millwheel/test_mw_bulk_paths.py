@@ -71,3 +71,25 @@ def test_the_acks_a_receiver_hands_its_tracker_are_the_request_acks(packed, sing
         reply_to="w:1", packed_acks=orjson.dumps(packed) if packed else b"",
         acks=[pb.WireAck(consumer=c, id=i) for c, i in single]).SerializeToString())
     assert [tuple(p) for p in _ack_pairs(req)] == request_acks(req) == packed + single
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_TEXT, max_size=30), st.lists(_TEXT, max_size=30), st.integers(1, 5000),
+       st.sampled_from([0.2, 0.01, 0.0001]))
+def test_a_bloom_filter_sets_and_tests_the_bits_of_its_positions(added, probed, capacity, rate):
+    """``add_many``, ``add`` and ``might_contain`` step from position to position; the bits are those of
+    ``_positions`` (h1 + i * h2 mod bits) as set and tested one by one."""
+    from millwheel._bloom import BloomFilter
+
+    together, single, ref = (BloomFilter(capacity, rate) for _ in range(3))
+    together.add_many(added)
+    for item in added:
+        single.add(item)
+        for p in ref._positions(item):
+            ref._array[p >> 3] |= 1 << (p & 7)
+    assert together._array == single._array == ref._array
+    assert together.count == single.count == len(added)
+    for item in added + probed:
+        want = all(ref._array[p >> 3] & (1 << (p & 7)) for p in ref._positions(item))
+        assert together.might_contain(item) is want
+    assert all(together.might_contain(item) for item in added)
