@@ -316,20 +316,37 @@ class IntervalCore:
                 ds.append(d)
         for key in list(due) + list(aside):
             by_key.setdefault(key, [])
-        works, reads = {}, []
-        cache_get, timers = self.cache.get, self.timers
-        for key, ds in by_key.items():
-            hit, state = cache_get(key)
-            if not hit:
-                reads.append(key)
-            works[key] = KeyWork(key, [d.record for d in ds], timers.get(key) or _NO_TIMERS, state, not hit)
-            if aside and key in aside:
-                ds.extend(aside[key])      # acked (or handed back) with the key's others
+        # no cache (the shells read through the process's): every key is read, no look per key
+        works, reads = self._uncached_works(by_key) if not self.cache.capacity else self._cached_works(by_key)
+        if aside:
+            for key, ds in by_key.items():
+                if key in aside:
+                    ds.extend(aside[key])      # acked (or handed back) with the key's others
         run_id = self._new_id()
         self._runs[run_id] = _Run(works, by_key, aside=aside)
         self.locked.update(by_key)
         return RunUserCode(run_id, self.name, list(works.values()), reads, lookups, frozenset(dups),
                            self.input_wm, now)
+
+    def _cached_works(self, by_key: dict[str, list[Delivery]]) -> tuple[dict[str, KeyWork], list[str]]:
+        """Each key's :class:`KeyWork` (its state from the cache when there) and the keys to read."""
+        works, reads, timers, cache_get = {}, [], self.timers, self.cache.get
+        for key, ds in by_key.items():
+            hit, state = cache_get(key)
+            if not hit:
+                reads.append(key)
+            works[key] = KeyWork(key, [d.record for d in ds], timers.get(key) or _NO_TIMERS, state, not hit)
+        return works, reads
+
+    def _uncached_works(self, by_key: dict[str, list[Delivery]]) -> tuple[dict[str, KeyWork], list[str]]:
+        """:meth:`_cached_works` for a core whose cache keeps nothing (every look a miss), in bulk."""
+        works, timers = {}, self.timers
+        reads = list(by_key)
+        self.cache.misses += len(reads)
+        for key, ds in by_key.items():
+            works[key] = KeyWork(key, [ds[0].record] if len(ds) == 1 else [d.record for d in ds],
+                                 timers.get(key) or _NO_TIMERS, None, True)
+        return works, reads
 
     def _dedup(self, deliveries: list[Delivery]) -> tuple[set[str], list[str]]:
         """Ids certainly repeated (produced before their sender's floor), and ids to ask the store about

@@ -93,3 +93,21 @@ def test_a_bloom_filter_sets_and_tests_the_bits_of_its_positions(added, probed, 
         want = all(ref._array[p >> 3] & (1 << (p & 7)) for p in ref._positions(item))
         assert together.might_contain(item) is want
     assert all(together.might_contain(item) for item in added)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.lists(st.integers(0, 9), max_size=4), max_size=4),
+       st.dictionaries(st.sampled_from(["a", "c", "e"]), st.just({"t": (5, "watermark")}), max_size=3))
+def test_a_core_without_a_cache_makes_each_keys_work_as_a_look_per_key_would(by_ids, timers):
+    """The works and reads of a run, for a core whose cache keeps nothing (worker processes' cores): in
+    bulk, every key read, the same as looking each key up in the empty cache."""
+    from millwheel._interval import IntervalCore, IntervalSettings
+    from millwheel._model import Delivery
+
+    cores = [IntervalCore(IntervalSettings("c", 0, cache_keys=0)) for _ in range(2)]
+    for core in cores:
+        core.timers = dict(timers)
+    by_key = {key: [Delivery("c", 0, Record(key, {"i": i}, i, f"{key}{i}", "s", "up", 1)) for i in ids]
+              for key, ids in by_ids.items()}
+    assert cores[0]._uncached_works(by_key) == cores[1]._cached_works(by_key)
+    assert cores[0].cache.misses == cores[1].cache.misses == len(by_key)
