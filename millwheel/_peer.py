@@ -194,15 +194,21 @@ class GrpcTransport(Transport):
         local: dict[int, tuple] = {}
         remote: dict[str, list] = {}
         unrouted: list[Delivery] = []
+        owner, where_to = self._owner, {}   # each (consumer, slot)'s list to join, found once per call
         for d in deliveries:
-            address = self._owner(d.consumer, d.interval)
-            if address is None:
-                unrouted.append(d)       # no owner known now: sent when the map is read again (and retried)
-            elif address == self.address:
-                inbox = self._route(d.consumer, d.interval)
-                local.setdefault(id(inbox), (inbox, []))[1].append(d)
-            else:
-                remote.setdefault(address, []).append(d)
+            slot = (d.consumer, d.interval)
+            where = where_to.get(slot)
+            if where is None:
+                address = owner(d.consumer, d.interval)
+                if address is None:
+                    where = unrouted     # no owner known now: sent when the map is read again (and retried)
+                elif address == self.address:
+                    inbox = self._route(d.consumer, d.interval)
+                    where = local.setdefault(id(inbox), (inbox, []))[1]
+                else:
+                    where = remote.setdefault(address, [])
+                where_to[slot] = where
+            where.append(d)
         note = self.on_sent
         for inbox, items in local.values():
             self.counters["local"] += len(items)

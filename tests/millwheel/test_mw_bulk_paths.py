@@ -111,3 +111,43 @@ def test_a_core_without_a_cache_makes_each_keys_work_as_a_look_per_key_would(by_
               for key, ids in by_ids.items()}
     assert cores[0]._uncached_works(by_key) == cores[1]._cached_works(by_key)
     assert cores[0].cache.misses == cores[1].cache.misses == len(by_key)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["bucket", "sort"]), st.integers(0, 5)), max_size=30),
+       st.dictionaries(st.tuples(st.sampled_from(["bucket", "sort"]), st.integers(0, 5)),
+                       st.sampled_from([None, "me:1", "other:2", "third:3"])))
+def test_a_send_splits_deliveries_by_owner_as_a_look_per_delivery_would(slots, owners):
+    """:meth:`GrpcTransport.send` looks each (consumer, slot)'s owner up once per call: the inboxes, peers
+    and parked list get the same deliveries in the same order as with a look per delivery."""
+    from millwheel._model import Delivery
+    from millwheel._peer import GrpcTransport
+    from millwheel._transport import Inbox
+
+    looks: list = []
+
+    def owner(consumer, slot):
+        looks.append((consumer, slot))
+        return owners.get((consumer, slot), "me:1" if slot % 2 else "other:2")
+
+    inboxes = [Inbox(), Inbox()]
+    put: dict = {}
+    t = GrpcTransport("me:1", owner, lambda: None)
+    t.bind(lambda consumer, slot: inboxes[slot % 3 == 0])
+    t._peer = lambda address: type("P", (), {"put": lambda self, records=(): put.setdefault(address, []).extend(records)})()
+    ds = [Delivery(c, s, Record(f"k{n}", n, n, f"p{n}", "s", "up", 1)) for n, (c, s) in enumerate(slots)]
+    t.send(ds)
+    want_local: list = [[], []]
+    want_remote: dict = {}
+    want_parked = []
+    for d in ds:
+        address = owners.get((d.consumer, d.interval), "me:1" if d.interval % 2 else "other:2")
+        if address is None:
+            want_parked.append(d)
+        elif address == "me:1":
+            want_local[d.interval % 3 == 0].append(d)
+        else:
+            want_remote.setdefault(address, []).append(d)
+    assert [list(i._items) for i in inboxes] == want_local
+    assert put == want_remote and t._parked == want_parked
+    assert len(looks) == len(set(looks)) == len({(d.consumer, d.interval) for d in ds})
