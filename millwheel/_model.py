@@ -111,7 +111,7 @@ _new = object.__new__
                                          "is_late"))
 
 
-def new_record(key: str, value: Any, timestamp_us: int, id: str, stream: str, sender: str,  # noqa: A002
+def new_record(key: str, value: Any, timestamp_us: int, id: str, stream: str, sender: str,
                produced_at_us: int) -> Record:
     """``Record(key, value, timestamp_us, id, stream, sender, produced_at_us)`` (not late), made for the
     framework's hot paths: each field is set through its slot directly instead of the frozen dataclass's

@@ -11,7 +11,7 @@ from typing import Iterable, Protocol
 import mmh3
 import orjson
 
-from millwheel._model import Delivery, Production, Record, default_key, new_record
+from millwheel._model import Delivery, Production, default_key, new_record
 from millwheel._store import StoredProduction
 
 

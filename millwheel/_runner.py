@@ -21,8 +21,9 @@ already fired therefore produces records the consumers see as repeats.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from millwheel._model import DOMAINS, WALL, WATERMARK, Computation, Production, Record, Timer
 from millwheel._store import KEEP
@@ -155,7 +156,7 @@ class KeyRunner:
     per key, instead of a :class:`KeyInput` and a context made per key. ``run(key, ...)`` gives exactly
     what ``run_key`` gives for the same input (and raises the same)."""
 
-    __slots__ = ("_comp", "_ctx", "_duplicates", "_wm", "_now", "_computation")
+    __slots__ = ("_comp", "_computation", "_ctx", "_duplicates", "_now", "_wm")
 
     def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], duplicates: set[str],
                  input_watermark_us: int, now_us: int) -> None:

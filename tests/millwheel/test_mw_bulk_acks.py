@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mw_helpers import SentTransport
 
 from millwheel._model import Delivery, Record
 from millwheel._store import StoredProduction
 from millwheel._transport import Inbox, Tracker
-from mw_helpers import SentTransport
 
 pytestmark = pytest.mark.timeout(120)
 
