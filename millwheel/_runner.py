@@ -3,8 +3,8 @@
 No threads, sockets, clocks or I/O: the shell passes in the key's stored state and timers, the set of
 record ids the dedup check found already committed, the computation's input low watermark and the time.
 :func:`run_key` returns a :class:`KeyResult` that the shell turns into one atomic store write;
-:class:`KeyRunner` runs many keys of one computation sharing that input (one context object for them all,
-the same results as :func:`run_key` key by key).
+:class:`KeyRunner` runs many keys of one computation sharing that input (the same results as
+:func:`run_key` key by key).
 
 Order inside one call: records first (in delivery order), then due timers in increasing
 ``(timestamp, tag)`` order, including timers that user code set during this call and that are already
@@ -79,8 +79,8 @@ class UndeclaredStream(ValueError):
 
 
 class _KeyContext:
-    """The :class:`millwheel.Context` given to user code for one key. One object serves every key of a
-    :class:`KeyRunner` (:meth:`reset` between keys): user code must not keep it past its call."""
+    """The :class:`millwheel.Context` given to user code for one key (a new one per key: a context user
+    code kept past its call never sees another key's state or productions)."""
 
     def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], input_watermark_us: int,
                  now_us: int) -> None:
@@ -152,21 +152,20 @@ class _KeyContext:
 
 class KeyRunner:
     """:func:`run_key` for many keys of one computation that share the rest of the input (the duplicate
-    ids, the input watermark, the time, the declared streams): one context object serves them all, reset
-    per key, instead of a :class:`KeyInput` and a context made per key. ``run(key, ...)`` gives exactly
-    what ``run_key`` gives for the same input (and raises the same)."""
+    ids, the input watermark, the time, the declared streams), without a :class:`KeyInput` made per key.
+    ``run(key, ...)`` gives exactly what ``run_key`` gives for the same input (and raises the same)."""
 
-    __slots__ = ("_comp", "_computation", "_ctx", "_duplicates", "_now", "_wm")
+    __slots__ = ("_comp", "_computation", "_duplicates", "_now", "_produces", "_wm")
 
     def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], duplicates: set[str],
                  input_watermark_us: int, now_us: int) -> None:
-        self._comp, self._computation = comp, computation
-        self._ctx = _KeyContext(comp, computation, produces, input_watermark_us, now_us)
+        self._comp, self._computation, self._produces = comp, computation, produces
         self._duplicates, self._wm, self._now = duplicates, input_watermark_us, now_us
 
     def run(self, key: str, records: list[Record], state: bytes | None,
             timers: Mapping[str, tuple[int, str]]) -> KeyResult:
-        comp, ctx = self._comp, self._ctx
+        comp = self._comp
+        ctx = _KeyContext(comp, self._computation, self._produces, self._wm, self._now)
         ctx.reset(key, state, timers)
         exactly_once = comp.exactly_once
         duplicates, wm = self._duplicates, self._wm

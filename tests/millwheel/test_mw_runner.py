@@ -152,7 +152,7 @@ _KEYS = st.lists(st.tuples(
 @given(_KEYS, st.sets(st.integers(0, 12).map(lambda i: f"r{i}")), st.integers(0, 200), st.integers(0, 200),
        st.booleans())
 def test_a_key_runner_over_many_keys_gives_what_run_key_gives_key_by_key(keys, dups, wm, now, exactly_once):
-    """:class:`KeyRunner` reuses one context for every key of a command: each key's result (state, timers,
+    """:class:`KeyRunner` runs every key of a command from their shared input: each key's result (state, timers,
     productions, counts, what user code saw) equals a fresh :func:`run_key` of that key alone."""
     from millwheel._runner import KeyRunner
 
@@ -169,3 +169,25 @@ def test_a_key_runner_over_many_keys_gives_what_run_key_gives_key_by_key(keys, d
                                        ("out",)))
         assert got == want
         assert shared.seen == fresh.seen
+
+
+def test_a_context_kept_past_its_call_never_sees_a_later_key():
+    """Each key of a :class:`KeyRunner` gets a context of its own: one user code kept (against the
+    protocol) still names its own key and productions after later keys ran."""
+    from millwheel._runner import KeyRunner
+
+    kept = []
+
+    class Keeper(Computation):
+        name = "c"
+        produces = ("out",)
+
+        def process_record(self, ctx, record):
+            kept.append(ctx)
+            ctx.produce("out", record.value)
+
+    runner = KeyRunner(Keeper(), "c", ("out",), set(), 0, 1)
+    first = runner.run("k1", [Record("k1", 1, 5, id="r1", sender="up", produced_at_us=1)], None, {})
+    runner.run("k2", [Record("k2", 2, 5, id="r2", sender="up", produced_at_us=1)], None, {})
+    assert kept[0] is not kept[1]
+    assert kept[0].key == "k1" and [p.value for p in kept[0].productions] == [1] == [p.value for p in first.productions]
