@@ -40,7 +40,7 @@ from millwheel._interval_events import (  # the events and commands, re-exported
     CountResults, RebuildDedupFilter, ReportWatermark, Relinquish,
     ReturnDeliveries, Event, Command)
 from millwheel._model import WALL, WATERMARK, Delivery, Record
-from millwheel._routing import encode
+from millwheel._routing import encode_all
 from millwheel._runner import KeyResult
 from millwheel._store import KEEP, SetAsideRecord, Write
 from millwheel._watermarks import NO_WATERMARK, TimestampBag, WatermarkReported, interval_low
@@ -223,8 +223,7 @@ class IntervalCore:
         if not self.s.exactly_once:
             return
         self._bloom = BloomFilter(max(self.s.bloom_capacity, MIN_BLOOM_CAPACITY, 2 * len(ids)))
-        for i in ids:
-            self._bloom.add(i)
+        self._bloom.add_many(ids)
         for sender, floor in floors.items():
             self.floors[sender] = max(floor, self.floors.get(sender, 0))
 
@@ -317,20 +316,37 @@ class IntervalCore:
                 ds.append(d)
         for key in list(due) + list(aside):
             by_key.setdefault(key, [])
-        works, reads = {}, []
-        cache_get, timers = self.cache.get, self.timers
-        for key, ds in by_key.items():
-            hit, state = cache_get(key)
-            if not hit:
-                reads.append(key)
-            works[key] = KeyWork(key, [d.record for d in ds], timers.get(key) or _NO_TIMERS, state, not hit)
-            if aside and key in aside:
-                ds.extend(aside[key])      # acked (or handed back) with the key's others
+        # no cache (the shells read through the process's): every key is read, no look per key
+        works, reads = self._uncached_works(by_key) if not self.cache.capacity else self._cached_works(by_key)
+        if aside:
+            for key, ds in by_key.items():
+                if key in aside:
+                    ds.extend(aside[key])      # acked (or handed back) with the key's others
         run_id = self._new_id()
         self._runs[run_id] = _Run(works, by_key, aside=aside)
         self.locked.update(by_key)
         return RunUserCode(run_id, self.name, list(works.values()), reads, lookups, frozenset(dups),
                            self.input_wm, now)
+
+    def _cached_works(self, by_key: dict[str, list[Delivery]]) -> tuple[dict[str, KeyWork], list[str]]:
+        """Each key's :class:`KeyWork` (its state from the cache when there) and the keys to read."""
+        works, reads, timers, cache_get = {}, [], self.timers, self.cache.get
+        for key, ds in by_key.items():
+            hit, state = cache_get(key)
+            if not hit:
+                reads.append(key)
+            works[key] = KeyWork(key, [d.record for d in ds], timers.get(key) or _NO_TIMERS, state, not hit)
+        return works, reads
+
+    def _uncached_works(self, by_key: dict[str, list[Delivery]]) -> tuple[dict[str, KeyWork], list[str]]:
+        """:meth:`_cached_works` for a core whose cache keeps nothing (every look a miss), in bulk."""
+        works, timers = {}, self.timers
+        reads = list(by_key)
+        self.cache.misses += len(reads)
+        for key, ds in by_key.items():
+            works[key] = KeyWork(key, [ds[0].record] if len(ds) == 1 else [d.record for d in ds],
+                                 timers.get(key) or _NO_TIMERS, None, True)
+        return works, reads
 
     def _dedup(self, deliveries: list[Delivery]) -> tuple[set[str], list[str]]:
         """Ids certainly repeated (produced before their sender's floor), and ids to ask the store about
@@ -358,7 +374,7 @@ class IntervalCore:
         run.results = [r for r in ev.results if not isinstance(r, KeyFailed)]
         self._failed([r for r in ev.results if isinstance(r, KeyFailed)], run)
         for res in run.results:
-            prods = [encode(p) for p in res.productions]
+            prods = encode_all(res.productions)
             run.prods[res.key] = prods
             aside = self._set_aside(run.aside[res.key]) if run.aside and res.key in run.aside else []
             processed = res.processed + [(r.id, r.sender, r.produced_at_us) for r in aside] \
@@ -435,14 +451,15 @@ class IntervalCore:
             return
         for res in run.results:
             self._apply(res, run.works[res.key].timers)
+        if self._bloom is not None:      # the committed ids, together (one call per commit, not per id)
+            self._bloom.add_many([rid for res in run.results for rid, _, _ in res.processed])
         aside = tuple(r for w in run.writes.values() for r in w.set_aside)
         if self._attempts:     # tried again and committed, or set aside: forget the failures
             for ds in run.deliveries.values():
                 for d in ds:
                     self._attempts.pop(d.record.id, None)
         if aside and self._bloom is not None:
-            for r in aside:
-                self._bloom.add(r.id)
+            self._bloom.add_many([r.id for r in aside])
         out.append(CountResults(run.results, aside))
         if self.s.weak:
             stored = [p.id for ps in run.unacked.values() for p in ps]
@@ -458,7 +475,8 @@ class IntervalCore:
             out.append(RebuildDedupFilter(self.name, self.interval))
 
     def _apply(self, res: KeyResult, old_timers: dict) -> None:
-        """The key's checkpoint is durable: cache, timers, watermark holds, Bloom filter, lock."""
+        """The key's checkpoint is durable: cache, timers, watermark holds, lock (the Bloom filter takes
+        the commit's ids together, in :meth:`_on_committed`)."""
         key = res.key
         if res.state is not KEEP:
             self.cache.put(key, res.state)
@@ -473,9 +491,6 @@ class IntervalCore:
             self.timers[key] = res.timers
         else:
             self.timers.pop(key, None)
-        if self._bloom is not None:
-            for rid, _, _ in res.processed:
-                self._bloom.add(rid)
         self.locked.discard(key)
 
     def _on_dedup_loaded(self, ev: DedupIdsLoaded, out: list) -> None:

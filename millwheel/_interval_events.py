@@ -123,9 +123,11 @@ Event = Union[IntervalGranted, IntervalRevoked, InputWatermarkAdvanced, FloorsRa
 
 # ---------------------------------------------------------------- commands
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KeyWork:
-    """One key's share of a run. ``state`` is the cached state unless ``read`` (then read it)."""
+    """One key's share of a run. ``state`` is the cached state unless ``read`` (then read it). Made per key
+    and never changed after: not frozen (a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``)."""
     key: str
     records: list
     timers: dict

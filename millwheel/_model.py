@@ -105,6 +105,30 @@ class Computation:
         return orjson.loads(data)
 
 
+_new = object.__new__
+(_SET_KEY, _SET_VALUE, _SET_TS, _SET_ID, _SET_STREAM, _SET_SENDER, _SET_AT, _SET_LATE) = (
+    Record.__dict__[f].__set__ for f in ("key", "value", "timestamp_us", "id", "stream", "sender", "produced_at_us",
+                                         "is_late"))
+
+
+def new_record(key: str, value: Any, timestamp_us: int, id: str, stream: str, sender: str,
+               produced_at_us: int) -> Record:
+    """``Record(key, value, timestamp_us, id, stream, sender, produced_at_us)`` (not late), made for the
+    framework's hot paths: each field is set through its slot directly instead of the frozen dataclass's
+    ``__init__``, which goes through ``object.__setattr__`` per field (about 0.3 of its 1 µs here). The
+    record is the same frozen value either way (equal, same hash)."""
+    rec = _new(Record)
+    _SET_KEY(rec, key)
+    _SET_VALUE(rec, value)
+    _SET_TS(rec, timestamp_us)
+    _SET_ID(rec, id)
+    _SET_STREAM(rec, stream)
+    _SET_SENDER(rec, sender)
+    _SET_AT(rec, produced_at_us)
+    _SET_LATE(rec, False)
+    return rec
+
+
 KeyExtractor = Callable[[Record], str]
 
 

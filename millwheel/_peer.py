@@ -29,7 +29,7 @@ from photon.rpc import open_channel
 
 from millwheel import worker_pb2 as pb
 from millwheel import worker_pb2_grpc as pb_grpc
-from millwheel._model import Delivery, Record
+from millwheel._model import Delivery, Record, new_record
 from millwheel._transport import Tracker, Transport
 
 PEER_BATCH = 5000
@@ -60,13 +60,23 @@ def pack_records(deliveries: list[Delivery]) -> bytes:
 
 
 def unpack_records(packed: bytes) -> list[Delivery]:
-    return [Delivery(c, i, Record(k, v, ts, rid, stream, sender, at))
+    make = new_record
+    return [Delivery(c, i, make(k, v, ts, rid, stream, sender, at))
             for c, i, k, v, ts, rid, stream, sender, at in orjson.loads(packed)]
 
 
 def request_acks(request: pb.ExchangeRequest) -> list[tuple[str, str]]:
     """The ``(consumer, production id)`` acks of an ``Exchange`` call, packed or one message each."""
     out = [(c, i) for c, i in orjson.loads(request.packed_acks)] if request.packed_acks else []
+    if request.acks:
+        out.extend((a.consumer, a.id) for a in request.acks)
+    return out
+
+
+def _ack_pairs(request: pb.ExchangeRequest) -> list:
+    """:func:`request_acks` as the tracker takes them: the packed ones as decoded (two-element lists, not
+    made into tuples one by one)."""
+    out = orjson.loads(request.packed_acks) if request.packed_acks else []
     if request.acks:
         out.extend((a.consumer, a.id) for a in request.acks)
     return out
@@ -184,15 +194,21 @@ class GrpcTransport(Transport):
         local: dict[int, tuple] = {}
         remote: dict[str, list] = {}
         unrouted: list[Delivery] = []
+        owner, where_to = self._owner, {}   # each (consumer, slot)'s list to join, found once per call
         for d in deliveries:
-            address = self._owner(d.consumer, d.interval)
-            if address is None:
-                unrouted.append(d)       # no owner known now: sent when the map is read again (and retried)
-            elif address == self.address:
-                inbox = self._route(d.consumer, d.interval)
-                local.setdefault(id(inbox), (inbox, []))[1].append(d)
-            else:
-                remote.setdefault(address, []).append(d)
+            slot = (d.consumer, d.interval)
+            where = where_to.get(slot)
+            if where is None:
+                address = owner(d.consumer, d.interval)
+                if address is None:
+                    where = unrouted     # no owner known now: sent when the map is read again (and retried)
+                elif address == self.address:
+                    inbox = self._route(d.consumer, d.interval)
+                    where = local.setdefault(id(inbox), (inbox, []))[1]
+                else:
+                    where = remote.setdefault(address, [])
+                where_to[slot] = where
+            where.append(d)
         note = self.on_sent
         for inbox, items in local.values():
             self.counters["local"] += len(items)
@@ -299,7 +315,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
 
     def Exchange(self, request, context):
         if request.acks or request.packed_acks:
-            self._tracker.acked_remotely(request_acks(request))
+            self._tracker.acked_remotely(_ack_pairs(request))
         if request.resend:
             self._tracker.resend_requested([(a.consumer, a.id) for a in request.resend])
         records = request_records(request)

@@ -11,7 +11,7 @@ from typing import Iterable, Protocol
 import mmh3
 import orjson
 
-from millwheel._model import Delivery, Production, Record, default_key
+from millwheel._model import Delivery, Production, default_key, new_record
 from millwheel._store import StoredProduction
 
 
@@ -54,6 +54,15 @@ def encode(p: Production) -> StoredProduction:
     return StoredProduction(pid, p.stream, p.key, orjson.dumps(p.value), p.timestamp_us, p.produced_at_us)
 
 
+def encode_all(prods: list[Production]) -> list[StoredProduction]:
+    """``[encode(p) for p in prods]`` in one call (names bound once, not looked up per production)."""
+    if not prods:
+        return []
+    hash_bytes, dumps, stored = mmh3.hash_bytes, orjson.dumps, StoredProduction
+    return [stored(f"{p.sender}:{hash_bytes(p.id).hex()}", p.stream, p.key, dumps(p.value), p.timestamp_us,
+                   p.produced_at_us) for p in prods]
+
+
 class Router:
     """One delivery per consumer of a production's stream, keyed by that consumer's key extractor.
     ``consumers_of(stream)`` gives ``(consumer, extractor)`` pairs (the topology's method)."""
@@ -74,11 +83,11 @@ class Router:
         out = []
         intervals = self.intervals
         for consumer, extract in consumers:
-            rec = Record(p.key, orjson.loads(p.value), p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
+            rec = new_record(p.key, orjson.loads(p.value), p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
             if extract is not default_key:
                 key = extract(rec)
                 if key != rec.key:
-                    rec = Record(str(key), rec.value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
+                    rec = new_record(str(key), rec.value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
             out.append(Delivery(consumer, mmh3.hash(rec.key, signed=False) % intervals, rec))
         return out
 

@@ -2,7 +2,9 @@
 
 No threads, sockets, clocks or I/O: the shell passes in the key's stored state and timers, the set of
 record ids the dedup check found already committed, the computation's input low watermark and the time.
-:func:`run_key` returns a :class:`KeyResult` that the shell turns into one atomic store write.
+:func:`run_key` returns a :class:`KeyResult` that the shell turns into one atomic store write;
+:class:`KeyRunner` runs many keys of one computation sharing that input (the same results as
+:func:`run_key` key by key).
 
 Order inside one call: records first (in delivery order), then due timers in increasing
 ``(timestamp, tag)`` order, including timers that user code set during this call and that are already
@@ -19,6 +21,7 @@ already fired therefore produces records the consumers see as repeats.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -76,21 +79,29 @@ class UndeclaredStream(ValueError):
 
 
 class _KeyContext:
-    """The :class:`millwheel.Context` given to user code for one key."""
+    """The :class:`millwheel.Context` given to user code for one key (a new one per key: a context user
+    code kept past its call never sees another key's state or productions)."""
 
-    def __init__(self, comp: Computation, inp: KeyInput) -> None:
+    def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], input_watermark_us: int,
+                 now_us: int) -> None:
         self._comp = comp
-        self._inp = inp
-        self.key = inp.key
-        self.input_watermark_us = inp.input_watermark_us
-        self.now_us = inp.now_us
-        self._raw = inp.state
+        self._computation, self._produces = computation, produces
+        self.input_watermark_us = input_watermark_us
+        self.now_us = now_us
+        self.key = ""
+        self._raw: bytes | None = None
         self._state: Any = _UNREAD
-        self.timer_map: dict[str, tuple[int, str]] = dict(inp.timers)
+        self.timer_map: dict[str, tuple[int, str]] = {}
         self.productions: list[Production] = []
         self._source = ""
         self._default_ts = 0
         self._n = 0
+
+    def reset(self, key: str, state: bytes | None, timers: Mapping[str, tuple[int, str]]) -> None:
+        """Start the next key: its stored state and timers, no productions yet."""
+        self.key, self._raw, self._state = key, state, _UNREAD
+        self.timer_map = dict(timers) if timers else {}
+        self.productions = []
 
     def _begin(self, source_id: str, default_ts: int) -> None:
         self._source, self._default_ts, self._n = source_id, default_ts, 0
@@ -119,14 +130,14 @@ class _KeyContext:
         return dict(self.timer_map)
 
     def produce(self, stream: str, value: Any, timestamp_us: int | None = None, key: str | None = None) -> None:
-        if stream not in self._inp.produces:
-            raise UndeclaredStream(f"computation {self._inp.computation!r} produced to stream {stream!r}, "
-                                   f"which it does not declare (it declares {list(self._inp.produces)})")
+        if stream not in self._produces:
+            raise UndeclaredStream(f"computation {self._computation!r} produced to stream {stream!r}, "
+                                   f"which it does not declare (it declares {list(self._produces)})")
         pid = f"{self._source}/{self._n}"
         self._n += 1
         ts = self._default_ts if timestamp_us is None else timestamp_us
         self.productions.append(Production(pid, stream, self.key if key is None else str(key), value, ts,
-                                           self.now_us, self._inp.computation))
+                                           self.now_us, self._computation))
 
     def final_state(self) -> Any:
         """``KEEP`` if user code never read or wrote the state, else the state's new encoding (``None``
@@ -139,53 +150,76 @@ class _KeyContext:
         return KEEP if data == self._raw else data
 
 
+class KeyRunner:
+    """:func:`run_key` for many keys of one computation that share the rest of the input (the duplicate
+    ids, the input watermark, the time, the declared streams), without a :class:`KeyInput` made per key.
+    ``run(key, ...)`` gives exactly what ``run_key`` gives for the same input (and raises the same)."""
+
+    __slots__ = ("_comp", "_computation", "_duplicates", "_now", "_produces", "_wm")
+
+    def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], duplicates: set[str],
+                 input_watermark_us: int, now_us: int) -> None:
+        self._comp, self._computation, self._produces = comp, computation, produces
+        self._duplicates, self._wm, self._now = duplicates, input_watermark_us, now_us
+
+    def run(self, key: str, records: list[Record], state: bytes | None,
+            timers: Mapping[str, tuple[int, str]]) -> KeyResult:
+        comp = self._comp
+        ctx = _KeyContext(comp, self._computation, self._produces, self._wm, self._now)
+        ctx.reset(key, state, timers)
+        exactly_once = comp.exactly_once
+        duplicates, wm = self._duplicates, self._wm
+        batch_ids: set[str] = set()
+        processed: list[tuple[str, str, int]] = []
+        fired: list[Timer] = []
+        done = dropped = late = 0
+        for rec in records:
+            if exactly_once:
+                rid = rec.id
+                if rid in duplicates or rid in batch_ids:
+                    dropped += 1
+                    continue
+                batch_ids.add(rid)
+            if rec.timestamp_us < wm:
+                rec = replace(rec, is_late=True)
+                late += 1
+            ctx._begin(rec.id, rec.timestamp_us)
+            try:
+                comp.process_record(ctx, rec)
+            except UndeclaredStream:
+                raise              # the topology is wrong, not the record: stop loudly
+            except Exception as e:  # noqa: BLE001 - user code: the record is tried again or set aside
+                raise UserCodeFailed(rec.id, error_text(e)) from e
+            done += 1
+            if exactly_once:
+                processed.append((rec.id, rec.sender, rec.produced_at_us))
+        now = ctx.timer_map
+        if now:                # (no timers: none can be due)
+            _fire_due_timers(comp, ctx, self._computation, key, wm, self._now, fired)
+            now = ctx.timer_map
+        timers_set = [(tag, spec[0], spec[1]) for tag, spec in now.items() if timers.get(tag) != spec] if now else []
+        timers_deleted = [tag for tag in timers if tag not in now] if timers else []
+        return KeyResult(key, ctx.final_state(), now, timers_set, timers_deleted, processed, ctx.productions,
+                         fired, done, dropped, late)
+
+
 def run_key(comp: Computation, inp: KeyInput) -> KeyResult:
     """Process one key's records then its due timers; see the module docstring."""
-    ctx = _KeyContext(comp, inp)
-    exactly_once = comp.exactly_once
-    duplicates, wm = inp.duplicates, inp.input_watermark_us
-    batch_ids: set[str] = set()
-    processed: list[tuple[str, str, int]] = []
-    fired: list[Timer] = []
-    done = dropped = late = 0
-    for rec in inp.records:
-        if exactly_once:
-            if rec.id in duplicates or rec.id in batch_ids:
-                dropped += 1
-                continue
-            batch_ids.add(rec.id)
-        if rec.timestamp_us < wm:
-            rec = replace(rec, is_late=True)
-            late += 1
-        ctx._begin(rec.id, rec.timestamp_us)
-        try:
-            comp.process_record(ctx, rec)
-        except UndeclaredStream:
-            raise              # the topology is wrong, not the record: stop loudly
-        except Exception as e:  # noqa: BLE001 - user code: the record is tried again or set aside
-            raise UserCodeFailed(rec.id, error_text(e)) from e
-        done += 1
-        if exactly_once:
-            processed.append((rec.id, rec.sender, rec.produced_at_us))
-    if ctx.timer_map:          # (no timers: none can be due)
-        _fire_due_timers(comp, ctx, inp, fired)
-    old, now = inp.timers, ctx.timer_map
-    timers_set = [(tag, spec[0], spec[1]) for tag, spec in now.items() if old.get(tag) != spec] if now else []
-    timers_deleted = [tag for tag in old if tag not in now] if old else []
-    return KeyResult(inp.key, ctx.final_state(), now, timers_set, timers_deleted, processed, ctx.productions,
-                     fired, done, dropped, late)
+    return KeyRunner(comp, inp.computation, inp.produces, inp.duplicates, inp.input_watermark_us,
+                     inp.now_us).run(inp.key, inp.records, inp.state, inp.timers)
 
 
 def due(ts: int, domain: str, input_watermark_us: int, now_us: int) -> bool:
     return ts <= (input_watermark_us if domain == WATERMARK else now_us)
 
 
-def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: list[Timer]) -> None:
+def _fire_due_timers(comp: Computation, ctx: _KeyContext, computation: str, key: str, input_watermark_us: int,
+                     now_us: int, out: list[Timer]) -> None:
     fired: set[tuple[str, int]] = set()
     while True:
         nxt = None
         for tag, (ts, domain) in ctx.timer_map.items():
-            if (tag, ts) not in fired and due(ts, domain, inp.input_watermark_us, inp.now_us):
+            if (tag, ts) not in fired and due(ts, domain, input_watermark_us, now_us):
                 if nxt is None or (ts, tag) < (nxt[1], nxt[0]):
                     nxt = (tag, ts, domain)
         if nxt is None:
@@ -193,10 +227,10 @@ def _fire_due_timers(comp: Computation, ctx: _KeyContext, inp: KeyInput, out: li
         tag, ts, domain = nxt
         fired.add((tag, ts))
         del ctx.timer_map[tag]
-        timer = Timer(ts, inp.key, tag, domain)
-        ctx._begin(f"{inp.computation}/{inp.key}/{tag}/{ts}", ts)
+        timer = Timer(ts, key, tag, domain)
+        ctx._begin(f"{computation}/{key}/{tag}/{ts}", ts)
         comp.process_timer(ctx, timer)
         out.append(timer)
 
 
-__all__ = ["KeyInput", "KeyResult", "run_key", "due", "UndeclaredStream", "UserCodeFailed", "WALL", "WATERMARK"]
+__all__ = ["KeyInput", "KeyResult", "KeyRunner", "run_key", "due", "UndeclaredStream", "UserCodeFailed", "WALL", "WATERMARK"]

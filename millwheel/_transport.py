@@ -104,6 +104,17 @@ class DueQueue:
         else:
             heapq.heappush(self._heap, (at, key))
 
+    def push_many(self, at: int, keys: list[str]) -> None:
+        """``push(at, key)`` for each of ``keys``, in that order (one look at the end of the deque for all)."""
+        if not keys:
+            return
+        run = self._run
+        if not run or at >= run[-1][0]:
+            run.extend([(at, key) for key in keys])
+        else:
+            for key in keys:
+                heapq.heappush(self._heap, (at, key))
+
     def first(self) -> tuple[int, str] | None:
         run, heap = self._run, self._heap
         if run and (not heap or run[0] <= heap[0]):
@@ -264,7 +275,8 @@ class Tracker:
             if first is None:
                 first = self._first_sent[sender] = DueQueue()
             due = now_us + max(retry_delay_us, self._rto_us)       # the same for the whole call
-            bag, bag_interval, added = None, None, 0
+            bag, bag_interval = None, None
+            added: list[str] = []
             for prod, interval, stored, deliveries in productions:
                 pid = prod.id
                 if pid in outstanding:
@@ -279,15 +291,15 @@ class Tracker:
                     left = {d.consumer: d for d in deliveries}
                 outstanding[pid] = Outstanding(sender, interval, prod, left, stored, now_us, due, retry_delay_us,
                                                now_us)
-                retries.push(due, pid)
-                first.push(now_us, pid)
-                added += 1
+                added.append(pid)
                 if bag is None or interval != bag_interval:
                     bag, bag_interval = self._bag(sender, interval), interval
                 bag.add(prod.timestamp_us)
                 out.extend(deliveries)
-            if added:
-                self.per_sender[sender] = self.per_sender.get(sender, 0) + added
+            if added:      # one retry time and one first-send time for the whole call: pushed together
+                retries.push_many(due, added)
+                first.push_many(now_us, added)
+                self.per_sender[sender] = self.per_sender.get(sender, 0) + len(added)
         self._after(done)
         return out
 
@@ -346,8 +358,8 @@ class Tracker:
                     pair = (d.consumer, d.interval)
                     bag = self._bag(*pair)
                 bag.remove(d.record.timestamp_us)
-                self.in_flight -= 1
-                self._sender_acked(d.consumer, d.record.id, done, now)
+            self.in_flight -= len(deliveries)
+            self._senders_acked([(d.consumer, d.record.id) for d in deliveries], done, now)
             self.acked_total += len(deliveries)
         self._after(done)
 
@@ -357,11 +369,50 @@ class Tracker:
         done: dict[tuple[str, int], list[str]] = {}
         now = self._now_us() if self._now_us is not None else None
         with self._lock:
-            for consumer, pid in pairs:
-                self._sender_acked(consumer, pid, done, now)
+            self._senders_acked(pairs, done, now)
         self._after(done)
 
+    def _senders_acked(self, pairs: Iterable[tuple[str, str]], done: dict, now: int | None) -> None:
+        """The senders' half of acks ``(consumer, production id)``, in bulk (under the lock): each ack takes
+        its consumer off its production; the productions left with none are finished (ack delay sampled,
+        sender's count and work bag lowered, stored ones reported in ``done``), in the order of their last
+        ack. The same as one :meth:`_sender_acked` per pair, with fewer lookups per ack."""
+        outstanding = self.outstanding
+        finished = []
+        for consumer, pid in pairs:
+            o = outstanding.get(pid)
+            if o is None:
+                continue
+            left = o.left
+            if consumer not in left:
+                continue
+            del left[consumer]
+            if not left:
+                del outstanding[pid]
+                finished.append(o)
+        if not finished:
+            return
+        sample = self._sample if now is not None else None
+        per_sender, work = self.per_sender, self.work
+        bag, slot = None, None
+        for o in finished:
+            if sample is not None:
+                sample(now - o.first_sent_us)
+            sender, interval = o.sender, o.interval
+            per_sender[sender] -= 1
+            if bag is None or slot != (sender, interval):
+                slot = (sender, interval)
+                bag = work.get(slot) or self._bag(sender, interval)
+            bag.remove(o.prod.timestamp_us)
+            if o.stored:
+                ids = done.get(slot)
+                if ids is None:
+                    done[slot] = [o.prod.id]
+                else:
+                    ids.append(o.prod.id)
+
     def _sender_acked(self, consumer: str, pid: str, done: dict, now: int | None) -> None:
+        """One ack, the reference for :meth:`_senders_acked` (which the tracker uses)."""
         o = self.outstanding.get(pid)
         if o is None or consumer not in o.left:
             return

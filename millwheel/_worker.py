@@ -10,7 +10,7 @@ reads time only from the injected clock. One loop iteration:
 1. take a batch from the inbox; apply published watermarks (each computation's input watermark is the
    minimum over its producers) and dedup floors, then feed each core its records and the time;
 2. carry out the cores' commands: :class:`RunUserCode` (dedup lookups and state reads in the store, then
-   :func:`millwheel._runner.run_key`; a key whose user code raised on a record is answered as
+   :class:`millwheel._runner.KeyRunner`, one per command; a key whose user code raised on a record is answered as
    :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
    every :class:`Commit`;
 3. if the previous transaction has landed, hand every core's key checkpoints of this step (and of the
@@ -66,7 +66,7 @@ from millwheel._messages import FloorsRaised as FloorsRaisedReply
 from millwheel._messages import LowWatermarks, RaiseFloors, WatermarksReported
 from millwheel._model import WEAK, Computation, Delivery
 from millwheel._routing import Router
-from millwheel._runner import KeyInput, UserCodeFailed, run_key
+from millwheel._runner import KeyRunner, UserCodeFailed
 from millwheel._store import StaleSequencer, Store
 from millwheel._topology import ComputationSpec, Topology
 from millwheel._transport import Done, Inbox, Tracker
@@ -513,11 +513,11 @@ class Worker:
             seen, states = found[cmd.computation]
             dups = set(cmd.duplicates) | seen if seen else set(cmd.duplicates)
             results = []
+            run = KeyRunner(comp.computation, cmd.computation, comp.spec.produces, dups, cmd.input_watermark_us,
+                            cmd.now_us).run     # the command's keys share their input
             for w in cmd.keys:
-                inp = KeyInput(cmd.computation, w.key, w.records, states.get(w.key) if w.read else w.state,
-                               w.timers, dups, cmd.input_watermark_us, cmd.now_us, comp.spec.produces)
                 try:
-                    results.append(run_key(comp.computation, inp))
+                    results.append(run(w.key, w.records, states.get(w.key) if w.read else w.state, w.timers))
                 except UserCodeFailed as e:   # the core tries the record again, then sets it aside
                     self.user_code_failures += 1
                     results.append(KeyFailed(w.key, e.record_id, e.error))

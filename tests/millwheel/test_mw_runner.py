@@ -114,3 +114,80 @@ def test_any_mix_of_repeats_changes_state_once_per_id(batches):
         committed.update(rid for rid, _, _ in res.processed)
     distinct = len({i for b in batches for i in b})
     assert (int(state) if state is not None else 0) == distinct == len(committed)
+
+
+class _Mixed(Recorder):
+    """Reads or clears state, sets, moves and deletes timers, produces to its stream and re-keys, by what
+    each record asks for: enough to tell one key's leftovers in a shared context from a fresh one's."""
+
+    def process_record(self, ctx, record):
+        v = record.value
+        if v.get("clear"):
+            ctx.state = None
+        elif v.get("read"):
+            _ = ctx.state
+        else:
+            ctx.state = [ctx.key, (ctx.state or [None, 0])[1] + 1]
+        for tag, ts, domain in v.get("timers", []):
+            ctx.set_timer(tag, ts, domain)
+        for tag in v.get("delete", []):
+            ctx.delete_timer(tag)
+        for n in range(v.get("emit", 0)):
+            ctx.produce("out", {"n": n, "timers": sorted(ctx.timers())}, key=None if n % 2 else f"{ctx.key}-{n}")
+
+
+_TAGS = st.sampled_from(["a", "b", "chain"])
+_VALUES = st.fixed_dictionaries({}, optional={
+    "clear": st.booleans(), "read": st.booleans(), "emit": st.integers(0, 3),
+    "timers": st.lists(st.tuples(_TAGS, st.integers(0, 200), st.sampled_from([WATERMARK, WALL])), max_size=2),
+    "delete": st.lists(_TAGS, max_size=2)})
+_KEYS = st.lists(st.tuples(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(0, 200), _VALUES), max_size=6),   # (id, ts, value)
+    st.sampled_from([None, b'["x", 3]', b"[null, 0]"]),                                  # stored state
+    st.dictionaries(_TAGS, st.tuples(st.integers(0, 200), st.sampled_from([WATERMARK, WALL])), max_size=3)),
+    max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_KEYS, st.sets(st.integers(0, 12).map(lambda i: f"r{i}")), st.integers(0, 200), st.integers(0, 200),
+       st.booleans())
+def test_a_key_runner_over_many_keys_gives_what_run_key_gives_key_by_key(keys, dups, wm, now, exactly_once):
+    """:class:`KeyRunner` runs every key of a command from their shared input: each key's result (state, timers,
+    productions, counts, what user code saw) equals a fresh :func:`run_key` of that key alone."""
+    from millwheel._runner import KeyRunner
+
+    def records(key, rows):
+        return [Record(key, value, ts, id=f"r{i}", sender="up", produced_at_us=1) for i, ts, value in rows]
+
+    shared, fresh = _Mixed(), _Mixed()
+    shared.exactly_once = fresh.exactly_once = exactly_once
+    runner = KeyRunner(shared, "c", ("out",), set(dups), wm, now)
+    for n, (rows, state, timers) in enumerate(keys):
+        key = f"k{n}"
+        got = runner.run(key, records(key, rows), state, dict(timers))
+        want = run_key(fresh, KeyInput("c", key, records(key, rows), state, dict(timers), set(dups), wm, now,
+                                       ("out",)))
+        assert got == want
+        assert shared.seen == fresh.seen
+
+
+def test_a_context_kept_past_its_call_never_sees_a_later_key():
+    """Each key of a :class:`KeyRunner` gets a context of its own: one user code kept (against the
+    protocol) still names its own key and productions after later keys ran."""
+    from millwheel._runner import KeyRunner
+
+    kept = []
+
+    class Keeper(Computation):
+        name = "c"
+        produces = ("out",)
+
+        def process_record(self, ctx, record):
+            kept.append(ctx)
+            ctx.produce("out", record.value)
+
+    runner = KeyRunner(Keeper(), "c", ("out",), set(), 0, 1)
+    first = runner.run("k1", [Record("k1", 1, 5, id="r1", sender="up", produced_at_us=1)], None, {})
+    runner.run("k2", [Record("k2", 2, 5, id="r2", sender="up", produced_at_us=1)], None, {})
+    assert kept[0] is not kept[1]
+    assert kept[0].key == "k1" and [p.value for p in kept[0].productions] == [1] == [p.value for p in first.productions]
