@@ -1,19 +1,20 @@
 """The state store in PostgreSQL, shared by every worker of every machine (MillWheel paper §6.2).
 
-Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commit` is one transaction:
+Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commit` is one call of the
+server-side function ``commit_v1`` (created with the tables), one statement in its own transaction:
 
-1. ``SELECT ... FROM intervals WHERE (computation, interval_id) IN (...) FOR SHARE``: reads the sequencer
-   of every interval the batch writes to and locks those rows against a concurrent :meth:`claim` (which
-   updates the row) until the transaction ends;
-2. the batch's net effect (see :func:`fold`), one statement per table over all its rows (a JSON array
-   for the per-key tables, binary arrays for the others): state upserts and deletes, timer deletes and
-   upserts, dedup ids, the row of the batch's new productions (one per sender interval, see below), rows
-   of acked productions deleted or marked, and records set aside;
-3. if any sequencer read in 1 differs from the write's: roll back and raise :class:`StaleSequencer`;
-   else commit.
+1. it reads the sequencer of every interval the batch writes to, ``FOR SHARE``: those rows stay locked
+   against a concurrent :meth:`claim` (which updates the row) until the transaction ends;
+2. if any differs from the write's, it raises (SQLSTATE ``MW001``; the whole call rolls back, nothing is
+   written) and the store raises :class:`StaleSequencer` with its message;
+3. else the batch's net effect (see :func:`fold`), one statement per table over all its rows: state upserts
+   and deletes, timer deletes and upserts, dedup ids, the row of the batch's new productions (one per
+   sender interval, see below), rows of acked productions deleted or marked, and records set aside. Each
+   part comes as one JSON array of arrays (see :func:`commit_arguments`); the transaction commits when the
+   call returns.
 
-The statements go out in one pipeline, so a batch of key checkpoints costs one round trip and one
-commit.
+One statement, one round trip, no ``BEGIN``/``COMMIT`` messages, prepared once per session, and PL/pgSQL
+keeps its statements' plans for the session.
 
 **Productions, a row per commit.** A commit's strong productions of one sender interval are one row of
 ``production_batches`` (the fields as JSON, the values as one ``bytea``), not a row each: productions are
@@ -75,8 +76,8 @@ _CLAIMED = ("LEFT JOIN intervals i ON i.computation = r.name AND i.interval_id =
 """Keeps the reports of an interval neither claimed nor granted under a newer sequencer than theirs (a
 fence in the report's own statement: a report of an owner that lost the interval changes nothing)."""
 
-_REPORT = ("INSERT INTO wm_reports SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-           "%s::bigint[], %s::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
+_REPORT = ("INSERT INTO wm_reports SELECT r.* FROM unnest(%b::text[], %b::int[], %b::bigint[], %b::bigint[], "
+           "%b::bigint[], %b::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
            " ON CONFLICT (name, interval_id) DO UPDATE SET "
            "sequencer = EXCLUDED.sequencer, low = EXCLUDED.low, input = EXCLUDED.input, oldest = EXCLUDED.oldest "
            "WHERE wm_reports.sequencer <= EXCLUDED.sequencer")
@@ -691,7 +692,7 @@ class PostgresStore(Store):
         if not ivs:
             return []
         rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT key, tag, ts, domain FROM timers WHERE computation = %s AND interval_id = ANY(%s::int[])",
+            "SELECT key, tag, ts, domain FROM timers WHERE computation = %s AND interval_id = ANY(%b::int[])",
             (computation, ivs)).fetchall())
         return [tuple(r) for r in rows]
 
@@ -708,7 +709,7 @@ class PostgresStore(Store):
         if not ivs:
             return []
         rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT id FROM dedup WHERE computation = %s AND interval_id = ANY(%s::int[])",
+            "SELECT id FROM dedup WHERE computation = %s AND interval_id = ANY(%b::int[])",
             (computation, ivs)).fetchall())
         return [r[0] for r in rows]
 
@@ -732,7 +733,7 @@ class PostgresStore(Store):
                 # below the caller's floor, which its cores apply (another process may have stored a higher
                 # one that these cores have not seen)
                 return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s "
-                                    "AND interval_id = ANY(%s::int[])", (computation, sender, floor_us, mine)).rowcount
+                                    "AND interval_id = ANY(%b::int[])", (computation, sender, floor_us, mine)).rowcount
         return self._retry(gc)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
@@ -769,7 +770,7 @@ class PostgresStore(Store):
         if not watermarks:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO watermarks (name, wm) SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+            "INSERT INTO watermarks (name, wm) SELECT * FROM unnest(%b::text[], %b::bigint[]) "
             "ON CONFLICT (name) DO UPDATE SET wm = GREATEST(watermarks.wm, EXCLUDED.wm)",
             _columns(watermarks.items(), 2)))
 
@@ -802,7 +803,7 @@ class PostgresStore(Store):
             return
         rows = [(c, i, seq) for (c, i), seq in sorted(last.items())]
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_granted SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]) "
+            "INSERT INTO wm_granted SELECT * FROM unnest(%b::text[], %b::int[], %b::bigint[]) "
             "ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer "
             "WHERE wm_granted.sequencer < EXCLUDED.sequencer", _columns(rows, 3)))
 
@@ -811,8 +812,8 @@ class PostgresStore(Store):
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_cuts SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-            "%s::bigint[]) AS r (name, interval_id, sequencer, epoch, cut) " + _CLAIMED +
+            "INSERT INTO wm_cuts SELECT r.* FROM unnest(%b::text[], %b::int[], %b::bigint[], %b::bigint[], "
+            "%b::bigint[]) AS r (name, interval_id, sequencer, epoch, cut) " + _CLAIMED +
             " ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, "
             "epoch = EXCLUDED.epoch, cut = EXCLUDED.cut WHERE wm_cuts.sequencer <= EXCLUDED.sequencer",
             _columns(last.values(), 5)))
@@ -834,7 +835,7 @@ class PostgresStore(Store):
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO production_floors SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[]) "
+            "INSERT INTO production_floors SELECT * FROM unnest(%b::text[], %b::int[], %b::bigint[], %b::bigint[]) "
             "ON CONFLICT (sender, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, oldest = EXCLUDED.oldest "
             "WHERE production_floors.sequencer <= EXCLUDED.sequencer", _columns(last.values(), 4)))
 
