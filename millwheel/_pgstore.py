@@ -46,6 +46,7 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -550,18 +551,23 @@ class PostgresStore(Store):
         """``fn(conn, attempt, *args)`` on a pooled connection, again on lost connections for ``retry_s``
         (none once the process is stopping: :class:`StoreAbandoned`). The first attempt is a plain call
         (tenacity's loop costs about 25 µs a call, as much as a small commit's own Python)."""
+        started = time.monotonic()
         try:
             try:
                 with self._conn() as conn:
                     return fn(conn, 1, *args)
-            except _LOST:
-                if self._giving_up.is_set():
+            except _LOST as e:
+                left = self.retry_s - (time.monotonic() - started)
+                if self._giving_up.is_set() or left <= 0:
                     raise
+                first = e
             self._count("retries")
-            self._giving_up.wait(_FIRST_WAIT_S)
+            if self._giving_up.wait(_FIRST_WAIT_S):
+                raise first     # stopping meanwhile: no second attempt (see below)
             for attempt in Retrying(retry=retry_if_exception_type(_LOST),
                                     wait=wait_exponential(multiplier=2 * _FIRST_WAIT_S, max=2.0),
-                                    stop=stop_after_delay(self.retry_s) | stop_when_event_set(self._giving_up),
+                                    stop=stop_after_delay(max(0.0, left - _FIRST_WAIT_S))
+                                    | stop_when_event_set(self._giving_up),
                                     sleep=self._giving_up.wait, reraise=True,
                                     before_sleep=lambda _: self._count("retries")):
                 with attempt:
