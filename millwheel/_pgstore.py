@@ -1,19 +1,20 @@
 """The state store in PostgreSQL, shared by every worker of every machine (MillWheel paper §6.2).
 
-Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commit` is one transaction:
+Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commit` is one call of the
+server-side function ``commit_v1`` (created with the tables), one statement in its own transaction:
 
-1. ``SELECT ... FROM intervals WHERE (computation, interval_id) IN (...) FOR SHARE``: reads the sequencer
-   of every interval the batch writes to and locks those rows against a concurrent :meth:`claim` (which
-   updates the row) until the transaction ends;
-2. the batch's net effect (see :func:`fold`), one statement per table over all its rows (a JSON array
-   for the per-key tables, binary arrays for the others): state upserts and deletes, timer deletes and
-   upserts, dedup ids, the row of the batch's new productions (one per sender interval, see below), rows
-   of acked productions deleted or marked, and records set aside;
-3. if any sequencer read in 1 differs from the write's: roll back and raise :class:`StaleSequencer`;
-   else commit.
+1. it reads the sequencer of every interval the batch writes to, ``FOR SHARE``: those rows stay locked
+   against a concurrent :meth:`claim` (which updates the row) until the transaction ends;
+2. if any differs from the write's, it raises (SQLSTATE ``MW001``; the whole call rolls back, nothing is
+   written) and the store raises :class:`StaleSequencer` with its message;
+3. else the batch's net effect (see :func:`fold`), one statement per table over all its rows: state upserts
+   and deletes, timer deletes and upserts, dedup ids, the row of the batch's new productions (one per
+   sender interval, see below), rows of acked productions deleted or marked, and records set aside. Each
+   part comes as one JSON array of arrays (see :func:`commit_arguments`); the transaction commits when the
+   call returns.
 
-The statements go out in one pipeline, so a batch of key checkpoints costs one round trip and one
-commit.
+One statement, one round trip, no ``BEGIN``/``COMMIT`` messages, prepared once per session, and PL/pgSQL
+keeps its statements' plans for the session.
 
 **Productions, a row per commit.** A commit's strong productions of one sender interval are one row of
 ``production_batches`` (the fields as JSON, the values as one ``bytea``), not a row each: productions are
@@ -45,6 +46,7 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +63,8 @@ from millwheel._store import (KEEP, SetAsideRecord, StaleSequencer, Store, Store
 DEFAULT_SCHEMA = "millwheel"
 DEFAULT_RETRY_S = 60.0
 DEFAULT_IDLE_IN_TRANSACTION_S = 5.0
+_FIRST_WAIT_S = 0.05
+"""The wait before the second attempt after a lost connection; each later wait doubles, up to 2 s."""
 _LOST = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
 """A lost connection: the server went away, or ended a session left idle inside a transaction (the first
 statement after that is answered with the timeout's error, an ``InternalError``, not an ``OperationalError``)."""
@@ -73,8 +77,8 @@ _CLAIMED = ("LEFT JOIN intervals i ON i.computation = r.name AND i.interval_id =
 """Keeps the reports of an interval neither claimed nor granted under a newer sequencer than theirs (a
 fence in the report's own statement: a report of an owner that lost the interval changes nothing)."""
 
-_REPORT = ("INSERT INTO wm_reports SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-           "%s::bigint[], %s::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
+_REPORT = ("INSERT INTO wm_reports SELECT r.* FROM unnest(%b::text[], %b::int[], %b::bigint[], %b::bigint[], "
+           "%b::bigint[], %b::bigint[]) AS r (name, interval_id, sequencer, low, input, oldest) " + _CLAIMED +
            " ON CONFLICT (name, interval_id) DO UPDATE SET "
            "sequencer = EXCLUDED.sequencer, low = EXCLUDED.low, input = EXCLUDED.input, oldest = EXCLUDED.oldest "
            "WHERE wm_reports.sequencer <= EXCLUDED.sequencer")
@@ -90,7 +94,8 @@ CREATE TABLE IF NOT EXISTS timers (computation TEXT, key TEXT, tag TEXT, ts BIGI
 CREATE INDEX IF NOT EXISTS timers_by_interval ON timers (computation, interval_id);
 CREATE TABLE IF NOT EXISTS dedup (computation TEXT, id TEXT, sender TEXT NOT NULL,
     produced_at BIGINT NOT NULL, interval_id INTEGER NOT NULL, PRIMARY KEY (computation, id));
-CREATE INDEX IF NOT EXISTS dedup_by_sender ON dedup (computation, sender, produced_at);
+CREATE INDEX IF NOT EXISTS dedup_by_time ON dedup USING brin (produced_at);
+DROP INDEX IF EXISTS dedup_by_sender;
 CREATE TABLE IF NOT EXISTS gc_floors (computation TEXT, sender TEXT, floor BIGINT NOT NULL,
     PRIMARY KEY (computation, sender));
 CREATE TABLE IF NOT EXISTS production_batches (sender TEXT, interval_id INTEGER, batch TEXT, meta BYTEA NOT NULL,
@@ -113,35 +118,94 @@ CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT N
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
           "(SELECT * FROM unnest(%b::text[], %b::int[])) ORDER BY computation, interval_id FOR SHARE")
-# The per-key statements take their rows as one JSON array of arrays (bytea as hex): encoding it is one
-# call, where psycopg's array dumper costs microseconds per element in Python (bytea[] and the few-row
-# statements stay binary arrays).
-_STATE_PUT = ("INSERT INTO state (computation, key, value) SELECT e->>0, e->>1, decode(e->>2, 'hex') FROM "
-              "json_array_elements(%s::json) AS e ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value")
-_STATE_DEL = ("DELETE FROM state WHERE (computation, key) IN "
-              "(SELECT e->>0, e->>1 FROM json_array_elements(%s::json) AS e)")
-_TIMER_DEL = ("DELETE FROM timers WHERE (computation, key, tag) IN "
-              "(SELECT e->>0, e->>1, e->>2 FROM json_array_elements(%s::json) AS e)")
-_TIMER_PUT = ("INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT e->>0, e->>1, e->>2, "
-              "(e->>3)::bigint, e->>4, (e->>5)::int FROM json_array_elements(%s::json) AS e "
-              "ON CONFLICT (computation, key, tag) DO UPDATE SET ts = EXCLUDED.ts, domain = EXCLUDED.domain, "
-              "interval_id = EXCLUDED.interval_id")
-_DEDUP_PUT = ("INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2, "
-              "(e->>3)::bigint, (e->>4)::int FROM json_array_elements(%s::json) AS e "
-              "ON CONFLICT (computation, id) DO NOTHING")
 _BATCH_PUT = ("INSERT INTO production_batches (sender, interval_id, batch, meta, payload) SELECT * FROM "
               "unnest(%b::text[], %b::int[], %b::text[], %b::bytea[], %b::bytea[]) "
               "ON CONFLICT (sender, interval_id, batch) DO NOTHING")
-_BATCH_DEL = ("DELETE FROM production_batches WHERE (sender, interval_id, batch) IN "
-              "(SELECT * FROM unnest(%b::text[], %b::int[], %b::text[]))")
-_BATCH_ACK = ("UPDATE production_batches AS b SET acked = b.acked || u.chunk FROM unnest(%b::text[], %b::int[], "
-              "%b::text[], %b::text[]) AS u(sender, interval_id, batch, chunk) WHERE b.sender = u.sender AND "
-              "b.interval_id = u.interval_id AND b.batch = u.batch")
+
+# One commit is one call of this function, in its own (implicit) transaction: one statement, one round
+# trip, no BEGIN or COMMIT messages, nothing planned per call (PL/pgSQL keeps each statement's plan for the
+# session). Its name carries a version: a change of its arguments is a new function, so processes of two
+# versions never call each other's. Each part comes as one JSON array of arrays (see commit_arguments).
+# ``enable_seqscan = off``: the tables it reads are small by their statistics but not on disk
+# (production_batches gets a row inserted and one deleted per commit; until a vacuum its dead rows fill
+# pages), and a plan kept for the session that scanned them cost more with every commit (10 records per
+# commit: the DELETE of acked rows alone was a third of the function's time, and the function's time
+# halved without the scans); every statement here is meant to go by a key.
+_COMMIT_FN = r"""
+CREATE OR REPLACE FUNCTION commit_v1(seqs json, state_put json, state_del json, timer_del json, timer_put json,
+    dedup_put json, batch_put json, batch_del json, batch_ack json, aside json) RETURNS void LANGUAGE plpgsql
+    SET enable_seqscan = off AS $fn$
+DECLARE
+    stale int;
+    bad record;
+BEGIN
+    -- the sequencer of every interval written to, locked against a claim (an UPDATE) until the end
+    SELECT count(*) FILTER (WHERE coalesce(l.sequencer, 0) <> u.s) INTO stale
+        FROM (SELECT e->>0 AS c, (e->>1)::int AS i, (e->>2)::bigint AS s FROM json_array_elements(seqs) AS e) AS u
+        LEFT JOIN (SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN
+            (SELECT e->>0, (e->>1)::int FROM json_array_elements(seqs) AS e)
+            ORDER BY computation, interval_id FOR SHARE) AS l ON l.computation = u.c AND l.interval_id = u.i;
+    IF stale > 0 THEN
+        SELECT u.c, u.i, u.s, coalesce(v.sequencer, 0) AS cur INTO bad
+            FROM (SELECT e->>0 AS c, (e->>1)::int AS i, (e->>2)::bigint AS s FROM json_array_elements(seqs) AS e) AS u
+            LEFT JOIN intervals v ON v.computation = u.c AND v.interval_id = u.i
+            WHERE coalesce(v.sequencer, 0) <> u.s ORDER BY u.c, u.i LIMIT 1;
+        RAISE EXCEPTION USING ERRCODE = 'MW001', MESSAGE = format(
+            'write to %L interval %s with sequencer %s rejected: current is %s (%s stale interval(s) in the batch)',
+            bad.c, bad.i, bad.s, bad.cur, stale);
+    END IF;
+    IF state_put IS NOT NULL THEN
+        INSERT INTO state (computation, key, value) SELECT e->>0, e->>1, decode(e->>2, 'hex')
+            FROM json_array_elements(state_put) AS e
+            ON CONFLICT (computation, key) DO UPDATE SET value = EXCLUDED.value;
+    END IF;
+    IF state_del IS NOT NULL THEN
+        DELETE FROM state WHERE (computation, key) IN
+            (SELECT e->>0, e->>1 FROM json_array_elements(state_del) AS e);
+    END IF;
+    IF timer_del IS NOT NULL THEN
+        DELETE FROM timers WHERE (computation, key, tag) IN
+            (SELECT e->>0, e->>1, e->>2 FROM json_array_elements(timer_del) AS e);
+    END IF;
+    IF timer_put IS NOT NULL THEN
+        INSERT INTO timers (computation, key, tag, ts, domain, interval_id) SELECT e->>0, e->>1, e->>2,
+            (e->>3)::bigint, e->>4, (e->>5)::int FROM json_array_elements(timer_put) AS e
+            ON CONFLICT (computation, key, tag) DO UPDATE SET ts = EXCLUDED.ts, domain = EXCLUDED.domain,
+            interval_id = EXCLUDED.interval_id;
+    END IF;
+    IF dedup_put IS NOT NULL THEN
+        INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2,
+            (e->>3)::bigint, (e->>4)::int FROM json_array_elements(dedup_put) AS e
+            ON CONFLICT (computation, id) DO NOTHING;
+    END IF;
+    IF batch_put IS NOT NULL THEN
+        INSERT INTO production_batches (sender, interval_id, batch, meta, payload)
+            SELECT e->>0, (e->>1)::int, e->>2, decode(e->>3, 'hex'), decode(e->>4, 'hex')
+            FROM json_array_elements(batch_put) AS e
+            ON CONFLICT (sender, interval_id, batch) DO NOTHING;
+    END IF;
+    IF batch_del IS NOT NULL THEN
+        DELETE FROM production_batches WHERE (sender, interval_id, batch) IN
+            (SELECT e->>0, (e->>1)::int, e->>2 FROM json_array_elements(batch_del) AS e);
+    END IF;
+    IF batch_ack IS NOT NULL THEN
+        UPDATE production_batches AS b SET acked = b.acked || u.chunk
+            FROM (SELECT e->>0 AS sender, (e->>1)::int AS interval_id, e->>2 AS batch, e->>3 AS chunk
+                  FROM json_array_elements(batch_ack) AS e) AS u
+            WHERE b.sender = u.sender AND b.interval_id = u.interval_id AND b.batch = u.batch;
+    END IF;
+    IF aside IS NOT NULL THEN
+        INSERT INTO set_aside (computation, id, key, interval_id, error, attempts, value, ts, sender, produced_at)
+            SELECT e->>0, e->>1, e->>2, (e->>3)::int, e->>4, (e->>5)::int, decode(e->>6, 'hex'), (e->>7)::bigint,
+            e->>8, (e->>9)::bigint FROM json_array_elements(aside) AS e
+            ON CONFLICT (computation, id) DO UPDATE SET error = EXCLUDED.error, attempts = EXCLUDED.attempts;
+    END IF;
+END
+$fn$"""
+_COMMIT = "SELECT commit_v1(%s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json)"
+_STALE = "MW001"
+"""The SQLSTATE the commit function raises when a sequencer is stale (the whole call rolls back)."""
 _BATCH_GET = "SELECT batch, meta, payload, acked FROM production_batches WHERE sender = %s AND interval_id = %s"
-_ASIDE_PUT = ("INSERT INTO set_aside (computation, id, key, interval_id, error, attempts, value, ts, sender, "
-              "produced_at) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::int[], %b::text[], "
-              "%b::int[], %b::bytea[], %b::bigint[], %b::text[], %b::bigint[]) ON CONFLICT (computation, id) "
-              "DO UPDATE SET error = EXCLUDED.error, attempts = EXCLUDED.attempts")
 _LANDED = ("SELECT count(*) FROM dedup WHERE (computation, id) IN "
            "(SELECT * FROM unnest(%b::text[], %b::text[]))")
 
@@ -345,6 +409,29 @@ def _columns(rows, width: int) -> list[list]:
     return cols
 
 
+def commit_arguments(n: NetEffect) -> list[str | None]:
+    """The arguments of the commit function (see ``_COMMIT``) for a batch's net effect: each part one JSON
+    array of arrays (``bytea`` as hex), encoded in one ``orjson`` call (psycopg dumps an array parameter
+    element by element in Python: about 14 µs an array, more than the rest of a small commit's Python);
+    an empty part is NULL (its statement is skipped)."""
+    wanted: dict[tuple[str, int], int] = {}
+    for c, i, seq in n.sequencers:
+        wanted[(c, i)] = seq
+    plan = n.plan
+    return [_json([(c, i, seq) for (c, i), seq in wanted.items()]),
+            _json([(c, k, v.hex()) for (c, k), v in n.state_put.items()]) if n.state_put else None,
+            _json(list(n.state_del)) if n.state_del else None,
+            _json(list(n.timer_del)) if n.timer_del else None,
+            _json([(c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv) in n.timer_put.items()]) if n.timer_put else None,
+            _json(list(n.dedup.values())) if n.dedup else None,
+            _json([(s, i, b, meta.hex(), payload.hex()) for s, i, b, meta, payload in plan.put])
+            if plan is not None and plan.put else None,
+            _json(plan.delete) if plan is not None and plan.delete else None,
+            _json(plan.ack) if plan is not None and plan.ack else None,
+            _json([(r.computation, r.id, r.key, iv, r.error, r.attempts, r.value.hex(), r.timestamp_us, r.sender,
+                    r.produced_at_us) for r, iv in n.set_aside.values()]) if n.set_aside else None]
+
+
 @dataclass(frozen=True)
 class PostgresStatistics:
     commits: int
@@ -462,16 +549,30 @@ class PostgresStore(Store):
 
     def _retry(self, fn, *args):
         """``fn(conn, attempt, *args)`` on a pooled connection, again on lost connections for ``retry_s``
-        (none once the process is stopping: :class:`StoreAbandoned`)."""
+        (none once the process is stopping: :class:`StoreAbandoned`). The first attempt is a plain call
+        (tenacity's loop costs about 25 µs a call, as much as a small commit's own Python)."""
+        started = time.monotonic()
         try:
+            try:
+                with self._conn() as conn:
+                    return fn(conn, 1, *args)
+            except _LOST as e:
+                left = self.retry_s - (time.monotonic() - started)
+                if self._giving_up.is_set() or left <= 0:
+                    raise
+                first = e
+            self._count("retries")
+            if self._giving_up.wait(_FIRST_WAIT_S):
+                raise first     # stopping meanwhile: no second attempt (see below)
             for attempt in Retrying(retry=retry_if_exception_type(_LOST),
-                                    wait=wait_exponential(multiplier=0.05, max=2.0),
-                                    stop=stop_after_delay(self.retry_s) | stop_when_event_set(self._giving_up),
+                                    wait=wait_exponential(multiplier=2 * _FIRST_WAIT_S, max=2.0),
+                                    stop=stop_after_delay(max(0.0, left - _FIRST_WAIT_S))
+                                    | stop_when_event_set(self._giving_up),
                                     sleep=self._giving_up.wait, reraise=True,
                                     before_sleep=lambda _: self._count("retries")):
                 with attempt:
                     with self._conn() as conn:
-                        return fn(conn, attempt.retry_state.attempt_number, *args)
+                        return fn(conn, attempt.retry_state.attempt_number + 1, *args)
         except _LOST as e:
             if not self._giving_up.is_set():
                 raise
@@ -510,6 +611,7 @@ class PostgresStore(Store):
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     conn.execute(stmt)
+            conn.execute(_COMMIT_FN)
             if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.productions",)).fetchone()[0] is not None:
                 self._upgrade_productions(conn)
 
@@ -566,22 +668,14 @@ class PostgresStore(Store):
             for sender, interval in self._rows.unknown(net):
                 self._read_rows(conn, sender, interval)
             net.plan = self._rows.plan(net)
-        wanted = {(c, i): s for c, i, s in net.sequencers}
         try:
-            with conn.pipeline(), conn.transaction():
-                check = conn.cursor()
-                check.execute(_CHECK, _columns(wanted, 2))
-                self._apply(conn, net)
-                current = {(c, i): s for c, i, s in check.fetchall()}
-                stale = sorted((c, i, s) for (c, i), s in wanted.items() if current.get((c, i), 0) != s)
-                if stale:
-                    c, i, s = stale[0]
-                    raise StaleSequencer(f"write to {c!r} interval {i} with sequencer {s} rejected: current is "
-                                         f"{current.get((c, i), 0)} ({len(stale)} stale interval(s) in the batch)")
-        except StaleSequencer:
+            conn.execute(_COMMIT, commit_arguments(net), prepare=True)
+        except psycopg.Error as e:
+            if e.sqlstate != _STALE:
+                raise
             net.plan = None
             self._count("fenced")
-            raise
+            raise StaleSequencer(e.diag.message_primary) from None
         return True
 
     @staticmethod
@@ -589,30 +683,6 @@ class PostgresStore(Store):
         """Whether every dedup id of the batch is stored: the batch committed (it is all or nothing)."""
         found = conn.execute(_LANDED, _columns(net.dedup, 2)).fetchone()[0]
         return found == len(net.dedup)
-
-    @staticmethod
-    def _apply(conn: psycopg.Connection, n: NetEffect) -> None:
-        if n.state_put:
-            conn.execute(_STATE_PUT, (_json([(c, k, v.hex()) for (c, k), v in n.state_put.items()]),))
-        if n.state_del:
-            conn.execute(_STATE_DEL, (_json(list(n.state_del)),))
-        if n.timer_del:
-            conn.execute(_TIMER_DEL, (_json(list(n.timer_del)),))
-        if n.timer_put:
-            conn.execute(_TIMER_PUT, (_json([(c, k, t, ts, d, iv) for (c, k, t), (ts, d, iv) in n.timer_put.items()]),))
-        if n.dedup:
-            conn.execute(_DEDUP_PUT, (_json(list(n.dedup.values())),))
-        plan = n.plan
-        if plan is not None and plan.put:
-            conn.execute(_BATCH_PUT, _columns(plan.put, 5))
-        if plan is not None and plan.delete:
-            conn.execute(_BATCH_DEL, _columns(plan.delete, 3))
-        if plan is not None and plan.ack:
-            conn.execute(_BATCH_ACK, _columns(plan.ack, 4))
-        if n.set_aside:
-            conn.execute(_ASIDE_PUT, _columns(((r.computation, r.id, r.key, iv, r.error, r.attempts, r.value,
-                                                r.timestamp_us, r.sender, r.produced_at_us)
-                                               for r, iv in n.set_aside.values()), 10))
 
     def read_states(self, computation: str, keys: Iterable[str]) -> dict[str, bytes]:
         keys = list(keys)
@@ -628,7 +698,7 @@ class PostgresStore(Store):
         if not ivs:
             return []
         rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT key, tag, ts, domain FROM timers WHERE computation = %s AND interval_id = ANY(%s::int[])",
+            "SELECT key, tag, ts, domain FROM timers WHERE computation = %s AND interval_id = ANY(%b::int[])",
             (computation, ivs)).fetchall())
         return [tuple(r) for r in rows]
 
@@ -645,7 +715,7 @@ class PostgresStore(Store):
         if not ivs:
             return []
         rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT id FROM dedup WHERE computation = %s AND interval_id = ANY(%s::int[])",
+            "SELECT id FROM dedup WHERE computation = %s AND interval_id = ANY(%b::int[])",
             (computation, ivs)).fetchall())
         return [r[0] for r in rows]
 
@@ -669,7 +739,7 @@ class PostgresStore(Store):
                 # below the caller's floor, which its cores apply (another process may have stored a higher
                 # one that these cores have not seen)
                 return conn.execute("DELETE FROM dedup WHERE computation = %s AND sender = %s AND produced_at < %s "
-                                    "AND interval_id = ANY(%s::int[])", (computation, sender, floor_us, mine)).rowcount
+                                    "AND interval_id = ANY(%b::int[])", (computation, sender, floor_us, mine)).rowcount
         return self._retry(gc)
 
     def gc_floors(self, computation: str) -> dict[str, int]:
@@ -706,7 +776,7 @@ class PostgresStore(Store):
         if not watermarks:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO watermarks (name, wm) SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+            "INSERT INTO watermarks (name, wm) SELECT * FROM unnest(%b::text[], %b::bigint[]) "
             "ON CONFLICT (name) DO UPDATE SET wm = GREATEST(watermarks.wm, EXCLUDED.wm)",
             _columns(watermarks.items(), 2)))
 
@@ -739,7 +809,7 @@ class PostgresStore(Store):
             return
         rows = [(c, i, seq) for (c, i), seq in sorted(last.items())]
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_granted SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[]) "
+            "INSERT INTO wm_granted SELECT * FROM unnest(%b::text[], %b::int[], %b::bigint[]) "
             "ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer "
             "WHERE wm_granted.sequencer < EXCLUDED.sequencer", _columns(rows, 3)))
 
@@ -748,8 +818,8 @@ class PostgresStore(Store):
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO wm_cuts SELECT r.* FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[], "
-            "%s::bigint[]) AS r (name, interval_id, sequencer, epoch, cut) " + _CLAIMED +
+            "INSERT INTO wm_cuts SELECT r.* FROM unnest(%b::text[], %b::int[], %b::bigint[], %b::bigint[], "
+            "%b::bigint[]) AS r (name, interval_id, sequencer, epoch, cut) " + _CLAIMED +
             " ON CONFLICT (name, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, "
             "epoch = EXCLUDED.epoch, cut = EXCLUDED.cut WHERE wm_cuts.sequencer <= EXCLUDED.sequencer",
             _columns(last.values(), 5)))
@@ -771,7 +841,7 @@ class PostgresStore(Store):
         if not last:
             return
         self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO production_floors SELECT * FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[]) "
+            "INSERT INTO production_floors SELECT * FROM unnest(%b::text[], %b::int[], %b::bigint[], %b::bigint[]) "
             "ON CONFLICT (sender, interval_id) DO UPDATE SET sequencer = EXCLUDED.sequencer, oldest = EXCLUDED.oldest "
             "WHERE production_floors.sequencer <= EXCLUDED.sequencer", _columns(last.values(), 4)))
 

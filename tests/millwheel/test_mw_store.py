@@ -2,6 +2,7 @@
 and the framework cache in front of SQLite; then what only PostgreSQL does (restarts, lost acks)."""
 from __future__ import annotations
 
+import random
 import threading
 
 import psycopg
@@ -525,5 +526,149 @@ def test_postgres_schema_with_a_row_per_production_is_upgraded_when_the_store_op
         assert store.pending_productions("c", 2) == []
         with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
             assert conn.execute("SELECT to_regclass(%s)", (f"{schema}.productions",)).fetchone()[0] is None
+    finally:
+        store.close()
+
+
+# ---- PostgreSQL only: a commit is one call of the server-side function -------------------------------
+def _random_batch(rng: random.Random, seqs: dict[int, int], unacked: dict[int, list[str]], n: list[int]) -> list[Write]:
+    """A batch of random writes to three intervals: states set, kept and deleted, timers set and deleted,
+    fresh record ids, productions written and acked (some in the batch that wrote them, some later), the
+    same key changed several times, now and then a record set aside."""
+    writes = []
+    for _ in range(rng.randint(1, 8)):
+        iv = rng.randrange(3)
+        n[0] += 1
+        if rng.random() < 0.15:      # acks only
+            done = rng.sample(unacked[iv], min(len(unacked[iv]), rng.randint(1, 3)))
+            for pid in done:
+                unacked[iv].remove(pid)
+            writes.append(Write("c", iv, seqs[iv], productions_done=done))
+            continue
+        prods = [StoredProduction(f"p{n[0]}-{j}", "out", f"k{rng.randrange(5)}", bytes([rng.randrange(256)]) * j,
+                                  rng.randrange(1000), rng.randrange(1000)) for j in range(rng.randint(0, 3))]
+        done = rng.sample(unacked[iv], min(len(unacked[iv]), rng.randint(0, 2)))
+        for pid in done:
+            unacked[iv].remove(pid)
+        unacked[iv].extend(p.id for p in prods)
+        aside = [SetAsideRecord("c", f"r{n[0]}", "k", "ValueError: x", 5, b'{"v":1}', 1, "s", 2)] \
+            if rng.random() < 0.05 else []
+        writes.append(Write("c", iv, seqs[iv], f"k{rng.randrange(6)}",
+                            rng.choice([KEEP, None, f"v{n[0]}".encode()]),
+                            [(f"t{t}", rng.randrange(1000), rng.choice(["wall", "watermark"]))
+                             for t in rng.sample(range(3), rng.randint(0, 2))],
+                            [f"t{t}" for t in rng.sample(range(3), rng.randint(0, 2))],
+                            [(f"r{n[0]}", "s", n[0])] + ([(f"r{n[0]}x", "s2", n[0])] if rng.random() < 0.3 else []),
+                            prods, done, aside))
+    return writes
+
+
+def _contents(store, sender_store=None) -> tuple:
+    keys = [f"k{i}" for i in range(6)]
+    prods = sender_store or store
+    return (store.read_states("c", keys), sorted(store.read_timers("c", [0, 1, 2])),
+            sorted(store.dedup_ids("c", [0, 1, 2])),
+            {iv: sorted((p.id, p.stream, p.key, p.value, p.timestamp_us, p.produced_at_us)
+                        for p in prods.pending_productions("c", iv)) for iv in range(3)},
+            store.set_aside_records())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", range(4))
+def test_postgres_commits_of_random_batches_leave_what_their_writes_applied_one_by_one_leave(pg_url, seed):
+    """The commit function against the reference (the memory store applies each write in turn): after
+    every batch the state, timers, record ids, unacked productions (read by this process and by another
+    one, which reads the production rows) and set-aside records are the same."""
+    rng = random.Random(seed)
+    store, other, ref = open_store(pg_url), open_store(pg_url), MemoryStore()
+    try:
+        seqs = {iv: store.claim("c", iv) for iv in range(3)}
+        assert {iv: ref.claim("c", iv) for iv in range(3)} == seqs
+        unacked: dict[int, list[str]] = {0: [], 1: [], 2: []}
+        n = [0]
+        for step in range(40):
+            batch = _random_batch(rng, seqs, unacked, n)
+            store.commit(batch)
+            ref.commit(batch)
+            if step % 8 == 7:
+                assert _contents(store) == _contents(ref)
+        assert _contents(store) == _contents(ref)
+        assert _contents(store, other) == _contents(ref)
+        assert store.statistics().commits == 40
+    finally:
+        store.close()
+        other.close()
+
+
+@pytest.mark.timeout(60)
+def test_postgres_a_batch_with_one_stale_interval_is_refused_whole_and_names_it(pg_url):
+    owner, zombie = open_store(pg_url), open_store(pg_url)
+    try:
+        s1, s2 = zombie.claim("c", 1), zombie.claim("c", 2)
+        zombie.commit([Write("c", 1, s1, "a", b"1", processed=[("r1", "s", 1)]),
+                       Write("c", 2, s2, "b", b"1", productions=[prod("p1")])])
+        new = owner.claim("c", 2)
+        with pytest.raises(StaleSequencer, match=f"write to 'c' interval 2 with sequencer {s2} rejected: current is "
+                                                 f"{new} \\(1 stale interval\\(s\\) in the batch\\)"):
+            zombie.commit([Write("c", 1, s1, "a", b"2", [("t", 5, "wall")], [], [("r2", "s", 2)], [prod("p2")]),
+                           Write("c", 2, s2, "b", None, productions_done=["p1"])])
+        assert zombie.statistics().fenced == 1
+        assert owner.read_states("c", ["a", "b"]) == {"a": b"1", "b": b"1"}     # nothing of it, not even interval 1's
+        assert owner.read_timers("c", [1]) == [] and owner.seen("c", ["r1", "r2"]) == {"r1"}
+        assert owner.pending_productions("c", 1) == [] and [p.id for p in owner.pending_productions("c", 2)] == ["p1"]
+        zombie.commit([Write("c", 1, s1, "a", b"3")])      # the interval it still holds: its session goes on
+        owner.commit([Write("c", 2, new, "b", b"4", productions_done=["p1"])])
+        assert owner.read_states("c", ["a", "b"]) == {"a": b"3", "b": b"4"} and owner.pending_productions("c", 2) == []
+    finally:
+        owner.close()
+        zombie.close()
+
+
+def _scans(pg_url: str) -> dict[str, tuple[int, int]]:
+    schema = pg_url.split("schema=")[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        return {t: (s, i or 0) for t, s, i in conn.execute(
+            "SELECT relname, seq_scan, idx_scan FROM pg_stat_user_tables WHERE schemaname = %s", (schema,))}
+
+
+@pytest.mark.timeout(60)
+def test_postgres_commits_go_by_key_even_when_the_production_rows_are_mostly_dead(pg_url):
+    """Each commit inserts a production row and deletes the one before it, so the table is nearly all dead
+    rows until a vacuum; the commit function's statements must look rows up by key, never scan (a plan that
+    scanned cost more with every commit)."""
+    tables = ("production_batches", "intervals", "state", "dedup")
+    open_store(pg_url).close()     # the tables made (building their indexes scanned them), its session's counts in
+    wait_until(lambda: all(t in _scans(pg_url) for t in tables), timeout=10)
+    before = {t: s for t, (s, _) in _scans(pg_url).items() if t in tables}
+    store = open_store(pg_url)
+    try:
+        seq = store.claim("c", 0)
+        store.commit([Write("c", 0, seq, "k", b"0", productions=[prod("p0")])])
+        for i in range(1, 300):
+            store.commit([Write("c", 0, seq, "k", str(i).encode(), processed=[(f"r{i}", "s", i)],
+                                productions=[prod(f"p{i}")], productions_done=[f"p{i - 1}"])])
+    finally:
+        store.close()             # its sessions end, and report their counts
+    wait_until(lambda: _scans(pg_url)["production_batches"][1] >= 299, timeout=10)
+    assert {t: s for t, (s, _) in _scans(pg_url).items() if t in tables} == before
+
+
+@pytest.mark.timeout(60)
+def test_postgres_schema_with_the_older_dedup_index_gets_the_brin_one_when_the_store_opens(pg_url):
+    schema = pg_url.split("schema=")[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:   # the table as older versions made it
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.dedup (computation TEXT, id TEXT, sender TEXT NOT NULL, "
+                     "produced_at BIGINT NOT NULL, interval_id INTEGER NOT NULL, PRIMARY KEY (computation, id))")
+        conn.execute(f"CREATE INDEX dedup_by_sender ON {schema}.dedup (computation, sender, produced_at)")
+        conn.execute(f"INSERT INTO {schema}.dedup VALUES ('c', 'old', 's', 5, 0), ('c', 'new', 's', 50, 0)")
+    store = open_store(pg_url)
+    try:
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+            indexes = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s "
+                                        "AND tablename = 'dedup'", (schema,)).fetchall())
+        assert "dedup_by_sender" not in indexes and "USING brin (produced_at)" in indexes["dedup_by_time"]
+        assert store.gc_dedup("c", "s", 10) == 1
+        assert store.seen("c", ["old", "new"]) == {"new"}
     finally:
         store.close()
