@@ -321,8 +321,55 @@ class _Run:
     def merge_sorted(self, offs: array, token: int) -> tuple[bytearray, int]:
         """Insert each of the strictly increasing ``offs`` iff absent, under ``token``; returns one result
         per offset (0: inserted now or held under ``token``; EXISTS_CODE: held under another) and how many
-        were inserted. The arrays are rebuilt once from slices, not shifted once per inserted offset (a
-        retried click lands among ids committed after it: one shift of the whole run per id was the cost)."""
+        were inserted.
+
+        The usual call (late ids: a writer's held or retried clicks, committed after newer ones of the same
+        writer, none of them held yet) is done in bulk, without a Python step per id: only the run's tail
+        from the first incoming offset on can change; that tail and the incoming offsets are packed as
+        64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in C), the
+        merged offsets checked strictly increasing (no incoming offset already held) in one pass over
+        64-bit lanes (:func:`stamps_increase`), and the tail replaced by one slice assignment per array. When
+        some incoming offset is already held, or the host cannot use the lanes, :meth:`_merge_each` decides
+        offset by offset."""
+        m = len(offs)
+        offsets = self.offsets
+        if not m:
+            return bytearray(), 0
+        if not _LANES:
+            return self._merge_each(offs, token)
+        p = bisect_left(offsets, offs[0])
+        tokens = self.token_array()
+        t = len(offsets) - p
+        n = t + m
+        packed = bytearray(8 * n)                   # native uint64s: low half token, high half offset
+        words = memoryview(packed).cast("I")
+        words[0:2 * t:2] = tokens[p:]
+        words[1:2 * t:2] = offsets[p:]
+        words[2 * t::2] = array("I", (token,)) * m
+        words[2 * t + 1::2] = offs
+        lanes = array("Q")
+        lanes.frombytes(packed)
+        merged = array("Q", sorted(lanes))
+        halves = memoryview(merged).cast("B").cast("I")
+        check = bytearray(8 * n)                    # the merged offsets as int64s, for stamps_increase
+        memoryview(check).cast("I")[0::2] = halves[1::2]
+        if not stamps_increase(check, n):
+            return self._merge_each(offs, token)    # some incoming offset is held already
+        new_offsets = array("I", bytes(4 * n))
+        new_tokens = array("I", bytes(4 * n))
+        memoryview(new_offsets)[:] = halves[1::2]
+        memoryview(new_tokens)[:] = halves[0::2]
+        if self.shared:                             # a snapshot reads the old arrays: leave them alone
+            self.offsets = offsets[:p] + new_offsets
+            self.tokens = tokens[:p] + new_tokens
+            self.shared = False
+        else:                                       # one C-level slice assignment per array
+            offsets[p:] = new_offsets
+            tokens[p:] = new_tokens
+        return bytearray(m), m
+
+    def _merge_each(self, offs: array, token: int) -> tuple[bytearray, int]:
+        """:meth:`merge_sorted` offset by offset (one bisect each), the arrays rebuilt once from slices."""
         offsets, tokens = self.offsets, self.token_array()
         results = bytearray(len(offs))
         cuts: list[tuple[int, int]] = []          # (position in the old run, offset) of each insertion
