@@ -61,7 +61,7 @@ import re
 import struct
 import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import lru_cache
 from itertools import groupby
 from operator import itemgetter, lt
@@ -324,13 +324,13 @@ class _Run:
         were inserted.
 
         The usual call (late ids: a writer's held or retried clicks, committed after newer ones of the same
-        writer, none of them held yet) is done in bulk, without a Python step per id: only the run's tail
-        from the first incoming offset on can change; that tail and the incoming offsets are packed as
-        64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in C), the
-        merged offsets checked strictly increasing (no incoming offset already held) in one pass over
-        64-bit lanes (:func:`stamps_increase`), and the tail replaced by one slice assignment per array. When
-        some incoming offset is already held, or the host cannot use the lanes, :meth:`_merge_each` decides
-        offset by offset."""
+        writer, none of them held yet) is done in bulk, without a Python step per id: only the run's ids
+        from the first to the last incoming offset interleave with them; those and the incoming offsets are
+        packed as 64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in
+        C), the merged offsets checked strictly increasing (no incoming offset already held) in one pass
+        over 64-bit lanes (:func:`stamps_increase`), and that stretch of the run replaced by one slice
+        assignment per array. When some incoming offset is already held, or the host cannot use the lanes,
+        :meth:`_merge_each` decides offset by offset."""
         m = len(offs)
         offsets = self.offsets
         if not m:
@@ -338,13 +338,14 @@ class _Run:
         if not _LANES:
             return self._merge_each(offs, token)
         p = bisect_left(offsets, offs[0])
+        q = bisect_right(offsets, offs[-1], p)      # offsets[p:q]: the run's ids among the incoming ones
         tokens = self.token_array()
-        t = len(offsets) - p
+        t = q - p
         n = t + m
         packed = bytearray(8 * n)                   # native uint64s: low half token, high half offset
         words = memoryview(packed).cast("I")
-        words[0:2 * t:2] = tokens[p:]
-        words[1:2 * t:2] = offsets[p:]
+        words[0:2 * t:2] = tokens[p:q]
+        words[1:2 * t:2] = offsets[p:q]
         words[2 * t::2] = array("I", (token,)) * m
         words[2 * t + 1::2] = offs
         lanes = array("Q")
@@ -360,12 +361,12 @@ class _Run:
         memoryview(new_offsets)[:] = halves[1::2]
         memoryview(new_tokens)[:] = halves[0::2]
         if self.shared:                             # a snapshot reads the old arrays: leave them alone
-            self.offsets = offsets[:p] + new_offsets
-            self.tokens = tokens[:p] + new_tokens
+            self.offsets = offsets[:p] + new_offsets + offsets[q:]
+            self.tokens = tokens[:p] + new_tokens + tokens[q:]
             self.shared = False
         else:                                       # one C-level slice assignment per array
-            offsets[p:] = new_offsets
-            tokens[p:] = new_tokens
+            offsets[p:q] = new_offsets
+            tokens[p:q] = new_tokens
         return bytearray(m), m
 
     def _merge_each(self, offs: array, token: int) -> tuple[bytearray, int]:
