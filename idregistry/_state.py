@@ -219,9 +219,16 @@ _LANES = sys.byteorder == "little" and array("q").itemsize == 8 and array("I").i
 _STAMP_BOUND = 1 << 54      # above every 16-digit timestamp
 
 
-@lru_cache(maxsize=256)
+_ONES_CACHED = 2048         # lanes: the cache below holds at most 256 x 16 KB; longer ones are made each time
+
+
 def _ones(n: int) -> int:
     """1 in each of ``n`` 64-bit lanes."""
+    return _ones_cached(n) if n <= _ONES_CACHED else int.from_bytes(b"\x01\0\0\0\0\0\0\0" * n, "little")
+
+
+@lru_cache(maxsize=256)
+def _ones_cached(n: int) -> int:
     return int.from_bytes(b"\x01\0\0\0\0\0\0\0" * n, "little")
 
 

@@ -140,3 +140,18 @@ def test_late_commits_through_the_state_keep_lookups_tokens_gc_and_snapshots(ste
         restored = pickle.loads(pickle.dumps(view, pickle.HIGHEST_PROTOCOL))
         view.release()
         assert _contents(restored) == then
+
+
+def test_a_late_batch_longer_than_the_cached_lanes_is_merged_and_a_held_id_deep_inside_is_found():
+    """Batches and runs of thousands of ids (past the 2,048 lanes whose constants are cached), interleaved;
+    one held offset in the middle of such a batch sends it offset by offset, with the same decisions."""
+    model = {o: 1 + o % 3 for o in range(0, 12_000, 2)}
+    run = _run_of(model, False)
+    batch = list(range(3001, 9001, 2))                         # 3,000 absent, among 3,000 held
+    assert run.merge_sorted(array("I", batch), 7) == _one_by_one(model, batch, 7)
+    assert run.offsets.tolist() == sorted(model) and run.tokens.tolist() == [model[o] for o in sorted(model)]
+    batch = list(range(9001, 11_001, 2)) + [11_002] + list(range(11_003, 16_001, 2))   # 11,002 held under 2
+    results, added = run.merge_sorted(array("I", batch), 7)
+    assert (bytes(results), added) == _one_by_one(model, batch, 7)
+    assert results[1000] == EXISTS_CODE and added == len(batch) - 1
+    assert run.offsets.tolist() == sorted(model) and run.tokens.tolist() == [model[o] for o in sorted(model)]
