@@ -61,7 +61,7 @@ import re
 import struct
 import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import lru_cache
 from itertools import groupby
 from operator import itemgetter, lt
@@ -219,9 +219,16 @@ _LANES = sys.byteorder == "little" and array("q").itemsize == 8 and array("I").i
 _STAMP_BOUND = 1 << 54      # above every 16-digit timestamp
 
 
-@lru_cache(maxsize=256)
+_ONES_CACHED = 2048         # lanes: the cache below holds at most 256 x 16 KB; longer ones are made each time
+
+
 def _ones(n: int) -> int:
     """1 in each of ``n`` 64-bit lanes."""
+    return _ones_cached(n) if n <= _ONES_CACHED else int.from_bytes(b"\x01\0\0\0\0\0\0\0" * n, "little")
+
+
+@lru_cache(maxsize=256)
+def _ones_cached(n: int) -> int:
     return int.from_bytes(b"\x01\0\0\0\0\0\0\0" * n, "little")
 
 
@@ -321,8 +328,56 @@ class _Run:
     def merge_sorted(self, offs: array, token: int) -> tuple[bytearray, int]:
         """Insert each of the strictly increasing ``offs`` iff absent, under ``token``; returns one result
         per offset (0: inserted now or held under ``token``; EXISTS_CODE: held under another) and how many
-        were inserted. The arrays are rebuilt once from slices, not shifted once per inserted offset (a
-        retried click lands among ids committed after it: one shift of the whole run per id was the cost)."""
+        were inserted.
+
+        The usual call (late ids: a writer's held or retried clicks, committed after newer ones of the same
+        writer, none of them held yet) is done in bulk, without a Python step per id: only the run's ids
+        from the first to the last incoming offset interleave with them; those and the incoming offsets are
+        packed as 64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in
+        C), the merged offsets checked strictly increasing (no incoming offset already held) in one pass
+        over 64-bit lanes (:func:`stamps_increase`), and that stretch of the run replaced by one slice
+        assignment per array. When some incoming offset is already held, or the host cannot use the lanes,
+        :meth:`_merge_each` decides offset by offset."""
+        m = len(offs)
+        offsets = self.offsets
+        if not m:
+            return bytearray(), 0
+        if not _LANES:
+            return self._merge_each(offs, token)
+        p = bisect_left(offsets, offs[0])
+        q = bisect_right(offsets, offs[-1], p)      # offsets[p:q]: the run's ids among the incoming ones
+        tokens = self.token_array()
+        t = q - p
+        n = t + m
+        packed = bytearray(8 * n)                   # native uint64s: low half token, high half offset
+        words = memoryview(packed).cast("I")
+        words[0:2 * t:2] = tokens[p:q]
+        words[1:2 * t:2] = offsets[p:q]
+        words[2 * t::2] = array("I", (token,)) * m
+        words[2 * t + 1::2] = offs
+        lanes = array("Q")
+        lanes.frombytes(packed)
+        merged = array("Q", sorted(lanes))
+        halves = memoryview(merged).cast("B").cast("I")
+        check = bytearray(8 * n)                    # the merged offsets as int64s, for stamps_increase
+        memoryview(check).cast("I")[0::2] = halves[1::2]
+        if not stamps_increase(check, n):
+            return self._merge_each(offs, token)    # some incoming offset is held already
+        new_offsets = array("I", bytes(4 * n))
+        new_tokens = array("I", bytes(4 * n))
+        memoryview(new_offsets)[:] = halves[1::2]
+        memoryview(new_tokens)[:] = halves[0::2]
+        if self.shared:                             # a snapshot reads the old arrays: leave them alone
+            self.offsets = offsets[:p] + new_offsets + offsets[q:]
+            self.tokens = tokens[:p] + new_tokens + tokens[q:]
+            self.shared = False
+        else:                                       # one C-level slice assignment per array
+            offsets[p:q] = new_offsets
+            tokens[p:q] = new_tokens
+        return bytearray(m), m
+
+    def _merge_each(self, offs: array, token: int) -> tuple[bytearray, int]:
+        """:meth:`merge_sorted` offset by offset (one bisect each), the arrays rebuilt once from slices."""
         offsets, tokens = self.offsets, self.token_array()
         results = bytearray(len(offs))
         cuts: list[tuple[int, int]] = []          # (position in the old run, offset) of each insertion
