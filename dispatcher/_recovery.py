@@ -9,29 +9,20 @@ checkpoints, offsets and quarantine entries need no new format, and each folder 
 from __future__ import annotations
 
 from photon import LogChunk, LogTailer, recovery_stream
+from photon import oldest_first as _oldest_first
 
 MIN_FILE_READ_BYTES = 4 << 10
 """The least one poll reads of a file in front (see :func:`oldest_first`), however small its budget."""
 
 
 def oldest_first(view, offsets, budget: int) -> tuple[list[str], int]:
-    """The order a poll reads the foreign files in, and how much at most of each: first, in each folder, the
-    first file by name that still has bytes to read (a writer's rolled files, written one after another),
-    then every other file by name; the poll's ``budget`` is shared evenly by the files in front. The event
-    store reads the primary files in the same order, so a backlog of several writers' clicks is read side by
-    side and roughly in time order, as the store reads their queries. Read in listing order instead, one
-    writer's clicks of the whole backlog came first; those past the store's position were held back, filled
-    the read-ahead, and kept the other writers' clicks, whose queries the store had read, in the files. Any
-    order reads every line; this one only decides which come first."""
-    names = sorted(view)
-    front: dict[str, str] = {}
-    for name in names:
-        if view[name].size > offsets.get(name, 0):
-            front.setdefault(name.rpartition("/")[0], name)
-    first = sorted(front.values())
-    chosen = set(first)
-    per_file = max(MIN_FILE_READ_BYTES, budget // max(1, len(first)))
-    return first + [n for n in names if n not in chosen], per_file
+    """The order a poll reads the foreign files in, and how much at most of each (:func:`photon.oldest_first`):
+    the event store reads the primary files in the same order, so a backlog of several writers' clicks is read
+    side by side and roughly in time order, as the store reads their queries. Read in listing order instead,
+    one writer's clicks of the whole backlog came first; those past the store's position were held back,
+    filled the read-ahead, and kept the other writers' clicks, whose queries the store had read, in the
+    files."""
+    return _oldest_first(view, offsets, budget, MIN_FILE_READ_BYTES)
 
 
 class StreamAndRecovery:

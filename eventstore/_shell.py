@@ -29,6 +29,7 @@ from itertools import compress
 from pathlib import Path
 
 from photon import EventIds, Quarantine, is_event_id, key_and_time, write_atomic
+from photon import oldest_first as _oldest_first
 
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
 from eventstore._mapfiles import MapFiles, READER_MAP_FILE
@@ -53,20 +54,10 @@ MIN_FILE_READ_BYTES = 256 << 10
 
 
 def oldest_first(view, offsets) -> tuple[list[str], int]:
-    """The order a pass reads the primary files in, and how much at most of each: first, in each folder, the
-    first file by name that still has bytes to read (a writer's rolled files, written one after another),
-    then every other file by name. The pass's budget is shared evenly by the files in front. So a backlog of
-    several writers is read side by side and roughly in time order, as clicks come, rather than one writer's
-    files after another: a click's query is read about when the clicks around it are. Any order reads every
-    line; this one only decides which come first."""
-    names = sorted(view)
-    front: dict[str, str] = {}
-    for name in names:
-        if view[name].size > offsets.get(name, 0):
-            front.setdefault(name.rpartition("/")[0], name)
-    first = set(front.values())
-    per_file = max(MIN_FILE_READ_BYTES, POLL_MAX_BYTES // max(1, len(first)))
-    return sorted(first) + [n for n in names if n not in first], per_file
+    """The order a pass reads the primary files in, and how much at most of each (:func:`photon.oldest_first`
+    with a pass's budget): a backlog of several writers is read side by side and roughly in time order, as
+    clicks come, so a click's query is read about when the clicks around it are."""
+    return _oldest_first(view, offsets, POLL_MAX_BYTES, MIN_FILE_READ_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

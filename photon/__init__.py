@@ -41,7 +41,7 @@ _WHERE = {
     "Location": "_source", "ObjectGone": "_source", "ObjectInfo": "_source", "SourceError": "_source",
     "SourceUnavailable": "_source", "open_source": "_source", "parse_location": "_source",
     "stream_source": "_source",
-    "LogTailer": "_tail",
+    "LogTailer": "_tail", "oldest_first": "_tail",
     "LockHeld": "_lock", "hold_lock": "_lock", "lock_holder": "_lock",
     "ObjectPublisher": "_publish", "S3Publisher": "_publish", "output_publisher": "_publish",
     "read_object_lines": "_publish",
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from photon._output import OutputSnapshot, OutputTailer, output_snapshot, read_output_lines
     from photon._source import (Location, ObjectGone, ObjectInfo, SourceError, SourceUnavailable, open_source,
                                 parse_location, stream_source)
-    from photon._tail import LogTailer
+    from photon._tail import LogTailer, oldest_first
     from photon._lock import LockHeld, hold_lock, lock_holder
     from photon._publish import ObjectPublisher, S3Publisher, output_publisher, read_object_lines
     from photon._storage import (SCHEMES, OutputReader, OutputSink, Source, StorageKind, join_location, local_folder,
@@ -91,7 +91,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 __all__ = [
     "lazy_exports",
-    "ID_LINES", "all_event_ids", "bad_id_positions", "drop_at", "map_marking", "positions",
+    "ID_LINES", "all_event_ids", "bad_id_positions", "drop_at", "map_marking", "positions", "oldest_first",
     "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "NamedHTTPSConnection", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "ports_written_once", "BadEventId", "ID_REGEX", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",
