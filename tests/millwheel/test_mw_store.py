@@ -506,16 +506,25 @@ def test_postgres_keeps_a_commits_productions_in_one_row_until_the_last_is_acked
         second.close()
 
 
+def _older_schema(pg_url: str, *statements: str) -> str:
+    """Make the store's schema as an older version left it (``statements``, ``{schema}`` filled in) before
+    any store opens it; returns the schema's name."""
+    schema = pg_url.split("schema=")[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        for statement in statements:
+            conn.execute(statement.format(schema=schema))
+    return schema
+
+
 @pytest.mark.timeout(60)
 def test_postgres_schema_with_a_row_per_production_is_upgraded_when_the_store_opens(pg_url):
-    schema = pg_url.split("schema=")[1]
-    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:   # the tables as older versions made them
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute(f"CREATE TABLE {schema}.productions (sender TEXT, interval_id INTEGER, id TEXT, "
-                     "stream TEXT NOT NULL, key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, "
-                     "produced_at BIGINT NOT NULL, PRIMARY KEY (sender, interval_id, id))")
-        conn.execute(f"INSERT INTO {schema}.productions VALUES ('c', 2, 'a', 'out', 'k', '\\x7b7d', 5, 20), "
-                     "('c', 2, 'b', 'out', 'j', '\\x5b5d', 6, 10), ('d', 0, 'x', 's', 'k', '\\x31', 7, 30)")
+    schema = _older_schema(
+        pg_url, "CREATE TABLE {schema}.productions (sender TEXT, interval_id INTEGER, id TEXT, "
+                "stream TEXT NOT NULL, key TEXT NOT NULL, value BYTEA NOT NULL, ts BIGINT NOT NULL, "
+                "produced_at BIGINT NOT NULL, PRIMARY KEY (sender, interval_id, id))",
+        "INSERT INTO {schema}.productions VALUES ('c', 2, 'a', 'out', 'k', '\\x7b7d', 5, 20), "
+        "('c', 2, 'b', 'out', 'j', '\\x5b5d', 6, 10), ('d', 0, 'x', 's', 'k', '\\x31', 7, 30)")
     store = open_store(pg_url)
     try:
         assert [(p.id, p.key, p.value, p.timestamp_us) for p in store.pending_productions("c", 2)] == \
@@ -655,13 +664,11 @@ def test_postgres_commits_go_by_key_even_when_the_production_rows_are_mostly_dea
 
 @pytest.mark.timeout(60)
 def test_postgres_schema_with_the_older_dedup_index_gets_the_brin_one_when_the_store_opens(pg_url):
-    schema = pg_url.split("schema=")[1]
-    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:   # the table as older versions made it
-        conn.execute(f"CREATE SCHEMA {schema}")
-        conn.execute(f"CREATE TABLE {schema}.dedup (computation TEXT, id TEXT, sender TEXT NOT NULL, "
-                     "produced_at BIGINT NOT NULL, interval_id INTEGER NOT NULL, PRIMARY KEY (computation, id))")
-        conn.execute(f"CREATE INDEX dedup_by_sender ON {schema}.dedup (computation, sender, produced_at)")
-        conn.execute(f"INSERT INTO {schema}.dedup VALUES ('c', 'old', 's', 5, 0), ('c', 'new', 's', 50, 0)")
+    schema = _older_schema(
+        pg_url, "CREATE TABLE {schema}.dedup (computation TEXT, id TEXT, sender TEXT NOT NULL, "
+                "produced_at BIGINT NOT NULL, interval_id INTEGER NOT NULL, PRIMARY KEY (computation, id))",
+        "CREATE INDEX dedup_by_sender ON {schema}.dedup (computation, sender, produced_at)",
+        "INSERT INTO {schema}.dedup VALUES ('c', 'old', 's', 5, 0), ('c', 'new', 's', 50, 0)")
     store = open_store(pg_url)
     try:
         with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
