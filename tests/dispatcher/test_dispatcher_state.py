@@ -7,7 +7,7 @@ import pytest
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
-                               StopRequested, TimePassed, WriteUnjoinable, apply_delta, backoff_table_us,
+                               StopRequested, TimePassed, WriteUnjoinable, apply_delta, backoff_table_us, delta_events,
                                percentiles_ms)
 from photon import FakeClock, JoinConfig, Outcome, format_event_id, id_timestamp_us
 
@@ -316,7 +316,7 @@ def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     cmds = saved.take(st.handle(JoinAnswered(b1.batch_id, [Outcome.JOINED, Outcome.NOT_FOUND], clock.now_us())))
     [b3] = of(cmds, SendBatch)  # ids 3, 4 in b2 still in flight, 2 waits for a retry, 5, 6 now in b3
     [cp] = of(cmds, Checkpoint)                 # later ones only say what changed
-    assert cp.snapshot is None and cp.delta["add"] == [] and cp.delta["gone"] == [cid(1)]
+    assert cp.snapshot is None and delta_events(cp.delta) == [] and cp.delta["gone"] == [cid(1)]
     assert sorted(cp.delta["sent"]) == [cid(5), cid(6)]
     snap = saved.snap  # what the files hold
     assert snap["format"] == 1 and snap["written_at_us"] == clock.now_us()
@@ -361,7 +361,7 @@ def test_a_delta_holds_only_what_changed_and_events_resolved_between_checkpoints
     # a new click read, sent and joined before the next checkpoint, one old one joined: neither is rewritten
     cmds = saved.take(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
     [cp] = of(cmds, Checkpoint)
-    assert (cp.snapshot, cp.delta["add"], len(cp.delta["gone"]), len(cp.delta["sent"])) == (None, [], 10, 10)
+    assert (cp.snapshot, delta_events(cp.delta), len(cp.delta["gone"]), len(cp.delta["sent"])) == (None, [], 10, 10)
     assert len(orjson.dumps(cp.delta)) < 2_000
     assert len(saved.snap["events"]) == 19_990
     [send] = of(cmds, SendBatch)
@@ -369,7 +369,7 @@ def test_a_delta_holds_only_what_changed_and_events_resolved_between_checkpoints
                                           clock.now_us()),
                                 JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
     [cp] = of(cmds, Checkpoint)
-    assert [e[0] for e in cp.delta["add"]] == [cid(30_000)] and cp.delta["add"][0][5] == [line(30_000, extra=1).decode()]
+    assert [e[0] for e in delta_events(cp.delta)] == [cid(30_000)] and delta_events(cp.delta)[0][5] == [line(30_000, extra=1).decode()]
     assert saved.snap["events"] == orjson.loads(orjson.dumps(st.snapshot(clock.now_us())))["events"]
     assert saved.snap["offsets"] == st.offsets and saved.snap["counters"]["joined"] == 20
     assert (saved.full, saved.deltas) == (1, 2)
