@@ -728,3 +728,37 @@ def test_a_delta_of_an_id_resolved_and_read_again_keeps_the_new_event():
     saved.take(cmds + st.handle(TimePassed(clock.advance(S))))
     assert [e[0] for e in saved.snap["events"]] == [cid(1)] == list(st.unresolved_ids())
     assert saved.snap["events"][0][2] == line(1, extra=1).decode()
+
+
+@pytest.mark.timeout(10)
+def test_a_click_released_by_the_stores_progress_is_not_checked_against_it_again(monkeypatch):
+    """Clicks held back for the store and released (in front of the queue) by an answer saying it has read
+    past their queries go without a second check against its position (which never goes back, so they would
+    pass): each click is checked once, held once, and sent in the same order as before."""
+    clock = FakeClock()
+    st = state(batch_size=2, max_in_flight=1)
+    checked: list[str] = []
+    check = st._not_ahead
+    monkeypatch.setattr(st, "_not_ahead", lambda cids, now: checked.extend(cids) or check(cids, now))
+    [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 8)])], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(2)] and checked == []          # the store's position not known yet
+    behind = dict(store_behind=True, store_read_through_us=0)
+    [probe] = of(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 2, clock.advance(1_000),
+                                        store_read_to={QKEY: qtime(2)}, **behind)), SendBatch)
+    assert probe.ids == [] and checked == [cid(i) for i in range(3, 8)]       # all held: only a probe goes
+    [send] = of(st.handle(JoinAnswered(probe.batch_id, [], clock.advance(1_000), store_read_to={QKEY: qtime(5)},
+                                       **behind)), SendBatch)
+    assert send.ids == [cid(3), cid(4)] and st.statistics().queued == 1   # 3, 4, 5 released, 5 still queued
+    [send] = of(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 2, clock.advance(1_000),
+                                       store_read_to={QKEY: qtime(5)}, **behind)), SendBatch)
+    assert send.ids == [cid(5)]
+    assert checked == [cid(i) for i in range(3, 8)]                   # none of 3, 4, 5 checked a second time
+    s = st.statistics()
+    assert (s.held_for_store, s.ahead_of_store, s.queued) == (5, 2, 0)
+    # a THROTTLED answer for a click released that way is checked as before (the store has read past its
+    # query, so it waits for the store instead of being held)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(4)}, **behind))
+    assert of(cmds, SendBatch) == [] and checked == [cid(i) for i in range(3, 8)] + [cid(5)]
+    s = st.statistics()
+    assert (s.held_for_store, s.ahead_of_store, s.waiting_for_store) == (5, 2, 3)
