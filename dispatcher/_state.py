@@ -11,7 +11,7 @@ Lifecycle of one foreign event::
     LinesRead ──► queued ──► Lookup ──► LookupAnswered ──► SendBatch ──► JoinAnswered ─┬─► resolved
                     ▲          (present: already registered, resolved)                  │
                     ├──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
-                    └── held for the event store (its query not read yet, see _hold_if_ahead) ◄── queued
+                    └── held for the event store (its query not read yet, see _not_ahead) ◄── queued
 
 *Unresolved* events (queued, in a lookup or joiner request, waiting in the retry heap or for the event store)
 are unique by id: a second copy of an unresolved id is parked beside the first and resolved the same way.
@@ -213,7 +213,7 @@ class DispatcherState:
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
         self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
-        # holding back clicks whose query the event store has not read yet (see _hold_if_ahead)
+        # holding back clicks whose query the event store has not read yet (see _not_ahead)
         self._by_position = not join.primary_ids.custom   # refs are Photon ids: key + time
         self._store_read_to: dict | None = None    # the store's position as answers gave it, while it is behind
         self._store_through_us = 0
@@ -604,7 +604,7 @@ class DispatcherState:
         primary was not read yet about twice, not once per backoff step while the store reads its backlog.
 
         With the store's position (``read_to``), a click whose query it has not read yet is not even sent: it
-        is held back (see :meth:`_hold_if_ahead`) and goes once the store has read past its query's time."""
+        is held back (see :meth:`_not_ahead`) and goes once the store has read past its query's time."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
             raise KeyError(f"joiner answer for unknown batch {batch_id}")
@@ -671,7 +671,7 @@ class DispatcherState:
                 throttled.append(cid)
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
-        if throttled:                           # held back (see _hold_if_ahead) in one pass, or waiting
+        if throttled:                           # held back (see _not_ahead) in one pass, or waiting
             if self._store_read_to is not None:
                 throttled = self._not_ahead(throttled, now)
             wait.update(dict.fromkeys(throttled, now))
@@ -690,25 +690,21 @@ class DispatcherState:
         self.counters["joined"] += len(ids)
         self._forget(ids)
 
-    def _hold_if_ahead(self, cid: str, now: int) -> bool:
-        """Hold ``cid`` back (true) when the latest answer said the event store is behind and its query's time
-        is past what the store has read of the query's key: the store has certainly not read that query yet,
-        so sending the click now would only come back THROTTLED. It goes (to the front of the queue) as soon as
-        an answer says the store has read past that time, or has caught up, and after the longest retry delay
-        (``retry_max_s``) in any case, then once without this check. While clicks are held and no request is
-        out, an empty request every :data:`STORE_POSITION_PROBE_US` asks how far the store has read. A click
-        whose query is truly missing is therefore held only while the store has not read up to its time, and
-        then tried and retried as usual (it stays unresolved meanwhile: the checkpoint and the oldest
-        unresolved time count it)."""
-        return self._store_read_to is not None and not self._not_ahead([cid], now)
-
     def _not_ahead(self, cids: list[str], now: int) -> list[str]:
-        """:meth:`_hold_if_ahead` of each of ``cids`` (taken from the queue, the store's position known), in
-        bulk: their query keys and times sliced and compared by ``map`` in C, only the clicks held back taken
-        one by one. Returns the others, in order."""
+        """Hold back those of ``cids`` (taken from the queue, or answered THROTTLED, the store's position known)
+        whose query's time is past what the event store has read of the query's key: the store has certainly
+        not read that query yet, so sending the click now would only come back THROTTLED. A held click goes (to
+        the front of the queue, not checked again there) as soon as an answer says the store has read past that
+        time, or has caught up, and after the longest retry delay (``retry_max_s``) in any case, then once
+        without this check. While clicks are held and no request is out, an empty request every
+        :data:`STORE_POSITION_PROBE_US` asks how far the store has read. A click whose query is truly missing is
+        therefore held only while the store has not read up to its time, and then tried and retried as usual (it
+        stays unresolved meanwhile: the checkpoint and the oldest unresolved time count it).
+
+        In bulk: the query keys and times sliced and compared by ``map`` in C. Returns the others, in order."""
         refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
-        ahead = list(map(gt, map(int, map(ID_TIME_DIGITS, refs)),
-                         map(self._store_read_to.get, map(ID_KEY, refs), repeat(self._store_through_us))))
+        keys, times = list(map(ID_KEY, refs)), list(map(int, map(ID_TIME_DIGITS, refs)))
+        ahead = list(map(gt, times, map(self._store_read_to.get, keys, repeat(self._store_through_us))))
         unhold = self._unhold
         if unhold:                              # once without the check: those go whatever their time
             free = [cid in unhold for cid in cids]
@@ -717,21 +713,18 @@ class DispatcherState:
         at = positions(ahead, True)
         if not at:
             return cids
-        for k in at:
-            ref = refs[k]
-            self._hold(cids[k], ID_KEY(ref), int(ID_TIME_DIGITS(ref)), now)
-        return drop_at(cids, at)
-
-    def _hold(self, cid: str, key: str, t: int, now: int) -> None:
-        heap = self._ahead.get(key)
-        if heap is None:
-            heap = self._ahead[key] = []
-        heapq.heappush(heap, (t, cid))
-        self._ahead_since[cid] = now
-        self.counters["held_for_store"] += 1
-        self._ahead_entries += 1
+        ahead_heaps, push = self._ahead, heapq.heappush
+        for k in at:                            # each into its query key's heap
+            heap = ahead_heaps.get(keys[k])
+            if heap is None:
+                heap = ahead_heaps[keys[k]] = []
+            push(heap, (times[k], cids[k]))
+        self._ahead_since.update(dict.fromkeys(map(cids.__getitem__, at), now))
+        self.counters["held_for_store"] += len(at)
+        self._ahead_entries += len(at)
         if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
             self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
+        return drop_at(cids, at)
 
     def _rebuild_ahead(self) -> None:
         ahead: dict[str, list[tuple[int, str]]] = {}

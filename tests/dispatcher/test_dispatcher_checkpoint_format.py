@@ -8,11 +8,17 @@ import random
 
 import orjson
 import pytest
+from test_dispatcher_property import START, Harness, make_lines
 
 from dispatcher import DispatcherState
-from dispatcher._state import DELTA_FORMAT, Checkpoint, TimePassed, apply_delta, delta_events
+from dispatcher._state import (
+    DELTA_FORMAT,
+    Checkpoint,
+    TimePassed,
+    apply_delta,
+    delta_events,
+)
 from photon import format_event_id
-from test_dispatcher_property import START, Harness, make_lines
 
 
 def roundtrip(obj):

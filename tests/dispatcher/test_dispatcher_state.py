@@ -742,7 +742,7 @@ def test_a_click_released_by_the_stores_progress_is_not_checked_against_it_again
     monkeypatch.setattr(st, "_not_ahead", lambda cids, now: checked.extend(cids) or check(cids, now))
     [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 8)])], clock.now_us())), SendBatch)
     assert send.ids == [cid(1), cid(2)] and checked == []          # the store's position not known yet
-    behind = dict(store_behind=True, store_read_through_us=0)
+    behind = {"store_behind": True, "store_read_through_us": 0}
     [probe] = of(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 2, clock.advance(1_000),
                                         store_read_to={QKEY: qtime(2)}, **behind)), SendBatch)
     assert probe.ids == [] and checked == [cid(i) for i in range(3, 8)]       # all held: only a probe goes
