@@ -714,17 +714,17 @@ class DispatcherState:
         if not at:
             return cids
         ahead_heaps, push = self._ahead, heapq.heappush
-        for k in at:                            # each into its query key's heap
-            heap = ahead_heaps.get(keys[k])
+        for key, entry in zip(compress(keys, ahead), zip(compress(times, ahead), compress(cids, ahead))):
+            heap = ahead_heaps.get(key)             # each into its query key's heap
             if heap is None:
-                heap = ahead_heaps[keys[k]] = []
-            push(heap, (times[k], cids[k]))
-        self._ahead_since.update(dict.fromkeys(map(cids.__getitem__, at), now))
+                heap = ahead_heaps[key] = []
+            push(heap, entry)
+        self._ahead_since.update(dict.fromkeys(compress(cids, ahead), now))
         self.counters["held_for_store"] += len(at)
         self._ahead_entries += len(at)
         if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
             self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
-        return drop_at(cids, at)
+        return list(compress(cids, map(not_, ahead)))   # (usually most are held: no step per held click)
 
     def _rebuild_ahead(self) -> None:
         ahead: dict[str, list[tuple[int, str]]] = {}
