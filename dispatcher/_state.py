@@ -11,7 +11,7 @@ Lifecycle of one foreign event::
     LinesRead ──► queued ──► Lookup ──► LookupAnswered ──► SendBatch ──► JoinAnswered ─┬─► resolved
                     ▲          (present: already registered, resolved)                  │
                     ├──────────── retry heap (backoff) ◄── NOT_FOUND / THROTTLED / JoinFailed
-                    └── held for the event store (its query not read yet, see _hold_if_ahead) ◄── queued
+                    └── held for the event store (its query not read yet, see _not_ahead) ◄── queued
 
 *Unresolved* events (queued, in a lookup or joiner request, waiting in the retry heap or for the event store)
 are unique by id: a second copy of an unresolved id is parked beside the first and resolved the same way.
@@ -43,6 +43,9 @@ from photon import (ID_KEY, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcom
                     parse_event_id, positions)
 
 CHECKPOINT_FORMAT = 1
+DELTA_FORMAT = 2
+"""The journal's deltas (see :meth:`DispatcherState.delta`): 2 holds the events read since as columns, 1 (no
+``"format"`` key) as rows like the snapshot's; :func:`apply_delta` reads both and refuses any other."""
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
@@ -165,7 +168,8 @@ def percentiles_ms(samples_us, points=(50, 90, 99)) -> dict:
 # ---------------------------------------------------------------- the core
 
 _REF, _RAW, _FIRST_SEEN, _ATTEMPTS = range(4)  # fields of an unresolved event's record (a list)
-_GET_REF, _GET_RAW, _GET_FIRST_SEEN = itemgetter(_REF), itemgetter(_RAW), itemgetter(_FIRST_SEEN)
+_GET_REF, _GET_RAW, _GET_FIRST_SEEN, _GET_ATTEMPTS = (itemgetter(_REF), itemgetter(_RAW), itemgetter(_FIRST_SEEN),
+                                                      itemgetter(_ATTEMPTS))
 _MISSING = object()
 
 RECOVERY_FILE_PREFIX = "../"
@@ -205,10 +209,11 @@ class DispatcherState:
         self._held_again: set[str] = set()         # of those, found unjoined at a lookup already
         self._oldest = _OldestIds()                # unresolved ids by time (resolved ones leave it lazily)
         self._queued: deque[str] = deque()         # ids to send as soon as a request slot is free
+        self._released_front = 0                   # the first ids of _queued: released by the store's progress
         self._retry: list[tuple[int, str]] = []    # heap of (due_us, id)
         self._store_wait: dict[str, int] = {}      # THROTTLED while the event store caught up -> since when
         self._probe_due_us = 0                     # when a batch of _store_wait may go out as a probe
-        # holding back clicks whose query the event store has not read yet (see _hold_if_ahead)
+        # holding back clicks whose query the event store has not read yet (see _not_ahead)
         self._by_position = not join.primary_ids.custom   # refs are Photon ids: key + time
         self._store_read_to: dict | None = None    # the store's position as answers gave it, while it is behind
         self._store_through_us = 0
@@ -279,7 +284,7 @@ class DispatcherState:
         grown past :data:`JOURNAL_COMPACT_MIN_ENTRIES` and twice the unresolved events."""
         if not (self._full_due or final):
             delta = self.delta(now)
-            self._journal_entries += (len(delta["add"]) + len(delta["dup"]) + len(delta["sent"])
+            self._journal_entries += (len(delta["added"]["ids"]) + len(delta["dup"]) + len(delta["sent"])
                                       + len(delta["gone"]))
             if self._journal_entries <= max(JOURNAL_COMPACT_MIN_ENTRIES, 2 * len(self._events)):
                 return Checkpoint(delta=delta)
@@ -384,24 +389,38 @@ class DispatcherState:
         checkpoint by :func:`apply_delta` it gives :meth:`snapshot`. An event read and resolved between two
         checkpoints is in neither::
 
-            {"written_at_us": int, "offsets": {file: offset},
-             "add": [<event as in snapshot()>, ...],   # read since, still unresolved
+            {"format": 2, "written_at_us": int, "offsets": {file: offset},
+             "added": {                               # events read since, still unresolved, as columns:
+                 "ids": [id, ...], "refs": [ref_id, ...], "first_seen": [us, ...], "attempts": [int, ...],
+                 "raws": "line\\nline...",            # their raw lines joined by newlines (a list of
+                                                      # lines if one holds a newline)
+                 "dups": {id: [raw_of_later_copy, ...]}},   # those of them with later copies
              "recovered": [id, ...],                  # of those, read from the recovery stream
              "dup": [[id, raw_line], ...],            # later copies of events checkpointed before
              "sent": [id, ...],                       # one more attempt each (events checkpointed before)
              "gone": [id, ...],                       # resolved (events checkpointed before), copies too
              "counters": {name: int}, "join_latency_hist": {bucket: count}}
+
+        The events read since are the bulk of a delta: as columns they are taken by ``map`` in C and their
+        lines decoded and written as one string, instead of a list built and a line decoded per event
+        (format 1, which :func:`apply_delta` still reads: see :func:`delta_events`).
         """
         events, dups = self._events, self._dups
-        add = []
-        for i in self._added:
-            r = events[i]
-            add.append([i, r[_REF], r[_RAW].decode(), r[_FIRST_SEEN], r[_ATTEMPTS],
-                        [d.decode() for d in dups[i]] if i in dups else []])
-        delta = {"written_at_us": now_us, "offsets": dict(self.offsets), "add": add,
-                 "recovered": [i for i in self._added if i in self._recovered],
+        ids = list(self._added)
+        recs = list(map(events.__getitem__, ids))
+        raws = b"\n".join(map(_GET_RAW, recs)).decode()
+        if ids and raws.count("\n") != len(ids) - 1:     # a line holding a newline: the lines one by one
+            raws = [r.decode() for r in map(_GET_RAW, recs)]
+        copies = ({i: [d.decode() for d in dups[i]] for i in dups.keys() & self._added.keys()}
+                  if dups else {})
+        recovered = self._recovered
+        delta = {"format": DELTA_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
+                 "added": {"ids": ids, "refs": list(map(_GET_REF, recs)), "raws": raws,
+                           "first_seen": list(map(_GET_FIRST_SEEN, recs)), "attempts": list(map(_GET_ATTEMPTS, recs)),
+                           "dups": copies},
+                 "recovered": list(filter(recovered.__contains__, ids)) if recovered else [],
                  "dup": [[i, d.decode()] for i, d in self._dup_added],
-                 "sent": [i for i in self._sent if i in events], "gone": self._gone,
+                 "sent": list(filter(events.__contains__, self._sent)), "gone": self._gone,
                  "counters": dict(self.counters), "join_latency_hist": self._latency_hist.to_json()}
         self._added = {}
         self._dup_added = []
@@ -585,7 +604,7 @@ class DispatcherState:
         primary was not read yet about twice, not once per backoff step while the store reads its backlog.
 
         With the store's position (``read_to``), a click whose query it has not read yet is not even sent: it
-        is held back (see :meth:`_hold_if_ahead`) and goes once the store has read past its query's time."""
+        is held back (see :meth:`_not_ahead`) and goes once the store has read past its query's time."""
         ids = self._batches.pop(batch_id, None)
         if ids is None:
             raise KeyError(f"joiner answer for unknown batch {batch_id}")
@@ -628,6 +647,7 @@ class DispatcherState:
                 keep = list(map(not_, mask))
                 ids, outcomes = list(compress(ids, keep)), list(compress(outcomes, keep))
         give_up: list[str] = []
+        throttled: list[str] = []
         for cid, outcome in zip(ids, outcomes):
             if cid in held:
                 self._held_answered(held[cid], outcome, now)
@@ -648,10 +668,13 @@ class DispatcherState:
             elif outcome == Outcome.NOT_FOUND and self._may_give_up(events[cid], now):
                 give_up.append(cid)
             elif store_behind and outcome == Outcome.THROTTLED:
-                if not self._hold_if_ahead(cid, now):
-                    wait[cid] = now
+                throttled.append(cid)
             else:  # NOT_FOUND too early, THROTTLED, or an outcome this dispatcher does not know
                 self._schedule_retry(cid, now)
+        if throttled:                           # held back (see _not_ahead) in one pass, or waiting
+            if self._store_read_to is not None:
+                throttled = self._not_ahead(throttled, now)
+            wait.update(dict.fromkeys(throttled, now))
         if give_up:
             self._give_up(give_up)
 
@@ -667,25 +690,21 @@ class DispatcherState:
         self.counters["joined"] += len(ids)
         self._forget(ids)
 
-    def _hold_if_ahead(self, cid: str, now: int) -> bool:
-        """Hold ``cid`` back (true) when the latest answer said the event store is behind and its query's time
-        is past what the store has read of the query's key: the store has certainly not read that query yet,
-        so sending the click now would only come back THROTTLED. It goes (to the front of the queue) as soon as
-        an answer says the store has read past that time, or has caught up, and after the longest retry delay
-        (``retry_max_s``) in any case, then once without this check. While clicks are held and no request is
-        out, an empty request every :data:`STORE_POSITION_PROBE_US` asks how far the store has read. A click
-        whose query is truly missing is therefore held only while the store has not read up to its time, and
-        then tried and retried as usual (it stays unresolved meanwhile: the checkpoint and the oldest
-        unresolved time count it)."""
-        return self._store_read_to is not None and not self._not_ahead([cid], now)
-
     def _not_ahead(self, cids: list[str], now: int) -> list[str]:
-        """:meth:`_hold_if_ahead` of each of ``cids`` (taken from the queue, the store's position known), in
-        bulk: their query keys and times sliced and compared by ``map`` in C, only the clicks held back taken
-        one by one. Returns the others, in order."""
+        """Hold back those of ``cids`` (taken from the queue, or answered THROTTLED, the store's position known)
+        whose query's time is past what the event store has read of the query's key: the store has certainly
+        not read that query yet, so sending the click now would only come back THROTTLED. A held click goes (to
+        the front of the queue, not checked again there) as soon as an answer says the store has read past that
+        time, or has caught up, and after the longest retry delay (``retry_max_s``) in any case, then once
+        without this check. While clicks are held and no request is out, an empty request every
+        :data:`STORE_POSITION_PROBE_US` asks how far the store has read. A click whose query is truly missing is
+        therefore held only while the store has not read up to its time, and then tried and retried as usual (it
+        stays unresolved meanwhile: the checkpoint and the oldest unresolved time count it).
+
+        In bulk: the query keys and times sliced and compared by ``map`` in C. Returns the others, in order."""
         refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
-        ahead = list(map(gt, map(int, map(ID_TIME_DIGITS, refs)),
-                         map(self._store_read_to.get, map(ID_KEY, refs), repeat(self._store_through_us))))
+        keys, times = list(map(ID_KEY, refs)), list(map(int, map(ID_TIME_DIGITS, refs)))
+        ahead = list(map(gt, times, map(self._store_read_to.get, keys, repeat(self._store_through_us))))
         unhold = self._unhold
         if unhold:                              # once without the check: those go whatever their time
             free = [cid in unhold for cid in cids]
@@ -694,21 +713,18 @@ class DispatcherState:
         at = positions(ahead, True)
         if not at:
             return cids
-        for k in at:
-            ref = refs[k]
-            self._hold(cids[k], ID_KEY(ref), int(ID_TIME_DIGITS(ref)), now)
-        return drop_at(cids, at)
-
-    def _hold(self, cid: str, key: str, t: int, now: int) -> None:
-        heap = self._ahead.get(key)
-        if heap is None:
-            heap = self._ahead[key] = []
-        heapq.heappush(heap, (t, cid))
-        self._ahead_since[cid] = now
-        self.counters["held_for_store"] += 1
-        self._ahead_entries += 1
+        ahead_heaps, push = self._ahead, heapq.heappush
+        for key, entry in zip(compress(keys, ahead), zip(compress(times, ahead), compress(cids, ahead))):
+            heap = ahead_heaps.get(key)             # each into its query key's heap
+            if heap is None:
+                heap = ahead_heaps[key] = []
+            push(heap, entry)
+        self._ahead_since.update(dict.fromkeys(compress(cids, ahead), now))
+        self.counters["held_for_store"] += len(at)
+        self._ahead_entries += len(at)
         if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
             self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
+        return list(compress(cids, map(not_, ahead)))   # (usually most are held: no step per held click)
 
     def _rebuild_ahead(self) -> None:
         ahead: dict[str, list[tuple[int, str]]] = {}
@@ -747,6 +763,7 @@ class DispatcherState:
         self._ahead_entries = sum(map(len, self._ahead.values()))
         if released:
             self._queued.extendleft(reversed(released))
+            self._released_front += len(released)
 
     def _may_give_up(self, rec: list, now: int) -> bool:
         return (rec[_ATTEMPTS] >= self.config.min_attempts
@@ -870,10 +887,16 @@ class DispatcherState:
             # with little queued, requests of batch_size go at once (no waiting to fill a batch)
             free = limit - len(self._batches)
             n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
+            front = self._released_front
             if not hold:
                 ids = [queued.popleft() for _ in range(n)]
+                self._released_front = max(0, front - n)
             else:                               # clicks whose query the store has not read yet stay behind
-                ids = []
+                # (those released by its progress, at the front, not checked again: the store's position
+                # never goes back, see later_position, so they would pass)
+                k = min(front, n)
+                ids = [queued.popleft() for _ in range(k)]
+                self._released_front = front - k
                 while queued and len(ids) < n:
                     ids += self._not_ahead([queued.popleft() for _ in range(min(n - len(ids), len(queued)))], now)
                 if not ids:
@@ -923,11 +946,13 @@ class DispatcherState:
 
 def apply_delta(snapshot: dict, delta: dict) -> dict:
     """The checkpoint ``snapshot`` with ``delta`` (see :meth:`DispatcherState.delta`) applied, in place;
-    returns it. An id may be both "gone" (its earlier line, checkpointed before, was resolved) and in "add"
-    (a later line of it read since): the added event is the one that stays."""
+    returns it. An id may be both "gone" (its earlier line, checkpointed before, was resolved) and added
+    (a later line of it read since): the added event is the one that stays. A delta of an unknown format is
+    refused before anything is applied."""
+    added = delta_events(delta)
     events = {e[0]: e for e in snapshot["events"]}
-    # "dup", "sent" and "gone" are about events checkpointed before; "add" about events read since, which
-    # may carry the id of one that was resolved meanwhile: so the old ones first, then the new ones
+    # "dup", "sent" and "gone" are about events checkpointed before; the added ones about events read since,
+    # which may carry the id of one that was resolved meanwhile: so the old ones first, then the new ones
     for cid, raw in delta["dup"]:
         if cid in events:
             events[cid][5].append(raw)
@@ -936,7 +961,7 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
             events[cid][4] += 1
     for cid in delta["gone"]:
         events.pop(cid, None)
-    for e in delta["add"]:
+    for e in added:
         events[e[0]] = e
     recovered = {i for i in snapshot.get("recovered", ()) if i in events}
     recovered.update(i for i in delta["recovered"] if i in events)
@@ -944,6 +969,22 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
                     written_at_us=delta["written_at_us"], counters=delta["counters"],
                     join_latency_hist=delta["join_latency_hist"])
     return snapshot
+
+
+def delta_events(delta: dict) -> list[list]:
+    """The events a delta added, as rows like the snapshot's (``[id, ref, raw, first_seen_us, attempts,
+    [copy, ...]]``), from either format; a delta of another format is refused."""
+    fmt = delta.get("format", 1)
+    if fmt == 1:
+        return delta["add"]
+    if fmt != DELTA_FORMAT:
+        raise ValueError(f"dispatcher checkpoint delta format {fmt!r} is not 1 or {DELTA_FORMAT}")
+    added = delta["added"]
+    ids, raws, dups = added["ids"], added["raws"], added["dups"]
+    if type(raws) is str:
+        raws = raws.split("\n") if ids else []
+    return [[i, ref, raw, seen, attempts, dups.get(i, [])]
+            for i, ref, raw, seen, attempts in zip(ids, added["refs"], raws, added["first_seen"], added["attempts"])]
 
 
 _FIELD_ERRORS = (KeyError, TypeError, IndexError)

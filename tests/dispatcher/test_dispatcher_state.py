@@ -7,7 +7,7 @@ import pytest
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
-                               StopRequested, TimePassed, WriteUnjoinable, apply_delta, backoff_table_us,
+                               StopRequested, TimePassed, WriteUnjoinable, apply_delta, backoff_table_us, delta_events,
                                percentiles_ms)
 from photon import FakeClock, JoinConfig, Outcome, format_event_id, id_timestamp_us
 
@@ -316,7 +316,7 @@ def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     cmds = saved.take(st.handle(JoinAnswered(b1.batch_id, [Outcome.JOINED, Outcome.NOT_FOUND], clock.now_us())))
     [b3] = of(cmds, SendBatch)  # ids 3, 4 in b2 still in flight, 2 waits for a retry, 5, 6 now in b3
     [cp] = of(cmds, Checkpoint)                 # later ones only say what changed
-    assert cp.snapshot is None and cp.delta["add"] == [] and cp.delta["gone"] == [cid(1)]
+    assert cp.snapshot is None and delta_events(cp.delta) == [] and cp.delta["gone"] == [cid(1)]
     assert sorted(cp.delta["sent"]) == [cid(5), cid(6)]
     snap = saved.snap  # what the files hold
     assert snap["format"] == 1 and snap["written_at_us"] == clock.now_us()
@@ -361,7 +361,7 @@ def test_a_delta_holds_only_what_changed_and_events_resolved_between_checkpoints
     # a new click read, sent and joined before the next checkpoint, one old one joined: neither is rewritten
     cmds = saved.take(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
     [cp] = of(cmds, Checkpoint)
-    assert (cp.snapshot, cp.delta["add"], len(cp.delta["gone"]), len(cp.delta["sent"])) == (None, [], 10, 10)
+    assert (cp.snapshot, delta_events(cp.delta), len(cp.delta["gone"]), len(cp.delta["sent"])) == (None, [], 10, 10)
     assert len(orjson.dumps(cp.delta)) < 2_000
     assert len(saved.snap["events"]) == 19_990
     [send] = of(cmds, SendBatch)
@@ -369,7 +369,7 @@ def test_a_delta_holds_only_what_changed_and_events_resolved_between_checkpoints
                                           clock.now_us()),
                                 JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
     [cp] = of(cmds, Checkpoint)
-    assert [e[0] for e in cp.delta["add"]] == [cid(30_000)] and cp.delta["add"][0][5] == [line(30_000, extra=1).decode()]
+    assert [e[0] for e in delta_events(cp.delta)] == [cid(30_000)] and delta_events(cp.delta)[0][5] == [line(30_000, extra=1).decode()]
     assert saved.snap["events"] == orjson.loads(orjson.dumps(st.snapshot(clock.now_us())))["events"]
     assert saved.snap["offsets"] == st.offsets and saved.snap["counters"]["joined"] == 20
     assert (saved.full, saved.deltas) == (1, 2)
@@ -728,3 +728,37 @@ def test_a_delta_of_an_id_resolved_and_read_again_keeps_the_new_event():
     saved.take(cmds + st.handle(TimePassed(clock.advance(S))))
     assert [e[0] for e in saved.snap["events"]] == [cid(1)] == list(st.unresolved_ids())
     assert saved.snap["events"][0][2] == line(1, extra=1).decode()
+
+
+@pytest.mark.timeout(10)
+def test_a_click_released_by_the_stores_progress_is_not_checked_against_it_again(monkeypatch):
+    """Clicks held back for the store and released (in front of the queue) by an answer saying it has read
+    past their queries go without a second check against its position (which never goes back, so they would
+    pass): each click is checked once, held once, and sent in the same order as before."""
+    clock = FakeClock()
+    st = state(batch_size=2, max_in_flight=1)
+    checked: list[str] = []
+    check = st._not_ahead
+    monkeypatch.setattr(st, "_not_ahead", lambda cids, now: checked.extend(cids) or check(cids, now))
+    [send] = of(st.handle(LinesRead([chunk([line(i) for i in range(1, 8)])], clock.now_us())), SendBatch)
+    assert send.ids == [cid(1), cid(2)] and checked == []          # the store's position not known yet
+    behind = {"store_behind": True, "store_read_through_us": 0}
+    [probe] = of(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 2, clock.advance(1_000),
+                                        store_read_to={QKEY: qtime(2)}, **behind)), SendBatch)
+    assert probe.ids == [] and checked == [cid(i) for i in range(3, 8)]       # all held: only a probe goes
+    [send] = of(st.handle(JoinAnswered(probe.batch_id, [], clock.advance(1_000), store_read_to={QKEY: qtime(5)},
+                                       **behind)), SendBatch)
+    assert send.ids == [cid(3), cid(4)] and st.statistics().queued == 1   # 3, 4, 5 released, 5 still queued
+    [send] = of(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 2, clock.advance(1_000),
+                                       store_read_to={QKEY: qtime(5)}, **behind)), SendBatch)
+    assert send.ids == [cid(5)]
+    assert checked == [cid(i) for i in range(3, 8)]                   # none of 3, 4, 5 checked a second time
+    s = st.statistics()
+    assert (s.held_for_store, s.ahead_of_store, s.queued) == (5, 2, 0)
+    # a THROTTLED answer for a click released that way is checked as before (the store has read past its
+    # query, so it waits for the store instead of being held)
+    cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.THROTTLED], clock.advance(1_000),
+                                  store_read_to={QKEY: qtime(4)}, **behind))
+    assert of(cmds, SendBatch) == [] and checked == [cid(i) for i in range(3, 8)] + [cid(5)]
+    s = st.statistics()
+    assert (s.held_for_store, s.ahead_of_store, s.waiting_for_store) == (5, 2, 3)
