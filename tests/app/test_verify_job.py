@@ -359,3 +359,14 @@ def test_the_report_is_what_the_rules_give_line_by_line_on_random_worlds(tmp_pat
     for r in rows:
         assert r["token"] == dead and r["raw"] in lines[r["id"]], r
         assert r["ref"] == orjson.loads(r["raw"])["query_id"]
+
+
+def test_a_world_with_no_lines_at_all_counts_zeros_and_leaves_no_staging(tmp_path, spark):
+    """Nothing logged, joined or registered: the counts (an observation on the aggregation's output) are
+    still reported, all zero, and the folder of the ids that need more is gone after the run."""
+    config = make_world(tmp_path, regions=("a",))
+    (tmp_path / "logs/a/clicks").mkdir(parents=True)
+    idregistry.export_registry(idregistry.InMemoryRegistry(), tmp_path / "export")
+    report = run_verify(config, spark, export_dir=tmp_path / "export", out_dir=tmp_path / "verify")
+    assert report.as_dict() == dict.fromkeys(report.as_dict(), 0)
+    assert sorted(p.name for p in (tmp_path / "verify").iterdir()) == ["recoverable"]
