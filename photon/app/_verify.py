@@ -717,7 +717,6 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
     when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
     (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
-    from pyspark.sql import functions as F
     from photon.app._spark import progress
 
     out = Path(out_dir) if out_dir else config.verify_dir
@@ -807,8 +806,9 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
                        aged_before_us: int):
     """``(duplicate ids, wrongly unjoinable, recoverable rows)`` when at most :data:`LOOKUP_ON_DRIVER` ids need
     more (``needs``: their rows, :func:`_read_needs`). The lost ids' lines and registry entries are found in
-    one scan of the foreign input and the export filtered by value (:func:`_one_of`: no join, no shuffle, one job), and, when some id is unjoinable
-    everywhere, the primaries of their references in one more; the recoverable rule
+    one scan of the foreign input and the export filtered by value (:func:`_one_of`: no join, no shuffle,
+    one job), and, when some id is unjoinable everywhere, the primaries of their references in one more;
+    the recoverable rule
     (:func:`_recoverable_rows`) runs on the driver's rows. Nothing at all is read again when no id is lost
     or unjoinable everywhere."""
     from pyspark.sql import functions as F
