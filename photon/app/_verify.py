@@ -36,6 +36,7 @@ says. A missing bucket, an empty foreign prefix or an object that cannot be read
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -489,28 +490,69 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
 
 
 COUNTS = ("foreign_events", "joined", "duplicates", "lost", "pending", "unjoinable", "everywhere", "bad")
+NEEDS_COLUMNS = ("id", "n_out", "in_regions", "lost", "everywhere")
 
 
-def _summary(per_id):
-    """The per-id rows folded into what the report needs, by a second aggregation keyed by the id of the
-    rows that need more (lost, duplicated, unjoinable everywhere) and by null for all the others, so that
-    every other id ends in one row per partition before the (tiny) shuffle: rows ``(id, <every count of
-    COUNTS>, n_out, in_regions)``; summing each count over all rows gives the report's, and the rows with
-    an id are the ids that need more (their counts say which)."""
+def _count_columns():
+    """The report's counts (:data:`COUNTS`) as aggregates over the rows of :func:`_per_id`."""
     from pyspark.sql import functions as F
     c = F.col
-    interesting = c("lost") | (c("n_out") > 1) | c("everywhere")
-    return per_id.groupBy(F.when(interesting, c("id")).alias("id")).agg(
-        F.count("in_regions").alias("foreign_events"),
-        F.count("n_out").alias("joined"),
-        F.count(F.when(c("n_out") > 1, 1)).alias("duplicates"),
-        F.count(F.when(c("lost"), 1)).alias("lost"),
-        F.count(F.when(c("in_regions").isNotNull() & ~c("registered") & c("n_out").isNull()
-                       & c("u_regions").isNull(), 1)).alias("pending"),
-        F.count(F.when(c("u_regions").isNotNull() & c("n_out").isNull() & ~c("registered"), 1)).alias("unjoinable"),
-        F.count(F.when(c("everywhere"), 1)).alias("everywhere"),
-        F.count(F.when(c("bad"), 1)).alias("bad"),
-        F.max("n_out").alias("n_out"), F.max("in_regions").alias("in_regions"))
+    return [F.count("in_regions").alias("foreign_events"),
+            F.count("n_out").alias("joined"),
+            F.count(F.when(c("n_out") > 1, 1)).alias("duplicates"),
+            F.count(F.when(c("lost"), 1)).alias("lost"),
+            F.count(F.when(c("in_regions").isNotNull() & ~c("registered") & c("n_out").isNull()
+                           & c("u_regions").isNull(), 1)).alias("pending"),
+            F.count(F.when(c("u_regions").isNotNull() & c("n_out").isNull() & ~c("registered"), 1)).alias("unjoinable"),
+            F.count(F.when(c("everywhere"), 1)).alias("everywhere"),
+            F.count(F.when(c("bad"), 1)).alias("bad")]
+
+
+def _counts(spark, per_id, folder: Path) -> tuple[dict, str]:
+    """``(counts, schema)``: the report's counts (:data:`COUNTS`) over the rows of :func:`_per_id`, and the
+    rows that need more (lost, duplicated, unjoinable everywhere: columns :data:`NEEDS_COLUMNS`, ``lost``
+    and ``everywhere`` as 0/1) written to ``folder`` as Parquet (``schema``: their DDL, to read them back
+    without a schema job), in **one** Spark job of two stages.
+
+    The counts are an observation on the aggregation's output (Spark's ``observe``: each task folds its
+    rows into the counts, merged on the driver, no shuffle), taken in the job's result stage, whose tasks'
+    figures Spark merges once per partition whatever is retried; the rows that need more are the same
+    stage's output. With no aggregation after it, the per-id aggregation runs without its partial step
+    (:data:`COUNTS_SETTINGS`): nearly every id is distinct within an input partition, so the partial
+    step would hash every row for nothing."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    c = F.col
+    observation = Observation()
+    needs = per_id.observe(observation, *_count_columns()) \
+        .filter(c("lost") | (c("n_out") > 1) | c("everywhere")) \
+        .select("id", "n_out", "in_regions", c("lost").cast("int").alias("lost"),
+                c("everywhere").cast("int").alias("everywhere"))
+    schema = needs.schema.simpleString()[len("struct<"):-1].replace(":", " ")
+    needs.write.mode("overwrite").parquet(str(folder))
+    got = observation.get
+    return {k: got[k] for k in COUNTS}, schema
+
+
+class _Need(tuple):
+    """One row that needs more, as :func:`_look_up_on_driver` reads it (attributes of :data:`NEEDS_COLUMNS`)."""
+    __slots__ = ()
+    id = property(lambda self: self[0])
+    n_out = property(lambda self: self[1])
+    in_regions = property(lambda self: self[2])
+    lost = property(lambda self: self[3])
+    everywhere = property(lambda self: self[4])
+
+
+def _read_needs(folder: Path) -> list:
+    """The rows :func:`_counts` wrote, read on the driver (pyarrow): few, by :data:`LOOKUP_ON_DRIVER`."""
+    import pyarrow.parquet as pq
+    files = sorted(folder.glob("*.parquet"))
+    rows = []
+    for f in files:
+        table = pq.read_table(f, columns=list(NEEDS_COLUMNS))
+        rows += [_Need(r) for r in zip(*(table.column(k).to_pylist() for k in NEEDS_COLUMNS))]
+    return rows
 
 
 def _fast_id_pattern(field_name: str) -> str | None:
@@ -613,6 +655,11 @@ COUNTS_SETTINGS = {
     # planned and code-generated afresh); off, the three stages are one job planned once. Nothing adaptive
     # is lost: the aggregation's partitions are hashed ids, even by construction, and it joins nothing.
     "spark.sql.adaptive.enabled": "false",
+    # The per-id aggregation's partial step hashes every row of an input partition to fold nearly nothing
+    # (an id is in one line of one foreign file, one of one output file, one export row): off, the rows
+    # are shuffled as read and aggregated once. Only right with no other aggregation in the plan
+    # (:func:`_counts` folds the counts by an observation instead).
+    "spark.sql.execution.bypassPartialAggregation": "true",
 }
 
 
@@ -663,14 +710,13 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     The plan: the export's token prefixes first (read on the driver from its token column, to judge the
     joiners before the output is listed); then every source (foreign input, joined and unjoinable output,
     export) is read once by Spark's own readers (the JSON reader with a schema of the id field alone, no
-    Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts; a second
-    aggregation folds every id that needs nothing more into the counts, and only that small result (the
-    counts and the lost, duplicated and unjoinable-everywhere ids) is cached; both are one Spark job
-    (:data:`COUNTS_SETTINGS`), and the export is read with its footers' schema (no inference job). The lost ids' lines and
+    Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts, without a
+    partial step; the counts are folded from its output by an observation, and only the lost, duplicated
+    and unjoinable-everywhere ids are written out (:func:`_counts`: one Spark job of two stages,
+    :data:`COUNTS_SETTINGS`); the export is read with its footers' schema (no inference job). The lost ids' lines and
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
     when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
     (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
-    from pyspark.sql import functions as F
     from photon.app._spark import progress
 
     out = Path(out_dir) if out_dir else config.verify_dir
@@ -701,32 +747,33 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
         outputs, sources = _read_outputs(spark, config)       # lists the output
         foreign = _foreign_inputs(spark, config)
-        with sql_settings(spark, COUNTS_SETTINGS):       # the cache's plan is made here too, by cache()
-            summary = _summary(_per_id(spark, config, export_files, since_us, until_us, outputs, foreign)).cache()
-            counts = summary.agg(*(F.sum(k).alias(k) for k in COUNTS)).collect()[0].asDict()
-        timings["read_s"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
+        needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
         try:
+            with sql_settings(spark, COUNTS_SETTINGS):
+                counts, needs_schema = _counts(spark, _per_id(spark, config, export_files, since_us, until_us,
+                                                              outputs, foreign), needs_dir)
+            timings["read_s"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
             if counts.pop("bad"):
                 raise _bad_line_error(spark, config, outputs, sources)
             counts = {k: int(v or 0) for k, v in counts.items()}
-            every = summary.filter(F.col("id").isNotNull())    # the ids that need more
             everywhere, lost_n = counts.pop("everywhere"), counts["lost"]
             recoverable_path = out / "recoverable"
             if counts["duplicates"] + everywhere + lost_n <= LOOKUP_ON_DRIVER:
-                dups, wrongly, rows = _look_up_on_driver(spark, config, foreign, every, counts["duplicates"],
-                                                         everywhere, lost_n, export_files, judged, ledger,
-                                                         aged_before_us)
+                needs = _read_needs(needs_dir) if counts["duplicates"] or everywhere or lost_n else []
+                dups, wrongly, rows = _look_up_on_driver(spark, config, foreign, needs, export_files, judged,
+                                                         ledger, aged_before_us)
                 _write_rows(rows, recoverable_path)
             else:
+                every = spark.read.schema(needs_schema).parquet(str(needs_dir))
                 dups, wrongly = _look_up_in_spark(spark, config, foreign, every, counts["duplicates"], everywhere,
                                                   lost_n, export_files, judged, ledger, aged_before_us,
                                                   recoverable_path)
             counts["recoverable"] = _parquet_rows(recoverable_path)    # counted from what was written
             timings["join_s"] = time.perf_counter() - t0
         finally:
-            summary.unpersist()
+            shutil.rmtree(needs_dir, ignore_errors=True)
     return VerifyReport(**counts, wrongly_unjoinable=wrongly, duplicate_ids=dups,
                         recoverable_path=str(recoverable_path), export_dir=str(export_dir),
                         timings={k: round(v, 3) for k, v in timings.items()})
@@ -735,8 +782,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 def _look_up_in_spark(spark, config: PhotonConfig, foreign, every, duplicates: int, everywhere: int, lost_n: int,
                       export_files, judged, ledger, aged_before_us: int, recoverable_path: Path):
     """``(duplicate ids, wrongly unjoinable)``, the recoverable rows written to ``recoverable_path``: the
-    lookups by joins inside Spark, for more ids than :data:`LOOKUP_ON_DRIVER` (``every``: the rows of
-    :func:`_summary` with an id)."""
+    lookups by joins inside Spark, for more ids than :data:`LOOKUP_ON_DRIVER` (``every``: the rows
+    :func:`_counts` wrote)."""
     from pyspark.sql import functions as F
     dups = ()
     if duplicates:
@@ -755,19 +802,18 @@ def _look_up_in_spark(spark, config: PhotonConfig, foreign, every, duplicates: i
     return dups, wrongly
 
 
-def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: int, everywhere: int, lost_n: int,
-                       export_files, judged, ledger, aged_before_us: int):
+def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export_files, judged, ledger,
+                       aged_before_us: int):
     """``(duplicate ids, wrongly unjoinable, recoverable rows)`` when at most :data:`LOOKUP_ON_DRIVER` ids need
-    more (``every``: the rows of :func:`_summary` with an id). Those rows are collected (from the cache);
-    the lost ids' lines and registry entries are then found in one scan of the foreign input and the export
-    filtered by value (:func:`_one_of`: no join, no shuffle, one job), and, when some id is unjoinable
-    everywhere, the primaries of their references in one more; the recoverable rule
+    more (``needs``: their rows, :func:`_read_needs`). The lost ids' lines and registry entries are found in
+    one scan of the foreign input and the export filtered by value (:func:`_one_of`: no join, no shuffle,
+    one job), and, when some id is unjoinable everywhere, the primaries of their references in one more;
+    the recoverable rule
     (:func:`_recoverable_rows`) runs on the driver's rows. Nothing at all is read again when no id is lost
     or unjoinable everywhere."""
     from pyspark.sql import functions as F
-    if not (duplicates or everywhere or lost_n):
+    if not needs:
         return (), 0, []
-    needs = every.select("id", "n_out", "in_regions", "lost", "everywhere").collect()
     dups = tuple(sorted((r.id, int(r.n_out)) for r in needs if r.n_out is not None and r.n_out > 1)[:20])
     wanted = sorted(r.id for r in needs if (r.lost or r.everywhere) and r.in_regions is not None)
     lost = sorted(r.id for r in needs if r.lost)
@@ -787,7 +833,7 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, every, duplicates: 
         for r in union_all(frames).collect():     # an id's first line, and first entry, as Spark's first()
             (lines if r.kind == "line" else entries).setdefault(r.id, r)
     wrongly = 0
-    if everywhere:
+    if any(r.everywhere for r in needs):
         refs = [lines[r.id].b for r in needs if r.everywhere and r.id in lines]     # each one's first line's
         found = set()
         if any(ref is not None for ref in refs):
@@ -856,7 +902,7 @@ RECOVERABLE_COLUMNS = (("id", "string"), ("token", "string"), ("raw", "string"),
 
 
 def _recoverable(spark, every, lines, export_files: list[str], judged: dict, ledger: list, aged_before_us: int):
-    """The lost ids that may be recovered (:func:`_mark_lost`): the rows of ``every`` (:func:`_summary`)
+    """The lost ids that may be recovered (:func:`_mark_lost`): the rows of ``every`` (:func:`_counts`)
     that are lost, with their registry entry (token, registered_us: the export read again, those ids only),
     their line and reference (``lines``, :func:`_lines_of`), the verdict on their joiner and their ledger
     entries."""

@@ -67,14 +67,15 @@ def test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(
     reg.commit([c[3]], dead_token())
     idregistry.export_registry(reg, tmp_path / "export")
     store = spark.sparkContext._jsc.sc().statusStore()
-    jobs_before, adaptive = store.jobsList(None).size(), spark.conf.get("spark.sql.adaptive.enabled")
+    settings = ("spark.sql.adaptive.enabled", "spark.sql.execution.bypassPartialAggregation")
+    jobs_before, before = store.jobsList(None).size(), [spark.conf.get(k, None) for k in settings]
     report = run_verify(config, spark, export_dir=tmp_path / "export")
     assert report.as_dict() == {"foreign_events": 6, "joined": 3, "duplicates": 1, "lost": 1, "recoverable": 1,
                                 "pending": 0, "unjoinable": 2, "wrongly_unjoinable": 1}
-    assert spark.conf.get("spark.sql.adaptive.enabled") == adaptive      # the shared session's setting back
-    if lookup == "on_driver":      # the counts, the collect of the ids needing more, the lookup, the primaries
+    assert [spark.conf.get(k, None) for k in settings] == before      # the shared session's settings back
+    if lookup == "on_driver":      # the counts (writing the ids needing more), the lookup, the primaries
         jobs = [store.jobsList(None).apply(i) for i in range(store.jobsList(None).size() - jobs_before)]
-        assert len(jobs) == 4, [j.name() for j in jobs]
+        assert len(jobs) == 3, [j.name() for j in jobs]
     assert report.duplicate_ids == ((c[1], 2),)
     rows = read_recoverable(report.recoverable_path)
     assert [(r["id"], r["raw"]) for r in rows] == [(c[3], clicks[3].decode())]
@@ -265,3 +266,107 @@ def test_ids_are_read_as_the_pipeline_reads_them_whatever_the_line_looks_like(tm
                                 "pending": 0, "unjoinable": 0, "wrongly_unjoinable": 0}
     rows = sorted((r["id"], r["raw"], r["ref"]) for r in read_recoverable(report.recoverable_path))
     assert rows == sorted((c[i], lines[i].decode(), q) for i in range(4))
+
+
+def _random_world(root: Path, seed: int):
+    """Two regions of random clicks, as the pipeline could leave them, and the report the module docstring's
+    rules give for them, computed here line by line in Python: corrupt lines (not JSON, a good start and a
+    torn end), lines without the id field or with a malformed id, clicks logged twice, in both regions or
+    only in a torn line, joined once, twice or in both regions, unjoinable in some or every region of their
+    input, registered under a stopped or a running joiner's token, lost, or registered and never logged."""
+    import random
+    rnd = random.Random(seed)
+    config = make_world(root)
+    regions = ("a", "b")
+    q = [GEN.next_id() for _ in range(40)]
+    c = [GEN.next_id() for _ in range(120)]
+    ref = {cid: rnd.choice(q) for cid in c}
+    logged = {r: [] for r in regions}                 # (id, line) the pipeline reads; id None when it cannot
+    for cid in c:
+        for r in rnd.sample(regions, rnd.choice((0, 1, 1, 1, 2))):
+            for _ in range(rnd.choice((1, 1, 1, 2))):
+                logged[r].append((cid, click(cid, ref[cid])))
+        if rnd.random() < 0.1:                        # a torn line: a good start, no id for the pipeline
+            logged[rnd.choice(regions)].append((None, b'{"click_id":"%s","query_id":"%s",' % (
+                cid.encode(), ref[cid].encode())))
+    for r in regions:
+        logged[r] += [(None, b"not json"), (None, orjson.dumps({"query_id": q[0], "ad": 2})),
+                      (None, orjson.dumps({"click_id": "no-id", "query_id": q[0]}))]
+        rnd.shuffle(logged[r])
+        write(root / f"logs/{r}/clicks/w0/f.jsonl", [line for _, line in logged[r]])
+    held = {r: {cid for cid, _ in logged[r] if cid is not None} for r in regions}
+    joined = {r: [] for r in regions}
+    unjoinable = {r: set() for r in regions}
+    for cid in c:
+        where = [r for r in regions if cid in held[r]] or [rnd.choice(regions)]
+        fate = rnd.random()
+        if fate < 0.5:
+            joined[where[0]] += [cid] * (2 if rnd.random() < 0.05 else 1)
+            if len(where) > 1 and rnd.random() < 0.1:
+                joined[where[1]].append(cid)
+        elif fate < 0.65 and any(cid in held[r] for r in where):
+            for r in where:
+                if cid in held[r] and rnd.random() < 0.7:
+                    unjoinable[r].add(cid)
+    for r in regions:
+        write(root / f"out/{r}/joined/{r}-j0-1-000001.jsonl", [click(x, ref[x]) for x in joined[r]])
+        write(root / f"out/{r}/unjoinable/x.jsonl", [click(x, ref[x]) for x in sorted(unjoinable[r])])
+        write(root / f"logs/{r}/queries/w0/f.jsonl", [orjson.dumps({"query_id": x}) for x in q[:25]])
+    dead, live = dead_token(), live_token()
+    registered = {cid: rnd.choice((dead, live)) for cid in c if rnd.random() < 0.6}
+    reg = idregistry.InMemoryRegistry()
+    for token in (dead, live):
+        ids = [cid for cid, t in registered.items() if t == token]
+        if ids:
+            reg.commit(ids, token)
+    idregistry.export_registry(reg, root / "export")
+
+    in_input = set().union(*held.values())
+    n_out = {}
+    for r in regions:
+        for x in joined[r]:
+            n_out[x] = n_out.get(x, 0) + 1
+    unjoinable_any = set().union(*unjoinable.values())
+    lost = {x for x in registered if x not in n_out}
+    everywhere = {x for x in unjoinable_any - set(n_out) - set(registered) if x in in_input
+                  and all(x in unjoinable[r] for r in regions if x in held[r])}
+    expected = {"foreign_events": len(in_input), "joined": len(n_out),
+                "duplicates": sum(1 for v in n_out.values() if v > 1), "lost": len(lost),
+                "recoverable": len({x for x in lost if registered[x] == dead and x in in_input}),
+                "pending": len({x for x in in_input if x not in registered and x not in n_out
+                                and x not in unjoinable_any}),
+                "unjoinable": len(unjoinable_any - set(n_out) - set(registered)),
+                "wrongly_unjoinable": len({x for x in everywhere if ref[x] in q[:25]})}
+    lines = {x: {line.decode() for r in regions for cid, line in logged[r] if cid == x} for x in lost}
+    dups = tuple(sorted((x, v) for x, v in n_out.items() if v > 1))[:20]
+    return config, expected, lines, dups, dead
+
+
+@pytest.mark.parametrize("lookup", ["on_driver", "joins_in_spark"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_report_is_what_the_rules_give_line_by_line_on_random_worlds(tmp_path, spark, monkeypatch, seed, lookup):
+    """The whole report (every count, the duplicated ids, the recoverable rows with their lines and tokens)
+    against the module docstring's rules applied in Python to the same random lines, both ways of looking
+    the lost ids up."""
+    if lookup == "joins_in_spark":
+        monkeypatch.setattr("photon.app._verify.LOOKUP_ON_DRIVER", 0)
+    config, expected, lines, dups, dead = _random_world(tmp_path, seed)
+    report = run_verify(config, spark, export_dir=tmp_path / "export")
+    assert report.as_dict() == expected
+    assert report.duplicate_ids == dups
+    rows = read_recoverable(report.recoverable_path)
+    assert len(rows) == expected["recoverable"]
+    for r in rows:
+        assert r["token"] == dead and r["raw"] in lines[r["id"]], r
+        assert r["ref"] == orjson.loads(r["raw"])["query_id"]
+
+
+def test_a_world_with_no_lines_at_all_counts_zeros_and_leaves_no_staging(tmp_path, spark):
+    """Nothing logged, joined or registered: the counts (an observation on the aggregation's output) are
+    still reported, all zero, and the folder of the ids that need more is gone after the run."""
+    config = make_world(tmp_path, regions=("a",))
+    (tmp_path / "logs/a/clicks").mkdir(parents=True)
+    idregistry.export_registry(idregistry.InMemoryRegistry(), tmp_path / "export")
+    report = run_verify(config, spark, export_dir=tmp_path / "export", out_dir=tmp_path / "verify")
+    assert report.as_dict() == dict.fromkeys(report.as_dict(), 0)
+    assert sorted(p.name for p in (tmp_path / "verify").iterdir()) == ["recoverable"]
