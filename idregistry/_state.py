@@ -662,33 +662,41 @@ class ShardState:
         """:meth:`lookup` of ids the caller has checked (:func:`check_ids`), without a Python step per id:
         the prefixes, timestamps, buckets and offsets are computed in C over the whole batch (``map``), then
         the ids are taken in groups of consecutive ids of one process in one bucket (a request's ids come
-        sorted, so a writer's ids are one group) and each group is decided by :meth:`_Run.holds`. Ids below
-        the GC boundary are reported absent; a group whose bucket or process is unknown is absent."""
+        sorted, so a writer's ids are one group; a group within one bucket needs no division per id) and
+        each group is decided by :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group
+        whose bucket or process is unknown is absent."""
         n = len(ids)
         if not n:
             return []
         width, boundary = self.bucket_us, self.gc_boundary_us
         prefixes = list(map(_PREFIX_OF, ids))
         stamps = list(map(int, map(_STAMP_OF, ids)))
-        numbers = list(map(width.__rfloordiv__, stamps))
-        offs = list(map(width.__rmod__, stamps))
-        if prefixes.count(prefixes[0]) == n and numbers.count(numbers[0]) == n:    # the usual batch: one group
-            groups = (((prefixes[0], numbers[0]), n),)
+        if prefixes.count(prefixes[0]) == n:            # the usual batch: one process's ids
+            runs = ((prefixes[0], n),)
         else:
-            groups = [(key, len(list(group))) for key, group in groupby(zip(prefixes, numbers))]
+            runs = [(prefix, len(list(group))) for prefix, group in groupby(prefixes)]
         buckets = self.buckets
         held = [False] * n
         start = 0
-        for (prefix, b), count in groups:
+        for prefix, count in runs:
             end = start + count
-            bucket = buckets.get(b)
-            run = bucket.get(prefix) if bucket is not None else None
-            if run is not None:
-                found = run.holds(offs[start:end])
-                if min(stamps[start:end]) < boundary:                   # some ids are below the boundary
-                    found = list(map(and_, found, map(boundary.__le__, stamps[start:end])))
-                held[start:end] = found
-            start = end
+            part = stamps[start:end]
+            b = min(part) // width
+            if max(part) // width == b:                 # one bucket (the usual case): no division per id
+                groups = ((b, count),)
+            else:
+                groups = [(b, len(list(group))) for b, group in groupby(map(width.__rfloordiv__, part))]
+            for b, size in groups:
+                stop = start + size
+                bucket = buckets.get(b)
+                run = bucket.get(prefix) if bucket is not None else None
+                if run is not None:
+                    part = stamps[start:stop]
+                    found = run.holds(list(map((b * width).__rsub__, part)))
+                    if min(part) < boundary:            # some ids are below the GC boundary
+                        found = list(map(and_, found, map(boundary.__le__, part)))
+                    held[start:stop] = found
+                start = stop
         return held
 
     def token_of(self, event_id: str) -> str | None:
