@@ -63,8 +63,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
-from itertools import groupby
-from itertools import repeat
+from itertools import groupby, repeat
 from operator import and_, eq, itemgetter, lt
 from dataclasses import dataclass, field
 
@@ -660,7 +659,7 @@ class ShardState:
 
     def lookup_well_formed(self, ids) -> list[bool]:
         """:meth:`lookup` of ids the caller has checked (:func:`check_ids`), without a Python step per id:
-        the prefixes, timestamps, buckets and offsets are computed in C over the whole batch (``map``), then
+        the prefixes, timestamps and offsets are computed in C over the whole batch (``map``), then
         the ids are taken in groups of consecutive ids of one process in one bucket (a request's ids come
         sorted, so a writer's ids are one group; a group within one bucket needs no division per id) and
         each group is decided by :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group
@@ -671,7 +670,7 @@ class ShardState:
         width, boundary = self.bucket_us, self.gc_boundary_us
         prefixes = list(map(_PREFIX_OF, ids))
         stamps = list(map(int, map(_STAMP_OF, ids)))
-        if prefixes.count(prefixes[0]) == n:            # the usual batch: one process's ids
+        if prefixes.count(prefixes[0]) == n:            # one process's ids: one group per bucket
             runs = ((prefixes[0], n),)
         else:
             runs = [(prefix, len(list(group))) for prefix, group in groupby(prefixes)]
