@@ -63,8 +63,8 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
-from itertools import groupby
-from operator import itemgetter, lt
+from itertools import groupby, repeat
+from operator import and_, eq, itemgetter, lt
 from dataclasses import dataclass, field
 
 import mmh3
@@ -265,6 +265,9 @@ def stamp_offsets(raw: bytes, n: int, base: int) -> array:
     return out
 
 
+_SET_SPAN = 8       # _Run.holds: a set of the run's stretch when it holds at most this many ids per asked one
+
+
 def bucket_width_us(gc_after_s: float) -> int:
     """Bucket width for a GC horizon: about an eighth of it, between 1 ms and an hour."""
     return int(min(MAX_BUCKET_US, max(1000, gc_after_s * 1e6 / 8)))
@@ -312,6 +315,25 @@ class _Run:
             return len(offsets) - 1
         i = bisect_left(offsets, offset)
         return i if i < len(offsets) and offsets[i] == offset else -1
+
+    def holds(self, offs: list[int]) -> list[bool]:
+        """Whether each of ``offs`` (any order, repeats allowed) is held, in C-level passes rather than a
+        Python step per offset. Only the run's stretch between the smallest and the largest asked offset
+        matters: when it is short against the batch (a writer's recent ids, the usual lookup) it becomes a
+        set and each offset one hash probe; when it is long (a few ids spread over the run) each offset is
+        one ``bisect_right`` inside that stretch, its left neighbour compared."""
+        offsets = self.offsets
+        m = len(offs)
+        if not offsets or not m:
+            return [False] * m
+        lo = bisect_left(offsets, min(offs))
+        hi = bisect_right(offsets, max(offs), lo)
+        if hi - lo <= _SET_SPAN * m:
+            return list(map(set(offsets[lo:hi]).__contains__, offs))
+        # offsets[i - 1] for i = bisect_right(...) in [lo, hi]: equal iff held (i == 0 reads offsets[-1], the
+        # largest, which an offset below offsets[0] never equals)
+        after = map(bisect_right, repeat(offsets, m), offs, repeat(lo, m), repeat(hi, m))
+        return list(map(eq, map(offsets.__getitem__, map((-1).__add__, after)), offs))
 
     def insert(self, offset: int, token: int) -> None:
         offsets, tokens = self.offsets, self.token_array()
@@ -636,14 +658,44 @@ class ShardState:
         return self.lookup_well_formed(ids)
 
     def lookup_well_formed(self, ids) -> list[bool]:
-        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`): the prefixes and timestamps
-        are sliced out in C over the whole batch, not parsed id by id."""
-        buckets, width, boundary = self.buckets, self.bucket_us, self.gc_boundary_us
-        held = []
-        for prefix, ts in zip(map(_PREFIX_OF, ids), map(int, map(_STAMP_OF, ids))):
-            bucket = buckets.get(ts // width)
-            run = bucket.get(prefix) if bucket is not None else None
-            held.append(run is not None and ts >= boundary and run.find(ts % width) >= 0)
+        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`), without a Python step per id:
+        the prefixes, timestamps and offsets are computed in C over the whole batch (``map``), then
+        the ids are taken in groups of consecutive ids of one process in one bucket (a request's ids come
+        sorted, so a writer's ids are one group; a group within one bucket needs no division per id) and
+        each group is decided by :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group
+        whose bucket or process is unknown is absent."""
+        n = len(ids)
+        if not n:
+            return []
+        width, boundary = self.bucket_us, self.gc_boundary_us
+        prefixes = list(map(_PREFIX_OF, ids))
+        stamps = list(map(int, map(_STAMP_OF, ids)))
+        if prefixes.count(prefixes[0]) == n:            # one process's ids: one group per bucket
+            runs = ((prefixes[0], n),)
+        else:
+            runs = [(prefix, len(list(group))) for prefix, group in groupby(prefixes)]
+        buckets = self.buckets
+        held = [False] * n
+        start = 0
+        for prefix, count in runs:
+            end = start + count
+            part = stamps[start:end]
+            b = min(part) // width
+            if max(part) // width == b:                 # one bucket (the usual case): no division per id
+                groups = ((b, count),)
+            else:
+                groups = [(b, len(list(group))) for b, group in groupby(map(width.__rfloordiv__, part))]
+            for b, size in groups:
+                stop = start + size
+                bucket = buckets.get(b)
+                run = bucket.get(prefix) if bucket is not None else None
+                if run is not None:
+                    part = stamps[start:stop]
+                    found = run.holds(list(map((b * width).__rsub__, part)))
+                    if min(part) < boundary:            # some ids are below the GC boundary
+                        found = list(map(and_, found, map(boundary.__le__, part)))
+                    held[start:stop] = found
+                start = stop
         return held
 
     def token_of(self, event_id: str) -> str | None:
