@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_right
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -39,7 +40,7 @@ from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, Join
                                   TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare
 from photon import (ID_KEY, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig,
-                    LatencyHistogram, bad_id_positions, drop_at, is_event_id, key_and_time, map_marking,
+                    LatencyHistogram, bad_id_positions, drop_at, is_event_id, map_marking,
                     parse_event_id, positions)
 
 CHECKPOINT_FORMAT = 1
@@ -125,6 +126,124 @@ class DispatcherStatistics:
     share_grace_ms: dict = field(default_factory=dict)   # owner region -> its grace now
     share_down: list = field(default_factory=list)       # owner regions judged down (their clicks taken at once)
     share_leader_region: str = ""  # the registry leader's region, owning share_leader_fraction of the clicks ("": none)
+
+
+_HELD_KEY = itemgetter(0)
+_HELD_TIME = itemgetter(1)
+_HELD_ID = itemgetter(2)
+_PAST_ANY_TIME = ":"      # sorts after every timestamp's digits (":" follows "9")
+_TIME_TEXT = f"{{:0{TIMESTAMP_DIGITS}d}}"
+
+
+def time_text(limit_us: int) -> str:
+    """A time as an id's fixed-width timestamp digits, for comparing with ``ID_TIME_DIGITS`` of ids as text
+    (text order is time order): a time before every id's sorts first, one past every id's last."""
+    if limit_us < 0:
+        return ""
+    if limit_us >= 10**TIMESTAMP_DIGITS:
+        return _PAST_ANY_TIME
+    return _TIME_TEXT.format(limit_us)
+
+
+class AheadOfStore:
+    """Clicks held back because the event store has not read their queries yet (see
+    :meth:`DispatcherState._not_ahead`): ``since`` maps each held click to when it was held (in that order,
+    for the time limit); per query key, sorted runs of ``(key, time digits, click id)``, one run per key
+    each time clicks are held (one writer's clicks come in time order, so sorting a run costs one pass),
+    released by cutting a run at the store's position (``bisect``), not one heap step per click. Clicks
+    that leave ``since`` otherwise (the time limit, resolved) leave the runs lazily; the runs are rebuilt
+    from ``since`` before they hold more than twice as many entries plus :data:`OLDEST_HEAP_SLACK`."""
+
+    def __init__(self) -> None:
+        self.since: dict[str, int] = {}
+        self._runs: dict[str, list[list]] = {}    # query key -> [[entries sorted, first not released], ...]
+        self._entries = 0                          # entries not cut from the runs (some of released clicks)
+
+    def __len__(self) -> int:
+        return len(self.since)
+
+    def entries(self) -> int:
+        return self._entries
+
+    def hold(self, keys: list[str], times: list[str], cids: list[str], now: int) -> None:
+        """Hold ``cids`` (their queries' keys and time digits alongside) since ``now``."""
+        self.since.update(dict.fromkeys(cids, now))
+        self._add(sorted(zip(keys, times, cids)))
+        self._entries += len(cids)
+
+    def _add(self, entries: list) -> None:
+        runs = self._runs
+        if entries[0][0] == entries[-1][0]:       # (sorted by key: one key, the usual case)
+            runs.setdefault(entries[0][0], []).append([entries, 0])
+            return
+        for key, group in itertools.groupby(entries, _HELD_KEY):
+            runs.setdefault(key, []).append([list(group), 0])
+
+    def rebuild_if_outgrown(self, ref_of) -> None:
+        """Rebuild the runs from ``since`` (``ref_of(cid)``: its query's id) once released entries abound."""
+        if self._entries <= 2 * len(self.since) + OLDEST_HEAP_SLACK:
+            return
+        self._runs = {}
+        refs = list(map(ref_of, self.since))
+        if refs:
+            self._add(sorted(zip(map(ID_KEY, refs), map(ID_TIME_DIGITS, refs), self.since)))
+        self._entries = len(refs)
+
+    def release(self, read_to: dict[str, int] | None, through_us: int) -> list[str]:
+        """The held clicks whose query's time is at most the store's position (``read_to`` per key, else
+        ``through_us``; all of them when ``read_to`` is None), key by key, each key's in (time, id) order."""
+        since = self.since
+        if not since:
+            self._runs.clear()
+            self._entries = 0
+            return []
+        runs_of = self._runs
+        out: list = []
+        for key in list(runs_of):
+            runs = runs_of[key]
+            if read_to is None:
+                cut = [entries[start:] if start else entries for entries, start in runs]
+                del runs_of[key]
+            else:
+                limit = time_text(read_to.get(key, through_us))
+                cut, keep = [], []
+                for run in runs:
+                    entries, start = run
+                    end = bisect_right(entries, limit, start, key=_HELD_TIME)
+                    if end > start:
+                        cut.append(entries[start:end] if start or end < len(entries) else entries)
+                        run[1] = end
+                    if end < len(entries):
+                        keep.append(run)
+                if len(keep) < len(runs):
+                    if keep:
+                        runs_of[key] = keep
+                    else:
+                        del runs_of[key]
+            if cut:
+                self._entries -= sum(map(len, cut))
+                out.extend(map(_HELD_ID, cut[0] if len(cut) == 1 else sorted(itertools.chain.from_iterable(cut))))
+        if read_to is None:
+            self._entries = 0
+        # a click held again after the time limit let it go may be in two runs: each released once
+        released = list(filter(since.__contains__, dict.fromkeys(out)))
+        deque(map(since.__delitem__, released), 0)
+        if not since:
+            self._runs.clear()
+            self._entries = 0
+        return released
+
+    def expired(self, oldest: int) -> list[str]:
+        """Take out the clicks held since ``oldest`` or before (in the order they were held)."""
+        since = self.since
+        expired = list(itertools.takewhile(lambda cid: since[cid] <= oldest, since))
+        deque(map(since.__delitem__, expired), 0)
+        return expired
+
+    def forget(self, ids) -> None:
+        since = self.since
+        for cid in ids:
+            since.pop(cid, None)
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -217,9 +336,8 @@ class DispatcherState:
         self._by_position = not join.primary_ids.custom   # refs are Photon ids: key + time
         self._store_read_to: dict | None = None    # the store's position as answers gave it, while it is behind
         self._store_through_us = 0
-        self._ahead: dict[str, list[tuple[int, str]]] = {}   # query key -> heap of (query time, click id)
-        self._ahead_since: dict[str, int] = {}     # click id held back -> since when (in that order)
-        self._ahead_entries = 0                    # entries in the heaps of _ahead (some of released clicks)
+        self._ahead = AheadOfStore()
+        self._ahead_since = self._ahead.since      # click id held back -> since when (in that order)
         self._unhold: set[str] = set()             # held past the longest retry delay: sent without the check
         self._position_probe_due_us = 0
         self._batches: dict[int, list[str]] = {}   # request in lookup or at a joiner -> its ids
@@ -703,8 +821,10 @@ class DispatcherState:
 
         In bulk: the query keys and times sliced and compared by ``map`` in C. Returns the others, in order."""
         refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
-        keys, times = list(map(ID_KEY, refs)), list(map(int, map(ID_TIME_DIGITS, refs)))
-        ahead = list(map(gt, times, map(self._store_read_to.get, keys, repeat(self._store_through_us))))
+        keys, times = list(map(ID_KEY, refs)), list(map(ID_TIME_DIGITS, refs))
+        read_to, through = self._store_read_to, self._store_through_us
+        limits = {key: time_text(read_to.get(key, through)) for key in set(keys)}   # as digits: no int() per click
+        ahead = list(map(gt, times, map(limits.__getitem__, keys)))
         unhold = self._unhold
         if unhold:                              # once without the check: those go whatever their time
             free = [cid in unhold for cid in cids]
@@ -713,54 +833,18 @@ class DispatcherState:
         at = positions(ahead, True)
         if not at:
             return cids
-        ahead_heaps, push = self._ahead, heapq.heappush
-        for key, entry in zip(compress(keys, ahead), zip(compress(times, ahead), compress(cids, ahead))):
-            heap = ahead_heaps.get(key)             # each into its query key's heap
-            if heap is None:
-                heap = ahead_heaps[key] = []
-            push(heap, entry)
-        self._ahead_since.update(dict.fromkeys(compress(cids, ahead), now))
+        self._ahead.hold(list(compress(keys, ahead)), list(compress(times, ahead)), list(compress(cids, ahead)), now)
         self.counters["held_for_store"] += len(at)
-        self._ahead_entries += len(at)
-        if self._ahead_entries > 2 * len(self._ahead_since) + OLDEST_HEAP_SLACK:
-            self._rebuild_ahead()     # entries of clicks released by the time limit leave the heaps lazily
+        self._ahead.rebuild_if_outgrown(self._ref_of)
         return list(compress(cids, map(not_, ahead)))   # (usually most are held: no step per held click)
 
-    def _rebuild_ahead(self) -> None:
-        ahead: dict[str, list[tuple[int, str]]] = {}
-        events = self._events
-        for cid in self._ahead_since:
-            key, t = key_and_time(events[cid][_REF])
-            ahead.setdefault(key, []).append((t, cid))
-        for heap in ahead.values():
-            heapq.heapify(heap)
-        self._ahead = ahead
-        self._ahead_entries = len(self._ahead_since)
+    def _ref_of(self, cid: str) -> str:
+        return self._events[cid][_REF]
 
     def _release_ahead(self) -> None:
         """Queue (in front) every held click whose query the store has now read past (all of them once the
         store is no longer behind)."""
-        since = self._ahead_since
-        if not since:
-            self._ahead.clear()
-            self._ahead_entries = 0
-            return
-        read_to, through = self._store_read_to, self._store_through_us
-        released: list[str] = []
-        for key in list(self._ahead):
-            heap = self._ahead[key]
-            if read_to is None:
-                released.extend(cid for _, cid in heap if since.pop(cid, None) is not None)
-                heap.clear()
-            else:
-                limit = read_to.get(key, through)
-                while heap and heap[0][0] <= limit:
-                    cid = heapq.heappop(heap)[1]
-                    if since.pop(cid, None) is not None:
-                        released.append(cid)
-            if not heap:
-                del self._ahead[key]
-        self._ahead_entries = sum(map(len, self._ahead.values()))
+        released = self._ahead.release(self._store_read_to, self._store_through_us)
         if released:
             self._queued.extendleft(reversed(released))
             self._released_front += len(released)
@@ -832,8 +916,7 @@ class DispatcherState:
             for cid in ids:
                 self._store_wait.pop(cid, None)
         if self._ahead_since:
-            for cid in ids:
-                self._ahead_since.pop(cid, None)
+            self._ahead.forget(ids)
         if self._unhold:
             self._unhold.difference_update(ids)
         if self._recovered:
@@ -871,12 +954,8 @@ class DispatcherState:
             self._probe_due_us = now + STORE_PROBE_EVERY_US
 
     def _release_held_too_long(self, now: int) -> None:
-        since = self._ahead_since
-        oldest = now - self._delays_us[-1]
-        expired = list(itertools.takewhile(lambda cid: since[cid] <= oldest, since))
-        for cid in expired:
-            del since[cid]
-            self._unhold.add(cid)
+        expired = self._ahead.expired(now - self._delays_us[-1])
+        self._unhold.update(expired)
         self._queued.extend(expired)
 
     def _pump(self, out: list, now: int = 0) -> None:

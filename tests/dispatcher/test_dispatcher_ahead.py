@@ -1,0 +1,152 @@
+"""Property: the clicks held back for the event store (AheadOfStore: sorted runs per query key, cut at the
+store's position) are held and released exactly as a plain model does it (one list of held clicks, each
+released once the store has read past its query's time, or after the time limit, in the order held), on any
+interleaving of reads (clicks held, some of them held again after being released), answers with the
+store's position (which never goes back), the store caught up, time passing and clicks resolved."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from dispatcher._state import AheadOfStore, later_position, time_text
+from photon import (
+    ID_KEY,
+    ID_TIME_DIGITS,
+    TIMESTAMP_DIGITS,
+    format_event_id,
+    key_and_time,
+)
+
+KEYS = [("10.0.0.2", 2), ("10.0.0.3", 7), ("10.0.0.4", 1)]
+START = 1_763_712_000_000_000
+LIMIT_US = 1_000_000
+
+
+class Model:
+    """The old behaviour, plainly: held click -> (key, time, since) in the order held."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, tuple[str, int, int]] = {}
+
+    def hold(self, cids, refs, now):
+        for cid, ref in zip(cids, refs):
+            key, t = key_and_time(ref)
+            self.held[cid] = (key, t, now)
+
+    def release(self, read_to, through):
+        out = [cid for cid, (key, t, _) in self.held.items()
+               if read_to is None or t <= read_to.get(key, through)]
+        for cid in out:
+            del self.held[cid]
+        return out
+
+    def expired(self, oldest):
+        out = []
+        for cid, (_, _, since) in self.held.items():
+            if since > oldest:
+                break
+            out.append(cid)
+        for cid in out:
+            del self.held[cid]
+        return out
+
+    def forget(self, ids):
+        for cid in ids:
+            self.held.pop(cid, None)
+
+
+def per_key_in_time_order(released: list[str], refs: dict[str, str]) -> dict[str, list[str]]:
+    by_key: dict[str, list[str]] = {}
+    for cid in released:
+        by_key.setdefault(ID_KEY(refs[cid]), []).append(cid)
+    return by_key
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("read"), st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40)), min_size=1, max_size=12)),
+    st.tuples(st.just("again"), st.integers(1, 12)),
+    st.tuples(st.just("answer"), st.dictionaries(st.integers(0, 2), st.integers(-1, 45), max_size=3),
+              st.integers(-1, 45)),
+    st.tuples(st.just("caught_up")),
+    st.tuples(st.just("time"), st.integers(0, 1_500_000)),
+    st.tuples(st.just("resolve"), st.integers(1, 6)),
+), max_size=60)
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops, slack=st.sampled_from([0, 1024]))
+@example(ops=[("read", [(0, 5), (1, 3)]), ("time", 1_500_000), ("again", 2), ("answer", {}, 10)], slack=1024)
+def test_the_runs_hold_and_release_like_the_plain_model(ops, slack):
+    import dispatcher._state as core
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core, "OLDEST_HEAP_SLACK", slack)         # 0: the runs are rebuilt often
+        check_against_the_model(ops, slack)
+
+
+def check_against_the_model(ops, slack):
+    ahead, model = AheadOfStore(), Model()
+    refs: dict[str, str] = {}
+    released_before: list[str] = []            # released, not resolved: may come back and be held again
+    read_to: dict[str, int] = {}
+    through = -1
+    now, n = 0, 0
+
+    def hold(cids):
+        hold_refs = [refs[c] for c in cids]
+        ahead.hold(list(map(ID_KEY, hold_refs)), list(map(ID_TIME_DIGITS, hold_refs)), cids, now)
+        model.hold(cids, hold_refs, now)
+        ahead.rebuild_if_outgrown(refs.__getitem__)
+        assert ahead.entries() <= 2 * len(ahead) + slack     # released entries do not pile up
+
+    def same(got, want):
+        assert sorted(got) == sorted(want)
+        assert len(got) == len(set(got))      # each once
+        by_key = per_key_in_time_order(got, refs)
+        for cids in by_key.values():          # a key's in (query time, id) order
+            assert cids == sorted(cids, key=lambda c: (ID_TIME_DIGITS(refs[c]), c))
+        released_before.extend(got)
+
+    for op in ops:
+        kind = op[0]
+        if kind == "read":
+            cids = []
+            for k, dt in op[1]:
+                n += 1
+                cid = format_event_id("10.0.0.1", 1, START + 10_000 + n)
+                refs[cid] = format_event_id(*KEYS[k], START + dt)
+                cids.append(cid)
+            hold(cids)
+        elif kind == "again" and released_before:
+            cids = list(dict.fromkeys(released_before[-op[1]:]))
+            del released_before[-op[1]:]
+            hold(cids)
+        elif kind == "answer":
+            named = {key_and_time(format_event_id(*KEYS[k], START))[0]: START + t for k, t in op[1].items()}
+            read_to, through = later_position(read_to, through, named, START + op[2] if op[2] >= 0 else -1)
+            same(ahead.release(read_to, through), model.release(read_to, through))
+        elif kind == "caught_up":
+            same(ahead.release(None, 0), model.release(None, 0))
+        elif kind == "time":
+            now += op[1]
+            got = ahead.expired(now - LIMIT_US)
+            assert got == model.expired(now - LIMIT_US)   # in the order held
+            released_before.extend(got)
+        elif kind == "resolve":
+            gone = list(model.held)[:op[1]] + released_before[:op[1]]
+            del released_before[:op[1]]
+            ahead.forget(gone)
+            model.forget(gone)
+        assert ahead.since == {c: since for c, (_, _, since) in model.held.items()}
+        assert list(ahead.since) == list(model.held)
+        assert len(ahead) == len(model.held)
+    same(ahead.release(None, 0), model.release(None, 0))
+    assert not ahead.since and ahead.entries() == 0
+
+
+def test_a_time_as_text_compares_like_the_number():
+    digits = [ID_TIME_DIGITS(format_event_id("10.0.0.2", 2, t)) for t in (0, 1, 999, START, 10**TIMESTAMP_DIGITS - 1)]
+    for limit in (-1, 0, 1, 998, 999, 1000, START - 1, START, 10**TIMESTAMP_DIGITS - 1, 10**TIMESTAMP_DIGITS,
+                  10**(TIMESTAMP_DIGITS + 2)):
+        assert [d > time_text(limit) for d in digits] == [int(d) > limit for d in digits]
