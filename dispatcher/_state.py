@@ -172,12 +172,20 @@ class AheadOfStore:
         self._entries += len(cids)
 
     def _add(self, entries: list) -> None:
-        runs = self._runs
         if entries[0][0] == entries[-1][0]:       # (sorted by key: one key, the usual case)
-            runs.setdefault(entries[0][0], []).append([entries, 0])
+            self._add_run(entries[0][0], entries)
             return
         for key, group in itertools.groupby(entries, _HELD_KEY):
-            runs.setdefault(key, []).append([list(group), 0])
+            self._add_run(key, list(group))
+
+    def _add_run(self, key: str, entries: list) -> None:
+        runs = self._runs.get(key)
+        if runs is None:
+            self._runs[key] = [[entries, 0]]
+        elif runs[-1][0][-1] <= entries[0]:        # after the key's last run (reading in time order): one run
+            runs[-1][0].extend(entries)
+        else:
+            runs.append([entries, 0])
 
     def rebuild_if_outgrown(self, ref_of) -> None:
         """Rebuild the runs from ``since`` (``ref_of(cid)``: its query's id) once released entries abound."""
