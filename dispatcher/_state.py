@@ -142,7 +142,7 @@ def time_text(limit_us: int) -> str:
         return ""
     if limit_us >= 10**TIMESTAMP_DIGITS:
         return _PAST_ANY_TIME
-    return _TIME_TEXT.format(limit_us)
+    return _TIME_TEXT.format(int(limit_us))
 
 
 class AheadOfStore:

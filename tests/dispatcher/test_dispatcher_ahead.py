@@ -5,16 +5,31 @@ interleaving of reads (clicks held, some of them held again after being released
 store's position (which never goes back), the store caught up, time passing and clicks resolved."""
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_dispatcher_state import QKEY, chunk, line, of, qtime, state
 
-from dispatcher._state import AheadOfStore, later_position, time_text
+from dispatcher._state import (
+    AheadOfStore,
+    Checkpoint,
+    JoinAnswered,
+    LinesRead,
+    SendBatch,
+    TimePassed,
+    apply_delta,
+    later_position,
+    time_text,
+)
 from photon import (
     ID_KEY,
     ID_TIME_DIGITS,
     TIMESTAMP_DIGITS,
+    FakeClock,
+    Outcome,
     format_event_id,
+    id_timestamp_us,
     key_and_time,
 )
 
@@ -150,3 +165,82 @@ def test_a_time_as_text_compares_like_the_number():
     for limit in (-1, 0, 1, 998, 999, 1000, START - 1, START, 10**TIMESTAMP_DIGITS - 1, 10**TIMESTAMP_DIGITS,
                   10**(TIMESTAMP_DIGITS + 2)):
         assert [d > time_text(limit) for d in digits] == [int(d) > limit for d in digits]
+
+
+steps = st.lists(st.one_of(
+    st.tuples(st.just("read"), st.integers(1, 30)),
+    st.tuples(st.just("answer"), st.integers(0, 60), st.booleans()),    # store's position; store behind
+    st.tuples(st.just("time"), st.integers(1_000, 3_000_000)),
+    st.tuples(st.just("restart")),                                      # from the last checkpoint
+), max_size=40)
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=steps)
+def test_in_the_core_held_clicks_are_ahead_of_the_store_and_each_joined_once(steps):
+    """The core with the store's position: after every step each held click's query is past the position
+    (none held once the store is no longer behind), held clicks are unresolved and neither queued nor in
+    flight; a restart from a full checkpoint holds nothing and keeps every unresolved click; in the end every
+    click is joined once."""
+    clock = FakeClock()
+    make = lambda restore=None: state(batch_size=4, max_in_flight=2, retry_max_s=1.0, checkpoint_interval_s=0,
+                                      restore=restore)
+    core, read, out, snap = make(), 1, [], None
+    position, behind = 0, False
+    joined: list[str] = []
+
+    def take(cmds):
+        nonlocal snap
+        out.extend(of(cmds, SendBatch))
+        for c in of(cmds, Checkpoint):        # the checkpoint as a restart reads it: snapshot + deltas
+            if c.snapshot is not None:
+                snap = orjson.loads(orjson.dumps(c.snapshot))
+            elif snap is not None:
+                snap = apply_delta(snap, orjson.loads(orjson.dumps(c.delta)))
+
+    def check():
+        held = core._ahead_since
+        if core._store_read_to is None:
+            assert not held
+        for cid in held:
+            ref = core._events[cid][0]
+            assert id_timestamp_us(ref) > core._store_read_to.get(ID_KEY(ref), core._store_through_us)
+        sent = {c for ids in core._batches.values() for c in ids}
+        assert not set(held) & (sent | set(core._queued))
+        assert set(held) <= core.unresolved_ids()
+
+    for step in steps:
+        if step[0] == "read":
+            take(core.handle(LinesRead([chunk([line(i) for i in range(read, read + step[1])], start=read * 200)],
+                                       clock.advance(100))))
+            read += step[1]
+        elif step[0] == "answer" and out:
+            send = out.pop(0)
+            if send.batch_id not in core._batches:
+                continue
+            position, behind = max(position, step[1]), step[2]
+            outcomes = [Outcome.JOINED if not behind or id_timestamp_us(r) <= qtime(position) else Outcome.THROTTLED
+                        for r in send.ref_ids]
+            kw = ({"store_behind": True, "store_read_to": {QKEY: qtime(position)}, "store_read_through_us": 0}
+                  if behind else {})
+            joined += [c for c, o in zip(send.ids, outcomes) if o == Outcome.JOINED]
+            take(core.handle(JoinAnswered(send.batch_id, outcomes, clock.advance(1_000), **kw)))
+        elif step[0] == "time":
+            take(core.handle(TimePassed(clock.advance(step[1]))))
+        elif step[0] == "restart" and snap is not None:
+            unresolved = core.unresolved_ids()
+            core, out = make(restore=snap), []
+            assert not core._ahead_since and core.unresolved_ids() >= unresolved - set(joined)
+            joined = [c for c in joined if c not in core.unresolved_ids()]
+            take(core.handle(TimePassed(clock.advance(1_000))))
+        check()
+    while core.unresolved_ids():                  # the store catches up: every click goes and is joined once
+        take(core.handle(TimePassed(clock.advance(10_000))))
+        while out:
+            send = out.pop(0)
+            if send.batch_id in core._batches:
+                joined += send.ids
+                take(core.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * len(send.ids), clock.advance(1_000))))
+            check()
+    assert sorted(joined) == sorted(set(joined))
