@@ -148,9 +148,10 @@ def time_text(limit_us: int) -> str:
 class AheadOfStore:
     """Clicks held back because the event store has not read their queries yet (see
     :meth:`DispatcherState._not_ahead`): ``since`` maps each held click to when it was held (in that order,
-    for the time limit); per query key, sorted runs of ``(key, time digits, click id)``, one run per key
-    each time clicks are held (one writer's clicks come in time order, so sorting a run costs one pass),
-    released by cutting a run at the store's position (``bisect``), not one heap step per click. Clicks
+    for the time limit); per query key, sorted runs of ``(key, time digits, click id)``: clicks held at once
+    are one run per key (one writer's clicks come in time order, so sorting a run costs one pass), appended
+    to the key's last run when they come after it, and released by cutting a run at the store's position
+    (``bisect``), not one heap step per click. Clicks
     that leave ``since`` otherwise (the time limit, resolved) leave the runs lazily; the runs are rebuilt
     from ``since`` before they hold more than twice as many entries plus :data:`OLDEST_HEAP_SLACK`."""
 
