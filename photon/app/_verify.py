@@ -474,14 +474,8 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     in_agg, in_regions = _regions("in_bit", n_regions)
     u_agg, u_regions = _regions("u_bit", n_regions)
     grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"))
-    # The id's format once per id, in a projection of its own, where some rule reads it (ids of the foreign
-    # input or of an output; null for the export's others): used twice below, inside conditions (an AND's
-    # right side), Spark would evaluate the pattern once per use; a column referenced twice keeps its own
-    # projection (the optimizer does not inline an expensive expression it would evaluate twice).
+    well_formed = F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
-    grouped = grouped.withColumn("well_formed", F.when(in_regions.isNotNull() | in_output,
-                                                      F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))))
-    well_formed = F.col("well_formed")
     grouped = grouped.select(
         "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(ids.custom)), in_regions).alias("in_regions"),
         "n_out", u_regions.alias("u_regions"), "reg", (in_output & ~well_formed).alias("bad"))
