@@ -34,6 +34,18 @@ def make_lines(rng: random.Random, n: int) -> list[bytes]:
 class Harness:
     """Drives one DispatcherState like the shell would, with a model joiner and registry."""
 
+    def step(self, action: str, rng) -> bool:
+        """One of the steps every random history takes (read, answer, tick); False for any other."""
+        if action == "read":
+            self.read(rng.randrange(1, 8))
+        elif action == "answer":
+            self.answer(rng, known_fraction=0.5)
+        elif action == "tick":
+            self.tick(rng.choice([1_000, 20_000, 200_000]))
+        else:
+            return False
+        return True
+
     def __init__(self, lines, lookups, batch_size, max_in_flight):
         self.lines = lines
         self.lookups = lookups
@@ -181,12 +193,8 @@ def _interleave(seed, n_lines, lookups, batch_size, max_in_flight, actions):
     rng = random.Random(seed)
     h = Harness(make_lines(rng, n_lines), lookups, batch_size, max_in_flight)
     for a in actions:
-        if a == "read":
-            h.read(rng.randrange(1, 8))
-        elif a == "answer":
-            h.answer(rng, known_fraction=0.5)
-        elif a == "tick":
-            h.tick(rng.choice([1_000, 20_000, 200_000]))
+        if h.step(a, rng):
+            pass
         elif a == "crash":
             h.crash()
         else:
