@@ -83,25 +83,19 @@ class _KeyContext:
     code kept past its call never sees another key's state or productions)."""
 
     def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], input_watermark_us: int,
-                 now_us: int) -> None:
+                 now_us: int, key: str, state: bytes | None, timers: Mapping[str, tuple[int, str]]) -> None:
         self._comp = comp
         self._computation, self._produces = computation, produces
         self.input_watermark_us = input_watermark_us
         self.now_us = now_us
-        self.key = ""
-        self._raw: bytes | None = None
+        self.key = key
+        self._raw = state
         self._state: Any = _UNREAD
-        self.timer_map: dict[str, tuple[int, str]] = {}
+        self.timer_map: dict[str, tuple[int, str]] = dict(timers) if timers else {}
         self.productions: list[Production] = []
         self._source = ""
         self._default_ts = 0
         self._n = 0
-
-    def reset(self, key: str, state: bytes | None, timers: Mapping[str, tuple[int, str]]) -> None:
-        """Start the next key: its stored state and timers, no productions yet."""
-        self.key, self._raw, self._state = key, state, _UNREAD
-        self.timer_map = dict(timers) if timers else {}
-        self.productions = []
 
     def _begin(self, source_id: str, default_ts: int) -> None:
         self._source, self._default_ts, self._n = source_id, default_ts, 0
@@ -165,8 +159,7 @@ class KeyRunner:
     def run(self, key: str, records: list[Record], state: bytes | None,
             timers: Mapping[str, tuple[int, str]]) -> KeyResult:
         comp = self._comp
-        ctx = _KeyContext(comp, self._computation, self._produces, self._wm, self._now)
-        ctx.reset(key, state, timers)
+        ctx = _KeyContext(comp, self._computation, self._produces, self._wm, self._now, key, state, timers)
         exactly_once = comp.exactly_once
         duplicates, wm = self._duplicates, self._wm
         batch_ids: set[str] = set()
