@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import sys
@@ -74,8 +75,44 @@ def bind_port(server, host: str, port: int, what: str, credentials=None) -> int:
     return bound
 
 
+FREE_PORTS = range(10000, 20000)
+"""Where :func:`free_port` picks ports: below Linux's ephemeral range (32768-60999 by default), from which
+the kernel takes the local port of every outgoing connection, so a port chosen here is not taken by some
+connection in the moment between choosing it and binding it (a port the OS hands out for port 0 comes
+from the ephemeral range and can be). Below the ports the tests' and examples' fixed ``port_base`` spans
+use (20000 and up)."""
+
+_given: set[int] = set()
+_given_lock = threading.Lock()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS picks it); callers bind it soon after."""
-    with socket.socket() as s:
+    """A port nothing is bound to right now, for a server that binds it soon after: a random one of
+    :data:`FREE_PORTS` that binds, not handed out before by this process (the OS's choice for port 0 when
+    the ephemeral range reaches down into them, or when none of 200 tries binds)."""
+    if _ephemeral_low() > FREE_PORTS[-1]:
+        rng = random.SystemRandom()
+        for _ in range(200):
+            port = rng.choice(FREE_PORTS)
+            with _given_lock:
+                if port in _given:
+                    continue
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            with _given_lock:
+                _given.add(port)
+            return port
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -46,3 +46,30 @@ def test_a_block_that_fails_writes_nothing(tmp_path):
     assert not (tmp_path / "ports.json").exists()
     remembered_ports(tmp_path, "joiners", "127.0.0.1", 1)     # the batch is over: written at once again
     assert (tmp_path / "ports.json").exists()
+
+
+@pytest.mark.timeout(30)
+def test_free_ports_lie_below_the_ephemeral_range_bind_and_are_not_handed_out_twice():
+    """A port the OS hands out for port 0 comes from the ephemeral range, where any outgoing connection can
+    take it before the server binds it; ``free_port`` picks below that range, checks it binds, and does
+    not give a process the same port twice (a port held by a socket is skipped)."""
+    import socket
+
+    from photon import free_port
+    from photon._service import FREE_PORTS, _ephemeral_low
+    if _ephemeral_low() <= FREE_PORTS[-1]:
+        pytest.skip(f"this machine's ephemeral ports start at {_ephemeral_low()}, inside {FREE_PORTS}")
+    held = []
+    try:
+        for _ in range(50):
+            s = socket.socket()
+            s.bind(("127.0.0.1", free_port()))
+            held.append(s)
+        ports = [s.getsockname()[1] for s in held]
+        assert len(set(ports)) == len(ports)
+        assert all(p in FREE_PORTS for p in ports)
+        more = [free_port() for _ in range(200)]          # none of them is one bound above, none repeats
+        assert not set(more) & set(ports) and len(set(more)) == len(more)
+    finally:
+        for s in held:
+            s.close()
