@@ -19,7 +19,7 @@ import orjson
 
 from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, LockHeld, fsync_path, hold_lock, write_atomic
 
-from dispatcher._state import apply_delta
+from dispatcher._state import apply_delta, snapshot_as_rows
 
 CHECKPOINT_FILE = "checkpoint.json"
 JOURNAL_PATTERN = "checkpoint.{}.log"
@@ -37,10 +37,12 @@ def dispatcher_dir(state_dir: str | Path) -> Path:
 
 def load_checkpoint(directory: Path) -> dict | None:
     """The last checkpoint (the snapshot with its journal's complete lines applied), or None when there is
-    none yet. A corrupt snapshot or a corrupt complete journal line raises (neither can be torn), because
-    resuming without them would re-read or lose events."""
+    none yet. Its events are rows (format 1, see :func:`snapshot_as_rows`) whatever format the snapshot file
+    holds: the deltas are applied to rows, each without converting the whole snapshot. A corrupt snapshot or a
+    corrupt complete journal line raises (neither can be torn), because resuming without them would re-read
+    or lose events; so does a snapshot of an unknown format."""
     try:
-        snapshot = orjson.loads((directory / CHECKPOINT_FILE).read_bytes())
+        snapshot = snapshot_as_rows(orjson.loads((directory / CHECKPOINT_FILE).read_bytes()))
     except FileNotFoundError:
         return None
     try:

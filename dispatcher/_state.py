@@ -43,7 +43,10 @@ from photon import (ID_KEY, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcom
                     LatencyHistogram, bad_id_positions, drop_at, is_event_id, map_marking,
                     parse_event_id, positions)
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
+"""The full snapshot (see :meth:`DispatcherState.snapshot`): 2 holds the unresolved events as columns, like a
+delta's events read since; 1 as rows (``[id, ref, raw, first_seen_us, attempts, [copy, ...]]``). Restoring and
+:func:`apply_delta` read both (see :func:`snapshot_events`) and refuse any other."""
 DELTA_FORMAT = 2
 """The journal's deltas (see :meth:`DispatcherState.delta`): 2 holds the events read since as columns, 1 (no
 ``"format"`` key) as rows like the snapshot's; :func:`apply_delta` reads both and refuses any other."""
@@ -496,19 +499,24 @@ class DispatcherState:
         return self._oldest.oldest_us(self._events)
 
     def snapshot(self, now_us: int) -> dict:
-        """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting)::
+        """The checkpoint: offsets plus every unresolved event (queued, in flight or waiting), the events as
+        columns in the order they were first read (like a delta's ``"added"``, see :meth:`delta`)::
 
-            {"format": 1, "written_at_us": int, "offsets": {file: offset},
-             "events": [[id, ref_id, raw_line, first_seen_us, attempts, [raw_of_later_copy, ...]], ...],
+            {"format": 2, "written_at_us": int, "offsets": {file: offset},
+             "events": {"ids": [id, ...], "refs": [ref_id, ...], "first_seen": [us, ...], "attempts": [int, ...],
+                        "raws": "line\\nline...",   # their raw lines joined by newlines (a list of lines if
+                                                    # one holds a newline)
+                        "dups": {id: [raw_of_later_copy, ...]}},   # those with later copies
              "recovered": [id, ...],     # unresolved ids read from the recovery stream (never dropped on a lookup)
              "counters": {name: int}, "join_latency_hist": {bucket: count}}
+
+        Format 1 (read by :func:`snapshot_events`) held a row per event instead; the columns are taken by
+        ``map`` in C and the lines decoded and written as one string.
         """
-        dups = self._dups
-        events = [[i, r[_REF], r[_RAW].decode(), r[_FIRST_SEEN], r[_ATTEMPTS],
-                   [d.decode() for d in dups[i]] if i in dups else []]
-                  for i, r in self._events.items()]
+        events = self._events
         return {"format": CHECKPOINT_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
-                "events": events, "recovered": sorted(self._recovered), "counters": dict(self.counters),
+                "events": _event_columns(list(events), list(events.values()), self._dups, events),
+                "recovered": sorted(self._recovered), "counters": dict(self.counters),
                 "join_latency_hist": self._latency_hist.to_json()}
 
     def delta(self, now_us: int) -> dict:
@@ -532,19 +540,11 @@ class DispatcherState:
         lines decoded and written as one string, instead of a list built and a line decoded per event
         (format 1, which :func:`apply_delta` still reads: see :func:`delta_events`).
         """
-        events, dups = self._events, self._dups
+        events = self._events
         ids = list(self._added)
-        recs = list(map(events.__getitem__, ids))
-        raws = b"\n".join(map(_GET_RAW, recs)).decode()
-        if ids and raws.count("\n") != len(ids) - 1:     # a line holding a newline: the lines one by one
-            raws = [r.decode() for r in map(_GET_RAW, recs)]
-        copies = ({i: [d.decode() for d in dups[i]] for i in dups.keys() & self._added.keys()}
-                  if dups else {})
         recovered = self._recovered
         delta = {"format": DELTA_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
-                 "added": {"ids": ids, "refs": list(map(_GET_REF, recs)), "raws": raws,
-                           "first_seen": list(map(_GET_FIRST_SEEN, recs)), "attempts": list(map(_GET_ATTEMPTS, recs)),
-                           "dups": copies},
+                 "added": _event_columns(ids, list(map(events.__getitem__, ids)), self._dups, self._added),
                  "recovered": list(filter(recovered.__contains__, ids)) if recovered else [],
                  "dup": [[i, d.decode()] for i, d in self._dup_added],
                  "sent": list(filter(events.__contains__, self._sent)), "gone": self._gone,
@@ -1012,10 +1012,9 @@ class DispatcherState:
             out.append(SendBatch(batch_id, [], [], []))
 
     def _restore(self, snap: dict) -> None:
-        if snap.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"dispatcher checkpoint format {snap.get('format')!r} is not {CHECKPOINT_FORMAT}")
+        rows = snapshot_events(snap)              # (either format; any other refused here)
         self.offsets = {str(k): int(v) for k, v in snap["offsets"].items()}
-        for cid, ref, raw, first_seen, attempts, dups in snap["events"]:
+        for cid, ref, raw, first_seen, attempts, dups in rows:
             if cid in self._events:
                 continue
             self._events[cid] = [ref, raw.encode(), int(first_seen), int(attempts)]
@@ -1033,12 +1032,14 @@ class DispatcherState:
 
 
 def apply_delta(snapshot: dict, delta: dict) -> dict:
-    """The checkpoint ``snapshot`` with ``delta`` (see :meth:`DispatcherState.delta`) applied, in place;
-    returns it. An id may be both "gone" (its earlier line, checkpointed before, was resolved) and added
-    (a later line of it read since): the added event is the one that stays. A delta of an unknown format is
-    refused before anything is applied."""
+    """The checkpoint ``snapshot`` with ``delta`` (see :meth:`DispatcherState.delta`) applied, in place, its
+    events kept in the snapshot's own format (rows for format 1, columns for 2); returns it. An id may be both
+    "gone" (its earlier line, checkpointed before, was resolved) and added (a later line of it read since): the
+    added event is the one that stays. A delta or snapshot of an unknown format is refused before anything is
+    applied. Applying many deltas, convert a snapshot to rows once first (:func:`snapshot_as_rows`)."""
     added = delta_events(delta)
-    events = {e[0]: e for e in snapshot["events"]}
+    rows = snapshot_events(snapshot)
+    events = {e[0]: e for e in rows}
     # "dup", "sent" and "gone" are about events checkpointed before; the added ones about events read since,
     # which may carry the id of one that was resolved meanwhile: so the old ones first, then the new ones
     for cid, raw in delta["dup"]:
@@ -1053,10 +1054,64 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
         events[e[0]] = e
     recovered = {i for i in snapshot.get("recovered", ()) if i in events}
     recovered.update(i for i in delta["recovered"] if i in events)
-    snapshot.update(events=list(events.values()), recovered=sorted(recovered), offsets=delta["offsets"],
-                    written_at_us=delta["written_at_us"], counters=delta["counters"],
+    rows = list(events.values())
+    snapshot.update(events=rows if snapshot.get("format") == 1 else _row_columns(rows), recovered=sorted(recovered),
+                    offsets=delta["offsets"], written_at_us=delta["written_at_us"], counters=delta["counters"],
                     join_latency_hist=delta["join_latency_hist"])
     return snapshot
+
+
+def _event_columns(ids: list[str], recs: list[list], dups: dict, among) -> dict:
+    """Events as a checkpoint's columns (a snapshot's ``"events"``, a delta's ``"added"``): ``recs`` the
+    records of ``ids``, ``dups`` the later copies of unresolved ids (those of ``among`` taken)."""
+    raws = b"\n".join(map(_GET_RAW, recs)).decode()
+    if ids and raws.count("\n") != len(ids) - 1:     # a line holding a newline: the lines one by one
+        raws = [r.decode() for r in map(_GET_RAW, recs)]
+    copies = {i: [d.decode() for d in c] for i, c in dups.items() if i in among} if dups else {}
+    return {"ids": ids, "refs": list(map(_GET_REF, recs)), "raws": raws,
+            "first_seen": list(map(_GET_FIRST_SEEN, recs)), "attempts": list(map(_GET_ATTEMPTS, recs)),
+            "dups": copies}
+
+
+def _row_columns(rows: list[list]) -> dict:
+    """Rows (``[id, ref, raw, first_seen_us, attempts, [copy, ...]]``, lines as text) as columns, exactly as
+    :func:`_event_columns` makes them from the same events."""
+    ids = list(map(itemgetter(0), rows))
+    raws = "\n".join(map(itemgetter(2), rows))
+    if ids and raws.count("\n") != len(ids) - 1:
+        raws = list(map(itemgetter(2), rows))
+    return {"ids": ids, "refs": list(map(itemgetter(1), rows)), "raws": raws,
+            "first_seen": list(map(itemgetter(3), rows)), "attempts": list(map(itemgetter(4), rows)),
+            "dups": {e[0]: e[5] for e in rows if e[5]}}
+
+
+def _column_rows(cols: dict) -> list[list]:
+    """Columns (a snapshot's ``"events"`` of format 2, a delta's ``"added"``) as rows."""
+    ids, raws, dups = cols["ids"], cols["raws"], cols["dups"]
+    if type(raws) is str:
+        raws = raws.split("\n") if ids else []
+    return [[i, ref, raw, seen, attempts, list(dups.get(i, ()))]
+            for i, ref, raw, seen, attempts in zip(ids, cols["refs"], raws, cols["first_seen"], cols["attempts"])]
+
+
+def snapshot_events(snapshot: dict) -> list[list]:
+    """A snapshot's unresolved events as rows (``[id, ref, raw, first_seen_us, attempts, [copy, ...]]``), from
+    either format (a new list for format 2, the snapshot's own for 1); a snapshot of another format is
+    refused."""
+    fmt = snapshot.get("format")
+    if fmt == 1:
+        return snapshot["events"]
+    if fmt != CHECKPOINT_FORMAT:
+        raise ValueError(f"dispatcher checkpoint format {fmt!r} is not 1 or {CHECKPOINT_FORMAT}")
+    return _column_rows(snapshot["events"])
+
+
+def snapshot_as_rows(snapshot: dict) -> dict:
+    """The snapshot with its events as rows (format 1: what :func:`apply_delta` applies deltas to fastest and
+    what restoring reads); the snapshot itself when it is in format 1 already."""
+    if snapshot.get("format") == 1:
+        return snapshot
+    return {**snapshot, "format": 1, "events": snapshot_events(snapshot)}
 
 
 def delta_events(delta: dict) -> list[list]:
@@ -1067,12 +1122,7 @@ def delta_events(delta: dict) -> list[list]:
         return delta["add"]
     if fmt != DELTA_FORMAT:
         raise ValueError(f"dispatcher checkpoint delta format {fmt!r} is not 1 or {DELTA_FORMAT}")
-    added = delta["added"]
-    ids, raws, dups = added["ids"], added["raws"], added["dups"]
-    if type(raws) is str:
-        raws = raws.split("\n") if ids else []
-    return [[i, ref, raw, seen, attempts, dups.get(i, [])]
-            for i, ref, raw, seen, attempts in zip(ids, added["refs"], raws, added["first_seen"], added["attempts"])]
+    return _column_rows(delta["added"])
 
 
 _FIELD_ERRORS = (KeyError, TypeError, IndexError)

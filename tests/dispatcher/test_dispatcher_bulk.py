@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher import DispatcherConfig, DispatcherState
-from dispatcher._state import ChunkRead, LinesRead, QuarantineRecords, TimePassed
+from dispatcher._state import ChunkRead, LinesRead, QuarantineRecords, TimePassed, snapshot_events
 from photon import JoinConfig, format_event_id, is_event_id
 
 FILE = "w0/clicks-1.jsonl"
@@ -133,6 +133,6 @@ def test_a_chunk_read_in_bulk_decides_each_line_as_read_alone(first, second, siz
     assert bulk == alone
     bad, events = _model(first_lines + second_lines)
     assert [raw for _, _, _, raw in bulk["quarantined"]] == bad[len(_model(first_lines)[0]):]
-    assert {e[0]: [e[1], e[2], e[5]] for e in bulk["snapshot"]["events"]} == events
-    assert [e[0] for e in bulk["snapshot"]["events"]] == list(events)
+    assert {e[0]: [e[1], e[2], e[5]] for e in snapshot_events(bulk["snapshot"])} == events
+    assert [e[0] for e in snapshot_events(bulk["snapshot"])] == list(events)
     assert bulk["oldest"] == (min(int(i[-16:]) for i in events) if events else 0)

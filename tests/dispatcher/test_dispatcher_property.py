@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, Outcome, QuarantineRecords, SendBatch,
-                               StopRequested, TimePassed, WriteUnjoinable, apply_delta)
+                               StopRequested, TimePassed, WriteUnjoinable, apply_delta,
+                               snapshot_events)
 from photon import JoinConfig, format_event_id
 
 FILE = "w0/clicks.jsonl"
@@ -102,7 +103,7 @@ class Harness:
     def check_conservation(self):
         s = self.core.statistics()
         snap = self.core.snapshot(self.now)
-        unresolved = sum(1 + len(e[5]) for e in snap["events"])
+        unresolved = sum(1 + len(e[5]) for e in snapshot_events(snap))
         # ALREADY_REGISTERED answers are counted in already_registered too
         resolved = s.joined + s.already_registered + s.unjoinable + s.bad_records
         assert resolved + unresolved == s.events_read, (s, unresolved)

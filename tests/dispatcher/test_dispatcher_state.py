@@ -8,7 +8,7 @@ from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, QuarantineRecords, SendBatch,
                                StopRequested, TimePassed, WriteUnjoinable, apply_delta, backoff_table_us, delta_events,
-                               percentiles_ms)
+                               percentiles_ms, snapshot_events)
 from photon import FakeClock, JoinConfig, Outcome, format_event_id, id_timestamp_us
 
 S = 1_000_000
@@ -253,7 +253,7 @@ def test_a_lost_answer_resolves_the_event_as_lost_never_retried_nor_a_prevented_
     assert st.unresolved_ids() == set() and st.next_due_us() is None
     [cp] = of(saved.take(st.handle(TimePassed(clock.advance(S)))), Checkpoint)
     assert sorted(cp.delta["gone"]) == [cid(1), cid(2)]  # (in any order) both were in the first (full) checkpoint
-    assert saved.snap["events"] == [] and saved.snap["counters"]["lost"] == 1
+    assert snapshot_events(saved.snap) == [] and saved.snap["counters"]["lost"] == 1
 
 
 def test_a_duplicate_of_an_unresolved_id_is_not_sent_and_is_resolved_with_it():
@@ -311,7 +311,7 @@ def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     cmds = saved.take(st.handle(LinesRead([ch], t0)))
     b1, b2 = of(cmds, SendBatch)
     [cp] = of(cmds, Checkpoint)                 # the first one is full
-    assert len(cp.snapshot["events"]) == 6 and cp.snapshot["offsets"] == {"w0/clicks-1.jsonl": ch.end}
+    assert len(snapshot_events(cp.snapshot)) == 6 and cp.snapshot["offsets"] == {"w0/clicks-1.jsonl": ch.end}
     clock.advance(S)
     cmds = saved.take(st.handle(JoinAnswered(b1.batch_id, [Outcome.JOINED, Outcome.NOT_FOUND], clock.now_us())))
     [b3] = of(cmds, SendBatch)  # ids 3, 4 in b2 still in flight, 2 waits for a retry, 5, 6 now in b3
@@ -319,8 +319,8 @@ def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     assert cp.snapshot is None and delta_events(cp.delta) == [] and cp.delta["gone"] == [cid(1)]
     assert sorted(cp.delta["sent"]) == [cid(5), cid(6)]
     snap = saved.snap  # what the files hold
-    assert snap["format"] == 1 and snap["written_at_us"] == clock.now_us()
-    events = {e[0]: e for e in snap["events"]}
+    assert snap["format"] == 2 and snap["written_at_us"] == clock.now_us()
+    events = {e[0]: e for e in snapshot_events(snap)}
     assert set(events) == {cid(i) for i in range(2, 7)}
     assert events[cid(2)] == [cid(2), qid(2), line(2).decode(), t0, 1, []]
     assert events[cid(6)] == [cid(6), qid(6), line(6).decode(), t0, 1, [line(6).decode()]]
@@ -338,7 +338,7 @@ def test_checkpoint_keeps_every_unresolved_event_and_resume_sends_them_again():
     s = resumed.statistics()
     assert (s.joined, s.wasted_joins, s.already_registered) == (2, 4, 5)
     assert resumed.unresolved_ids() == set()
-    assert of(resumed.handle(StopRequested(clock.advance(1))), Checkpoint)[0].snapshot["events"] == []
+    assert of(resumed.handle(StopRequested(clock.advance(1))), Checkpoint)[0].snapshot["events"]["ids"] == []
 
 
 def test_checkpoints_come_at_most_once_per_interval():
@@ -356,14 +356,14 @@ def test_a_delta_holds_only_what_changed_and_events_resolved_between_checkpoints
     saved = Saved()
     lines = [line(i) for i in range(1, 20_001)]                 # 20,000 unresolved: the first checkpoint
     cmds = saved.take(st.handle(LinesRead([chunk(lines)], clock.now_us())))
-    assert len(of(cmds, Checkpoint)[0].snapshot["events"]) == 20_000
+    assert len(snapshot_events(of(cmds, Checkpoint)[0].snapshot)) == 20_000
     [send] = of(cmds, SendBatch)
     # a new click read, sent and joined before the next checkpoint, one old one joined: neither is rewritten
     cmds = saved.take(st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * 10, clock.advance(S))))
     [cp] = of(cmds, Checkpoint)
     assert (cp.snapshot, delta_events(cp.delta), len(cp.delta["gone"]), len(cp.delta["sent"])) == (None, [], 10, 10)
     assert len(orjson.dumps(cp.delta)) < 2_000
-    assert len(saved.snap["events"]) == 19_990
+    assert len(snapshot_events(saved.snap)) == 19_990
     [send] = of(cmds, SendBatch)
     cmds = saved.take(st.handle(LinesRead([chunk([line(30_000), line(30_000, extra=1)], start=10**7)],
                                           clock.now_us()),
@@ -726,8 +726,8 @@ def test_a_delta_of_an_id_resolved_and_read_again_keeps_the_new_event():
     cmds = st.handle(JoinAnswered(send.batch_id, [Outcome.JOINED], clock.advance(1_000)),
                      LinesRead([chunk([line(1, extra=1)], start=500)], clock.advance(1_000)))
     saved.take(cmds + st.handle(TimePassed(clock.advance(S))))
-    assert [e[0] for e in saved.snap["events"]] == [cid(1)] == list(st.unresolved_ids())
-    assert saved.snap["events"][0][2] == line(1, extra=1).decode()
+    assert [e[0] for e in snapshot_events(saved.snap)] == [cid(1)] == list(st.unresolved_ids())
+    assert snapshot_events(saved.snap)[0][2] == line(1, extra=1).decode()
 
 
 @pytest.mark.timeout(10)
