@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import eq, gt, itemgetter, ne, not_, or_
+from operator import eq, gt, is_not, itemgetter, not_
 
 import orjson
 from tenacity import RetryCallState, wait_exponential
@@ -131,6 +131,7 @@ class DispatcherStatistics:
     share_leader_region: str = ""  # the registry leader's region, owning share_leader_fraction of the clicks ("": none)
 
 
+_MISSING = object()
 _HELD_KEY = itemgetter(0)
 _HELD_TIME = itemgetter(1)
 _HELD_ID = itemgetter(2)
@@ -237,9 +238,9 @@ class AheadOfStore:
                 out.extend(map(_HELD_ID, cut[0] if len(cut) == 1 else sorted(itertools.chain.from_iterable(cut))))
         if read_to is None:
             self._entries = 0
-        # a click held again after the time limit let it go may be in two runs: each released once
-        released = list(filter(since.__contains__, dict.fromkeys(out)))
-        deque(map(since.__delitem__, released), 0)
+        # a click held again after the time limit let it go may be in two runs: each released once (its
+        # first entry pops it from since, a second one finds it gone), and only those still held
+        released = list(compress(out, map(is_not, map(since.pop, out, repeat(_MISSING)), repeat(_MISSING))))
         if not since:
             self._runs.clear()
             self._entries = 0
@@ -253,9 +254,9 @@ class AheadOfStore:
         return expired
 
     def forget(self, ids) -> None:
+        """Drop ``ids`` (resolved; usually none of them held): a step per held one only."""
         since = self.since
-        for cid in ids:
-            since.pop(cid, None)
+        deque(map(since.__delitem__, since.keys() & ids), 0)
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -301,7 +302,6 @@ def percentiles_ms(samples_us, points=(50, 90, 99)) -> dict:
 _REF, _RAW, _FIRST_SEEN, _ATTEMPTS = range(4)  # fields of an unresolved event's record (a list)
 _GET_REF, _GET_RAW, _GET_FIRST_SEEN, _GET_ATTEMPTS = (itemgetter(_REF), itemgetter(_RAW), itemgetter(_FIRST_SEEN),
                                                       itemgetter(_ATTEMPTS))
-_MISSING = object()
 
 RECOVERY_FILE_PREFIX = "../"
 """Files of the recovery stream are named ``../<stream>-recovery/<file>`` (see ``_recovery.py``). Their clicks
@@ -920,10 +920,10 @@ class DispatcherState:
                     gone.append(cid)          # checkpointed before: the journal must say it is gone
         else:
             self._gone.extend(ids)            # (nothing added since the last checkpoint: all were in it)
-        # the rest are usually empty
+        # the rest are usually empty, and hold few of ids: a step per id found there, not per id
         if self._store_wait:
-            for cid in ids:
-                self._store_wait.pop(cid, None)
+            wait = self._store_wait
+            deque(map(wait.__delitem__, wait.keys() & ids), 0)
         if self._ahead_since:
             self._ahead.forget(ids)
         if self._unhold:
@@ -935,10 +935,10 @@ class DispatcherState:
                 if self._held.pop(cid, None) is not None:
                     self._held_again.discard(cid)
         if self._dups:
-            for cid in ids:
-                copies = self._dups.pop(cid, None)
-                if copies and dups_counter:
-                    self.counters[dups_counter] += len(copies)
+            dups = self._dups
+            copies = list(map(dups.pop, dups.keys() & ids))
+            if copies and dups_counter:
+                self.counters[dups_counter] += sum(map(len, copies))
 
     def _release_due(self, now: int) -> None:
         heap = self._retry
@@ -1163,13 +1163,17 @@ def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], l
 
 def _repeats(cids: list[str], events: dict) -> list[int]:
     """The positions in ``cids`` of ids unresolved already (in ``events``) or repeated from earlier in
-    ``cids``, increasing: found by ``map`` in C (usually none: one dict built and one check)."""
+    ``cids``, increasing: found by set operations in C over the chunk's ids (one dict built and one
+    intersection with the unresolved ids, the later copies as the positions no id starts at), with a step
+    only per repeat found, not one per id: a chunk holding one copy of an unresolved click is common."""
     n = len(cids)
     first = dict(zip(reversed(cids), range(n - 1, -1, -1)))   # id -> its first position
-    if len(first) == n and events.keys().isdisjoint(first):
-        return []
-    flags = list(map(or_, map(ne, map(first.__getitem__, cids), range(n)), map(events.__contains__, cids)))
-    return positions(flags, True)
+    unresolved = first.keys() & events.keys()                  # (iterates the smaller: the chunk's ids)
+    if len(first) == n:                                        # no id twice in the chunk
+        return sorted(map(first.__getitem__, unresolved)) if unresolved else []
+    later = set(range(n)).difference(first.values())           # the later copies within the chunk
+    later.update(map(first.__getitem__, unresolved))           # and the first line of each unresolved id
+    return sorted(later)
 
 
 class _OldestIds:

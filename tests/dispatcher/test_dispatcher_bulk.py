@@ -136,3 +136,25 @@ def test_a_chunk_read_in_bulk_decides_each_line_as_read_alone(first, second, siz
     assert {e[0]: [e[1], e[2], e[5]] for e in snapshot_events(bulk["snapshot"])} == events
     assert [e[0] for e in snapshot_events(bulk["snapshot"])] == list(events)
     assert bulk["oldest"] == (min(int(i[-16:]) for i in events) if events else 0)
+
+
+def _repeats_one_by_one(cids: list[str], events: dict) -> list[int]:
+    """Plainly: each position whose id is unresolved already or was seen earlier in the chunk."""
+    seen, out = set(), []
+    for k, cid in enumerate(cids):
+        if cid in events or cid in seen:
+            out.append(k)
+        seen.add(cid)
+    return out
+
+
+@settings(max_examples=500, deadline=None)
+@given(cids=st.lists(st.integers(0, 40), max_size=80), unresolved=st.sets(st.integers(0, 60), max_size=30),
+       filler=st.integers(0, 3000))
+def test_the_repeats_of_a_chunk_are_those_found_id_by_id(cids, unresolved, filler):
+    """``_repeats`` (set operations over the chunk) equals the id-by-id answer, with the unresolved ids fewer
+    or many more than the chunk's (the intersection iterates the smaller side)."""
+    from dispatcher._state import _repeats
+    ids = [f"10.0.0.1:1:{k:016d}" for k in cids]
+    events = dict.fromkeys([f"10.0.0.1:1:{k:016d}" for k in unresolved] + [f"10.0.0.9:9:{k:016d}" for k in range(filler)])
+    assert _repeats(ids, events) == _repeats_one_by_one(ids, events)
