@@ -41,7 +41,7 @@ from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, Join
 from dispatcher._share import RegionShare
 from photon import (ID_KEY, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig,
                     LatencyHistogram, bad_id_positions, drop_at, is_event_id, map_marking,
-                    parse_event_id, positions)
+                    parse_event_id)
 
 CHECKPOINT_FORMAT = 2
 """The full snapshot (see :meth:`DispatcherState.snapshot`): 2 holds the unresolved events as columns, like a
@@ -257,6 +257,22 @@ class AheadOfStore:
         """Drop ``ids`` (resolved; usually none of them held): a step per held one only."""
         since = self.since
         deque(map(since.__delitem__, since.keys() & ids), 0)
+
+
+class _PositionDigits(dict):
+    """The event store's position per query key as an id's time digits (:func:`time_text`): ``read_to``'s time
+    for the key, else ``through_us``; each key's made the first time it is asked (``__getitem__`` in C finds
+    the others), so a check of many clicks slices no key set beforehand."""
+
+    __slots__ = ("_read_to", "_through_us")
+
+    def __init__(self, read_to: dict[str, int], through_us: int) -> None:
+        super().__init__()
+        self._read_to, self._through_us = read_to, through_us
+
+    def __missing__(self, key: str) -> str:
+        digits = self[key] = time_text(self._read_to.get(key, self._through_us))
+        return digits
 
 
 _COUNTERS = ("events_read", "joined", "wasted_joins", "already_registered", "unjoinable", "lost",
@@ -830,20 +846,19 @@ class DispatcherState:
 
         In bulk: the query keys and times sliced and compared by ``map`` in C. Returns the others, in order."""
         refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
-        keys, times = list(map(ID_KEY, refs)), list(map(ID_TIME_DIGITS, refs))
-        read_to, through = self._store_read_to, self._store_through_us
-        limits = {key: time_text(read_to.get(key, through)) for key in set(keys)}   # as digits: no int() per click
-        ahead = list(map(gt, times, map(limits.__getitem__, keys)))
+        limits = _PositionDigits(self._store_read_to, self._store_through_us)   # as digits: no int() per click
+        ahead = list(map(gt, map(ID_TIME_DIGITS, refs), map(limits.__getitem__, map(ID_KEY, refs))))
         unhold = self._unhold
         if unhold:                              # once without the check: those go whatever their time
-            free = [cid in unhold for cid in cids]
+            free = list(map(unhold.__contains__, cids))
             unhold.difference_update(cids)
             ahead = list(map(gt, ahead, free))  # (ahead and not free)
-        at = positions(ahead, True)
-        if not at:
+        held = ahead.count(True)
+        if not held:
             return cids
-        self._ahead.hold(list(compress(keys, ahead)), list(compress(times, ahead)), list(compress(cids, ahead)), now)
-        self.counters["held_for_store"] += len(at)
+        refs = list(compress(refs, ahead))     # (keys and digits kept only for the clicks held)
+        self._ahead.hold(list(map(ID_KEY, refs)), list(map(ID_TIME_DIGITS, refs)), list(compress(cids, ahead)), now)
+        self.counters["held_for_store"] += held
         self._ahead.rebuild_if_outgrown(self._ref_of)
         return list(compress(cids, map(not_, ahead)))   # (usually most are held: no step per held click)
 

@@ -244,3 +244,51 @@ def test_in_the_core_held_clicks_are_ahead_of_the_store_and_each_joined_once(ste
                 take(core.handle(JoinAnswered(send.batch_id, [Outcome.JOINED] * len(send.ids), clock.advance(1_000))))
             check()
     assert sorted(joined) == sorted(set(joined))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clicks=st.lists(st.tuples(st.integers(0, 2), st.integers(-3, 40)), min_size=1, max_size=40),
+       read_to=st.dictionaries(st.integers(0, 3), st.integers(-5, 45), max_size=4),
+       through=st.integers(-5, 45), far=st.sampled_from([None, "before", "after"]),
+       unhold=st.lists(st.integers(0, 39), max_size=10))
+def test_the_check_of_clicks_against_the_stores_position_holds_what_a_click_by_click_check_holds(
+        clicks, read_to, through, far, unhold):
+    """``_not_ahead`` (one pass in C over the clicks' query keys and time digits, each key's position made
+    once) holds, returns and counts exactly what a plain check click by click does: a click is held iff its
+    query's time is past the position of its query's key (``through`` for a key not named) and it is not
+    one let go by the time limit (those go once without the check)."""
+    clock = FakeClock()
+    core = state(batch_size=1, max_in_flight=1)
+    lines = [orjson.dumps({"click_id": format_event_id("10.0.0.1", 1, START + 100 + k),
+                           "query_id": format_event_id(*KEYS[key], START + 10 + t)}) for k, (key, t) in enumerate(clicks)]
+    core.handle(LinesRead([chunk(lines)], clock.now_us()))
+    cids = [orjson.loads(ln)["click_id"] for ln in lines]
+    key_names = [f"{ip}:{pid}" for ip, pid in KEYS] + ["10.0.0.9:9"]
+    position = {key_names[k]: START + 10 + t for k, t in read_to.items()}
+    through_us = START + 10 + through
+    if far == "before":
+        through_us = -1                           # before every id's time: all of the key's clicks ahead
+    elif far == "after":
+        through_us = 10 ** TIMESTAMP_DIGITS       # past every id's time: none ahead
+    core._store_read_to, core._store_through_us = position, through_us
+    free = {cids[k] for k in unhold if k < len(cids)}
+    core._unhold = set(free)
+    held_before = dict(core._ahead_since)
+    counted = core.counters["held_for_store"]
+    now = clock.advance(5)
+
+    expected_held = []
+    for cid in cids:
+        key, t = key_and_time(core._events[cid][0])
+        if t > position.get(key, through_us) and cid not in free:
+            expected_held.append(cid)
+    got = core._not_ahead(list(cids), now)
+
+    assert got == [c for c in cids if c not in expected_held]
+    assert list(core._ahead_since) == list(held_before) + expected_held
+    assert all(core._ahead_since[c] == now for c in expected_held)
+    assert core.counters["held_for_store"] == counted + len(expected_held)
+    assert core._unhold == set()
+    # the hold keeps each held click under its query's key and time: released by the key's position
+    released = core._ahead.release({}, 10 ** TIMESTAMP_DIGITS - 1)
+    assert sorted(released) == sorted(set(held_before) | set(expected_held))
