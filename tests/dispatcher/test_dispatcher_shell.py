@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from dispatcher import DispatcherLocked, DispatcherStatistics, read_status, serve
+from dispatcher._state import snapshot_events
 from photon import wait_until
 from dispatcher_fakes import FakeJoinerClient, FakeJoinService, FakeRegistry
 from dispatcher_helpers import (append, append_lines, click_id, click_line, config, query_id,
@@ -97,7 +98,7 @@ def test_restart_resumes_from_the_checkpoint_without_joining_twice(tmp_path, ser
     wait_until(lambda: d.statistics().in_flight > 0, 10, message="events in flight")
     d.stop()
     snap = orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
-    assert len(snap["events"]) == 300 and snap["offsets"] == {"c.jsonl": f.stat().st_size}
+    assert snap["format"] == 2 and len(snapshot_events(snap)) == 300 and snap["offsets"] == {"c.jsonl": f.stat().st_size}
     service.hold.set()  # the held requests now join (as if answered after the dispatcher stopped)
     wait_until(lambda: len(service.joined) > 0, 10, message="held requests joined")
     d = start(cfg, service)
