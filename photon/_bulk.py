@@ -101,13 +101,15 @@ def bad_id_positions(joined: str) -> list[int]:
 
 ORJSON_MAX_DEPTH = 1024
 """The deepest nesting ``orjson.loads`` reads; a line nested deeper is not valid JSON to it."""
-_NUMBER_CLASSES = bytes(ord("0") if chr(b).isdigit() and b < 128 else ord("e") if b in b"eE"
-                        else ord("+") if b == ord("+") else ord(" ") for b in range(256))
-_BIG_EXPONENT = re.compile(rb"e\+?000")
-"""In a chunk's bytes mapped by :data:`_NUMBER_CLASSES`: an exponent of three digits or more."""
+_NUMBER_CLASSES = bytes(ord("0") if 48 <= b <= 57 else ord("e") if b in b"eE+" else ord(" ") for b in range(256))
+_BIG_EXPONENT = re.compile(rb"e000")
+"""In bytes mapped by :data:`_NUMBER_CLASSES` (digits to ``0``; ``e``, ``E`` and ``+`` to ``e``; the rest to a
+space): an exponent of three digits or more (``e400``, ``E+400``; ``e-400`` cannot overflow)."""
 _LONG_DIGITS = b"0" * 210
 """A number can overflow a double (which ``orjson.loads`` refuses: "number is infinity") only if its exponent
 has three digits or more, or it has at least 210 digits before its point (``10**209 * 10**99 < 1.79e308``)."""
+CHECK_WINDOW = 2048
+"""Lines checked together by :func:`_flagged`: their bytes joined (and mapped) stay in the CPU's cache."""
 _UTF8 = partial(str, encoding="utf-8")
 _deep_refused: bool | None = None
 
@@ -136,9 +138,13 @@ class StringFields:
         self.names = names
         unique = list(dict.fromkeys(names))
         attrs = {name: f"f{i}" for i, name in enumerate(unique)}
-        struct = msgspec.defstruct("Fields", [(attrs[n], str) for n in unique],
-                                   rename={attrs[n]: n for n in unique}, gc=False)
-        self._decode = msgspec.json.Decoder(struct).decode
+        try:
+            struct = msgspec.defstruct("Fields", [(attrs[n], str) for n in unique],
+                                       rename={attrs[n]: n for n in unique}, gc=False)
+        except ValueError:                  # a name msgspec cannot match (a quote, a backslash, a control
+            self._decode = None             # character in it): orjson reads every line
+        else:
+            self._decode = msgspec.json.Decoder(struct).decode
         self._get = attrgetter(*(attrs[n] for n in names))
         self._refused = (ValueError, RecursionError)    # (msgspec.DecodeError and UnicodeDecodeError are ValueErrors)
 
@@ -146,7 +152,7 @@ class StringFields:
         """``(values, missing)``: per line its field(s) or None, and the (increasing) positions of the Nones."""
         if not lines:
             return [], []
-        if not _bulk_safe(self._decode):
+        if self._decode is None or not _bulk_safe(self._decode):
             return self._by_orjson(lines)
         get, decode = self._get, self._decode
         values: list = []
@@ -196,30 +202,36 @@ class StringFields:
 
 def _flagged(lines: list[bytes]) -> list[int] | None:
     """The positions of lines that may hold what msgspec lets pass and orjson refuses (invalid UTF-8, a number
-    that overflows a double), increasing; None when more than one in sixteen are (then orjson reads them all)."""
-    blob = b"\n".join(lines)
+    that overflows a double), increasing; None when more than one in sixteen are (then orjson reads them all).
+    :data:`CHECK_WINDOW` lines at a time: their bytes joined by newlines, one ``isascii`` (a UTF-8 decode of
+    them only if some byte is not), one ``translate`` to :data:`_NUMBER_CLASSES` and two searches."""
     flagged: list[int] = []
-    if not blob.isascii():
-        try:
-            _UTF8(blob)
-        except UnicodeDecodeError:
-            flagged = map_marking(_UTF8, lines, UnicodeDecodeError)[1]
-    classes = blob.translate(_NUMBER_CLASSES)
-    if _BIG_EXPONENT.search(classes) is None and _LONG_DIGITS not in classes:
-        return flagged
-    starts = list(accumulate(map(len, lines), lambda at, n: at + n + 1, initial=0))
-    found = set(flagged)
     limit = len(lines) // 16 + 1
-    for match in _BIG_EXPONENT.finditer(classes):
-        found.add(bisect_right(starts, match.start()) - 1)
-        if len(found) > limit:
+    for lo in range(0, len(lines), CHECK_WINDOW):
+        part = lines[lo:lo + CHECK_WINDOW]
+        blob = b"\n".join(part)
+        if not blob.isascii():
+            try:
+                _UTF8(blob)
+            except UnicodeDecodeError:
+                flagged += [lo + k for k in map_marking(_UTF8, part, UnicodeDecodeError)[1]]
+        classes = blob.translate(_NUMBER_CLASSES)
+        if _BIG_EXPONENT.search(classes) is not None or _LONG_DIGITS in classes:
+            flagged = sorted(set(flagged).union(lo + k for k in _numbers_flagged(part, classes)))
+        if len(flagged) > limit:
             return None
+    return flagged
+
+
+def _numbers_flagged(lines: list[bytes], classes: bytes) -> list[int]:
+    """The positions of ``lines`` (whose bytes joined by newlines mapped are ``classes``) holding a long
+    exponent or a long run of digits."""
+    starts = list(accumulate(map(len, lines), lambda at, n: at + n + 1, initial=0))
+    found = {bisect_right(starts, m.start()) - 1 for m in _BIG_EXPONENT.finditer(classes)}
     at = classes.find(_LONG_DIGITS)
     while at >= 0:
         k = bisect_right(starts, at) - 1
         found.add(k)
-        if len(found) > limit:
-            return None
         at = classes.find(_LONG_DIGITS, starts[k + 1])
     return sorted(found)
 
