@@ -32,6 +32,8 @@ from itertools import compress, repeat
 from operator import eq, gt, itemgetter, ne, not_, or_
 
 import orjson
+import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
+                    # loaded, with this room, before it forks the service)
 from tenacity import RetryCallState, wait_exponential
 
 from dispatcher._messages import ChunkRead  # noqa: F401  (re-exported with the core's other messages)

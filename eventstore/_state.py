@@ -15,6 +15,8 @@ from itertools import accumulate, compress, islice, repeat
 from operator import add, lt, not_
 
 import cachetools
+import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
+                    # loaded, with this room, before it forks the service)
 
 from photon import (ID_LINES, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, bad_id_positions, drop_at,
                     is_event_id, parse_event_id, parse_record, positions, string_fields)
