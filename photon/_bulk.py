@@ -120,7 +120,7 @@ class StringFields:
     a JSON object (to orjson) whose fields ``names`` are all strings, else None.
 
     A line is decoded by msgspec into a struct of those fields alone (no dict, no objects for the other
-    fields: about a third of ``orjson.loads``' time on a 110-byte line), one C ``map`` over the chunk. msgspec
+    fields: a quarter to a half of ``orjson.loads``' time on a 110-byte line), one C ``map`` over the chunk. msgspec
     validates less than orjson in what it skips: it does not check UTF-8 in the strings it skips, nor that a
     number it skips fits in a double, and it reads as deep as the interpreter's recursion limit allows. So the
     lines it reads are checked in bulk, over the chunk's bytes joined once (an ``isascii`` scan, a UTF-8
