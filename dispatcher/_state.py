@@ -32,6 +32,8 @@ from itertools import compress, repeat
 from operator import eq, gt, is_not, itemgetter, not_
 
 import orjson
+import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
+                    # loaded, with this room, before it forks the service)
 from tenacity import RetryCallState, wait_exponential
 
 from dispatcher._messages import ChunkRead  # noqa: F401  (re-exported with the core's other messages)
@@ -40,8 +42,7 @@ from dispatcher._messages import (Checkpoint, Command, Event, JoinAnswered, Join
                                   TimePassed, WriteUnjoinable)
 from dispatcher._share import RegionShare
 from photon import (ID_KEY, ID_TIME_DIGITS, TIMESTAMP_DIGITS, BadEventId, Outcome, DispatcherConfig, JoinConfig,
-                    LatencyHistogram, bad_id_positions, drop_at, is_event_id, map_marking,
-                    parse_event_id)
+                    LatencyHistogram, bad_id_positions, drop_at, is_event_id, parse_event_id, string_fields)
 
 CHECKPOINT_FORMAT = 2
 """The full snapshot (see :meth:`DispatcherState.snapshot`): 2 holds the unresolved events as columns, like a
@@ -1140,38 +1141,29 @@ def delta_events(delta: dict) -> list[list]:
     return _column_rows(delta["added"])
 
 
-_FIELD_ERRORS = (KeyError, TypeError, IndexError)
-
-
 def _chunk_fields(lines: list[bytes], idf: str, reff: str) -> tuple[list[str], list[str], list[int]]:
     """The ids (``idf``) and refs (``reff``) of the lines that are JSON objects whose two fields are
     well-formed Photon ids, in order, and the (increasing) indices of the other lines, which the caller
-    takes one by one to name their problem. In bulk: the lines parsed and the two fields taken by ``map``
-    in C, and each list of ids checked by one regular-expression pass over them joined by newlines; a step
-    per bad line, not per line."""
-    recs, bad = map_marking(orjson.loads, lines, orjson.JSONDecodeError)
-    pairs, failed = map_marking(itemgetter(idf, reff), recs, _FIELD_ERRORS)
-    if failed:
-        kept = drop_at(range(len(lines)), bad) if bad else range(len(lines))
-        bad = sorted(bad + [kept[p] for p in failed])
+    takes one by one to name their problem. In bulk: the two fields read by :class:`photon.StringFields`
+    (msgspec over the chunk, with ``orjson.loads``' outcome per line), and each list of ids checked by one
+    regular-expression pass over them joined by newlines; a step per bad line, not per line."""
+    pairs, bad = string_fields(idf, reff).read(lines)
+    if bad:
+        pairs = drop_at(pairs, bad)
     if not pairs:
         return [], [], bad
     cids, refs = map(list, zip(*pairs))
     n = len(cids) - 1
-    try:
-        joined_ids, joined_refs = "\n".join(cids), "\n".join(refs)
-    except TypeError:                         # a field not a string: each pair looked at
-        joined_ids = joined_refs = None
-    if joined_ids is not None and joined_ids.count("\n") == n and joined_refs.count("\n") == n:
+    joined_ids, joined_refs = "\n".join(cids), "\n".join(refs)
+    if joined_ids.count("\n") == n and joined_refs.count("\n") == n:
         wrong = bad_id_positions(joined_ids)       # one pass over each, stopping only at bad ids
         wrong_refs = bad_id_positions(joined_refs)
         if wrong_refs:
             wrong = sorted(set(wrong).union(wrong_refs))
         if not wrong:
             return cids, refs, bad
-    else:                                     # (an id holding a newline, or not a string)
-        wrong = [k for k, (cid, ref) in enumerate(pairs)
-                 if type(cid) is not str or type(ref) is not str or not (is_event_id(cid) and is_event_id(ref))]
+    else:                                     # (an id holding a newline)
+        wrong = [k for k, (cid, ref) in enumerate(pairs) if not (is_event_id(cid) and is_event_id(ref))]
     kept = drop_at(range(len(lines)), bad) if bad else range(len(lines))
     return drop_at(cids, wrong), drop_at(refs, wrong), sorted(bad + [kept[p] for p in wrong])
 

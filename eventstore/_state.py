@@ -12,13 +12,14 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate, compress, islice, repeat
-from operator import add, itemgetter, lt, not_
+from operator import add, lt, not_
 
 import cachetools
-import orjson
+import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
+                    # loaded, with this room, before it forks the service)
 
 from photon import (ID_LINES, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, bad_id_positions, drop_at,
-                    is_event_id, map_marking, parse_event_id, parse_record, positions)
+                    is_event_id, parse_event_id, parse_record, positions, string_fields)
 
 from eventstore._packed import packed_times
 
@@ -491,24 +492,15 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
 
 def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:
     """The well-formed string ids in ``id_field`` of the lines that are JSON objects with one, in order,
-    :func:`split_photon_ids` of them if it holds, and the indices of the other lines, increasing: one
-    ``orjson.loads`` per line and one regular-expression pass over all ids, in bulk. The lines kept are
-    not listed: they are all the others (a step per bad line, not per line)."""
-    bad: list[int] = []
-    events, failed = map_marking(orjson.loads, lines, orjson.JSONDecodeError)
-    if failed:
-        bad = failed                                    # (positions in lines: every line's own)
-    ids, failed = map_marking(itemgetter(id_field), events, (KeyError, TypeError, IndexError))
-    if failed:
-        bad = _with(bad, failed)
+    :func:`split_photon_ids` of them if it holds, and the indices of the other lines, increasing: the ids
+    read by :class:`photon.StringFields` (msgspec, with ``orjson.loads``' outcome per line) and one
+    regular-expression pass over all ids, in bulk. The lines kept are not listed: they are all the others
+    (a step per bad line, not per line)."""
+    ids, bad = string_fields(id_field).read(lines)
+    if bad:
+        ids = drop_at(ids, bad)                         # (positions in lines: every line's own)
     if not ids:
         return [], None, bad
-    if set(map(type, ids)) != {str}:
-        keep = [type(i) is str for i in ids]
-        bad = _with(bad, list(compress(range(len(ids)), map(not_, keep))))
-        ids = list(compress(ids, keep))
-        if not ids:
-            return [], None, bad
     joined = "\n".join(ids)
     if joined.count("\n") != len(ids) - 1:                   # an id holding a newline: one by one
         keep = [bool(is_event_id(i)) for i in ids]

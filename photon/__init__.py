@@ -18,6 +18,7 @@ _WHERE = {
     "parse_config": "_config", "recovery_stream": "_config",
     "LatencyHistogram": "_histogram",
     "ID_LINES": "_bulk", "all_event_ids": "_bulk", "bad_id_positions": "_bulk", "drop_at": "_bulk", "map_marking": "_bulk", "positions": "_bulk",
+    "StringFields": "_bulk", "string_fields": "_bulk",
     "ID_REGEX": "_ids", "TIME_FORMATS": "_ids", "TIMESTAMP_DIGITS": "_ids", "BadEventId": "_ids",
     "EventId": "_ids", "EventIds": "_ids", "IdGenerator": "_ids", "custom_key": "_ids", "format_event_id": "_ids",
     "ID_KEY": "_ids", "ID_TIME_DIGITS": "_ids", "key_and_time": "_ids", "id_timestamp_us": "_ids", "is_event_id": "_ids", "key_id": "_ids", "parse_event_id": "_ids",
@@ -60,7 +61,8 @@ if TYPE_CHECKING:
                                 PhotonConfig, RegionConfig, RegistryConfig, S3Config, InputConfig, SparkConfig, VerifyConfig, describe_options, load_config,
                                 check_config, parse_config, recovery_stream)
     from photon._histogram import LatencyHistogram
-    from photon._bulk import ID_LINES, all_event_ids, bad_id_positions, drop_at, map_marking, positions
+    from photon._bulk import (ID_LINES, StringFields, all_event_ids, bad_id_positions, drop_at, map_marking, positions,
+                              string_fields)
     from photon._ids import (ID_REGEX, TIME_FORMATS, TIMESTAMP_DIGITS, BadEventId, EventId, EventIds, IdGenerator, custom_key,
                              ID_KEY, ID_TIME_DIGITS, format_event_id, id_timestamp_us, is_event_id, key_and_time, key_id,
                              parse_event_id, parse_event_time,
@@ -92,6 +94,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 __all__ = [
     "lazy_exports",
     "ID_LINES", "all_event_ids", "bad_id_positions", "drop_at", "map_marking", "positions", "oldest_first",
+    "StringFields", "string_fields",
     "OUTCOMES", "Outcome", "recovery_stream", "MetricKinds", "histogram_quantile", "NamedHTTPSConnection", "scrape", "serve_metrics", "TlsFiles", "raft_password", "raft_secret", "secret_fingerprint", "tls_env", "tls_files", "tls_paths", "use_tls", "REGION_PORT_SPAN", "REGION_PORTS", "ProcessSpec", "region_ports", "remembered_ports", "ports_written_once", "BadEventId", "ID_REGEX", "Clock", "bind_port", "free_port", "ConfigError", "DispatcherConfig", "EventId", "EventStoreConfig", "FakeClock",
     "IdGenerator", "JoinConfig", "LatencyHistogram", "JoinerConfig", "LogChunk", "LogTailer", "PhotonConfig", "Quarantine",
     "RegionConfig", "RegistryConfig", "SparkConfig", "VerifyConfig", "S3Config", "InputConfig", "Location", "ObjectGone", "ObjectInfo", "SourceError",

@@ -4,12 +4,14 @@ and the same oldest unresolved time, whatever mix of good lines, bad lines and c
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import ChunkRead, LinesRead, QuarantineRecords, TimePassed, snapshot_events
-from photon import JoinConfig, format_event_id, is_event_id
+from photon import BadEventId, JoinConfig, format_event_id, is_event_id, parse_event_id
+from tests.json_lines import json_line, odd_lines, production_recursion_limit
 
 FILE = "w0/clicks-1.jsonl"
 T0 = 1_763_712_000_000_000
@@ -122,12 +124,14 @@ def test_a_chunk_read_in_bulk_decides_each_line_as_read_alone(first, second, siz
         core = _core()
         now = T0
         chunks, end = _chunks(first_lines, [len(first_lines)], 0)   # some ids unresolved (and checkpointed) before
-        core.handle(LinesRead(chunks, now), TimePassed(now))
+        with production_recursion_limit():                         # (Hypothesis raises it: see tests/json_lines.py)
+            core.handle(LinesRead(chunks, now), TimePassed(now))
         now += 1_000_000                                             # (past the checkpoint interval)
         core.handle(TimePassed(now))
         now += 1_000
         chunks, _ = _chunks(second_lines, [1] * len(second_lines) if per_line else sizes * len(second_lines), end)
-        out = core.handle(LinesRead(chunks, now))
+        with production_recursion_limit():
+            out = core.handle(LinesRead(chunks, now))
         seen.append(_observe(core, out, now))
     bulk, alone = seen
     assert bulk == alone
@@ -158,3 +162,77 @@ def test_the_repeats_of_a_chunk_are_those_found_id_by_id(cids, unresolved, fille
     ids = [f"10.0.0.1:1:{k:016d}" for k in cids]
     events = dict.fromkeys([f"10.0.0.1:1:{k:016d}" for k in unresolved] + [f"10.0.0.9:9:{k:016d}" for k in range(filler)])
     assert _repeats(ids, events) == _repeats_one_by_one(ids, events)
+
+
+# ---- lines on which msgspec (the bulk reading of the two fields) and orjson differ -----------------------
+
+def _problem(raw: bytes) -> str | None:
+    """Why the dispatcher quarantines a line read alone with orjson (its reason text), or None for a good one."""
+    try:
+        rec = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        return f"not valid JSON: {e}"
+    if type(rec) is not dict:
+        return f"not a JSON object but {type(rec).__name__}"
+    for name in ("click_id", "query_id"):
+        value = rec.get(name)
+        if value is None:
+            return f"missing field {name!r}"
+        if type(value) is not str:
+            return f"field {name!r} is {type(value).__name__}, not a string"
+    for name in ("click_id", "query_id"):
+        try:
+            parse_event_id(rec[name])
+        except BadEventId as e:
+            return str(e)
+    return None
+
+
+@st.composite
+def _odd_chunk(draw) -> list[bytes]:
+    n = draw(st.integers(1, 50))
+    out = []
+    for k in range(n):
+        good = cid(k)                               # (the ref field holds a well-formed id too: the same text)
+        field, other = draw(st.sampled_from([("click_id", "query_id"), ("query_id", "click_id")]))
+        out.append(draw(json_line(field, good, other)))
+    return out
+
+
+def _read(lines: list[bytes], sizes: list[int]) -> dict:
+    core = _core()
+    chunks, _ = _chunks(lines, sizes * len(lines), 0)
+    with production_recursion_limit():
+        out = core.handle(LinesRead(chunks, T0))
+    return _observe(core, out, T0)
+
+
+@pytest.mark.timeout(240)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=_odd_chunk(), sizes=st.lists(st.integers(1, 60), min_size=1, max_size=4))
+def test_lines_msgspec_and_orjson_differ_on_are_read_as_orjson_reads_them(lines, sizes):
+    got = _read(lines, sizes)
+    offsets = []
+    pos = 0
+    for raw in lines:
+        offsets.append(pos)
+        pos += len(raw) + 1
+    want_bad = [(FILE, off, _problem(raw), raw) for off, raw in zip(offsets, lines) if _problem(raw) is not None]
+    assert [tuple(r) for r in got["quarantined"]] == want_bad
+    bad, events = _model(lines)
+    assert [raw for _, _, _, raw in got["quarantined"]] == bad
+    assert {e[0]: [e[1], e[2], e[5]] for e in snapshot_events(got["snapshot"])} == events
+    assert got == _read(lines, [1])                  # the same, one line per chunk
+
+
+@pytest.mark.timeout(60)
+def test_each_odd_line_among_good_ones_is_read_as_orjson_reads_it():
+    good = [_line("good", n) for n in range(3)]
+    odd = odd_lines("click_id", cid(1), "query_id") + odd_lines("query_id", cid(1), "click_id")
+    for line in odd:
+        lines = [good[0], line, good[2]]
+        got = _read(lines, [3])
+        bad, events = _model(lines)
+        assert [raw for _, _, _, raw in got["quarantined"]] == bad
+        assert [r[2] for r in got["quarantined"]] == [_problem(raw) for raw in bad]
+        assert {e[0]: [e[1], e[2], e[5]] for e in snapshot_events(got["snapshot"])} == events
