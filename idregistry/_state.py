@@ -68,6 +68,7 @@ from operator import and_, eq, itemgetter, lt
 from dataclasses import dataclass, field
 
 import mmh3
+import orjson
 
 from photon import ID_REGEX, BadEventId, all_event_ids, id_timestamp_us, is_event_id, parse_event_id
 
@@ -124,6 +125,55 @@ _BELOW_0X20 = bytes(range(0x20))
 TIMESTAMP_DIGITS = TIMESTAMP_SUFFIX - 1
 _PREFIX_OF = itemgetter(slice(None, -TIMESTAMP_SUFFIX))      # "<server_ip>:<process_id>" of an id
 _STAMP_OF = itemgetter(slice(-TIMESTAMP_DIGITS, None))       # the 16 digits
+
+
+_ID_TAIL = itemgetter(slice(-TIMESTAMP_SUFFIX, None))      # ":" and the 16 digits of an id
+_STAMP_FIRST_DIGITS = slice(1, None, TIMESTAMP_SUFFIX)       # in ids' tails joined: each timestamp's first digit
+
+
+def stamps_of_tails(tails: str) -> list[int]:
+    """The timestamps of well-formed ids whose tails (``:`` and 16 ASCII digits each) are joined in ``tails``,
+    parsed in one pass in C instead of one ``int()`` per id: read as one JSON array of integers when no
+    timestamp starts with ``0`` (a JSON number has no leading zero), else split and ``int()``-ed."""
+    if "0" not in tails[_STAMP_FIRST_DIGITS]:
+        return orjson.loads("[" + tails[1:].replace(":", ",") + "]")
+    return list(map(int, tails[1:].split(":")))
+
+
+def split_ids(ids) -> tuple[list[str], list[int]] | None:
+    """``(prefixes, timestamps)`` of ``ids`` (``<server_ip>:<process_id>`` and the time in us of each, in
+    order) when every one is well formed (``photon.is_event_id``), else None (then :func:`validate_ids` says
+    why). The check of :func:`check_ids` and the parse of :func:`split_id` over the whole batch at once: the
+    ids' tails are sliced and joined once for both, the timestamps parsed by :func:`stamps_of_tails`, the
+    prefix pattern matched once per distinct prefix (one per process)."""
+    n = len(ids)
+    if not n:
+        return [], []
+    try:
+        tails = "".join(map(_ID_TAIL, ids))
+    except TypeError:                     # an id that is not a str
+        return None
+    digits = tails.replace(":", "")
+    if (len(tails) != TIMESTAMP_SUFFIX * n or len(digits) != TIMESTAMP_DIGITS * n or not digits.isascii()
+            or not digits.isdigit() or tails[::TIMESTAMP_SUFFIX] != ":" * n):
+        return None
+    prefixes = list(map(_PREFIX_OF, ids))
+    first = prefixes[0]
+    match = _PREFIX_RE.match
+    if not all(match(prefix) is not None
+               for prefix in ((first,) if prefixes.count(first) == n else set(prefixes))):
+        return None
+    return prefixes, stamps_of_tails(tails)
+
+
+def split_checked(ids) -> tuple[list[str], list[int]]:
+    """:func:`split_ids`, raising :class:`photon.BadEventId` naming the first malformed id instead of
+    answering None."""
+    split = split_ids(ids)
+    if split is None:
+        validate_ids(ids)                 # raises with the precise reason
+        return list(map(_PREFIX_OF, ids)), list(map(int, map(_STAMP_OF, ids)))    # (never: the two agree)
+    return split
 
 
 def check_ids(ids) -> None:
@@ -199,8 +249,14 @@ def pack_ids(ids) -> tuple:
     run in C over the whole batch (``map``), not as a Python step per id."""
     if not ids:
         return ()
-    prefixes = list(map(_PREFIX_OF, ids))
-    stamps = array("q", map(int, map(_STAMP_OF, ids)))
+    return runs_of(list(map(_PREFIX_OF, ids)), stamps_of_tails("".join(map(_ID_TAIL, ids))))
+
+
+def runs_of(prefixes: list[str], stamps: list[int]) -> tuple:
+    """:func:`pack_ids` of ids given split (:func:`split_ids`)."""
+    if not prefixes:
+        return ()
+    stamps = array("q", stamps)
     first = prefixes[0]
     if prefixes.count(first) == len(prefixes):      # the usual batch: one process's ids
         return ((first, stamps.tobytes()),)
@@ -357,9 +413,15 @@ class _Run:
         from the first to the last incoming offset interleave with them; those and the incoming offsets are
         packed as 64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in
         C), the merged offsets checked strictly increasing (no incoming offset already held) in one pass
-        over 64-bit lanes (:func:`stamps_increase`), and that stretch of the run replaced by one slice
-        assignment per array. When some incoming offset is already held, or the host cannot use the lanes,
-        :meth:`_merge_each` decides offset by offset."""
+        over 64-bit lanes (:func:`stamps_increase`), and the run's arrays made again around that stretch
+        (slices and concatenations in C). When some incoming offset is already held, or the host cannot use the lanes,
+        :meth:`_merge_each` decides offset by offset.
+
+        Either way the run gets new arrays and the ones it had are left as they were: a lookup in another
+        thread (:meth:`holds`) reads the arrays it fetched across several C calls (a bisection, then a slice
+        or more bisections), and ids moved under it by an insertion in place could be read as absent. With
+        new arrays it decides on the run as it was before the merge or after it, never on a mix. (A copy of
+        the run costs a few microseconds per merge; the merges are a few hundred per million clicks.)"""
         m = len(offs)
         offsets = self.offsets
         if not m:
@@ -385,17 +447,18 @@ class _Run:
         memoryview(check).cast("I")[0::2] = halves[1::2]
         if not stamps_increase(check, n):
             return self._merge_each(offs, token)    # some incoming offset is held already
-        new_offsets = array("I", bytes(4 * n))
-        new_tokens = array("I", bytes(4 * n))
-        memoryview(new_offsets)[:] = halves[1::2]
-        memoryview(new_tokens)[:] = halves[0::2]
-        if self.shared:                             # a snapshot reads the old arrays: leave them alone
-            self.offsets = offsets[:p] + new_offsets + offsets[q:]
-            self.tokens = tokens[:p] + new_tokens + tokens[q:]
-            self.shared = False
-        else:                                       # one C-level slice assignment per array
-            offsets[p:q] = new_offsets
-            tokens[p:q] = new_tokens
+        merged_offsets = array("I", bytes(4 * n))
+        merged_tokens = array("I", bytes(4 * n))
+        memoryview(merged_offsets)[:] = halves[1::2]
+        memoryview(merged_tokens)[:] = halves[0::2]
+        new_offsets = offsets[:p]                   # new arrays: the held ones are never changed in place (below)
+        new_offsets += merged_offsets
+        new_offsets += offsets[q:]
+        new_tokens = tokens[:p]
+        new_tokens += merged_tokens
+        new_tokens += tokens[q:]
+        self.offsets, self.tokens = new_offsets, new_tokens
+        self.shared = False
         return bytearray(m), m
 
     def _merge_each(self, offs: array, token: int) -> tuple[bytearray, int]:
@@ -654,22 +717,25 @@ class ShardState:
     def lookup(self, ids) -> list[bool]:
         """Whether each id is held (ids below the GC boundary are reported absent); raises
         :class:`photon.BadEventId` naming the first malformed id."""
-        check_ids(ids)
-        return self.lookup_well_formed(ids)
+        return self.lookup_split(*split_checked(ids))
 
     def lookup_well_formed(self, ids) -> list[bool]:
-        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`), without a Python step per id:
-        the prefixes, timestamps and offsets are computed in C over the whole batch (``map``), then
-        the ids are taken in groups of consecutive ids of one process in one bucket (a request's ids come
-        sorted, so a writer's ids are one group; a group within one bucket needs no division per id) and
-        each group is decided by :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group
-        whose bucket or process is unknown is absent."""
-        n = len(ids)
+        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`)."""
+        if not ids:
+            return []
+        return self.lookup_split(list(map(_PREFIX_OF, ids)), stamps_of_tails("".join(map(_ID_TAIL, ids))))
+
+    def lookup_split(self, prefixes: list[str], stamps: list[int]) -> list[bool]:
+        """:meth:`lookup` of ids given as their prefixes and timestamps (:func:`split_ids`), without a
+        Python step per id: the ids are taken in groups of consecutive ids of one process in one bucket (a
+        request's ids come sorted, so a writer's ids are one group; a group within one bucket needs no
+        division per id), the offsets computed in C over each group (``map``), and each group decided by
+        :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group whose bucket or process
+        is unknown is absent."""
+        n = len(prefixes)
         if not n:
             return []
         width, boundary = self.bucket_us, self.gc_boundary_us
-        prefixes = list(map(_PREFIX_OF, ids))
-        stamps = list(map(int, map(_STAMP_OF, ids)))
         if prefixes.count(prefixes[0]) == n:            # one process's ids: one group per bucket
             runs = ((prefixes[0], n),)
         else:

@@ -131,14 +131,18 @@ class JoinBatch:
         them); an event it answers None for is built on its own."""
         if len(primaries) != len(self._refs):
             raise ValueError(f"{len(primaries)} lookup results for {len(self._refs)} primary ids")
-        found = dict(zip(self._refs, primaries))
         out, ref_ids = self._out, self._ref_ids
         if served_by is not None and len(set(served_by)) == 1:
             build, served_by = build[served_by[0]], None
-        if self.whole and out_all_pending(out):
+        whole = self.whole and out_all_pending(out)
+        if whole and len(self._refs) == self.n:     # every event its own primary: the answers in request order
             todo = range(self.n)
-            prims = list(map(found.__getitem__, ref_ids))
+            prims = list(primaries)
+        elif whole:
+            todo = range(self.n)
+            prims = list(map(dict(zip(self._refs, primaries)).__getitem__, ref_ids))
         else:
+            found = dict(zip(self._refs, primaries))
             todo = [i for i in self._first if out[i] == _PENDING]
             prims = list(map(found.__getitem__, map(ref_ids.__getitem__, todo)))
         if None in prims:

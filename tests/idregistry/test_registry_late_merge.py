@@ -1,6 +1,6 @@
 """Late ids (a writer's clicks committed after newer ones of the same writer) merged into a run in bulk
 (``_Run.merge_sorted``) decide and store exactly as inserting them one by one would, never change arrays a
-snapshot still reads, and leave lookups, tokens and GC as the plain model says. No cluster needed."""
+snapshot or a lookup in another thread still reads, and leave lookups, tokens and GC as the plain model says. No cluster needed."""
 from __future__ import annotations
 
 import pickle
@@ -67,9 +67,11 @@ def test_merge_sorted_decides_and_stores_as_inserting_one_by_one(held, tokens_dr
             run.shared = False
             frozen.clear()
         offs = sorted(offs)
+        fetched = (run.offsets, run.offsets.tolist())                  # as a lookup in another thread holds it
         want = _one_by_one(model, offs, token)
         results, added = run.merge_sorted(array("I", offs), token)
         assert (bytes(results), added) == want
+        assert fetched[0].tolist() == fetched[1]                      # never changed under that lookup
         assert run.offsets.tolist() == sorted(model)
         assert run.token_array().tolist() == [model[o] for o in sorted(model)]
         assert all(run.find(o) == i for i, o in enumerate(sorted(model)))
@@ -78,12 +80,22 @@ def test_merge_sorted_decides_and_stores_as_inserting_one_by_one(held, tokens_dr
             assert tokens is None or tokens[:n].tolist() == then_tokens
 
 
-def test_a_late_batch_is_merged_in_place_unless_a_snapshot_reads_the_run():
+def test_a_late_batch_leaves_the_arrays_a_lookup_fetched_as_they_were():
+    """A lookup in another thread reads the arrays it fetched over several C calls (a bisection, then a slice
+    of the stretch it found): a merge must not move ids under it, or a held id reads absent. So a merge
+    makes new arrays whether or not a snapshot reads the run, and the fetched ones keep the run as it was."""
     run = _run_of({o: 1 for o in range(0, 100, 2)}, False)
     offsets, tokens = run.offsets, run.tokens
+    before = offsets.tolist(), tokens.tolist()
+    assert run.holds([50, 52, 98]) == [True, True, True]
     assert run.merge_sorted(array("I", [51, 53, 200]), 2) == (bytearray(3), 3)
-    assert run.offsets is offsets and run.tokens is tokens            # no snapshot: the arrays stay
+    assert (offsets.tolist(), tokens.tolist()) == before              # what a lookup under way reads
+    assert run.offsets is not offsets and run.tokens is not tokens
     assert run.offsets[25:28].tolist() == [50, 51, 52] and run.tokens[25:28].tolist() == [1, 2, 1]
+    # the old arrays, read as a lookup that had bisected them before the merge would go on reading them
+    lo = 25                                                            # bisect_left(offsets, 50), before
+    assert offsets[lo:lo + 3].tolist() == [50, 52, 54]
+    assert run.holds([50, 51, 52, 98, 200]) == [True] * 5
     run.shared = True
     assert run.merge_sorted(array("I", [1, 3]), 3) == (bytearray(2), 2)
     assert run.offsets is not offsets and run.tokens is not tokens and not run.shared
