@@ -217,7 +217,7 @@ class JoinBatch:
         first = tails[0]
         if first is not None and tails.count(first) == len(tails):
             end = stamp + first + b"\n"
-            return end.join(lines) + end
+            return end.join([*lines, b""])         # one copy of the request's bytes (join, then + end: two)
         old, new = b'"joined_at_us":%d' % built_us, b'"joined_at_us":' + stamp
         return b"".join([line + stamp + tail + b"\n" if tail is not None else line.replace(old, new, 1) + b"\n"
                          for line, tail in zip(lines, tails)])
