@@ -334,13 +334,19 @@ class _Run:
 
     ``shared``: a snapshot being written (:meth:`ShardState.freeze`) still reads the first ids of these
     arrays; appending leaves those alone, but anything that changes or moves a held id first gives the run
-    its own copies (:meth:`unshare`)."""
-    __slots__ = ("offsets", "tokens", "shared")
+    its own copies (:meth:`unshare`).
+
+    ``moves``: how many times held ids were moved in place (an insertion or removal inside the arrays),
+    counted up once before and once after each move (odd while one is under way). A lookup in another
+    thread (:meth:`holds`) reads the arrays over several C calls; when ``moves`` changed meanwhile it reads
+    again from a copy, so it never answers from ids moved under it (a held id read as absent)."""
+    __slots__ = ("offsets", "tokens", "shared", "moves")
 
     def __init__(self) -> None:
         self.offsets = array("I")
         self.tokens: array | None = array("I")   # None: every token of this run is cleared
         self.shared = False
+        self.moves = 0
 
     def unshare(self) -> None:
         """Before changing held ids in place: copy the arrays if a snapshot still reads them."""
@@ -377,8 +383,19 @@ class _Run:
         Python step per offset. Only the run's stretch between the smallest and the largest asked offset
         matters: when it is short against the batch (a writer's recent ids, the usual lookup) it becomes a
         set and each offset one hash probe; when it is long (a few ids spread over the run) each offset is
-        one ``bisect_right`` inside that stretch, its left neighbour compared."""
-        offsets = self.offsets
+        one ``bisect_right`` inside that stretch, its left neighbour compared.
+
+        Safe beside :meth:`ShardState.apply` in another thread: if held ids were moved in place while they
+        were read (``moves`` changed, or was odd), the answer is made again from a copy of the arrays (one C
+        call, so the run as it was before that move or after it). Appends move nothing."""
+        moves = self.moves
+        found = self._holds(self.offsets, offs)
+        if moves & 1 or self.moves != moves:
+            found = self._holds(self.offsets[:], offs)
+        return found
+
+    @staticmethod
+    def _holds(offsets: array, offs: list[int]) -> list[bool]:
         m = len(offs)
         if not offsets or not m:
             return [False] * m
@@ -397,11 +414,16 @@ class _Run:
             offsets.append(offset)
             tokens.append(token)
         else:
-            self.unshare()
-            offsets, tokens = self.offsets, self.tokens
-            i = bisect_left(offsets, offset)
-            offsets.insert(i, offset)
-            tokens.insert(i, token)
+            self.insert_at(bisect_left(offsets, offset), offset, token)
+
+    def insert_at(self, i: int, offset: int, token: int) -> None:
+        """Insert ``offset`` (with ``token``) at index ``i`` inside the arrays: a move (see ``moves``)."""
+        self.unshare()
+        tokens = self.token_array()
+        self.moves += 1
+        self.offsets.insert(i, offset)
+        tokens.insert(i, token)
+        self.moves += 1
 
     def merge_sorted(self, offs: array, token: int) -> tuple[bytearray, int]:
         """Insert each of the strictly increasing ``offs`` iff absent, under ``token``; returns one result
@@ -413,15 +435,14 @@ class _Run:
         from the first to the last incoming offset interleave with them; those and the incoming offsets are
         packed as 64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in
         C), the merged offsets checked strictly increasing (no incoming offset already held) in one pass
-        over 64-bit lanes (:func:`stamps_increase`), and the run's arrays made again around that stretch
-        (slices and concatenations in C). When some incoming offset is already held, or the host cannot use the lanes,
+        over 64-bit lanes (:func:`stamps_increase`), and that stretch of the run replaced by one slice
+        assignment per array (a move: a lookup in another thread that overlaps it reads again, see
+        :meth:`holds`). When some incoming offset is already held, or the host cannot use the lanes,
         :meth:`_merge_each` decides offset by offset.
 
-        Either way the run gets new arrays and the ones it had are left as they were: a lookup in another
-        thread (:meth:`holds`) reads the arrays it fetched across several C calls (a bisection, then a slice
-        or more bisections), and ids moved under it by an insertion in place could be read as absent. With
-        new arrays it decides on the run as it was before the merge or after it, never on a mix. (A copy of
-        the run costs a few microseconds per merge; the merges are a few hundred per million clicks.)"""
+        (Making new arrays instead, so that a lookup could never overlap a move, was measured in the pipeline:
+        the runs are tens of thousands of ids, and a fresh copy of each per merge, in newly mapped pages,
+        cost the registry more CPU than all its lookups' parsing.)"""
         m = len(offs)
         offsets = self.offsets
         if not m:
@@ -447,18 +468,19 @@ class _Run:
         memoryview(check).cast("I")[0::2] = halves[1::2]
         if not stamps_increase(check, n):
             return self._merge_each(offs, token)    # some incoming offset is held already
-        merged_offsets = array("I", bytes(4 * n))
-        merged_tokens = array("I", bytes(4 * n))
-        memoryview(merged_offsets)[:] = halves[1::2]
-        memoryview(merged_tokens)[:] = halves[0::2]
-        new_offsets = offsets[:p]                   # new arrays: the held ones are never changed in place (below)
-        new_offsets += merged_offsets
-        new_offsets += offsets[q:]
-        new_tokens = tokens[:p]
-        new_tokens += merged_tokens
-        new_tokens += tokens[q:]
-        self.offsets, self.tokens = new_offsets, new_tokens
-        self.shared = False
+        new_offsets = array("I", bytes(4 * n))
+        new_tokens = array("I", bytes(4 * n))
+        memoryview(new_offsets)[:] = halves[1::2]
+        memoryview(new_tokens)[:] = halves[0::2]
+        if self.shared:                             # a snapshot reads the old arrays: leave them alone
+            self.offsets = offsets[:p] + new_offsets + offsets[q:]
+            self.tokens = tokens[:p] + new_tokens + tokens[q:]
+            self.shared = False
+        else:                                       # one C-level slice assignment per array: a move
+            self.moves += 1
+            offsets[p:q] = new_offsets
+            tokens[p:q] = new_tokens
+            self.moves += 1
         return bytearray(m), m
 
     def _merge_each(self, offs: array, token: int) -> tuple[bytearray, int]:
@@ -495,15 +517,18 @@ class _Run:
 
     def remove(self, i: int) -> None:
         self.unshare()
+        self.moves += 1
         del self.offsets[i]
         if self.tokens is not None:
             del self.tokens[i]
+        self.moves += 1
 
     def __getstate__(self):
         return (self.offsets.tobytes(), None if self.tokens is None else self.tokens.tobytes())
 
     def __setstate__(self, state) -> None:
         self.shared = False
+        self.moves = 0
         self.offsets = array("I")
         self.offsets.frombytes(state[0])
         if state[1] is None:
@@ -988,9 +1013,7 @@ class ShardState:
             if i < len(offsets) and offsets[i] == off:
                 results.append(0 if run.tokens[i] == number else EXISTS_CODE)
             else:
-                run.unshare()
-                run.offsets.insert(i, off)
-                run.tokens.insert(i, number)
+                run.insert_at(i, off, number)
                 added += 1
                 results.append(0)
         return added, newest
