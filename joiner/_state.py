@@ -236,7 +236,7 @@ class JoinBatch:
             raise ValueError(f"{len(results)} commit results for {len(idx)} ids")
         out = self._out
         self._commit_idx, self._commit_lines, self._tails = [], [], []
-        if results.count(0) == len(results):        # every commit OK: the usual request
+        if not any(results):        # every commit OK (0): the usual request (truth in C; == 0 on an IntEnum is slower)
             if len(idx) == self.n:
                 out[:] = bytes([_JOINED]) * self.n
             else:
