@@ -18,7 +18,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
 from photon import BadEventId
-from idregistry._state import CommitResult, Sharding, check_ids, pack_ids, runs_to_wire
+from idregistry._state import CommitResult, Sharding, check_ids, pack_ids, runs_of, runs_to_wire, split_checked
 from photon.rpc import open_channel
 
 _RESULTS = tuple(CommitResult)                       # by result code (the reply's bytes)
@@ -117,8 +117,10 @@ MIN_IDS_PER_RUN = 4
 this many on average; ids of ever-changing processes go as strings."""
 
 
-def _commit_request(ids: list[str], token: str) -> pb.CommitRequest:
-    runs = pack_ids(ids)
+def _commit_request(ids: list[str], token: str, runs: tuple | None = None) -> pb.CommitRequest:
+    """The request committing ``ids`` under ``token``; ``runs``: their :func:`pack_ids` runs, if made already."""
+    if runs is None:
+        runs = pack_ids(ids)
     if len(runs) * MIN_IDS_PER_RUN > len(ids):
         return pb.CommitRequest(ids=ids, token=token)
     return pb.CommitRequest(token=token, runs=[pb.IdRun(prefix=p, timestamps_le=raw) for p, raw in runs_to_wire(runs)])
@@ -336,7 +338,10 @@ class RegistryClient:
     def commit(self, ids: list[str], token: str) -> list[CommitResult]:
         """Insert each id iff absent under ``token``: OK (inserted now or earlier with this token),
         ALREADY_EXISTS (held under another token) or TOO_OLD (below the GC boundary: skip the event)."""
-        self._check(ids)
+        try:
+            whole_runs = runs_of(*split_checked(ids))     # checked and packed at once, for the usual request
+        except BadEventId as e:
+            raise ValueError(str(e)) from None
         out: list[CommitResult | None] = [None] * len(ids)
         pending = list(range(len(ids)))
         for _ in range(20):
@@ -346,7 +351,10 @@ class RegistryClient:
             moved: list[int] = []
 
             def one(shard, idx, sub=sub):
-                request = _commit_request(sub if len(idx) == len(sub) else [sub[i] for i in idx], token)
+                if len(idx) == len(ids):        # every id, in order: the runs made above
+                    request = _commit_request(ids, token, whole_runs)
+                else:
+                    request = _commit_request(sub if len(idx) == len(sub) else [sub[i] for i in idx], token)
                 reply = self._with_retries(lambda: self._leader_call(shard, "Commit", request))
                 codes = reply.results
                 if len(codes) != len(idx):     # e.g. a replica older than packed runs, which it cannot read

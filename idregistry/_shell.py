@@ -35,7 +35,8 @@ from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, s
 from photon.rpc import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
-                               bucket_width_us, check_ids, pack_ids, run_ids, runs_count, runs_newest, validate_ids)
+                               bucket_width_us, pack_ids, run_ids, runs_count, runs_newest, runs_of,
+                               split_checked, validate_ids)
 
 log = logging.getLogger("idregistry.server")
 
@@ -149,9 +150,8 @@ class ReplicaServer:
         if not self._caught_up.is_set():
             raise CatchingUp(f"registry shard {self.spec.shard} replica {self.spec.replica} has just started and "
                              f"is catching up with the leader; retry in a moment")
-        check_ids(ids)
-        wrong = self.sharding().wrong_shard(self.spec.shard, ids)
-        return self.state.lookup_well_formed(ids), wrong
+        held = self.state.lookup(ids)       # checked and parsed at once; raises BadEventId first
+        return held, self.sharding().wrong_shard(self.spec.shard, ids)
 
     def _refuse_for_job(self, what: str) -> None:
         if self.spec.job:
@@ -161,8 +161,7 @@ class ReplicaServer:
         """One :class:`CommitResult` byte per id, decided by the leader after replication."""
         self._refuse_for_job("commits are")
         self._require_leader()
-        check_ids(ids)
-        runs = pack_ids(ids)                # packed once here; the newest timestamp falls out of it
+        runs = runs_of(*split_checked(ids))     # checked and packed at once; the newest timestamp falls out of it
         wrong = self._judge(ids, runs_newest(runs)).wrong_shard(self.spec.shard, ids)
         if not wrong:
             return self.batcher.run((OP_COMMIT_RUNS, token, runs, self.clock.now_us()), len(ids))

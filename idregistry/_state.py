@@ -68,6 +68,7 @@ from operator import and_, eq, itemgetter, lt
 from dataclasses import dataclass, field
 
 import mmh3
+import orjson
 
 from photon import ID_REGEX, BadEventId, all_event_ids, id_timestamp_us, is_event_id, parse_event_id
 
@@ -124,6 +125,55 @@ _BELOW_0X20 = bytes(range(0x20))
 TIMESTAMP_DIGITS = TIMESTAMP_SUFFIX - 1
 _PREFIX_OF = itemgetter(slice(None, -TIMESTAMP_SUFFIX))      # "<server_ip>:<process_id>" of an id
 _STAMP_OF = itemgetter(slice(-TIMESTAMP_DIGITS, None))       # the 16 digits
+
+
+_ID_TAIL = itemgetter(slice(-TIMESTAMP_SUFFIX, None))      # ":" and the 16 digits of an id
+_STAMP_FIRST_DIGITS = slice(1, None, TIMESTAMP_SUFFIX)       # in ids' tails joined: each timestamp's first digit
+
+
+def stamps_of_tails(tails: str) -> list[int]:
+    """The timestamps of well-formed ids whose tails (``:`` and 16 ASCII digits each) are joined in ``tails``,
+    parsed in one pass in C instead of one ``int()`` per id: read as one JSON array of integers when no
+    timestamp starts with ``0`` (a JSON number has no leading zero), else split and ``int()``-ed."""
+    if "0" not in tails[_STAMP_FIRST_DIGITS]:
+        return orjson.loads("[" + tails[1:].replace(":", ",") + "]")
+    return list(map(int, tails[1:].split(":")))
+
+
+def split_ids(ids) -> tuple[list[str], list[int]] | None:
+    """``(prefixes, timestamps)`` of ``ids`` (``<server_ip>:<process_id>`` and the time in us of each, in
+    order) when every one is well formed (``photon.is_event_id``), else None (then :func:`validate_ids` says
+    why). The check of :func:`check_ids` and the parse of :func:`split_id` over the whole batch at once: the
+    ids' tails are sliced and joined once for both, the timestamps parsed by :func:`stamps_of_tails`, the
+    prefix pattern matched once per distinct prefix (one per process)."""
+    n = len(ids)
+    if not n:
+        return [], []
+    try:
+        tails = "".join(map(_ID_TAIL, ids))
+    except TypeError:                     # an id that is not a str
+        return None
+    digits = tails.replace(":", "")
+    if (len(tails) != TIMESTAMP_SUFFIX * n or len(digits) != TIMESTAMP_DIGITS * n or not digits.isascii()
+            or not digits.isdigit() or tails[::TIMESTAMP_SUFFIX] != ":" * n):
+        return None
+    prefixes = list(map(_PREFIX_OF, ids))
+    first = prefixes[0]
+    match = _PREFIX_RE.match
+    if not all(match(prefix) is not None
+               for prefix in ((first,) if prefixes.count(first) == n else set(prefixes))):
+        return None
+    return prefixes, stamps_of_tails(tails)
+
+
+def split_checked(ids) -> tuple[list[str], list[int]]:
+    """:func:`split_ids`, raising :class:`photon.BadEventId` naming the first malformed id instead of
+    answering None."""
+    split = split_ids(ids)
+    if split is None:
+        validate_ids(ids)                 # raises with the precise reason
+        return list(map(_PREFIX_OF, ids)), list(map(int, map(_STAMP_OF, ids)))    # (never: the two agree)
+    return split
 
 
 def check_ids(ids) -> None:
@@ -199,8 +249,14 @@ def pack_ids(ids) -> tuple:
     run in C over the whole batch (``map``), not as a Python step per id."""
     if not ids:
         return ()
-    prefixes = list(map(_PREFIX_OF, ids))
-    stamps = array("q", map(int, map(_STAMP_OF, ids)))
+    return runs_of(list(map(_PREFIX_OF, ids)), stamps_of_tails("".join(map(_ID_TAIL, ids))))
+
+
+def runs_of(prefixes: list[str], stamps: list[int]) -> tuple:
+    """:func:`pack_ids` of ids given split (:func:`split_ids`)."""
+    if not prefixes:
+        return ()
+    stamps = array("q", stamps)
     first = prefixes[0]
     if prefixes.count(first) == len(prefixes):      # the usual batch: one process's ids
         return ((first, stamps.tobytes()),)
@@ -278,13 +334,19 @@ class _Run:
 
     ``shared``: a snapshot being written (:meth:`ShardState.freeze`) still reads the first ids of these
     arrays; appending leaves those alone, but anything that changes or moves a held id first gives the run
-    its own copies (:meth:`unshare`)."""
-    __slots__ = ("offsets", "tokens", "shared")
+    its own copies (:meth:`unshare`).
+
+    ``moves``: how many times held ids were moved in place (an insertion or removal inside the arrays),
+    counted up once before and once after each move (odd while one is under way). A lookup in another
+    thread (:meth:`holds`) reads the arrays over several C calls; when ``moves`` changed meanwhile it reads
+    again from a copy, so it never answers from ids moved under it (a held id read as absent)."""
+    __slots__ = ("offsets", "tokens", "shared", "moves")
 
     def __init__(self) -> None:
         self.offsets = array("I")
         self.tokens: array | None = array("I")   # None: every token of this run is cleared
         self.shared = False
+        self.moves = 0
 
     def unshare(self) -> None:
         """Before changing held ids in place: copy the arrays if a snapshot still reads them."""
@@ -321,8 +383,19 @@ class _Run:
         Python step per offset. Only the run's stretch between the smallest and the largest asked offset
         matters: when it is short against the batch (a writer's recent ids, the usual lookup) it becomes a
         set and each offset one hash probe; when it is long (a few ids spread over the run) each offset is
-        one ``bisect_right`` inside that stretch, its left neighbour compared."""
-        offsets = self.offsets
+        one ``bisect_right`` inside that stretch, its left neighbour compared.
+
+        Safe beside :meth:`ShardState.apply` in another thread: if held ids were moved in place while they
+        were read (``moves`` changed, or was odd), the answer is made again from a copy of the arrays (one C
+        call, so the run as it was before that move or after it). Appends move nothing."""
+        moves = self.moves
+        found = self._holds(self.offsets, offs)
+        if moves & 1 or self.moves != moves:
+            found = self._holds(self.offsets[:], offs)
+        return found
+
+    @staticmethod
+    def _holds(offsets: array, offs: list[int]) -> list[bool]:
         m = len(offs)
         if not offsets or not m:
             return [False] * m
@@ -341,11 +414,16 @@ class _Run:
             offsets.append(offset)
             tokens.append(token)
         else:
-            self.unshare()
-            offsets, tokens = self.offsets, self.tokens
-            i = bisect_left(offsets, offset)
-            offsets.insert(i, offset)
-            tokens.insert(i, token)
+            self.insert_at(bisect_left(offsets, offset), offset, token)
+
+    def insert_at(self, i: int, offset: int, token: int) -> None:
+        """Insert ``offset`` (with ``token``) at index ``i`` inside the arrays: a move (see ``moves``)."""
+        self.unshare()
+        tokens = self.token_array()
+        self.moves += 1
+        self.offsets.insert(i, offset)
+        tokens.insert(i, token)
+        self.moves += 1
 
     def merge_sorted(self, offs: array, token: int) -> tuple[bytearray, int]:
         """Insert each of the strictly increasing ``offs`` iff absent, under ``token``; returns one result
@@ -358,8 +436,13 @@ class _Run:
         packed as 64-bit ``offset << 32 | token`` values and sorted together (two sorted runs: one merge in
         C), the merged offsets checked strictly increasing (no incoming offset already held) in one pass
         over 64-bit lanes (:func:`stamps_increase`), and that stretch of the run replaced by one slice
-        assignment per array. When some incoming offset is already held, or the host cannot use the lanes,
-        :meth:`_merge_each` decides offset by offset."""
+        assignment per array (a move: a lookup in another thread that overlaps it reads again, see
+        :meth:`holds`). When some incoming offset is already held, or the host cannot use the lanes,
+        :meth:`_merge_each` decides offset by offset.
+
+        (Making new arrays instead, so that a lookup could never overlap a move, was measured in the pipeline:
+        the runs are tens of thousands of ids, and a fresh copy of each per merge, in newly mapped pages,
+        cost the registry more CPU than all its lookups' parsing.)"""
         m = len(offs)
         offsets = self.offsets
         if not m:
@@ -393,9 +476,11 @@ class _Run:
             self.offsets = offsets[:p] + new_offsets + offsets[q:]
             self.tokens = tokens[:p] + new_tokens + tokens[q:]
             self.shared = False
-        else:                                       # one C-level slice assignment per array
+        else:                                       # one C-level slice assignment per array: a move
+            self.moves += 1
             offsets[p:q] = new_offsets
             tokens[p:q] = new_tokens
+            self.moves += 1
         return bytearray(m), m
 
     def _merge_each(self, offs: array, token: int) -> tuple[bytearray, int]:
@@ -432,15 +517,18 @@ class _Run:
 
     def remove(self, i: int) -> None:
         self.unshare()
+        self.moves += 1
         del self.offsets[i]
         if self.tokens is not None:
             del self.tokens[i]
+        self.moves += 1
 
     def __getstate__(self):
         return (self.offsets.tobytes(), None if self.tokens is None else self.tokens.tobytes())
 
     def __setstate__(self, state) -> None:
         self.shared = False
+        self.moves = 0
         self.offsets = array("I")
         self.offsets.frombytes(state[0])
         if state[1] is None:
@@ -654,22 +742,25 @@ class ShardState:
     def lookup(self, ids) -> list[bool]:
         """Whether each id is held (ids below the GC boundary are reported absent); raises
         :class:`photon.BadEventId` naming the first malformed id."""
-        check_ids(ids)
-        return self.lookup_well_formed(ids)
+        return self.lookup_split(*split_checked(ids))
 
     def lookup_well_formed(self, ids) -> list[bool]:
-        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`), without a Python step per id:
-        the prefixes, timestamps and offsets are computed in C over the whole batch (``map``), then
-        the ids are taken in groups of consecutive ids of one process in one bucket (a request's ids come
-        sorted, so a writer's ids are one group; a group within one bucket needs no division per id) and
-        each group is decided by :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group
-        whose bucket or process is unknown is absent."""
-        n = len(ids)
+        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`)."""
+        if not ids:
+            return []
+        return self.lookup_split(list(map(_PREFIX_OF, ids)), stamps_of_tails("".join(map(_ID_TAIL, ids))))
+
+    def lookup_split(self, prefixes: list[str], stamps: list[int]) -> list[bool]:
+        """:meth:`lookup` of ids given as their prefixes and timestamps (:func:`split_ids`), without a
+        Python step per id: the ids are taken in groups of consecutive ids of one process in one bucket (a
+        request's ids come sorted, so a writer's ids are one group; a group within one bucket needs no
+        division per id), the offsets computed in C over each group (``map``), and each group decided by
+        :meth:`_Run.holds`. Ids below the GC boundary are reported absent; a group whose bucket or process
+        is unknown is absent."""
+        n = len(prefixes)
         if not n:
             return []
         width, boundary = self.bucket_us, self.gc_boundary_us
-        prefixes = list(map(_PREFIX_OF, ids))
-        stamps = list(map(int, map(_STAMP_OF, ids)))
         if prefixes.count(prefixes[0]) == n:            # one process's ids: one group per bucket
             runs = ((prefixes[0], n),)
         else:
@@ -922,9 +1013,7 @@ class ShardState:
             if i < len(offsets) and offsets[i] == off:
                 results.append(0 if run.tokens[i] == number else EXISTS_CODE)
             else:
-                run.unshare()
-                run.offsets.insert(i, off)
-                run.tokens.insert(i, number)
+                run.insert_at(i, off, number)
                 added += 1
                 results.append(0)
         return added, newest

@@ -81,7 +81,8 @@ class SpliceAdapter:
             text = b"\n".join(foreigns)      # no needle holds a newline: a match lies inside one line
             if (len(ends) != 2 * n or ends[1::2].count(b"}") != n
                     or len(ends[0::2].translate(None, no_splice_bytes)) != n
-                    or nest_quoted in text or photon_quoted in text or b"\\u" in text):
+                    or nest_quoted in text or photon_quoted in text
+                    or (text.find(b"\\") >= 0 and b"\\u" in text)):    # one byte first: memchr, ~50x faster
                 return [join((f[:-1], nest_prefix, p, head_end)) if splices(f) else None
                         for f, p in zip(foreigns, primaries)]
             return list(map(join, zip(map(_ALL_BUT_LAST, foreigns), repeat(nest_prefix), primaries, repeat(head_end))))

@@ -1,6 +1,6 @@
 """Late ids (a writer's clicks committed after newer ones of the same writer) merged into a run in bulk
 (``_Run.merge_sorted``) decide and store exactly as inserting them one by one would, never change arrays a
-snapshot still reads, and leave lookups, tokens and GC as the plain model says. No cluster needed."""
+snapshot still reads, never make a lookup overlapping the merge answer from ids moved under it, and leave lookups, tokens and GC as the plain model says. No cluster needed."""
 from __future__ import annotations
 
 import pickle
@@ -90,6 +90,37 @@ def test_a_late_batch_is_merged_in_place_unless_a_snapshot_reads_the_run():
     assert offsets.tolist()[:3] == [0, 2, 4] and run.offsets.tolist()[:5] == [0, 1, 2, 3, 4]
     # held ones (same token: OK, another: EXISTS) among absent ones
     assert run.merge_sorted(array("I", [2, 3, 5]), 3) == (bytearray([EXISTS_CODE, 0, 0]), 1)
+
+
+class _MovedWhileRead(array):
+    """A run's offsets that, the first time a lookup slices them (after bisecting them for its stretch), first
+    let ``hook`` run: what another thread applying a command between the lookup's C calls would do."""
+
+    hook = None
+
+    def __getitem__(self, key):
+        if isinstance(key, slice) and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return array.__getitem__(self, key)
+
+
+@pytest.mark.parametrize("move", ["merge", "insert", "remove"])
+def test_a_lookup_that_overlaps_ids_moved_in_place_reads_them_again(move):
+    """The lookup bisects the run for the stretch of its offsets (50..60: indexes 25..30), then a late batch is
+    merged in place below it (or one id inserted, or one removed), then the lookup slices that stretch: without
+    reading again it would see ids shifted by the move and answer some held ids absent."""
+    run = _run_of({o: 1 for o in range(0, 100, 2)}, False)
+    offsets = _MovedWhileRead("I", run.offsets)
+    run.offsets = offsets
+    offsets.hook = {"merge": lambda: run.merge_sorted(array("I", [1, 3, 5]), 2),
+                    "insert": lambda: run.insert(7, 2),
+                    "remove": lambda: run.remove(0)}[move]
+    asked = [50, 52, 54, 56, 58, 60, 51]
+    assert run.holds(asked) == [True] * 6 + [False]
+    assert run.offsets is offsets and offsets.hook is None             # moved in place, while read
+    assert run.moves == 2
+    assert run.holds(asked) == [True] * 6 + [False]
 
 
 def _contents(state: ShardState):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from joiner import load_adapter
 from joiner._adapter import SpliceAdapter, UserAdapter
@@ -91,3 +93,25 @@ def test_bad_adapter_spec_is_a_config_error_naming_the_key(spec, problem):
     with pytest.raises(ConfigError) as e:
         load_adapter(spec, "a", "a-j0", "query")
     assert str(e.value).startswith(f"[joiner].adapter = {spec!r}") and problem in str(e.value)
+
+
+_KEYS = st.sampled_from(["click_id", "x", "query", "_photon", "q\\u", "k\"ey"])
+_VALUES = st.one_of(st.text(alphabet=st.sampled_from('ab\\u"{}é\n 0'), max_size=8), st.integers(-10**6, 10**6), st.just({}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(_KEYS, _VALUES, max_size=3), min_size=1, max_size=6),
+       st.sampled_from(["", "cache"]))
+def test_heads_over_a_request_are_the_lines_built_one_by_one(events, served):
+    """The batch splice (one check over all the lines: the closing braces, the two keys, a backslash and
+    then a \\u escape) makes each line as ``build`` does on its own, cut before its stamp's digits, and
+    leaves to ``build`` exactly the lines it would not splice (e.g. JSON escapes with and without \\u)."""
+    build = splice().bind(NOW, served or None)
+    foreigns = [orjson.dumps(e) for e in events]
+    primaries = [b'{"q":%d}' % k for k in range(len(foreigns))]
+    heads = build.heads(foreigns, primaries)
+    for f, p, head in zip(foreigns, primaries, heads):
+        spliced = not (b"\\u" in f or b'"query"' in f or b'"_photon"' in f or f == b"{}")
+        assert (head is not None) == spliced
+        if head is not None:
+            assert head + b"%d" % NOW + build.tail == build(f, p)

@@ -190,7 +190,9 @@ def test_outcome_numbers_are_the_protos():
 BUILT, COMMITTED = 1_763_712_345_678_901, 1_763_712_345_999_999
 
 _FOREIGN_ENDS = [b'"x":1}', b'"x":"}"}', b'"x":1 }', b'"x":1}\n', b'"x":"\\u00e9"}', b'"query":1}', b'"_photon":1}',
-                 b'"x":[1,{}]}', b'"x":"a\nb"}']
+                 b'"x":[1,{}]}', b'"x":"a\nb"}', b'"x":"a\\"b"}', b'"x":"\\\\"}', b'"x":"\\\\u"}']
+# (the last three: a backslash with no \u escape, which splices; an escaped backslash before a "u", which is
+# merged like any line holding the bytes \u)
 
 
 def _one_at_a_time(build):
