@@ -324,4 +324,4 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                                 moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved])
 
     def Status(self, request, context):
-        return pb.WorkerStatusReply(status_json=json.dumps(self._status()))
+        return pb.WorkerStatusReply(status_json=json.dumps(self._status(request.thread_cpu)))
