@@ -19,7 +19,9 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
   keeps the newest sequencer per slot and refuses one older than the slot's claim or than a grant of the
   master that a process recorded, ``record_grants``, from each map it read) and computes the authority's publication from every process's
-  reports, every ``tick``; so every process publishes the same watermarks without a coordinator. The
+  reports, every ``tick`` (every ``FLOWING_EXCHANGE_S`` while records flow and no timer is set, every
+  ``QUIET_EXCHANGE_S`` while quiet: :func:`exchange_period`); so every process publishes the same
+  watermarks without a coordinator. The
   cut epochs of computations on a cycle are decided in the store (``advance_epoch``), one per step.
 * **Dedup garbage collection** by reports through the store and messages to the workers
   (:mod:`millwheel._gc`).

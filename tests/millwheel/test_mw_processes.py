@@ -199,6 +199,9 @@ def test_with_records_flowing_and_no_timer_set_a_process_exchanges_watermarks_ev
     assert all(w["counters"].get("flowing_ticks", 0) > 0 for w in workers), [w["counters"] for w in workers]
     last = max(id_timestamp_us(e["click_id"]) for e in run.expected)
     assert all(w["low_watermarks_us"][n] > last for w in workers for n in ("joined", "counts", "seen-sink"))
+    assert all("thread_cpu_ms" not in w for w in workers)      # only when asked: it reads /proc per thread
+    threads = worker_status(workers[0]["address"], thread_cpu=True)["thread_cpu_ms"]
+    assert threads["millwheel-worker"] > 0 and threads["millwheel-process-coordinator"] > 0, threads
 
 
 def test_the_exchange_period_is_every_tick_while_a_timer_or_a_cycle_waits_on_a_watermark():
