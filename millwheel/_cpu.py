@@ -7,7 +7,9 @@ tell threads of one kind apart dropped (``millwheel-worker-0`` → ``millwheel-w
 ``Thread-1 (_serve)`` → ``Thread (_serve)``), and puts
 threads Python did not start (gRPC's own, ``event_engine`` and the like) under ``native``; what threads
 that have ended used is ``ended`` (the process's CPU time less the live threads'). The figures only grow,
-so the difference of two readings is what each kind used between them. Empty where ``/proc`` is not.
+so the difference of two readings is what each kind used between them, except that a thread's time moves
+to ``ended`` when it ends (and, between the end of its Python part and its exit, shows under ``native``).
+Empty where ``/proc`` is not.
 """
 from __future__ import annotations
 

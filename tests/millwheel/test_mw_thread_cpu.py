@@ -2,12 +2,14 @@
 is counted under its name without its number, and stays counted (as ``ended``) once the thread ends."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
 from millwheel._cpu import thread_cpu_ms, thread_kind
+from photon import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,6 +46,9 @@ def test_a_threads_cpu_is_counted_under_its_kind_and_as_ended_once_it_ends():
         go_on.set()
         for t in threads:
             t.join(30)
+    # join returns before the OS thread is gone (meanwhile it counts as ``native``)
+    tids = {str(t.native_id) for t in threads}
+    wait_until(lambda: not tids & set(os.listdir("/proc/self/task")), 10, message="the threads gone")
     after = thread_cpu_ms()
     assert "burner" not in after
     assert after["ended"] - before.get("ended", 0.0) >= 190
