@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -67,6 +68,7 @@ class ClusterRun:
     settled: bool | None = None                            # the placement settled within the warm-up's limit
     placement: dict = field(default_factory=dict)          # moves / splits / merges while measuring
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
+    thread_cpu_ms: dict = field(default_factory=dict)      # the worker processes' CPU by thread kind (see store_cpu_s)
     total: int = 0                                         # measured records injected
     guarantees: bool = True                                # exactly-once and strong productions on
     records_missing: int = 0                               # measured records with no delay sample
@@ -179,6 +181,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
     cpu0 = tree_cpu_s(store_pid)
     worker_pids: list[int] = []
     wcpu0: list = []
+    threads0: dict[str, float] = {}
     log = open(folder / "processes.log", "ab")
     try:
         for text in specs:
@@ -192,6 +195,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         if warmup_rate:
             run.warmup_s, run.settled = wait_settled(client, workers, settle_timeout_s)
             cpu0, wcpu0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in worker_pids]
+            threads0 = _thread_cpu([worker_status(a, thread_cpu=True) for a in known_workers(out, client)])
             go.touch()
         placed0 = placement_counts(client)
         sampler = threading.Thread(target=_sample_lags, args=(out, lags, stop), daemon=True)
@@ -199,7 +203,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         try:
             wait_cluster_idle(topology, out, client, threading.Event(), timeout_s)
             idle_us = time.time_ns() // 1000
-            statuses = [worker_status(a) for a in known_workers(out, client)]
+            statuses = [worker_status(a, thread_cpu=True) for a in known_workers(out, client)]
             _wait_samples(out, total)
             placed1 = placement_counts(client)
             run.placement = {k: placed1[k] - placed0[k] for k in placed1}
@@ -220,6 +224,8 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
             for k in ("stale_routes", "fenced_commits", "given_up", "lost_incarnations", "heartbeats_failed",
                       "stale_grants", "taken_before_claim", "early_dropped"):
                 run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
+        threads1 = _thread_cpu(statuses)
+        run.thread_cpu_ms = {k: round(v - threads0.get(k, 0.0), 1) for k, v in threads1.items()}
         cpu1 = tree_cpu_s(store_pid)
         worker_cpu = [tree_cpu_s(p) for p in worker_pids]
         wcpu0 = wcpu0 or [0.0] * len(worker_pids)
@@ -334,6 +340,16 @@ def _measure_idle(procs: Processes, log, specs: list[str], cf: ClusterFile, path
     return store0, w0, t0, tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
 
 
+def _thread_cpu(statuses: list[dict]) -> dict[str, float]:
+    """The workers' CPU milliseconds so far by thread kind (``thread_cpu_ms`` of their status), summed.
+    A worker that started after the first reading counts from its start."""
+    total: dict[str, float] = {}
+    for s in statuses:
+        for k, v in (s.get("thread_cpu_ms") or {}).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
 def _sample_lags(out: Path, lags: dict[str, list[int]], stop: threading.Event) -> None:
     """Each stage's lag behind the wall clock, every 100 ms, from the moment the injector's watermark moved
     until it caught up (after that the lag only measures idleness)."""
@@ -409,6 +425,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                           f"ack delays {tput.ack_delays}",
                           flush=True)
                     figures[f"{prefix}_records_per_rpc"] = _per_rpc(tput)
+                    print(f"  workers' CPU per 1,000 records by thread (ms): "
+                          f"{_threads(figures, f'{prefix}_', '_at_max_rate', tput)}", flush=True)
                     _count(figures, f"{prefix}_", "_at_max_rate", tput)
                     figures.update({f"{prefix}_{k}_at_max_rate": v for k, v in tput.placement.items()})
                     for guarantees, tag in ((True, "eo_on"), (False, "eo_off")):
@@ -429,6 +447,8 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                               f"{_per_rpc(r)} records per RPC"
                               + "; watermark lag " + ", ".join(f"{s} {v} ms" for s, v in r.lag_ms.items())
                               + f"; {_warm(r)}transport {r.transport}", flush=True)
+                        print(f"    workers' CPU per 1,000 records by thread (ms): "
+                              f"{_threads(figures, f'{prefix}_', f'_{tag}', r)}", flush=True)
             finally:
                 if server is not None:
                     server.stop()
@@ -456,6 +476,15 @@ def _count(figures: dict, prefix: str, suffix: str, run: ClusterRun) -> None:
               f"{'?' if run.store_shortfall is None else run.store_shortfall} records fewer than were injected; "
               f"{run.killed_at_stop} processes were killed at the stop; {run.records_after_idle} records reached "
               "sort after the cluster was told idle", file=sys.stderr, flush=True)
+
+
+def _threads(figures: dict, prefix: str, suffix: str, run: ClusterRun) -> str:
+    """The workers' CPU per 1,000 measured records by thread kind, into ``figures`` (keys
+    ``<prefix>thread_<kind>_cpu_ms_per_1000_records<suffix>``) and as a line to print, largest first."""
+    per = {k: run.cpu_ms_per_1000(v / 1000) or 0.0 for k, v in run.thread_cpu_ms.items()}
+    for k, v in per.items():
+        figures[f"{prefix}thread_{re.sub(r'[^0-9a-zA-Z]+', '_', k).strip('_').lower()}_cpu_ms_per_1000_records{suffix}"] = v
+    return ", ".join(f"{k} {v}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]))
 
 
 def _share(x: float | None) -> str:

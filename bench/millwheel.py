@@ -20,7 +20,7 @@ guarantees on (injected as fast as it goes), record delay p50 / p95 / p99 with b
 ``--rate`` records/s for ``--seconds``), each stage's watermark lag while injecting, the framework cache's
 hit ratio and the store server's CPU seconds; CPU per 1,000 records (store server / worker processes) and
 records per ``Exchange`` call both at full speed and in each delay run (at ``--rate``, where the per-batch
-costs show). SQLite serves one process only, so it is measured with one
+costs show), and the workers' CPU per 1,000 records by kind of thread (from each worker's status). SQLite serves one process only, so it is measured with one
 worker and reported as not applicable for more. Each run first injects warm-up records at
 ``--warmup-rate`` (default ``--rate``; not measured) until the master's placement has settled (every worker
 holds intervals, no change for 4.5 s: longer than the master waits on a lasting imbalance), so that the figures are a running cluster's, not its start's.

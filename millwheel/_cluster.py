@@ -145,10 +145,12 @@ def worker_argv(cluster: Path, threads: int | None = None) -> list[str]:
     return argv
 
 
-def worker_status(address: str, timeout_s: float = 2.0) -> dict:
+def worker_status(address: str, timeout_s: float = 2.0, thread_cpu: bool = False) -> dict:
+    """A worker's status (``WorkerHost.status``); ``thread_cpu``: with its CPU by thread kind."""
     channel = open_channel(address, [])
     try:
-        reply = wpb_grpc.WorkerStub(channel).Status(wpb.WorkerStatusRequest(), timeout=timeout_s)
+        reply = wpb_grpc.WorkerStub(channel).Status(wpb.WorkerStatusRequest(thread_cpu=thread_cpu),
+                                                     timeout=timeout_s)
         return json.loads(reply.status_json)
     except grpc.RpcError as e:
         return {"address": address, "unreachable": e.code().name}

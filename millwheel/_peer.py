@@ -307,7 +307,8 @@ class RemoteTracker(Tracker):
 
 class WorkerServicer(pb_grpc.WorkerServicer):
     """``accept(reply_to, deliveries) -> [(consumer, slot, owner)]`` takes what this process holds and
-    names the rest; ``status()`` is this process's statistics as a dict. Acks and resend requests that
+    names the rest; ``status(thread_cpu)`` is this process's statistics as a dict (with its CPU by thread kind
+    when ``thread_cpu``). Acks and resend requests that
     come in go to the tracker first (a request sends the named copies again at once)."""
 
     def __init__(self, tracker: RemoteTracker, accept, status) -> None:
@@ -324,4 +325,4 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                                 moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved])
 
     def Status(self, request, context):
-        return pb.WorkerStatusReply(status_json=json.dumps(self._status()))
+        return pb.WorkerStatusReply(status_json=json.dumps(self._status(request.thread_cpu)))

@@ -19,7 +19,9 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
 * **Watermarks.** Each process writes its intervals' reports to the store (``report_watermarks``, which
   keeps the newest sequencer per slot and refuses one older than the slot's claim or than a grant of the
   master that a process recorded, ``record_grants``, from each map it read) and computes the authority's publication from every process's
-  reports, every ``tick``; so every process publishes the same watermarks without a coordinator. The
+  reports, every ``tick`` (every ``FLOWING_EXCHANGE_S`` while records flow and no timer is set, every
+  ``QUIET_EXCHANGE_S`` while quiet: :func:`exchange_period`); so every process publishes the same
+  watermarks without a coordinator. The
   cut epochs of computations on a cycle are decided in the store (``advance_epoch``), one per step.
 * **Dedup garbage collection** by reports through the store and messages to the workers
   (:mod:`millwheel._gc`).
@@ -44,6 +46,7 @@ from photon.rpc import server_credentials
 from millwheel import worker_pb2_grpc as pb_grpc
 from millwheel._cache import CachedStore
 from millwheel._config import RuntimeConfig
+from millwheel._cpu import thread_cpu_ms
 from millwheel._gc import ProcessDedupCollector
 from millwheel._injector_shell import InjectorShell
 from millwheel._master_client import MasterClient, MasterUnavailable
@@ -63,6 +66,12 @@ QUIET_EXCHANGE_S = 0.1
 """While this process is quiet (:meth:`WorkerHost.quiet`: no record waiting, running, unacked or in flight, no
 timer set) it writes its watermark reports and reads every process's at most this often instead of every
 tick: then only the clock moves them, and nothing here waits on them."""
+EVERY_TICK = 0.0
+FLOWING_EXCHANGE_S = 0.05
+"""While records flow through this process but none of its workers has a timer set (and its topology has no
+cycle), it exchanges watermarks at most this often: then nothing here waits on a published watermark (only
+timers and a cycle's cut epochs do), and the reports it writes only show progress. A timer set makes the next
+tick exchange. With the 20 ms tick, every third tick exchanges."""
 GIVE_UP_WAIT_S = 10.0
 STOP_GRACE_S = 2.0
 """How long :meth:`WorkerHost.stop` lets the threads end on their own (a commit in flight lands) before it
@@ -151,6 +160,7 @@ class WorkerHost(ShowsWatermarks):
         self._granted: dict[tuple[str, int], int] = {}   # the newest sequencer per interval of the maps read
         self._exchanged_at = float("-inf")     # the coordinator's last watermark exchange (QUIET_EXCHANGE_S)
         self._quiet_reports: list[WatermarkReported] = []   # taken at ticks without an exchange, in order
+        self._cyclic: bool | None = None       # the topology has a cycle (known at the first tick)
         self._started_at = self._load_at = time.monotonic()
         pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
@@ -560,8 +570,9 @@ class WorkerHost(ShowsWatermarks):
                 self._quiet_reports.extend(r for m in items if isinstance(m, WatermarksReported) for r in m.reports)
                 facts = [f for m in items if isinstance(m, IntervalsAssigned) for f in m.facts]
                 now = time.monotonic()
-                if not facts and now - self._exchanged_at < QUIET_EXCHANGE_S and self.quiet():
-                    self.counters["quiet_ticks"] += 1      # the reports taken go out at the next exchange
+                period = EVERY_TICK if facts else self._exchange_period()
+                if now - self._exchanged_at < period:      # the reports taken go out at the next exchange
+                    self.counters["quiet_ticks" if period == QUIET_EXCHANGE_S else "flowing_ticks"] += 1
                 else:
                     self._exchanged_at = now
                     reports, self._quiet_reports = self._quiet_reports, []
@@ -648,6 +659,13 @@ class WorkerHost(ShowsWatermarks):
                 written.update(((row[0], row[1]), row) for row in mine)
         return read
 
+    def _exchange_period(self) -> float:
+        """How long the coordinator may go without a watermark exchange now (see :func:`exchange_period`)."""
+        if self._cyclic is None:
+            self._cyclic = bool(self.authority.components(self.topology.producers()))
+        quiet = self.quiet()
+        return exchange_period(quiet, not quiet and any(w.has_timers() for w in self.workers), self._cyclic)
+
     # ---- observing ---------------------------------------------------------------------------------
     def quiet(self) -> bool:
         """Nothing here waits on a watermark: no record waiting, running or deferred in a worker, no
@@ -681,7 +699,10 @@ class WorkerHost(ShowsWatermarks):
             why.append("unacked records")
         return why
 
-    def status(self) -> dict[str, Any]:
+    def status(self, thread_cpu: bool = False) -> dict[str, Any]:
+        """This process's statistics (``millwheel status``); with ``thread_cpu`` also ``thread_cpu_ms``, the
+        CPU used so far by each kind of thread (:func:`millwheel._cpu.thread_cpu_ms`: about a millisecond
+        of reads, so only when asked)."""
         per: dict[str, Counter] = {}
         for w in self.workers:
             for cname, c in w.statistics().items():
@@ -711,7 +732,7 @@ class WorkerHost(ShowsWatermarks):
             "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
-        }
+        } | ({"thread_cpu_ms": thread_cpu_ms()} if thread_cpu else {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -738,6 +759,21 @@ class StopReport:
                      + (f"; threads left behind: {', '.join(self.left_behind)}" if self.left_behind else "")
                      + "; nothing is lost: what was not committed is redone by the intervals' next owners")
         return text
+
+
+def exchange_period(quiet: bool, timers_set: bool, cyclic: bool) -> float:
+    """The longest a worker process's coordinator goes between watermark exchanges (writing its changed
+    reports and reading every process's): ``QUIET_EXCHANGE_S`` while the process is quiet
+    (:meth:`WorkerHost.quiet`); every tick while a worker of it has a timer set or the topology has a cycle
+    (a timer fires, and a cut epoch advances, on published watermarks); else, records flowing with nothing
+    waiting on a watermark, ``FLOWING_EXCHANGE_S``. New sequencers (a grant, a map read) exchange at the
+    next tick whatever this says. A longer period only delays what the reports show: every report still
+    goes through the store's fenced statement, and the newest one per interval is written."""
+    if quiet:
+        return QUIET_EXCHANGE_S
+    if timers_set or cyclic:
+        return EVERY_TICK
+    return FLOWING_EXCHANGE_S
 
 
 def assigned_in(intervals: IntervalMap, topology: Topology) -> tuple[IntervalAssigned, ...]:

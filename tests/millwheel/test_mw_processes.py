@@ -9,16 +9,17 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
-
-from photon import wait_until
-from millwheel import MasterClient
-from millwheel._cluster import ClusterFile, cluster_status, worker_status
-
 from mw_cluster import START_S, ClusterRun
 from mw_helpers import write_joined
+
+from millwheel import MasterClient, open_store
+from millwheel._cluster import ClusterFile, cluster_status, worker_status
+from photon import id_timestamp_us, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -179,3 +180,44 @@ def test_a_quiet_worker_process_exchanges_watermarks_every_100_ms_and_their_wate
         return (all(set(x) == names for x in lows) and all(x["joined"] > first + 300_000 for x in lows)
                 and all(max(x[n] for x in lows) - min(x[n] for x in lows) < 500_000 for n in names))
     wait_until(moving_and_close, 10, message="every process's watermarks moving and close to the others'")
+
+
+def test_with_records_flowing_and_no_timer_set_a_process_exchanges_watermarks_every_50_ms(reachable_tmp, pg_url,
+                                                                                           cluster_runs):
+    """While records flow through a process and none of its workers has a timer set, its coordinator writes
+    and reads the watermark reports every ``FLOWING_EXCHANGE_S`` instead of every tick (counted as
+    ``flowing_ticks``); both stages still count every click once, and every process publishes each
+    computation's watermark past the last click once idle."""
+    run = ClusterRun(reachable_tmp, pg_url, workers=2, n_clicks=4000, files=8, module="mw_flow_counts",
+                     options=("injector_batch=50",))
+    cluster_runs.append(run)
+    run.wait_idle()
+    expected = Counter(str(e["query"]["advertiser_id"]) for e in run.expected)
+    store = open_store(pg_url)
+    try:
+        for stage in ("counts", "totals"):
+            got = {k: orjson.loads(v) for k, v in store.read_states(stage, list(expected)).items()}
+            assert got == dict(expected), stage
+    finally:
+        store.close()
+    workers = run.workers()
+    assert all(sum(c.get("records", 0) for c in w["computations"].values()) > 0 for w in workers), \
+        "the clicks flowed through both processes"
+    assert all(w["counters"].get("flowing_ticks", 0) > 0 for w in workers), [w["counters"] for w in workers]
+    last = max(id_timestamp_us(e["click_id"]) for e in run.expected)
+    assert all(w["low_watermarks_us"][n] > last for w in workers for n in ("joined", "counts", "totals"))
+    assert all("thread_cpu_ms" not in w for w in workers)      # only when asked: it reads /proc per thread
+    threads = worker_status(workers[0]["address"], thread_cpu=True)["thread_cpu_ms"]
+    assert threads["millwheel-worker"] > 0 and threads["millwheel-process-coordinator"] > 0, threads
+
+
+def test_the_exchange_period_is_every_tick_while_a_timer_or_a_cycle_waits_on_a_watermark():
+    """Quiet: ``QUIET_EXCHANGE_S``; records flowing with no timer set: ``FLOWING_EXCHANGE_S``; a timer set or
+    a cycle in the topology (a timer fires, a cut epoch advances, on published watermarks): every tick."""
+    from millwheel import _process as p
+    assert p.exchange_period(quiet=True, timers_set=False, cyclic=False) == p.QUIET_EXCHANGE_S
+    assert p.exchange_period(quiet=True, timers_set=False, cyclic=True) == p.QUIET_EXCHANGE_S
+    assert p.exchange_period(quiet=False, timers_set=False, cyclic=False) == p.FLOWING_EXCHANGE_S
+    assert p.exchange_period(quiet=False, timers_set=True, cyclic=False) == p.EVERY_TICK
+    assert p.exchange_period(quiet=False, timers_set=False, cyclic=True) == p.EVERY_TICK
+    assert p.EVERY_TICK < p.COORDINATOR_TICK_S < p.FLOWING_EXCHANGE_S < p.QUIET_EXCHANGE_S

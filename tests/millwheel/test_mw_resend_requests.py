@@ -57,7 +57,7 @@ class _Process:
         self.transport = GrpcTransport(self.address, lambda c, s: self.owners.get((c, s)), lambda: None)
         self.transport.bind(lambda c, s: Inbox())
         self.tracker = RemoteTracker(self.transport, lambda sender, interval: Inbox(), lambda: 0)
-        pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, dict), self.server)
+        pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, lambda thread_cpu=False: {}), self.server)
         self.server.start()
 
     def _accept(self, reply_to: str, deliveries: list[Delivery]) -> list:
