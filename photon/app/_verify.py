@@ -211,6 +211,47 @@ def _in_window(since_us, until_us):
     return cond
 
 
+def _cheaply_well_formed(column: str):
+    """True only for ids that :data:`ID_PATTERN` certainly accepts, tested on their UTF-8 bytes without
+    decoding them to a Java ``String`` or running a regular expression; false (or null) for every other id,
+    which :func:`_well_formed` then gives to the pattern. Accepted: ``<prefix>:<pid>:<time>`` where
+
+    * the time (after the last ``:``) is 16 bytes that cast to a number of 16 digits, i.e. at least 10^15
+      (Spark's string-to-number cast skips blanks and control bytes around the digits and takes a sign or a
+      decimal point, but each of those takes a byte, leaving fewer than 16 digits: so all 16 bytes are ASCII
+      digits, the first not 0);
+    * the pid (between the last two ``:``) is k bytes, 1 <= k <= 15, casting to at least 10^(k-1) (the same
+      argument: k ASCII digits, the first not 0);
+    * the prefix (before them) is at least one byte, does not start with ``:``, and no byte of the id is a
+      ``\\n``.
+
+    Such an id ends in an ASCII digit, so the pattern's ``$`` (which also matches before a final line
+    terminator) has nothing to treat specially, and ``[^:\\n][^\\n]*`` takes the prefix. Ids with a zero
+    pid or time of fewer digits, line terminators, or any other shape go to the pattern: the result is
+    always the pattern's (``tests/app/test_verify_id_format.py``)."""
+    from pyspark.sql import functions as F
+    c = F.col(column)
+    time_text = F.substring_index(c, ":", -1)
+    pid_text = F.substring_index(F.substring_index(c, ":", -2), ":", 1)
+    pid_len = F.octet_length(pid_text)
+    return ((F.octet_length(time_text) == TIMESTAMP_DIGITS)
+            & (time_text.try_cast("bigint") >= 10 ** (TIMESTAMP_DIGITS - 1))
+            & pid_len.between(1, 15)
+            & (pid_text.try_cast("bigint") >= F.pow(F.lit(10.0), pid_len - 1))
+            & (F.octet_length(c) - pid_len - (TIMESTAMP_DIGITS + 2) >= 1)
+            & ~c.startswith(":") & ~c.contains("\n"))
+
+
+def _well_formed(column: str):
+    """``column`` follows the pipeline's id format (:data:`ID_PATTERN` as Java reads it; null for a null id):
+    the cheap byte test (:func:`_cheaply_well_formed`) first, the pattern only for ids it does not vouch for.
+    A conditional, not an ``OR``: Spark's subexpression elimination may hoist both sides of an ``OR`` used
+    twice in a projection, never an expression that only one branch of a conditional needs."""
+    from pyspark.sql import functions as F
+    return F.when(F.coalesce(_cheaply_well_formed(column), F.lit(False)), F.lit(True)) \
+        .otherwise(F.col(column).rlike(ID_PATTERN))
+
+
 def _window(df, since_us, until_us):
     return df if since_us is None and until_us is None else df.filter(_in_window(since_us, until_us))
 
@@ -368,7 +409,7 @@ def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: s
     for index, region in enumerate(config.pipeline_regions):
         df = _ids(_input_lines(spark, config, region, stream).values(spark), id_field, ref_field, user_id)
         good = F.col("id").isNotNull() if (isinstance(id_field, EventIds) and id_field.custom) or not checked \
-            else F.col("id").rlike(ID_PATTERN)
+            else _well_formed("id")
         frames.append(df.filter(good).withColumn("bit", _region_bit(index, len(config.pipeline_regions))))
     return union_all(frames)
 
@@ -474,7 +515,7 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     in_agg, in_regions = _regions("in_bit", n_regions)
     u_agg, u_regions = _regions("u_bit", n_regions)
     grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"))
-    well_formed = F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))
+    well_formed = F.coalesce(_well_formed("id"), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
     grouped = grouped.select(
         "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(ids.custom)), in_regions).alias("in_regions"),
