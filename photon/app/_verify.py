@@ -817,7 +817,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     and unjoinable-everywhere ids are written out (:func:`_counts`: one Spark job of two stages,
     :data:`COUNTS_SETTINGS`); the export is read with its footers' schema (no inference job). The lost ids' lines and
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
-    when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
+    of the files holding them (each id's file key, :func:`_file_key`) when the ids are few enough to collect
+    (:func:`_look_up_on_driver`), else by joins
     (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
     from photon.app._spark import progress
 
