@@ -101,7 +101,7 @@ def test_an_id_its_files_key_does_not_find_again_is_looked_up_in_every_file(tmp_
     file: the lookup misses it in its key's file and finds it in a second scan of every file, so it is
     recoverable with its plain line, as when every file was read."""
     from pyspark.sql import functions as F
-    config, lost, lines, files = world(tmp_path, {2})
+    config, lost, lines, _ = world(tmp_path, {2})
     paths = sorted(str(p) for p in (tmp_path / "logs/clicks/w0").iterdir())
     keys = {r.path: r.key for r in spark.read.text(paths).select(
         F.col("_metadata.file_path").alias("path"), F.xxhash64("_metadata.file_path").alias("key")).distinct()
