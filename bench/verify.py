@@ -1,9 +1,11 @@
-"""``python -m bench.verify [--sizes 1000000,5000000] [--cold 1000000] [--lost 1000] [--json]``
+"""``python -m bench.verify [--sizes 1000000,5000000] [--cold 1000000] [--lost 1000] [--lost-files N] [--json]``
 
 1. Verify throughput: for each size N, one region's N foreign events (plus their joined output, all but
    0.1% of them, and a registry export holding every id) are written to a temporary folder, and
    ``photon verify``'s job runs over them on the configured local Spark (the session's start is not
-   counted). Prints events/s (N / job time) and the time spent reading input vs joining.
+   counted). Prints events/s (N / job time) and the time spent reading input vs joining. The lost 0.1% are
+   every thousandth event, in every input file, or with ``--lost-files N`` as many in the first N files of
+   200K lines only (an outage's losses, close in time: the lookup reads only the files holding them).
 2. From a cold start (``--cold N``, by default the smallest size; 0 to skip): the same data for N events, and a new Python process that
    imports Photon, starts Spark and runs the job; prints its seconds from launch to the report (Spark's
    start-up included) and, of those, the session's start, the JVM's CPU-seconds (start-up and job; of them,
@@ -43,9 +45,11 @@ def _dead_token() -> str:
     return f"127.0.0.1:1/{p.pid}/{time.time_ns() // 1000 - 10**7}/1"
 
 
-def prepare(root: Path, n: int) -> int:
+def prepare(root: Path, n: int, lost_files: int = 0) -> int:
     """One region of ``n`` foreign events, their joined output but every thousandth, and a registry export
-    of every id under a stopped joiner's token, in ``root``; returns how many are lost."""
+    of every id under a stopped joiner's token, in ``root``; returns how many are lost. With ``lost_files``
+    the same number of lost events is spread over the first ``lost_files`` files of 200K lines only (an
+    outage's losses cluster in time), not over every file."""
     root.mkdir(parents=True)
     (root / "photon.toml").write_text('[[regions]]\nname = "a"\nlog_root = "logs"\noutput_root = "out"\n'
                                       'state_dir = "state"\n')
@@ -56,18 +60,22 @@ def prepare(root: Path, n: int) -> int:
     joined.mkdir(parents=True)
     (root / "out/unjoinable").mkdir()
     lost_every = 1000
+    expected = (n + lost_every - 1) // lost_every
+    span = min(n, lost_files * FILE_LINES)
+    lost = set(range(0, span, max(1, span // expected))[:expected]) if lost_files else None
     for k in range(0, n, FILE_LINES):
         part = ids[k:k + FILE_LINES]
         lines = [orjson.dumps({"click_id": i, "query_id": i, "ad": j % 50}) for j, i in enumerate(part)]
         (clicks / f"c-{k:09d}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-        out = [line[:-1] + b',"_photon":{"region":"a"}}' for j, line in enumerate(lines) if (k + j) % lost_every]
+        out = [line[:-1] + b',"_photon":{"region":"a"}}' for j, line in enumerate(lines)
+               if ((k + j) not in lost if lost is not None else (k + j) % lost_every)]
         (joined / f"a-j0-1-{k:09d}.jsonl").write_bytes(b"\n".join(out) + b"\n")
     registry = idregistry.InMemoryRegistry()
     token = _dead_token()
     for k in range(0, n, 50_000):
         registry.commit(ids[k:k + 50_000], token)
     idregistry.export_registry(registry, root / "export")
-    return (n + lost_every - 1) // lost_every
+    return len(lost) if lost is not None else expected
 
 
 def _checked(report, n: int, expected_lost: int) -> None:
@@ -111,9 +119,9 @@ def codegen_figures(spark) -> dict:
             "codegen_ms": round(compiled.getSnapshot().getMean() * compiled.getCount())}
 
 
-def throughput(spark, root: Path, n: int) -> dict:
+def throughput(spark, root: Path, n: int, lost_files: int = 0) -> dict:
     """One region of ``n`` foreign events; returns the job's figures (the session already started)."""
-    expected_lost = prepare(root, n)
+    expected_lost = prepare(root, n, lost_files)
     cpu0, jobs0, t0 = jvm_cpu_s(spark), spark_jobs(spark), time.perf_counter()
     report = run_verify(load_config(root / "photon.toml"), spark, export_dir=root / "export")
     elapsed = time.perf_counter() - t0
@@ -123,9 +131,9 @@ def throughput(spark, root: Path, n: int) -> dict:
             "jvm_cpu_s": round(jvm_cpu_s(spark) - cpu0, 1), "spark_jobs": spark_jobs(spark) - jobs0}
 
 
-def cold(root: Path, n: int) -> dict:
+def cold(root: Path, n: int, lost_files: int = 0) -> dict:
     """Seconds from launching a new process to its verify report over ``n`` events (Spark started in it)."""
-    expected_lost = prepare(root, n)
+    expected_lost = prepare(root, n, lost_files)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "bench.verify", "--cold-child", str(root), str(n), str(expected_lost)],
                        capture_output=True, text=True, timeout=900)
@@ -229,6 +237,9 @@ def main(argv=None) -> int:
                     help="events of the run timed from a cold start, Spark's start-up included (default: the "
                          "smallest of --sizes; 0: none)")
     ap.add_argument("--lost", type=int, default=1000, help="lost clicks to recover end to end (0: none)")
+    ap.add_argument("--lost-files", type=int, default=0,
+                    help="put the verify runs' lost events (one per thousand) in the first N input files of 200K "
+                         "lines only (0: spread over every file)")
     ap.add_argument("--cold-child", nargs=3, metavar=("ROOT", "N", "LOST"), help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", action="store_true")
@@ -241,7 +252,7 @@ def main(argv=None) -> int:
     figures = {}
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         if args.cold:
-            f = cold(Path(tmp) / "cold", args.cold)
+            f = cold(Path(tmp) / "cold", args.cold, args.lost_files)
             label = _label(args.cold)
             figures[f"verify_{label}_from_cold_start_s"] = f["total_s"]
             figures[f"verify_{label}_cold_spark_start_s"] = f["spark_start_s"]
@@ -256,7 +267,7 @@ def main(argv=None) -> int:
             shutil.rmtree(Path(tmp) / "cold")
         spark = spark_session(None, "bench-verify")
         for n in sizes:
-            f = throughput(spark, Path(tmp) / f"n{n}", n)
+            f = throughput(spark, Path(tmp) / f"n{n}", n, args.lost_files)
             label = _label(n)
             figures[f"verify_{label}_events_per_s"] = f["events_per_s"]
             figures[f"verify_{label}_read_s"] = f["read_s"]

@@ -138,18 +138,25 @@ class _Lines:
     staged: list = field(default_factory=list)
     frames: list = field(default_factory=list)
 
-    def values(self, spark):
-        """Rows ``(value)``: every line as text."""
+    def values(self, spark, files_keyed=None):
+        """Rows ``(value)``: every line as text; with ``files_keyed`` (a set of :func:`_file_key` values), of
+        ``files`` only those whose key is in it (Spark prunes the others before reading: a filter on the
+        file's metadata), every line of the other sources."""
         from pyspark.sql import functions as F
         frames = [df.select("value") for df in self.frames]
         if self.files:
-            frames.append(spark.read.text(self.files))
+            text = spark.read.text(self.files)
+            if files_keyed is not None:
+                text = text.filter(_file_key_in(files_keyed)).select("value")
+            frames.append(text)
         if self.staged:
             frames.append(spark.read.text(self.staged, lineSep="\n").filter(F.col("value") != ""))
         return union_all(frames) if frames else _no_rows(spark, "value")
 
-    def ids(self, spark, id_field: "str | EventIds"):
-        """Rows ``(id)``: each line's id as :func:`_ids` reads it (null on a line without a readable one).
+    def ids(self, spark, id_field: "str | EventIds", with_file: bool = False):
+        """Rows ``(id)``: each line's id as :func:`_ids` reads it (null on a line without a readable one);
+        with ``with_file`` also ``file``, the :func:`_file_key` of the line's file (null for lines of
+        ``staged`` and ``frames``).
 
         Files are read by Spark's JSON reader with a schema of the id field alone (about a third of
         ``json_tuple``'s CPU per line: no line is materialised as text; the reader still parses and checks
@@ -160,18 +167,58 @@ class _Lines:
         pipeline quarantines both)."""
         from pyspark.sql import functions as F
         not_blank = F.col("value").rlike(r"\S")
+        no_file = [F.lit(None).cast("long").alias("file")] if with_file else []
+        file = [_file_key().alias("file")] if with_file else []
         if isinstance(id_field, EventIds) and id_field.custom:
-            return _ids(self.values(spark).filter(not_blank), id_field).select("id")
+            frames = [df.select("value", *no_file) for df in self.frames]
+            if self.files:
+                frames.append(spark.read.text(self.files).select("value", *file))
+            if self.staged:
+                frames.append(spark.read.text(self.staged, lineSep="\n").filter(F.col("value") != "")
+                              .select("value", *no_file))
+            if not frames:
+                return _no_ids(spark, with_file)
+            return _ids(union_all(frames).filter(not_blank), id_field).select("id", *(["file"] if with_file else []))
         name = id_field.id_field if isinstance(id_field, EventIds) else id_field
         column = "`" + name.replace("`", "``") + "`"
         schema = f"{column} STRING"
-        frames = [_ids(df.select("value").filter(not_blank), name).select("id") for df in self.frames]
+        frames = [_ids(df.select("value").filter(not_blank), name).select("id", *no_file) for df in self.frames]
         if self.files:
-            frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id")))
+            frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id"), *file))
         if self.staged:
             frames.append(spark.read.schema(schema).option("lineSep", "\n").json(self.staged)
-                          .select(F.col(column).alias("id")))
-        return union_all(frames) if frames else _no_rows(spark, "id")
+                          .select(F.col(column).alias("id"), *no_file))
+        return union_all(frames) if frames else _no_ids(spark, with_file)
+
+
+def _file_key():
+    """A file's key: a hash (Spark's ``xxhash64``) of its path as Spark's file reader gives it (the hidden
+    ``_metadata.file_path``), the same for a file in every read of the same listing. The aggregation
+    carries, for each id, the smallest key of the files holding its foreign lines, and the lookup of the
+    lost ids reads only the files of their keys (:meth:`_Lines.values`): a filter on a file's metadata,
+    which Spark applies to the listing, so the other files are not opened. Two files with one key are both
+    read (never fewer)."""
+    from pyspark.sql import functions as F
+    return F.expr(FILE_KEY)
+
+
+FILE_KEY = "xxhash64(`_metadata`.`file_path`)"
+
+
+def _file_key_in(keys):
+    """The line's file has one of ``keys`` (:func:`_file_key`), as one SQL expression (one call into the JVM)."""
+    from pyspark.sql import functions as F
+    if not keys:
+        return F.lit(False)
+    literal = {-1 << 63: "(-9223372036854775807L - 1L)"}
+    return F.expr(f"{FILE_KEY} IN ({','.join(literal.get(k, f'{int(k)}L') for k in sorted(keys))})")
+
+
+def _no_ids(spark, with_file: bool):
+    """No rows of :meth:`_Lines.ids`."""
+    from pyspark.sql import functions as F
+    rows = _no_rows(spark, "id")
+    return rows.withColumn("file", F.lit(None).cast("long")) if with_file else rows
 
 
 def _no_rows(spark, *columns: str):
@@ -209,6 +256,47 @@ def _in_window(since_us, until_us):
     if until_us is not None:
         cond = cond & (ts < until_us)
     return cond
+
+
+def _cheaply_well_formed(column: str):
+    """True only for ids that :data:`ID_PATTERN` certainly accepts, tested on their UTF-8 bytes without
+    decoding them to a Java ``String`` or running a regular expression; false (or null) for every other id,
+    which :func:`_well_formed` then gives to the pattern. Accepted: ``<prefix>:<pid>:<time>`` where
+
+    * the time (after the last ``:``) is 16 bytes that cast to a number of 16 digits, i.e. at least 10^15
+      (Spark's string-to-number cast skips blanks and control bytes around the digits and takes a sign or a
+      decimal point, but each of those takes a byte, leaving fewer than 16 digits: so all 16 bytes are ASCII
+      digits, the first not 0);
+    * the pid (between the last two ``:``) is k bytes, 1 <= k <= 15, casting to at least 10^(k-1) (the same
+      argument: k ASCII digits, the first not 0);
+    * the prefix (before them) is at least one byte, does not start with ``:``, and no byte of the id is a
+      ``\\n``.
+
+    Such an id ends in an ASCII digit, so the pattern's ``$`` (which also matches before a final line
+    terminator) has nothing to treat specially, and ``[^:\\n][^\\n]*`` takes the prefix. Ids with a zero
+    pid or time of fewer digits, line terminators, or any other shape go to the pattern: the result is
+    always the pattern's (``tests/app/test_verify_id_format.py``)."""
+    from pyspark.sql import functions as F
+    c = F.col(column)
+    time_text = F.substring_index(c, ":", -1)
+    pid_text = F.substring_index(F.substring_index(c, ":", -2), ":", 1)
+    pid_len = F.octet_length(pid_text)
+    return ((F.octet_length(time_text) == TIMESTAMP_DIGITS)
+            & (time_text.try_cast("bigint") >= 10 ** (TIMESTAMP_DIGITS - 1))
+            & pid_len.between(1, 15)
+            & (pid_text.try_cast("bigint") >= F.pow(F.lit(10.0), pid_len - 1))
+            & (F.octet_length(c) - pid_len - (TIMESTAMP_DIGITS + 2) >= 1)
+            & ~c.startswith(":") & ~c.contains("\n"))
+
+
+def _well_formed(column: str):
+    """``column`` follows the pipeline's id format (:data:`ID_PATTERN` as Java reads it; null for a null id):
+    the cheap byte test (:func:`_cheaply_well_formed`) first, the pattern only for ids it does not vouch for.
+    A conditional, not an ``OR``: Spark's subexpression elimination may hoist both sides of an ``OR`` used
+    twice in a projection, never an expression that only one branch of a conditional needs."""
+    from pyspark.sql import functions as F
+    return F.when(F.coalesce(_cheaply_well_formed(column), F.lit(False)), F.lit(True)) \
+        .otherwise(F.col(column).rlike(ID_PATTERN))
 
 
 def _window(df, since_us, until_us):
@@ -368,7 +456,7 @@ def _read_input(spark, config: PhotonConfig, stream: str, id_field, ref_field: s
     for index, region in enumerate(config.pipeline_regions):
         df = _ids(_input_lines(spark, config, region, stream).values(spark), id_field, ref_field, user_id)
         good = F.col("id").isNotNull() if (isinstance(id_field, EventIds) and id_field.custom) or not checked \
-            else F.col("id").rlike(ID_PATTERN)
+            else _well_formed("id")
         frames.append(df.filter(good).withColumn("bit", _region_bit(index, len(config.pipeline_regions))))
     return union_all(frames)
 
@@ -450,7 +538,9 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     ``u_regions`` (regions whose unjoinable output holds it), ``registered`` (the export holds it with a
     token), ``lost`` (registered and joined nowhere), ``everywhere`` (unjoinable in every region whose input
     holds it, joined nowhere, not registered) and ``bad``: output lines hold this id and it is not
-    well-formed (or null: lines without it), which stops the job. ``outputs``: from :func:`_read_outputs`;
+    well-formed (or null: lines without it), which stops the job; ``file``: the smallest :func:`_file_key`
+    of the local foreign files holding it (null when none does: only S3 objects, or not in the input),
+    so that the lookup of a lost id reads only its file. ``outputs``: from :func:`_read_outputs`;
     ``foreign``: from :func:`_foreign_inputs`.
 
     An id's format is checked once per id after the aggregation, not once per line: a foreign line whose
@@ -461,8 +551,8 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     exported = _read_export(spark, export_files)
     registry = _window(exported, since_us, until_us).select(
         "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
-    rows = union_all([lines.ids(spark, ids).filter(F.col("id").isNotNull())
-                      .select("id", _region_bit(index, n_regions).alias("in_bit")) for index, lines in foreign])
+    rows = union_all([lines.ids(spark, ids, with_file=True).filter(F.col("id").isNotNull())
+                      .select("id", _region_bit(index, n_regions).alias("in_bit"), "file") for index, lines in foreign])
     rows = _window(rows, since_us, until_us)
     for index, _, kind, lines in outputs:
         bit = _region_bit(index, n_regions)
@@ -473,12 +563,13 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     rows = rows.unionByName(registry, allowMissingColumns=True)
     in_agg, in_regions = _regions("in_bit", n_regions)
     u_agg, u_regions = _regions("u_bit", n_regions)
-    grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"))
-    well_formed = F.coalesce(F.col("id").rlike(ID_PATTERN), F.lit(False))
+    grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"),
+                                     F.min("file").alias("file"))
+    well_formed = F.coalesce(_well_formed("id"), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
     grouped = grouped.select(
         "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(ids.custom)), in_regions).alias("in_regions"),
-        "n_out", u_regions.alias("u_regions"), "reg", (in_output & ~well_formed).alias("bad"))
+        "n_out", u_regions.alias("u_regions"), "reg", (in_output & ~well_formed).alias("bad"), "file")
     if since_us is not None or until_us is not None:        # outputs' ids, here once per id
         grouped = grouped.filter(F.col("bad") | _in_window(since_us, until_us))
     registered = F.col("reg").isNotNull()
@@ -486,11 +577,11 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     unjoinable = F.col("u_regions").isNotNull() & F.col("n_out").isNull() & ~registered
     everywhere = unjoinable & F.col("in_regions").isNotNull() & (F.col("u_regions") >= F.col("in_regions"))
     return grouped.select("id", "in_regions", "n_out", "u_regions", registered.alias("registered"),
-                          lost.alias("lost"), everywhere.alias("everywhere"), "bad")
+                          lost.alias("lost"), everywhere.alias("everywhere"), "bad", "file")
 
 
 COUNTS = ("foreign_events", "joined", "duplicates", "lost", "pending", "unjoinable", "everywhere", "bad")
-NEEDS_COLUMNS = ("id", "n_out", "in_regions", "lost", "everywhere")
+NEEDS_COLUMNS = ("id", "n_out", "in_regions", "lost", "everywhere", "file")
 
 
 def _count_columns():
@@ -527,7 +618,7 @@ def _counts(spark, per_id, folder: Path) -> tuple[dict, str]:
     needs = per_id.observe(observation, *_count_columns()) \
         .filter(c("lost") | (c("n_out") > 1) | c("everywhere")) \
         .select("id", "n_out", "in_regions", c("lost").cast("int").alias("lost"),
-                c("everywhere").cast("int").alias("everywhere"))
+                c("everywhere").cast("int").alias("everywhere"), "file")
     schema = needs.schema.simpleString()[len("struct<"):-1].replace(":", " ")
     needs.write.mode("overwrite").parquet(str(folder))
     got = observation.get
@@ -542,6 +633,7 @@ class _Need(tuple):
     in_regions = property(lambda self: self[2])
     lost = property(lambda self: self[3])
     everywhere = property(lambda self: self[4])
+    file = property(lambda self: self[5])
 
 
 def _read_needs(folder: Path) -> list:
@@ -566,14 +658,24 @@ def _fast_id_pattern(field_name: str) -> str | None:
     return r'^\{"' + field_name + r'":"([^"\\]+)"[,}]'
 
 
-def _lines_of(spark, config: PhotonConfig, foreign, wanted):
+def _files_to_read(foreign, wanted_rows: list):
+    """The :func:`_file_key` values of the local foreign files that hold the ``wanted_rows``' ids (their
+    ``file``), or None when that is every file (no filter needed): lost clicks cluster in time, so a run with
+    few losses reads few files again."""
+    keys = {r.file for r in wanted_rows if r.file is not None}
+    files = sum(len(lines.files) for _, lines in foreign)
+    return None if len(keys) >= files else keys
+
+
+def _lines_of(spark, config: PhotonConfig, foreign, wanted, files_keyed=None):
     """``(id, raw, ref)``: one foreign line (as logged) and its reference of every id of ``wanted`` (rows
     ``(id)``, few: lost ids and those unjoinable everywhere) that some region's input holds. Read again from
     the same files; a cheap pattern keeps the lines whose leading id is wanted and those it cannot read, and
     only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before).
 
     ``wanted`` may also be the ids themselves (a list, on the driver): then they are matched by value
-    (:func:`_one_of`, no join, no shuffle) and every line of a wanted id is returned (the caller keeps one)."""
+    (:func:`_one_of`, no join, no shuffle) and every line of a wanted id is returned (the caller keeps one).
+    ``files_keyed``: see :meth:`_Lines.values`."""
     from pyspark.sql import functions as F
     ids, ref_field = config.join.foreign_ids, config.join.foreign_ref_field
     pattern = None if ids.custom else _fast_id_pattern(ids.id_field)
@@ -582,7 +684,7 @@ def _lines_of(spark, config: PhotonConfig, foreign, wanted):
         wanted = wanted.select("id").distinct()
     frames = []
     for _, lines in foreign:
-        values = lines.values(spark)
+        values = lines.values(spark, files_keyed)
         if pattern is not None:     # a line naming the field twice or escaping a name may mean another id
             again = F.locate(f'"{ids.id_field}"', F.col("value"), len(ids.id_field) + 4) > 0
             values = values.withColumn("fast", F.regexp_extract("value", pattern, 1))
@@ -715,7 +817,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     and unjoinable-everywhere ids are written out (:func:`_counts`: one Spark job of two stages,
     :data:`COUNTS_SETTINGS`); the export is read with its footers' schema (no inference job). The lost ids' lines and
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
-    when the ids are few enough to collect (:func:`_look_up_on_driver`), else by joins
+    of the files holding them (each id's file key, :func:`_file_key`) when the ids are few enough to collect
+    (:func:`_look_up_on_driver`), else by joins
     (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
     from photon.app._spark import progress
 
@@ -810,20 +913,27 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
     one job), and, when some id is unjoinable everywhere, the primaries of their references in one more;
     the recoverable rule
     (:func:`_recoverable_rows`) runs on the driver's rows. Nothing at all is read again when no id is lost
-    or unjoinable everywhere."""
+    or unjoinable everywhere. Of the local foreign files, only those of the wanted ids' ``file`` keys are read
+    (:func:`_files_to_read`); an id not found in them (a line the JSON reader took as the id's and
+    ``json_tuple`` does not, e.g. an array of objects) is looked up again in every file."""
     from pyspark.sql import functions as F
     if not needs:
         return (), 0, []
     dups = tuple(sorted((r.id, int(r.n_out)) for r in needs if r.n_out is not None and r.n_out > 1)[:20])
-    wanted = sorted(r.id for r in needs if (r.lost or r.everywhere) and r.in_regions is not None)
+    wanted_rows = [r for r in needs if (r.lost or r.everywhere) and r.in_regions is not None]
+    wanted = sorted(r.id for r in wanted_rows)
+    keys = _files_to_read(foreign, wanted_rows)
     lost = sorted(r.id for r in needs if r.lost)
     lines, entries = {}, {}
+
+    def lines_of(ids, keyed):
+        return _lines_of(spark, config, foreign, ids, keyed).select(
+            "id", F.lit("line").alias("kind"), F.col("raw").alias("a"), F.col("ref").alias("b"),
+            F.lit(None).cast("long").alias("c"))
     if wanted or lost:
         frames = []
         if wanted:
-            frames.append(_lines_of(spark, config, foreign, wanted)
-                          .select("id", F.lit("line").alias("kind"), F.col("raw").alias("a"),
-                                  F.col("ref").alias("b"), F.lit(None).cast("long").alias("c")))
+            frames.append(lines_of(wanted, keys))
         if lost:
             exported = _read_export(spark, export_files)
             registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
@@ -832,6 +942,10 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
                                   F.lit(None).cast("string").alias("b"), registered_us.cast("long").alias("c")))
         for r in union_all(frames).collect():     # an id's first line, and first entry, as Spark's first()
             (lines if r.kind == "line" else entries).setdefault(r.id, r)
+        missing = [i for i in wanted if i not in lines]
+        if keys is not None and missing:          # not in the files of its key: every file
+            for r in lines_of(missing, None).collect():
+                lines.setdefault(r.id, r)
     wrongly = 0
     if any(r.everywhere for r in needs):
         refs = [lines[r.id].b for r in needs if r.everywhere and r.id in lines]     # each one's first line's
