@@ -12,24 +12,9 @@ from hypothesis import strategies as st
 
 from photon import StringFields, string_fields
 from photon._bulk import CHECK_WINDOW, ORJSON_MAX_DEPTH, _bulk_safe
-from tests.json_lines import NOT_UTF8, NUMBERS, json_line, odd_lines, production_recursion_limit
+from tests.json_lines import NOT_UTF8, NUMBERS, by_orjson, json_line, odd_lines, production_recursion_limit
 
 ID = "10.0.0.1:4242:1763712000000000"
-
-
-def by_orjson(lines: list[bytes], names: tuple[str, ...]) -> list:
-    """Each line's fields by ``orjson.loads`` alone: the field (a tuple for several) if every one is a string."""
-    out = []
-    for line in lines:
-        try:
-            rec = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            out.append(None)
-            continue
-        values = tuple(rec.get(n) for n in names) if type(rec) is dict else (None,)
-        ok = all(type(v) is str for v in values)
-        out.append((values[0] if len(names) == 1 else values) if ok else None)
-    return out
 
 
 def check(reader: StringFields, lines: list[bytes]) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dispatcher import DispatcherConfig, DispatcherState
 from dispatcher._state import ChunkRead, LinesRead, QuarantineRecords, TimePassed, snapshot_events
 from photon import BadEventId, JoinConfig, format_event_id, is_event_id, parse_event_id
-from tests.json_lines import json_line, odd_lines, production_recursion_limit
+from tests.json_lines import by_orjson, json_line, odd_lines, production_recursion_limit
 
 FILE = "w0/clicks-1.jsonl"
 T0 = 1_763_712_000_000_000
@@ -91,19 +91,12 @@ def _observe(core: DispatcherState, commands: list, now: int) -> dict:
 def _model(lines: list[bytes]) -> tuple[list[bytes], dict]:
     """Line by line, plainly: the bad lines, and each good id's first line and ref with its later copies."""
     bad, events = [], {}
-    for raw in lines:
-        try:
-            rec = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+    for raw, fields in zip(lines, by_orjson(lines, ("click_id", "query_id"))):
+        if fields is None or not (is_event_id(fields[0]) and is_event_id(fields[1])):
             bad.append(raw)
             continue
-        if not isinstance(rec, dict):
-            bad.append(raw)
-            continue
-        i, r = rec.get("click_id"), rec.get("query_id")
-        if not (type(i) is str and type(r) is str and is_event_id(i) and is_event_id(r)):
-            bad.append(raw)
-        elif i in events:
+        i, r = fields
+        if i in events:
             events[i][2].append(raw.decode())
         else:
             events[i] = [r, raw.decode(), []]

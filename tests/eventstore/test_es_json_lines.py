@@ -9,25 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore._packed import unpack_time
-from eventstore._state import index_lines, split_photon_ids
-from photon import LogChunk, format_event_id
-from tests.eventstore.test_es_packed import _read_line_by_line
-from tests.json_lines import json_line, odd_lines, production_recursion_limit
+from eventstore._state import split_photon_ids
+from photon import format_event_id
+from tests.eventstore.test_es_packed import index_as_read_line_by_line
+from tests.json_lines import json_line, odd_lines
 
 BASE_US = 1_763_712_000_000_000
 
 
 def _check(lines: list[bytes], start: int) -> None:
-    offsets, pos = [], start
-    for line in lines:
-        offsets.append(pos)
-        pos += len(line) + 1
-    want_kept, want_bad = _read_line_by_line(lines, offsets)
-    map_offsets: list[int] = []
-    with production_recursion_limit():
-        found = index_lines(LogChunk("w/q.jsonl", offsets, lines, pos), "query_id", map_offsets)
-    assert list(zip(map_offsets, found.ids, found.lines)) == want_kept
-    assert [(b.offset, b.reason, b.raw) for b in found.bad] == want_bad
+    found, _ = index_as_read_line_by_line(lines, start)
     ids = found.ids
     assert found.timed == (split_photon_ids(ids) if ids else None)
     if found.timed is not None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from eventstore._map import MapEmitter
 from eventstore._packed import pack_time, packed_times, unpack_time
-from eventstore._state import EventCache, index_lines, split_photon_ids
+from eventstore._state import EventCache, IndexedLines, index_lines, split_photon_ids
 from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 from tests.json_lines import production_recursion_limit
 
@@ -104,6 +104,25 @@ def _read_line_by_line(lines: list[bytes], offsets: list[int]):
     return kept, bad
 
 
+def index_as_read_line_by_line(lines: list[bytes], start: int) -> tuple[IndexedLines, list[int]]:
+    """``index_lines`` of ``lines`` (a chunk starting at byte ``start``) at the default recursion limit
+    (Hypothesis raises it; the msgspec path needs the default), checked against a line-by-line reading with
+    ``orjson.loads``: the lines kept with their offsets and ids, the quarantine records (offset, reason, raw).
+    Returns what it indexed and the offsets of the lines kept."""
+    offsets, pos = [], start
+    for line in lines:
+        offsets.append(pos)
+        pos += len(line) + 1
+    want_kept, want_bad = _read_line_by_line(lines, offsets)
+    map_offsets: list[int] = []
+    with production_recursion_limit():
+        found = index_lines(LogChunk("w/q.jsonl", offsets, lines, pos), "query_id", map_offsets)
+    assert list(zip(map_offsets, found.ids, found.lines)) == want_kept
+    assert [(b.offset, b.reason, b.raw) for b in found.bad] == want_bad
+    assert all(b.file == "w/q.jsonl" for b in found.bad)
+    return found, map_offsets
+
+
 def _near_misses(ids: list[str]) -> list[str]:
     out = []
     for event_id in ids[:20]:
@@ -118,19 +137,8 @@ def _near_misses(ids: list[str]) -> list[str]:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=chunks(), start=st.integers(0, 1 << 40), block_kb=st.sampled_from([4, 32, 1 << 12]))
 def test_the_bulk_path_agrees_with_a_line_by_line_reading(lines, start, block_kb):
-    offsets, pos = [], start
-    for line in lines:
-        offsets.append(pos)
-        pos += len(line) + 1
-    want_kept, want_bad = _read_line_by_line(lines, offsets)
-    map_offsets: list[int] = []
-    with production_recursion_limit():              # (Hypothesis raises it: the msgspec path needs the default)
-        found = index_lines(LogChunk("w/q.jsonl", offsets, lines, pos), "query_id", map_offsets)
-
     # the lines kept, their ids and offsets; the quarantine records with their reasons
-    assert list(zip(map_offsets, found.ids, found.lines)) == want_kept
-    assert [(b.offset, b.reason, b.raw) for b in found.bad] == want_bad
-    assert all(b.file == "w/q.jsonl" for b in found.bad)
+    found, map_offsets = index_as_read_line_by_line(lines, start)
 
     # the key and timestamps: given exactly when the ids kept are one key's, strictly increasing
     ids = found.ids
