@@ -138,20 +138,26 @@ class _Lines:
     staged: list = field(default_factory=list)
     frames: list = field(default_factory=list)
 
-    def values(self, spark, files_keyed=None):
+    def values(self, spark, files_keyed=None, with_file: bool = False):
         """Rows ``(value)``: every line as text; with ``files_keyed`` (a set of :func:`_file_key` values), of
         ``files`` only those whose key is in it (Spark prunes the others before reading: a filter on the
-        file's metadata), every line of the other sources."""
+        file's metadata), every line of the other sources; with ``with_file`` also ``file``, the
+        :func:`_file_key` of the line's file (null for lines of ``staged`` and ``frames``)."""
         from pyspark.sql import functions as F
-        frames = [df.select("value") for df in self.frames]
+        no_file = [F.lit(None).cast("long").alias("file")] if with_file else []
+        frames = [df.select("value", *no_file) for df in self.frames]
         if self.files:
             text = spark.read.text(self.files)
             if files_keyed is not None:
-                text = text.filter(_file_key_in(files_keyed)).select("value")
-            frames.append(text)
+                text = text.filter(_file_key_in(files_keyed))
+            frames.append(text.select("value", *([_file_key().alias("file")] if with_file else [])))
         if self.staged:
-            frames.append(spark.read.text(self.staged, lineSep="\n").filter(F.col("value") != ""))
-        return union_all(frames) if frames else _no_rows(spark, "value")
+            frames.append(spark.read.text(self.staged, lineSep="\n").filter(F.col("value") != "")
+                          .select("value", *no_file))
+        if frames:
+            return union_all(frames)
+        rows = _no_rows(spark, "value")
+        return rows.withColumn("file", F.lit(None).cast("long")) if with_file else rows
 
     def ids(self, spark, id_field: "str | EventIds", with_file: bool = False):
         """Rows ``(id)``: each line's id as :func:`_ids` reads it (null on a line without a readable one);
@@ -170,15 +176,8 @@ class _Lines:
         no_file = [F.lit(None).cast("long").alias("file")] if with_file else []
         file = [_file_key().alias("file")] if with_file else []
         if isinstance(id_field, EventIds) and id_field.custom:
-            frames = [df.select("value", *no_file) for df in self.frames]
-            if self.files:
-                frames.append(spark.read.text(self.files).select("value", *file))
-            if self.staged:
-                frames.append(spark.read.text(self.staged, lineSep="\n").filter(F.col("value") != "")
-                              .select("value", *no_file))
-            if not frames:
-                return _no_ids(spark, with_file)
-            return _ids(union_all(frames).filter(not_blank), id_field).select("id", *(["file"] if with_file else []))
+            return _ids(self.values(spark, with_file=with_file).filter(not_blank), id_field) \
+                .select("id", *(["file"] if with_file else []))
         name = id_field.id_field if isinstance(id_field, EventIds) else id_field
         column = "`" + name.replace("`", "``") + "`"
         schema = f"{column} STRING"
