@@ -744,12 +744,6 @@ class ShardState:
         :class:`photon.BadEventId` naming the first malformed id."""
         return self.lookup_split(*split_checked(ids))
 
-    def lookup_well_formed(self, ids) -> list[bool]:
-        """:meth:`lookup` of ids the caller has checked (:func:`check_ids`)."""
-        if not ids:
-            return []
-        return self.lookup_split(list(map(_PREFIX_OF, ids)), stamps_of_tails("".join(map(_ID_TAIL, ids))))
-
     def lookup_split(self, prefixes: list[str], stamps: list[int]) -> list[bool]:
         """:meth:`lookup` of ids given as their prefixes and timestamps (:func:`split_ids`), without a
         Python step per id: the ids are taken in groups of consecutive ids of one process in one bucket (a

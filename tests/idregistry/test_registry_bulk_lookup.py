@@ -1,4 +1,4 @@
-"""Batch lookups decided group by group in C (``ShardState.lookup_well_formed``, ``_Run.holds``) answer
+"""Batch lookups decided group by group in C (``ShardState.lookup``, ``_Run.holds``) answer
 exactly as asking each id alone (``contains``) and as the plain model of what was committed, deleted and
 collected: on random states with several processes and buckets, a GC boundary inside a bucket, emptied runs,
 and ids asked in any order, repeated, or sorted as the dispatcher sends them. No cluster needed."""
@@ -63,10 +63,9 @@ def test_a_bulk_lookup_answers_as_each_id_alone_and_as_the_model(steps, asked, d
         asked = data.draw(st.permutations(asked))
     expected = [i in model for i in asked]
     assert [s.contains(i) for i in asked] == expected
-    assert s.lookup_well_formed(asked) == expected
     assert s.lookup(asked) == expected
     ordered = sorted(asked)              # as the dispatcher sends a request's ids
-    assert s.lookup_well_formed(ordered) == [i in model for i in ordered]
+    assert s.lookup(ordered) == [i in model for i in ordered]
 
 
 # offsets from narrow ranges and the top of 32 bits, so both a short stretch (a set) and a long one (bisects)

@@ -97,4 +97,3 @@ def test_a_checking_lookup_answers_as_each_id_alone_and_refuses_as_validate(held
         assert str(whole.value) == str(alone.value)
         return
     assert s.lookup(asked) == [s.contains(i) for i in asked] == [i in set(held) for i in asked]
-    assert s.lookup_well_formed(asked) == s.lookup(asked)

@@ -69,7 +69,6 @@ def test_a_batch_lookup_agrees_with_contains_across_buckets_processes_and_the_gc
     expected = [s.contains(i) for i in asked]
     assert expected.count(True) == len(held) - 4     # the four eid(0) ids are too old
     assert s.lookup(asked) == expected
-    assert s.lookup_well_formed(asked) == expected
     assert s.lookup([]) == []
     with pytest.raises(BadEventId, match="not-an-id"):
         s.lookup([eid(1), "not-an-id"])
