@@ -3,8 +3,11 @@ acks, and the servicer.
 
 * :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
   when this process owns the consumer's slot, else into the batch of the owner's process, which one
-  thread per peer sends (``Exchange``, up to ``PEER_BATCH`` records, packed as one JSON array, and every
-  pending ack per call, packed the same way). A delivery whose owner is unknown, or that the receiver answers ``moved``, is
+  thread per peer sends (up to ``PEER_BATCH`` records, packed as one JSON array, and every pending ack,
+  packed the same way, per request). The requests go on one ``ExchangeStream`` call per peer, kept open,
+  with one request in flight: a reply not back within ``CALL_TIMEOUT_S`` cancels the stream (a watchdog
+  thread per peer), a failed stream fails its request in flight (as a failed unary call did) and the next
+  request opens a new one. A delivery whose owner is unknown, or that the receiver answers ``moved``, is
   parked until the map is read again and then sent at once; one whose call fails is not sent now. Besides, the sender's tracker
   retries every unacked delivery (``may_lose``), so records are retried until acknowledged.
 * :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
@@ -18,7 +21,9 @@ acks, and the servicer.
 from __future__ import annotations
 
 import json
+import queue
 import threading
+import time
 from collections import deque
 from typing import Callable
 
@@ -36,6 +41,10 @@ PEER_BATCH = 5000
 CALL_TIMEOUT_S = 5.0
 CLOSE_WAIT_S = 1.0
 """How long closing a peer waits for its thread (its call in progress is cut off first)."""
+WATCH_S = 0.5
+"""How often a peer's watchdog looks at the request in flight (its reply is awaited up to ``CALL_TIMEOUT_S``
+plus this)."""
+_END = object()    # ends a stream's request iterator
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500),
                    ("grpc.min_reconnect_backoff_ms", 50), ("grpc.max_receive_message_length", 64 * 2**20),
                    ("grpc.max_send_message_length", 64 * 2**20)]
@@ -103,8 +112,14 @@ class _Peer:
         self._closed = False
         self._channel = open_channel(address, CHANNEL_OPTIONS)
         self._stub = pb_grpc.WorkerStub(self._channel)
+        self._call = None           # the open ExchangeStream call, and the queue its requests are taken from
+        self._requests: queue.SimpleQueue | None = None
+        self._in_flight: tuple | None = None    # (call, monotonic time written) of the request awaiting its reply
         self.thread = threading.Thread(target=self._main, name=f"millwheel-peer-{address}", daemon=True)
         self.thread.start()
+        self._watch_stop = threading.Event()
+        self._watch = threading.Thread(target=self._watchdog, name=f"millwheel-peer-watch-{address}", daemon=True)
+        self._watch.start()
 
     def put(self, records=(), acks=(), resends=()) -> None:
         with self._cond:
@@ -119,8 +134,50 @@ class _Peer:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._channel.close()
+        self._watch_stop.set()
+        self._channel.close()       # cancels the stream's call
+        requests = self._requests
+        if requests is not None:
+            requests.put(_END)      # ends its request iterator (gRPC's thread waiting on it)
         self.thread.join(timeout=timeout_s)
+        self._watch.join(timeout=timeout_s)
+
+    def _exchange(self, req: pb.ExchangeRequest) -> pb.ExchangeReply:
+        """One request on the open stream (opened first if there is none) and its reply. Raises
+        ``grpc.RpcError`` when the stream fails or is cancelled (then it is dropped: the next request opens
+        a new one), ``ValueError`` when the channel was closed."""
+        call, requests = self._call, self._requests
+        if call is None:
+            requests = queue.SimpleQueue()
+            call = self._stub.ExchangeStream(_taken(requests))
+            self._call, self._requests = call, requests
+        self._in_flight = (call, time.monotonic())
+        requests.put(req)
+        try:
+            return next(call)
+        except StopIteration:      # the receiver ended the stream: as a failed call
+            self._end_stream()
+            raise _StreamEnded() from None
+        except grpc.RpcError:
+            self._end_stream()
+            raise
+        finally:
+            self._in_flight = None
+
+    def _end_stream(self) -> None:
+        call, requests, self._call, self._requests = self._call, self._requests, None, None
+        if requests is not None:
+            requests.put(_END)
+        if call is not None:
+            call.cancel()
+
+    def _watchdog(self) -> None:
+        """Cancels the stream whose request in flight has waited longer than ``CALL_TIMEOUT_S`` for its reply
+        (a peer that hangs): the request fails as a unary call past its deadline did."""
+        while not self._watch_stop.wait(WATCH_S):
+            flight = self._in_flight
+            if flight is not None and time.monotonic() - flight[1] > CALL_TIMEOUT_S:
+                flight[0].cancel()
 
     def _main(self) -> None:
         while True:
@@ -137,10 +194,12 @@ class _Peer:
                                      packed_acks=orjson.dumps(acks) if acks else b"",
                                      resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
             try:
-                reply = self._stub.Exchange(req, timeout=CALL_TIMEOUT_S)
+                reply = self._exchange(req)
             except ValueError:       # the channel was closed under the call: closing
                 return
             except grpc.RpcError:
+                if self._closed:
+                    return
                 # the senders retry the records, acks come again, and records asked for again and not
                 # sent come by their sender's retry timeout (a resend request only hastens them)
                 self._counters["failed_calls"] += 1
@@ -151,6 +210,19 @@ class _Peer:
                 self._counters["moved"] += len(reply.moved)
                 gone = {(m.consumer, m.interval) for m in reply.moved}
                 self._on_moved([d for d in records if (d.consumer, d.interval) in gone])
+
+
+class _StreamEnded(grpc.RpcError):
+    """The receiver ended an ``ExchangeStream`` call before replying to the request in flight."""
+
+
+def _taken(requests: queue.SimpleQueue):
+    """A stream's requests: what is put on ``requests``, until ``_END``."""
+    while True:
+        req = requests.get()
+        if req is _END:
+            return
+        yield req
 
 
 class GrpcTransport(Transport):
@@ -315,6 +387,14 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self._tracker, self._accept, self._status = tracker, accept, status
 
     def Exchange(self, request, context):
+        return self._exchange(request)
+
+    def ExchangeStream(self, requests, context):
+        """What :meth:`Exchange` does, for each request of the stream in order, one reply each."""
+        for request in requests:
+            yield self._exchange(request)
+
+    def _exchange(self, request: pb.ExchangeRequest) -> pb.ExchangeReply:
         if request.acks or request.packed_acks:
             self._tracker.acked_remotely(_ack_pairs(request))
         if request.resend:

@@ -82,6 +82,9 @@ LEAVE_BUDGET_S = 1.0
 """How long a stopping process tries to tell the master it leaves (else its lease runs out)."""
 EARLY_LIMIT = 200_000
 """Records of slots not claimed yet kept per process at most (beyond, they are answered ``moved``)."""
+RPC_THREADS = 64
+"""The gRPC server's handler threads: each peer process's open ``ExchangeStream`` holds one, the rest serve
+``Exchange`` and ``Status`` calls (so up to about this many peer processes are served at once)."""
 LOAD_HALF_LIFE_S = 1.0
 """Half-life of the per-slot records/s a worker reports (the master's split and merge input)."""
 
@@ -118,7 +121,8 @@ class WorkerHost(ShowsWatermarks):
         self.counters: Counter = Counter()
         self._inbox = Inbox()
         self._discard = Inbox()
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="mw-peer-rpc"),
+        # every peer's ExchangeStream holds one of these threads while it is open (see _peer)
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="mw-peer-rpc"),
                                  options=[("grpc.max_receive_message_length", 64 * 2**20), ("grpc.so_reuseport", 0)])
         creds = server_credentials()
         bound = self._grpc.add_secure_port(f"{host}:{port}", creds) if creds else \

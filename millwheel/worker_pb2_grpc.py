@@ -39,6 +39,11 @@ class WorkerStub:
                 request_serializer=millwheel_dot_worker__pb2.ExchangeRequest.SerializeToString,
                 response_deserializer=millwheel_dot_worker__pb2.ExchangeReply.FromString,
                 _registered_method=True)
+        self.ExchangeStream = channel.stream_stream(
+                '/photon.millwheel.Worker/ExchangeStream',
+                request_serializer=millwheel_dot_worker__pb2.ExchangeRequest.SerializeToString,
+                response_deserializer=millwheel_dot_worker__pb2.ExchangeReply.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/photon.millwheel.Worker/Status',
                 request_serializer=millwheel_dot_worker__pb2.WorkerStatusRequest.SerializeToString,
@@ -58,6 +63,15 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExchangeStream(self, request_iterator, context):
+        """The same exchange on one long-lived call: one reply per request, in order. A sender keeps one stream
+        open per peer with one request in flight on it, so the cost of setting up a call (on both sides) is
+        paid once per stream rather than once per batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """This process's statistics as JSON (one object): pid, intervals, counters, idle, watermarks.
         """
@@ -70,6 +84,11 @@ def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Exchange': grpc.unary_unary_rpc_method_handler(
                     servicer.Exchange,
+                    request_deserializer=millwheel_dot_worker__pb2.ExchangeRequest.FromString,
+                    response_serializer=millwheel_dot_worker__pb2.ExchangeReply.SerializeToString,
+            ),
+            'ExchangeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ExchangeStream,
                     request_deserializer=millwheel_dot_worker__pb2.ExchangeRequest.FromString,
                     response_serializer=millwheel_dot_worker__pb2.ExchangeReply.SerializeToString,
             ),
@@ -104,6 +123,33 @@ class Worker:
             request,
             target,
             '/photon.millwheel.Worker/Exchange',
+            millwheel_dot_worker__pb2.ExchangeRequest.SerializeToString,
+            millwheel_dot_worker__pb2.ExchangeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExchangeStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/photon.millwheel.Worker/ExchangeStream',
             millwheel_dot_worker__pb2.ExchangeRequest.SerializeToString,
             millwheel_dot_worker__pb2.ExchangeReply.FromString,
             options,
