@@ -342,7 +342,11 @@ class SparkConfig:
     class_archive: bool = opt(True, "keep an archive of the classes the driver's JVM loaded (class-data sharing, "
                                     "written by the first job, used by the next ones: a faster start); a "
                                     "missing or stale archive only costs speed")
-    cache_dir: str = opt("", "folder of that archive (default: $XDG_CACHE_HOME/photon or ~/.cache/photon)")
+    cache_dir: str = opt("", "folder of that archive and of the launch command (default: $XDG_CACHE_HOME/photon or "
+                             "~/.cache/photon)")
+    cached_launch: bool = opt(True, "start the driver's JVM with the command spark-submit's launcher gave for the "
+                                    "same settings, environment, Java and Spark before (kept in cache_dir), "
+                                    "without running that launcher's JVM again: a faster start")
     short_job_mb: int = opt(256, "a job whose input is known to be at most this many MB (photon verify over "
                                  "local folders) starts its driver JVM with the JIT's first tier only "
                                  "(-XX:TieredStopAtLevel=1: less compiling in a short run, slower in a long "

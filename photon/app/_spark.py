@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from photon import PhotonConfig, SparkConfig
-from photon.app import _class_archive
+from photon.app import _class_archive, _launch
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 PROGRESS_INTERVAL_S = 0.5
@@ -48,12 +48,12 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
-        session = _configured(builder, session_settings(config, verbose, archive, input_bytes)).getOrCreate()
+        session = _started(_configured(builder, session_settings(config, verbose, archive, input_bytes)), config)
     except Exception as e:
         if archive is None or "JAVA_GATEWAY_EXITED" not in str(e):
             raise
         archive = None       # a JVM that would not start with the class archive's flags starts without them
-        session = _configured(builder, session_settings(config, verbose, None, input_bytes)).getOrCreate()
+        session = _started(_configured(builder, session_settings(config, verbose, None, input_bytes)), config)
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     if archive is not None:
         gateway = session.sparkContext._gateway
@@ -62,6 +62,27 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
         def stdout_to_stderr():       # the dump's line, printed on the JVM's System.out, kept off stdout
             jvm_system.setOut(jvm_system.err)
         _class_archive.after_start(archive, gateway.proc.pid, stdout_to_stderr)
+    return session
+
+
+def _started(builder, config: PhotonConfig | None):
+    """``builder.getOrCreate()``, its driver JVM started by the launch command cached for these settings when
+    there is one (:mod:`photon.app._launch`: no launcher JVM), else by PySpark, whose command is then cached."""
+    from pyspark import SparkContext
+
+    launch = None
+    if SparkContext._gateway is None and (config is None or config.spark.cached_launch):
+        launch = _launch.plan(cache_dir(config), dict(builder._options))
+        if launch is not None and launch.command is not None:
+            gateway = _launch.start(launch)
+            if gateway is not None:
+                SparkContext._ensure_initialized(gateway=gateway)
+                launch = None
+            else:           # the entry is gone: PySpark starts the driver, and its command is cached again
+                launch = _launch.LaunchPlan(launch.path, launch.env)
+    session = builder.getOrCreate()
+    if launch is not None and session.sparkContext._gateway.proc is not None:
+        _launch.record(launch, session.sparkContext._gateway.proc.pid)
     return session
 
 
@@ -77,9 +98,15 @@ def class_archive_plan(config: PhotonConfig | None = None):
     spark_cfg = config.spark if config is not None else None
     if spark_cfg is not None and not spark_cfg.class_archive:
         return None
-    cache = Path(os.path.expanduser(spark_cfg.cache_dir)) if spark_cfg and spark_cfg.cache_dir \
+    return _class_archive.plan(cache_dir(config),
+                               (spark_cfg.conf if spark_cfg else {}).get("spark.driver.extraJavaOptions", ""))
+
+
+def cache_dir(config: PhotonConfig | None = None) -> Path:
+    """``[spark].cache_dir``, else :func:`photon.app._class_archive.default_cache_dir`."""
+    spark_cfg = config.spark if config is not None else None
+    return Path(os.path.expanduser(spark_cfg.cache_dir)) if spark_cfg and spark_cfg.cache_dir \
         else _class_archive.default_cache_dir()
-    return _class_archive.plan(cache, (spark_cfg.conf if spark_cfg else {}).get("spark.driver.extraJavaOptions", ""))
 
 
 def short_job_options(config: PhotonConfig | None, input_bytes: int | None) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
 from pathlib import Path
@@ -109,6 +110,101 @@ print("mapped" if archives and mapped(spark.sparkContext._gateway.proc.pid, arch
 """
 
 
+_LAUNCH_CHILD = """
+import json, os, sys
+from photon import parse_config
+from photon.app import spark_session
+spark_cfg = {"master": "local[1]", "cache_dir": sys.argv[1], "class_archive": False}
+spark_cfg.update(json.loads(sys.argv[2]))
+cfg = parse_config({"regions": [{"name": "a", "log_root": "/l", "output_root": "/o", "state_dir": "/s"}],
+                    "spark": spark_cfg})
+spark = spark_session(cfg, "launch-test")
+assert spark.range(100).selectExpr("sum(id) AS s").collect()[0].s == 4950
+proc = spark.sparkContext._gateway.proc
+with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+    cmdline = f.read().decode().split(chr(0))[:-1]
+with open(f"/proc/{proc.pid}/environ", "rb") as f:
+    environ = sorted(x for x in f.read().decode().split(chr(0)) if x and not x.startswith("_PYSPARK_DRIVER_CONN_INFO_PATH="))
+print(json.dumps({"direct": not str(proc.args[0]).endswith("spark-submit"), "cmdline": cmdline, "environ": environ}))
+"""
+
+
+@pytest.mark.timeout(900)
+def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_change_runs_the_launcher(tmp_path):
+    """Real JVMs: a first run starts its driver through spark-submit and caches the command; the next, same
+    settings and environment, starts the very same command with the very same environment directly; other
+    settings, another environment variable, a damaged entry or one whose command does not start all go
+    through spark-submit (and a job still runs right); ``cached_launch = false`` caches nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def run(settings=None, **env):
+        r = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD, str(tmp_path), json.dumps(settings or {})],
+                           capture_output=True, text=True, timeout=240, check=False, env={**os.environ, **env})
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def entries():
+        return sorted(tmp_path.glob("spark-launch-*.json"))
+
+    first = run()
+    assert not first["direct"] and len(entries()) == 1
+    entry = entries()[0]
+    assert os.path.basename(first["cmdline"][0]) == "java" and "org.apache.spark.deploy.SparkSubmit" in first["cmdline"]
+    again = run()
+    assert again["direct"] and again["cmdline"] == first["cmdline"] and again["environ"] == first["environ"]
+    assert len(entries()) == 1
+
+    other = run({"driver_memory": "1g"})           # other settings: another key, the launcher again
+    assert not other["direct"] and "-Xmx1g" in other["cmdline"] and len(entries()) == 2
+    assert run({"driver_memory": "1g"})["direct"]
+    env_changed = run(PHOTON_LAUNCH_TEST_VAR="1")    # another environment: the launcher, the variable passed on
+    assert not env_changed["direct"] and "PHOTON_LAUNCH_TEST_VAR=1" in env_changed["environ"]
+    assert len(entries()) == 3
+
+    entry.write_text("{not json")                   # damaged: the launcher, the entry written again whole
+    damaged = run()
+    assert not damaged["direct"] and damaged["cmdline"] == first["cmdline"]
+    assert json.loads(entry.read_text())["command"] == first["cmdline"]
+    stored = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**stored, "command": ["/bin/false"]}))    # a command that does not start
+    failed = run()
+    assert not failed["direct"] and failed["cmdline"] == first["cmdline"]
+    assert json.loads(entry.read_text())["command"] == first["cmdline"]
+    assert run()["direct"]
+
+    for p in entries():
+        p.unlink()
+    off = run({"cached_launch": False})
+    assert not off["direct"] and not entries()
+
+
+def test_the_launch_key_follows_settings_environment_and_the_spark_conf_folder(tmp_path, monkeypatch):
+    from photon.app._launch import launch_key, plan
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    env = {"SPARK_CONF_DIR": str(conf), "PATH": os.environ.get("PATH", "")}
+    options = {"spark.master": "local[1]", "spark.driver.memory": "2g"}
+    base = launch_key(options, env)
+    assert base is not None and launch_key(dict(options), dict(env)) == base
+    assert launch_key({**options, "spark.driver.memory": "1g"}, env) != base
+    assert launch_key(options, {**env, "HADOOP_CONF_DIR": "/etc/hadoop"}) != base
+    assert launch_key(options, {**env, "_PYSPARK_DRIVER_CONN_INFO_PATH": "/tmp/x"}) == base    # new every start
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory 3g\n")
+    with_defaults = launch_key(options, env)
+    assert with_defaults != base
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory 4g\n")
+    assert launch_key(options, env) not in (base, with_defaults)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert plan(tmp_path / "cache", options) is not None
+    (conf / "spark-env.sh").write_text("export X=$(date +%s)\n")    # a script: never cached
+    assert plan(tmp_path / "cache", options) is None
+    assert launch_key(options, {**env, "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"}) != \
+        launch_key(options, env)
+
+
 @pytest.mark.timeout(600)
 def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_costs_only_speed(tmp_path):
     """Real JVMs: one whose archive flags the JVM refuses starts without them; the next writes the archive at
@@ -126,16 +222,16 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
         assert len(lines) == 1, r.stdout          # the job's output only: the dump's note goes to stderr
         return lines[0]
 
-    assert run("bad-flags") == "not mapped" and not list(tmp_path.glob("*"))
+    assert run("bad-flags") == "not mapped" and not list(tmp_path.glob("*.jsa"))
     assert run() == "not mapped"
-    archives = sorted(tmp_path.glob("*"))
+    archives = sorted(tmp_path.glob("*.jsa"))
     assert len(archives) == 1 and archives[0].suffix == ".jsa" and archives[0].stat().st_size > 1 << 20
     assert archives[0].name.endswith(f"-{archives[0].stat().st_size}.jsa")      # its size in its name
     assert run() == "mapped"
     archives[0].chmod(0o644)
     archives[0].write_bytes(archives[0].read_bytes()[:4096])      # truncated: not used, not kept
     assert run() == "not mapped"
-    again = sorted(tmp_path.glob("*"))         # removed, and written again whole by the run that found it cut
+    again = sorted(tmp_path.glob("*.jsa"))         # removed, and written again whole by the run that found it cut
     assert len(again) == 1 and again[0].name.endswith(f"-{again[0].stat().st_size}.jsa")
     assert again[0].stat().st_size > 4096
     assert not list(Path.cwd().glob("hs_err_pid*.log"))         # no JVM crashed on the way
