@@ -70,8 +70,7 @@ class LocalFiles:
 
     def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None,
                max_line_bytes: int = 4 << 20) -> LogTailer:
-        return LogTailer(self.root, offsets=offsets, quarantine=quarantine, max_line_bytes=max_line_bytes,
-                         check_numbers=True)
+        return LogTailer(self.root, offsets=offsets, quarantine=quarantine, max_line_bytes=max_line_bytes)
 
     def path(self, rel: str) -> Path:
         if rel.startswith("/") or ".." in rel.split("/"):
@@ -152,7 +151,7 @@ class SourceFiles:
     def tailer(self, offsets: Mapping[str, int] | None, quarantine: Quarantine | None,
                max_line_bytes: int = 4 << 20) -> LogTailer:
         return LogTailer(open_source(self.root, self.s3), offsets=offsets, quarantine=quarantine,
-                         max_line_bytes=max_line_bytes, check_numbers=True)
+                         max_line_bytes=max_line_bytes)
 
     def read_at(self, rel: str, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of ``rel`` from ``offset``. FileNotFoundError if gone."""

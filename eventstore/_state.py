@@ -478,7 +478,7 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    ids, timed, bad_at = _well_formed(lines, id_field, chunk.plain)
+    ids, timed, bad_at = _well_formed(lines, id_field)
     if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
@@ -490,15 +490,13 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
                         [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
 
 
-def _well_formed(lines: list[bytes], id_field: str,
-                 plain: bool = False) -> tuple[list[str], tuple[str, array] | None, list[int]]:
+def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:
     """The well-formed string ids in ``id_field`` of the lines that are JSON objects with one, in order,
     :func:`split_photon_ids` of them if it holds, and the indices of the other lines, increasing: the ids
     read by :class:`photon.StringFields` (msgspec, with ``orjson.loads``' outcome per line) and one
     regular-expression pass over all ids, in bulk. The lines kept are not listed: they are all the others
-    (a step per bad line, not per line). ``plain``: the chunk's ``plain`` (no checks of the lines' bytes are
-    then needed, see :meth:`photon.StringFields.read`)."""
-    ids, bad = string_fields(id_field).read(lines, plain)
+    (a step per bad line, not per line)."""
+    ids, bad = string_fields(id_field).read(lines)
     if bad:
         ids = drop_at(ids, bad)                         # (positions in lines: every line's own)
     if not ids:

@@ -148,12 +148,8 @@ class StringFields:
         self._get = attrgetter(*(attrs[n] for n in names))
         self._refused = (ValueError, RecursionError)    # (msgspec.DecodeError and UnicodeDecodeError are ValueErrors)
 
-    def read(self, lines: list[bytes], plain: bool = False) -> tuple[list, list[int]]:
-        """``(values, missing)``: per line its field(s) or None, and the (increasing) positions of the Nones.
-
-        ``plain``: the caller vouches that every line is valid UTF-8 and that :func:`no_big_numbers` holds of
-        bytes holding every line (a :class:`photon.LogChunk` the tailer found so, its ``plain``): no line would
-        then be flagged by the checks, which are skipped (the same outcome, without joining the lines)."""
+    def read(self, lines: list[bytes]) -> tuple[list, list[int]]:
+        """``(values, missing)``: per line its field(s) or None, and the (increasing) positions of the Nones."""
         if not lines:
             return [], []
         if self._decode is None or not _bulk_safe(self._decode):
@@ -169,7 +165,7 @@ class StringFields:
             except self._refused:
                 refused.append(len(values))
                 values.append(None)
-        flagged = [] if plain else _flagged(lines)
+        flagged = _flagged(lines)
         if flagged is None:                              # many lines flagged: orjson throughout
             return self._by_orjson(lines)
         if flagged:
@@ -225,16 +221,6 @@ def _flagged(lines: list[bytes]) -> list[int] | None:
         if len(flagged) > limit:
             return None
     return flagged
-
-
-def no_big_numbers(data: bytes) -> bool:
-    """Whether no number in ``data`` can overflow a double: no exponent of three digits or more and no run of
-    210 digits in it (the number checks of :func:`_flagged`: one ``translate`` to :data:`_NUMBER_CLASSES` and
-    its two searches, over ``data`` as it is). A newline maps to a space, so when it holds of a buffer it
-    holds of every line in it, and :func:`_flagged` flags none of them for a number; the tailer finds it on
-    the buffer it has read (no join of the lines), the readers of its chunk then skip their checks."""
-    classes = data.translate(_NUMBER_CLASSES)
-    return _BIG_EXPONENT.search(classes) is None and _LONG_DIGITS not in classes
 
 
 def _numbers_flagged(lines: list[bytes], classes: bytes) -> list[int]:

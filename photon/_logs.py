@@ -28,15 +28,11 @@ log = logging.getLogger("photon.logs")
 @dataclass(slots=True)
 class LogChunk:
     """Complete lines read from one file: ``lines[i]`` (without ``\\n``) starts at ``offsets[i]``;
-    ``end`` is the offset just past the last line's ``\\n``. ``plain``: every line is valid UTF-8 and holds no
-    number that can overflow a double (a :class:`photon.LogTailer` with ``check_numbers`` found so on the bytes
-    it read, ``photon._bulk.no_big_numbers``); its readers by :class:`photon.StringFields` then skip their
-    own checks. False says nothing."""
+    ``end`` is the offset just past the last line's ``\\n``."""
     file: str
     offsets: list[int]
     lines: list[bytes]
     end: int
-    plain: bool = False
 
 
 def line_offsets(start: int, lines: list[bytes]) -> list[int]:

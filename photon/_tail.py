@@ -21,7 +21,6 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-from photon._bulk import no_big_numbers
 from photon._logs import LogChunk, line_offsets
 from photon._source import (ObjectGone, ObjectInfo, ObjectUnreadable, SourceUnavailable, open_source)
 
@@ -73,16 +72,13 @@ class LogTailer:
     """
 
     def __init__(self, source, offsets: Mapping[str, int] | None = None, read_bytes: int = 4 << 20,
-                 quarantine=None, max_line_bytes: int = 4 << 20, s3=None, check_numbers: bool = False) -> None:
+                 quarantine=None, max_line_bytes: int = 4 << 20, s3=None) -> None:
         self.source = source if hasattr(source, "scan") else open_source(source, s3)
         self.root = self.source.url
         self.quarantine = quarantine
         self.offsets: dict[str, int] = dict(offsets or {})
         self.read_bytes = max(1, read_bytes)
         self.max_line_bytes = max_line_bytes
-        self.check_numbers = check_numbers
-        """Whether each chunk's bytes are also searched for numbers that can overflow a double, the chunk
-        marked ``plain`` when there are none (its lines are UTF-8 already: the tailer drops the others)."""
         self.shrunk: list[str] = []
         self.caught_up = False
         """True when the last :meth:`poll` read every complete line the objects held when it looked at
@@ -237,8 +233,7 @@ class LogTailer:
         split (the lines themselves, no slice of the body first), the offsets by one running sum of the
         lengths, the UTF-8 check of the whole chunk at once (one ``isascii`` scan, a decode of the complete
         lines only when some byte is not ASCII), and the longest line measured only when the chunk is long
-        enough to hold an over-long one. Only a chunk that fails a check goes through its lines one by one.
-        With :attr:`check_numbers`, one ``translate`` of ``data`` and two searches mark the chunk ``plain``."""
+        enough to hold an over-long one. Only a chunk that fails a check goes through its lines one by one."""
         last_nl = data.rfind(b"\n")
         if last_nl < 0:
             if len(data) > self.max_line_bytes:
@@ -256,8 +251,7 @@ class LogTailer:
             self._long_line(name, end, tail)
         if not lines:
             return None
-        # (the lines kept are UTF-8 and a part of ``data``: what holds of its bytes holds of theirs)
-        return LogChunk(name, offsets, lines, end, self.check_numbers and no_big_numbers(data))
+        return LogChunk(name, offsets, lines, end)
 
     def _long_line(self, name: str, line_start: int, head: bytes) -> None:
         self._long_lines += 1

@@ -1,20 +1,17 @@
 """``photon.StringFields`` reads the string fields of JSON lines with msgspec, with exactly the outcome of
 ``orjson.loads`` per line: checked against orjson on random chunks mixing good lines with every kind of
-line on which the two parsers differ (tests/json_lines.py), and on targeted examples; also on the chunks of a
-tailer that checks numbers, whose ``plain`` ones are read without the checks."""
+line on which the two parsers differ (tests/json_lines.py), and on targeted examples."""
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from photon import LogTailer, StringFields, string_fields
-from photon._bulk import CHECK_WINDOW, ORJSON_MAX_DEPTH, _bulk_safe, _flagged, no_big_numbers
+from photon import StringFields, string_fields
+from photon._bulk import CHECK_WINDOW, ORJSON_MAX_DEPTH, _bulk_safe
 from tests.json_lines import NOT_UTF8, NUMBERS, by_orjson, json_line, odd_lines, production_recursion_limit
 
 ID = "10.0.0.1:4242:1763712000000000"
@@ -89,56 +86,3 @@ def test_many_flagged_lines_are_read_by_orjson_and_a_raised_recursion_limit_too(
         assert reader.read(deep) == ([None, ID, None], [0, 2]) == (by_orjson(deep, ("query_id",)), [0, 2])
     finally:
         sys.setrecursionlimit(limit)
-
-
-def _tailed(lines: list[bytes], read_bytes: int):
-    """The chunks a tailer that checks numbers reads from a file of ``lines`` (a poll per ``read_bytes``)."""
-    with tempfile.TemporaryDirectory() as root:
-        (Path(root) / "q.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
-        tailer = LogTailer(root, read_bytes=read_bytes, check_numbers=True)
-        chunks = []
-        while True:
-            got = tailer.poll()
-            if not got:
-                return chunks
-            chunks += got
-
-
-@pytest.mark.timeout(240)
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), n=st.integers(1, 80), two=st.booleans(), read_bytes=st.sampled_from([64, 700, 1 << 20]))
-def test_a_plain_chunk_of_the_tailer_is_read_without_checks_as_orjson_reads_each_line(data, n, two, read_bytes):
-    names = ("click_id", "query_id") if two else ("query_id",)
-    line = json_line(names[1], ID, names[0]) if two else json_line("query_id", ID)
-    lines = [x for x in data.draw(st.lists(line, min_size=n, max_size=n)) if b"\n" not in x]
-    reader = string_fields(*names)
-    for chunk in _tailed(lines, read_bytes):
-        want = by_orjson(chunk.lines, names)
-        with production_recursion_limit():
-            values, missing = reader.read(chunk.lines, chunk.plain)
-            if chunk.plain:              # what the checks would have found: nothing
-                assert _flagged(chunk.lines) == []
-        assert values == want
-        assert missing == [k for k, v in enumerate(want) if v is None]
-
-
-@pytest.mark.timeout(60)
-def test_the_tailer_vouches_only_for_chunks_without_a_number_that_can_overflow():
-    reader = StringFields("query_id")
-    head = b'{"query_id":"' + ID.encode() + b'","a":'
-    good = head + b'1.5e-07,"b":"e12 1e99 ' + b"9" * 209 + b'"}'
-    for value in [b"1e999", b"-1E+400", b"1e0309", b"9" * 309, b"9" * 210 + b"e99", b'"e000"', b'"' + b"7" * 210 + b'"']:
-        lines = [good, head + value + b"}", good]
-        (chunk,) = _tailed(lines, 1 << 20)
-        assert not chunk.plain and not no_big_numbers(b"\n".join(lines))
-        want = by_orjson(lines, ("query_id",))
-        with production_recursion_limit():
-            assert reader.read(chunk.lines, chunk.plain) == (want, [k for k, v in enumerate(want) if v is None])
-    (chunk,) = _tailed([good, good + b"\xff", good], 1 << 20)   # (the tailer drops the line that is not UTF-8)
-    assert chunk.plain and chunk.lines == [good, good]
-    with production_recursion_limit():
-        assert reader.read(chunk.lines, chunk.plain) == ([ID, ID], [])
-    with tempfile.TemporaryDirectory() as root:                 # a tailer not asked to check says nothing
-        (Path(root) / "q.jsonl").write_bytes(good + b"\n")
-        (chunk,) = LogTailer(root).poll()
-        assert not chunk.plain
