@@ -11,15 +11,16 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate, compress, islice, repeat
-from operator import add, lt, not_
+from operator import add, itemgetter, lt, not_
 
 import cachetools
 import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
                     # loaded, with this room, before it forks the service)
 
 from photon import (ID_LINES, TIMESTAMP_DIGITS, BadEventId, EventIds, LogChunk, bad_id_positions, drop_at,
-                    is_event_id, parse_event_id, parse_record, positions, string_fields)
+                    is_event_id, parse_event_id, parse_record, string_fields)
 
 from eventstore._packed import packed_times
 
@@ -538,27 +539,47 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     """When every well-formed id among ``ids`` (``joined``: them joined by newlines, none holding one) is
     ``ids[0]``'s key and 16 digits: the positions of the ids that are not well-formed, and the key with the
     timestamps of the others if they strictly increase (else None). None when some other well-formed id is
-    there (several writers) or no such key. One regular-expression pass over them all; the key is checked
-    once, and each id that is not the key's alone."""
+    there (several writers) or no such key. The ids that are exactly the key, ``:`` and 16 ASCII digits are
+    taken in runs by one regular expression (a match per run, each stopping only at an id that is not: a
+    step per such id, not per id; the runs' ids all have one width, so a run's length counts its ids); the
+    key is checked once, each other id alone. Their order is their timestamps' (one key, one width), and the
+    timestamps are their last 16 characters joined, packed by one C call (no ``int`` per id)."""
     key = ids[0][:-_TS - 1]
     if not key:
         return None
-    tails = re.findall(r"^(?:%s:([0-9]{%d})|[^\n]*)$" % (re.escape(key), _TS), joined, re.MULTILINE)
-    if len(tails) != len(ids):
-        return None
-    holes = positions(tails, "")
-    first = 0
+    run = _key_runs(key)
+    width = len(key) + _TS + 2                          # the key, ":", the digits and the newline
+    text = joined + "\n"
+    holes: list[int] = []
+    pos = line = 0
+    end = len(text)
+    while True:
+        stop = run(text, pos).end()                     # (matches at least the empty string)
+        line += (stop - pos) // width
+        if stop == end:
+            break
+        holes.append(line)                              # an id that is not the key and 16 digits
+        line += 1
+        pos = text.index("\n", stop) + 1
+    kept = ids
     if holes:
         if len(holes) == len(ids) or any(is_event_id(ids[k]) for k in holes):
             return None
-        while first < len(holes) and holes[first] == first:
-            first += 1
-        tails = drop_at(tails, holes)
-    if not is_event_id(ids[first]):
+        kept = drop_at(ids, holes)
+    if not is_event_id(kept[0]):
         return None
-    if len(tails) > 1 and not all(map(lt, tails, islice(tails, 1, None))):
-        return holes, None                              # (equal-width digits: text order is number order)
-    return holes, (key, packed_times("".join(tails)))   # (one C call, not an int per id)
+    if len(kept) > 1 and not all(map(lt, kept, islice(kept, 1, None))):
+        return holes, None                              # (one key, one width: text order is number order)
+    return holes, (key, packed_times("".join(map(_DIGITS, kept))))   # (one C call, not an int per id)
+
+
+_DIGITS = itemgetter(slice(-_TS, None))
+
+
+@lru_cache(maxsize=256)
+def _key_runs(key: str):
+    """``match`` of a run of ids that are ``key``, ``:`` and 16 ASCII digits, each followed by a newline."""
+    return re.compile(r"(?:%s:[0-9]{%d}\n)*" % (re.escape(key), _TS)).match
 
 
 def _bad_record(file: str, offset: int, raw: bytes, id_field: str) -> BadRecord:

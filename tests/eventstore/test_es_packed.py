@@ -9,6 +9,8 @@ put and for ids that are near misses of them (other keys, widths, digits, neighb
 """
 from __future__ import annotations
 
+from array import array
+
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 from eventstore._map import MapEmitter
 from eventstore._packed import pack_time, packed_times, unpack_time
-from eventstore._state import EventCache, IndexedLines, index_lines, split_photon_ids
+from eventstore._state import EventCache, IndexedLines, _one_writer, index_lines, split_photon_ids
 from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 from tests.json_lines import production_recursion_limit
 
@@ -180,3 +182,53 @@ def test_packed_decimal_keeps_order_and_equality_and_comes_back(numbers):
     assert all((a < b) == (pa < pb) and (a == b) == (pa == pb)
                for a, pa in zip(numbers, packed) for b, pb in zip(numbers, packed))
     assert pack_time(10**16) > max(packed)                    # a longer time still packs above
+
+
+def _one_writer_id_by_id(ids: list[str]):
+    """``eventstore._state._one_writer`` of ``ids`` worked out one id at a time (its reference)."""
+    key = ids[0][:-17]
+    if not key:
+        return None
+    good = [len(i) == len(key) + 17 and i.startswith(key + ":") and i[-16:].isascii() and i[-16:].isdigit()
+            for i in ids]
+    holes = [k for k, g in enumerate(good) if not g]
+    if len(holes) == len(ids) or any(is_event_id(ids[k]) for k in holes):
+        return None
+    kept = [i for i, g in zip(ids, good) if g]
+    if not is_event_id(kept[0]):
+        return None
+    numbers = [int(i[-16:]) for i in kept]
+    if any(a >= b for a, b in zip(numbers, numbers[1:])):
+        return holes, None
+    return holes, (key, array("Q", [pack_time(t) for t in numbers]))
+
+
+@st.composite
+def one_writers_ids(draw) -> list[str]:
+    """Mostly one key's ids (its timestamps mostly increasing), with ids that are not the key and 16 digits
+    among them: near misses, other keys, odd strings, a key with characters special to regular expressions."""
+    key = draw(st.sampled_from(["10.1.0.1:1000", "10.0.0.7:4242", "1.2.3.4:5", "a.b*c+(d):1", "x"]))
+    n = draw(st.integers(1, 40))
+    ts = BASE_US + draw(st.integers(0, 10**6))
+    out = []
+    for _ in range(n):
+        if draw(st.integers(0, 5)) == 0:           # a long run of good ids (longer than an id)
+            for _ in range(draw(st.integers(20, 90))):
+                ts += 1
+                out.append(f"{key}:{ts:016d}")
+        ts += draw(st.sampled_from([1, 1, 1, 7, 0, -3]))
+        digits = f"{ts:016d}"
+        out.append(draw(st.sampled_from([f"{key}:{digits}"] * 8 + [
+            f"{key}:{digits}0", f"{key}:{digits[1:]}", f"{key}0:{digits}", f"{key}:{ARABIC_ONE}{digits[1:]}",
+            f"{key}:+{digits[1:]}", f"10.9.9.9:1:{digits}", f"{key}:{digits} ", f" {key}:{digits}", digits, "",
+            "not-an-id", f"{key};{digits}"])))
+    if draw(st.booleans()):
+        out += draw(st.lists(st.text(max_size=40).filter(lambda t: "\n" not in t), max_size=3))
+    return out
+
+
+@pytest.mark.timeout(240)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=one_writers_ids())
+def test_one_writers_ids_taken_in_runs_agree_with_each_id_checked_alone(ids):
+    assert _one_writer(ids, "\n".join(ids)) == _one_writer_id_by_id(ids)
