@@ -12,7 +12,8 @@
    the start's), the Spark jobs the run submitted, and whether the driver's class archive was used (a first
    run writes it at its exit: run the bench twice to time a start with it), the job's JVM CPU-seconds by kind of
    thread (JIT compilers, garbage collector, task threads, the rest) and the classes Spark's code generation
-   compiled (with Janino) and its milliseconds.
+   compiled (with Janino) and its milliseconds, and how the driver's JVM was started (``cached``: by the launch
+   command kept from an earlier start, photon.app._launch; ``spark-submit``: through Spark's launcher).
    For the throughput runs too: the JVM's CPU-seconds of the job (less sensitive to other load than wall time).
 3. Recovery end to end (``--lost 0`` skips it): a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
    (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
@@ -159,6 +160,12 @@ def _class_archive_state(spark, archive) -> str:
     return "used" if archive.mapped_by(spark.sparkContext._gateway.proc.pid) else "refused"
 
 
+def _launch_kind(spark) -> str:
+    """``cached`` (the driver's JVM started by the cached launch command, photon.app._launch) or
+    ``spark-submit``."""
+    return "spark-submit" if str(spark.sparkContext._gateway.proc.args[0]).endswith("spark-submit") else "cached"
+
+
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
     from photon.app import class_archive_plan, input_bytes
     config = load_config(Path(root) / "photon.toml")
@@ -175,7 +182,8 @@ def _cold_child(root: str, n: str, expected_lost: str) -> int:
                         **codegen_figures(spark),"spark_start_s": round(t1 - t0, 2), "job_s": round(t2 - t1, 2),
                         "jvm_cpu_s": round(jvm_cpu_s(spark), 1), "jvm_start_cpu_s": round(start_cpu, 1),
                         "spark_jobs": spark_jobs(spark),
-                        "class_archive": _class_archive_state(spark, archive)}).decode())
+                        "class_archive": _class_archive_state(spark, archive),
+                        "launch": _launch_kind(spark)}).decode())
     spark.stop()
     return 0
 
@@ -261,6 +269,7 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_cold_jvm_start_cpu_s"] = f["jvm_start_cpu_s"]
             figures[f"verify_{label}_cold_spark_jobs"] = f["spark_jobs"]
             figures[f"verify_{label}_cold_class_archive"] = f["class_archive"]
+            figures[f"verify_{label}_cold_launch"] = f["launch"]
             for key in ("job_jit_cpu_s", "job_gc_cpu_s", "job_tasks_cpu_s", "job_other_cpu_s", "codegen_classes",
                         "codegen_ms"):
                 figures[f"verify_{label}_cold_{key}"] = f[key]

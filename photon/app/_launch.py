@@ -78,6 +78,7 @@ def submit_args(options: dict, env: dict) -> list:
 
 
 def spark_home(env: dict) -> Path:
+    """``SPARK_HOME``, else the one PySpark finds (its own package folder)."""
     from pyspark.find_spark_home import _find_spark_home
     return Path(env.get("SPARK_HOME") or _find_spark_home())
 
@@ -110,7 +111,8 @@ def launch_key(options: dict, env: dict) -> str | None:
 
 def plan(cache_dir: Path, options: dict) -> LaunchPlan | None:
     """The launch of a driver for a session of ``options`` (module docstring), or None where PySpark must
-    start it itself: a gateway given in the environment, a Spark Connect session, not Linux."""
+    start it itself: a gateway given in the environment, a Spark Connect session, a ``spark-env.sh`` in
+    Spark's conf folder, not Linux."""
     if platform.system() != "Linux" or "PYSPARK_GATEWAY_PORT" in os.environ \
             or any(k in os.environ for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")) \
             or "spark.remote" in options or str(options.get("spark.api.mode", "")).lower() == "connect":

@@ -43,7 +43,7 @@ BENCHES = {
                      {"verify_2k_events_per_s", "verify_2k_read_s", "verify_2k_join_s", "recover_end_to_end_s",
                       "recovered", "verify_2k_from_cold_start_s", "verify_2k_cold_spark_start_s",
                       "verify_2k_jvm_cpu_s", "verify_2k_cold_jvm_cpu_s", "verify_2k_cold_jvm_start_cpu_s",
-                      "verify_2k_spark_jobs", "verify_2k_cold_spark_jobs", "verify_2k_cold_class_archive",
+                      "verify_2k_spark_jobs", "verify_2k_cold_spark_jobs", "verify_2k_cold_class_archive", "verify_2k_cold_launch",
                       "verify_2k_cold_job_jit_cpu_s", "verify_2k_cold_job_tasks_cpu_s", "verify_2k_cold_codegen_classes"}),
     "bench.millwheel": (["--rate", "200", "--seconds", "1", "--records", "2000"],
                         {"records_per_s", "delay_p50_ms_eo_on", "delay_p95_ms_eo_off",
