@@ -48,9 +48,11 @@ CHECKPOINT_FORMAT = 2
 """The full snapshot (see :meth:`DispatcherState.snapshot`): 2 holds the unresolved events as columns, like a
 delta's events read since; 1 as rows (``[id, ref, raw, first_seen_us, attempts, [copy, ...]]``). Restoring and
 :func:`apply_delta` read both (see :func:`snapshot_events`) and refuse any other."""
-DELTA_FORMAT = 2
-"""The journal's deltas (see :meth:`DispatcherState.delta`): 2 holds the events read since as columns, 1 (no
-``"format"`` key) as rows like the snapshot's; :func:`apply_delta` reads both and refuses any other."""
+DELTA_FORMAT = 3
+"""The journal's deltas (see :meth:`DispatcherState.delta`): 3 holds the events read since as columns with their
+raw lines as bytes (joined by newlines, written to the journal after the delta's JSON line as they are: see
+``_files.encode_delta``), 2 as the same columns with the lines as text inside the JSON, 1 (no ``"format"`` key)
+as rows like the snapshot's; :func:`apply_delta` reads all three and refuses any other."""
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
@@ -541,11 +543,11 @@ class DispatcherState:
         checkpoint by :func:`apply_delta` it gives :meth:`snapshot`. An event read and resolved between two
         checkpoints is in neither::
 
-            {"format": 2, "written_at_us": int, "offsets": {file: offset},
+            {"format": 3, "written_at_us": int, "offsets": {file: offset},
              "added": {                               # events read since, still unresolved, as columns:
                  "ids": [id, ...], "refs": [ref_id, ...], "first_seen": [us, ...], "attempts": [int, ...],
-                 "raws": "line\\nline...",            # their raw lines joined by newlines (a list of
-                                                      # lines if one holds a newline)
+                 "raws": b"line\\nline...",           # their raw lines joined by newlines, as bytes (a
+                                                      # list of lines as text if one holds a newline)
                  "dups": {id: [raw_of_later_copy, ...]}},   # those of them with later copies
              "recovered": [id, ...],                  # of those, read from the recovery stream
              "dup": [[id, raw_line], ...],            # later copies of events checkpointed before
@@ -553,15 +555,17 @@ class DispatcherState:
              "gone": [id, ...],                       # resolved (events checkpointed before), copies too
              "counters": {name: int}, "join_latency_hist": {bucket: count}}
 
-        The events read since are the bulk of a delta: as columns they are taken by ``map`` in C and their
-        lines decoded and written as one string, instead of a list built and a line decoded per event
-        (format 1, which :func:`apply_delta` still reads: see :func:`delta_events`).
+        The events read since are the bulk of a delta: as columns they are taken by ``map`` in C, and their
+        lines joined as bytes, which the journal holds as they are after the delta's JSON line (neither decoded
+        nor escaped as a JSON string: that was most of a delta's cost, format 2), instead of a list built and a
+        line decoded per event (format 1). :func:`apply_delta` still reads both: see :func:`delta_events`.
         """
         events = self._events
         ids = list(self._added)
         recovered = self._recovered
         delta = {"format": DELTA_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
-                 "added": _event_columns(ids, list(map(events.__getitem__, ids)), self._dups, self._added),
+                 "added": _event_columns(ids, list(map(events.__getitem__, ids)), self._dups, self._added,
+                                         as_text=False),
                  "recovered": list(filter(recovered.__contains__, ids)) if recovered else [],
                  "dup": [[i, d.decode()] for i, d in self._dup_added],
                  "sent": list(filter(events.__contains__, self._sent)), "gone": self._gone,
@@ -1077,12 +1081,15 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
     return snapshot
 
 
-def _event_columns(ids: list[str], recs: list[list], dups: dict, among) -> dict:
+def _event_columns(ids: list[str], recs: list[list], dups: dict, among, as_text: bool = True) -> dict:
     """Events as a checkpoint's columns (a snapshot's ``"events"``, a delta's ``"added"``): ``recs`` the
-    records of ``ids``, ``dups`` the later copies of unresolved ids (those of ``among`` taken)."""
-    raws = b"\n".join(map(_GET_RAW, recs)).decode()
-    if ids and raws.count("\n") != len(ids) - 1:     # a line holding a newline: the lines one by one
+    records of ``ids``, ``dups`` the later copies of unresolved ids (those of ``among`` taken). The raw lines
+    joined by newlines, as text (``as_text``) or bytes; a list of them as text if one holds a newline."""
+    raws = b"\n".join(map(_GET_RAW, recs))
+    if ids and raws.count(b"\n") != len(ids) - 1:    # a line holding a newline: the lines one by one
         raws = [r.decode() for r in map(_GET_RAW, recs)]
+    elif as_text:
+        raws = raws.decode()
     copies = {i: [d.decode() for d in c] for i, c in dups.items() if i in among} if dups else {}
     return {"ids": ids, "refs": list(map(_GET_REF, recs)), "raws": raws,
             "first_seen": list(map(_GET_FIRST_SEEN, recs)), "attempts": list(map(_GET_ATTEMPTS, recs)),
@@ -1102,8 +1109,10 @@ def _row_columns(rows: list[list]) -> dict:
 
 
 def _column_rows(cols: dict) -> list[list]:
-    """Columns (a snapshot's ``"events"`` of format 2, a delta's ``"added"``) as rows."""
+    """Columns (a snapshot's ``"events"`` of format 2, a delta's ``"added"``) as rows (lines as text)."""
     ids, raws, dups = cols["ids"], cols["raws"], cols["dups"]
+    if type(raws) is bytes:                       # (a delta of format 3)
+        raws = raws.decode()
     if type(raws) is str:
         raws = raws.split("\n") if ids else []
     return [[i, ref, raw, seen, attempts, list(dups.get(i, ()))]
@@ -1132,12 +1141,12 @@ def snapshot_as_rows(snapshot: dict) -> dict:
 
 def delta_events(delta: dict) -> list[list]:
     """The events a delta added, as rows like the snapshot's (``[id, ref, raw, first_seen_us, attempts,
-    [copy, ...]]``), from either format; a delta of another format is refused."""
+    [copy, ...]]``), from any of its three formats; a delta of another format is refused."""
     fmt = delta.get("format", 1)
     if fmt == 1:
         return delta["add"]
-    if fmt != DELTA_FORMAT:
-        raise ValueError(f"dispatcher checkpoint delta format {fmt!r} is not 1 or {DELTA_FORMAT}")
+    if fmt != 2 and fmt != DELTA_FORMAT:
+        raise ValueError(f"dispatcher checkpoint delta format {fmt!r} is not 1, 2 or {DELTA_FORMAT}")
     return _column_rows(delta["added"])
 
 
