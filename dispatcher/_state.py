@@ -1218,6 +1218,22 @@ class _OldestIds:
         self._heap.clear()
         self._held = 0
 
+    def _compact(self, events: dict) -> None:
+        """Keep only the unresolved ids (``events``): each run filtered by ``filter`` in C, its order kept, so
+        nothing is sorted again. An id in two runs (resolved, then read again while its first run still held
+        it) would stay twice: then all are sorted once as one run, as they were before runs were filtered."""
+        runs = [kept for _, _, run, i in self._heap
+                if (kept := list(filter(events.__contains__, itertools.islice(run, i, None))))]
+        held = sum(map(len, runs))
+        if held != len(events):                 # (more: an id twice; every unresolved id was added)
+            self.clear()
+            self.add(events)
+            return
+        self._heap = [[run[0][-TIMESTAMP_DIGITS:], seq, run, 0] for seq, run in enumerate(runs, self._seq + 1)]
+        heapq.heapify(self._heap)
+        self._seq += len(runs)
+        self._held = held
+
     def oldest_us(self, events: dict) -> int:
         """The time of the oldest id in ``events`` (the unresolved ones; every one of them was added); 0
         when there is none."""
@@ -1225,8 +1241,7 @@ class _OldestIds:
             self.clear()
             return 0
         if self._held > 2 * len(events) + OLDEST_HEAP_SLACK:   # mostly resolved ids: rebuild (amortized O(1))
-            self.clear()
-            self.add(events)
+            self._compact(events)
         heap = self._heap
         while True:
             top = heap[0]
