@@ -43,7 +43,7 @@ class TwoWays(Harness):
         self.old = None
         self.two = None                   # the same checkpoint from the deltas written as format 2
         self.rows = None                  # the same checkpoint with its snapshot written as rows (format 1)
-        self.deltas = self.listed = 0     # deltas compared; of those, with the lines one by one (a newline)
+        self.deltas = self.listed = 0     # deltas compared; of those, with a line holding a newline
         super().__init__(*args)
 
     def start(self, snapshot):
@@ -62,16 +62,18 @@ class TwoWays(Harness):
                     assert new["format"] == DELTA_FORMAT == 3 and "add" not in new
                     self.rows = apply_delta(self.rows, decode_journal(encode_delta(c.delta))[0])
                     raws = new["added"]["raws"]
-                    assert type(raws) is (list if type(c.delta["added"]["raws"]) is list else bytes)
-                    two = {**new, "format": 2, "added": {**new["added"],
-                                                         "raws": raws.decode() if type(raws) is bytes else raws}}
+                    assert type(raws) is bytes and raws == c.delta["added"]["raws"]
+                    text = [r[2] for r in delta_events(new)]      # format 2: one string, or the lines one by one
+                    text = "\n".join(text) if not any("\n" in t for t in text) else text
+                    two = {**new, "format": 2, "added": {k: v for k, v in new["added"].items() if k != "lens"}}
+                    two["added"]["raws"] = text
                     self.two = apply_delta(self.two, roundtrip(two))
                     rows = {e[0]: e for e in snapshot_events(roundtrip(self.core.snapshot(self.now)))}
                     old = {k: v for k, v in new.items() if k not in ("format", "added")}
                     old["add"] = [rows[i] for i in new["added"]["ids"]]
                     self.old = apply_delta(self.old, roundtrip(old))
                     self.deltas += 1
-                    self.listed += type(new["added"]["raws"]) is list
+                    self.listed += type(text) is list
         super().apply(cmds)
         assert self.checkpoint == self.old == self.two
         if self.checkpoint is not None:       # the snapshot's own format: columns, format 2
@@ -171,7 +173,7 @@ def test_a_delta_holds_the_lines_read_since_as_one_string():
     [cp] = [c for c in core.handle(LinesRead([ChunkRead("f", offsets[2:], lines[2:], offsets[-1] + len(lines[-1]) + 1)],
                                              START + 1), TimePassed(START + 2)) if type(c) is Checkpoint]
     added = cp.delta["added"]
-    assert added["raws"] == b"\n".join(lines[2:]) and added["dups"] == {}
+    assert added["raws"] == b"\n".join(lines[2:]) and added["lens"] == list(map(len, lines[2:])) and added["dups"] == {}
     record = encode_delta(cp.delta)          # the lines as they are after the JSON line, not escaped inside it
     assert record.endswith(b"\n" + b"\n".join(lines[2:]) + b"\n") and record.count(b"\n") == 1 + 3
     assert decode_journal(record) == [cp.delta]

@@ -70,22 +70,25 @@ def test_a_failed_append_leaves_no_partial_line_once_retried(tmp_path, monkeypat
 
 
 def random_delta(rng, at):
-    """A delta as the core writes it (format 3: the lines read since as bytes), or, at random, the lines one by
-    one as text (one of them holding a newline), or a delta of format 2 or 1 as older dispatchers wrote them."""
+    """A delta as the core writes it (format 3: the lines read since as bytes, their lengths beside them; one of
+    them may hold a newline), or a delta of format 2 (the lines as one string, or one by one as text when one
+    holds a newline) or 1 (rows) as older dispatchers wrote them."""
     n = rng.randrange(0, 6)
     ids = [f"c{at}-{k}" for k in range(n)]
     lines = ['{"c":"%s","t":"%s"}' % (i, rng.choice(["", "é", "\\\"", "x" * rng.randrange(40)])) for i in ids]
     kind = rng.choice(["bytes", "bytes", "bytes", "list", "text", "rows"])
-    if kind == "list" and lines:
+    if kind in ("list", "bytes") and lines and rng.random() < 0.3:
         lines[0] = lines[0].replace(",", ",\n", 1)
     raws = {"bytes": "\n".join(lines).encode(), "list": lines, "text": "\n".join(lines)}.get(kind)
     rest = {"written_at_us": at, "offsets": {"a": 10 + at}, "recovered": [], "dup": [], "sent": [f"c{at - 1}-0"],
             "gone": [], "counters": {"joined": at}, "join_latency_hist": {}}
     if kind == "rows":
         return {**rest, "add": [[i, "q" + i, ln, 5, 0, []] for i, ln in zip(ids, lines)]}
-    return {"format": 2 if kind == "text" else 3, **rest,
-            "added": {"ids": ids, "refs": ["q" + i for i in ids], "raws": raws, "first_seen": [5] * n,
-                      "attempts": [0] * n, "dups": {}}}
+    added = {"ids": ids, "refs": ["q" + i for i in ids], "raws": raws, "first_seen": [5] * n, "attempts": [0] * n,
+             "dups": {}}
+    if kind == "bytes":
+        added["lens"] = [len(ln.encode()) for ln in lines]
+    return {"format": 3 if kind == "bytes" else 2, **rest, "added": added}
 
 
 def as_text(delta):
@@ -93,7 +96,10 @@ def as_text(delta):
     added = delta.get("added")
     if added is None or type(added["raws"]) is not bytes:
         return delta
-    return {**delta, "format": 2, "added": {**added, "raws": added["raws"].decode()}}
+    from dispatcher._state import delta_events
+    text = [e[2] for e in delta_events(delta)]
+    return {**delta, "format": 2, "added": {**{k: v for k, v in added.items() if k != "lens"},
+                                            "raws": text if any("\n" in t for t in text) else "\n".join(text)}}
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -124,11 +130,12 @@ def test_a_journal_cut_anywhere_reads_its_complete_records_as_json_lines_alone_r
 
 def test_a_record_whose_lines_do_not_end_where_its_count_says_is_refused():
     from dispatcher._files import decode_journal, encode_delta
+    from dispatcher._state import delta_events
     record = encode_delta({"format": 3, "written_at_us": 1, "offsets": {}, "recovered": [], "dup": [], "sent": [],
                            "gone": [], "counters": {}, "join_latency_hist": {},
                            "added": {"ids": ["a", "b"], "refs": ["qa", "qb"], "raws": b'{"c":"a"}\n{"c":"b"}',
-                                     "first_seen": [1, 1], "attempts": [0, 0], "dups": {}}})
-    assert len(decode_journal(record)) == 1
+                                     "lens": [9, 9], "first_seen": [1, 1], "attempts": [0, 0], "dups": {}}})
+    assert [e[2] for e in delta_events(decode_journal(record)[0])] == ['{"c":"a"}', '{"c":"b"}']
     with pytest.raises(ValueError, match="byte count"):
         decode_journal(record.replace(b'{"c":"b"}', b'{"c":"bb"}') + b"\n")
 
@@ -143,7 +150,7 @@ def test_a_journal_of_records_of_every_format_loads_from_the_files(tmp_path):
                         "added": {"ids": ["w"], "refs": ["qw"], "raws": '{"c":"w"}', "first_seen": [5], "attempts": [0],
                                   "dups": {}}})
     files.append_delta({"format": 3, **delta(4, sent=["z"]), "add": None,
-                        "added": {"ids": ["v", "u"], "refs": ["qv", "qu"], "raws": b'{"c":"v"}\n{"c":"u"}',
+                        "added": {"ids": ["v", "u"], "refs": ["qv", "qu"], "raws": b'{"c":"v"}\n{"c":"u"}', "lens": [9, 9],
                                   "first_seen": [5, 5], "attempts": [0, 0], "dups": {}}})
     snap = load_checkpoint(tmp_path)
     assert snap["written_at_us"] == 4 and snap["offsets"] == {"a": 14}
@@ -151,3 +158,14 @@ def test_a_journal_of_records_of_every_format_loads_from_the_files(tmp_path):
                               ["w", "qw", '{"c":"w"}', 5, 0, []], ["v", "qv", '{"c":"v"}', 5, 0, []],
                               ["u", "qu", '{"c":"u"}', 5, 0, []]]
     files.close()
+
+
+def test_lines_that_do_not_fill_their_bytes_are_refused():
+    from dispatcher._state import delta_events
+    delta = {"format": 3, "written_at_us": 1, "offsets": {}, "recovered": [], "dup": [], "sent": [], "gone": [],
+             "counters": {}, "join_latency_hist": {},
+             "added": {"ids": ["a", "b"], "refs": ["qa", "qb"], "raws": b'{"c":"a"}\n{"c":"b"}', "lens": [9, 8],
+                       "first_seen": [1, 1], "attempts": [0, 0], "dups": {}}}
+    with pytest.raises(ValueError, match="bytes"):
+        delta_events(delta)
+    assert [e[2] for e in delta_events({**delta, "added": {**delta["added"], "lens": [9, 9]}})] == ['{"c":"a"}', '{"c":"b"}']
