@@ -8,8 +8,8 @@ those lines as they are (``"added"``'s ``"raws"`` in the JSON line is then their
 full snapshot names a new journal number, so the journal of the previous one is never read again (it is
 removed afterwards). A crash during an append leaves a last record without its final ``\n`` (or shorter than
 its byte count says): that delta never counted, and loading ignores it; every process start writes a full
-snapshot first, so nothing is ever appended after a torn record. ``status.json`` is written atomically (temp file, rename) but without fsync:
-it is a view, rewritten every ~100 ms.
+snapshot first, so nothing is ever appended after a torn record. ``status.json`` is written atomically (temp
+file, rename) but without fsync: it is a view, rewritten every ~100 ms.
 """
 from __future__ import annotations
 

@@ -51,8 +51,9 @@ delta's events read since; 1 as rows (``[id, ref, raw, first_seen_us, attempts, 
 DELTA_FORMAT = 3
 """The journal's deltas (see :meth:`DispatcherState.delta`): 3 holds the events read since as columns with their
 raw lines as bytes (joined by newlines, each line's length beside them, written to the journal after the delta's
-JSON line as they are: see ``_files.encode_delta``), 2 as the same columns with the lines as text inside the JSON, 1 (no ``"format"`` key)
-as rows like the snapshot's; :func:`apply_delta` reads all three and refuses any other."""
+JSON line as they are: see ``_files.encode_delta``), 2 as the same columns with the lines as text inside the
+JSON, 1 (no ``"format"`` key) as rows like the snapshot's; :func:`apply_delta` reads all three and refuses any
+other."""
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
@@ -558,7 +559,8 @@ class DispatcherState:
         The events read since are the bulk of a delta: as columns they are taken by ``map`` in C, and their
         lines joined as bytes, which the journal holds as they are after the delta's JSON line (neither decoded
         nor escaped as a JSON string: that was most of a delta's cost, format 2), instead of a list built and a
-        line decoded per event (format 1). :func:`apply_delta` still reads both: see :func:`delta_events`.
+        line decoded per event (format 1). :func:`apply_delta` still reads both older formats: see
+        :func:`delta_events`.
         """
         events = self._events
         ids = list(self._added)

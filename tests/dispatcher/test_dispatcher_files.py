@@ -150,7 +150,8 @@ def test_a_journal_of_records_of_every_format_loads_from_the_files(tmp_path):
                         "added": {"ids": ["w"], "refs": ["qw"], "raws": '{"c":"w"}', "first_seen": [5], "attempts": [0],
                                   "dups": {}}})
     files.append_delta({"format": 3, **delta(4, sent=["z"]), "add": None,
-                        "added": {"ids": ["v", "u"], "refs": ["qv", "qu"], "raws": b'{"c":"v"}\n{"c":"u"}', "lens": [9, 9],
+                        "added": {"ids": ["v", "u"], "refs": ["qv", "qu"], "raws": b'{"c":"v"}\n{"c":"u"}',
+                                  "lens": [9, 9],
                                   "first_seen": [5, 5], "attempts": [0, 0], "dups": {}}})
     snap = load_checkpoint(tmp_path)
     assert snap["written_at_us"] == 4 and snap["offsets"] == {"a": 14}
@@ -168,4 +169,5 @@ def test_lines_that_do_not_fill_their_bytes_are_refused():
                        "first_seen": [1, 1], "attempts": [0, 0], "dups": {}}}
     with pytest.raises(ValueError, match="bytes"):
         delta_events(delta)
-    assert [e[2] for e in delta_events({**delta, "added": {**delta["added"], "lens": [9, 9]}})] == ['{"c":"a"}', '{"c":"b"}']
+    fixed = {**delta, "added": {**delta["added"], "lens": [9, 9]}}
+    assert [e[2] for e in delta_events(fixed)] == ['{"c":"a"}', '{"c":"b"}']
