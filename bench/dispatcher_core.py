@@ -22,7 +22,7 @@ import orjson
 
 from bench._common import emit
 from dispatcher import (Checkpoint, ChunkRead, DispatcherState, JoinAnswered, LinesRead, Lookup, LookupAnswered,
-                        SendBatch, TimePassed)
+                        SendBatch, TimePassed, encode_delta)
 from photon import load_config, settle_gc
 
 CHUNK_LINES = 4000
@@ -71,7 +71,8 @@ def run_once(config, chunks: list[ChunkRead]) -> tuple[float, int, int]:
                 elif type(c) is SendBatch:
                     pending.append((now + JOIN_AFTER_US, c.batch_id, len(c.ids)))
                 elif type(c) is Checkpoint:
-                    checkpoint_bytes += len(orjson.dumps(c.snapshot if c.snapshot is not None else c.delta))
+                    checkpoint_bytes += len(orjson.dumps(c.snapshot) if c.snapshot is not None
+                                            else encode_delta(c.delta))
             commands = more
         if next_chunk >= len(chunks) and not pending and not core.statistics().queued:
             return time.process_time() - started, core.statistics().joined, checkpoint_bytes

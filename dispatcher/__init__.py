@@ -6,13 +6,13 @@ launcher, and
 :class:`DispatcherState` is the pure deciding core (facts in, commands out) for tests and tools, with the
 facts and commands tools feed it and read from it (:class:`LinesRead` of :class:`ChunkRead`,
 :class:`LookupAnswered`, :class:`JoinAnswered`, :class:`TimePassed`; :class:`Lookup`, :class:`SendBatch`,
-:class:`Checkpoint`), and
+:class:`Checkpoint`) and :func:`encode_delta` (a checkpoint's delta as the journal holds it), and
 :class:`RegionShare` says which region joins a click first (for tools that show the share).
 """
 from photon import DispatcherConfig, lazy_exports
 
 _WHERE = {
-    "DispatcherLocked": "_files", "read_status": "_files",
+    "DispatcherLocked": "_files", "read_status": "_files", "encode_delta": "_files",
     "plan_processes": "_plan",
     "Dispatcher": "_shell", "serve": "_shell",
     "RegionShare": "_share",
@@ -29,4 +29,4 @@ __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 __all__ = ["Checkpoint", "ChunkRead", "Dispatcher", "DispatcherConfig", "DispatcherLocked", "DispatcherState",
            "DispatcherStatistics", "JoinAnswered", "LinesRead", "Lookup", "LookupAnswered", "RegionShare", "SendBatch",
-           "TimePassed", "plan_processes", "read_status", "serve"]
+           "TimePassed", "encode_delta", "plan_processes", "read_status", "serve"]

@@ -2,12 +2,14 @@
 
 The checkpoint is ``checkpoint.json`` (a full snapshot, written atomically and durably: temp file, fsync,
 rename, fsync of the folder) plus its journal ``checkpoint.<n>.log`` (``n`` named in the snapshot's
-``"journal"``): one JSON delta per line, each appended and fdatasynced before the next command runs. A
+``"journal"``): one record per delta, each appended and fdatasynced before the next command runs: the delta
+as one JSON line, followed, when it holds its events' raw lines as bytes (format 3, :func:`encode_delta`), by
+those lines as they are (``"added"``'s ``"raws"`` in the JSON line is then their byte count) and a ``\n``. A
 full snapshot names a new journal number, so the journal of the previous one is never read again (it is
-removed afterwards). A crash during an append leaves a last line without its ``\n``: that delta never
-counted, and loading ignores it; every process start writes a full snapshot first, so nothing is ever
-appended after a torn line. ``status.json`` is written atomically (temp file, rename) but without fsync:
-it is a view, rewritten every ~100 ms.
+removed afterwards). A crash during an append leaves a last record without its final ``\n`` (or shorter than
+its byte count says): that delta never counted, and loading ignores it; every process start writes a full
+snapshot first, so nothing is ever appended after a torn record. ``status.json`` is written atomically (temp
+file, rename) but without fsync: it is a view, rewritten every ~100 ms.
 """
 from __future__ import annotations
 
@@ -49,10 +51,44 @@ def load_checkpoint(directory: Path) -> dict | None:
         data = (directory / JOURNAL_PATTERN.format(int(snapshot.get("journal", 0)))).read_bytes()
     except FileNotFoundError:
         return snapshot
-    end = data.rfind(b"\n") + 1          # past the last complete line: a torn append never counted
-    for line in data[:end].splitlines():
-        apply_delta(snapshot, orjson.loads(line))
+    for delta in decode_journal(data):
+        apply_delta(snapshot, delta)
     return snapshot
+
+
+def encode_delta(delta: dict) -> bytes:
+    """The journal record of ``delta``: its JSON line, and when its events' raw lines are bytes (format 3),
+    those bytes as they are after it, with their byte count in the JSON line's place for them, and a ``\n``.
+    The lines are neither decoded nor escaped as a JSON string (``orjson`` escaping every quote of a JSON line
+    cost more than the rest of the delta together)."""
+    added = delta.get("added")
+    raws = added.get("raws") if added is not None else None
+    if type(raws) is not bytes:
+        return orjson.dumps(delta) + b"\n"
+    return b"".join((orjson.dumps({**delta, "added": {**added, "raws": len(raws)}}), b"\n", raws, b"\n"))
+
+
+def decode_journal(data: bytes) -> list[dict]:
+    """The deltas of a journal's complete records, in order (see :func:`encode_delta`; lines of formats 1 and
+    2 are JSON lines alone). A torn last record (a JSON line without its ``\n``, or raw lines shorter than
+    their byte count or without their ``\n``) never counted and is left out; a complete record that does not
+    parse raises."""
+    deltas = []
+    at, size = 0, len(data)
+    while (end := data.find(b"\n", at)) >= 0:
+        delta = orjson.loads(data[at:end])
+        at = end + 1
+        added = delta.get("added")
+        if added is not None and type(raws := added.get("raws")) is int:
+            if at + raws >= size:                 # torn: the lines or their \n not all written
+                break
+            if data[at + raws] != 0x0A:
+                raise ValueError(f"a dispatcher journal record's raw lines do not end where its byte count says "
+                                 f"(at byte {at + raws})")
+            added["raws"] = data[at:at + raws]
+            at += raws + 1
+        deltas.append(delta)
+    return deltas
 
 
 class CheckpointFiles:
@@ -86,7 +122,7 @@ class CheckpointFiles:
                 os.close(fd)
                 raise
             self._fd, self._size = fd, 0
-        data = orjson.dumps(delta) + b"\n"
+        data = encode_delta(delta)
         os.ftruncate(self._fd, self._size)   # drop what a failed append may have left
         if os.pwrite(self._fd, data, self._size) != len(data):
             raise OSError(errno.ENOSPC, f"short write to the dispatcher's checkpoint journal in {self.directory}")

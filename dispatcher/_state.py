@@ -48,9 +48,12 @@ CHECKPOINT_FORMAT = 2
 """The full snapshot (see :meth:`DispatcherState.snapshot`): 2 holds the unresolved events as columns, like a
 delta's events read since; 1 as rows (``[id, ref, raw, first_seen_us, attempts, [copy, ...]]``). Restoring and
 :func:`apply_delta` read both (see :func:`snapshot_events`) and refuse any other."""
-DELTA_FORMAT = 2
-"""The journal's deltas (see :meth:`DispatcherState.delta`): 2 holds the events read since as columns, 1 (no
-``"format"`` key) as rows like the snapshot's; :func:`apply_delta` reads both and refuses any other."""
+DELTA_FORMAT = 3
+"""The journal's deltas (see :meth:`DispatcherState.delta`): 3 holds the events read since as columns with their
+raw lines as bytes (joined by newlines, each line's length beside them, written to the journal after the delta's
+JSON line as they are: see ``_files.encode_delta``), 2 as the same columns with the lines as text inside the
+JSON, 1 (no ``"format"`` key) as rows like the snapshot's; :func:`apply_delta` reads all three and refuses any
+other."""
 JOURNAL_COMPACT_MIN_ENTRIES = 100_000
 """A full checkpoint replaces the journal once the journal holds more entries than this and more than
 twice the unresolved events (so rewriting the unresolved events costs O(1) per journal entry)."""
@@ -541,11 +544,11 @@ class DispatcherState:
         checkpoint by :func:`apply_delta` it gives :meth:`snapshot`. An event read and resolved between two
         checkpoints is in neither::
 
-            {"format": 2, "written_at_us": int, "offsets": {file: offset},
+            {"format": 3, "written_at_us": int, "offsets": {file: offset},
              "added": {                               # events read since, still unresolved, as columns:
                  "ids": [id, ...], "refs": [ref_id, ...], "first_seen": [us, ...], "attempts": [int, ...],
-                 "raws": "line\\nline...",            # their raw lines joined by newlines (a list of
-                                                      # lines if one holds a newline)
+                 "raws": b"line\\nline...",           # their raw lines joined by newlines, as bytes,
+                 "lens": [int, ...],                  # and each line's length in bytes
                  "dups": {id: [raw_of_later_copy, ...]}},   # those of them with later copies
              "recovered": [id, ...],                  # of those, read from the recovery stream
              "dup": [[id, raw_line], ...],            # later copies of events checkpointed before
@@ -553,15 +556,18 @@ class DispatcherState:
              "gone": [id, ...],                       # resolved (events checkpointed before), copies too
              "counters": {name: int}, "join_latency_hist": {bucket: count}}
 
-        The events read since are the bulk of a delta: as columns they are taken by ``map`` in C and their
-        lines decoded and written as one string, instead of a list built and a line decoded per event
-        (format 1, which :func:`apply_delta` still reads: see :func:`delta_events`).
+        The events read since are the bulk of a delta: as columns they are taken by ``map`` in C, and their
+        lines joined as bytes, which the journal holds as they are after the delta's JSON line (neither decoded
+        nor escaped as a JSON string: that was most of a delta's cost, format 2), instead of a list built and a
+        line decoded per event (format 1). :func:`apply_delta` still reads both older formats: see
+        :func:`delta_events`.
         """
         events = self._events
         ids = list(self._added)
         recovered = self._recovered
         delta = {"format": DELTA_FORMAT, "written_at_us": now_us, "offsets": dict(self.offsets),
-                 "added": _event_columns(ids, list(map(events.__getitem__, ids)), self._dups, self._added),
+                 "added": _event_columns(ids, list(map(events.__getitem__, ids)), self._dups, self._added,
+                                         as_text=False),
                  "recovered": list(filter(recovered.__contains__, ids)) if recovered else [],
                  "dup": [[i, d.decode()] for i, d in self._dup_added],
                  "sent": list(filter(events.__contains__, self._sent)), "gone": self._gone,
@@ -1077,12 +1083,24 @@ def apply_delta(snapshot: dict, delta: dict) -> dict:
     return snapshot
 
 
-def _event_columns(ids: list[str], recs: list[list], dups: dict, among) -> dict:
+def _event_columns(ids: list[str], recs: list[list], dups: dict, among, as_text: bool = True) -> dict:
     """Events as a checkpoint's columns (a snapshot's ``"events"``, a delta's ``"added"``): ``recs`` the
-    records of ``ids``, ``dups`` the later copies of unresolved ids (those of ``among`` taken)."""
-    raws = b"\n".join(map(_GET_RAW, recs)).decode()
-    if ids and raws.count("\n") != len(ids) - 1:     # a line holding a newline: the lines one by one
-        raws = [r.decode() for r in map(_GET_RAW, recs)]
+    records of ``ids``, ``dups`` the later copies of unresolved ids (those of ``among`` taken). The raw lines
+    joined by newlines: as text (``as_text``; a list of them if one holds a newline), or as bytes with each
+    line's length beside them (``"lens"``: a line holding a newline needs no other form, and no pass looks for
+    one; counting the newlines of the joined lines cost as much as ``orjson`` escaping them)."""
+    lines = list(map(_GET_RAW, recs))
+    raws = b"\n".join(lines)
+    if not as_text:
+        cols = _columns(ids, recs, raws, dups, among)
+        cols["lens"] = list(map(len, lines))
+        return cols
+    if ids and raws.count(b"\n") != len(ids) - 1:    # a line holding a newline: the lines one by one
+        return _columns(ids, recs, [r.decode() for r in lines], dups, among)
+    return _columns(ids, recs, raws.decode(), dups, among)
+
+
+def _columns(ids: list[str], recs: list[list], raws, dups: dict, among) -> dict:
     copies = {i: [d.decode() for d in c] for i, c in dups.items() if i in among} if dups else {}
     return {"ids": ids, "refs": list(map(_GET_REF, recs)), "raws": raws,
             "first_seen": list(map(_GET_FIRST_SEEN, recs)), "attempts": list(map(_GET_ATTEMPTS, recs)),
@@ -1102,12 +1120,25 @@ def _row_columns(rows: list[list]) -> dict:
 
 
 def _column_rows(cols: dict) -> list[list]:
-    """Columns (a snapshot's ``"events"`` of format 2, a delta's ``"added"``) as rows."""
+    """Columns (a snapshot's ``"events"`` of format 2, a delta's ``"added"``) as rows (lines as text)."""
     ids, raws, dups = cols["ids"], cols["raws"], cols["dups"]
-    if type(raws) is str:
+    if type(raws) is bytes:                       # (a delta of format 3: each line's length beside them)
+        raws = _split_lines(raws, cols["lens"])
+    elif type(raws) is str:
         raws = raws.split("\n") if ids else []
     return [[i, ref, raw, seen, attempts, list(dups.get(i, ()))]
             for i, ref, raw, seen, attempts in zip(ids, cols["refs"], raws, cols["first_seen"], cols["attempts"])]
+
+
+def _split_lines(raws: bytes, lens: list[int]) -> list[str]:
+    """The lines of ``raws`` (joined by newlines) by their lengths, as text; refused unless they fill it."""
+    out, at = [], 0
+    for n in lens:
+        out.append(raws[at:at + n].decode())
+        at += n + 1
+    if (at - 1 if lens else 0) != len(raws):
+        raise ValueError(f"dispatcher checkpoint lines of {at - 1} bytes in {len(raws)}")
+    return out
 
 
 def snapshot_events(snapshot: dict) -> list[list]:
@@ -1132,12 +1163,12 @@ def snapshot_as_rows(snapshot: dict) -> dict:
 
 def delta_events(delta: dict) -> list[list]:
     """The events a delta added, as rows like the snapshot's (``[id, ref, raw, first_seen_us, attempts,
-    [copy, ...]]``), from either format; a delta of another format is refused."""
+    [copy, ...]]``), from any of its three formats; a delta of another format is refused."""
     fmt = delta.get("format", 1)
     if fmt == 1:
         return delta["add"]
-    if fmt != DELTA_FORMAT:
-        raise ValueError(f"dispatcher checkpoint delta format {fmt!r} is not 1 or {DELTA_FORMAT}")
+    if fmt != 2 and fmt != DELTA_FORMAT:
+        raise ValueError(f"dispatcher checkpoint delta format {fmt!r} is not 1, 2 or {DELTA_FORMAT}")
     return _column_rows(delta["added"])
 
 
@@ -1209,6 +1240,22 @@ class _OldestIds:
         self._heap.clear()
         self._held = 0
 
+    def _compact(self, events: dict) -> None:
+        """Keep only the unresolved ids (``events``): each run filtered by ``filter`` in C, its order kept, so
+        nothing is sorted again. An id in two runs (resolved, then read again while its first run still held
+        it) would stay twice: then all are sorted once as one run, as they were before runs were filtered."""
+        runs = [kept for _, _, run, i in self._heap
+                if (kept := list(filter(events.__contains__, itertools.islice(run, i, None))))]
+        held = sum(map(len, runs))
+        if held != len(events):                 # (more: an id twice; every unresolved id was added)
+            self.clear()
+            self.add(events)
+            return
+        self._heap = [[run[0][-TIMESTAMP_DIGITS:], seq, run, 0] for seq, run in enumerate(runs, self._seq + 1)]
+        heapq.heapify(self._heap)
+        self._seq += len(runs)
+        self._held = held
+
     def oldest_us(self, events: dict) -> int:
         """The time of the oldest id in ``events`` (the unresolved ones; every one of them was added); 0
         when there is none."""
@@ -1216,8 +1263,7 @@ class _OldestIds:
             self.clear()
             return 0
         if self._held > 2 * len(events) + OLDEST_HEAP_SLACK:   # mostly resolved ids: rebuild (amortized O(1))
-            self.clear()
-            self.add(events)
+            self._compact(events)
         heap = self._heap
         while True:
             top = heap[0]

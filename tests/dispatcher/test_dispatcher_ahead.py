@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_dispatcher_state import QKEY, chunk, line, of, qtime, state
 
+from dispatcher._files import decode_journal, encode_delta
 from dispatcher._state import (
     AheadOfStore,
     Checkpoint,
@@ -197,7 +198,7 @@ def test_in_the_core_held_clicks_are_ahead_of_the_store_and_each_joined_once(ste
             if c.snapshot is not None:
                 snap = orjson.loads(orjson.dumps(c.snapshot))
             elif snap is not None:
-                snap = apply_delta(snap, orjson.loads(orjson.dumps(c.delta)))
+                snap = apply_delta(snap, decode_journal(encode_delta(c.delta))[0])
 
     def check():
         held = core._ahead_since

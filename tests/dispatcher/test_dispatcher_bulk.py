@@ -229,3 +229,44 @@ def test_each_odd_line_among_good_ones_is_read_as_orjson_reads_it():
         assert [raw for _, _, _, raw in got["quarantined"]] == bad
         assert [r[2] for r in got["quarantined"]] == [_problem(raw) for raw in bad]
         assert {e[0]: [e[1], e[2], e[5]] for e in snapshot_events(got["snapshot"])} == events
+
+
+
+def test_the_oldest_unresolved_time_after_the_runs_are_filtered_is_the_smallest_unresolved_one(monkeypatch):
+    """``_OldestIds`` over 300 random histories (seeded) of chunks added (ids of three writers, out of order), ids
+    resolved, and ids read again after being resolved (then in two runs), with its runs filtered whenever they
+    are mostly resolved (no slack): each ask answers the smallest time among the unresolved ids, as a plain
+    ``min`` does, and after a filtering each unresolved id is held exactly once, in runs sorted by time."""
+    import random
+
+    import dispatcher._state as state_module
+    monkeypatch.setattr(state_module, "OLDEST_HEAP_SLACK", 0)
+    filtered = sorted_again = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        oldest = state_module._OldestIds()
+        events: dict = {}
+        for _ in range(rng.randrange(5, 60)):
+            action = rng.choice(["add", "add", "resolve", "ask", "ask"])
+            if action == "add":                  # (ids resolved before and read again: now in a second run)
+                new = list(dict.fromkeys(c for c in (cid(rng.randrange(200), writer=7 + rng.randrange(3))
+                                                     for _ in range(rng.randrange(1, 20))) if c not in events))
+                oldest.add(new)
+                events.update(dict.fromkeys(new))
+            elif action == "resolve":
+                share = rng.random()
+                for c in [c for c in events if rng.random() < share]:
+                    del events[c]
+            else:
+                before, seq = oldest._held, oldest._seq
+                got = oldest.oldest_us(events)
+                assert got == (min(int(c[-16:]) for c in events) if events else 0)
+                if events and before > 2 * len(events):          # filtered (or sorted anew) just now
+                    runs = [run[i:] for _, _, run, i in oldest._heap]
+                    assert sorted(c for run in runs for c in run) == sorted(events) and oldest._held == len(events)
+                    assert all(run == sorted(run, key=lambda c: c[-16:]) for run in runs)
+                    if oldest._seq == seq + 1 and len(runs) == 1:
+                        sorted_again += 1
+                    else:
+                        filtered += 1
+    assert filtered >= 100 and sorted_again >= 10, (filtered, sorted_again)   # both ways did happen

@@ -1,7 +1,9 @@
-"""The journal's deltas and the full snapshot: format 2 (the events as columns, their lines as one string)
-rebuilds the same checkpoint as format 1 (the same events as rows) on random histories, and all restore to the
-same state; a journal or a snapshot of format 1 is still read (also from the files), and a delta or snapshot of
-an unknown format is refused before anything is applied."""
+"""The journal's deltas and the full snapshot: format 3 of the deltas (the events as columns, their lines as
+bytes after the delta's JSON line) and format 2 (the same columns, the lines as one string inside the JSON)
+rebuild the same checkpoint as format 1 (the same events as rows) on random histories, and all restore to the
+same state; a journal or a snapshot of formats 1 and 2 is still read (also from the files), a journal cut anywhere
+loads its complete records only, and a delta or snapshot of an unknown format is refused before anything is
+applied."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +14,7 @@ import pytest
 from test_dispatcher_property import START, Harness, make_lines
 
 from dispatcher import DispatcherState
-from dispatcher._files import CheckpointFiles, load_checkpoint
+from dispatcher._files import CheckpointFiles, decode_journal, encode_delta, load_checkpoint
 from dispatcher._state import (
     CHECKPOINT_FORMAT,
     DELTA_FORMAT,
@@ -32,14 +34,16 @@ def roundtrip(obj):
 
 
 class TwoWays(Harness):
-    """The property test's harness, keeping beside the checkpoint rebuilt from the deltas as written (format
-    2) one rebuilt from the same deltas written the old way (format 1: the added events as rows, taken from
-    the state's own snapshot at that moment)."""
+    """The property test's harness, keeping beside the checkpoint rebuilt from the deltas as the journal holds
+    them (format 3) one rebuilt from the same deltas written the old way (format 1: the added events as rows,
+    taken from the state's own snapshot at that moment) and one from them written as format 2 (the lines as
+    text inside the JSON line)."""
 
     def __init__(self, *args) -> None:
         self.old = None
+        self.two = None                   # the same checkpoint from the deltas written as format 2
         self.rows = None                  # the same checkpoint with its snapshot written as rows (format 1)
-        self.deltas = self.listed = 0     # deltas compared; of those, with the lines one by one (a newline)
+        self.deltas = self.listed = 0     # deltas compared; of those, with a line holding a newline
         super().__init__(*args)
 
     def start(self, snapshot):
@@ -51,19 +55,27 @@ class TwoWays(Harness):
             if type(c) is Checkpoint:
                 if c.snapshot is not None:
                     self.old = roundtrip(c.snapshot)
+                    self.two = roundtrip(c.snapshot)
                     self.rows = roundtrip(rows_snapshot(self.core, c.snapshot))
                 else:
-                    self.rows = apply_delta(self.rows, roundtrip(c.delta))
-                    new = roundtrip(c.delta)
-                    assert new["format"] == DELTA_FORMAT and "add" not in new
+                    [new] = decode_journal(encode_delta(c.delta))        # as the journal holds it
+                    assert new["format"] == DELTA_FORMAT == 3 and "add" not in new
+                    self.rows = apply_delta(self.rows, decode_journal(encode_delta(c.delta))[0])
+                    raws = new["added"]["raws"]
+                    assert type(raws) is bytes and raws == c.delta["added"]["raws"]
+                    text = [r[2] for r in delta_events(new)]      # format 2: one string, or the lines one by one
+                    text = "\n".join(text) if not any("\n" in t for t in text) else text
+                    two = {**new, "format": 2, "added": {k: v for k, v in new["added"].items() if k != "lens"}}
+                    two["added"]["raws"] = text
+                    self.two = apply_delta(self.two, roundtrip(two))
                     rows = {e[0]: e for e in snapshot_events(roundtrip(self.core.snapshot(self.now)))}
                     old = {k: v for k, v in new.items() if k not in ("format", "added")}
                     old["add"] = [rows[i] for i in new["added"]["ids"]]
                     self.old = apply_delta(self.old, roundtrip(old))
                     self.deltas += 1
-                    self.listed += type(new["added"]["raws"]) is list
+                    self.listed += type(text) is list
         super().apply(cmds)
-        assert self.checkpoint == self.old
+        assert self.checkpoint == self.old == self.two
         if self.checkpoint is not None:       # the snapshot's own format: columns, format 2
             assert self.checkpoint["format"] == CHECKPOINT_FORMAT == 2 and type(self.checkpoint["events"]) is dict
             assert self.rows["format"] == 1   # the rows' checkpoint holds the same events and the rest alike
@@ -108,7 +120,7 @@ def test_a_checkpoint_written_the_new_way_restores_to_the_same_state_as_the_old_
                 pass
             elif a == "crash":
                 restored = [DispatcherState(h.join, h.cfg, lookups=h.lookups, restore=roundtrip(c))
-                            for c in (h.checkpoint, h.old, h.rows)]
+                            for c in (h.checkpoint, h.old, h.rows, h.two)]
                 for other in restored[1:]:
                     assert restored[0].snapshot(h.now) == other.snapshot(h.now)
                     assert restored[0].statistics() == other.statistics()
@@ -142,8 +154,8 @@ def test_a_delta_of_an_unknown_format_is_refused_before_anything_is_applied():
     snap = {"format": 1, "written_at_us": 1, "offsets": {"a": 10}, "events": [["x", "qx", "{}", 5, 1, []]],
             "recovered": [], "counters": {}, "join_latency_hist": {}}
     before = roundtrip(snap)
-    with pytest.raises(ValueError, match="format 3"):
-        apply_delta(snap, {"format": 3, "written_at_us": 2, "offsets": {}, "added": {}, "recovered": [], "dup": [],
+    with pytest.raises(ValueError, match="format 4"):
+        apply_delta(snap, {"format": 4, "written_at_us": 2, "offsets": {}, "added": {}, "recovered": [], "dup": [],
                            "sent": ["x"], "gone": ["x"], "counters": {}, "join_latency_hist": {}})
     assert snap == before
 
@@ -161,7 +173,10 @@ def test_a_delta_holds_the_lines_read_since_as_one_string():
     [cp] = [c for c in core.handle(LinesRead([ChunkRead("f", offsets[2:], lines[2:], offsets[-1] + len(lines[-1]) + 1)],
                                              START + 1), TimePassed(START + 2)) if type(c) is Checkpoint]
     added = cp.delta["added"]
-    assert added["raws"] == b"\n".join(lines[2:]).decode() and added["dups"] == {}
+    assert added["raws"] == b"\n".join(lines[2:]) and added["lens"] == list(map(len, lines[2:])) and added["dups"] == {}
+    record = encode_delta(cp.delta)          # the lines as they are after the JSON line, not escaped inside it
+    assert record.endswith(b"\n" + b"\n".join(lines[2:]) + b"\n") and record.count(b"\n") == 1 + 3
+    assert decode_journal(record) == [cp.delta]
     assert added["ids"] == [format_event_id("10.0.0.1", 1, START + k) for k in range(2, 5)]
     assert added["attempts"] == [0, 0, 0] and added["first_seen"] == [START + 1] * 3
 

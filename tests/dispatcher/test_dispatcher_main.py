@@ -10,8 +10,8 @@ from dispatcher_helpers import write_config
 def test_front_door_exports():
     assert sorted(dispatcher.__all__) == ["Checkpoint", "ChunkRead", "Dispatcher", "DispatcherConfig", "DispatcherLocked",
                                           "DispatcherState", "DispatcherStatistics", "JoinAnswered", "LinesRead", "Lookup",
-                                          "LookupAnswered", "RegionShare", "SendBatch", "TimePassed", "plan_processes",
-                                          "read_status", "serve"]
+                                          "LookupAnswered", "RegionShare", "SendBatch", "TimePassed", "encode_delta",
+                                          "plan_processes", "read_status", "serve"]
     from dispatcher import _messages        # the core's facts and commands, for tools that drive DispatcherState
     assert dispatcher.LinesRead is _messages.LinesRead and dispatcher.SendBatch is _messages.SendBatch
     import photon

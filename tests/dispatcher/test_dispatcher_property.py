@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher import DispatcherConfig, DispatcherState
+from dispatcher._files import decode_journal, encode_delta
 from dispatcher._state import (Checkpoint, ChunkRead, JoinAnswered, JoinFailed, LinesRead, Lookup,
                                LookupAnswered, LookupFailed, Outcome, QuarantineRecords, SendBatch,
                                StopRequested, TimePassed, WriteUnjoinable, apply_delta,
@@ -92,7 +93,8 @@ class Harness:
                 if c.snapshot is not None:
                     self.checkpoint = orjson.loads(orjson.dumps(c.snapshot))
                 else:
-                    self.checkpoint = apply_delta(self.checkpoint, orjson.loads(orjson.dumps(c.delta)))
+                    [delta] = decode_journal(encode_delta(c.delta))     # as the journal holds it
+                    self.checkpoint = apply_delta(self.checkpoint, delta)
             else:
                 assert type(c) is QuarantineRecords
         outstanding = [i for ids in self.lookups_out.values() for i in ids]
