@@ -32,6 +32,21 @@ class ChainStatistics:
     not_found: int
 
 
+def _started(asks: list[tuple[EventStoreClient, list[str]]]) -> list[tuple[EventStoreClient, object]]:
+    """Each ``(client, ids)`` lookup started, as ``(client, wait)``: every one but the last as a future (all
+    stores asked at once), the last (with one server, the only one) as a blocking call made here, once the
+    others are on their way, so its answer needs no other thread to take it and wake this one. ``wait()``
+    returns ``(raws, read_through_us)`` and sets the client's ``read_to_us`` on this thread, as
+    :meth:`EventStoreClient.lookup_future`'s does; a failure raises from the call or from its ``wait``."""
+    if not asks:
+        return []
+    out = [(client, client.lookup_future(ids)) for client, ids in asks[:-1]]
+    client, ids = asks[-1]
+    answer = client.lookup_now(ids)
+    out.append((client, lambda: answer))
+    return out
+
+
 class EventStoreChain:
     """See module docstring. ``cache`` and ``logs`` are addresses (``host:port``); ``vnodes`` must be the
     servers' ``[eventstore].ring_vnodes``. Thread-safe."""
@@ -97,9 +112,8 @@ class EventStoreChain:
     def _probe(self) -> None:
         """Every cache server's read positions, with no ids looked up (a joiner's answer to a dispatcher's
         probe while it holds clicks back for the store)."""
-        waits = [(c, c.lookup_future([])) for c in self.caches]
         throughs, positions = [], []
-        for client, wait in waits:
+        for client, wait in _started([(c, []) for c in self.caches]):
             _, through = wait()
             if through is not None:
                 throughs.append(through)
@@ -109,11 +123,9 @@ class EventStoreChain:
 
     @staticmethod
     def _ask(clients, ring, ids, positions, out, served, name, throughs, read_to=None) -> None:
-        waits = []
-        for server, idx in ring.split(ids).items():
-            client = clients[server]
-            waits.append((idx, client, client.lookup_future([ids[i] for i in idx])))
-        for idx, client, wait in waits:
+        groups = [(idx, clients[server]) for server, idx in ring.split(ids).items()]
+        asked = _started([(client, [ids[i] for i in idx]) for idx, client in groups])
+        for (idx, _), (client, wait) in zip(groups, asked):
             raws, through = wait()
             if through is not None:
                 throughs.append(through)

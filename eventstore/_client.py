@@ -76,13 +76,26 @@ class EventStoreClient:
                 resp = fut.result()
             except grpc.RpcError as e:
                 raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
-            if len(resp.raws) != len(ids):
-                raise EventStoreUnavailable(f"event store {self.address} answered {len(resp.raws)} results "
-                                            f"for {len(ids)} ids")
-            through = resp.read_through_us if resp.HasField("read_through_us") else None
-            self._last.read_to_us = dict(resp.read_to_us) if resp.catching_up else None
-            return [r or None for r in resp.raws], through
+            return self._answered(ids, resp)
         return wait
+
+    def lookup_now(self, ids: list[str]):
+        """:meth:`lookup_future` and its wait in one blocking call: the calling thread waits for the answer
+        itself (gRPC's blocking call polls its own completion queue), so no other thread has to take the
+        answer and wake it. Returns and raises as the wait does, and sets :attr:`read_to_us` the same way."""
+        try:
+            resp = self._stub.Lookup(pb.LookupRequest(ids=ids), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise EventStoreUnavailable(f"event store {self.address}: {e.code().name}: {e.details()}") from None
+        return self._answered(ids, resp)
+
+    def _answered(self, ids: list[str], resp):
+        if len(resp.raws) != len(ids):
+            raise EventStoreUnavailable(f"event store {self.address} answered {len(resp.raws)} results "
+                                        f"for {len(ids)} ids")
+        through = resp.read_through_us if resp.HasField("read_through_us") else None
+        self._last.read_to_us = dict(resp.read_to_us) if resp.catching_up else None
+        return [r or None for r in resp.raws], through
 
     def status(self) -> dict:
         try:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from idregistry import registry_pb2 as pb
 from idregistry import registry_pb2_grpc as pb_grpc
@@ -165,20 +166,32 @@ class RegistryClient:
                 entry = self._channels[address] = (channel, pb_grpc.RegistryStub(channel))
             return entry[1]
 
-    def _retrying(self) -> Retrying:
-        return Retrying(stop=stop_after_delay(self._retry_timeout_s), reraise=True,
-                        wait=retry_wait,
-                        retry=retry_if_exception_type(_Retry),
-                        before_sleep=lambda _: self._count("retries"))
-
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
 
     def _with_retries(self, attempt):
+        """``attempt()`` until it does not raise :class:`_Retry`, backing off between tries (:func:`retry_wait`),
+        for up to ``retry_timeout_s`` from now; then :class:`RegistryUnavailable`.
+
+        The first try is made before any retry machinery is built (a tenacity loop costs about 45 µs a call,
+        and nearly every call is answered at once); when it fails, the loop takes that failure as its own
+        first attempt, so the back-offs, the retry count and the budget (measured from the first try) are
+        those of the loop alone."""
+        began = time.monotonic()
         try:
-            for tried in self._retrying():
+            return attempt()
+        except _Retry as e:
+            first: _Retry | None = e
+        budget = self._retry_timeout_s
+        try:
+            for tried in Retrying(stop=lambda _: time.monotonic() - began >= budget, reraise=True, wait=retry_wait,
+                                  retry=retry_if_exception_type(_Retry),
+                                  before_sleep=lambda _: self._count("retries")):
                 with tried:
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
                     return attempt()
         except _Retry as e:
             raise RegistryUnavailable(f"registry unavailable after {self._retry_timeout_s} s: {e}") from None
