@@ -21,10 +21,12 @@ home (its scripts, jars and conf folder) and the ``java`` binary. So, per proces
 Any change of an input gives another key, hence the launcher again: a new JDK or pyspark (the ``java``
 binary's and every jar's path, size and time, as for the class archive), the Spark home's scripts and the
 names in it, its ``spark-defaults.conf`` (content), any environment variable (but the connection file's
-path, which is new each time) and every setting of the session (the JVM flags among them: the class
-archive's, the short job's JIT flag). A variable that changes from login to login (``SSH_CLIENT``) therefore
-costs the launcher once per login; the cache keeps the 32 entries used last. A Spark home whose conf folder
-has a ``spark-env.sh`` (a script, whose result may change from run to run) is always started by PySpark.
+path, which is new each time, and the shell's own ``PWD``, ``OLDPWD``, ``_`` and ``SHLVL``, which change with
+every ``cd`` and command and which neither the scripts nor the launcher read) and every setting of the
+session (the JVM flags among them: the class archive's, the short job's JIT flag). A variable that changes
+from login to login (``SSH_CLIENT``) therefore costs the launcher once per login; the cache keeps the 32
+entries used last. A Spark home whose conf folder has a ``spark-env.sh`` (a script, whose result may change
+from run to run) is always started by PySpark.
 Nothing here can fail a job: no ``/proc``, a driver that is not a ``java`` process, a damaged entry or a
 command that does not start (the entry is removed) all go back to PySpark's own start.
 """
@@ -48,6 +50,9 @@ from photon.app import _class_archive
 
 LAUNCH_FORMAT = 1                      # bump when the entry's content or the key's inputs change
 CONN_INFO = "_PYSPARK_DRIVER_CONN_INFO_PATH"    # new for every start: not an input
+# Set by every shell to where it is and what it ran, and read by neither the scripts nor the launcher: not inputs
+# (what the scripts themselves set of them, ``SHLVL`` and ``_``, is replayed like any other change)
+SHELL_VARIABLES = frozenset({CONN_INFO, "PWD", "OLDPWD", "_", "SHLVL"})
 SCRIPTS = ("bin/spark-submit", "bin/spark-class", "bin/load-spark-env.sh", "bin/find-spark-home")
 CONF_FILES = ("spark-defaults.conf", "spark-env.sh")
 START_TIMEOUT_S = 300.0
@@ -97,7 +102,8 @@ def launch_key(options: dict, env: dict) -> str | None:
     home = spark_home(env)
     conf_dir = spark_conf_dir(env)
     h = hashlib.sha256(f"{LAUNCH_FORMAT}\0{_class_archive.archive_key(java, jars)}\0{home}\0".encode())
-    h.update(json.dumps([submit_args(options, env), sorted((k, v) for k, v in env.items() if k != CONN_INFO),
+    h.update(json.dumps([submit_args(options, env),
+                         sorted((k, v) for k, v in env.items() if k not in SHELL_VARIABLES),
                          sorted(os.listdir(home))]).encode())
     for script in SCRIPTS:
         path = home / script

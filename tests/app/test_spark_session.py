@@ -192,6 +192,8 @@ def test_the_launch_key_follows_settings_environment_and_the_spark_conf_folder(t
     assert launch_key({**options, "spark.driver.memory": "1g"}, env) != base
     assert launch_key(options, {**env, "HADOOP_CONF_DIR": "/etc/hadoop"}) != base
     assert launch_key(options, {**env, "_PYSPARK_DRIVER_CONN_INFO_PATH": "/tmp/x"}) == base    # new every start
+    for shell in ("PWD", "OLDPWD", "_", "SHLVL"):        # a shell's own, changed by every cd and command
+        assert launch_key(options, {**env, shell: "/elsewhere"}) == base
     (conf / "spark-defaults.conf").write_text("spark.driver.memory 3g\n")
     with_defaults = launch_key(options, env)
     assert with_defaults != base
