@@ -72,14 +72,19 @@ def spark_java() -> Path | None:
     return Path(os.path.realpath(java)) if java and os.path.exists(java) else None
 
 
+def spark_home(env) -> Path:
+    """``SPARK_HOME`` of the environment ``env``, else the one PySpark finds (its own package folder)."""
+    from pyspark.find_spark_home import _find_spark_home
+    return Path(env.get("SPARK_HOME") or _find_spark_home())
+
+
 def spark_jars() -> Path | None:
     """The folder of the jars Spark's JVM runs (``$SPARK_HOME/jars``, else pyspark's own)."""
     try:
-        from pyspark.find_spark_home import _find_spark_home
-        home = os.environ.get("SPARK_HOME") or _find_spark_home()
+        home = spark_home(os.environ)
     except Exception:                  # noqa: BLE001 - no Spark home: no archive
         return None
-    jars = Path(home) / "jars"
+    jars = home / "jars"
     return jars if jars.is_dir() else None
 
 
@@ -112,7 +117,7 @@ def plan(cache_dir: Path, java_options: str = "") -> ArchivePlan | None:
         found = None
         for path in sorted(cache_dir.glob(f"{prefix}*.jsa")):
             if not _whole(path, prefix):
-                _remove(path)
+                remove(path)
             elif found is None:
                 found = ArchivePlan(path, True)
     except OSError:
@@ -127,7 +132,8 @@ def _whole(path: Path, prefix: str) -> bool:
     return size.isdigit() and path.stat().st_size == int(size)
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
+    """Remove ``path``; a file that is not there or cannot be removed is left as it is."""
     try:
         path.unlink()
     except OSError:
@@ -148,7 +154,7 @@ def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
     calling ``before_dump()`` first (errors ignored)."""
     if archive.exists:
         if mapped(jvm_pid, archive.path) is False:
-            _remove(archive.path)
+            remove(archive.path)
         return
 
     def at_exit():
@@ -180,7 +186,7 @@ def dump(jvm_pid: int, path: Path, timeout_s: float = DUMP_TIMEOUT_S) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     finally:
-        _remove(tmp)
+        remove(tmp)
 
 
 def _java_of(pid: int) -> Path | None:

@@ -41,11 +41,11 @@ import shlex
 import shutil
 import signal
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import PIPE, Popen
 
+from photon import wait_until, write_atomic
 from photon.app import _class_archive
 
 LAUNCH_FORMAT = 1                      # bump when the entry's content or the key's inputs change
@@ -82,15 +82,9 @@ def submit_args(options: dict, env: dict) -> list:
     return args + shlex.split(extra)
 
 
-def spark_home(env: dict) -> Path:
-    """``SPARK_HOME``, else the one PySpark finds (its own package folder)."""
-    from pyspark.find_spark_home import _find_spark_home
-    return Path(env.get("SPARK_HOME") or _find_spark_home())
-
-
 def spark_conf_dir(env: dict) -> Path:
     """The folder ``load-spark-env.sh`` and the launcher read (``SPARK_CONF_DIR``, else ``<home>/conf``)."""
-    return Path(env.get("SPARK_CONF_DIR") or spark_home(env) / "conf")
+    return Path(env.get("SPARK_CONF_DIR") or _class_archive.spark_home(env) / "conf")
 
 
 def launch_key(options: dict, env: dict) -> str | None:
@@ -99,7 +93,7 @@ def launch_key(options: dict, env: dict) -> str | None:
     java, jars = _class_archive.spark_java(), _class_archive.spark_jars()
     if java is None or jars is None:
         return None
-    home = spark_home(env)
+    home = _class_archive.spark_home(env)
     conf_dir = spark_conf_dir(env)
     h = hashlib.sha256(f"{LAUNCH_FORMAT}\0{_class_archive.archive_key(java, jars)}\0{home}\0".encode())
     h.update(json.dumps([submit_args(options, env),
@@ -142,7 +136,7 @@ def plan(cache_dir: Path, options: dict) -> LaunchPlan | None:
     except FileNotFoundError:
         return LaunchPlan(path, env)
     except (OSError, ValueError, KeyError, TypeError):
-        _remove(path)
+        _class_archive.remove(path)
         return LaunchPlan(path, env)
     with contextlib.suppress(OSError):
         os.utime(path)                 # used last: kept by :func:`_prune`
@@ -168,17 +162,14 @@ def record(launch: LaunchPlan, jvm_pid: int) -> bool:
         return False
     set_env = {k: v for k, v in proc_env.items() if k != CONN_INFO and launch.env.get(k) != v}
     unset_env = sorted(k for k in launch.env if k not in proc_env and k != CONN_INFO)
-    tmp = launch.path.with_name(f"{launch.path.name}.{os.getpid()}.tmp")
     try:
         launch.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"command": command, "set_env": set_env, "unset_env": unset_env}))
-        os.replace(tmp, launch.path)
+        write_atomic(launch.path, json.dumps({"command": command, "set_env": set_env,
+                                              "unset_env": unset_env}).encode())
         _prune(launch.path.parent)
         return True
     except OSError:
         return False
-    finally:
-        _remove(tmp)
 
 
 def start(launch: LaunchPlan):
@@ -197,14 +188,14 @@ def start(launch: LaunchPlan):
         try:
             proc = Popen(launch.command, stdin=PIPE, env=env, preexec_fn=ignore_sigint)
         except OSError:
-            _remove(launch.path)
+            _class_archive.remove(launch.path)
             return None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while proc.poll() is None and not os.path.isfile(conn_info) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: proc.poll() is not None or os.path.isfile(conn_info), START_TIMEOUT_S, 0.05,
+                       "the Spark driver's connection file")
         if not os.path.isfile(conn_info):
             _stop(proc)
-            _remove(launch.path)
+            _class_archive.remove(launch.path)
             return None
         from pyspark.serializers import UTF8Deserializer, read_int
         with open(conn_info, "rb") as info:
@@ -242,7 +233,7 @@ def _prune(cache_dir: Path, keep: int = KEEP_ENTRIES) -> None:
     with contextlib.suppress(OSError):
         entries = sorted(cache_dir.glob("spark-launch-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for path in entries[keep:]:
-            _remove(path)
+            _class_archive.remove(path)
 
 
 def _stop(proc) -> None:
@@ -250,8 +241,3 @@ def _stop(proc) -> None:
         proc.kill()
     with contextlib.suppress(Exception):
         proc.wait(timeout=10)
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
