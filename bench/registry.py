@@ -56,6 +56,8 @@ def worker(args) -> None:
     """Commit batches of ids from ``--threads`` threads until ``--duration`` has passed; print results."""
     client = idregistry.RegistryClient(args.endpoints.split(","), retry_timeout_s=60.0)
     client.sharding()
+    from idregistry._trace import client_recorder, cpu_pressure_us, thread_sched
+    trace = client_recorder()       # None unless PHOTON_REGISTRY_TRACE names a folder (--trace)
     start_at = args.start_at
     if not start_at:                # told once every client is ready (a loaded machine starts them late)
         print("ready", flush=True)
@@ -80,13 +82,20 @@ def worker(args) -> None:
         while time.time() < stop_at and (not limit or sent < limit):
             ids = [f"{prefix}{t:016d}" for t in range(ts, ts + args.batch)]
             ts += args.batch
+            if trace is not None:
+                psi0, (c0, q0) = cpu_pressure_us(), thread_sched()
             t0 = time.perf_counter()
             token = args.token
             if args.token_per_request:      # the joiner's shape: host:port/pid/start_us/seq, one per request
                 seq += 1
                 token = f"127.0.0.{t + 1}:{7000 + args.seed}/{os.getpid()}/{args.base_us}/{seq}"
             results = client.commit(ids, token)
-            lat.append((time.perf_counter() - t0) * 1000)
+            t1 = time.perf_counter()
+            lat.append((t1 - t0) * 1000)
+            if trace is not None:       # perf_counter is the host's monotonic clock, as in the replicas
+                c1, q1 = thread_sched()
+                trace.add("commit", t0, t1, first=ids[0], thread=t, cpu_ms=round((c1 - c0) / 1e6, 3),
+                          runq_ms=round((q1 - q0) / 1e6, 3), pressure_ms=round((cpu_pressure_us() - psi0) / 1000, 3))
             accepted = results.count(ok_result)
             ok += accepted
             exists += len(results) - accepted
@@ -113,6 +122,8 @@ def worker(args) -> None:
     for t in threads:
         t.join()
     client.close()
+    if trace is not None:
+        trace.flush()
     print(json.dumps(out))
 
 
@@ -271,7 +282,11 @@ class Bench:
         if a.half_duration > 0:
             half_rate = a.half_rate or figures["ids_per_s"] / 2
             cpu0 = [r.cpu_times()[:2] for r in replicas]
+            half_began = time.monotonic()
             half = self.run_clients(a.clients, a.threads, a.batch, a.half_duration, rate=half_rate)
+            if a.trace:         # what every slow commit of this phase waited for (bench/registry_tail.py)
+                from bench.registry_tail import attribute
+                figures["half_rate_tail"] = attribute(a.trace, half_began, time.monotonic(), a.slow_ms)
             half_ok = sum(o["ok"] for o in half)
             figures["half_rate_replica_cpu_s_per_m_ids"] = sorted(
                 (round((sum(r.cpu_times()[:2]) - sum(c)) * 1e6 / max(1, half_ok), 2)
@@ -381,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=None,
                         help="folder for py-spy profiles of every replica process during the peak phase "
                              "(summarise with python -m bench._profile DIR), and of the client processes")
+    parser.add_argument("--trace", default=None,
+                        help="folder for timing records of every replica and client process (idregistry/_trace.py); "
+                             "the half-rate phase's slow commits are then attributed (half_rate_tail)")
+    parser.add_argument("--slow-ms", type=float, default=15.0,
+                        help="with --trace: a half-rate commit at least this slow is attributed")
     parser.add_argument("--profile-gil", action="store_true",
                         help="with --profile: sample only the thread holding the GIL (py-spy --gil)")
     # worker mode (internal)
@@ -402,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args)
         return 0
+    if args.trace:          # every replica and client process started from here records (idregistry/_trace.py)
+        os.environ["PHOTON_REGISTRY_TRACE"] = str(Path(args.trace).resolve())
     net = None
     refused = namespaces_refused() if far else "no round trip asked"
     kind = delay_kind() if refused is None else None

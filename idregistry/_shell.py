@@ -32,6 +32,7 @@ from idregistry._batcher import Batcher
 from idregistry._spec import (FSYNC_BATCH, FSYNC_INTERVAL, FSYNC_NONE, ReplicaSpec,  # noqa: F401 (re-exported)
                               spec_from_json, spec_to_json)
 from idregistry._replica import JOURNAL_FILE, QUEUE_FULL_REASONS, RaftReplica, storage_failed
+from idregistry._trace import install_replica
 from photon.rpc import open_channel
 from idregistry._state import (OP_ADD_EPOCH, OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT_RUNS, OP_DELETE,
                                OP_INIT_SHARDING, OP_NOOP, OP_SNAPSHOT, CommitResult, Sharding, ShardingLease, ShardState,
@@ -129,6 +130,7 @@ class ReplicaServer:
         self._housekeeper = threading.Thread(target=self._housekeeping, name="registry-housekeeping",
                                              daemon=True)
         self._housekeeper.start()
+        self._trace = install_replica(self)     # None unless PHOTON_REGISTRY_TRACE names a folder
 
     # ---- requests ----------------------------------------------------------------------------------
 
