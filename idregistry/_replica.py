@@ -321,6 +321,10 @@ SNAPSHOT_FORMAT = 1
 
 WRITING_SUFFIX = ".writing"      # a snapshot being written (renamed to SNAPSHOT_FILE once on disk)
 
+COMPACTION_DEFER_S = 1.0
+"""How long a written snapshot may wait to be renamed into place (and the journal compacted after it) for a
+moment when no commit waits on this member (:meth:`_StateConsumer.check_snapshot`)."""
+
 
 def _inode(path: Path) -> int | None:
     try:
@@ -371,7 +375,12 @@ class _StateConsumer(SyncObjConsumer):
     :meth:`check_snapshot` (its ``serializeChecker``) every tick; once the file is written and fsynced, that
     renames it into place, in the Raft thread, and reports success, after which pysyncobj compacts the journal
     (:class:`photon.raft.CompactingJournal` fsyncs the folder first, making the rename durable). Writing the
-    whole state in the Raft thread stalled every commit for tens of milliseconds per 2 million ids held."""
+    whole state in the Raft thread stalled every commit for tens of milliseconds per 2 million ids held.
+    The compaction itself (three fsyncs, the entries since the snapshot written again) still runs in the Raft
+    thread, so a written snapshot is renamed, and the journal compacted, at a tick when ``busy()`` says no
+    commit waits on this member (the Raft member's :meth:`_AckAfterSyncObj.commits_waiting`), or once it has
+    waited :data:`COMPACTION_DEFER_S`: the stall then falls on the requests that arrive during it, not also on
+    every command in flight."""
 
     def __init__(self, state: ShardState, snapshot_path: Path | None = None) -> None:
         super().__init__()
@@ -379,6 +388,9 @@ class _StateConsumer(SyncObjConsumer):
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         self._writer: _SnapshotWriter | None = None
         self.on_loaded = None        # on_loaded(raft_data), when a snapshot was read (see RaftReplica)
+        self.busy = None             # busy() -> True while commits wait on this member (see check_snapshot)
+        self.compactions_deferred = 0
+        self._written_at: float | None = None
         self.snapshots = 0
         self.snapshot_ms_last = 0.0
         if self.snapshot_path is not None:     # a writer's leftover from an earlier life: never renamed, never read
@@ -414,6 +426,17 @@ class _StateConsumer(SyncObjConsumer):
             return SERIALIZER_STATE.NOT_SERIALIZING
         if not writer.done.is_set():
             return SERIALIZER_STATE.SERIALIZING
+        if writer.error is None and self.busy is not None:
+            # success makes pysyncobj compact the journal in this tick (its fsyncs, 5-45 ms in the Raft
+            # thread on this host), stalling every commit waiting on this member: wait for a moment when
+            # none is, for at most COMPACTION_DEFER_S
+            now = time.monotonic()
+            if self._written_at is None:
+                self._written_at = now
+            if now - self._written_at < COMPACTION_DEFER_S and self.busy():
+                self.compactions_deferred += 1
+                return SERIALIZER_STATE.SERIALIZING
+        self._written_at = None
         self._writer = None
         writer.view.release()
         if writer.error is not None:
@@ -612,6 +635,14 @@ class _AckAfterSyncObj(_PrevoteSyncObj):
             return False
         return need
 
+    def commits_waiting(self) -> bool:
+        """In the Raft thread: whether a commit waits on this member now: as leader, commands queued or
+        entries not yet committed; as follower, acknowledgements waiting for the fsync."""
+        if self._isLeader():
+            return bool(self._SyncObj__commandsQueue._FastQueue__queue
+                        or self._SyncObj__getCurrentLogIndex() > self._SyncObj__raftCommitIndex)
+        return bool(self._acks)
+
     def _synced(self, seq: int) -> None:
         """In the fsync thread: every acknowledgement up to ``seq`` is on disk; wake the Raft thread."""
         if seq > self._synced_seq:
@@ -656,6 +687,7 @@ class RaftReplica(RaftMember):
             self._data_lock.close()
             raise
         self._consumer.on_loaded = self._align_journal
+        self._consumer.busy = self._sync.commits_waiting
         self._destroyed = threading.Event()
 
     def _align_journal(self, raft_data) -> None:

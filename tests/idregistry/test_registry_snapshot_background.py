@@ -197,3 +197,32 @@ def test_a_stop_between_the_snapshot_and_the_journal_compaction_loses_no_entry(t
         assert restarted._sync._SyncObj__raftLog[0][1] > 2      # compacted at the restart
     finally:
         restarted.destroy()
+
+
+def test_a_written_snapshot_waits_for_no_commit_waiting_before_it_is_renamed_and_compacted(tmp_path):
+    consumer = _consumer(tmp_path)
+    busy = [True]
+    consumer.busy = lambda: busy[0]
+    final = tmp_path / "raft.snapshot"
+    consumer.write_snapshot(str(tmp_path / "raft.snapshot.tmp"), ("raft", 1))
+    consumer._writer.done.wait(30)
+    for _ in range(5):      # written, but commits wait on this member: not renamed, no compaction yet
+        assert consumer.check_snapshot() == SERIALIZER_STATE.SERIALIZING
+    assert not final.exists() and (tmp_path / ("raft.snapshot" + WRITING_SUFFIX)).exists()
+    assert consumer.compactions_deferred == 5
+    busy[0] = False
+    assert consumer.check_snapshot() == SERIALIZER_STATE.SUCCESS
+    assert final.exists() and not (tmp_path / ("raft.snapshot" + WRITING_SUFFIX)).exists()
+    assert consumer.check_snapshot() == SERIALIZER_STATE.NOT_SERIALIZING
+
+
+def test_a_written_snapshot_is_renamed_after_the_deferral_even_when_commits_never_stop(tmp_path, monkeypatch):
+    import idregistry._replica as replica
+    monkeypatch.setattr(replica, "COMPACTION_DEFER_S", 0.3)
+    consumer = _consumer(tmp_path)
+    consumer.busy = lambda: True
+    consumer.write_snapshot(str(tmp_path / "raft.snapshot.tmp"), ("raft", 1))
+    consumer._writer.done.wait(30)
+    assert consumer.check_snapshot() == SERIALIZER_STATE.SERIALIZING
+    assert _finished(consumer) == SERIALIZER_STATE.SUCCESS      # at most the deferral later
+    assert (tmp_path / "raft.snapshot").exists()
