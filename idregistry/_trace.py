@@ -236,11 +236,13 @@ def install_replica(server) -> Recorder | None:
     delete_to = journal.deleteEntriesTo
 
     def timed_delete(entry_to):
+        waiting = sync.commits_waiting() if hasattr(sync, "commits_waiting") else None
         t0 = _now()
         try:
             return delete_to(entry_to)
         finally:
-            add("compact", t0, _now())
+            add("compact", t0, _now(), commits_waiting=waiting,
+                deferred=getattr(consumer, "compactions_deferred", None))
     journal.deleteEntriesTo = timed_delete
     one_second = getattr(journal, "onOneSecondTimer", None)
     if one_second is not None:
