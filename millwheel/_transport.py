@@ -27,19 +27,14 @@ from millwheel._watermarks import TimestampBag
 class Inbox:
     """A worker's queue: deliveries and control messages, with a condition to wait on."""
 
-    def __init__(self, wake_for_done: bool = True) -> None:
+    def __init__(self) -> None:
         self._items: deque = deque()
         self.cond = threading.Condition()
-        self.wake_for_done = wake_for_done
-        """False: a :class:`Done` put here waits for the owner's next step (see :meth:`Tracker._after`)."""
 
-    def put_many(self, items: Iterable, wake: bool = True) -> None:
-        """``wake=False``: the items wait for the owner's next step (its next items to wake it, or its tick)
-        rather than waking it for a step of their own."""
+    def put_many(self, items: Iterable) -> None:
         with self.cond:
             self._items.extend(items)
-            if wake:
-                self.cond.notify()
+            self.cond.notify()
 
     def wake(self) -> None:
         with self.cond:
@@ -530,13 +525,8 @@ class Tracker:
             return min((o.first_sent_us for o in self.outstanding.values()), default=None)
 
     def _after(self, done: dict) -> None:
-        # a worker's Done only lets it delete the stored productions (their acks are counted here already, and
-        # a worker with items in its inbox is not idle), so unless the inbox asks for it, it waits for the
-        # worker's next step, records or tick (``tick_us``), and goes into that step's transaction instead of
-        # waking the worker for a transaction of its own. An injector is woken: its watermark report follows.
         for (sender, interval), ids in done.items():
-            inbox = self._owner(sender, interval)
-            inbox.put_many([Done(sender, interval, tuple(ids))], wake=inbox.wake_for_done)
+            self._owner(sender, interval).put_many([Done(sender, interval, tuple(ids))])
 
     def unacked(self, pids: Iterable[str]) -> frozenset[str]:
         """The ids among ``pids`` some consumer has not acked yet."""

@@ -145,7 +145,7 @@ class Worker:
         self.index = index
         self.config, self.clock, self.store, self.tracker = config, clock, store, tracker
         self.router, self.topology, self._report, self._stopping, self._fail = router, topology, report, stopping, fail
-        self.inbox = Inbox(wake_for_done=False)   # acks of its productions wait for its next step
+        self.inbox = Inbox()
         self.comps: dict[str, _Comp] = {}
         self._lock = threading.Lock()
         self._busy = False

@@ -101,34 +101,3 @@ def test_local_acks_in_bulk_leave_the_tracker_as_one_ack_at_a_time(prods, data):
         ref.acked_total += len(chosen)
     _one_by_one(ref, [(d.consumer, d.record.id) for d in chosen])
     assert _picture(bulk, bulk_inboxes) == _picture(ref, ref_inboxes)
-
-
-@pytest.mark.parametrize("wake_for_done", [True, False])
-def test_a_done_wakes_its_owner_only_if_its_inbox_asks_for_it_and_is_taken_either_way(wake_for_done):
-    """A worker's inbox (``wake_for_done=False``) keeps a Done for the worker's next step (its next items or
-    its tick) instead of waking it; an injector's inbox is woken at once. Either way the same Done is taken."""
-    import threading
-    import time
-
-    from photon import wait_until
-    wait_s = 3.0
-    inbox = Inbox(wake_for_done=wake_for_done)
-    tracker = Tracker(SentTransport(), lambda s, i: inbox, _Clock())
-    _register(tracker, [("a", 0, 5, ("c",), True)])
-    took: list = []
-
-    def take() -> None:
-        started = time.monotonic()
-        items = inbox.take(10, wait_s)
-        took.append((items, time.monotonic() - started))
-    taker = threading.Thread(target=take)
-    taker.start()
-    wait_until(lambda: bool(inbox.cond._waiters), 10, message="the taker waiting")
-    tracker.acked_remotely([("c", "p0")])
-    taker.join(10)
-    (items, waited), = took
-    assert [(m.sender, m.interval, m.ids) for m in items] == [("a", 0, ("p0",))]
-    if wake_for_done:
-        assert waited < wait_s             # woken by the Done
-    else:
-        assert waited >= wait_s - 0.05     # not woken: taken when its wait ended
