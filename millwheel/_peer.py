@@ -4,8 +4,7 @@ acks, and the servicer.
 * :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
   when this process owns the consumer's slot, else into the batch of the owner's process, which one
   thread per peer sends (up to ``PEER_BATCH`` records, packed as one JSON array, and every pending ack,
-  packed the same way, per request; acks with nothing else queued for the peer wait up to ``ACK_LINGER_S`` for
-  records to ride with). The requests go on one ``ExchangeStream`` call per peer, kept open,
+  packed the same way, per request). The requests go on one ``ExchangeStream`` call per peer, kept open,
   with one request in flight: a reply not back within ``CALL_TIMEOUT_S`` cancels the stream (a watchdog
   thread per peer), a failed stream fails its request in flight (as a failed unary call did) and the next
   request opens a new one. A delivery whose owner is unknown, or that the receiver answers ``moved``, is
@@ -45,11 +44,6 @@ CLOSE_WAIT_S = 1.0
 WATCH_S = 0.5
 """How often a peer's watchdog looks at the request in flight (its reply is awaited up to ``CALL_TIMEOUT_S``
 plus this)."""
-ACK_LINGER_S = 0.02
-"""How long acks (with nothing else queued for their peer) wait for records to that peer to ride with: an ack
-only ends its production's wait for its retry timeout and lets the sender's watermark and checkpoints move
-on, so a few milliseconds later costs nothing a record waits for, while a request of its own costs as much
-as one with records (most of a request's CPU is per call at low rates)."""
 _END = object()    # ends a stream's request iterator
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500),
                    ("grpc.min_reconnect_backoff_ms", 50), ("grpc.max_receive_message_length", 64 * 2**20),
@@ -115,7 +109,6 @@ class _Peer:
         self._acks: deque = deque()
         self._resends: deque = deque()
         self._cond = threading.Condition()
-        self._acks_since = 0.0      # when the oldest queued ack was queued (monotonic)
         self._closed = False
         self._channel = open_channel(address, CHANNEL_OPTIONS)
         self._stub = pb_grpc.WorkerStub(self._channel)
@@ -131,14 +124,9 @@ class _Peer:
     def put(self, records=(), acks=(), resends=()) -> None:
         with self._cond:
             self._records.extend(records)
+            self._acks.extend(acks)
             self._resends.extend(resends)
-            if acks:
-                if not self._acks:       # the first ack queued: the sender waits for it at most ACK_LINGER_S
-                    self._acks_since = time.monotonic()
-                    self._cond.notify()
-                self._acks.extend(acks)
-            if records or resends:
-                self._cond.notify()
+            self._cond.notify()
 
     def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
         """Stop sending: what is queued is dropped (its senders retry it, as after a failed call) and a call
@@ -194,14 +182,8 @@ class _Peer:
     def _main(self) -> None:
         while True:
             with self._cond:
-                while not (self._records or self._resends or self._closed):
-                    if not self._acks:
-                        self._cond.wait()
-                        continue
-                    left = self._acks_since + ACK_LINGER_S - time.monotonic()
-                    if left <= 0:
-                        break           # acks alone, after waiting for records to ride with
-                    self._cond.wait(left)
+                while not (self._records or self._acks or self._resends or self._closed):
+                    self._cond.wait()
                 if self._closed:
                     return
                 n = min(PEER_BATCH, len(self._records))

@@ -144,6 +144,7 @@ def test_requests_on_the_stream_are_taken_and_answered_as_unary_exchange_calls_o
     assert moved_stream == moved_unary
     assert counters["failed_calls"] == 0
     assert counters["records_sent"] == sum(len(r) for r, _, _ in batches)
+    assert counters.get("calls_without_records", 0) == sum(1 for r, _, _ in batches if not r)
     assert counters["moved"] == moved_slots      # slots answered moved
     assert streamed.calls == {"Exchange": 0, "ExchangeStream": 1}       # every request on one stream
 
@@ -186,37 +187,3 @@ def test_closing_a_peer_whose_request_hangs_ends_its_threads_at_once(receivers):
     assert time.monotonic() - started < _peer.CLOSE_WAIT_S + 0.5
     assert not peer.thread.is_alive() and not peer._watch.is_alive()
     assert counters["calls"] == 0
-
-
-def test_acks_alone_wait_for_records_to_ride_with_and_go_alone_after_the_linger(receivers, monkeypatch):
-    monkeypatch.setattr(_peer, "ACK_LINGER_S", 0.4)
-    r = receivers()
-    counters = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
-    peer = _Peer(r.address, "me:1", lambda ds: None, counters)
-    one = Delivery("a", 0, Record("k", 1, 5, "src:1", "s", "src", 5))
-    two = Delivery("a", 1, Record("k", 2, 6, "src:2", "s", "src", 6))
-    try:
-        # acks, then records before the linger ends: one request carries both
-        peer.put(acks=[("a", "p:1")])
-        peer.put(acks=[("b", "p:2")])
-        peer.put(records=[one])
-        wait_until(lambda: counters["calls"] == 1, 10, message="the records and the acks sent")
-        assert r.log == [("acked", [("a", "p:1"), ("b", "p:2")]), ("records", "me:1", [("a", 0, one.record)])]
-        assert counters.get("calls_without_records", 0) == 0
-        # acks with nothing to ride with go alone, not before the linger, and nothing is lost
-        started = time.monotonic()
-        peer.put(acks=[("a", "p:3")])
-        wait_until(lambda: counters["calls"] == 2, 10, message="the acks sent alone")
-        assert time.monotonic() - started >= 0.4
-        assert r.log[2:] == [("acked", [("a", "p:3")])] and counters["calls_without_records"] == 1
-        # records and resend requests go at once, with whatever acks are queued
-        peer.put(acks=[("c", "p:4")])
-        peer.put(resends=[("a", "q:1")])
-        wait_until(lambda: counters["calls"] == 3, 10, message="the resend request sent")
-        peer.put(records=[two])
-        wait_until(lambda: counters["calls"] == 4, 10, message="the records sent")
-        assert r.log[3:] == [("acked", [("c", "p:4")]), ("resend", [("a", "q:1")]),
-                             ("records", "me:1", [("a", 1, two.record)])]
-        assert counters["calls_without_records"] == 2 and counters["records_sent"] == 2
-    finally:
-        peer.close()
