@@ -68,6 +68,7 @@ class ClusterRun:
     settled: bool | None = None                            # the placement settled within the warm-up's limit
     placement: dict = field(default_factory=dict)          # moves / splits / merges while measuring
     ack_delays: dict = field(default_factory=dict)         # productions acked, by delay (first send -> ack)
+    events: dict = field(default_factory=dict)             # calls, calls without records, store commits while measuring
     thread_cpu_ms: dict = field(default_factory=dict)      # the worker processes' CPU by thread kind (see store_cpu_s)
     total: int = 0                                         # measured records injected
     guarantees: bool = True                                # exactly-once and strong productions on
@@ -195,7 +196,8 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
         if warmup_rate:
             run.warmup_s, run.settled = wait_settled(client, workers, settle_timeout_s)
             cpu0, wcpu0 = tree_cpu_s(store_pid), [tree_cpu_s(p) for p in worker_pids]
-            threads0 = _thread_cpu([worker_status(a, thread_cpu=True) for a in known_workers(out, client)])
+            statuses0 = [worker_status(a, thread_cpu=True) for a in known_workers(out, client)]
+            threads0, events0 = _thread_cpu(statuses0), _events(statuses0)
             go.touch()
         placed0 = placement_counts(client)
         sampler = threading.Thread(target=_sample_lags, args=(out, lags, stop), daemon=True)
@@ -226,6 +228,7 @@ def run_cluster(folder: Path, url: str, workers: int, guarantees: bool, rate: in
                 run.transport[k] = run.transport.get(k, 0) + s.get("counters", {}).get(k, 0)
         threads1 = _thread_cpu(statuses)
         run.thread_cpu_ms = {k: round(v - threads0.get(k, 0.0), 1) for k, v in threads1.items()}
+        run.events = {k: v - events0.get(k, 0) for k, v in _events(statuses).items()}
         cpu1 = tree_cpu_s(store_pid)
         worker_cpu = [tree_cpu_s(p) for p in worker_pids]
         wcpu0 = wcpu0 or [0.0] * len(worker_pids)
@@ -340,6 +343,18 @@ def _measure_idle(procs: Processes, log, specs: list[str], cf: ClusterFile, path
     return store0, w0, t0, tree_cpu_s(store_pid), [tree_cpu_s(p) for p in pids], time.monotonic()
 
 
+def _events(statuses: list[dict]) -> dict[str, int]:
+    """The workers' calls to their peers (all, and those that carried no record) and store commits so far,
+    summed: read at the same two moments as the CPU by thread, their differences are the measured span's."""
+    out = {"calls": 0, "calls_without_records": 0, "store_commits": 0}
+    for s in statuses:
+        t = s.get("transport", {})
+        out["calls"] += t.get("calls", 0)
+        out["calls_without_records"] += t.get("calls_without_records", 0)
+        out["store_commits"] += (s.get("store") or {}).get("commits", 0)
+    return out
+
+
 def _thread_cpu(statuses: list[dict]) -> dict[str, float]:
     """The workers' CPU milliseconds so far by thread kind (``thread_cpu_ms`` of their status), summed.
     A worker that started after the first reading counts from its start."""
@@ -449,6 +464,11 @@ def cluster_main(args, kinds: list[str], counts: list[int]) -> int:
                               + f"; {_warm(r)}transport {r.transport}", flush=True)
                         print(f"    workers' CPU per 1,000 records by thread (ms): "
                               f"{_threads(figures, f'{prefix}_', f'_{tag}', r)}", flush=True)
+                        per = {k: r.cpu_ms_per_1000(v / 1000) for k, v in r.events.items()}
+                        for k, v in per.items():
+                            figures[f"{prefix}_{k}_per_1000_records_{tag}"] = v
+                        print("    per 1,000 records while measuring: " + ", ".join(f"{k} {v}" for k, v in per.items()),
+                              flush=True)
             finally:
                 if server is not None:
                     server.stop()

@@ -206,6 +206,8 @@ class _Peer:
                 continue
             self._counters["calls"] += 1
             self._counters["records_sent"] += len(records)
+            if not records:
+                self._counters["calls_without_records"] = self._counters.get("calls_without_records", 0) + 1
             if reply.moved:
                 self._counters["moved"] += len(reply.moved)
                 gone = {(m.consumer, m.interval) for m in reply.moved}
@@ -236,8 +238,9 @@ class GrpcTransport(Transport):
         self._peers: dict[str, _Peer] = {}
         self._lock = threading.Lock()
         self._parked: list[Delivery] = []
-        self.counters: dict[str, int] = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0,
-                                         "unrouted": 0, "local": 0, "resent_after_map": 0, "resend_requests": 0}
+        self.counters: dict[str, int] = {"calls": 0, "calls_without_records": 0, "failed_calls": 0,
+                                         "records_sent": 0, "moved": 0, "unrouted": 0, "local": 0,
+                                         "resent_after_map": 0, "resend_requests": 0}
 
     def _peer(self, address: str) -> _Peer:
         with self._lock:

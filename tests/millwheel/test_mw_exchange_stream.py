@@ -144,6 +144,7 @@ def test_requests_on_the_stream_are_taken_and_answered_as_unary_exchange_calls_o
     assert moved_stream == moved_unary
     assert counters["failed_calls"] == 0
     assert counters["records_sent"] == sum(len(r) for r, _, _ in batches)
+    assert counters.get("calls_without_records", 0) == sum(1 for r, _, _ in batches if not r)
     assert counters["moved"] == moved_slots      # slots answered moved
     assert streamed.calls == {"Exchange": 0, "ExchangeStream": 1}       # every request on one stream
 
