@@ -97,9 +97,17 @@ class Harness:
                     self.checkpoint = apply_delta(self.checkpoint, delta)
             else:
                 assert type(c) is QuarantineRecords
+        # requests looked up ahead, waiting for a joiner slot (the core's own list: nothing was sent for them)
+        ready = [self.core._batches[b] for b in self.core._ready]
         outstanding = [i for ids in self.lookups_out.values() for i in ids]
         outstanding += [i for b in self.sends_out.values() for i in b.ids]
+        outstanding += [i for ids in ready for i in ids]
         assert len(outstanding) == len(set(outstanding)), "an id is in two requests at once"
+        # never more than max_in_flight requests at the joiners, nor more than that in lookups or looked up
+        assert len(self.sends_out) <= self.cfg.max_in_flight
+        assert len(self.lookups_out) + len(ready) <= self.cfg.max_in_flight
+        assert not ready or len(self.sends_out) == self.cfg.max_in_flight, "a looked-up request waits for a free slot"
+        self.ready_ids = sum(map(len, ready))
         self.check_conservation()
 
     def check_conservation(self):
@@ -113,7 +121,7 @@ class Harness:
         # are counted again from the checkpoint's counts, so every line up to the read position counts once
         assert s.events_read == self.pos
         assert s.in_flight == sum(len(v) for v in self.lookups_out.values()) + sum(
-            len(b.ids) for b in self.sends_out.values())
+            len(b.ids) for b in self.sends_out.values()) + self.ready_ids
 
     def read(self, n):
         new = self.lines[self.pos:self.pos + n]

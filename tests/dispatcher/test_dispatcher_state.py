@@ -130,6 +130,43 @@ def test_lookup_drops_present_ids_and_a_failed_lookup_sends_anyway():
     assert st.statistics().requests_in_flight == 2
 
 
+def test_with_lookups_the_next_requests_are_looked_up_while_the_slots_are_at_the_joiners():
+    """A slot freed by a joiner's answer is refilled at once by a request already looked up, never after a
+    lookup's round trip; at most max_in_flight requests are at the joiners and as many in lookups."""
+    clock = FakeClock()
+    st = state(lookups=True, batch_size=10, max_in_flight=2)
+    lookups = of(st.handle(LinesRead([chunk([line(i) for i in range(60)])], clock.now_us())), Lookup)
+    assert [len(lk.ids) for lk in lookups] == [10, 10]
+    cmds = [c for lk in lookups for c in st.handle(LookupAnswered(lk.batch_id, [False] * 10, clock.advance(10)))]
+    sends = of(cmds, SendBatch)
+    assert [s.batch_id for s in sends] == [lk.batch_id for lk in lookups]
+    # each request gone to a joiner frees its lookup slot: the next two requests are looked up meanwhile,
+    # and wait once answered
+    ahead = of(cmds, Lookup)
+    assert [len(lk.ids) for lk in ahead] == [10, 10]
+    for lk in ahead:
+        assert not of(st.handle(LookupAnswered(lk.batch_id, [False] * 9 + [True], clock.advance(10))), SendBatch)
+    assert not of(st.handle(TimePassed(clock.advance(10))), Lookup)   # two looked up, waiting: no more lookups
+    assert st.statistics().requests_in_flight == 4 and st.statistics().already_registered == 2
+    # an answer frees a slot: the first looked-up request goes in the same step, and one more lookup starts
+    cmds = st.handle(JoinAnswered(sends[0].batch_id, [Outcome.JOINED] * 10, clock.advance(10)))
+    [send] = of(cmds, SendBatch)
+    assert send.batch_id == ahead[0].batch_id and send.ids == ahead[0].ids[:9]
+    assert [len(lk.ids) for lk in of(cmds, Lookup)] == [10]
+    cmds = st.handle(JoinAnswered(sends[1].batch_id, [Outcome.JOINED] * 10, clock.advance(10)))
+    assert [s.batch_id for s in of(cmds, SendBatch)] == [ahead[1].batch_id]
+    assert st.statistics().joined == 20 and st.statistics().in_flight == 9 + 9 + 10 + 10
+
+
+def test_without_lookups_a_request_goes_straight_to_a_joiner_and_no_more_than_max_in_flight():
+    clock = FakeClock()
+    st = state(batch_size=10, max_in_flight=2)
+    cmds = st.handle(LinesRead([chunk([line(i) for i in range(60)])], clock.now_us()))
+    assert [len(s.ids) for s in of(cmds, SendBatch)] == [10, 10] and not of(cmds, Lookup)
+    assert not of(st.handle(TimePassed(clock.advance(10))), SendBatch)
+    assert st.statistics().requests_in_flight == 2 and st.statistics().queued == 40
+
+
 def test_backoff_grows_and_caps():
     table = backoff_table_us(0.25, 8.0)
     assert table[:7] == [250_000, 500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000, 8_000_000]
