@@ -1006,13 +1006,18 @@ class DispatcherState:
         while ready and self._at_joiners() < limit:     # looked up ahead: into the slots answers freed
             batch_id = ready.popleft()
             self._send(batch_id, self._batches[batch_id], out)
-        # With registry lookups, up to max_in_flight requests are looked up while as many are at the joiners:
-        # a request freed by an answer is refilled by one already looked up, so a slot never waits for a
-        # lookup's round trip. Without lookups a request goes straight to a joiner.
-        while queued and (len(looking) + len(ready) if self.lookups else len(self._batches)) < limit:
-            # a backlog is spread over the free slots in bigger requests (per-request costs paid less often);
-            # with little queued, requests of batch_size go at once (no waiting to fill a batch)
-            free = limit - (len(looking) + len(ready) if self.lookups else len(self._batches))
+        while queued:
+            if len(self._batches) < limit:
+                # a backlog is spread over the free slots in bigger requests (per-request costs paid less
+                # often); with little queued, requests of batch_size go at once (no waiting to fill a batch)
+                free = limit - len(self._batches)
+            elif self.lookups and len(looking) + len(ready) < limit and len(queued) >= self._backlog_batch:
+                # every slot busy and a backlog waiting: full requests are looked up ahead, up to max_in_flight
+                # of them, so a slot an answer frees is refilled by one already looked up, not after a lookup's
+                # round trip (a smaller request waits for a free slot, as it would without this)
+                free = 1
+            else:
+                break
             n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
             front = self._released_front
             if not hold:

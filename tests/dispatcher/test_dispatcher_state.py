@@ -158,6 +158,19 @@ def test_with_lookups_the_next_requests_are_looked_up_while_the_slots_are_at_the
     assert st.statistics().joined == 20 and st.statistics().in_flight == 9 + 9 + 10 + 10
 
 
+def test_only_a_full_backlog_request_is_looked_up_ahead_a_smaller_one_waits_for_a_free_slot():
+    clock = FakeClock()
+    st = state(lookups=True, batch_size=10, backlog_batch_size=30, max_in_flight=1)
+    [lk] = of(st.handle(LinesRead([chunk([line(i) for i in range(45)])], clock.now_us())), Lookup)
+    assert len(lk.ids) == 30
+    cmds = st.handle(LookupAnswered(lk.batch_id, [False] * 30, clock.advance(10)))
+    assert len(of(cmds, SendBatch)[0].ids) == 30 and not of(cmds, Lookup)    # 15 queued: not a full request
+    more = [line(i) for i in range(45, 65)]
+    [ahead] = of(st.handle(LinesRead([chunk(more, start=100_000)], clock.advance(10))), Lookup)
+    assert len(ahead.ids) == 30 and st.statistics().queued == 5
+    assert not of(st.handle(LookupAnswered(ahead.batch_id, [False] * 30, clock.advance(10))), SendBatch)
+
+
 def test_without_lookups_a_request_goes_straight_to_a_joiner_and_no_more_than_max_in_flight():
     clock = FakeClock()
     st = state(batch_size=10, max_in_flight=2)
