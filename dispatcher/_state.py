@@ -60,7 +60,7 @@ twice the unresolved events (so rewriting the unresolved events costs O(1) per j
 STORE_PROBE_EVERY_US = 200_000
 """While clicks wait for the event store to catch up and no request is out whose answer would say whether it
 has, one batch of them (the longest waiting) is sent this often as a probe."""
-STORE_POSITION_PROBE_US = 20_000
+STORE_POSITION_PROBE_US = 50_000
 """While clicks are held back because the event store has not read their queries yet and no request is out
 (whose answer would say how far the store has read), an empty request asks a joiner this often."""
 RETRY_GATHER_SHARE = 0.25

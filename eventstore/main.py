@@ -31,9 +31,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             server = serve(config, args.region, port=args.port, host=args.host, shard=args.shard)
         settle_gc()           # see photon._gc
-        # the reader thread runs long passes; a lookup's threads (gRPC's and the handler) must get the
-        # interpreter back within 1 ms of asking, not 5 (docs/performance.md, fourteenth pass)
-        sys.setswitchinterval(0.001)
         return server
 
     return run_service(f"{'logstore' if args.logs else 'eventstore'} {args.region}", start, region=args.region)
