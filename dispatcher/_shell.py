@@ -214,13 +214,6 @@ class Dispatcher:
             events = [ev for a in answers if a is not None and (ev := self._answer_event(a, now)) is not None]
             if self._lookups_started:
                 self._expire_lookups(now, events)
-            if events:
-                # answers first: the request slots they free are refilled from the queue before the logs
-                # are scanned (a scan and the parsing of its lines would otherwise delay every request that
-                # can go now)
-                events.append(TimePassed(now))
-                self._execute(core.handle(*events))
-                events = []
             scanned_lines = False
             wanted = core.lines_wanted()
             if wanted and (found or now >= next_scan):

@@ -1011,7 +1011,8 @@ class DispatcherState:
                 # a backlog is spread over the free slots in bigger requests (per-request costs paid less
                 # often); with little queued, requests of batch_size go at once (no waiting to fill a batch)
                 free = limit - len(self._batches)
-            elif self.lookups and len(looking) + len(ready) < limit and len(queued) >= self._backlog_batch:
+            elif (self.lookups and self.config.lookups_ahead and len(looking) + len(ready) < limit
+                  and len(queued) >= self._backlog_batch):
                 # every slot busy and a backlog waiting: full requests are looked up ahead, up to max_in_flight
                 # of them, so a slot an answer frees is refilled by one already looked up, not after a lookup's
                 # round trip (a smaller request waits for a free slot, as it would without this)

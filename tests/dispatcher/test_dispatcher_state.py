@@ -134,7 +134,7 @@ def test_with_lookups_the_next_requests_are_looked_up_while_the_slots_are_at_the
     """A slot freed by a joiner's answer is refilled at once by a request already looked up, never after a
     lookup's round trip; at most max_in_flight requests are at the joiners and as many in lookups."""
     clock = FakeClock()
-    st = state(lookups=True, batch_size=10, max_in_flight=2)
+    st = state(lookups=True, lookups_ahead=True, batch_size=10, max_in_flight=2)
     lookups = of(st.handle(LinesRead([chunk([line(i) for i in range(60)])], clock.now_us())), Lookup)
     assert [len(lk.ids) for lk in lookups] == [10, 10]
     cmds = [c for lk in lookups for c in st.handle(LookupAnswered(lk.batch_id, [False] * 10, clock.advance(10)))]
@@ -160,7 +160,7 @@ def test_with_lookups_the_next_requests_are_looked_up_while_the_slots_are_at_the
 
 def test_only_a_full_backlog_request_is_looked_up_ahead_a_smaller_one_waits_for_a_free_slot():
     clock = FakeClock()
-    st = state(lookups=True, batch_size=10, backlog_batch_size=30, max_in_flight=1)
+    st = state(lookups=True, lookups_ahead=True, batch_size=10, backlog_batch_size=30, max_in_flight=1)
     [lk] = of(st.handle(LinesRead([chunk([line(i) for i in range(45)])], clock.now_us())), Lookup)
     assert len(lk.ids) == 30
     cmds = st.handle(LookupAnswered(lk.batch_id, [False] * 30, clock.advance(10)))
@@ -169,6 +169,15 @@ def test_only_a_full_backlog_request_is_looked_up_ahead_a_smaller_one_waits_for_
     [ahead] = of(st.handle(LinesRead([chunk(more, start=100_000)], clock.advance(10))), Lookup)
     assert len(ahead.ids) == 30 and st.statistics().queued == 5
     assert not of(st.handle(LookupAnswered(ahead.batch_id, [False] * 30, clock.advance(10))), SendBatch)
+
+
+def test_by_default_no_request_is_looked_up_while_every_slot_is_busy():
+    clock = FakeClock()
+    st = state(lookups=True, batch_size=10, max_in_flight=2)
+    lookups = of(st.handle(LinesRead([chunk([line(i) for i in range(60)])], clock.now_us())), Lookup)
+    cmds = [c for lk in lookups for c in st.handle(LookupAnswered(lk.batch_id, [False] * 10, clock.advance(10)))]
+    assert len(of(cmds, SendBatch)) == 2 and not of(cmds, Lookup)
+    assert st.statistics().requests_in_flight == 2 and st.statistics().queued == 40
 
 
 def test_without_lookups_a_request_goes_straight_to_a_joiner_and_no_more_than_max_in_flight():
