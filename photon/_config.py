@@ -299,6 +299,10 @@ class DispatcherConfig:
                                         "spread over the free request slots in requests of up to this many "
                                         "(never fewer than batch_size), so each lookup, join, registry commit "
                                         "and output commit carries more clicks", check=_positive)
+    lookups_ahead: bool = opt(False, "with registry lookups and every request slot busy, look up to max_in_flight "
+                                     "full backlog requests up ahead, so a slot an answer frees is refilled without "
+                                     "waiting for a lookup's round trip (not shown to help on a loaded host; see "
+                                     "docs/performance.md, fourteenth pass)")
     retry_initial_s: float = opt(0.05, "first retry delay for NOT_FOUND / THROTTLED (doubles per attempt)",
                                  check=_positive)
     retry_max_s: float = opt(8.0, "longest retry delay", check=_positive)
