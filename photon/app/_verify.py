@@ -646,15 +646,27 @@ def _read_needs(folder: Path) -> list:
     return rows
 
 
-def _fast_id_pattern(field_name: str) -> str | None:
-    """A regular expression whose group 1 is the id of a line that starts with the id field as a plain
-    string (``{"click_id":"...",`` as Photon's generator and joiner write it), or None when the field's name
-    would need escaping in JSON. Only a pre-filter: every line it keeps, and every line it cannot read, is
-    parsed as JSON afterwards."""
+def _leading_id(field_name: str):
+    """``(id, unsure)``, two columns over a line ``value``: ``id`` is the text between the line's third and fourth
+    ``"`` when the line starts with the id field as a plain string (``{"click_id":"``, as Photon's generator and
+    joiner write it), else ``""``; ``unsure`` is true where a JSON reading of the line could give another id:
+    a ``\\`` anywhere (an escape in the id, or one spelling the field's name) or the field's quoted name
+    again. Where ``id`` is not ``""`` and ``unsure`` is false, the line is valid JSON whose id is ``id``, or
+    not valid JSON (no id at all): the string after ``{"click_id":"`` ends at the next ``"``, no escape
+    before it, and no other member has the field's name. None when the field's name would need escaping in
+    JSON. Only a pre-filter: the lines it keeps are parsed as JSON afterwards (:func:`_lines_of`). Cut by
+    ``startswith``, ``substring_index`` and ``contains``, cheaper per line than a regular expression and a
+    ``locate`` (docs/performance.md, fourteenth pass)."""
     import re
+    from pyspark.sql import functions as F
     if not re.fullmatch(r"[A-Za-z0-9_]+", field_name):
         return None
-    return r'^\{"' + field_name + r'":"([^"\\]+)"[,}]'
+    value = F.col("value")
+    quoted = f'"{field_name}"'
+    leading = F.when(value.startswith("{" + quoted + ':"'),
+                     F.substring_index(F.substring_index(value, '"', 4), '"', -1)).otherwise(F.lit(""))
+    twice = F.substring_index(value, quoted, 2) != value      # shorter: the name a second time
+    return leading, value.contains("\\") | twice
 
 
 def _files_to_read(foreign, wanted_rows: list):
@@ -669,31 +681,30 @@ def _files_to_read(foreign, wanted_rows: list):
 def _lines_of(spark, config: PhotonConfig, foreign, wanted, files_keyed=None):
     """``(id, raw, ref)``: one foreign line (as logged) and its reference of every id of ``wanted`` (rows
     ``(id)``, few: lost ids and those unjoinable everywhere) that some region's input holds. Read again from
-    the same files; a cheap pattern keeps the lines whose leading id is wanted and those it cannot read, and
-    only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before).
+    the same files; a cheap cut (:func:`_leading_id`) keeps the lines whose leading id is wanted and those it
+    cannot vouch for, and only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before).
 
     ``wanted`` may also be the ids themselves (a list, on the driver): then they are matched by value
     (:func:`_one_of`, no join, no shuffle) and every line of a wanted id is returned (the caller keeps one).
     ``files_keyed``: see :meth:`_Lines.values`."""
     from pyspark.sql import functions as F
     ids, ref_field = config.join.foreign_ids, config.join.foreign_ref_field
-    pattern = None if ids.custom else _fast_id_pattern(ids.id_field)
+    leading = None if ids.custom else _leading_id(ids.id_field)
     by_value = isinstance(wanted, list)
     if not by_value:
         wanted = wanted.select("id").distinct()
     frames = []
     for _, lines in foreign:
         values = lines.values(spark, files_keyed)
-        if pattern is not None:     # a line naming the field twice or escaping a name may mean another id
-            again = F.locate(f'"{ids.id_field}"', F.col("value"), len(ids.id_field) + 4) > 0
-            values = values.withColumn("fast", F.regexp_extract("value", pattern, 1))
+        if leading is not None:
+            fast, unsure = leading
+            values = values.withColumn("fast", fast)
             if by_value:
                 hit = _one_of("fast", wanted)
             else:
                 values = values.join(wanted.select(F.col("id").alias("fast"), F.lit(True).alias("hit")), "fast", "left")
                 hit = F.col("hit").isNotNull()
-            values = values.filter(hit | (F.col("fast") == "") | again | F.col("value").contains("\\u")) \
-                .select("value")
+            values = values.filter(hit | (F.col("fast") == "") | unsure).select("value")
         parsed = _ids(values, ids, ref_field)
         frames.append(parsed.filter(_one_of("id", wanted)) if by_value else parsed.join(wanted, "id", "left_semi"))
     found = union_all(frames)
