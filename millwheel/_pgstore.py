@@ -630,6 +630,9 @@ class PostgresStore(Store):
                 if stmt.strip():
                     conn.execute(stmt)
             conn.execute(_COMMIT_FN)
+            # the commit function of the version before: its fence (a row lock) does not hold against this
+            # version's claims (which take an advisory lock), so a process still calling it fails loudly
+            conn.execute(f"DROP FUNCTION IF EXISTS commit_v1({', '.join(['json'] * 10)})")
             if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.productions",)).fetchone()[0] is not None:
                 self._upgrade_productions(conn)
 

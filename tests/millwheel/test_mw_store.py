@@ -620,6 +620,25 @@ def test_postgres_schema_with_a_row_per_production_is_upgraded_when_the_store_op
         store.close()
 
 
+@pytest.mark.timeout(60)
+def test_the_older_commit_function_is_dropped_when_the_store_opens(pg_url):
+    """The commit function of the version before fenced with a row lock, which this version's claims do
+    not wait for: the store drops it, so a process of that version still running fails instead of
+    writing past a claim."""
+    schema = _older_schema(
+        pg_url, "CREATE FUNCTION {schema}.commit_v1(seqs json, state_put json, state_del json, timer_del json, "
+                "timer_put json, dedup_put json, batch_put json, batch_del json, batch_ack json, aside json) "
+                "RETURNS void LANGUAGE sql AS 'SELECT'")
+    store = open_store(pg_url)
+    try:
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+            names = {r[0] for r in conn.execute("SELECT proname FROM pg_proc p JOIN pg_namespace n ON "
+                                                "n.oid = p.pronamespace WHERE n.nspname = %s", (schema,))}
+        assert "commit_v1" not in names and "commit_v2" in names
+    finally:
+        store.close()
+
+
 # ---- PostgreSQL only: a commit is one call of the server-side function -------------------------------
 def _random_batch(rng: random.Random, seqs: dict[int, int], unacked: dict[int, list[str]], n: list[int]) -> list[Write]:
     """A batch of random writes to three intervals: states set, kept and deleted, timers set and deleted,
