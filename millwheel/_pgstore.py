@@ -1,10 +1,13 @@
 """The state store in PostgreSQL, shared by every worker of every machine (MillWheel paper §6.2).
 
 Same contract as :class:`millwheel._store.Store`. One :meth:`PostgresStore.commit` is one call of the
-server-side function ``commit_v1`` (created with the tables), one statement in its own transaction:
+server-side function ``commit_v2`` (created with the tables), one statement in its own transaction:
 
-1. it reads the sequencer of every interval the batch writes to, ``FOR SHARE``: those rows stay locked
-   against a concurrent :meth:`claim` (which updates the row) until the transaction ends;
+1. it takes a shared advisory lock per interval the batch writes to (held until the transaction ends; a
+   :meth:`claim` takes the interval's lock exclusively before it commits, see ``_FENCE_LOCK``), then
+   reads their sequencers in a statement of its own (a fresh snapshot, READ COMMITTED: it sees every
+   claim that committed before its locks were granted). A row lock (``FOR SHARE``) did the same before,
+   but locking a row writes it (its header, a WAL record, a dirtied page) on every commit;
 2. if any differs from the write's, it raises (SQLSTATE ``MW001``; the whole call rolls back, nothing is
    written) and the store raises :class:`StaleSequencer` with its message;
 3. else the batch's net effect (see :func:`fold`), one statement per table over all its rows: state upserts
@@ -25,7 +28,8 @@ ones, as before), and the ack of the last one deletes the row. A schema that sti
 ``productions`` table of earlier versions is upgraded when the store opens.
 
 A claim that comes after a commit's lock waits for it, and a commit that comes after a claim sees
-the new sequencer: a worker that lost its interval can never write.
+the new sequencer: a worker that lost its interval can never write. (Every process sharing a schema must
+run this version: an older one's claim takes no advisory lock, and an older one's commit locks rows.)
 
 Connection loss (a restarted or failed-over server) is retried with backoff for ``retry_s`` seconds
 (tenacity), on fresh connections, unless the process is stopping (:meth:`PostgresStore.give_up_when`: then
@@ -118,6 +122,15 @@ CREATE TABLE IF NOT EXISTS wm_epochs (component TEXT PRIMARY KEY, epoch BIGINT N
 
 _CHECK = ("SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN "
           "(SELECT * FROM unnest(%b::text[], %b::int[])) ORDER BY computation, interval_id FOR SHARE")
+_FENCE_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/' || %s), %s)"
+"""A claim's exclusive hold on its interval's fence lock until its transaction ends; a commit holds the lock of
+each interval it writes to shared (``_COMMIT_FN``). The lock is named by the hash of the schema's and the
+computation's names, and the interval: two schemas of one database do not share locks, and two names that
+hash alike only share a lock (one waits, no fence passes). Locks live in the server's shared lock table, not
+in a row, so taking one writes nothing; the table holds ``max_locks_per_transaction`` times the connections
+(64 x 100 by default), far above a commit's intervals times the store's sessions."""
+
+
 _BATCH_PUT = ("INSERT INTO production_batches (sender, interval_id, batch, meta, payload) SELECT * FROM "
               "unnest(%b::text[], %b::int[], %b::text[], %b::bytea[], %b::bytea[]) "
               "ON CONFLICT (sender, interval_id, batch) DO NOTHING")
@@ -132,19 +145,21 @@ _BATCH_PUT = ("INSERT INTO production_batches (sender, interval_id, batch, meta,
 # commit: the DELETE of acked rows alone was a third of the function's time, and the function's time
 # halved without the scans); every statement here is meant to go by a key.
 _COMMIT_FN = r"""
-CREATE OR REPLACE FUNCTION commit_v1(seqs json, state_put json, state_del json, timer_del json, timer_put json,
+CREATE OR REPLACE FUNCTION commit_v2(seqs json, state_put json, state_del json, timer_del json, timer_put json,
     dedup_put json, batch_put json, batch_del json, batch_ack json, aside json) RETURNS void LANGUAGE plpgsql
     SET enable_seqscan = off AS $fn$
 DECLARE
     stale int;
     bad record;
 BEGIN
-    -- the sequencer of every interval written to, locked against a claim (an UPDATE) until the end
+    -- the intervals written to, locked against a claim until the end: a shared advisory lock each (a
+    -- claim takes it exclusively before it commits), then their sequencers read in a statement of their
+    -- own, so under a fresh snapshot that sees any claim that committed before the locks were granted
+    PERFORM pg_advisory_xact_lock_shared(hashtext(current_schema() || '/' || (e->>0)), (e->>1)::int)
+        FROM json_array_elements(seqs) AS e ORDER BY e->>0, (e->>1)::int;
     SELECT count(*) FILTER (WHERE coalesce(l.sequencer, 0) <> u.s) INTO stale
         FROM (SELECT e->>0 AS c, (e->>1)::int AS i, (e->>2)::bigint AS s FROM json_array_elements(seqs) AS e) AS u
-        LEFT JOIN (SELECT computation, interval_id, sequencer FROM intervals WHERE (computation, interval_id) IN
-            (SELECT e->>0, (e->>1)::int FROM json_array_elements(seqs) AS e)
-            ORDER BY computation, interval_id FOR SHARE) AS l ON l.computation = u.c AND l.interval_id = u.i;
+        LEFT JOIN intervals l ON l.computation = u.c AND l.interval_id = u.i;
     IF stale > 0 THEN
         SELECT u.c, u.i, u.s, coalesce(v.sequencer, 0) AS cur INTO bad
             FROM (SELECT e->>0 AS c, (e->>1)::int AS i, (e->>2)::bigint AS s FROM json_array_elements(seqs) AS e) AS u
@@ -202,7 +217,7 @@ BEGIN
     END IF;
 END
 $fn$"""
-_COMMIT = "SELECT commit_v1(%s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json)"
+_COMMIT = "SELECT commit_v2(%s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json, %s::json)"
 _STALE = "MW001"
 """The SQLSTATE the commit function raises when a sequencer is stale (the whole call rolls back)."""
 _BATCH_GET = "SELECT batch, meta, payload, acked FROM production_batches WHERE sender = %s AND interval_id = %s"
@@ -502,6 +517,9 @@ class PostgresStore(Store):
         # there, and a new owner's claim of its intervals would wait for them for ever; the server ends
         # such a session, and the stopped worker's commit, if it ever resumes, is retried and fenced
         conn.execute(f"SET idle_in_transaction_session_timeout = {round(self.idle_in_transaction_s * 1000)}")
+        # the commit's fence reads the sequencers after its locks under a fresh snapshot: READ COMMITTED
+        # (a server whose default is stricter would give the whole call the snapshot it began with)
+        conn.execute("SET default_transaction_isolation = 'read committed'")
         self._count("connections_opened")
         return conn
 
@@ -612,6 +630,9 @@ class PostgresStore(Store):
                 if stmt.strip():
                     conn.execute(stmt)
             conn.execute(_COMMIT_FN)
+            # the commit function of the version before: its fence (a row lock) does not hold against this
+            # version's claims (which take an advisory lock), so a process still calling it fails loudly
+            conn.execute(f"DROP FUNCTION IF EXISTS commit_v1({', '.join(['json'] * 10)})")
             if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.productions",)).fetchone()[0] is not None:
                 self._upgrade_productions(conn)
 
@@ -632,16 +653,25 @@ class PostgresStore(Store):
 
     # ---- the contract --------------------------------------------------------------------------------
     def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
+        # the row first (a claim waits on a row lock as before), then the interval's fence lock exclusively:
+        # it waits for every commit in flight to the interval, and a commit that asks for it later waits
+        # for this claim and then reads its sequencer (see _COMMIT_FN)
         if sequencer is None:
-            return self._retry(lambda conn, _: conn.execute(
-                "INSERT INTO intervals VALUES (%s, %s, 1) ON CONFLICT (computation, interval_id) "
-                "DO UPDATE SET sequencer = intervals.sequencer + 1 RETURNING sequencer",
-                (computation, interval)).fetchone()[0])
-        # a master's sequencer: stored unless a newer owner's is (then no row comes back)
-        row = self._retry(lambda conn, _: conn.execute(
-            "INSERT INTO intervals VALUES (%s, %s, %s) ON CONFLICT (computation, interval_id) "
-            "DO UPDATE SET sequencer = EXCLUDED.sequencer WHERE intervals.sequencer <= EXCLUDED.sequencer "
-            "RETURNING sequencer", (computation, interval, sequencer)).fetchone())
+            stmt, args = ("INSERT INTO intervals VALUES (%s, %s, 1) ON CONFLICT (computation, interval_id) "
+                          "DO UPDATE SET sequencer = intervals.sequencer + 1 RETURNING sequencer",
+                          (computation, interval))
+        else:   # a master's sequencer: stored unless a newer owner's is (then no row comes back)
+            stmt, args = ("INSERT INTO intervals VALUES (%s, %s, %s) ON CONFLICT (computation, interval_id) "
+                          "DO UPDATE SET sequencer = EXCLUDED.sequencer WHERE intervals.sequencer <= "
+                          "EXCLUDED.sequencer RETURNING sequencer", (computation, interval, sequencer))
+
+        def claim(conn: psycopg.Connection, _attempt: int):
+            with conn.transaction():
+                row = conn.execute(stmt, args).fetchone()
+                if row is not None:
+                    conn.execute(_FENCE_LOCK, (computation, interval))
+                return row
+        row = self._retry(claim)
         if row is None:
             raise StaleSequencer(f"claim of {computation!r} interval {interval} with sequencer {sequencer} "
                                  f"refused: a newer owner holds it")

@@ -353,6 +353,87 @@ def test_store_url_is_checked(pg_url):
         open_store(pg_url.split("?")[0] + "?schema=Robert'); DROP TABLE state;--")
 
 
+def _waiting_locks(conn: psycopg.Connection) -> int:
+    """Locks other sessions of the server wait for now."""
+    return conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> pg_backend_pid()").fetchone()[0]
+
+
+@pytest.mark.timeout(120)
+def test_a_commit_meeting_a_claim_in_progress_waits_for_it_and_is_refused(pg_url):
+    """The fence across sessions: a claim not yet committed holds the interval's fence; a commit under the
+    old sequencer that comes meanwhile waits for the claim, then reads the new sequencer and is refused
+    (a commit that took no lock, or read the sequencers under the snapshot it began with, would land)."""
+    from millwheel._pgstore import _FENCE_LOCK
+    old_owner, schema = open_store(pg_url), pg_url.split("schema=")[1]
+    try:
+        assert old_owner.claim("c", 0, sequencer=1) == 1
+        old_owner.commit([Write("c", 0, 1, "k", state=b"before")])
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as claimer, \
+                psycopg.connect(pg_url.split("?")[0], autocommit=True) as look:
+            claimer.execute(f"SET search_path TO {schema}")
+            claimer.execute("BEGIN")           # the claim's own statements, its COMMIT held back
+            claimer.execute("UPDATE intervals SET sequencer = 2 WHERE computation = 'c' AND interval_id = 0")
+            claimer.execute(_FENCE_LOCK, ("c", 0))
+            outcome = []
+
+            def commit():
+                try:
+                    old_owner.commit([Write("c", 0, 1, "k", state=b"after")])
+                    outcome.append("landed")
+                except StaleSequencer:
+                    outcome.append("refused")
+            t = threading.Thread(target=commit, daemon=True)
+            t.start()
+            wait_until(lambda: _waiting_locks(look) >= 1 or outcome, 30, message="the commit waiting for the claim")
+            assert outcome == []               # it waits ...
+            claimer.execute("COMMIT")
+            t.join(30)
+        assert outcome == ["refused"]          # ... and then sees the claim's sequencer
+        assert old_owner.read_states("c", ["k"]) == {"k": b"before"}
+    finally:
+        old_owner.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_claim_meeting_a_commit_in_progress_waits_for_it_to_land(pg_url):
+    """A commit in flight (held inside its transaction, after its fence check, by a trigger waiting on a
+    lock the test holds) keeps a claim of its interval waiting until it has landed: the write is in, and
+    the claim's sequencer fences the next commit (a claim that did not wait would return first)."""
+    schema = pg_url.split("schema=")[1]
+    owner, new_owner = open_store(pg_url), open_store(pg_url)
+    try:
+        assert owner.claim("c", 0, sequencer=1) == 1
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as test:
+            test.execute(f"SET search_path TO {schema}")
+            test.execute("CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                         "PERFORM pg_advisory_xact_lock(4242); RETURN NEW; END $$")
+            test.execute("CREATE TRIGGER hold BEFORE INSERT ON state FOR EACH ROW WHEN (NEW.key = 'slow') "
+                         "EXECUTE FUNCTION hold()")
+            test.execute("SELECT pg_advisory_lock(4242)")
+            done = []
+            committing = threading.Thread(target=lambda: done.append(owner.commit([Write("c", 0, 1, "slow",
+                                                                                        state=b"v")])),
+                                          daemon=True)
+            committing.start()
+            wait_until(lambda: _waiting_locks(test) >= 1, 30, message="the commit held in its trigger")
+            claimed = []
+            claiming = threading.Thread(target=lambda: claimed.append(new_owner.claim("c", 0, sequencer=2)),
+                                        daemon=True)
+            claiming.start()
+            wait_until(lambda: _waiting_locks(test) >= 2 or claimed, 30, message="the claim waiting for the commit")
+            assert claimed == [] and done == []
+            test.execute("SELECT pg_advisory_unlock(4242)")
+            committing.join(30)
+            claiming.join(30)
+        assert done == [None] and claimed == [2]
+        assert new_owner.read_states("c", ["slow"]) == {"slow": b"v"}
+        with pytest.raises(StaleSequencer):
+            owner.commit([Write("c", 0, 1, "k", state=b"late")])
+    finally:
+        owner.close()
+        new_owner.close()
+
+
 @pytest.mark.timeout(60)
 def test_a_session_left_idle_inside_a_transaction_is_ended_so_a_new_owners_claim_does_not_wait_for_ever(pg_url):
     """A worker stopped between the statements of a commit holds its intervals' rows locked; the server
@@ -535,6 +616,25 @@ def test_postgres_schema_with_a_row_per_production_is_upgraded_when_the_store_op
         assert store.pending_productions("c", 2) == []
         with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
             assert conn.execute("SELECT to_regclass(%s)", (f"{schema}.productions",)).fetchone()[0] is None
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_older_commit_function_is_dropped_when_the_store_opens(pg_url):
+    """The commit function of the version before fenced with a row lock, which this version's claims do
+    not wait for: the store drops it, so a process of that version still running fails instead of
+    writing past a claim."""
+    schema = _older_schema(
+        pg_url, "CREATE FUNCTION {schema}.commit_v1(seqs json, state_put json, state_del json, timer_del json, "
+                "timer_put json, dedup_put json, batch_put json, batch_del json, batch_ack json, aside json) "
+                "RETURNS void LANGUAGE sql AS 'SELECT'")
+    store = open_store(pg_url)
+    try:
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+            names = {r[0] for r in conn.execute("SELECT proname FROM pg_proc p JOIN pg_namespace n ON "
+                                                "n.oid = p.pronamespace WHERE n.nspname = %s", (schema,))}
+        assert "commit_v1" not in names and "commit_v2" in names
     finally:
         store.close()
 
