@@ -1,7 +1,8 @@
 """The dispatcher's shell: one loop thread that does the I/O around :class:`DispatcherState`.
 
-The loop thread alone touches the core, the tailer, the writers and the state files. Registry lookups run
-on a small thread pool and joiner requests are futures; both report back through an inbox queue, and the
+The loop thread alone touches the core, the tailer, the writers and the state files. Registry lookups and
+joiner requests run on two small pools of threads, each a blocking call on the thread that made it (no
+future, so no gRPC thread to start or wake for its answer); both report back through an inbox queue, and the
 loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it rescans the logs every
 ``[dispatcher].poll_interval_s``.
 """
@@ -144,6 +145,12 @@ class Dispatcher:
         self._lookup_workers = [threading.Thread(target=self._lookup_worker, name=f"{name}-lookup-{k}",
                                                  daemon=True)
                                 for k in range(config.dispatcher.max_in_flight)]
+        # joiner requests, one blocking call each (at most max_in_flight are out: a thread for each); apart
+        # from the lookups' threads, so a hung registry call never delays a join
+        self._join_tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._join_workers = [threading.Thread(target=self._worker, args=(self._join_tasks,),
+                                               name=f"{name}-join-{k}", daemon=True)
+                              for k in range(config.dispatcher.max_in_flight)]
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._batch_joiner: dict[int, int] = {}
         self._lookups_started: dict[int, int] = {}  # batch in a registry lookup -> when it was asked
@@ -163,7 +170,7 @@ class Dispatcher:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> "Dispatcher":
-        for w in self._lookup_workers:
+        for w in self._lookup_workers + self._join_workers:
             w.start()
         self._leaders = follow_leaders(self.config, self.core.share, self._registry, self.region.name)
         self._thread.start()
@@ -346,7 +353,13 @@ class Dispatcher:
 
     def _lookup_worker(self) -> None:
         """Runs registry lookups (daemon threads: a hung registry call never delays the process's exit)."""
-        while (task := self._lookup_tasks.get()) is not None:
+        self._worker(self._lookup_tasks)
+
+    @staticmethod
+    def _worker(tasks: queue.SimpleQueue) -> None:
+        """Runs the tasks put on ``tasks`` until a None (daemon threads: a hung call never delays the
+        process's exit)."""
+        while (task := tasks.get()) is not None:
             task()
 
     def _expire_lookups(self, now: int, events: list) -> None:
@@ -377,18 +390,15 @@ class Dispatcher:
         pool.outstanding[j] += 1
         self._batch_joiner[batch_id] = j
 
-        def done(fut):
+        client, timeout, ids, ref_ids, raws = pool.clients[j], self._join_timeout_s, cmd.ids, cmd.ref_ids, cmd.raws
+
+        def run():
             try:
-                inbox.put((_JOIN_OK, batch_id, fut.result()))
+                inbox.put((_JOIN_OK, batch_id, client.join(ids, ref_ids, raws, timeout=timeout)))
             except Exception as e:  # unavailable, timed out, cancelled: the whole request is retried
                 inbox.put((_JOIN_FAILED, batch_id, f"{type(e).__name__}: {e}"))
 
-        try:
-            fut = pool.clients[j].join_future(cmd.ids, cmd.ref_ids, cmd.raws, timeout=self._join_timeout_s)
-        except Exception as e:
-            inbox.put((_JOIN_FAILED, batch_id, f"{type(e).__name__}: {e}"))
-            return
-        fut.add_done_callback(done)
+        self._join_tasks.put(run)
 
     def _publish_status(self) -> None:
         try:
@@ -423,6 +433,8 @@ class Dispatcher:
                 self._leaders.stop()
             for _ in self._lookup_workers:
                 self._lookup_tasks.put(None)
+            for _ in self._join_workers:
+                self._join_tasks.put(None)
             self._joiners.close()
             if self._registry is not None:
                 try:

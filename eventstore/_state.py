@@ -382,17 +382,22 @@ class EventCache:
         return None
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
+        # every id's timestamp packed at once when all end in ":" and 16 ASCII digits (the usual request);
+        # else each id's is read in the loop (None: not a Photon id's tail)
+        packed = _packed_tails(ids)
         with self._lock:
             timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
             entry = ENTRY_OVERHEAD_BYTES
             out: list[bytes | None] = []
             touched: dict[int, None] = {}
-            for event_id in ids:
+            for event_id, ts in zip(ids, packed if packed is not None else repeat(None)):
                 timeline = timelines.get(event_id[:-_TS - 1])
                 if timeline is not None and not timeline.overlap:      # the usual case, inline
-                    text = event_id[-_TS:]
-                    if event_id[-_TS - 1] == ":" and text.isdigit() and text.isascii():
-                        ts = int(text, 16)              # (packed decimal, as the blocks hold)
+                    if ts is None:
+                        text = event_id[-_TS:]
+                        if event_id[-_TS - 1:-_TS] == ":" and text.isdigit() and text.isascii():
+                            ts = int(text, 16)          # (packed decimal, as the blocks hold)
+                    if ts is not None:
                         i = bisect_right(timeline.starts, ts)
                         if i:
                             block = timeline.blocks[i - 1]
@@ -574,6 +579,24 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
 
 
 _DIGITS = itemgetter(slice(-_TS, None))
+_TAIL = itemgetter(slice(-_TS - 1, None))      # ":" and the 16 digits
+
+
+def _packed_tails(ids) -> array | None:
+    """The timestamps of ``ids`` packed (:func:`packed_times`) when every one ends in ``:`` and 16 ASCII
+    digits, else None: their tails joined and checked in C, one ``bytes.fromhex`` (no ``int`` per id). Each
+    is what ``int(id[-16:], 16)`` gives for such an id; the key before the tail is not looked at."""
+    n = len(ids)
+    try:
+        tails = "".join(map(_TAIL, ids))
+    except TypeError:                                   # (not all str: each one alone)
+        return None
+    if len(tails) != (_TS + 1) * n or tails[::_TS + 1] != ":" * n:
+        return None                                     # (an id shorter than a tail, or no ":" before it)
+    digits = tails.replace(":", "")
+    if len(digits) != _TS * n or not digits.isascii() or not digits.isdigit():
+        return None
+    return packed_times(digits)
 
 
 @lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -281,22 +281,32 @@ class RegistryClient:
         """Whether each id is held; any replica may answer, so a just-committed id can read absent."""
         self._check(ids)
         out: list[bool] = [False] * len(ids)
-        pending = list(range(len(ids)))
+        pending: list[int] | None = None          # positions in ids still to ask; None: all of them
         for _ in range(10):
-            if not pending:
+            sub = list(ids) if pending is None else list(map(ids.__getitem__, pending))
+            if not sub:
                 break
-            sub = [ids[i] for i in pending]
             groups = self._group(sub)
             moved: list[int] = []
 
-            def one(shard, idx, sub=sub):
-                reply = self._with_retries(lambda: self._lookup_once(shard, [sub[i] for i in idx]))
-                wrong = set(reply.wrong_shard)
-                for k, i in enumerate(idx):
-                    if k in wrong:
-                        moved.append(pending[i])
+            def one(shard, idx, sub=sub, pending=pending):
+                # (idx is increasing: as long as sub, it is all of sub in order)
+                asked = sub if len(idx) == len(sub) else list(map(sub.__getitem__, idx))
+                reply = self._with_retries(lambda: self._lookup_once(shard, asked))
+                at = idx if pending is None else list(map(pending.__getitem__, idx))
+                present = list(reply.present)           # (one C step, not an index into the reply per id)
+                if not reply.wrong_shard and len(present) == len(at):
+                    if len(at) == len(out):              # every id, in order (one shard, the first round)
+                        out[:] = present
                     else:
-                        out[pending[i]] = reply.present[k]
+                        deque(map(out.__setitem__, at, present), 0)
+                    return
+                wrong = set(reply.wrong_shard)
+                for k, i in enumerate(at):
+                    if k in wrong:
+                        moved.append(i)
+                    else:
+                        out[i] = present[k]
 
             self._map_shards(one, groups)
             if moved:
