@@ -56,7 +56,7 @@ def worker(args) -> None:
     """Commit batches of ids from ``--threads`` threads until ``--duration`` has passed; print results."""
     client = idregistry.RegistryClient(args.endpoints.split(","), retry_timeout_s=60.0)
     client.sharding()
-    from idregistry._trace import client_recorder, cpu_pressure_us, thread_sched
+    from idregistry import client_recorder, cpu_pressure_us, thread_sched
     trace = client_recorder()       # None unless PHOTON_REGISTRY_TRACE names a folder (--trace)
     start_at = args.start_at
     if not start_at:                # told once every client is ready (a loaded machine starts them late)

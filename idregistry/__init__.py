@@ -34,6 +34,7 @@ _WHERE = {
     "DATA_LOCK_FILE": "_replica", "DataDirInUse": "_replica",
     "serve": "_server",
     "ReplicaSpec": "_spec",
+    "client_recorder": "_trace", "cpu_pressure_us": "_trace", "thread_sched": "_trace",
 }
 """Where each exported name lives, imported on first use (PEP 562): a replica process (``idregistry.main``)
 does not import the client, the export or the command line, which it never uses."""
@@ -64,4 +65,5 @@ __all__ = ["ClientStatistics", "CommitResult", "DATA_LOCK_FILE", "DataDirInUse",
            "replica_places", "check_export", "clear_output_tokens",
            "export_registry", "InMemoryRegistry", "RegistryClient", "RegistryConfig",
            "RegistryStatistics", "RegistryUnavailable", "ReplicaSpec", "ShardStatistics", "connect",
-           "measure_state_memory", "registry_command", "registry_endpoints", "registry_processes", "serve"]
+           "measure_state_memory", "registry_command", "client_recorder", "cpu_pressure_us", "thread_sched",
+           "registry_endpoints", "registry_processes", "serve"]
