@@ -326,6 +326,41 @@ COMPACTION_DEFER_S = 1.0
 moment when no commit waits on this member (:meth:`_StateConsumer.check_snapshot`)."""
 
 
+SNAPSHOT_SYNC_BYTES = 2 << 20
+"""A snapshot being written is synced to disk every this many bytes (:class:`_SyncedFile`), not only at its end."""
+
+
+class _SyncedFile:
+    """A file being written whose data is synced every :data:`SNAPSHOT_SYNC_BYTES` (``fdatasync``), a large
+    write cut at those bounds: a snapshot synced only at its end left its whole state (tens of megabytes)
+    dirty, and the file system flushed it within the journal's next ``fsync``, which then took 30-45 ms
+    instead of 1-3 (a traced quiet run at 150K ids/s: every commit slower than 40 ms waited for a
+    follower's fsync during its snapshot). Synced as it goes, a journal ``fsync`` waits at most for one
+    piece. Only ``write`` is offered (all ``pickle.dump`` needs)."""
+
+    def __init__(self, f, sync_bytes: int = SNAPSHOT_SYNC_BYTES) -> None:
+        self._f = f
+        self._fd = f.fileno()
+        self._sync_bytes = sync_bytes
+        self._unsynced = 0
+        self.syncs = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            piece = view[done:done + self._sync_bytes - self._unsynced]
+            self._f.write(piece)
+            done += len(piece)
+            self._unsynced += len(piece)
+            if self._unsynced >= self._sync_bytes:
+                self._f.flush()
+                os.fdatasync(self._fd)
+                self.syncs += 1
+                self._unsynced = 0
+        return done
+
+
 def _inode(path: Path) -> int | None:
     try:
         return os.stat(path).st_ino
@@ -352,7 +387,8 @@ class _SnapshotWriter:
     def _run(self) -> None:
         try:
             with open(self.path, "wb") as f:
-                pickle.dump((SNAPSHOT_FORMAT, self.view, self.raft_data), f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((SNAPSHOT_FORMAT, self.view, self.raft_data), _SyncedFile(f),
+                            protocol=pickle.HIGHEST_PROTOCOL)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:

@@ -11,7 +11,7 @@ import threading
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
 
-from idregistry._replica import WRITING_SUFFIX, RaftReplica, RaftSettings, _SnapshotWriter, _StateConsumer
+from idregistry._replica import WRITING_SUFFIX, RaftReplica, RaftSettings, _SnapshotWriter, _StateConsumer, _SyncedFile
 from idregistry._state import (OP_ADVANCE_GC, OP_CLEAR_TOKENS, OP_COMMIT, OP_COMMIT_RUNS, OP_DELETE, OP_NOOP, ShardState,
                                pack_ids)
 from photon import free_port, wait_until
@@ -132,6 +132,36 @@ def test_a_failed_snapshot_write_is_fail_stop(tmp_path, monkeypatch):
     assert _finished(consumer) == SERIALIZER_STATE.FAILED
     assert failures and "writing the snapshot" in failures[0][0] and failures[0][1].errno == errno.ENOSPC
     assert not (tmp_path / "raft.snapshot").exists()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_snapshot_synced_as_it_is_written_holds_the_same_bytes_and_syncs_every_piece(tmp_path, monkeypatch, seed):
+    """Random writes (empty, smaller than a piece, many pieces, memoryviews) through a _SyncedFile give
+    the very bytes a plain file gets, with a data sync at every full piece and never more than a piece
+    unsynced."""
+    import random
+
+    import idregistry._replica as replica
+    rng = random.Random(seed)
+    piece = rng.choice([1, 7, 64, 4096])
+    synced_at = []
+    real = os.fdatasync
+    path = tmp_path / "synced"
+
+    def fdatasync(fd):
+        real(fd)
+        synced_at.append(os.fstat(fd).st_size)
+    monkeypatch.setattr(replica.os, "fdatasync", fdatasync)
+    chunks = [rng.randbytes(rng.choice([0, 1, piece - 1, piece, piece + 1, rng.randrange(0, 20 * piece + 2)]))
+              for _ in range(rng.randrange(1, 60))]
+    with open(path, "wb") as f:
+        out = _SyncedFile(f, sync_bytes=piece)
+        for c in chunks:
+            assert out.write(memoryview(c) if rng.random() < 0.3 else c) == len(c)
+    data = b"".join(chunks)
+    assert path.read_bytes() == data
+    assert synced_at == [piece * k for k in range(1, len(data) // piece + 1)]
+    assert out.syncs == len(data) // piece
 
 
 def test_a_writer_left_over_from_an_earlier_life_is_removed(tmp_path):
