@@ -143,6 +143,18 @@ class _TimedPoll:
         return self._inner.modify(*a)
 
 
+def _timed(add, kind: str, fn, fields=None):
+    """``fn`` wrapped to record each call as ``kind`` from its start to its end (``fields(*args)``: more of
+    the record), also when it raises."""
+    def timed(*args):
+        t0 = _now()
+        try:
+            return fn(*args)
+        finally:
+            add(kind, t0, _now(), **(fields(*args) if fields else {}))
+    return timed
+
+
 def install_replica(server) -> Recorder | None:
     """Wrap the running replica's Raft member, fsync thread, batcher and state (``server``: a
     :class:`~idregistry._shell.ReplicaServer`) to record what they do. None when tracing is off."""
@@ -180,15 +192,7 @@ def install_replica(server) -> Recorder | None:
     # the journal's fsyncs
     syncer = server._syncer
     if syncer is not None:
-        flush = syncer._flush
-
-        def timed_flush(reopen):
-            t0 = _now()
-            try:
-                return flush(reopen)
-            finally:
-                add("fsync", t0, _now())
-        syncer._flush = timed_flush
+        syncer._flush = _timed(add, "fsync", syncer._flush)
 
     # applying, snapshots, compaction, the commit-index record
     consumer = server.raft._consumer
@@ -221,16 +225,9 @@ def install_replica(server) -> Recorder | None:
         serializer._Serializer__serializer = timed_write
 
     import photon.raft as raft_module
-    fsync_path = raft_module.fsync_path
-
-    def timed_fsync_path(path):
-        t0 = _now()
-        try:
-            return fsync_path(path)
-        finally:
-            add("fsync_path", t0, _now(), name=os.path.basename(str(path)),
-                thread=threading.current_thread().name)
-    raft_module.fsync_path = timed_fsync_path
+    raft_module.fsync_path = _timed(add, "fsync_path", raft_module.fsync_path,
+                                    lambda path: {"name": os.path.basename(str(path)),
+                                                  "thread": threading.current_thread().name})
 
     journal = sync._SyncObj__raftLog
     delete_to = journal.deleteEntriesTo
