@@ -301,7 +301,7 @@ class DispatcherConfig:
                                         "and output commit carries more clicks", check=_positive)
     lookups_ahead: bool = opt(False, "with registry lookups and every request slot busy, look up to max_in_flight "
                                      "full backlog requests up ahead, so a slot an answer frees is refilled without "
-                                     "waiting for a lookup's round trip (not shown to help on a loaded host; see "
+                                     "waiting for a lookup's round trip (not shown to help, loaded or quiet; see "
                                      "docs/performance.md, fourteenth pass)")
     retry_initial_s: float = opt(0.05, "first retry delay for NOT_FOUND / THROTTLED (doubles per attempt)",
                                  check=_positive)
