@@ -165,9 +165,12 @@ def format_summary(summary: dict) -> str:
         lines.append(f"unrecorded: {t['unrecorded_ids']} registered id(s) neither written nor in a lost-ids ledger "
                      f"(a joiner stopped while its output and its ledger failed; its log names them): lost")
     if t["lost_awaiting_recovery"]:
-        lines.append(f"lost, awaiting recovery: {t['lost_awaiting_recovery']} click(s) in the lost-ids ledgers "
-                     f"(registered, output write failed or commit outcome unknown; ids in "
-                     f"<state_dir>/lost/*.jsonl); run the recovery job")
+        # the ledgers are never edited: after a recovery re-joined them the ids stay, so this says what they
+        # hold and who tells whether any is still missing, not that all of them still are
+        lines.append(f"lost-ids ledgers: {t['lost_awaiting_recovery']} click(s) (registered, output write failed "
+                     f"or commit outcome unknown; ids in <state_dir>/lost/*.jsonl; kept after a recovery): "
+                     f"`photon verify` reports those still missing from the output, `photon recover` re-joins "
+                     f"them")
     if t.get("lost_in_run"):
         lines.append(f"lost in this run: {t['lost_in_run']} click(s)")
     return "\n".join(lines)

@@ -52,7 +52,7 @@ def test_ledger_ids_are_shown_as_lost_not_as_already_registered(tmp_path):
     assert s["regions"]["a"]["lost_awaiting_recovery"] == 3
     assert s["regions"]["a"]["already_registered"] == 7 and s["regions"]["a"]["lost"] == 3
     text = format_summary(s)
-    assert "lost, awaiting recovery: 3" in text and "already reg." in text and "dups prev." not in text
+    assert "lost-ids ledgers: 3 click(s)" in text and "already reg." in text and "dups prev." not in text
     run = build_summary(config, 1.0, since_us=RUN_START_US)          # a stopped run: its ledger entries
     assert run["total"]["lost_in_run"] == 3 and run_exit_code(0, run) == EXIT_LOST
     later = build_summary(config, 1.0, since_us=RUN_START_US + 10)   # a later run lost nothing itself
