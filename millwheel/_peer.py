@@ -207,7 +207,7 @@ class _Peer:
             self._counters["calls"] += 1
             self._counters["records_sent"] += len(records)
             if not records:
-                self._counters["calls_without_records"] = self._counters.get("calls_without_records", 0) + 1
+                self._counters["calls_without_records"] += 1
             if reply.moved:
                 self._counters["moved"] += len(reply.moved)
                 gone = {(m.consumer, m.interval) for m in reply.moved}

@@ -132,7 +132,7 @@ def test_requests_on_the_stream_are_taken_and_answered_as_unary_exchange_calls_o
     # the stream: a peer sending the same requests one at a time (each waited for, so none coalesce)
     streamed = receivers(away)
     moved_stream: list[Delivery] = []
-    counters = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
+    counters = {"calls": 0, "calls_without_records": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
     peer = _Peer(streamed.address, "me:1", moved_stream.extend, counters)
     try:
         for n, (records, acks, resends) in enumerate(batches, 1):
@@ -153,7 +153,7 @@ def test_a_reply_not_back_in_time_fails_its_request_and_the_next_request_opens_a
     monkeypatch.setattr(_peer, "CALL_TIMEOUT_S", 0.5)
     monkeypatch.setattr(_peer, "WATCH_S", 0.05)
     r = receivers()
-    counters = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
+    counters = {"calls": 0, "calls_without_records": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
     peer = _Peer(r.address, "me:1", lambda ds: None, counters)
     one = Delivery("a", 0, Record("k", 1, 5, "src:1", "s", "src", 5))
     two = Delivery("a", 0, Record("k", 2, 6, "src:2", "s", "src", 6))
@@ -178,7 +178,7 @@ def test_a_reply_not_back_in_time_fails_its_request_and_the_next_request_opens_a
 def test_closing_a_peer_whose_request_hangs_ends_its_threads_at_once(receivers):
     r = receivers()
     r.hold.set()
-    counters = {"calls": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
+    counters = {"calls": 0, "calls_without_records": 0, "failed_calls": 0, "records_sent": 0, "moved": 0}
     peer = _Peer(r.address, "me:1", lambda ds: None, counters)
     peer.put(records=[Delivery("a", 0, Record("k", 1, 5, "src:1", "s", "src", 5))])
     wait_until(lambda: peer._in_flight is not None, 10, message="the request in flight")
