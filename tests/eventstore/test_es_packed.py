@@ -232,3 +232,35 @@ def one_writers_ids(draw) -> list[str]:
 @given(ids=one_writers_ids())
 def test_one_writers_ids_taken_in_runs_agree_with_each_id_checked_alone(ids):
     assert _one_writer(ids, "\n".join(ids)) == _one_writer_id_by_id(ids)
+
+
+@st.composite
+def one_writers_chunk(draw) -> list[str]:
+    """A chunk of one key's ids, every one the key, ``:`` and 16 digits (the reader's usual chunk, taken by
+    columns), or all but one: one id with one character replaced at any place (so it keeps the width), or
+    the timestamps not increasing somewhere."""
+    key = draw(st.sampled_from(["10.1.0.1:1000", "10.0.0.7:4242", "1.2.3.4:5", "a.b*c+(d):1", "x", "1:2"]))
+    ts = BASE_US + draw(st.integers(0, 10**15))
+    steps = draw(st.lists(st.sampled_from([1, 1, 1, 9, 10**6, 10**14]), min_size=1, max_size=300))
+    ids = []
+    for step in steps:
+        ts = min(ts + step, 10**16 - 1)
+        ids.append(f"{key}:{ts:016d}")
+    kind = draw(st.integers(0, 3))
+    if kind == 1:                                   # one character replaced: same width
+        i = draw(st.integers(0, len(ids) - 1))
+        at = draw(st.integers(0, len(ids[i]) - 1))
+        char = draw(st.sampled_from(list("0123456789:.;+ xa") + [ARABIC_ONE, "\u00e9", "\x00"]))
+        ids[i] = ids[i][:at] + char + ids[i][at + 1:]
+    elif kind == 2 and len(ids) > 1:                # not increasing somewhere
+        i = draw(st.integers(1, len(ids) - 1))
+        ids[i] = ids[i - 1]
+    return ids
+
+
+@pytest.mark.timeout(240)
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ids=one_writers_chunk())
+def test_one_writers_chunk_taken_by_columns_agrees_with_each_id_checked_alone(ids):
+    """The columns' check and packing (every id the key and 16 digits) against the reference id by id."""
+    assert _one_writer(ids, "\n".join(ids)) == _one_writer_id_by_id(ids)
