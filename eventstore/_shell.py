@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
 
-from photon import EventIds, LogChunk, Quarantine, is_event_id, key_and_time, write_atomic
+from photon import EventIds, Quarantine, is_event_id, key_and_time, write_atomic
 from photon import oldest_first as _oldest_first
 
 from eventstore._map import MapEmitter, MapView, marks_from_json, marks_to_json
@@ -51,25 +51,6 @@ POLL_MAX_BYTES = 8 << 20
 
 MIN_FILE_READ_BYTES = 256 << 10
 """The least a pass reads of one file in front (see :func:`oldest_first`)."""
-
-INDEX_SLICE_LINES = 2048
-"""Lines of a chunk indexed at a time. Between slices the reader thread hands the interpreter to a thread
-waiting for it (``time.sleep(0)``, outside the cache's lock), so a lookup waits for one slice's calls (about
-a millisecond; msgspec's map over a slice holds the interpreter throughout) rather than for a chunk's, or
-for the interpreter's switch interval (5 ms) each time it needs the interpreter back."""
-
-
-def slices(chunk: LogChunk, size: int):
-    """``chunk`` as consecutive chunks of at most ``size`` lines (``chunk`` itself when it has no more): each
-    ends where the next starts, the last where ``chunk`` ends (past any bad lines skipped after it)."""
-    n = len(chunk.lines)
-    if n <= size:
-        yield chunk
-        return
-    offsets, lines = chunk.offsets, chunk.lines
-    for lo in range(0, n, size):
-        hi = min(n, lo + size)
-        yield LogChunk(chunk.file, offsets[lo:hi], lines[lo:hi], offsets[hi] if hi < n else chunk.end)
 
 
 def oldest_first(view, offsets) -> tuple[list[str], int]:
@@ -285,9 +266,7 @@ class CacheEventStore:
         lines = 0
         started_us = time.time_ns() // 1000
         for chunk in self._tailer.poll(POLL_MAX_BYTES, order=self._order):
-            for part in slices(chunk, INDEX_SLICE_LINES):
-                self._events_indexed += self._index(part, emit=True)
-                time.sleep(0)                   # a lookup waiting for the interpreter gets it here
+            self._events_indexed += self._index(chunk, emit=True)
             lines += len(chunk.lines)
             self._bytes_read += chunk.end - chunk.offsets[0]
         self._lines_read += lines
