@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, compress, islice, repeat
-from operator import add, itemgetter, lt, not_
+from operator import add, itemgetter, lt, ne, not_
 
 import cachetools
 import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
@@ -545,21 +545,32 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     """When every well-formed id among ``ids`` (``joined``: them joined by newlines, none holding one) is
     ``ids[0]``'s key and 16 digits: the positions of the ids that are not well-formed, and the key with the
     timestamps of the others if they strictly increase (else None). None when some other well-formed id is
-    there (several writers) or no such key. The ids that are exactly the key, ``:`` and 16 ASCII digits are
-    taken in runs by one regular expression (a match per run, each stopping only at an id that is not: a
+    there (several writers) or no such key. Usually every id of the key's width is the key, ``:`` and 16
+    ASCII digits: that is checked, and their timestamps packed, by columns (:func:`_all_one_writer`), the
+    ids of other widths (found by one C ``map``) being the ones that are not. Otherwise the ids that are
+    exactly the key, ``:`` and 16 ASCII digits are taken in runs by one regular expression (a match per run, each stopping only at an id that is not: a
     step per such id, not per id; the runs' ids all have one width, so a run's length counts its ids); the
     key is checked once, each other id alone. Their order is their timestamps' (one key, one width), and the
     timestamps are their last 16 characters joined, packed by one C call (no ``int`` per id)."""
     key = ids[0][:-_TS - 1]
     if not key:
         return None
-    whole = _all_one_writer(ids, joined, key)
-    if whole is not None:                               # every id the key and 16 digits (the usual chunk)
-        if not is_event_id(ids[0]):
+    width = len(key) + _TS + 1
+    if len(joined) == len(ids) * (width + 1) - 1:
+        holes, kept, text = [], ids, joined
+    else:                                               # ids of another width: not the key and 16 digits
+        holes = _other_widths(ids, width)
+        kept = drop_at(ids, holes)
+        text = "\n".join(kept)
+    whole = _all_one_writer(kept, text, key) if kept else None
+    if whole is not None:                               # every other id the key and 16 digits (the usual chunk)
+        if holes and any(is_event_id(ids[k]) for k in holes):
             return None
-        if len(ids) > 1 and not all(map(lt, ids, islice(ids, 1, None))):
-            return [], None
-        return [], (key, whole)
+        if not is_event_id(kept[0]):
+            return None
+        if len(kept) > 1 and not all(map(lt, kept, islice(kept, 1, None))):
+            return holes, None
+        return holes, (key, whole)
     run = _key_runs(key)
     width = len(key) + _TS + 2                          # the key, ":", the digits and the newline
     text = joined + "\n"
@@ -624,6 +635,27 @@ def _all_one_writer(ids: list[str], joined: str, key: str) -> array | None:
         packed.byteswap()
     return packed
 
+
+def _other_widths(ids: list[str], width: int) -> list[int]:
+    """The positions of the ids whose length is not ``width``, increasing: the lengths as bytes (one C
+    ``map``), marked by one ``translate`` and found by a search per such id (a step per id only when some id
+    is longer than 255 characters)."""
+    try:
+        lengths = bytes(map(len, ids))
+    except ValueError:                                  # (a length over 255)
+        return list(compress(range(len(ids)), map(ne, map(len, ids), repeat(width))))
+    marked = lengths.translate(_other_than(width)) if width < 256 else b"\x01" * len(ids)
+    out, at = [], marked.find(1)
+    while at >= 0:
+        out.append(at)
+        at = marked.find(1, at + 1)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _other_than(width: int) -> bytes:
+    """A ``translate`` table marking every byte but ``width`` with 1, ``width`` with 0."""
+    return bytes(0 if k == width else 1 for k in range(256))
 
 _HIGH_NIBBLE = bytes.maketrans(b"0123456789", bytes(range(0, 160, 16)))
 _LOW_NIBBLE = bytes.maketrans(b"0123456789", bytes(range(10)))

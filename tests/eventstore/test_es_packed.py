@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from eventstore._map import MapEmitter
 from eventstore._packed import pack_time, packed_times, unpack_time
-from eventstore._state import EventCache, IndexedLines, _one_writer, index_lines, split_photon_ids
+from eventstore._state import EventCache, IndexedLines, _one_writer, _other_widths, index_lines, split_photon_ids
 from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 from tests.json_lines import production_recursion_limit
 
@@ -264,3 +264,12 @@ def one_writers_chunk(draw) -> list[str]:
 def test_one_writers_chunk_taken_by_columns_agrees_with_each_id_checked_alone(ids):
     """The columns' check and packing (every id the key and 16 digits) against the reference id by id."""
     assert _one_writer(ids, "\n".join(ids)) == _one_writer_id_by_id(ids)
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.sampled_from([0, 1, 29, 30, 31, 255, 256, 300]), max_size=60),
+       width=st.sampled_from([0, 1, 30, 255, 256, 300]))
+def test_ids_of_other_widths_found_in_bulk_are_those_found_one_by_one(lengths, width):
+    ids = ["x" * n for n in lengths]
+    assert _other_widths(ids, width) == [i for i, x in enumerate(ids) if len(x) != width]
