@@ -354,7 +354,8 @@ class SparkConfig:
     short_job_mb: int = opt(256, "a job whose input is known to be at most this many MB (photon verify over "
                                  "local folders) starts its driver JVM with the JIT's first tier only "
                                  "(-XX:TieredStopAtLevel=1: less compiling in a short run, slower in a long "
-                                 "one); 0: never", check=_non_negative)
+                                 "one) and the serial collector (-XX:+UseSerialGC, unless a collector is "
+                                 "chosen in the JVM's flags); 0: never", check=_non_negative)
 
 
 @dataclass(frozen=True)

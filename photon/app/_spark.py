@@ -12,6 +12,7 @@ so tests can share a single session across many jobs.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ PROGRESS_INTERVAL_S = 0.5
 JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 SHORT_JOB_JIT = "-XX:TieredStopAtLevel=1"     # C1 only: compiles cheaply, runs code more slowly than C2
 JIT_FLAGS = ("TieredStopAtLevel", "TieredCompilation", "CompilationMode")    # the user's choice wins
+SHORT_JOB_GC = "-XX:+UseSerialGC"   # one thread, no concurrent work, the cheapest write barrier for C1's code
+GC_FLAG_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")   # where else a JVM takes flags from
 
 
 def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False,
@@ -109,17 +112,26 @@ def cache_dir(config: PhotonConfig | None = None) -> Path:
         else _class_archive.default_cache_dir()
 
 
-def short_job_options(config: PhotonConfig | None, input_bytes: int | None) -> str:
-    """The driver JVM's JIT flags for a job of ``input_bytes`` (None: not known) (pure): the first tier only
-    (:data:`SHORT_JOB_JIT`) when the input is at most ``[spark].short_job_mb``, where a fresh JVM spends
-    more CPU compiling with C2 than C2's faster code saves (docs/performance.md, the verification job's
-    fifth pass); nothing for a larger or unknown input, or when ``[spark].conf`` sets JIT flags of its own."""
+def short_job_options(config: PhotonConfig | None, input_bytes: int | None, environ=None) -> str:
+    """The driver JVM's JIT and collector flags for a job of ``input_bytes`` (None: not known) (pure, given
+    ``environ``, by default :data:`os.environ`): when the input is at most ``[spark].short_job_mb``, the first
+    tier only (:data:`SHORT_JOB_JIT`: a fresh JVM spends more CPU compiling with C2 than C2's faster code
+    saves in a short run; docs/performance.md, the verification job's fifth pass) and the serial collector
+    (:data:`SHORT_JOB_GC`: less CPU in the collector's threads and in the tasks, whose C1-compiled code runs
+    G1's costlier write barrier on every reference store; the fifteenth pass). Nothing for a larger or
+    unknown input; the JIT flag is left out when ``[spark].conf``'s ``spark.driver.extraJavaOptions`` sets
+    JIT flags of its own, the collector when it or one of :data:`GC_FLAG_ENV` chooses a collector (a JVM
+    given two collectors does not start)."""
     limit_mb = (config.spark if config is not None else SparkConfig()).short_job_mb
     user = (config.spark.conf if config is not None else {}).get("spark.driver.extraJavaOptions", "")
-    if input_bytes is None or not limit_mb or input_bytes > limit_mb * 1_000_000 \
-            or any(flag in user for flag in JIT_FLAGS):
+    if input_bytes is None or not limit_mb or input_bytes > limit_mb * 1_000_000:
         return ""
-    return SHORT_JOB_JIT
+    environ = os.environ if environ is None else environ
+    flags = [] if any(flag in user for flag in JIT_FLAGS) else [SHORT_JOB_JIT]
+    chosen = [user, *(environ.get(k, "") for k in GC_FLAG_ENV)]
+    if not any(re.search(r"-XX:[+-]Use\w*GC\b", text) for text in chosen):
+        flags.append(SHORT_JOB_GC)
+    return " ".join(flags)
 
 
 def session_settings(config: PhotonConfig | None = None, verbose: bool = False, archive=None,

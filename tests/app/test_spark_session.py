@@ -239,21 +239,38 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
     assert not list(Path.cwd().glob("hs_err_pid*.log"))         # no JVM crashed on the way
 
 
-def test_a_job_known_to_be_small_starts_its_driver_jvm_with_the_first_jit_tier_only():
-    from photon.app._spark import QUIET_LOG4J, SHORT_JOB_JIT, session_settings
+def test_a_job_known_to_be_small_starts_its_driver_jvm_with_the_first_jit_tier_only_and_the_serial_collector(
+        monkeypatch):
+    from photon.app._spark import GC_FLAG_ENV, QUIET_LOG4J, SHORT_JOB_GC, SHORT_JOB_JIT, session_settings, \
+        short_job_options
+    for name in GC_FLAG_ENV:
+        monkeypatch.delenv(name, raising=False)
     quiet = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
+    short = f"{SHORT_JOB_JIT} {SHORT_JOB_GC}"
+    assert short == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     cfg = parse_config({"regions": [REGION]})
     assert cfg.spark.short_job_mb == 256
     small = session_settings(cfg, input_bytes=200_000_000)
-    assert small["spark.driver.extraJavaOptions"] == f"{quiet} {SHORT_JOB_JIT}"
+    assert small["spark.driver.extraJavaOptions"] == f"{quiet} {short}"
     assert small["spark.executor.extraJavaOptions"] == quiet
-    assert session_settings(None, input_bytes=256_000_000)["spark.driver.extraJavaOptions"] == f"{quiet} {SHORT_JOB_JIT}"
-    for size in (None, 256_000_001, 5_000_000_000):       # unknown or large: C2 too
+    assert session_settings(None, input_bytes=256_000_000)["spark.driver.extraJavaOptions"] == f"{quiet} {short}"
+    for size in (None, 256_000_001, 5_000_000_000):       # unknown or large: C2 too, and G1
         assert session_settings(cfg, input_bytes=size)["spark.driver.extraJavaOptions"] == quiet
     never = parse_config({"regions": [REGION], "spark": {"short_job_mb": 0}})
     assert session_settings(never, input_bytes=1)["spark.driver.extraJavaOptions"] == quiet
     own = parse_config({"regions": [REGION], "spark": {"conf": {"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}}})
-    assert session_settings(own, input_bytes=1)["spark.driver.extraJavaOptions"] == f"{quiet} -XX:-TieredCompilation"
+    assert session_settings(own, input_bytes=1)["spark.driver.extraJavaOptions"] == \
+        f"{quiet} {SHORT_JOB_GC} -XX:-TieredCompilation"
+    # a collector chosen by the user, in the session's flags or where else the JVM takes flags from, is kept:
+    # a JVM given two collectors does not start
+    for flags in ("-XX:+UseG1GC", "-Xmx3g -XX:+UseParallelGC", "-XX:+UseZGC -XX:TieredStopAtLevel=1"):
+        own_gc = parse_config({"regions": [REGION], "spark": {"conf": {"spark.driver.extraJavaOptions": flags}}})
+        assert SHORT_JOB_GC not in session_settings(own_gc, input_bytes=1)["spark.driver.extraJavaOptions"]
+        for name in GC_FLAG_ENV:
+            assert short_job_options(cfg, 1, {name: flags}) == SHORT_JOB_JIT
+    assert short_job_options(cfg, 1, {"JAVA_TOOL_OPTIONS": "-Xlog:gc -XX:MaxGCPauseMillis=50"}) == short
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseShenandoahGC")
+    assert session_settings(cfg, input_bytes=1)["spark.driver.extraJavaOptions"] == f"{quiet} {SHORT_JOB_JIT}"
     with pytest.raises(ConfigError, match=r"short_job_mb.*>= 0"):
         parse_config({"regions": [REGION], "spark": {"short_job_mb": -1}})
 
