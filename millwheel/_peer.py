@@ -12,14 +12,9 @@ acks, and the servicer.
   retries every unacked delivery (``may_lose``), so records are retried until acknowledged.
 * :class:`RemoteTracker` remembers where each received record came from and, once the consumer commits
   it, acks it to that process (batched with its records); acks that come in are the sender's half of
-  :meth:`Tracker.acked`. Acks with nothing else queued for their process wait up to ``ACK_LINGER_S``: a
-  request from that process meanwhile takes them back on its reply (``ExchangeReply.packed_acks``), and
-  records or a resend request queued meanwhile take them along; otherwise they go in a call of their own.
-  An ack lost with a failed call or reply only lets the sender's retry timeout send its record again,
-  which the consumer drops as a repeat and acks again. A consumer that drops records uncommitted (it gave
-  their slot up or was fenced) asks the process they came from to send them again at once (``resend``,
-  batched the same way), and does not send them on itself: their sender resends them by its map and their
-  acks go back to it.
+  :meth:`Tracker.acked`. A consumer that drops records uncommitted (it gave their slot up or was fenced)
+  asks the process they came from to send them again at once (``resend``, batched the same way), and
+  does not send them on itself: their sender resends them by its map and their acks go back to it.
 * :class:`WorkerServicer` takes records for slots this process holds and answers the others with the
   owner it knows (a stale route); the sender then reads the map again.
 """
@@ -49,10 +44,6 @@ CLOSE_WAIT_S = 1.0
 WATCH_S = 0.5
 """How often a peer's watchdog looks at the request in flight (its reply is awaited up to ``CALL_TIMEOUT_S``
 plus this)."""
-ACK_LINGER_S = 0.005
-"""How long acks with nothing else queued for their peer wait before they go in a call of their own: a
-request from that peer meanwhile takes them back on its reply, and records or a resend request queued
-meanwhile take them along. Far below the senders' retry delay (an ack only ends that wait)."""
 _END = object()    # ends a stream's request iterator
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 500),
                    ("grpc.min_reconnect_backoff_ms", 50), ("grpc.max_receive_message_length", 64 * 2**20),
@@ -112,12 +103,10 @@ class _Peer:
     """One other worker process: a queue of records and acks and the thread that sends them in batches."""
 
     def __init__(self, address: str, reply_to: str, on_moved: Callable[[list[Delivery]], None],
-                 counters: dict, on_acks: Callable[[list], None] | None = None) -> None:
+                 counters: dict) -> None:
         self.address, self._reply_to, self._on_moved, self._counters = address, reply_to, on_moved, counters
-        self._on_acks = on_acks       # acks the peer sent back on a reply (the sender's half of them)
         self._records: deque = deque()
         self._acks: deque = deque()
-        self._acks_since = 0.0        # when the first of the queued acks was queued (monotonic)
         self._resends: deque = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -134,24 +123,10 @@ class _Peer:
 
     def put(self, records=(), acks=(), resends=()) -> None:
         with self._cond:
-            if records or resends:
-                self._records.extend(records)
-                self._resends.extend(resends)
-                self._acks.extend(acks)
-                self._cond.notify()
-            elif acks:
-                if not self._acks:    # the sender starts their linger; later ones join it (no wake-up)
-                    self._acks_since = time.monotonic()
-                    self._acks.extend(acks)
-                    self._cond.notify()
-                else:
-                    self._acks.extend(acks)
-
-    def take_acks(self) -> list:
-        """The acks queued for this peer, taken to go back on the reply to its request (not sent from here)."""
-        with self._cond:
-            acks, self._acks = list(self._acks), deque()
-        return acks
+            self._records.extend(records)
+            self._acks.extend(acks)
+            self._resends.extend(resends)
+            self._cond.notify()
 
     def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
         """Stop sending: what is queued is dropped (its senders retry it, as after a failed call) and a call
@@ -207,14 +182,8 @@ class _Peer:
     def _main(self) -> None:
         while True:
             with self._cond:
-                while not (self._records or self._resends or self._closed):
-                    if not self._acks:
-                        self._cond.wait()
-                        continue
-                    left = self._acks_since + ACK_LINGER_S - time.monotonic()
-                    if left <= 0:
-                        break        # acks alone, their linger over: they go in a call of their own
-                    self._cond.wait(left)
+                while not (self._records or self._acks or self._resends or self._closed):
+                    self._cond.wait()
                 if self._closed:
                     return
                 n = min(PEER_BATCH, len(self._records))
@@ -239,10 +208,6 @@ class _Peer:
             self._counters["records_sent"] += len(records)
             if not records:
                 self._counters["calls_without_records"] += 1
-            if reply.packed_acks and self._on_acks is not None:
-                came = orjson.loads(reply.packed_acks)
-                self._counters["acks_on_replies"] = self._counters.get("acks_on_replies", 0) + len(came)
-                self._on_acks(came)
             if reply.moved:
                 self._counters["moved"] += len(reply.moved)
                 gone = {(m.consumer, m.interval) for m in reply.moved}
@@ -273,29 +238,16 @@ class GrpcTransport(Transport):
         self._peers: dict[str, _Peer] = {}
         self._lock = threading.Lock()
         self._parked: list[Delivery] = []
-        self.on_acks: Callable[[list], None] | None = None    # acks that came back on replies (the tracker's)
         self.counters: dict[str, int] = {"calls": 0, "calls_without_records": 0, "failed_calls": 0,
                                          "records_sent": 0, "moved": 0, "unrouted": 0, "local": 0,
-                                         "resent_after_map": 0, "resend_requests": 0, "acks_on_replies": 0}
+                                         "resent_after_map": 0, "resend_requests": 0}
 
     def _peer(self, address: str) -> _Peer:
         with self._lock:
             peer = self._peers.get(address)
             if peer is None:
-                peer = self._peers[address] = _Peer(address, self.address, self._park, self.counters,
-                                                    self._acks_came)
+                peer = self._peers[address] = _Peer(address, self.address, self._park, self.counters)
             return peer
-
-    def _acks_came(self, pairs: list) -> None:
-        if self.on_acks is not None:
-            self.on_acks(pairs)
-
-    def take_acks(self, address: str) -> list:
-        """The acks queued for the process at ``address`` (none if it has no peer here), taken off its queue
-        to go back on the reply to its request."""
-        with self._lock:
-            peer = self._peers.get(address)
-        return peer.take_acks() if peer is not None else []
 
     def _park(self, deliveries: list[Delivery]) -> None:
         """Deliveries answered ``moved`` (or with no owner known): kept until the map is read again, then
@@ -378,7 +330,6 @@ class RemoteTracker(Tracker):
 
     def __init__(self, transport: GrpcTransport, owner_inbox, now_us=None) -> None:
         super().__init__(transport, owner_inbox, now_us)
-        transport.on_acks = self.acked_remotely
         self._origin: dict[tuple[str, str], str] = {}
         self._origin_lock = threading.Lock()
 
@@ -435,9 +386,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     when ``thread_cpu``). Acks and resend requests that
     come in go to the tracker first (a request sends the named copies again at once)."""
 
-    def __init__(self, tracker: RemoteTracker, accept, status, take_acks=None) -> None:
+    def __init__(self, tracker: RemoteTracker, accept, status) -> None:
         self._tracker, self._accept, self._status = tracker, accept, status
-        self._take_acks = take_acks    # reply_to -> the acks queued here for it (they go back on the reply)
 
     def Exchange(self, request, context):
         return self._exchange(request)
@@ -454,10 +404,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             self._tracker.resend_requested([(a.consumer, a.id) for a in request.resend])
         records = request_records(request)
         moved = self._accept(request.reply_to, records) if records else []
-        acks = self._take_acks(request.reply_to) if self._take_acks is not None and request.reply_to else None
         return pb.ExchangeReply(accepted=len(records) - len(moved),
-                                moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved],
-                                packed_acks=orjson.dumps(acks) if acks else b"")
+                                moved=[pb.Moved(consumer=c, interval=s, owner=o) for c, s, o in moved])
 
     def Status(self, request, context):
         return pb.WorkerStatusReply(status_json=json.dumps(self._status(request.thread_cpu)))

@@ -166,8 +166,7 @@ class WorkerHost(ShowsWatermarks):
         self._quiet_reports: list[WatermarkReported] = []   # taken at ticks without an exchange, in order
         self._cyclic: bool | None = None       # the topology has a cycle (known at the first tick)
         self._started_at = self._load_at = time.monotonic()
-        pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status,
-                                                            self.transport.take_acks), self._grpc)
+        pb_grpc.add_WorkerServicer_to_server(WorkerServicer(self.tracker, self._accept, self.status), self._grpc)
         self._threads = [threading.Thread(target=self._heartbeats, name="millwheel-heartbeat", daemon=True),
                          threading.Thread(target=self._coordinate, name="millwheel-process-coordinator", daemon=True)]
 

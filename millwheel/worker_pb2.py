@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16millwheel/worker.proto\x12\x10photon.millwheel\"\xa6\x01\n\nWireRecord\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\x10\n\x08interval\x18\x02 \x01(\r\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x14\n\x0ctimestamp_us\x18\x05 \x01(\x03\x12\n\n\x02id\x18\x06 \x01(\t\x12\x0e\n\x06stream\x18\x07 \x01(\t\x12\x0e\n\x06sender\x18\x08 \x01(\t\x12\x16\n\x0eproduced_at_us\x18\t \x01(\x03\"\'\n\x07WireAck\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xd3\x01\n\x0f\x45xchangeRequest\x12\x10\n\x08reply_to\x18\x01 \x01(\t\x12-\n\x07records\x18\x02 \x03(\x0b\x32\x1c.photon.millwheel.WireRecord\x12\'\n\x04\x61\x63ks\x18\x03 \x03(\x0b\x32\x19.photon.millwheel.WireAck\x12)\n\x06resend\x18\x04 \x03(\x0b\x32\x19.photon.millwheel.WireAck\x12\x16\n\x0epacked_records\x18\x05 \x01(\x0c\x12\x13\n\x0bpacked_acks\x18\x06 \x01(\x0c\":\n\x05Moved\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\x10\n\x08interval\x18\x02 \x01(\r\x12\r\n\x05owner\x18\x03 \x01(\t\"^\n\rExchangeReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r\x12&\n\x05moved\x18\x02 \x03(\x0b\x32\x17.photon.millwheel.Moved\x12\x13\n\x0bpacked_acks\x18\x03 \x01(\x0c\")\n\x13WorkerStatusRequest\x12\x12\n\nthread_cpu\x18\x01 \x01(\x08\"(\n\x11WorkerStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t2\x88\x02\n\x06Worker\x12N\n\x08\x45xchange\x12!.photon.millwheel.ExchangeRequest\x1a\x1f.photon.millwheel.ExchangeReply\x12X\n\x0e\x45xchangeStream\x12!.photon.millwheel.ExchangeRequest\x1a\x1f.photon.millwheel.ExchangeReply(\x01\x30\x01\x12T\n\x06Status\x12%.photon.millwheel.WorkerStatusRequest\x1a#.photon.millwheel.WorkerStatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16millwheel/worker.proto\x12\x10photon.millwheel\"\xa6\x01\n\nWireRecord\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\x10\n\x08interval\x18\x02 \x01(\r\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x14\n\x0ctimestamp_us\x18\x05 \x01(\x03\x12\n\n\x02id\x18\x06 \x01(\t\x12\x0e\n\x06stream\x18\x07 \x01(\t\x12\x0e\n\x06sender\x18\x08 \x01(\t\x12\x16\n\x0eproduced_at_us\x18\t \x01(\x03\"\'\n\x07WireAck\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xd3\x01\n\x0f\x45xchangeRequest\x12\x10\n\x08reply_to\x18\x01 \x01(\t\x12-\n\x07records\x18\x02 \x03(\x0b\x32\x1c.photon.millwheel.WireRecord\x12\'\n\x04\x61\x63ks\x18\x03 \x03(\x0b\x32\x19.photon.millwheel.WireAck\x12)\n\x06resend\x18\x04 \x03(\x0b\x32\x19.photon.millwheel.WireAck\x12\x16\n\x0epacked_records\x18\x05 \x01(\x0c\x12\x13\n\x0bpacked_acks\x18\x06 \x01(\x0c\":\n\x05Moved\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12\x10\n\x08interval\x18\x02 \x01(\r\x12\r\n\x05owner\x18\x03 \x01(\t\"I\n\rExchangeReply\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r\x12&\n\x05moved\x18\x02 \x03(\x0b\x32\x17.photon.millwheel.Moved\")\n\x13WorkerStatusRequest\x12\x12\n\nthread_cpu\x18\x01 \x01(\x08\"(\n\x11WorkerStatusReply\x12\x13\n\x0bstatus_json\x18\x01 \x01(\t2\x88\x02\n\x06Worker\x12N\n\x08\x45xchange\x12!.photon.millwheel.ExchangeRequest\x1a\x1f.photon.millwheel.ExchangeReply\x12X\n\x0e\x45xchangeStream\x12!.photon.millwheel.ExchangeRequest\x1a\x1f.photon.millwheel.ExchangeReply(\x01\x30\x01\x12T\n\x06Status\x12%.photon.millwheel.WorkerStatusRequest\x1a#.photon.millwheel.WorkerStatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,11 +40,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MOVED']._serialized_start=468
   _globals['_MOVED']._serialized_end=526
   _globals['_EXCHANGEREPLY']._serialized_start=528
-  _globals['_EXCHANGEREPLY']._serialized_end=622
-  _globals['_WORKERSTATUSREQUEST']._serialized_start=624
-  _globals['_WORKERSTATUSREQUEST']._serialized_end=665
-  _globals['_WORKERSTATUSREPLY']._serialized_start=667
-  _globals['_WORKERSTATUSREPLY']._serialized_end=707
-  _globals['_WORKER']._serialized_start=710
-  _globals['_WORKER']._serialized_end=974
+  _globals['_EXCHANGEREPLY']._serialized_end=601
+  _globals['_WORKERSTATUSREQUEST']._serialized_start=603
+  _globals['_WORKERSTATUSREQUEST']._serialized_end=644
+  _globals['_WORKERSTATUSREPLY']._serialized_start=646
+  _globals['_WORKERSTATUSREPLY']._serialized_end=686
+  _globals['_WORKER']._serialized_start=689
+  _globals['_WORKER']._serialized_end=953
 # @@protoc_insertion_point(module_scope)
