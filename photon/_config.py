@@ -303,6 +303,11 @@ class DispatcherConfig:
                                      "full backlog requests up ahead, so a slot an answer frees is refilled without "
                                      "waiting for a lookup's round trip (not shown to help, loaded or quiet; see "
                                      "docs/performance.md, fourteenth pass)")
+    lookups_at_joiners: bool = opt(False, "send each request to a joiner without a registry lookup first and let "
+                                          "the joiner look its ids up beside its event store lookup (held ids "
+                                          "answer ALREADY_REGISTERED, never committed): the two round trips "
+                                          "overlap instead of following each other (docs/performance.md, fifteenth "
+                                          "pass)")
     retry_initial_s: float = opt(0.05, "first retry delay for NOT_FOUND / THROTTLED (doubles per attempt)",
                                  check=_positive)
     retry_max_s: float = opt(8.0, "longest retry delay", check=_positive)
