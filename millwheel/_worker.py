@@ -155,6 +155,7 @@ class Worker:
         self._committer = _Committer(f"millwheel-commit-{index}")
         self._step_lock = threading.Lock()         # held by whoever runs a step or lands a commit (see _landed)
         self.landed_on_commit_thread = 0           # commits carried out by the commit thread (worker idle)
+        self.stepped_on_receipt = 0                # steps run by the thread that received their records
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
@@ -454,6 +455,27 @@ class Worker:
             finally:
                 lock.release()
         self.inbox.put_many([CommitLanded()])
+
+    def offer(self, items: list) -> None:
+        """Records received from another process, on the thread that received them: when the worker thread
+        is idle (the step lock is free) and its inbox empty, this thread runs their step itself (user code,
+        the commit handed to the commit thread) instead of waking the worker thread for it; else they go
+        into the inbox. Either way they are stepped exactly as the worker thread would step them."""
+        lock = self._step_lock
+        if not len(self.inbox) and not self._stopping.is_set() and lock.acquire(blocking=False):
+            try:
+                # (stopping is read under the lock: the loop's last landing, under it too, comes after it
+                # is set, so no step here can hand a commit to a commit thread that has stopped)
+                if not len(self.inbox) and not self._stopping.is_set():
+                    self.step(items)
+                    self.stepped_on_receipt += 1
+                    return
+            except BaseException as e:  # noqa: BLE001 - as on the worker thread: stops the runtime loudly
+                self._fail(e)
+                return
+            finally:
+                lock.release()
+        self.inbox.put_many(items)
 
     def _land(self, wait: bool) -> None:
         """Carry out the outcome of the commit in flight (waiting for it if ``wait``): tell each core; then,
