@@ -289,7 +289,7 @@ class WorkerHost(ShowsWatermarks):
                     moved.append((d.consumer, d.interval, owner[1] if owner else ""))
         for index, items in mine.items():
             self.tracker.note_origin(items, reply_to)
-            self.workers[index].offer(items)     # stepped on this thread when the worker thread is idle
+            self.workers[index].inbox.put_many(items)
         if early:      # claimed at the next heartbeat, as always: no earlier, so as not to run beside its
             self.counters["taken_before_claim"] += len(early)   # old owner longer (user side effects)
         if moved:
@@ -731,7 +731,6 @@ class WorkerHost(ShowsWatermarks):
             "acks": {"retry_timeout_ms": self.tracker.retry_timeout_us // 1000,
                      "inbox_high": max(w.inbox_high for w in self.workers),
                      "landed_on_commit_thread": sum(w.landed_on_commit_thread for w in self.workers),
-                     "stepped_on_receipt": sum(w.stepped_on_receipt for w in self.workers),
                      "delays": {_bound_name(b): n for b, n in zip(ACK_DELAY_BOUNDS_US, self.tracker.ack_delays)}},
             "cache": dataclasses.asdict(self.store.statistics()),
             "error": repr(self.error) if self.error else None,

@@ -42,6 +42,14 @@ commit at a time:
   productions are registered, at the landing;
 * the worker is ``busy`` while a commit is in flight or pending; intervals are given up (:class:`GiveUp`) and the
   loop ends only after the commit in flight (and then the pending one) has landed.
+
+**Landings on the commit thread.** A worker's cores are touched only under its step lock, which the
+worker thread holds for each step. At a low rate each record would otherwise wake the worker thread twice
+per stage, once for its step and once for its commit's landing; so when the worker thread is idle (the
+lock is free) the commit thread carries the landing out itself under the lock (:meth:`Worker._landed`;
+not a refused commit, nor one with checkpoints pending beside it, and it still wakes the worker thread
+when a landed key has records waiting or a timer due). The landing is the same code on either thread, so
+everything above holds whichever thread runs it.
 """
 from __future__ import annotations
 
@@ -155,7 +163,6 @@ class Worker:
         self._committer = _Committer(f"millwheel-commit-{index}")
         self._step_lock = threading.Lock()         # held by whoever runs a step or lands a commit (see _landed)
         self.landed_on_commit_thread = 0           # commits carried out by the commit thread (worker idle)
-        self.stepped_on_receipt = 0                # steps run by the thread that received their records
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
@@ -455,27 +462,6 @@ class Worker:
             finally:
                 lock.release()
         self.inbox.put_many([CommitLanded()])
-
-    def offer(self, items: list) -> None:
-        """Records received from another process, on the thread that received them: when the worker thread
-        is idle (the step lock is free) and its inbox empty, this thread runs their step itself (user code,
-        the commit handed to the commit thread) instead of waking the worker thread for it; else they go
-        into the inbox. Either way they are stepped exactly as the worker thread would step them."""
-        lock = self._step_lock
-        if not len(self.inbox) and not self._stopping.is_set() and lock.acquire(blocking=False):
-            try:
-                # (stopping is read under the lock: the loop's last landing, under it too, comes after it
-                # is set, so no step here can hand a commit to a commit thread that has stopped)
-                if not len(self.inbox) and not self._stopping.is_set():
-                    self.step(items)
-                    self.stepped_on_receipt += 1
-                    return
-            except BaseException as e:  # noqa: BLE001 - as on the worker thread: stops the runtime loudly
-                self._fail(e)
-                return
-            finally:
-                lock.release()
-        self.inbox.put_many(items)
 
     def _land(self, wait: bool) -> None:
         """Carry out the outcome of the commit in flight (waiting for it if ``wait``): tell each core; then,
