@@ -449,7 +449,8 @@ class Worker:
                     self._busy = True
                     try:
                         self._land(wait=True)
-                        self._report_watermarks()
+                        if self.may_run is None or self.may_run():   # as a step: no report past the lease
+                            self._report_watermarks()
                         now = self.clock.now_us()
                         if not any(core.wants_step(now) for core, _ in flight.commits):
                             self.landed_on_commit_thread += 1
