@@ -42,6 +42,14 @@ commit at a time:
   productions are registered, at the landing;
 * the worker is ``busy`` while a commit is in flight or pending; intervals are given up (:class:`GiveUp`) and the
   loop ends only after the commit in flight (and then the pending one) has landed.
+
+**Landings on the commit thread.** A worker's cores are touched only under its step lock, which the
+worker thread holds for each step. At a low rate each record would otherwise wake the worker thread twice
+per stage, once for its step and once for its commit's landing; so when the worker thread is idle (the
+lock is free) the commit thread carries the landing out itself under the lock (:meth:`Worker._landed`;
+not a refused commit, nor one with checkpoints pending beside it, and it still wakes the worker thread
+when a landed key has records waiting or a timer due). The landing is the same code on either thread, so
+everything above holds whichever thread runs it.
 """
 from __future__ import annotations
 
@@ -153,6 +161,8 @@ class Worker:
         self._pending: list = []                   # checkpoints of steps taken while a commit was in flight
         self._pending_nows: list[int] = []         # and those steps' production times (held in the tracker)
         self._committer = _Committer(f"millwheel-commit-{index}")
+        self._step_lock = threading.Lock()         # held by whoever runs a step or lands a commit (see _landed)
+        self.landed_on_commit_thread = 0           # commits carried out by the commit thread (worker idle)
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
@@ -231,12 +241,16 @@ class Worker:
     def _main(self) -> None:
         cfg = self.config
         try:
+            lock = self._step_lock
             while not self._stopping.is_set():
-                self.step(self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6))
-            self._land(wait=True)
-            if self._pending:         # steps taken while the last commit was in flight: theirs go out too
-                self._send_commit([], None)
+                items = self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6)
+                with lock:
+                    self.step(items)
+            with lock:
                 self._land(wait=True)
+                if self._pending:     # steps taken while the last commit was in flight: theirs go out too
+                    self._send_commit([], None)
+                    self._land(wait=True)
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
             self._fail(e)
         finally:
@@ -416,8 +430,39 @@ class Worker:
             return
         writes = [w for _, c in commits for w in c.writes]
         future = self._committer.submit(self.store.commit, writes)
-        self._in_flight = _InFlight(commits, nows, future)
-        future.add_done_callback(lambda _: self.inbox.put_many([CommitLanded()]))
+        flight = self._in_flight = _InFlight(commits, nows, future)
+        future.add_done_callback(lambda _: self._landed(flight))
+
+    def _landed(self, flight: _InFlight) -> None:
+        """On the commit thread, once the transaction in flight has an outcome. When the worker thread is
+        idle (the step lock is free: it waits on its inbox) and no step's checkpoints wait beside this
+        commit, this thread carries the landing out itself, as the worker thread would at its next step
+        (tell the cores, ack, send the strong productions, release the production time) and reports the
+        watermarks that moved, holding the step lock meanwhile; the worker thread is not woken for it. A
+        refused commit, checkpoints pending, or a worker thread at work: the landing is the worker
+        thread's, woken by :class:`CommitLanded` as before; so is it when a core of the commit has work left
+        once it landed (records that waited for their key's checkpoint, a due timer)."""
+        lock = self._step_lock
+        if flight.future.exception() is None and not self._pending and lock.acquire(blocking=False):
+            try:
+                if self._in_flight is flight and not self._pending:
+                    self._busy = True
+                    try:
+                        self._land(wait=True)
+                        if self.may_run is None or self.may_run():   # as a step: no report past the lease
+                            self._report_watermarks()
+                        now = self.clock.now_us()
+                        if not any(core.wants_step(now) for core, _ in flight.commits):
+                            self.landed_on_commit_thread += 1
+                            return
+                    finally:
+                        self._busy = False
+            except BaseException as e:  # noqa: BLE001 - as on the worker thread: stops the runtime loudly
+                self._fail(e)
+                return
+            finally:
+                lock.release()
+        self.inbox.put_many([CommitLanded()])
 
     def _land(self, wait: bool) -> None:
         """Carry out the outcome of the commit in flight (waiting for it if ``wait``): tell each core; then,

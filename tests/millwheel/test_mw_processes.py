@@ -49,6 +49,9 @@ def test_two_worker_processes_exchange_records_over_grpc_and_equal_the_batch(run
     assert {iv["worker"] for iv in st["intervals"]} == {w["worker"] for w in st["workers"]}, \
         "intervals spread over both processes"
     assert sum(w["transport"]["records_sent"] for w in st["workers"]) > 0, "records crossed processes"
+    # the windows above equal the batch with commits carried out by the commit threads (whenever the
+    # worker thread was idle)
+    assert sum(w["acks"]["landed_on_commit_thread"] for w in st["workers"]) > 0
     assert st["watermarks"]["windows"]["low_watermark_us"] > 0
 
 
