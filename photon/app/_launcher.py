@@ -42,17 +42,6 @@ def plan_region(config: PhotonConfig, region: str, registry_endpoints: list[str]
     return stores + joiners + feeders
 
 
-def start_order(registry: list[ProcessSpec], regions: list[ProcessSpec]) -> list[ProcessSpec]:
-    """The order in which a run's processes are started (all of them asked of the fork server at once, which
-    forks them in this order): the regions' cache servers first, since each reads the whole primary backlog
-    from the start (the longest work of a cold start: the backlog's last join waits for it), then the
-    registry's replicas (their first election is over well before a dispatcher's first lookup), then the
-    rest as planned: the logs stores before the joiners that ask them, the joiners before the dispatcher
-    that sends to them."""
-    caches = [s for s in regions if s.role == "eventstore" and "--logs" not in s.argv]
-    return caches + registry + [s for s in regions if s not in caches]
-
-
 def child_env(config: PhotonConfig) -> dict:
     """The environment of every process Photon starts: this one's, the config's TLS files, and this
     checkout first on ``PYTHONPATH``."""
@@ -99,8 +88,8 @@ class Launcher:
 
     def specs(self) -> list[ProcessSpec]:
         """The registry's replicas (re-planned each call: a reshard adds some) and the regions' services
-        (planned once: their ports are fixed for the run), in :func:`start_order`. The ports chosen are
-        written (``ports.json``) once per state dir, before this returns."""
+        (planned once: their ports are fixed for the run). The ports chosen are written (``ports.json``) once
+        per state dir, before this returns."""
         with ports_written_once():
             specs = list(idregistry.registry_processes(self.config, self.options.regions))
             if self._region_specs is None:
@@ -109,7 +98,7 @@ class Launcher:
                     endpoints = idregistry.registry_endpoints(self.config, self.options.regions, near=region.name)
                     region_specs += plan_region(self.config, region.name, endpoints)
                 self._region_specs = region_specs
-        return start_order(specs, self._region_specs)
+        return specs + self._region_specs
 
     def _token_clearing(self):
         """``photon registry clear-tokens`` every ``[registry].clear_tokens_every_s`` (None when 0 or when

@@ -41,25 +41,3 @@ def test_front_doors_import_on_first_use():
     assert "photon._output" not in modules and "joiner._server" not in modules and "dispatcher._shell" not in modules
     modules = _imported_after("from joiner import JoinerClient\n")      # a dispatcher's view of the joiners
     assert "joiner._server" not in modules and "joiner._shell" not in modules
-
-
-@pytest.mark.timeout(120)
-def test_a_run_starts_its_cache_servers_first_then_the_registry_and_every_joiner_before_its_dispatcher(tmp_path):
-    """The processes are asked of the fork server in this order (:func:`photon.app._launcher.start_order`):
-    the cache servers first (each reads the whole primary backlog, the longest work of a cold start), then the
-    registry's replicas, then the logs stores, the joiners and last the dispatcher (what it sends to, and
-    what they ask, already started before it)."""
-    from photon import load_config
-    from photon.app import Launcher, RunOptions
-    s = generate(GenOptions(out=str(tmp_path), queries=20, seed=1, regions=("a", "b")))
-    specs = Launcher(load_config(s.config), RunOptions()).specs()
-    kinds = ["cache" if p.role == "eventstore" and "--logs" not in p.argv else
-             "logs" if p.role == "eventstore" else p.role for p in specs]
-    first_registry = kinds.index("registry")
-    assert set(kinds[:first_registry]) == {"cache"} and kinds.count("cache") == first_registry == 2, kinds
-    assert kinds[first_registry:first_registry + kinds.count("registry")] == ["registry"] * kinds.count("registry")
-    for region in ("a", "b"):
-        mine = [k for k, p in zip(kinds, specs) if p.region == region and k != "registry"]
-        assert mine[0] == "cache" and mine[-1] == "dispatcher" and mine.count("dispatcher") == 1, mine
-        assert max(i for i, k in enumerate(mine) if k == "logs") < min(i for i, k in enumerate(mine) if k == "joiner")
-    assert len(specs) == len({p.name for p in specs})
