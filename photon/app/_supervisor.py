@@ -212,23 +212,30 @@ class Supervisor:
         """Start ``children``, in order. Those the fork server can fork are asked of it all at once
         (:meth:`~photon.app._forkserver.ForkServer.spawn_many`: it forks them back to back, where asked one
         by one it would import a later room's modules between two of them); the others, and any it could
-        not fork, are started directly."""
+        not fork, are started directly afterwards (so a direct start that raises leaves no forked child
+        untracked)."""
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass                      # the pump drops what it cannot write
         envs = [self._env(child.spec) for child in children]
         forked = self._fork_all([child.spec for child in children], envs)
+        for child, proc in zip(children, forked):      # every forked one tracked before any direct start
+            if proc is not None:
+                self._track(child, proc)
         for child, env, proc in zip(children, envs, forked):
             if proc is None:
-                proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=_die_with_parent, env=env)
-            child.proc = proc
-            log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
-            threading.Thread(target=log.pump, args=(proc.stdout,), name=f"log-{child.spec.name}",
-                             daemon=True).start()
-            child.started_at = time.monotonic()
+                self._track(child, subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE,
+                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                    start_new_session=True, preexec_fn=_die_with_parent, env=env))
+
+    def _track(self, child: _Child, proc) -> None:
+        """``proc`` runs ``child`` from now on; its output is pumped into the child's log."""
+        child.proc = proc
+        log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
+        threading.Thread(target=log.pump, args=(proc.stdout,), name=f"log-{child.spec.name}",
+                         daemon=True).start()
+        child.started_at = time.monotonic()
 
     def _fork_all(self, specs: list, envs: list) -> list:
         """Per spec, the child forked by the fork server (its output on a pipe read here, as a started

@@ -375,3 +375,41 @@ def test_a_supervisor_asks_the_fork_server_for_every_new_process_before_it_await
         sup.children["r2"].proc.wait(timeout=30)
         theirs.close()
         server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_direct_start_that_fails_leaves_no_forked_process_untracked(tmp_path):
+    """Of one ``ensure``, the processes the fork server forked are tracked before any is started directly: a
+    direct start that raises (here a program that does not exist) leaves each forked one with its pid, never a
+    forked process the supervisor would start a second time."""
+    import socket
+    import threading
+
+    from photon.app._forkserver import _send
+    env = dict(os.environ)
+    server = ForkServer(env)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stand_in = subprocess.Popen(["sleep", "60"])
+    server.proc, server._sock = stand_in, ours
+
+    def fork_server() -> None:
+        data, fds, _, _ = socket.recv_fds(theirs, 1 << 20, 4)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(stand_in.pid)
+        _send(theirs, {"id": json.loads(data)["id"], "pid": stand_in.pid}, [pidfd])
+        os.close(pidfd)
+
+    threading.Thread(target=fork_server, daemon=True).start()
+    sup = Supervisor(tmp_path / "logs", tmp_path / "launcher.json", env=env, echo=lambda m: None, forkserver=server)
+    try:
+        with pytest.raises(OSError):
+            sup.ensure([ProcessSpec("direct", [str(tmp_path / "no-such-program")], "registry", "a"),
+                        ProcessSpec("forked", [sys.executable, "-m", "json.tool", "--help"], "joiner", "a")])
+        assert sup.children["forked"].proc is not None and sup.children["forked"].proc.pid == stand_in.pid
+        assert sup.pid("forked") == stand_in.pid
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+        theirs.close()
+        server.close()
