@@ -165,6 +165,7 @@ class Dispatcher:
         self._pending_bytes = 0
         self._scan_wall_us = 0
         self._line_bytes = 256.0  # running estimate of a line's size, for read-ahead budgets
+        self._scanned = False     # a first scan has been made (it reads about one request: _scan_budget)
         self.error: BaseException | None = None
         self._waiting_for_disk = ""      # why the dispatcher is paused on a failing write ("" when not)
         self._abandoned = False          # stopped with a write not done: no final checkpoint
@@ -228,7 +229,9 @@ class Dispatcher:
             scanned_lines = False
             wanted = core.lines_wanted()
             if wanted and (found or now >= next_scan):
-                chunks = self.tailer.poll(self._scan_budget(wanted))
+                chunks = self.tailer.poll(self._scan_budget(wanted if self._scanned
+                                                            else min(wanted, self.config.dispatcher.batch_size)))
+                self._scanned = True
                 self._scan_wall_us = self.clock.now_us()
                 found = scanned_lines = bool(chunks)
                 if found:
@@ -265,7 +268,10 @@ class Dispatcher:
 
     def _scan_budget(self, lines_wanted: int) -> int:
         """Bytes to read for about ``lines_wanted`` lines (read ahead is bounded, so a large backlog
-        stays in the files and not in memory or in every checkpoint)."""
+        stays in the files and not in memory or in every checkpoint). The process's first scan asks for
+        about one request's lines (``batch_size``), not the read-ahead's: at a cold start the first lookup
+        and the first join request then wait for a few hundred lines' work, not for a backlog's worth
+        (about 16,000 lines and 0.05 CPU-s on the 1M workload); the next scan follows at once."""
         return min(MAX_SCAN_BYTES, max(MIN_SCAN_BYTES, int(lines_wanted * self._line_bytes)))
 
     def _learn_line_size(self, chunks) -> None:

@@ -10,7 +10,7 @@ from concurrent import futures
 
 import grpc
 
-from photon import MetricKinds, serve_metrics
+from photon import METRICS_AFTER_S, MetricKinds, serve_metrics
 
 from idregistry import registry_pb2_grpc as pb_grpc
 from idregistry._shell import ReplicaServer, ReplicaSpec
@@ -50,11 +50,6 @@ def serve(spec: ReplicaSpec, stop: threading.Event | None = None, workers: int =
                          options=GRPC_OPTIONS)
     pb_grpc.add_RegistryServicer_to_server(RegistryServicer(replica), server)
     health = add_health(server, "photon.Registry", replica.serving_problem)
-    try:
-        serve_metrics("registry", replica.status, kinds=METRIC_KINDS, region=spec.region,
-                      process=f"registry-s{spec.shard}-r{spec.replica}", serving=lambda: health.serving)
-    except OSError as e:
-        log.warning("metrics not served: %s", e)
     creds = server_credentials()
     bound = server.add_secure_port(spec.grpc_address, creds) if creds else server.add_insecure_port(spec.grpc_address)
     if bound == 0:
@@ -71,6 +66,14 @@ def serve(spec: ReplicaSpec, stop: threading.Event | None = None, workers: int =
     log.info("registry shard %d replica %d serving gRPC on %s, Raft on %s", spec.shard, spec.replica,
              spec.grpc_address, spec.raft_address)
     try:
+        # metrics a moment after serving, as every service (photon.METRICS_AFTER_S): a group's first election
+        # runs in that moment, and starting the metrics' HTTP server then took CPU from it on a busy host
+        if not stop.wait(METRICS_AFTER_S):
+            try:
+                serve_metrics("registry", replica.status, kinds=METRIC_KINDS, region=spec.region,
+                              process=f"registry-s{spec.shard}-r{spec.replica}", serving=lambda: health.serving)
+            except OSError as e:
+                log.warning("metrics not served: %s", e)
         while not stop.wait(0.5):
             pass
     finally:

@@ -242,9 +242,9 @@ class RollingWriter:
 
     def recover_orphans(self, set_aside: Callable[[list[bytes]], None] | None = None) -> Orphans:
         """Publish the in-progress files of this prefix a crashed writer left, each up to what its commit
-        record vouched for, and reset the record. The whole lines beyond are handed to ``set_aside``
-        (before anything is cut: if it raises, nothing is, and the error propagates) and cut: no reader
-        counted them, so they are not output, ever. Call once, before writing; raises OSError when the
+        record vouched for, and reset the record (when it vouched for anything). The whole lines beyond are
+        handed to ``set_aside`` (before anything is cut: if it raises, nothing is, and the error propagates)
+        and cut: no reader counted them, so they are not output, ever. Call once, before writing; raises OSError when the
         folder cannot be put in order (then nothing may be written)."""
         out = Orphans()
         if not self.dir.is_dir():
@@ -283,7 +283,11 @@ class RollingWriter:
             self.publisher.publish_pending(self.dir, prefix=f"{self.prefix}-")
         with self._lock:
             self._idle()
-            self._write_record()
+            if vouched:
+                self._write_record()
+            # else the standing record (or its absence: a reader counts nothing of an open file either way)
+            # vouches for nothing already, which is what the reset would write: a start with nothing to
+            # recover makes no durable write (a folder and two fsyncs before a dispatcher or joiner serves)
         return out
 
     def _standing_record(self) -> dict:

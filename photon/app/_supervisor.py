@@ -108,13 +108,17 @@ class Supervisor:
         self._echo = echo or (lambda msg: print(f"photon: {msg}", file=sys.stderr, flush=True))
 
     def ensure(self, specs) -> None:
+        """Start every spec not seen before, in the order given and all at once (see :meth:`_start_all`)."""
         changed = False
+        new = []
         for spec in specs:
             if spec.name not in self.children:
                 self.children[spec.name] = _Child(spec)
                 if spec.region not in self.held_regions:
-                    self._start(self.children[spec.name])
+                    new.append(self.children[spec.name])
                 changed = True
+        if new:
+            self._start_all(new)
         if changed:
             self._write_state()
 
@@ -170,14 +174,13 @@ class Supervisor:
     def release_region(self, region: str) -> list[str]:
         """Start every process of a held ``region`` again (at once, no restart delay)."""
         self.held_regions.discard(region)
-        names = []
-        for c in self.children.values():
-            if c.spec.region == region and c.proc is None:
-                c.next_start, c.backoff_s = 0.0, 0.5
-                self._start(c)
-                names.append(c.spec.name)
+        starting = [c for c in self.children.values() if c.spec.region == region and c.proc is None]
+        for c in starting:
+            c.next_start, c.backoff_s = 0.0, 0.5
+        if starting:
+            self._start_all(starting)
         self._write_state()
-        return names
+        return [c.spec.name for c in starting]
 
     def stop(self, grace_s: float = 20.0) -> None:
         self.stopping = True
@@ -203,40 +206,73 @@ class Supervisor:
                     c.proc.wait(timeout=10)
 
     def _start(self, child: _Child) -> None:
+        self._start_all([child])
+
+    def _start_all(self, children: list) -> None:
+        """Start ``children``, in order. Those the fork server can fork are asked of it all at once
+        (:meth:`~photon.app._forkserver.ForkServer.spawn_many`: it forks them back to back, where asked one
+        by one it would import a later room's modules between two of them); the others, and any it could
+        not fork, are started directly afterwards (so a direct start that raises leaves no forked child
+        untracked)."""
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass                      # the pump drops what it cannot write
+        envs = [self._env(child.spec) for child in children]
+        forked = self._fork_all([child.spec for child in children], envs)
+        for child, proc in zip(children, forked):      # every forked one tracked before any direct start
+            if proc is not None:
+                self._track(child, proc)
+        for child, env, proc in zip(children, envs, forked):
+            if proc is None:
+                self._track(child, subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE,
+                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                    start_new_session=True, preexec_fn=_die_with_parent, env=env))
+
+    def _track(self, child: _Child, proc) -> None:
+        """``proc`` runs ``child`` from now on; its output is pumped into the child's log."""
+        child.proc = proc
         log = RotatingLog(self.log_dir / f"{child.spec.name}.log")
-        env = self._env(child.spec)
-        child.proc = self._fork(child.spec, env)
-        if child.proc is None:
-            child.proc = subprocess.Popen(list(child.spec.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          preexec_fn=_die_with_parent, env=env)
-        threading.Thread(target=log.pump, args=(child.proc.stdout,), name=f"log-{child.spec.name}",
+        threading.Thread(target=log.pump, args=(proc.stdout,), name=f"log-{child.spec.name}",
                          daemon=True).start()
         child.started_at = time.monotonic()
 
-    def _fork(self, spec, env: dict):
-        """The child forked by the fork server (its output on a pipe read here, as a started child's), or
-        None when there is no fork server or it cannot start this one (the caller starts it directly)."""
+    def _fork_all(self, specs: list, envs: list) -> list:
+        """Per spec, the child forked by the fork server (its output on a pipe read here, as a started
+        child's), or None when there is no fork server or it cannot start this one (the caller starts it
+        directly)."""
         from photon.app._forkserver import ForkServerUnavailable
         server = self.forkserver
-        if server is None or not server.can_fork(spec.argv, env):
-            return None
-        read_end, write_end = os.pipe()
+        out: list = [None] * len(specs)
+        if server is None:
+            return out
+        asks, pipes = [], []
+        for k, (spec, env) in enumerate(zip(specs, envs)):
+            if server.can_fork(spec.argv, env):
+                read_end, write_end = os.pipe()
+                asks.append(k)
+                pipes.append((read_end, write_end))
+        if not asks:
+            return out
         try:
-            proc = server.spawn(spec.argv, env, write_end)
-        except ForkServerUnavailable as e:
-            os.close(read_end)
-            if not server.broken:               # (a fork server that broke has said so itself)
-                self._echo(f"{spec.name}: {e}; starting it directly")
-            return None
+            results = server.spawn_many([(specs[k].argv, envs[k], write_end, None)
+                                         for k, (_, write_end) in zip(asks, pipes)])
+        except BaseException:
+            for read_end, _ in pipes:
+                os.close(read_end)
+            raise
         finally:
-            os.close(write_end)
-        proc.stdout = open(read_end, "rb")  # noqa: SIM115  (the log pump closes it at the end of the output)
-        return proc
+            for _, write_end in pipes:
+                os.close(write_end)
+        for k, (read_end, _), proc in zip(asks, pipes, results):
+            if isinstance(proc, ForkServerUnavailable):
+                os.close(read_end)
+                if not server.broken:           # (a fork server that broke has said so itself)
+                    self._echo(f"{specs[k].name}: {proc}; starting it directly")
+                continue
+            proc.stdout = open(read_end, "rb")  # noqa: SIM115  (the log pump closes it at the end of the output)
+            out[k] = proc
+        return out
 
     def _env(self, spec) -> dict:
         """The child's environment: the launcher's, plus where it serves metrics and the labels they carry."""

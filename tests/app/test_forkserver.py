@@ -18,8 +18,9 @@ from photon.app._forkserver import ForkServer
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROBE = textwrap.dedent("""
-    import os, signal, sys, threading, time
+    import gc, os, signal, sys, threading, time
     preloaded = "grpc" in sys.modules and "joiner._server" in sys.modules   # before this module imports anything
+    frozen = gc.get_freeze_count() > 10000            # the fork server's imports, never walked by a collection
     name, log = sys.argv[1], sys.argv[2]
     def on_term(*_):
         with open(log, "a") as f:
@@ -29,7 +30,8 @@ PROBE = textwrap.dedent("""
     if __name__ == "__main__":
         print(f"ready pid={os.getpid()} ppid={os.getppid()} preloaded={preloaded} "
               f"process={os.environ.get('PHOTON_PROCESS')} sid={os.getsid(0) == os.getpid()} "
-              f"threads={threading.active_count()} argv0={os.path.basename(sys.argv[0])}", flush=True)
+              f"threads={threading.active_count()} argv0={os.path.basename(sys.argv[0])} "
+              f"gc={gc.isenabled()} frozen={frozen}", flush=True)
         if len(sys.argv) > 3:
             sys.exit(int(sys.argv[3]))
         while True:
@@ -89,9 +91,10 @@ def test_a_forked_service_is_killed_restarted_forked_and_stopped_in_order(tmp_pa
         assert state["processes"][name]["forked"] is True and state["processes"][name]["pid"] == pid
         assert _ppid(pid) == server.pid                       # a child of the fork server, not of this process
         line = _ready_lines(tmp_path, name)[0]
-        # its imports were done before it ran; its own session and environment; one thread; run as -m would
-        assert f"ready pid={pid} ppid={server.pid} preloaded=True process={name} sid=True threads=1 argv0=fs_probe.py" \
-            == line, line
+        # its imports were done before it ran (and are frozen); its own session and environment; one thread;
+        # run as -m would; the collector on, as in a fresh interpreter
+        assert f"ready pid={pid} ppid={server.pid} preloaded=True process={name} sid=True threads=1 " \
+               f"argv0=fs_probe.py gc=True frozen=True" == line, line
 
     os.kill(first, signal.SIGKILL)
 
@@ -247,8 +250,8 @@ def test_an_early_fork_server_prints_nowhere_until_taken_and_ends_when_not_taken
 @pytest.mark.timeout(60)
 def test_the_registry_is_forked_before_the_other_rooms_are_imported_and_they_before_their_own(tmp_path):
     """The fork server serves once :data:`PRELOAD_FIRST` is imported; a request for a later room's main
-    module imports it first, one for any other module everything still to come (checked in a fresh
-    interpreter, which has imported nothing of Photon's)."""
+    module imports it first (a second request for it, nothing), one for any other module everything still
+    to come (checked in a fresh interpreter, which has imported nothing of Photon's)."""
     script = textwrap.dedent("""
         import sys
         from photon.app._forkserver import PRELOAD_FIRST, PRELOAD_LATER, _Preloader
@@ -260,6 +263,8 @@ def test_the_registry_is_forked_before_the_other_rooms_are_imported_and_they_bef
         p.ensure("joiner.main")
         assert "joiner.main" in sys.modules and p.pending == ["eventstore.main", "dispatcher.main"], p.pending
         assert "dispatcher.main" not in sys.modules
+        p.ensure("joiner.main")       # a second joiner: its room is imported, nothing else is waited for
+        assert p.pending == ["eventstore.main", "dispatcher.main"], p.pending
         p.ensure("fs_probe")
         assert p.pending == [] and "dispatcher.main" in sys.modules and not p.unsafe
         print("ok")
@@ -307,3 +312,104 @@ def test_a_module_imported_while_serving_that_leaves_a_thread_stops_the_forking(
     r = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"},
                        capture_output=True, text=True, timeout=50, check=False)
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "ok", (r.stdout, r.stderr[-3000:])
+
+
+@pytest.mark.timeout(60)
+def test_a_supervisor_asks_the_fork_server_for_every_new_process_before_it_awaits_an_answer(tmp_path):
+    """``ensure`` sends every fork request before it reads the first answer, so the fork server forks them
+    back to back (asked one by one, each next request waited behind the import of a later room's modules,
+    which the fork server does whenever no request waits). Here a stand-in for the fork server answers only
+    once it holds every request (or after 5 s, having seen fewer); an answer that is an error starts that
+    process directly, the others stay forked, in the order asked."""
+    import socket
+    import threading
+
+    from photon.app._forkserver import _send
+    env = dict(os.environ)
+    server = ForkServer(env)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stand_ins = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    server.proc, server._sock = stand_ins[0], ours          # as if started: the stand-in below answers
+    names = ["r0", "r1", "r2", "j0"]
+    seen: list = []
+
+    def fork_server() -> None:
+        requests = []
+        theirs.settimeout(5.0)
+        try:
+            while len(requests) < len(names):
+                data, fds, _, _ = socket.recv_fds(theirs, 1 << 20, 4)
+                requests.append(json.loads(data))
+                for fd in fds:
+                    os.close(fd)
+        except TimeoutError:
+            pass
+        seen.append(len(requests))
+        forked = iter(stand_ins)
+        for request in requests:
+            if request["env"]["PHOTON_PROCESS"] == "r2":
+                _send(theirs, {"id": request["id"], "error": "no fork for this one"})
+                continue
+            child = next(forked)
+            pidfd = os.pidfd_open(child.pid)
+            _send(theirs, {"id": request["id"], "pid": child.pid}, [pidfd])
+            os.close(pidfd)
+
+    peer = threading.Thread(target=fork_server, daemon=True)
+    peer.start()
+    messages = []
+    sup = Supervisor(tmp_path / "logs", tmp_path / "launcher.json", env=env, echo=messages.append, forkserver=server)
+    try:
+        sup.ensure([ProcessSpec(n, [sys.executable, "-m", "json.tool", "--help"], "registry", "a") for n in names])
+        peer.join(10)
+        assert seen == [len(names)], seen
+        state = _state(tmp_path)["processes"]
+        assert [state[n]["forked"] for n in names] == [True, True, False, True], state
+        assert [state[n]["pid"] for n in ("r0", "r1", "j0")] == [p.pid for p in stand_ins], state
+        assert state["r2"]["pid"] not in {p.pid for p in stand_ins}
+        assert any("r2: no fork for this one; starting it directly" in m for m in messages), messages
+    finally:
+        for p in stand_ins:
+            p.kill()
+            p.wait()
+        sup.children["r2"].proc.wait(timeout=30)
+        theirs.close()
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_direct_start_that_fails_leaves_no_forked_process_untracked(tmp_path):
+    """Of one ``ensure``, the processes the fork server forked are tracked before any is started directly: a
+    direct start that raises (here a program that does not exist) leaves each forked one with its pid, never a
+    forked process the supervisor would start a second time."""
+    import socket
+    import threading
+
+    from photon.app._forkserver import _send
+    env = dict(os.environ)
+    server = ForkServer(env)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stand_in = subprocess.Popen(["sleep", "60"])
+    server.proc, server._sock = stand_in, ours
+
+    def fork_server() -> None:
+        data, fds, _, _ = socket.recv_fds(theirs, 1 << 20, 4)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(stand_in.pid)
+        _send(theirs, {"id": json.loads(data)["id"], "pid": stand_in.pid}, [pidfd])
+        os.close(pidfd)
+
+    threading.Thread(target=fork_server, daemon=True).start()
+    sup = Supervisor(tmp_path / "logs", tmp_path / "launcher.json", env=env, echo=lambda m: None, forkserver=server)
+    try:
+        with pytest.raises(OSError):
+            sup.ensure([ProcessSpec("direct", [str(tmp_path / "no-such-program")], "registry", "a"),
+                        ProcessSpec("forked", [sys.executable, "-m", "json.tool", "--help"], "joiner", "a")])
+        assert sup.children["forked"].proc is not None and sup.children["forked"].proc.pid == stand_in.pid
+        assert sup.pid("forked") == stand_in.pid
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+        theirs.close()
+        server.close()

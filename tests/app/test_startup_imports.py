@@ -41,3 +41,25 @@ def test_front_doors_import_on_first_use():
     assert "photon._output" not in modules and "joiner._server" not in modules and "dispatcher._shell" not in modules
     modules = _imported_after("from joiner import JoinerClient\n")      # a dispatcher's view of the joiners
     assert "joiner._server" not in modules and "joiner._shell" not in modules
+
+
+@pytest.mark.timeout(120)
+def test_a_run_asks_for_its_registry_first_and_for_every_joiner_before_its_dispatcher(tmp_path):
+    """The order in which a run's processes are asked of the fork server (all at once, forked in this order):
+    the registry's replicas first (their first election comes before the first lookup and commit), then per
+    region the cache servers, the logs stores, the joiners and last the dispatcher (what it sends to, and what
+    they ask, already started before it)."""
+    from photon import load_config
+    from photon.app import Launcher, RunOptions
+    s = generate(GenOptions(out=str(tmp_path), queries=20, seed=1, regions=("a", "b")))
+    specs = Launcher(load_config(s.config), RunOptions()).specs()
+    kinds = ["cache" if p.role == "eventstore" and "--logs" not in p.argv else
+             "logs" if p.role == "eventstore" else p.role for p in specs]
+    replicas = kinds.count("registry")
+    assert replicas >= 3 and kinds[:replicas] == ["registry"] * replicas, kinds
+    for region in ("a", "b"):
+        mine = [k for k, p in zip(kinds, specs) if p.region == region and k != "registry"]
+        order = ["cache", "logs", "joiner", "dispatcher"]
+        assert sorted(mine, key=order.index) == mine and mine[0] == "cache" and mine[-1] == "dispatcher", mine
+        assert mine.count("dispatcher") == 1 and "joiner" in mine and "logs" in mine, mine
+    assert len(specs) == len({p.name for p in specs})

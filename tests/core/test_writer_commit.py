@@ -236,3 +236,31 @@ def test_a_stamp_may_hand_back_the_bytes_to_write_already_joined(tmp_path):
     assert read_output_lines(tmp_path) == lines(1, 2, 3)
     assert w.stats.lines_written == 3 and w.stats.bytes_written == sum(len(x) + 1 for x in lines(1, 2, 3))
     w.close()
+
+
+def test_a_start_with_nothing_to_recover_makes_no_durable_write(tmp_path, monkeypatch):
+    """A writer that starts where no record vouches for anything (none yet, or one reset to nothing) writes
+    no record at its start (a folder and two fsyncs before a service serves): a reader counts the same
+    either way, and the first commit writes the record; one that vouches for something is reset as before."""
+    replaced = []
+    real = _writer.write_atomic
+    monkeypatch.setattr(_writer, "write_atomic", lambda path, *a, **k: (replaced.append(path), real(path, *a, **k))[1])
+    before = read_output_lines(tmp_path)
+    assert RollingWriter(tmp_path, "a-j0").recover_orphans().published == []
+    assert replaced == [] and not (tmp_path / "_committed").exists() and read_output_lines(tmp_path) == before
+
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, commit_interval_s=3600)
+    w.sync(w.write_lines(lines(1)))                   # the first commit writes the record
+    assert replaced and record(tmp_path)["open"]
+    w.roll()
+    assert record(tmp_path)["open"] == {} and read_output_lines(tmp_path) == lines(1)
+    replaced.clear()
+    RollingWriter(tmp_path, "a-j0").recover_orphans()     # a clean stop before: nothing to reset
+    assert replaced == [] and record(tmp_path)["open"] == {} and read_output_lines(tmp_path) == lines(1)
+
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, commit_interval_s=3600)
+    w.sync(w.write_lines(lines(2)))
+    w._f.close()                                      # killed with a file open and vouched for
+    orphans = RollingWriter(tmp_path, "a-j0").recover_orphans()
+    assert len(orphans.published) == 1 and replaced and record(tmp_path)["open"] == {}
+    assert sorted(read_output_lines(tmp_path)) == sorted(lines(1, 2)) and inprogress(tmp_path) == []

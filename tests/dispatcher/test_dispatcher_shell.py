@@ -8,10 +8,10 @@ import pytest
 
 from dispatcher import DispatcherLocked, DispatcherStatistics, read_status, serve
 from dispatcher._state import snapshot_events
-from photon import wait_until
+from photon import load_config, wait_until
 from dispatcher_fakes import FakeJoinerClient, FakeJoinService, FakeRegistry
 from dispatcher_helpers import (append, append_lines, click_id, click_line, config, query_id,
-                                      read_jsonl_dir)
+                                      read_jsonl_dir, write_config)
 
 
 @pytest.fixture
@@ -229,3 +229,22 @@ def test_output_written_after_the_last_checkpoint_is_not_written_again_after_a_c
     assert sorted(u["click_id"] for u in read_jsonl_dir(region.unjoinable_dir)) == [click_id(1), click_id(2)]
     assert sorted(b["raw"] for b in read_jsonl_dir(region.quarantine_dir)) == ["{bad one", "{bad two"]
     assert (d.unjoinable_repeats_skipped, d.quarantine.repeats_skipped) == (2, 2)
+
+
+def test_the_first_scan_reads_about_one_request_and_the_backlog_then_goes_in_backlog_batches(tmp_path, service):
+    """At a cold start the first request carries about ``batch_size`` clicks (the first scan reads about that
+    many lines, not the read-ahead's), so the first join waits for no backlog's worth of work; the scans after
+    it read ahead as before and the backlog goes in requests of ``backlog_batch_size``; every click once."""
+    path = write_config(tmp_path)
+    path.write_text(path.read_text().replace("backlog_batch_size = 50", "backlog_batch_size = 400"))
+    cfg = load_config(path)
+    service.add_queries(query_id(n) for n in range(3000))
+    append_lines(tmp_path / "logs" / "clicks" / "c-0001.jsonl", [click_line(n) for n in range(3000)])
+    d = start(cfg, service)
+    try:
+        wait_until(lambda: len(service.joined) == 3000, 30, message="the backlog joined")
+    finally:
+        d.stop()
+    assert max(service.joined.values()) == 1
+    assert service.request_sizes[0] <= 50, service.request_sizes[:8]
+    assert max(service.request_sizes) == 400, service.request_sizes

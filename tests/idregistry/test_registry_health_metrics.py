@@ -52,7 +52,10 @@ def test_replica_health_follows_its_group_and_metrics_parse_as_prometheus_types(
         for n in range(0, 300, 100):
             assert set(client.commit(ids[n:n + 100], "tok")) == {idregistry.CommitResult.OK}
 
-        # metrics: the client library's own parser reads types, names and labels
+        # metrics: the client library's own parser reads types, names and labels (served a moment after
+        # gRPC: photon.METRICS_AFTER_S)
+        wait_until(lambda: all(_metrics_answer(s.metrics_address) for s in specs), 30,
+                   message="every replica's metrics answering")
         spec = specs[0]
         with urllib.request.urlopen(f"http://{spec.metrics_address}/metrics", timeout=5) as r:
             families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
@@ -97,6 +100,10 @@ def test_replica_health_follows_its_group_and_metrics_parse_as_prometheus_types(
         client.close()
         for c in channels.values():
             c.close()
+
+
+def _metrics_answer(address: str) -> bool:
+    return scrape(address) is not None
 
 
 def _ok(fn):
@@ -167,3 +174,38 @@ def test_a_full_journal_disk_stops_that_replica_cleanly_and_the_others_keep_comm
         assert len(indexes) > 1 and indexes == list(range(indexes[0], indexes[0] + len(indexes)))
     finally:
         client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_replica_serves_grpc_before_it_starts_its_metrics(tmp_path, monkeypatch):
+    """A replica's metrics start :data:`photon.METRICS_AFTER_S` after its gRPC server, never before it: the
+    first second of a group goes to its first election and its first requests."""
+    import socket
+    import threading
+
+    from idregistry import _server
+    from idregistry._spec import spec_from_json
+    from photon import METRICS_AFTER_S
+    config = make_config(tmp_path)
+    planned = idregistry.registry_processes(config)[0]
+    spec = spec_from_json(planned.argv[planned.argv.index("--spec") + 1])
+    host, port = spec.grpc_address.rsplit(":", 1)
+    started: list = []
+
+    def metrics(*_args, **_kwargs) -> None:
+        with socket.socket() as s:
+            started.append((time.monotonic(), s.connect_ex((host, int(port))) == 0))
+
+    monkeypatch.setattr(_server, "serve_metrics", metrics)
+    stop = threading.Event()
+    t0 = time.monotonic()
+    replica = threading.Thread(target=_server.serve, args=(spec, stop), daemon=True)
+    replica.start()
+    try:
+        wait_until(lambda: started, 30, message="the replica's metrics started")
+    finally:
+        stop.set()
+        replica.join(30)
+    at, grpc_answered = started[0]
+    assert grpc_answered, "metrics were started before the replica's gRPC server took connections"
+    assert at - t0 >= METRICS_AFTER_S
