@@ -244,8 +244,8 @@ class RollingWriter:
         """Publish the in-progress files of this prefix a crashed writer left, each up to what its commit
         record vouched for, and reset the record (when it vouched for anything). The whole lines beyond are
         handed to ``set_aside`` (before anything is cut: if it raises, nothing is, and the error propagates)
-        and cut: no reader counted them, so they are not output, ever. Call once, before writing; raises OSError when the
-        folder cannot be put in order (then nothing may be written)."""
+        and cut: no reader counted them, so they are not output, ever. Call once, before writing; raises OSError
+        when the folder cannot be put in order (then nothing may be written)."""
         out = Orphans()
         if not self.dir.is_dir():
             return out
