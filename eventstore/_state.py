@@ -548,18 +548,18 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     there (several writers) or no such key. Usually every id of the key's width is the key, ``:`` and 16
     ASCII digits: that is checked, and their timestamps packed, by columns (:func:`_all_one_writer`), the
     ids of other widths (found by one C ``map``) being the ones that are not. Otherwise the ids that are
-    exactly the key, ``:`` and 16 ASCII digits are taken in runs by one regular expression (a match per run, each stopping only at an id that is not: a
-    step per such id, not per id; the runs' ids all have one width, so a run's length counts its ids); the
+    exactly the key, ``:`` and 16 ASCII digits are taken in runs by one regular expression (a match per
+    run, each stopping only at an id that is not: a step per such id, not per id; the runs' ids all have one width, so a run's length counts its ids); the
     key is checked once, each other id alone. Their order is their timestamps' (one key, one width), and the
     timestamps are their last 16 characters joined, packed by one C call (no ``int`` per id)."""
     key = ids[0][:-_TS - 1]
     if not key:
         return None
-    width = len(key) + _TS + 1
-    if len(joined) == len(ids) * (width + 1) - 1:
+    id_width = len(key) + _TS + 1                       # the key, ":" and the digits
+    if len(joined) == len(ids) * (id_width + 1) - 1:
         holes, kept, text = [], ids, joined
     else:                                               # ids of another width: not the key and 16 digits
-        holes = _other_widths(ids, width)
+        holes = _other_widths(ids, id_width)
         kept = drop_at(ids, holes)
         text = "\n".join(kept)
     whole = _all_one_writer(kept, text, key) if kept else None

@@ -60,7 +60,8 @@ class JoinBatch:
     """
 
     __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "whole", "_ids", "_ref_ids", "_raws", "_out",
-                 "_first", "_dups", "_refs", "_looked", "_commit_idx", "_commit_lines", "_written_idx", "_tails", "_write_tails")
+                 "_first", "_dups", "_refs", "_looked", "_commit_idx", "_commit_lines", "_written_idx", "_tails",
+                 "_write_tails")
 
     def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes], ref_ok=is_event_id) -> None:
         n = len(ids)
