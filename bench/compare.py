@@ -469,7 +469,7 @@ def dispatcher_attempts(root: Path) -> dict:
     joiners answered THROTTLED because their event store had not read the query yet, per click read."""
     import orjson
     attempts = read = held = behind = requests = 0
-    waits = {"store_wait_us": 0, "commit_wait_us": 0, "write_wait_us": 0, "lookup_wait_us": 0}
+    waits = {"store_wait_us": 0, "commit_wait_us": 0, "write_wait_us": 0}
     for status in root.rglob("dispatcher/status.json"):
         try:
             s = orjson.loads(status.read_bytes())
@@ -496,8 +496,7 @@ def dispatcher_attempts(root: Path) -> dict:
             # joiners' latest status files (rewritten about once a second: a lower bound)
             "joiner_requests_per_k_clicks": round(requests / read * 1000, 2),
             # where a joiner request's wall time went, ms per request on average: the event store lookup, the
-            # registry commit, the output write, the joiner's own registry lookup once the store had answered
-            # (with [dispatcher].lookups_at_joiners); the rest: parsing, the adapter, gRPC
+            # registry commit, the output write (the rest: parsing, the adapter, gRPC)
             **{f"joiner_{k[:-8]}_ms_per_request": round(v / 1000 / max(1, requests), 1) for k, v in waits.items()}}
 
 

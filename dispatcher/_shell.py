@@ -9,7 +9,6 @@ loop wakes as soon as an answer arrives (no fixed waits). When nothing happens i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 import queue
@@ -116,10 +115,7 @@ class Dispatcher:
                 # lookups read the registry replicas of this region first: no wide-area round trip
                 registry_client = _default_registry_client(registry, self.region.bind_host(config.registry.host))
             self._registry = registry_client
-            # with lookups_at_joiners the joiners look the ids up beside their event store (look_up)
-            self._look_up_at_joiners = registry_client is not None and config.dispatcher.lookups_at_joiners
-            self.core = DispatcherState(config.join, config.dispatcher,
-                                        lookups=registry_client is not None and not self._look_up_at_joiners,
+            self.core = DispatcherState(config.join, config.dispatcher, lookups=registry_client is not None,
                                         jitter=jitter if jitter is not None else random.Random(),
                                         restore=snapshot, share=region_share(config, self.region.name))
             self.quarantine = Quarantine(self.region.quarantine_dir, f"dispatcher-{self.region.name}",
@@ -402,11 +398,9 @@ class Dispatcher:
 
         client, timeout, ids, ref_ids, raws = pool.clients[j], self._join_timeout_s, cmd.ids, cmd.ref_ids, cmd.raws
 
-        join = functools.partial(client.join, look_up=True) if self._look_up_at_joiners else client.join
-
         def run():
             try:
-                inbox.put((_JOIN_OK, batch_id, join(ids, ref_ids, raws, timeout=timeout)))
+                inbox.put((_JOIN_OK, batch_id, client.join(ids, ref_ids, raws, timeout=timeout)))
             except Exception as e:  # unavailable, timed out, cancelled: the whole request is retried
                 inbox.put((_JOIN_FAILED, batch_id, f"{type(e).__name__}: {e}"))
 

@@ -374,7 +374,6 @@ class DispatcherState:
         self._position_probe_due_us = 0
         self._batches: dict[int, list[str]] = {}   # request in lookup, looked up or at a joiner -> its ids
         self._looking: set[int] = set()            # requests whose registry lookup is out
-        self._ready: deque[int] = deque()          # requests looked up, waiting for a joiner slot
         self._in_flight = 0
         self._next_batch = 1
         self._latencies: deque[int] = deque(maxlen=LATENCY_SAMPLES)
@@ -734,14 +733,7 @@ class DispatcherState:
                 del self._batches[batch_id]
                 return
             self._batches[batch_id] = ids
-        if self._at_joiners() - 1 < self.config.max_in_flight:    # (this one counted among them)
-            self._send(batch_id, ids, out)
-        else:                                   # looked up ahead: goes when an answer frees a joiner slot
-            self._ready.append(batch_id)
-
-    def _at_joiners(self) -> int:
-        """Requests at the joiners (or looked up and about to go): neither in a lookup nor waiting."""
-        return len(self._batches) - len(self._looking) - len(self._ready)
+        self._send(batch_id, ids, out)
 
     def _send(self, batch_id: int, ids: list[str], out: list) -> None:
         recs = list(map(self._events.__getitem__, ids))
@@ -1002,23 +994,11 @@ class DispatcherState:
     def _pump(self, out: list, now: int = 0) -> None:
         size, limit, queued = self.config.batch_size, self.config.max_in_flight, self._queued
         hold = self._store_read_to is not None
-        ready, looking = self._ready, self._looking
-        while ready and self._at_joiners() < limit:     # looked up ahead: into the slots answers freed
-            batch_id = ready.popleft()
-            self._send(batch_id, self._batches[batch_id], out)
-        while queued:
-            if len(self._batches) < limit:
-                # a backlog is spread over the free slots in bigger requests (per-request costs paid less
-                # often); with little queued, requests of batch_size go at once (no waiting to fill a batch)
-                free = limit - len(self._batches)
-            elif (self.lookups and self.config.lookups_ahead and len(looking) + len(ready) < limit
-                  and len(queued) >= self._backlog_batch):
-                # every slot busy and a backlog waiting: full requests are looked up ahead, up to max_in_flight
-                # of them, so a slot an answer frees is refilled by one already looked up, not after a lookup's
-                # round trip (a smaller request waits for a free slot, as it would without this)
-                free = 1
-            else:
-                break
+        looking = self._looking
+        while queued and len(self._batches) < limit:
+            # a backlog is spread over the free slots in bigger requests (per-request costs paid less
+            # often); with little queued, requests of batch_size go at once (no waiting to fill a batch)
+            free = limit - len(self._batches)
             n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
             front = self._released_front
             if not hold:

@@ -43,25 +43,20 @@ class JoinerClient:
         self._channel = open_channel(address, CHANNEL_OPTIONS)
         self._stub = pb_grpc.JoinerStub(self._channel)
 
-    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], timeout: float = 30.0,
-             look_up: bool = False) -> Outcomes:
-        """``look_up``: the ids were not looked up in the registry; the joiner does it beside its event store
-        lookup and answers ALREADY_REGISTERED for the ids the registry holds."""
+    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], timeout: float = 30.0) -> Outcomes:
         try:
-            resp = self._stub.Join(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws, look_up=look_up),
-                                   timeout=timeout)
+            resp = self._stub.Join(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws), timeout=timeout)
         except grpc.RpcError as e:
             raise self._unavailable(e) from None
         return self._outcomes(resp, len(ids))
 
     def join_future(self, ids: list[str], ref_ids: list[str], raws: list[bytes],
-                    timeout: float = 30.0, look_up: bool = False) -> concurrent.futures.Future:
+                    timeout: float = 30.0) -> concurrent.futures.Future:
         """Like :meth:`join` without blocking: the future resolves to the outcomes or raises
         :class:`JoinerUnavailable`."""
         result: concurrent.futures.Future = concurrent.futures.Future()
         n = len(ids)
-        call = self._stub.Join.future(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws, look_up=look_up),
-                                      timeout=timeout)
+        call = self._stub.Join.future(pb.JoinRequest(ids=ids, ref_ids=ref_ids, raws=raws), timeout=timeout)
 
         def done(call) -> None:
             if call.cancelled():

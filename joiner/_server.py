@@ -39,8 +39,7 @@ METRIC_KINDS = MetricKinds(
         "commit_retries", "lines_written", "bytes_written", "files_rolled", "orphans_recovered",
         "not_found_store_behind", "served_by_cache", "served_by_logs", "write_failures", "lost_ids",
         "requests_throttled_writer", "refused_ids", "commit_unknown_ids", "unrecorded_ids", "output_commits",
-        "store_wait_us", "commit_wait_us", "write_wait_us", "lookup_wait_us", "looked_up_ids", "lookup_held_ids",
-        "lookup_errors"}))
+        "store_wait_us", "commit_wait_us", "write_wait_us"}))
 """How :class:`JoinerStatistics` is exposed: everything counts since the process started, but the
 requests in flight and their limit."""
 
@@ -168,9 +167,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
     server = grpc.server(futures.ThreadPoolExecutor(jc.max_in_flight + EXTRA_SERVER_THREADS, thread_name_prefix=name),
                          options=CHANNEL_OPTIONS)
     bound = bind_port(server, host, port, f"joiner {name}", server_credentials())
-    # lookups (requests asking look_up) read this region's registry replicas first, as the dispatcher's do
-    store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes,
-                                           near_host=reg.bind_host(config.registry.host))
+    store, registry, owned = _open_clients(eventstore, registry, logstore, config.eventstore.ring_vnodes)
     writer = open_output_sink(reg.output_url("joined"), name, staging=reg.joined_dir, s3=config.s3,
                               roll_interval_s=jc.roll_interval_s, roll_bytes=int(jc.roll_mb * (1 << 20)),
                               commit_interval_s=jc.commit_interval_ms / 1000, clock=clock)
@@ -189,8 +186,7 @@ def serve(config: PhotonConfig, region: str, name: str, *, eventstore, registry,
                         stop_patience_s=jc.stop_patience_s, health=health)
 
 
-def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64,
-                  near_host: str | None = None) -> tuple[object, object, list]:
+def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64) -> tuple[object, object, list]:
     """The event store and registry clients (made from addresses when given addresses) and those made."""
     owned: list = []
     if isinstance(eventstore, (str, list)):
@@ -199,7 +195,7 @@ def _open_clients(eventstore, registry, logstore=(), vnodes: int = 64,
     if isinstance(registry, (str, list)):
         from idregistry import connect  # here, so that joiner clients never load the registry
         try:
-            registry = connect(registry, near_host=near_host)
+            registry = connect(registry)
         except BaseException:
             for client in owned:
                 client.close()

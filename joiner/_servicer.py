@@ -16,8 +16,7 @@ class JoinerServicer(pb_grpc.JoinerServicer):
 
     def Join(self, request, context):
         try:
-            outcomes = self._joiner.join(list(request.ids), list(request.ref_ids), list(request.raws),
-                                         look_up=request.look_up)
+            outcomes = self._joiner.join(list(request.ids), list(request.ref_ids), list(request.raws))
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         position = self._joiner.store_position

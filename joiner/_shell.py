@@ -28,7 +28,6 @@ a commit with it; a new request for the same id carries a new token and gets ALR
 """
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import logging
 import os
@@ -101,10 +100,6 @@ class JoinerStatistics:
     unrecorded_ids: int = 0        # registered ids neither written nor in the ledger (stopping with both failing)
     output_commits: int = 0        # group commits of the output (one may cover several requests' lines)
     store_wait_us: int = 0         # time requests spent in event store lookups (summed over requests at once)
-    lookup_wait_us: int = 0        # ... waiting for their own registry lookups after the store had answered
-    looked_up_ids: int = 0         # ids looked up in the registry beside the store (requests asking look_up)
-    lookup_held_ids: int = 0       # ... of them held already: answered ALREADY_REGISTERED, never committed
-    lookup_errors: int = 0         # such lookups that failed or were too slow (their requests went on without)
     commit_wait_us: int = 0        # ... in registry commits
     write_wait_us: int = 0         # ... writing their lines until committed output
 
@@ -119,10 +114,6 @@ ORPHAN_REASON = "beyond the commit record of a killed joiner: never output, set 
 
 REFUSED = 2
 """The commit result given to an id the registry refused on its own: answered like TOO_OLD (UNJOINABLE)."""
-
-LOOKUP_WAIT_S = 2.0
-"""How long a request waits, once its event store lookup has answered, for the registry lookup it asked for
-(``look_up``) before it goes on without it (its commit decides alone), as the dispatcher does with its own."""
 
 PROBE_MIN_BYTES = 64 << 10
 """The smallest probe write that tells a failed output folder works again (a full tmpfs may still take a
@@ -143,10 +134,6 @@ class Joiner:
     known) that is more than ``store_behind_s`` behind the clock has its "not held" answers taken as
     "not yet": those events are answered THROTTLED, not NOT_FOUND.
     At most ``max_in_flight`` requests are worked on at once; one more is answered all THROTTLED at once.
-    A request asking ``look_up`` has its ids looked up in the registry (``registry.lookup(ids) -> [held?]``, on
-    a pool of ``max_in_flight`` threads) while the event store is asked, and its held ids answer
-    ALREADY_REGISTERED without a commit (see :meth:`JoinBatch.registered`); a lookup that fails, or has not
-    answered ``LOOKUP_WAIT_S`` after the store, is done without.
     """
 
     def __init__(self, *, name: str, address: str, store, registry, adapter, writer: RollingWriter,
@@ -172,8 +159,6 @@ class Joiner:
         self._last = threading.local()   # the store's state as the calling thread's latest join found it
         self._store_seen = _STORE_CAUGHT_UP  # the store's state as the latest lookup of any thread found it
         self._seq = itertools.count(1)
-        self._lookups = (concurrent.futures.ThreadPoolExecutor(max_in_flight, thread_name_prefix=f"{name}-lookup")
-                         if callable(getattr(registry, "lookup", None)) else None)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)   # notified whenever a request finishes
         self._in_flight = 0
@@ -183,8 +168,7 @@ class Joiner:
                        adapter_errors=0, bad_ids=0, eventstore_errors=0, registry_errors=0, commit_retries=0,
                        orphans_recovered=0, not_found_store_behind=0, served_by_cache=0, served_by_logs=0,
                        write_failures=0, lost_ids=0, requests_throttled_writer=0, refused_ids=0,
-                       commit_unknown_ids=0, unrecorded_ids=0, store_wait_us=0, commit_wait_us=0, write_wait_us=0,
-                       lookup_wait_us=0, looked_up_ids=0, lookup_held_ids=0, lookup_errors=0)
+                       commit_unknown_ids=0, unrecorded_ids=0, store_wait_us=0, commit_wait_us=0, write_wait_us=0)
 
     @property
     def store_behind(self) -> bool:
@@ -231,10 +215,8 @@ class Joiner:
         log.error("joiner %s: %d id(s) a killed predecessor registered and wrote but never committed to the "
                   "output; recorded in the lost-ids ledger for recovery", self.name, len(ids))
 
-    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes], look_up: bool = False) -> bytearray:
+    def join(self, ids: list[str], ref_ids: list[str], raws: list[bytes]) -> bytearray:
         """One outcome number per event (see :class:`Outcome`); raises ValueError for ragged columns.
-        ``look_up``: the ids were not looked up in the registry before the request; look them up beside the
-        event store (when the registry has ``lookup``) and answer ALREADY_REGISTERED for the held ones.
         Afterwards, on the calling thread, :attr:`store_behind` says whether the event store was catching up
         (its NOT_FOUND answers were turned into THROTTLED)."""
         self._last.store = self._store_seen
@@ -260,7 +242,7 @@ class Joiner:
             return out
         try:
             batch = JoinBatch(ids, ref_ids, raws, self._ref_ok)
-            out = self._join(batch, next(self._seq), look_up)
+            out = self._join(batch, next(self._seq))
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -272,12 +254,7 @@ class Joiner:
             self._c["bad_ids"] += batch.bad_ids
         return out
 
-    def _join(self, batch: JoinBatch, seq: int, look_up: bool = False) -> bytearray:
-        lookup, asked = None, ()
-        if look_up and self._lookups is not None:
-            asked = batch.ids_to_look_up()     # asked before the store: the two round trips overlap
-            if asked:
-                lookup = self._lookups.submit(self._registry.lookup, asked)
+    def _join(self, batch: JoinBatch, seq: int) -> bytearray:
         refs = batch.ref_ids_to_look_up()
         try:
             # a request with no events is a probe of how far the store has read (answered with that alone)
@@ -288,8 +265,6 @@ class Joiner:
                 raise ValueError(f"event store answered {len(primaries)} results for {len(refs)} ids")
         except Exception as e:
             self._failed("eventstore_errors", "event store lookup", e)
-            if lookup is not None:
-                lookup.cancel()
             batch.gave_up()
             return batch.outcomes()
         now = self._clock.now_us()
@@ -301,8 +276,6 @@ class Joiner:
                 self._c["served_by_logs"] += served.count("logs")
         else:
             batch.primaries_found(primaries, self._adapter.bind(now))
-        if lookup is not None:
-            self._registered(batch, lookup, len(asked), seq)
         read_through = getattr(self._store, "read_through_us", None)
         if read_through is not None and now - read_through > self._store_behind_us:
             self._last.store = self._store_seen = (True, getattr(self._store, "read_to_us", None), read_through)
@@ -342,26 +315,6 @@ class Joiner:
                 with self._lock:
                     self._started.pop(seq, None)
         return batch.outcomes()
-
-    def _registered(self, batch: JoinBatch, lookup: concurrent.futures.Future, asked: int, seq: int) -> None:
-        """Take the answer of the registry lookup this request asked for: its held ids answer ALREADY_REGISTERED.
-        A failed or late lookup (``LOOKUP_WAIT_S``) is left out: the commit alone decides those ids."""
-        began = time.monotonic_ns()
-        try:
-            present = lookup.result(timeout=LOOKUP_WAIT_S)
-            held = batch.registered(present)
-        except Exception as e:  # noqa: BLE001  (a filter only: going on without it never weakens the commit)
-            lookup.cancel()
-            with self._lock:
-                self._c["lookup_errors"] += 1
-            log.warning("joiner %s: request %d: registry lookup failed, committing without it: %s: %s",
-                        self.name, seq, type(e).__name__, e)
-            held = 0
-        waited = (time.monotonic_ns() - began) // 1000
-        with self._lock:
-            self._c["lookup_wait_us"] += waited
-            self._c["looked_up_ids"] += asked
-            self._c["lookup_held_ids"] += held
 
     def _waited(self, counter: str, began_ns: int) -> None:
         """Add the time since ``began_ns`` (``time.monotonic_ns``) to one of the wait counters: where a request's
@@ -411,8 +364,6 @@ class Joiner:
             unfinished = sorted(self._started)
         for seq in unfinished:
             self._record_unknown(seq, "commit outcome unknown: the joiner stopped before the commit answered")
-        if self._lookups is not None:
-            self._lookups.shutdown(wait=False, cancel_futures=True)
         return len(unfinished)
 
     def _write(self, batch: JoinBatch, lines: list[bytes], built_us: int) -> None:

@@ -3,10 +3,8 @@
 A :class:`JoinBatch` is one Join request's life, driven by the shell in this order::
 
     batch = JoinBatch(ids, ref_ids, raws)          # later copies of an id are set aside (joined at most once)
-    asked = batch.ids_to_look_up()                 # (only when asked to) the ids for a registry lookup
     refs = batch.ref_ids_to_look_up()              # unique primary ids of the first copies
     batch.primaries_found(store.lookup(refs), build)   # NOT_FOUND / UNJOINABLE decided; joined lines built
-    batch.registered(registry.lookup(asked))       # (only when asked to) held ids: ALREADY_REGISTERED
     ids = batch.ids_to_commit()                    # events whose joined line exists
     lines = batch.commit_resolved(registry.commit(ids, token))   # OK -> JOINED + its line to write
     ... write lines (flushed) ...
@@ -60,8 +58,7 @@ class JoinBatch:
     """
 
     __slots__ = ("n", "adapter_errors", "bad_ids", "first_error", "whole", "_ids", "_ref_ids", "_raws", "_out",
-                 "_first", "_dups", "_refs", "_looked", "_commit_idx", "_commit_lines", "_written_idx", "_tails",
-                 "_write_tails")
+                 "_first", "_dups", "_refs", "_commit_idx", "_commit_lines", "_written_idx", "_tails", "_write_tails")
 
     def __init__(self, ids: list[str], ref_ids: list[str], raws: list[bytes], ref_ok=is_event_id) -> None:
         n = len(ids)
@@ -77,7 +74,6 @@ class JoinBatch:
         self._first: list[int]
         self._dups: list[tuple[int, int]] = []
         self._refs: list[str] = []
-        self._looked: list[int] | range = []     # positions of the ids ids_to_look_up() handed out
         self._commit_idx: list[int] = []
         self._commit_lines: list[bytes] = []
         self._written_idx: list[int] = []
@@ -123,40 +119,6 @@ class JoinBatch:
         else:
             self._refs = list(dict.fromkeys([ref_ids[i] for i in self._first if out[i] == _PENDING]))
         return self._refs
-
-    def ids_to_look_up(self) -> list[str]:
-        """The ids of the undecided first copies, for a registry lookup made beside the event store's (the
-        request was not filtered by one before it came); :meth:`registered` takes its answers. Call before
-        :meth:`primaries_found`."""
-        ids, out = self._ids, self._out
-        if self.whole and out_all_pending(out):
-            self._looked = range(self.n)
-            return list(ids)
-        self._looked = [i for i in self._first if out[i] == _PENDING]
-        return list(map(ids.__getitem__, self._looked))
-
-    def registered(self, present: list[bool]) -> int:
-        """``present[k]`` says whether the registry holds ``ids_to_look_up()[k]``. Each held id answers
-        ALREADY_REGISTERED and is never committed or written, whatever the event store found for it: the
-        request then ends as it would have without those ids, had the lookup dropped them before it came
-        (a stale "absent" only costs a commit that answers ALREADY_EXISTS). Call after
-        :meth:`primaries_found` and before :meth:`ids_to_commit`. Returns how many were held."""
-        looked = self._looked
-        if len(present) != len(looked):
-            raise ValueError(f"{len(present)} lookup results for {len(looked)} ids")
-        if not any(present):
-            return 0
-        held = set(compress(looked, present))
-        out = self._out
-        for i in held:
-            out[i] = _ALREADY
-        idx = self._commit_idx
-        if idx:
-            keep = [i not in held for i in idx]
-            self._commit_idx = list(compress(idx, keep))
-            self._commit_lines = list(compress(self._commit_lines, keep))
-            self._tails = list(compress(self._tails, keep))
-        return len(held)
 
     def primaries_found(self, primaries: list[bytes | None], build, served_by: list | None = None) -> None:
         """``primaries[k]`` answers ``ref_ids_to_look_up()[k]``. Missing primary: NOT_FOUND. Otherwise

@@ -299,15 +299,6 @@ class DispatcherConfig:
                                         "spread over the free request slots in requests of up to this many "
                                         "(never fewer than batch_size), so each lookup, join, registry commit "
                                         "and output commit carries more clicks", check=_positive)
-    lookups_ahead: bool = opt(False, "with registry lookups and every request slot busy, look up to max_in_flight "
-                                     "full backlog requests up ahead, so a slot an answer frees is refilled without "
-                                     "waiting for a lookup's round trip (not shown to help, loaded or quiet; see "
-                                     "docs/performance.md, fourteenth pass)")
-    lookups_at_joiners: bool = opt(False, "send each request to a joiner without a registry lookup first and let "
-                                          "the joiner look its ids up beside its event store lookup (held ids "
-                                          "answer ALREADY_REGISTERED, never committed): the two round trips "
-                                          "overlap instead of following each other (docs/performance.md, fifteenth "
-                                          "pass)")
     retry_initial_s: float = opt(0.05, "first retry delay for NOT_FOUND / THROTTLED (doubles per attempt)",
                                  check=_positive)
     retry_max_s: float = opt(8.0, "longest retry delay", check=_positive)

@@ -25,13 +25,10 @@ LATE = range(8000, 8050)            # their queries arrive only after the restar
 NEVER = range(N_TOTAL, N_TOTAL + 5)  # their queries never arrive
 
 
-@pytest.fixture(params=[False, True], ids=["lookups-at-dispatcher", "lookups-at-joiners"])
-def pipeline(request, tmp_path, procs):
-    """With ``lookups_at_joiners`` the dispatcher sends its requests without a registry lookup and the joiners
-    look the ids up beside their event store; every guarantee below must hold either way."""
+@pytest.fixture
+def pipeline(tmp_path, procs):
     path = write_config(tmp_path, unjoinable_after_s=4.0,
-                        extra=f"lookups_at_joiners = {str(request.param).lower()}\n"
-                              "\n[registry]\nreplicas = 1\n\n[joiner]\nmax_in_flight = 4\n")
+                        extra="\n[registry]\nreplicas = 1\n\n[joiner]\nmax_in_flight = 4\n")
     cfg = load_config(path)
     for spec in idregistry.registry_processes(cfg):
         procs.start(spec.argv)
@@ -115,10 +112,6 @@ def test_sigkill_and_restart_join_every_click_exactly_once(pipeline, procs, tmp_
 
     for j in joiners:
         j.stop(grace=5)  # publishes the joiners' last output files
-    looked_up = sum(j.statistics().looked_up_ids for j in joiners)
-    assert (looked_up > 0) == cfg.dispatcher.lookups_at_joiners     # the joiners looked up only when asked
-    if cfg.dispatcher.lookups_at_joiners:
-        assert sum(j.statistics().lookup_held_ids for j in joiners) >= 1    # click 5 again, at least
     joined = Counter(r["click_id"] for r in read_jsonl_dir(region.joined_dir))
     dupes = {k: v for k, v in joined.items() if v > 1}
     assert dupes == {}, "clicks joined twice"

@@ -48,13 +48,11 @@ class Harness:
             return False
         return True
 
-    def __init__(self, lines, lookups, batch_size, max_in_flight, ahead=False):
+    def __init__(self, lines, lookups, batch_size, max_in_flight):
         self.lines = lines
         self.lookups = lookups
-        # with lookups ahead, requests of batch_size are full ones (looked up ahead while the slots are busy)
-        more = dict(lookups_ahead=True, backlog_batch_size=batch_size) if ahead else {}
         self.cfg = DispatcherConfig(batch_size=batch_size, max_in_flight=max_in_flight, retry_initial_s=0.01,
-                                    retry_max_s=0.05, min_attempts=2, checkpoint_interval_s=0.02, **more)
+                                    retry_max_s=0.05, min_attempts=2, checkpoint_interval_s=0.02)
         self.join = JoinConfig(unjoinable_after_s=0.5)
         self.now = START
         self.joined: dict[str, int] = {}       # model registry: id -> times committed (must stay <= 1)
@@ -99,17 +97,11 @@ class Harness:
                     self.checkpoint = apply_delta(self.checkpoint, delta)
             else:
                 assert type(c) is QuarantineRecords
-        # requests looked up ahead, waiting for a joiner slot (the core's own list: nothing was sent for them)
-        ready = [self.core._batches[b] for b in self.core._ready]
         outstanding = [i for ids in self.lookups_out.values() for i in ids]
         outstanding += [i for b in self.sends_out.values() for i in b.ids]
-        outstanding += [i for ids in ready for i in ids]
         assert len(outstanding) == len(set(outstanding)), "an id is in two requests at once"
-        # never more than max_in_flight requests at the joiners, nor more than that in lookups or looked up
-        assert len(self.sends_out) <= self.cfg.max_in_flight
-        assert len(self.lookups_out) + len(ready) <= self.cfg.max_in_flight
-        assert not ready or len(self.sends_out) == self.cfg.max_in_flight, "a looked-up request waits for a free slot"
-        self.ready_ids = sum(map(len, ready))
+        # never more than max_in_flight requests out, in lookups and at the joiners together
+        assert len(self.sends_out) + len(self.lookups_out) <= self.cfg.max_in_flight
         self.check_conservation()
 
     def check_conservation(self):
@@ -123,7 +115,7 @@ class Harness:
         # are counted again from the checkpoint's counts, so every line up to the read position counts once
         assert s.events_read == self.pos
         assert s.in_flight == sum(len(v) for v in self.lookups_out.values()) + sum(
-            len(b.ids) for b in self.sends_out.values()) + self.ready_ids
+            len(b.ids) for b in self.sends_out.values())
 
     def read(self, n):
         new = self.lines[self.pos:self.pos + n]
@@ -188,23 +180,23 @@ class Harness:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n_lines=st.integers(0, 60), lookups=st.booleans(),
-       batch_size=st.integers(1, 7), max_in_flight=st.integers(1, 4), ahead=st.booleans(),
+       batch_size=st.integers(1, 7), max_in_flight=st.integers(1, 4),
        actions=st.lists(st.sampled_from(["read", "answer", "answer", "tick", "crash", "stop"]), max_size=80))
 def test_random_interleavings_never_lose_or_double_resolve(seed, n_lines, lookups, batch_size, max_in_flight,
-                                                            ahead, actions):
+                                                            actions):
     import dispatcher._state as core
     compact_at, core.JOURNAL_COMPACT_MIN_ENTRIES = core.JOURNAL_COMPACT_MIN_ENTRIES, 4  # full checkpoints often too
     slack, core.OLDEST_HEAP_SLACK = core.OLDEST_HEAP_SLACK, 2                             # heap rebuilds too
     try:
-        _interleave(seed, n_lines, lookups, batch_size, max_in_flight, actions, ahead)
+        _interleave(seed, n_lines, lookups, batch_size, max_in_flight, actions)
     finally:
         core.JOURNAL_COMPACT_MIN_ENTRIES = compact_at
         core.OLDEST_HEAP_SLACK = slack
 
 
-def _interleave(seed, n_lines, lookups, batch_size, max_in_flight, actions, ahead=False):
+def _interleave(seed, n_lines, lookups, batch_size, max_in_flight, actions):
     rng = random.Random(seed)
-    h = Harness(make_lines(rng, n_lines), lookups, batch_size, max_in_flight, ahead)
+    h = Harness(make_lines(rng, n_lines), lookups, batch_size, max_in_flight)
     for a in actions:
         if h.step(a, rng):
             pass

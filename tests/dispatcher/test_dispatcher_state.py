@@ -130,48 +130,7 @@ def test_lookup_drops_present_ids_and_a_failed_lookup_sends_anyway():
     assert st.statistics().requests_in_flight == 2
 
 
-def test_with_lookups_the_next_requests_are_looked_up_while_the_slots_are_at_the_joiners():
-    """A slot freed by a joiner's answer is refilled at once by a request already looked up, never after a
-    lookup's round trip; at most max_in_flight requests are at the joiners and as many in lookups."""
-    clock = FakeClock()
-    st = state(lookups=True, lookups_ahead=True, batch_size=10, max_in_flight=2)
-    lookups = of(st.handle(LinesRead([chunk([line(i) for i in range(60)])], clock.now_us())), Lookup)
-    assert [len(lk.ids) for lk in lookups] == [10, 10]
-    cmds = [c for lk in lookups for c in st.handle(LookupAnswered(lk.batch_id, [False] * 10, clock.advance(10)))]
-    sends = of(cmds, SendBatch)
-    assert [s.batch_id for s in sends] == [lk.batch_id for lk in lookups]
-    # each request gone to a joiner frees its lookup slot: the next two requests are looked up meanwhile,
-    # and wait once answered
-    ahead = of(cmds, Lookup)
-    assert [len(lk.ids) for lk in ahead] == [10, 10]
-    for lk in ahead:
-        assert not of(st.handle(LookupAnswered(lk.batch_id, [False] * 9 + [True], clock.advance(10))), SendBatch)
-    assert not of(st.handle(TimePassed(clock.advance(10))), Lookup)   # two looked up, waiting: no more lookups
-    assert st.statistics().requests_in_flight == 4 and st.statistics().already_registered == 2
-    # an answer frees a slot: the first looked-up request goes in the same step, and one more lookup starts
-    cmds = st.handle(JoinAnswered(sends[0].batch_id, [Outcome.JOINED] * 10, clock.advance(10)))
-    [send] = of(cmds, SendBatch)
-    assert send.batch_id == ahead[0].batch_id and send.ids == ahead[0].ids[:9]
-    assert [len(lk.ids) for lk in of(cmds, Lookup)] == [10]
-    cmds = st.handle(JoinAnswered(sends[1].batch_id, [Outcome.JOINED] * 10, clock.advance(10)))
-    assert [s.batch_id for s in of(cmds, SendBatch)] == [ahead[1].batch_id]
-    assert st.statistics().joined == 20 and st.statistics().in_flight == 9 + 9 + 10 + 10
-
-
-def test_only_a_full_backlog_request_is_looked_up_ahead_a_smaller_one_waits_for_a_free_slot():
-    clock = FakeClock()
-    st = state(lookups=True, lookups_ahead=True, batch_size=10, backlog_batch_size=30, max_in_flight=1)
-    [lk] = of(st.handle(LinesRead([chunk([line(i) for i in range(45)])], clock.now_us())), Lookup)
-    assert len(lk.ids) == 30
-    cmds = st.handle(LookupAnswered(lk.batch_id, [False] * 30, clock.advance(10)))
-    assert len(of(cmds, SendBatch)[0].ids) == 30 and not of(cmds, Lookup)    # 15 queued: not a full request
-    more = [line(i) for i in range(45, 65)]
-    [ahead] = of(st.handle(LinesRead([chunk(more, start=100_000)], clock.advance(10))), Lookup)
-    assert len(ahead.ids) == 30 and st.statistics().queued == 5
-    assert not of(st.handle(LookupAnswered(ahead.batch_id, [False] * 30, clock.advance(10))), SendBatch)
-
-
-def test_by_default_no_request_is_looked_up_while_every_slot_is_busy():
+def test_with_lookups_no_request_is_looked_up_while_every_slot_is_busy():
     clock = FakeClock()
     st = state(lookups=True, batch_size=10, max_in_flight=2)
     lookups = of(st.handle(LinesRead([chunk([line(i) for i in range(60)])], clock.now_us())), Lookup)

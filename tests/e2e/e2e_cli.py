@@ -16,13 +16,3 @@ def run_cli(capsys, *argv) -> tuple[int, dict | None, str]:
     out, err = capsys.readouterr()
     last = out.strip().splitlines()[-1] if out.strip() else ""
     return code, (json.loads(last) if last.startswith("{") else None), err
-
-
-def with_lookups_at_joiners(config_path, on: bool) -> None:
-    """With ``on``, a generated photon.toml gets ``[dispatcher] lookups_at_joiners = true`` (the joiners look the
-    clicks up in the registry beside their event store; the dispatcher does not)."""
-    if on:
-        text = config_path.read_text()
-        head, sep, regions = text.partition("[[regions]]")
-        assert "[dispatcher]" not in head
-        config_path.write_text(head + "[dispatcher]\nlookups_at_joiners = true\n\n" + sep + regions)

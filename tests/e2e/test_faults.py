@@ -11,8 +11,6 @@ import pytest
 from photon import wait_until
 from photon.app import GenOptions, generate
 
-from e2e_cli import with_lookups_at_joiners
-
 
 def _leader_pid(client) -> int | None:
     leaders = [r for r in client.status() if r.get("is_leader")]
@@ -52,12 +50,10 @@ class ClickFeeder:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("lookups_at_joiners", [False, True], ids=["lookups-at-dispatcher", "lookups-at-joiners"])
-def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth, lookups_at_joiners):
+def test_kill_joiner_and_registry_leader_mid_run(tmp_path, pipeline, truth):
     import idregistry
     generate(GenOptions(out=str(tmp_path), queries=60_000, unjoinable_fraction=0.0, duplicate_fraction=0.01,
                         bad_line_fraction=0.0, seed=9))
-    with_lookups_at_joiners(tmp_path / "photon.toml", lookups_at_joiners)
     joinable = truth(tmp_path, "joinable")
     feeder = ClickFeeder(tmp_path / "logs" / "a" / "clicks", keep_fraction=0.3)
     p = pipeline(tmp_path / "photon.toml").start()

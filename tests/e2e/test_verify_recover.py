@@ -12,19 +12,17 @@ from photon import read_output_lines, wait_until
 from photon.app import cli
 from photon.app import GenOptions, generate, read_recoverable
 
-from e2e_cli import KILL_ENV, run_cli, with_lookups_at_joiners
+from e2e_cli import KILL_ENV, run_cli
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("lookups_at_joiners", [False, True], ids=["lookups-at-dispatcher", "lookups-at-joiners"])
 def test_a_run_that_caught_up_with_clicks_registered_in_no_output_shows_them_lost_and_exits_5(
-        tmp_path, pipeline, truth, monkeypatch, lookups_at_joiners):
+        tmp_path, pipeline, truth, monkeypatch):
     """The killed joiner's batch is registered, not written; the dispatcher's retry finds it registered (all
     it can know: already registered). The summary reconciles the registry with the output and says lost."""
     generate(GenOptions(out=str(tmp_path), queries=2000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
                         bad_line_fraction=0.0, seed=12))
-    with_lookups_at_joiners(tmp_path / "photon.toml", lookups_at_joiners)
     marker = tmp_path / "killed-batch.txt"
     monkeypatch.setenv(KILL_ENV, str(marker))
     p = pipeline(tmp_path / "photon.toml").start("--until-caught-up", "--timeout", "180", "--json")
@@ -45,12 +43,9 @@ def test_a_run_that_caught_up_with_clicks_registered_in_no_output_shows_them_los
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("lookups_at_joiners", [False, True], ids=["lookups-at-dispatcher", "lookups-at-joiners"])
-def test_lost_clicks_are_found_recovered_and_joined_once(tmp_path, pipeline, truth, spark, capsys, monkeypatch,
-                                                         lookups_at_joiners):
+def test_lost_clicks_are_found_recovered_and_joined_once(tmp_path, pipeline, truth, spark, capsys, monkeypatch):
     generate(GenOptions(out=str(tmp_path), queries=3000, unjoinable_fraction=0.0, duplicate_fraction=0.0,
                         bad_line_fraction=0.0, seed=11))
-    with_lookups_at_joiners(tmp_path / "photon.toml", lookups_at_joiners)
     cfg = str(tmp_path / "photon.toml")
     marker = tmp_path / "killed-batch.txt"
     monkeypatch.setenv(KILL_ENV, str(marker))
