@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13joiner/joiner.proto\x12\rphoton.joiner\"9\n\x0bJoinRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07ref_ids\x18\x02 \x03(\t\x12\x0c\n\x04raws\x18\x03 \x03(\x0c\"\x8c\x02\n\x0cJoinResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.photon.joiner.Outcome\x12\x14\n\x0cstore_behind\x18\x02 \x01(\x08\x12H\n\x10store_read_to_us\x18\x03 \x03(\x0b\x32..photon.joiner.JoinResponse.StoreReadToUsEntry\x12\"\n\x15store_read_through_us\x18\x04 \x01(\x03H\x00\x88\x01\x01\x1a\x34\n\x12StoreReadToUsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x18\n\x16_store_read_through_us\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t*e\n\x07Outcome\x12\n\n\x06JOINED\x10\x00\x12\x16\n\x12\x41LREADY_REGISTERED\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\x12\r\n\tTHROTTLED\x10\x03\x12\x0e\n\nUNJOINABLE\x10\x04\x12\x08\n\x04LOST\x10\x05\x32\x90\x01\n\x06Joiner\x12?\n\x04Join\x12\x1a.photon.joiner.JoinRequest\x1a\x1b.photon.joiner.JoinResponse\x12\x45\n\x06Status\x12\x1c.photon.joiner.StatusRequest\x1a\x1d.photon.joiner.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13joiner/joiner.proto\x12\rphoton.joiner\"H\n\x0bJoinRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\x12\x0f\n\x07ref_ids\x18\x02 \x03(\t\x12\x0c\n\x04raws\x18\x03 \x03(\x0cJ\x04\x08\x04\x10\x05R\x07look_up\"\x8c\x02\n\x0cJoinResponse\x12(\n\x08outcomes\x18\x01 \x03(\x0e\x32\x16.photon.joiner.Outcome\x12\x14\n\x0cstore_behind\x18\x02 \x01(\x08\x12H\n\x10store_read_to_us\x18\x03 \x03(\x0b\x32..photon.joiner.JoinResponse.StoreReadToUsEntry\x12\"\n\x15store_read_through_us\x18\x04 \x01(\x03H\x00\x88\x01\x01\x1a\x34\n\x12StoreReadToUsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x18\n\x16_store_read_through_us\"\x0f\n\rStatusRequest\"\x1e\n\x0eStatusResponse\x12\x0c\n\x04json\x18\x01 \x01(\t*e\n\x07Outcome\x12\n\n\x06JOINED\x10\x00\x12\x16\n\x12\x41LREADY_REGISTERED\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\x12\r\n\tTHROTTLED\x10\x03\x12\x0e\n\nUNJOINABLE\x10\x04\x12\x08\n\x04LOST\x10\x05\x32\x90\x01\n\x06Joiner\x12?\n\x04Join\x12\x1a.photon.joiner.JoinRequest\x1a\x1b.photon.joiner.JoinResponse\x12\x45\n\x06Status\x12\x1c.photon.joiner.StatusRequest\x1a\x1d.photon.joiner.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,18 +33,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOINRESPONSE_STOREREADTOUSENTRY']._loaded_options = None
   _globals['_JOINRESPONSE_STOREREADTOUSENTRY']._serialized_options = b'8\001'
-  _globals['_OUTCOME']._serialized_start=417
-  _globals['_OUTCOME']._serialized_end=518
+  _globals['_OUTCOME']._serialized_start=432
+  _globals['_OUTCOME']._serialized_end=533
   _globals['_JOINREQUEST']._serialized_start=38
-  _globals['_JOINREQUEST']._serialized_end=95
-  _globals['_JOINRESPONSE']._serialized_start=98
-  _globals['_JOINRESPONSE']._serialized_end=366
-  _globals['_JOINRESPONSE_STOREREADTOUSENTRY']._serialized_start=288
-  _globals['_JOINRESPONSE_STOREREADTOUSENTRY']._serialized_end=340
-  _globals['_STATUSREQUEST']._serialized_start=368
-  _globals['_STATUSREQUEST']._serialized_end=383
-  _globals['_STATUSRESPONSE']._serialized_start=385
-  _globals['_STATUSRESPONSE']._serialized_end=415
-  _globals['_JOINER']._serialized_start=521
-  _globals['_JOINER']._serialized_end=665
+  _globals['_JOINREQUEST']._serialized_end=110
+  _globals['_JOINRESPONSE']._serialized_start=113
+  _globals['_JOINRESPONSE']._serialized_end=381
+  _globals['_JOINRESPONSE_STOREREADTOUSENTRY']._serialized_start=303
+  _globals['_JOINRESPONSE_STOREREADTOUSENTRY']._serialized_end=355
+  _globals['_STATUSREQUEST']._serialized_start=383
+  _globals['_STATUSREQUEST']._serialized_end=398
+  _globals['_STATUSRESPONSE']._serialized_start=400
+  _globals['_STATUSRESPONSE']._serialized_end=430
+  _globals['_JOINER']._serialized_start=536
+  _globals['_JOINER']._serialized_end=680
 # @@protoc_insertion_point(module_scope)
