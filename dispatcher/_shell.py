@@ -1,10 +1,15 @@
 """The dispatcher's shell: one loop thread that does the I/O around :class:`DispatcherState`.
 
-The loop thread alone touches the core, the tailer, the writers and the state files. Registry lookups and
-joiner requests run on two small pools of threads, each a blocking call on the thread that made it (no
-future, so no gRPC thread to start or wake for its answer); both report back through an inbox queue, and the
-loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it rescans the logs every
-``[dispatcher].poll_interval_s``.
+The loop thread alone touches the core, the tailer, the writers and the state files, but for ``status.json``.
+Registry lookups and joiner requests run on two small pools of threads, each a blocking call on the thread
+that made it (no future, so no gRPC thread to start or wake for its answer); both report back through an
+inbox queue, and the loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it
+rescans the logs every ``[dispatcher].poll_interval_s``. ``status.json`` (a view, rewritten every ~100 ms,
+not durable) is written by a thread of its own (:class:`_StatusWriter`): the loop hands it the statistics it
+made and goes on, so a rename that waits for the file system's journal (the registry's and the joiners'
+fsyncs keep it busy) never holds the loop that sends the joins. The statistics are made by the loop after
+the writes they report have landed, so the file never shows more than is durable; the last status, at stop,
+is written by the loop itself.
 """
 from __future__ import annotations
 
@@ -84,6 +89,60 @@ class _JoinerPool:
                 c.close()
             except Exception:  # closing a broken channel must not stop the shutdown
                 log.exception("closing joiner client")
+
+
+class _StatusWriter:
+    """Writes the latest statistics handed to it to ``status.json`` on a thread of its own: :meth:`show` returns
+    at once; statistics handed over while a write runs replace each other, and only the latest is written
+    next (a view: an older one is never written after a newer one). A failing write is logged and skipped,
+    as the loop did (a full disk must not end the dispatcher)."""
+
+    def __init__(self, directory, name: str) -> None:
+        self._dir = directory
+        self._cv = threading.Condition()
+        self._next = None           # the statistics to write next (None: nothing new)
+        self._writing = False
+        self._closed = False
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name=f"{name}-status", daemon=True)
+        self._thread.start()
+
+    def show(self, stats) -> None:
+        with self._cv:
+            self._next = stats
+            self._cv.notify()
+
+    def idle(self) -> bool:
+        """Nothing handed over waits to be written, and no write runs."""
+        with self._cv:
+            return self._next is None and not self._writing
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what was handed over last, then end the thread (bounded: the caller writes the final
+        status itself afterwards, which then replaces any late write)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        cv = self._cv
+        while True:
+            with cv:
+                while self._next is None and not self._closed:
+                    cv.wait()
+                stats, self._next = self._next, None
+                if stats is None:
+                    return              # closed, nothing left to write
+                self._writing = True
+            try:
+                write_status(self._dir, stats)
+                self.written += 1
+            except OSError as e:      # a view only: a full disk must not end the dispatcher
+                log.debug("writing the dispatcher status failed: %s", e)
+            finally:
+                with cv:
+                    self._writing = False
 
 
 class Dispatcher:
@@ -171,6 +230,7 @@ class Dispatcher:
         self._abandoned = False          # stopped with a write not done: no final checkpoint
         self._next_quarantine_sync = 0
         self._leaders = None                  # the registry-leader follower, from start() on
+        self._status_writer: _StatusWriter | None = None   # from start() on; before it the loop writes
 
     # ------------------------------------------------------------ lifecycle
 
@@ -178,6 +238,7 @@ class Dispatcher:
         for w in self._lookup_workers + self._join_workers:
             w.start()
         self._leaders = follow_leaders(self.config, self.core.share, self._registry, self.region.name)
+        self._status_writer = _StatusWriter(self.dir, self._thread.name)
         self._thread.start()
         return self
 
@@ -412,7 +473,9 @@ class Dispatcher:
 
         self._join_tasks.put(run)
 
-    def _publish_status(self) -> None:
+    def _publish_status(self, final: bool = False) -> None:
+        """Make the statistics (on the loop thread, after the writes they report) and have them written:
+        by the status thread while running, by the caller when ``final`` or before :meth:`start`."""
         try:
             self._pending_bytes = self.tailer.pending_bytes()
         except OSError:
@@ -421,6 +484,9 @@ class Dispatcher:
         self._stats = dataclasses.replace(
             self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid()),
             scan_at_us=self._scan_wall_us, waiting_for_disk=self._waiting_for_disk)
+        if not final and self._status_writer is not None:
+            self._status_writer.show(self._stats)
+            return
         try:
             write_status(self.dir, self._stats)
         except OSError as e:      # a view only: a full disk must not end the dispatcher
@@ -439,7 +505,9 @@ class Dispatcher:
                     close()
                 except OSError as e:
                     log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
-            self._publish_status()
+            if self._status_writer is not None:
+                self._status_writer.close()
+            self._publish_status(final=True)
         finally:
             if self._leaders is not None:
                 self._leaders.stop()

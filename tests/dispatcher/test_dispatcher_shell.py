@@ -248,3 +248,65 @@ def test_the_first_scan_reads_about_one_request_and_the_backlog_then_goes_in_bac
     assert max(service.joined.values()) == 1
     assert service.request_sizes[0] <= 50, service.request_sizes[:8]
     assert max(service.request_sizes) == 400, service.request_sizes
+
+
+def test_a_status_write_that_waits_on_the_file_system_does_not_hold_the_joins(tmp_path, service, monkeypatch):
+    """status.json is a view: while its write waits (a rename behind the file system's journal), the loop
+    goes on reading and sending joins; the status catches up once the write returns."""
+    import threading
+    import dispatcher._shell as shell
+    real_write, gate, entered = shell.write_status, threading.Event(), threading.Event()
+
+    def slow_write(directory, stats):
+        if not gate.is_set():
+            entered.set()
+            gate.wait(30)
+        real_write(directory, stats)
+
+    monkeypatch.setattr(shell, "write_status", slow_write)
+    cfg = config(tmp_path)
+    clicks = tmp_path / "logs" / "clicks"
+    service.add_queries(query_id(n) for n in range(200))
+    d = start(cfg, service)
+    try:
+        wait_until(entered.is_set, 20, message="a status write started and waits")
+        append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(200)])
+        wait_until(lambda: len(service.joined) == 200, 20, message="clicks joined while the status write waits")
+        assert not gate.is_set()
+        gate.set()
+        wait_until(lambda: (read_status(cfg.regions[0].state_dir) or {}).get("joined") == 200, 10,
+                   message="the status caught up")
+    finally:
+        gate.set()
+        d.stop()
+    assert read_status(cfg.regions[0].state_dir)["joined"] == 200
+
+
+def test_the_status_writer_writes_only_the_latest_statistics_and_never_an_older_after_a_newer(tmp_path, monkeypatch):
+    import random
+    import threading
+    import dispatcher._shell as shell
+    written, gate = [], threading.Event()
+
+    def record(directory, stats):
+        gate.wait(10)
+        written.append(stats)
+
+    monkeypatch.setattr(shell, "write_status", record)
+    rng = random.Random(7)
+    w = shell._StatusWriter(tmp_path, "test")
+    try:
+        shown = list(range(200))
+        for n in shown:
+            w.show(n)
+            if rng.random() < 0.1:
+                gate.set()
+            elif rng.random() < 0.1:
+                gate.clear()
+        gate.set()
+        wait_until(lambda: w.idle() and written and written[-1] == shown[-1], 10, message="the latest written")
+    finally:
+        gate.set()
+        w.close()
+    assert written == sorted(set(written)) and set(written) <= set(shown) and written[-1] == 199
+    assert w.written == len(written)
