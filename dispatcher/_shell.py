@@ -1,6 +1,6 @@
 """The dispatcher's shell: one loop thread that does the I/O around :class:`DispatcherState`.
 
-The loop thread alone touches the core, the tailer, the writers and the state files, but for ``status.json``.
+The loop thread alone touches the core, the tailer and the output writers; the state files are written as below.
 Registry lookups and joiner requests run on two small pools of threads, each a blocking call on the thread
 that made it (no future, so no gRPC thread to start or wake for its answer); both report back through an
 inbox queue, and the loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it
