@@ -2,7 +2,7 @@
 
 The checkpoint is ``checkpoint.json`` (a full snapshot, written atomically and durably: temp file, fsync,
 rename, fsync of the folder) plus its journal ``checkpoint.<n>.log`` (``n`` named in the snapshot's
-``"journal"``): one record per delta, each appended and fdatasynced before the next command runs: the delta
+``"journal"``): one record per delta, each appended and fdatasynced before the next one is written: the delta
 as one JSON line, followed, when it holds its events' raw lines as bytes (format 3, :func:`encode_delta`), by
 those lines as they are (``"added"``'s ``"raws"`` in the JSON line is then their byte count) and a ``\n``. A
 full snapshot names a new journal number, so the journal of the previous one is never read again (it is

@@ -1,10 +1,24 @@
 """The dispatcher's shell: one loop thread that does the I/O around :class:`DispatcherState`.
 
-The loop thread alone touches the core, the tailer, the writers and the state files. Registry lookups and
-joiner requests run on two small pools of threads, each a blocking call on the thread that made it (no
-future, so no gRPC thread to start or wake for its answer); both report back through an inbox queue, and the
-loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it rescans the logs every
-``[dispatcher].poll_interval_s``.
+The loop thread alone touches the core, the tailer and the output writers; the state files are written as below.
+Registry lookups and joiner requests run on two small pools of threads, each a blocking call on the thread
+that made it (no future, so no gRPC thread to start or wake for its answer); both report back through an
+inbox queue, and the loop wakes as soon as an answer arrives (no fixed waits). When nothing happens it
+rescans the logs every ``[dispatcher].poll_interval_s``.
+
+Two writes wait for the file system's journal (which the registry's and the joiners' fsyncs keep busy) on
+threads of their own, so they never hold the loop that sends the joins:
+
+* ``status.json`` (a view, rewritten every ~100 ms, not durable; :class:`_StatusWriter`): the loop hands it
+  the statistics it made and goes on. They are made by the loop after the writes they report have landed,
+  so the file never shows more than is durable.
+* the checkpoint (its snapshot or journal record, fsynced; :meth:`Dispatcher._hand_checkpoint`): one at a
+  time, in order, on the checkpoint thread. The unjoinable and quarantine writes stay on the loop and land
+  before the loop hands over the checkpoint that passes them; the loop waits for the previous checkpoint
+  before it hands over the next, so a failing disk pauses it one checkpoint later, as before it paused at
+  the first.
+
+At stop the loop waits for the checkpoint thread, then writes the final checkpoint and status itself.
 """
 from __future__ import annotations
 
@@ -83,6 +97,60 @@ class _JoinerPool:
                 c.close()
             except Exception:  # closing a broken channel must not stop the shutdown
                 log.exception("closing joiner client")
+
+
+class _StatusWriter:
+    """Writes the latest statistics handed to it to ``status.json`` on a thread of its own: :meth:`show` returns
+    at once; statistics handed over while a write runs replace each other, and only the latest is written
+    next (a view: an older one is never written after a newer one). A failing write is logged and skipped,
+    as the loop did (a full disk must not end the dispatcher)."""
+
+    def __init__(self, directory, name: str) -> None:
+        self._dir = directory
+        self._cv = threading.Condition()
+        self._next = None           # the statistics to write next (None: nothing new)
+        self._writing = False
+        self._closed = False
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name=f"{name}-status", daemon=True)
+        self._thread.start()
+
+    def show(self, stats) -> None:
+        with self._cv:
+            self._next = stats
+            self._cv.notify()
+
+    def idle(self) -> bool:
+        """Nothing handed over waits to be written, and no write runs."""
+        with self._cv:
+            return self._next is None and not self._writing
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what was handed over last, then end the thread (bounded: the caller writes the final
+        status itself afterwards, which then replaces any late write)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        cv = self._cv
+        while True:
+            with cv:
+                while self._next is None and not self._closed:
+                    cv.wait()
+                stats, self._next = self._next, None
+                if stats is None:
+                    return              # closed, nothing left to write
+                self._writing = True
+            try:
+                write_status(self._dir, stats)
+                self.written += 1
+            except OSError as e:      # a view only: a full disk must not end the dispatcher
+                log.debug("writing the dispatcher status failed: %s", e)
+            finally:
+                with cv:
+                    self._writing = False
 
 
 class Dispatcher:
@@ -167,6 +235,16 @@ class Dispatcher:
         self._abandoned = False          # stopped with a write not done: no final checkpoint
         self._next_quarantine_sync = 0
         self._leaders = None                  # the registry-leader follower, from start() on
+        self._status_writer: _StatusWriter | None = None   # from start() on; before it the loop writes
+        # the checkpoint thread (see the module docstring): the checkpoint handed over, whether one is being
+        # written, the error that ended a write (re-raised on the loop), and whether the loop hands them over
+        self._ckpt_cv = threading.Condition()
+        self._ckpt_next: Checkpoint | None = None
+        self._ckpt_busy = False
+        self._ckpt_error: BaseException | None = None
+        self._ckpt_closed = False
+        self._ckpt_async = False
+        self._ckpt_thread = threading.Thread(target=self._checkpoint_run, name=f"{name}-checkpoint", daemon=True)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -174,6 +252,9 @@ class Dispatcher:
         for w in self._lookup_workers + self._join_workers:
             w.start()
         self._leaders = follow_leaders(self.config, self.core.share, self._registry, self.region.name)
+        self._status_writer = _StatusWriter(self.dir, self._thread.name)
+        self._ckpt_thread.start()
+        self._ckpt_async = True
         self._thread.start()
         return self
 
@@ -212,6 +293,8 @@ class Dispatcher:
         next_scan = next_status = 0
         found = False  # the latest scan found lines: scan again at once
         while not self._stopping.is_set():
+            if self._ckpt_error is not None:
+                raise self._ckpt_error
             answers = []
             try:
                 while True:
@@ -309,16 +392,66 @@ class Dispatcher:
                     self._until_written("writing the quarantine",
                                         lambda: self.quarantine.add(file, offset, reason, raw))
             elif kind is Checkpoint:
-                if cmd.snapshot is not None:
-                    self._until_written("writing the checkpoint",
-                                        lambda: self._checkpoints.save_snapshot(cmd.snapshot))
+                if self._ckpt_async:
+                    self._hand_checkpoint(cmd)
                 else:
-                    self._until_written("writing the checkpoint journal",
-                                        lambda: self._checkpoints.append_delta(cmd.delta))
+                    self._write_checkpoint(cmd)
             else:
                 raise TypeError(f"unknown dispatcher command {cmd!r}")
 
-    def _until_written(self, what: str, write) -> None:
+    def _write_checkpoint(self, cmd: Checkpoint, on_loop: bool = True) -> None:
+        if cmd.snapshot is not None:
+            self._until_written("writing the checkpoint", lambda: self._checkpoints.save_snapshot(cmd.snapshot),
+                                on_loop)
+        else:
+            self._until_written("writing the checkpoint journal", lambda: self._checkpoints.append_delta(cmd.delta),
+                                on_loop)
+
+    def _hand_checkpoint(self, cmd: Checkpoint) -> None:
+        """Give ``cmd`` to the checkpoint thread once it has written the previous one (so checkpoints land
+        one at a time, in order, and a failing disk pauses the loop here); re-raise what ended a write."""
+        cv = self._ckpt_cv
+        with cv:
+            while self._ckpt_busy:
+                cv.wait()
+            if self._ckpt_error is not None:
+                raise self._ckpt_error
+            self._ckpt_next, self._ckpt_busy = cmd, True
+            cv.notify_all()
+
+    def _checkpoint_run(self) -> None:
+        cv = self._ckpt_cv
+        while True:
+            with cv:
+                while self._ckpt_next is None and not self._ckpt_closed:
+                    cv.wait()
+                cmd, self._ckpt_next = self._ckpt_next, None
+                if cmd is None:
+                    return
+            try:
+                self._write_checkpoint(cmd, on_loop=False)
+            except BaseException as e:  # noqa: BLE001  (re-raised on the loop thread)
+                with cv:
+                    self._ckpt_error = e
+            finally:
+                with cv:
+                    self._ckpt_busy = False
+                    cv.notify_all()
+
+    def _drain_checkpoints(self) -> None:
+        """At stop (on the loop thread): wait for the checkpoint being written, end the thread, and write
+        later checkpoints on the loop."""
+        cv = self._ckpt_cv
+        with cv:
+            while self._ckpt_busy:
+                cv.wait()
+            self._ckpt_closed = True
+            cv.notify_all()
+        self._ckpt_async = False
+        if self._ckpt_thread.ident is not None:
+            self._ckpt_thread.join(5.0)
+
+    def _until_written(self, what: str, write, on_loop: bool = True) -> None:
         """Run ``write`` until it succeeds. A full or failing disk pauses the dispatcher here (commands run
         in order, so no checkpoint moves past events whose unjoinable or quarantine write has not landed);
         the status says so (``waiting_for_disk``) and the dispatcher goes on by itself once the write
@@ -332,7 +465,12 @@ class Dispatcher:
                 if not self._waiting_for_disk:
                     log.error("dispatcher %s: %s failed (%s); pausing until it succeeds", self.region.name, what, e)
                 self._waiting_for_disk = f"{what}: {e}"
-                self._publish_status()
+                if on_loop:
+                    self._publish_status()
+                else:                     # the checkpoint thread: the core is the loop's, so the last statistics
+                    self._stats = dataclasses.replace(self._stats, waiting_for_disk=self._waiting_for_disk)
+                    if self._status_writer is not None:
+                        self._status_writer.show(self._stats)
                 if self._stopping.wait(delay):
                     self._abandoned = True
                     raise _WriteAbandoned(f"stopped while {what} kept failing: {e}") from e
@@ -406,7 +544,9 @@ class Dispatcher:
 
         self._join_tasks.put(run)
 
-    def _publish_status(self) -> None:
+    def _publish_status(self, final: bool = False) -> None:
+        """Make the statistics (on the loop thread, after the writes they report) and have them written:
+        by the status thread while running, by the caller when ``final`` or before :meth:`start`."""
         try:
             self._pending_bytes = self.tailer.pending_bytes()
         except OSError:
@@ -415,6 +555,9 @@ class Dispatcher:
         self._stats = dataclasses.replace(
             self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid()),
             scan_at_us=self._scan_wall_us, waiting_for_disk=self._waiting_for_disk)
+        if not final and self._status_writer is not None:
+            self._status_writer.show(self._stats)
+            return
         try:
             write_status(self.dir, self._stats)
         except OSError as e:      # a view only: a full disk must not end the dispatcher
@@ -422,6 +565,7 @@ class Dispatcher:
 
     def _finish(self) -> None:
         try:
+            self._drain_checkpoints()      # a write stopped while the disk kept failing sets _abandoned
             if not self._abandoned:
                 try:
                     self._execute(self.core.handle(StopRequested(self._now_us())))
@@ -433,7 +577,9 @@ class Dispatcher:
                     close()
                 except OSError as e:
                     log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
-            self._publish_status()
+            if self._status_writer is not None:
+                self._status_writer.close()
+            self._publish_status(final=True)
         finally:
             if self._leaders is not None:
                 self._leaders.stop()

@@ -95,7 +95,9 @@ def test_restart_resumes_from_the_checkpoint_without_joining_twice(tmp_path, ser
     append_lines(f, [click_line(n) for n in range(300)])
     service.hold.clear()  # requests wait: the dispatcher stops with events in flight
     d = start(cfg, service)
-    wait_until(lambda: d.statistics().in_flight > 0, 10, message="events in flight")
+    # in flight at the joiners (held there), not only in registry lookups: the loop, no longer waiting in the
+    # checkpoint's fsync, may be stopped before a looked-up request is sent
+    wait_until(lambda: d.statistics().in_flight > 0 and service.requests > 0, 10, message="events in flight")
     d.stop()
     snap = orjson.loads((tmp_path / "state" / "dispatcher" / "checkpoint.json").read_bytes())
     assert snap["format"] == 2 and len(snapshot_events(snap)) == 300 and snap["offsets"] == {"c.jsonl": f.stat().st_size}
@@ -248,3 +250,116 @@ def test_the_first_scan_reads_about_one_request_and_the_backlog_then_goes_in_bac
     assert max(service.joined.values()) == 1
     assert service.request_sizes[0] <= 50, service.request_sizes[:8]
     assert max(service.request_sizes) == 400, service.request_sizes
+
+
+def test_a_status_write_that_waits_on_the_file_system_does_not_hold_the_joins(tmp_path, service, monkeypatch):
+    """status.json is a view: while its write waits (a rename behind the file system's journal), the loop
+    goes on reading and sending joins; the status catches up once the write returns."""
+    import threading
+    import dispatcher._shell as shell
+    real_write, gate, entered = shell.write_status, threading.Event(), threading.Event()
+
+    def slow_write(directory, stats):
+        if not gate.is_set():
+            entered.set()
+            gate.wait(30)
+        real_write(directory, stats)
+
+    monkeypatch.setattr(shell, "write_status", slow_write)
+    cfg = config(tmp_path)
+    clicks = tmp_path / "logs" / "clicks"
+    service.add_queries(query_id(n) for n in range(200))
+    d = start(cfg, service)
+    try:
+        wait_until(entered.is_set, 20, message="a status write started and waits")
+        append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(200)])
+        wait_until(lambda: len(service.joined) == 200, 20, message="clicks joined while the status write waits")
+        assert not gate.is_set()
+        gate.set()
+        wait_until(lambda: (read_status(cfg.regions[0].state_dir) or {}).get("joined") == 200, 10,
+                   message="the status caught up")
+    finally:
+        gate.set()
+        d.stop()
+    assert read_status(cfg.regions[0].state_dir)["joined"] == 200
+
+
+def test_the_status_writer_writes_only_the_latest_statistics_and_never_an_older_after_a_newer(tmp_path, monkeypatch):
+    import random
+    import threading
+    import dispatcher._shell as shell
+    written, gate = [], threading.Event()
+
+    def record(directory, stats):
+        gate.wait(10)
+        written.append(stats)
+
+    monkeypatch.setattr(shell, "write_status", record)
+    rng = random.Random(7)
+    w = shell._StatusWriter(tmp_path, "test")
+    try:
+        shown = list(range(200))
+        for n in shown:
+            w.show(n)
+            if rng.random() < 0.1:
+                gate.set()
+            elif rng.random() < 0.1:
+                gate.clear()
+        gate.set()
+        wait_until(lambda: w.idle() and written and written[-1] == shown[-1], 10, message="the latest written")
+    finally:
+        gate.set()
+        w.close()
+    assert written == sorted(set(written)) and set(written) <= set(shown) and written[-1] == 199
+    assert w.written == len(written)
+
+
+def test_a_checkpoint_write_that_waits_on_the_file_system_does_not_hold_the_joins_and_checkpoints_stay_in_order(
+        tmp_path, service, monkeypatch):
+    """The checkpoint's fsync waits on the checkpoint thread: while one is held, the loop goes on joining,
+    hands over no second checkpoint (one at a time, in order), and after the write returns and the dispatcher
+    stops, a restart resumes from the final checkpoint with nothing read twice."""
+    import threading
+    from dispatcher._files import CheckpointFiles
+    real_append, gate, entered, calls = CheckpointFiles.append_delta, threading.Event(), threading.Event(), []
+
+    def slow_append(self, delta):
+        calls.append(delta["written_at_us"])
+        if not gate.is_set():
+            entered.set()
+            gate.wait(30)
+        real_append(self, delta)
+
+    monkeypatch.setattr(CheckpointFiles, "append_delta", slow_append)
+    path = write_config(tmp_path)
+    # a checkpoint every 3 s: the loop works on between the held one and the next, which it then waits to hand over
+    path.write_text(path.read_text().replace("checkpoint_interval_s = 0.05", "checkpoint_interval_s = 3.0"))
+    cfg = load_config(path)
+    clicks = tmp_path / "logs" / "clicks"
+    service.add_queries(query_id(n) for n in range(300))
+    append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(100)])
+    d = start(cfg, service)
+    try:
+        wait_until(entered.is_set, 20, message="a checkpoint journal write started and waits")
+        entered_at, held = time.monotonic(), len(calls)
+        append_lines(clicks / "w1" / "c-0001.jsonl", [click_line(n) for n in range(100, 300)])
+        wait_until(lambda: len(service.joined) == 300, 20, message="clicks joined while the checkpoint waits")
+        time.sleep(max(0.0, entered_at + 3.5 - time.monotonic()))   # the next checkpoint is due meanwhile
+        assert len(calls) == held, "a second checkpoint was handed over while one was being written"
+        gate.set()
+        wait_until(lambda: len(calls) > held, 10, message="checkpoints go on once the write returns")
+    finally:
+        gate.set()
+        d.stop()
+    assert calls == sorted(calls)
+    assert max(service.joined.values()) == 1
+    requests = len(service.request_sizes)
+    d = start(cfg, service)      # resumes from the final checkpoint: nothing is read or sent again
+    try:
+        wait_until(lambda: d.statistics().caught_up, 10, message="restarted")
+        time.sleep(0.3)
+        assert d.statistics().events_read == 300 and d.statistics().pending_bytes == 0
+    finally:
+        d.stop()
+    assert len(service.request_sizes) == requests
+    assert len(service.joined) == 300 and max(service.joined.values()) == 1
