@@ -23,10 +23,6 @@ class RuntimeConfig:
     """Key intervals per computation (``mmh3(key) mod intervals``); each has one writer and a sequencer."""
     max_batch: int = 1000
     """Most deliveries a worker takes into one batch (one store transaction)."""
-    commits_in_flight: int = 2
-    """Most store transactions a worker has in flight at once (one commit thread, and one store
-    connection, each). Beside one in flight, another goes out only with checkpoints that write none of
-    its rows; 1: one transaction at a time."""
     max_in_flight: int = 20000
     """Most unacked productions an injector keeps outstanding before it waits (backpressure)."""
     injector_batch: int = 2000

@@ -13,44 +13,35 @@ reads time only from the injected clock. One loop iteration:
    :class:`millwheel._runner.KeyRunner`, one per command; a key whose user code raised on a record is answered as
    :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
    every :class:`Commit`;
-3. hand every core's key checkpoints of this step (and of the steps taken while commits were in flight)
-   that write none of the rows of a transaction in flight, as one store transaction, to a free commit
-   thread; keep the others pending beside it (see below); and go on;
+3. if the previous transaction has landed, hand every core's key checkpoints of this step (and of the
+   steps taken while it was in flight), as one store transaction, to the worker's commit thread; else keep
+   them pending beside it (see below); and go on;
 4. report each interval's low watermark to the authority when it changed.
 
-**Commits overlap the next step.** A step's transaction runs on one of the worker's commit threads while
-the worker thread takes and processes the next batch, so the thread no longer idles through each commit's
-round trips and WAL flush. Up to ``commits_in_flight`` transactions (2 by default) are in flight per worker,
-each on a commit thread (and store connection) of its own, and each one's outcome is carried out as soon as
-it lands (its :class:`CommitLanded` wakes the thread): tell each core (:class:`CheckpointCommitted`, or
-:class:`CommitRefused` when fenced), then register the strong productions, ack the senders, then send.
-**Group commit**: a step taken while a transaction is in flight does not wait for it. Its checkpoints that
-write none of the rows of the transactions in flight (see :class:`_Touches`) go out at once as a
-transaction of their own beside them, if a commit thread is free; the others are kept pending and go out,
-together with those of every other step taken meanwhile, when the transactions they would write beside
-have landed. The worker thread so keeps taking records while commits are out (a record arriving then waits
-for no landing but its own, unless its checkpoint writes rows of a commit in flight), and under load the
-transactions grow instead of the queue. What stays exactly as with one commit at a time:
+**Commits overlap the next step.** A step's transaction runs on the worker's commit thread while the
+worker thread takes and processes the next batch, so the thread no longer idles through each commit's
+round trips and WAL flush. At most one transaction is in flight per worker, and its outcome is carried
+out on the worker thread as soon as it lands (its :class:`CommitLanded` wakes the thread), before the next
+transaction goes out: tell each core (:class:`CheckpointCommitted`, or :class:`CommitRefused` when
+fenced), then register the strong productions, ack the senders, then send. **Group commit**: a step
+taken while a transaction is in flight does not wait for it; its checkpoints are kept pending and go out,
+together with those of every other step taken meanwhile, as the next transaction the moment the one in
+flight lands. The worker thread so keeps taking records while a commit is out (a record arriving then
+waits for one landing, not for the thread to come back from waiting on it and then for one more
+commit), and under load the transactions grow instead of the queue. What stays exactly as with one
+commit at a time:
 
 * a key is locked from its run until its commit has landed, so the next step runs only other keys (and
   the records and due timers of a locked key wait in its core, in order); no state, dedup id or timer
-  of a key is read while its checkpoint is in flight, and two transactions in flight never write one
-  key's rows;
-* nor one sender interval's production rows when either acks productions in them: an ack appends to a
-  row or deletes it as the store planned it from the rows it knew, which a transaction beside it would
-  change (two new rows of one interval, one per transaction, are apart);
-* acks and sends of strong productions follow the commit that stored them (a key's next productions
-  come from a run after that landing, so its productions keep their order);
-* every transaction checks its intervals' sequencers; when one is refused, the pending checkpoints of the
-  refused intervals are dropped before they go out (their records went back with
-  :class:`CommitRefused`), and the other intervals' go out alone. A transaction beside the refused one
-  either was refused too or committed before the new owner's claim (a claim waits for the commits holding
-  the interval's fence lock): its records, handed back with the refusal, are repeats at the new owner,
-  and its productions are replayed from the store;
-* each step's production time stays held in the tracker (dedup GC must not pass it) until the
-  productions of every transaction carrying its checkpoints are registered, at their landings;
+  of a key is read while its checkpoint is in flight;
+* acks and sends of strong productions follow the commit that stored them;
+* commits go out in order, one at a time, each checking its intervals' sequencers; when one is refused,
+  the next step's checkpoints of the refused intervals are dropped before they go out (their records went
+  back with :class:`CommitRefused`), and the other intervals' go out alone;
+* the step's production time stays held in the tracker (dedup GC must not pass it) until its
+  productions are registered, at the landing;
 * the worker is ``busy`` while a commit is in flight or pending; intervals are given up (:class:`GiveUp`) and the
-  loop ends only after the commits in flight (and then the pending ones) have landed.
+  loop ends only after the commit in flight (and then the pending one) has landed.
 
 **Landings on the commit thread.** A worker's cores are touched only under its step lock, which the
 worker thread holds for each step. At a low rate each record would otherwise wake the worker thread twice
@@ -136,51 +127,12 @@ class _Committer:
 
 
 @dataclass
-class _Touches:
-    """What a transaction writes that another one in flight beside it must not: its keys' rows (state,
-    timers, dedup ids, records set aside are all a key's), the sender intervals whose production rows it
-    inserts, and those whose rows it acks or deletes."""
-    keys: set[tuple[str, str]]
-    puts: set[tuple[str, int]]
-    dones: set[tuple[str, int]]
-
-    @classmethod
-    def of(cls, commits: list) -> "_Touches":
-        keys, puts, dones = set(), set(), set()
-        for _, c in commits:
-            for w in c.writes:
-                if w.key is not None:
-                    keys.add((w.computation, w.key))
-                if w.productions:
-                    puts.add((w.computation, w.interval))
-                if w.productions_done:
-                    dones.add((w.computation, w.interval))
-        return cls(keys, puts, dones)
-
-    def overlaps(self, commit: Commit) -> bool:
-        """Whether ``commit`` writes a row this transaction writes: a key of it, or the production rows of
-        a sender interval that either acks productions in (an ack appends to or deletes a row the store
-        planned from what it knew before either landed; two new rows of one interval are disjoint)."""
-        for w in commit.writes:
-            if w.key is not None and (w.computation, w.key) in self.keys:
-                return True
-            if w.productions_done or w.productions:
-                pair = (w.computation, w.interval)
-                if pair in self.dones or (w.productions_done and pair in self.puts):
-                    return True
-        return False
-
-
-@dataclass
 class _InFlight:
-    """A transaction of a worker in flight: its cores' commits, the steps' times (their production times,
-    held in the tracker until the productions are registered), the commit thread's future, what it writes
-    and which commit thread runs it."""
+    """The one transaction of a worker in flight: its cores' commits, the step's time (its production time,
+    held in the tracker until the productions are registered) and the commit thread's future."""
     commits: list
     nows: list[int]
     future: Future
-    touches: _Touches
-    slot: int
 
 
 @dataclass
@@ -205,16 +157,14 @@ class Worker:
         self.comps: dict[str, _Comp] = {}
         self._lock = threading.Lock()
         self._busy = False
-        self._flights: list[_InFlight] = []       # transactions in flight, in the order they went out
+        self._in_flight: _InFlight | None = None
         self._pending: list = []                   # checkpoints of steps taken while a commit was in flight
         self._pending_nows: list[int] = []         # and those steps' production times (held in the tracker)
-        # one name for all: the thread kind of the CPU figures (millwheel._cpu) is the name less its number
-        self._committers = [_Committer(f"millwheel-commit-{index}") for _ in range(config.commits_in_flight)]
+        self._committer = _Committer(f"millwheel-commit-{index}")
         self._step_lock = threading.Lock()         # held by whoever runs a step or lands a commit (see _landed)
         self.landed_on_commit_thread = 0           # commits carried out by the commit thread (worker idle)
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
-        self.commits_beside = 0                    # transactions sent while another was in flight
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
         self._deferred: list = []
         self._lows: dict[str, int] = {}
@@ -298,25 +248,24 @@ class Worker:
                     self.step(items)
             with lock:
                 self._land(wait=True)
-                while self._pending:  # steps taken while the last commits were in flight: theirs go out too
-                    self._dispatch()
+                if self._pending:     # steps taken while the last commit was in flight: theirs go out too
+                    self._send_commit([], None)
                     self._land(wait=True)
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
             self._fail(e)
         finally:
-            for committer in self._committers:
-                committer.shutdown()
+            self._committer.shutdown()
 
     @property
     def busy(self) -> bool:
         """A step is running or a commit is in flight."""
-        return self._busy or bool(self._flights) or bool(self._pending)
+        return self._busy or self._in_flight is not None or bool(self._pending)
 
     def step(self, items: list) -> None:
         self._busy = True
         self.inbox_high = max(self.inbox_high, len(self.inbox) + len(items))
         try:
-            self._land(wait=False)    # the previous steps' commits that have landed, in order
+            self._land(wait=False)    # the previous step's commit, if it has landed
             deliveries, control, work = [], [], list(self._deferred)
             for item in items:                  # one pass: records, acks, and the rest (control)
                 kind = type(item)
@@ -342,18 +291,20 @@ class Worker:
             except BaseException:
                 self.tracker.release_production_time(now)
                 raise
-            if commits:
-                self._pending.extend(commits)
-                self._pending_nows.append(now)
+            flight = self._in_flight
+            if flight is not None and not flight.future.done():
+                # the previous commit is still in flight: this step's checkpoints wait beside it (group
+                # commit) instead of the thread, which takes the records arriving meanwhile; they all go
+                # out as one transaction when it lands (its CommitLanded wakes this thread)
+                if commits:
+                    self.steps_grouped += 1
+                    self._pending.extend(commits)
+                    self._pending_nows.append(now)
+                else:
+                    self.tracker.release_production_time(now)
             else:
-                self.tracker.release_production_time(now)
-            self._land(wait=False)    # landed already: carried out before the next commit goes out
-            self._dispatch()
-            if commits and self._pending and self._pending[-1][1] is commits[-1][1]:
-                # a commit in flight writes what this step's checkpoints write (or every commit thread is
-                # busy): they wait beside it (group commit) instead of the thread, which takes the records
-                # arriving meanwhile; they go out when it lands (its CommitLanded wakes this thread)
-                self.steps_grouped += 1
+                self._land(wait=True)   # landed already: carried out before the next commit goes out
+                self._send_commit(commits, now)
             self._report_watermarks()
         finally:
             self._busy = False
@@ -465,45 +416,21 @@ class Worker:
         events.append(TimePassed(now))
         return events
 
-    def _dispatch(self) -> None:
-        """Hand the pending checkpoints (this step's and those of the steps taken while commits were in
-        flight) to a free commit thread as one transaction: all of them when nothing is in flight; beside
-        a transaction in flight, those that write none of its rows (see :class:`_Touches`: keys are
-        already apart, as a key is locked until its checkpoint lands), while the others keep waiting for
-        it. The checkpoints of cores that lost their interval meanwhile (a commit refused at a landing just
-        before) are dropped: their records went back with the refusal. Each transaction holds the
-        production times of the steps whose checkpoints it carries (a step split over two holds its time
-        twice, once for each)."""
-        pending = [(core, c) for core, c in self._pending if core.awaits(c.commit_id)]
-        if not pending:
-            for t in self._pending_nows:
+    def _send_commit(self, commits: list, now: int | None) -> None:
+        """Hand the step's commits, with those of the steps taken while the previous commit was in flight,
+        as one transaction to the commit thread (no commit is in flight now). The checkpoints of cores that
+        lost their interval meanwhile (a commit refused at the landing just before) are dropped: their
+        records went back with the refusal."""
+        nows = self._pending_nows + ([] if now is None else [now])
+        commits = [(core, c) for core, c in self._pending + commits if core.awaits(c.commit_id)]
+        self._pending, self._pending_nows = [], []
+        if not commits:
+            for t in nows:
                 self.tracker.release_production_time(t)
-            self._pending, self._pending_nows = [], []
             return
-        if len(self._flights) >= len(self._committers):
-            self._pending = pending
-            return
-        if self._flights:
-            go, stay = [], []
-            for item in pending:
-                (stay if any(f.touches.overlaps(item[1]) for f in self._flights) else go).append(item)
-        else:
-            go, stay = pending, []
-        self._pending = stay
-        if not go:
-            return
-        if stay:
-            nows = [self.tracker.hold_production_time(lambda t=t: t) for t in self._pending_nows]
-        else:
-            nows, self._pending_nows = self._pending_nows, []
-        writes = [w for _, c in go for w in c.writes]
-        busy = {f.slot for f in self._flights}
-        slot = next(n for n in range(len(self._committers)) if n not in busy)
-        if self._flights:
-            self.commits_beside += 1
-        future = self._committers[slot].submit(self.store.commit, writes)
-        flight = _InFlight(go, nows, future, _Touches.of(go), slot)
-        self._flights.append(flight)
+        writes = [w for _, c in commits for w in c.writes]
+        future = self._committer.submit(self.store.commit, writes)
+        flight = self._in_flight = _InFlight(commits, nows, future)
         future.add_done_callback(lambda _: self._landed(flight))
 
     def _landed(self, flight: _InFlight) -> None:
@@ -518,10 +445,10 @@ class Worker:
         lock = self._step_lock
         if flight.future.exception() is None and not self._pending and lock.acquire(blocking=False):
             try:
-                if flight in self._flights and not self._pending:
+                if self._in_flight is flight and not self._pending:
                     self._busy = True
                     try:
-                        self._land_one(flight)
+                        self._land(wait=True)
                         if self.may_run is None or self.may_run():   # as a step: no report past the lease
                             self._report_watermarks()
                         now = self.clock.now_us()
@@ -538,20 +465,15 @@ class Worker:
         self.inbox.put_many([CommitLanded()])
 
     def _land(self, wait: bool) -> None:
-        """Carry out the outcomes of the transactions in flight that have one (with ``wait``, of all of
-        them, waiting for each), in the order they went out."""
-        for flight in list(self._flights):
-            if wait or flight.future.done():
-                self._land_one(flight)
-
-    def _land_one(self, flight: _InFlight) -> None:
-        """Carry out the outcome of a transaction in flight (waiting for it): tell each core; then, for all
-        of them: register the strong productions, ack the senders, send; then release the steps'
-        production times. Two transactions in flight write no row in common (their keys, and the
-        production rows either acks in, are apart), so either may land first."""
+        """Carry out the outcome of the commit in flight (waiting for it if ``wait``): tell each core; then,
+        for all of them: register the strong productions, ack the senders, send; then release the step's
+        production time."""
+        flight = self._in_flight
+        if flight is None or not (wait or flight.future.done()):
+            return
         if not flight.future.done():
             self.commits_waited += 1
-        self._flights.remove(flight)
+        self._in_flight = None
         now = max(flight.nows)
         self._dirty.update(core for core, _ in flight.commits)   # their records are acked or handed back now
         try:

@@ -49,8 +49,7 @@ def test_the_next_step_runs_other_keys_while_a_commit_is_in_flight(tmp_path):
     Seen.ran = []
     store = GatedCommits(str(tmp_path / "s.db"))
     inj = QueueInjector()
-    # one transaction at a time (test_mw_commits_beside.py has k1's checkpoint go out beside k0's)
-    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1, commits_in_flight=1), store=store).start()
+    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1), store=store).start()
     try:
         inj.push([_rec("k0", 0)], estimate=0)
         assert store.entered.wait(30)          # k0's checkpoint is in flight, held by the store
