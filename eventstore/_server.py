@@ -1,7 +1,6 @@
 """Starting and stopping the event store's gRPC servers: a cache server (one shard) or a logs store."""
 from __future__ import annotations
 
-import sys
 from concurrent import futures
 from pathlib import Path
 
@@ -18,9 +17,6 @@ from eventstore._shell import CacheEventStore, EventStoreStatistics, ReaderOptio
 from photon.rpc import Health, add_health, server_credentials
 
 SERVER_THREADS = 16
-
-LOOKUP_SWITCH_INTERVAL_S = 0.001
-"""The interpreter's switch interval in a cache server process (see :func:`serve`)."""
 
 _CACHE_COUNTERS = frozenset({"puts", "evictions", "too_large", "lookups", "lookup_ids", "hits", "misses"})
 CACHE_METRIC_KINDS = MetricKinds(
@@ -91,13 +87,7 @@ def serve(config: PhotonConfig, region: str, port: int = 0, host: str | None = N
         region=reg.name, primary_root=reg.stream_url(config.join.primary_stream),
         id_field=config.join.primary_ids, max_bytes=int(es.cache_mb * (1 << 20) / es.cache_servers),
         quarantine_dir=reg.quarantine_dir, options=options)
-    server = _start(store, host or es.host, port, f"eventstore {region}/{shard}")
-    # A lookup's gRPC hops (the call taken, the request read, the handler woken) each wait for the interpreter
-    # while the primary reader holds it: a waiting thread asks for it after the switch interval (5 ms by
-    # default) and gets it at the reader's next step (the reader's C calls are kept short, READ_SLICE). The
-    # reader is asked to hand over only while some thread waits, so a shorter interval costs nothing otherwise.
-    sys.setswitchinterval(LOOKUP_SWITCH_INTERVAL_S)
-    return server
+    return _start(store, host or es.host, port, f"eventstore {region}/{shard}")
 
 
 def serve_logs(config: PhotonConfig, region: str, port: int = 0, host: str | None = None) -> EventStoreServer:

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from eventstore import EventStoreClient, EventStoreUnavailable, serve
-from eventstore._server import LOOKUP_SWITCH_INTERVAL_S
 from photon import free_port, wait_until
 
 from es_helpers import query_id, query_line
@@ -68,12 +66,6 @@ def test_large_batch_lookup(server, queries_dir):
         wait_until(lambda: server.statistics().events_indexed == 3000, 10, message="3000 queries indexed")
         got = client.lookup([query_id(n) for n in range(3000)] + [query_id(5000)])
         assert got[:3000] == [query_line(n) for n in range(3000)] and got[3000] is None
-
-
-def test_a_cache_server_asks_for_the_interpreter_back_within_its_lookup_switch_interval(server):
-    """A lookup's hops wait for the reader at most about this long before it is asked to hand over."""
-    assert sys.getswitchinterval() == pytest.approx(LOOKUP_SWITCH_INTERVAL_S)
-    assert LOOKUP_SWITCH_INTERVAL_S < 0.005                # (the interpreter's default)
 
 
 def test_unreachable_store_raises_unavailable():
