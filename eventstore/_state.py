@@ -503,7 +503,7 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[st
     read by :class:`photon.StringFields` (msgspec, with ``orjson.loads``' outcome per line) and one
     regular-expression pass over all ids, in bulk. The lines kept are not listed: they are all the others
     (a step per bad line, not per line)."""
-    ids, bad = read_ids(lines, id_field)
+    ids, bad = string_fields(id_field).read(lines)
     if bad:
         ids = drop_at(ids, bad)                         # (positions in lines: every line's own)
     if not ids:
@@ -526,29 +526,6 @@ def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[st
         bad = _with(bad, wrong)
         ids = drop_at(ids, wrong)
     return ids, split_photon_ids(ids) if ids else None, bad
-
-
-READ_SLICE = 2048
-"""Lines whose ids one C call reads (:func:`read_ids`): about 0.35 ms of the interpreter, so a lookup waiting
-for it is not kept waiting by the reader for a whole chunk's read (about 3.5 ms for a 2 MB chunk)."""
-
-
-def read_ids(lines: list[bytes], id_field: str) -> tuple[list, list[int]]:
-    """``photon.StringFields(id_field).read(lines)``, :data:`READ_SLICE` lines at a time: the same values and
-    missing positions (each line's outcome is ``orjson.loads``' whatever lines it is read with), while the
-    interpreter can pass to a waiting thread between the slices (a C call of ``map`` holds it throughout)."""
-    read = string_fields(id_field).read
-    n = len(lines)
-    if n <= READ_SLICE:
-        return read(lines)
-    ids: list = []
-    missing: list[int] = []
-    for lo in range(0, n, READ_SLICE):
-        got, none_at = read(lines[lo:lo + READ_SLICE])
-        ids += got
-        if none_at:
-            missing += [lo + k for k in none_at]
-    return ids, missing
 
 
 def _with(removed: list[int], more: list[int]) -> list[int]:

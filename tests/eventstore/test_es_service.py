@@ -60,7 +60,6 @@ def test_lookups_say_up_to_when_the_store_has_read_its_logs(server, queries_dir)
 
 
 def test_large_batch_lookup(server, queries_dir):
-    # (one chunk of 3,000 lines: its ids are read in slices, eventstore._state.READ_SLICE)
     (queries_dir / "q.log").write_bytes(b"".join(query_line(n) + b"\n" for n in range(3000)))
     with EventStoreClient(server.address) as client:
         wait_until(lambda: server.statistics().events_indexed == 3000, 10, message="3000 queries indexed")
