@@ -368,20 +368,34 @@ class IntervalCore:
 
     def _on_ran(self, ev: UserCodeRan, out: list) -> None:
         run = self._runs.pop(ev.run_id)
-        for key, value in ev.states_read.items():
-            self.cache.put(key, value)
+        if self.cache.capacity:        # (a cache that keeps nothing: no put per key read)
+            for key, value in ev.states_read.items():
+                self.cache.put(key, value)
         weak = self.s.weak
-        run.results = [r for r in ev.results if not isinstance(r, KeyFailed)]
-        self._failed([r for r in ev.results if isinstance(r, KeyFailed)], run)
-        for res in run.results:
-            prods = encode_all(res.productions)
-            run.prods[res.key] = prods
-            aside = self._set_aside(run.aside[res.key]) if run.aside and res.key in run.aside else []
-            processed = res.processed + [(r.id, r.sender, r.produced_at_us) for r in aside] \
-                if aside and self.s.exactly_once else res.processed
-            run.writes[res.key] = Write(self.name, self.interval, self.sequencer, res.key, res.state,
-                                        res.timers_set, res.timers_deleted, processed,
-                                        [] if weak else prods, set_aside=aside)
+        results, failed = [], []
+        for r in ev.results:
+            (failed if type(r) is KeyFailed else results).append(r)
+        run.results = results
+        if failed:
+            self._failed(failed, run)
+        # every key's productions encoded in one call, then handed back key by key
+        encoded = encode_all([p for res in results for p in res.productions])
+        name, interval, sequencer, exactly_once = self.name, self.interval, self.sequencer, self.s.exactly_once
+        prods_of, writes, run_aside = run.prods, run.writes, run.aside
+        at = 0
+        for res in results:
+            key, n = res.key, len(res.productions)
+            prods = encoded[at:at + n] if n else []
+            at += n
+            prods_of[key] = prods
+            if run_aside and key in run_aside:
+                aside = self._set_aside(run_aside[key])
+                processed = res.processed + [(r.id, r.sender, r.produced_at_us) for r in aside] \
+                    if aside and exactly_once else res.processed
+            else:
+                aside, processed = [], res.processed
+            writes[key] = Write(name, interval, sequencer, key, res.state, res.timers_set, res.timers_deleted,
+                                processed, [] if weak else prods, set_aside=aside)
         if not run.writes:
             return                 # every key failed: their records wait for the next attempt
         if not weak:
@@ -449,8 +463,7 @@ class IntervalCore:
         run = self._commits.pop(ev.commit_id, None)
         if run is None:
             return
-        for res in run.results:
-            self._apply(res, run.works[res.key].timers)
+        self._apply_all(run.results, run.works)
         if self._bloom is not None:      # the committed ids, together (one call per commit, not per id)
             self._bloom.add_many([rid for res in run.results for rid, _, _ in res.processed])
         aside = tuple(r for w in run.writes.values() for r in w.set_aside)
@@ -473,6 +486,23 @@ class IntervalCore:
         self.cache.evict(lambda k: k in self.timers or k in self.locked)
         if self._bloom is not None and self._bloom.full:
             out.append(RebuildDedupFilter(self.name, self.interval))
+
+    def _apply_all(self, results: list[KeyResult], works: dict) -> None:
+        """``_apply(res, works[res.key].timers)`` for each result, in one pass: a key that had no timers
+        and has none now touches no heap or hold, and with a cache that keeps nothing no state is put."""
+        cached = self.cache.capacity
+        apply, unlock, timers = self._apply, self.locked.discard, self.timers
+        for res in results:
+            key = res.key
+            old = works[key].timers
+            if old or res.timers or res.timers_set:
+                apply(res, old)
+                continue
+            if cached and res.state is not KEEP:
+                self.cache.put(key, res.state)
+            if key in timers:
+                del timers[key]
+            unlock(key)
 
     def _apply(self, res: KeyResult, old_timers: dict) -> None:
         """The key's checkpoint is durable: cache, timers, watermark holds, lock (the Bloom filter takes

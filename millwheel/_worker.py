@@ -74,7 +74,7 @@ from millwheel._messages import FloorsRaised as FloorsRaisedReply
 from millwheel._messages import LowWatermarks, RaiseFloors, WatermarksReported
 from millwheel._model import WEAK, Computation, Delivery
 from millwheel._routing import Router
-from millwheel._runner import KeyRunner, UserCodeFailed
+from millwheel._runner import KeyRunner
 from millwheel._store import StaleSequencer, Store
 from millwheel._topology import ComputationSpec, Topology
 from millwheel._transport import Done, Inbox, Tracker
@@ -557,15 +557,11 @@ class Worker:
             comp = self.comps[cmd.computation]
             seen, states = found[cmd.computation]
             dups = set(cmd.duplicates) | seen if seen else set(cmd.duplicates)
-            results = []
-            run = KeyRunner(comp.computation, cmd.computation, comp.spec.produces, dups, cmd.input_watermark_us,
-                            cmd.now_us).run     # the command's keys share their input
-            for w in cmd.keys:
-                try:
-                    results.append(run(w.key, w.records, states.get(w.key) if w.read else w.state, w.timers))
-                except UserCodeFailed as e:   # the core tries the record again, then sets it aside
-                    self.user_code_failures += 1
-                    results.append(KeyFailed(w.key, e.record_id, e.error))
+            # the command's keys share their input and run in one call; a key whose user code raised on a
+            # record comes back as KeyFailed (its core tries the record again, then sets it aside)
+            results = KeyRunner(comp.computation, cmd.computation, comp.spec.produces, dups, cmd.input_watermark_us,
+                                cmd.now_us).run_all(cmd.keys, states)
+            self.user_code_failures += sum(type(r) is KeyFailed for r in results)
             out.append((core, UserCodeRan(cmd.run_id, results, {k: states.get(k) for k in cmd.read_states},
                                           cmd.now_us)))
         return out
