@@ -1,0 +1,166 @@
+/*
+ * The id of a JSON line of one strict shape, read from its bytes without parsing it as JSON
+ * (photon/app/_scanner.py compiles this file at first use; docs/verify.md, "The job").
+ *
+ * call(line, name) gives the line's id where the line is exactly
+ *
+ *     {"<name>":"<id>"  then  ,"<member>":<value>  any number of times  then  }  and the line's end
+ *
+ * with <name>, <id>, every <member> and every string value plain (1-byte characters 0x20-0x7E but '"' and
+ * '\'), every <value> a plain string, an integer without a leading zero (at most 18 digits, an optional '-')
+ * or one level of an object of such members whose values are plain strings or such integers, no
+ * whitespace anywhere and no other top-level member named <name>. Such a line is valid JSON whose
+ * top-level <name> is the string <id>, which is what Spark's JSON reader gives for it. For every other line
+ * (valid JSON or not, blank, torn, with escapes, spaces, floats, arrays, true/false/null, a second
+ * <name>, bytes above 0x7E, a string longer than MAX_STRING or a name longer than MAX_NAME bytes) it gives
+ * null, and the caller reads that line's whole file with Spark's JSON reader instead: so the result is
+ * always the JSON reader's.
+ */
+package photon;
+
+import java.nio.charset.StandardCharsets;
+
+import org.apache.spark.sql.api.java.UDF2;
+
+public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
+    private static final long serialVersionUID = 1L;
+    static final int MAX_STRING = 1 << 16;
+    static final int MAX_NAME = 1 << 10;
+    static final int MAX_DIGITS = 18;
+
+    @Override
+    public String call(byte[] line, byte[] name) {
+        return id(line, name);
+    }
+
+    /** The end of the plain string whose first byte (after its opening quote) is at {@code p}: the index
+     *  of its closing quote, or -1. */
+    private static int plainEnd(byte[] b, int p, int n, int max) {
+        int limit = Math.min(n, p + max + 1);
+        for (int i = p; i < limit; i++) {
+            int c = b[i];
+            if (c == '"') {
+                return i;
+            }
+            if (c < 0x20 || c > 0x7E || c == '\\') {       // bytes above 0x7F are negative
+                return -1;
+            }
+        }
+        return -1;
+    }
+
+    /** The index after the integer starting at {@code p}, or -1. */
+    private static int intEnd(byte[] b, int p, int n) {
+        if (p < n && b[p] == '-') {
+            p++;
+        }
+        if (p >= n) {
+            return -1;
+        }
+        if (b[p] == '0') {
+            return p + 1;
+        }
+        int start = p;
+        while (p < n && b[p] >= '0' && b[p] <= '9') {
+            p++;
+        }
+        return p == start || p - start > MAX_DIGITS ? -1 : p;
+    }
+
+    /** The index after the scalar value (plain string or integer) starting at {@code p}, or -1. */
+    private static int scalarEnd(byte[] b, int p, int n) {
+        if (p >= n) {
+            return -1;
+        }
+        if (b[p] == '"') {
+            int end = plainEnd(b, p + 1, n, MAX_STRING);
+            return end < 0 ? -1 : end + 1;
+        }
+        return intEnd(b, p, n);
+    }
+
+    /** The index after the one-level object starting at {@code p} (its '{'), or -1. */
+    private static int objectEnd(byte[] b, int p, int n) {
+        p++;
+        if (p < n && b[p] == '}') {
+            return p + 1;
+        }
+        while (true) {
+            if (p >= n || b[p] != '"') {
+                return -1;
+            }
+            int end = plainEnd(b, p + 1, n, MAX_NAME);
+            if (end < 0 || end + 1 >= n || b[end + 1] != ':') {
+                return -1;
+            }
+            p = scalarEnd(b, end + 2, n);
+            if (p < 0 || p >= n) {
+                return -1;
+            }
+            if (b[p] == '}') {
+                return p + 1;
+            }
+            if (b[p] != ',') {
+                return -1;
+            }
+            p++;
+        }
+    }
+
+    private static boolean sameName(byte[] b, int start, int end, byte[] name) {
+        if (end - start != name.length) {
+            return false;
+        }
+        for (int i = 0; i < name.length; i++) {
+            if (b[start + i] != name[i]) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** See the class comment. */
+    public static String id(byte[] b, byte[] name) {
+        if (b == null || name == null) {
+            return null;
+        }
+        int n = b.length;
+        int k = name.length;
+        if (n < k + 7 || b[0] != '{' || b[1] != '"' || b[n - 1] != '}' || b[k + 2] != '"' || b[k + 3] != ':'
+                || b[k + 4] != '"' || k > MAX_NAME) {
+            return null;
+        }
+        for (int i = 0; i < k; i++) {
+            int c = name[i];
+            if (b[2 + i] != c || c < 0x20 || c > 0x7E || c == '"' || c == '\\') {
+                return null;
+            }
+        }
+        int idStart = k + 5;
+        int idEnd = plainEnd(b, idStart, n, MAX_STRING);
+        if (idEnd < 0) {
+            return null;
+        }
+        int p = idEnd + 1;
+        while (true) {
+            if (p >= n) {
+                return null;
+            }
+            if (b[p] == '}') {
+                return p == n - 1 ? new String(b, idStart, idEnd - idStart, StandardCharsets.ISO_8859_1) : null;
+            }
+            if (b[p] != ',' || p + 1 >= n || b[p + 1] != '"') {
+                return null;
+            }
+            int end = plainEnd(b, p + 2, n, MAX_NAME);
+            if (end < 0 || end + 1 >= n || b[end + 1] != ':' || sameName(b, p + 2, end, name)) {
+                return null;
+            }
+            p = end + 2;
+            p = p < n && b[p] == '{' ? objectEnd(b, p, n) : scalarEnd(b, p, n);
+            if (p < 0) {
+                return null;
+            }
+        }
+    }
+}
