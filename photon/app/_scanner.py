@@ -115,14 +115,14 @@ def jar(cache_dir: Path, source: Path = SOURCE) -> Path | None:
     return path
 
 
-def function(spark, class_name: str = CLASS_NAME) -> str | None:
+def function(spark, class_name: str | None = None) -> str | None:
     """The SQL function of the scanner in ``spark`` (registered now), or None (logged) where its class is not
     on the driver's classpath or the master is not local (the class is on the driver's classpath only)."""
     master = spark.sparkContext.master
     if not master.startswith("local"):
         return None
     try:
-        spark.udf.registerJavaFunction(FUNCTION, class_name, "string")
+        spark.udf.registerJavaFunction(FUNCTION, class_name or CLASS_NAME, "string")
     except Exception as e:          # noqa: BLE001 - any failure means the JSON reader reads every file
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         log.warning("verify: the strict-shape scanner is not on the driver's classpath (%s); ids are read by "

@@ -879,8 +879,9 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
     The plan: the export's token prefixes first (read on the driver from its token column, to judge the
     joiners before the output is listed); then every source (foreign input, joined and unjoinable output,
-    export) is read once by Spark's own readers (the JSON reader with a schema of the id field alone, no
-    Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts, without a
+    export) is read once by Spark's own readers (local files as text through the strict-shape scanner,
+    :class:`_Scan`, and the files holding lines of another shape again with the JSON reader and a schema of
+    the id field alone; no Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts, without a
     partial step; the counts are folded from its output by an observation, and only the lost, duplicated
     and unjoinable-everywhere ids are written out (:func:`_counts`: one Spark job of two stages,
     :data:`COUNTS_SETTINGS`); the export is read with its footers' schema (no inference job). The lost ids' lines and
