@@ -58,10 +58,13 @@ def _name(rnd: random.Random) -> str:
 def _line(rnd: random.Random, pool: list[str]) -> str:
     """One line: the usual shape, a strict shape of another kind, or valid or invalid JSON of any other."""
     cid, qid = rnd.choice(pool), rnd.choice(pool)
-    if rnd.random() < 0.3:       # the shapes the pipeline writes
+    if rnd.random() < 0.4:       # the shapes the pipeline writes
         return rnd.choice([orjson.dumps({NAME: cid, "query_id": qid, "ad": rnd.randint(0, 99)}).decode(),
                            orjson.dumps({NAME: cid, "query_id": qid, "_photon": {"region": "a", "n": 3}}).decode(),
-                           orjson.dumps({NAME: cid}).decode(), f'{{"{NAME}":"{cid}","n":{{}}}}'])
+                           orjson.dumps({NAME: cid}).decode(), f'{{"{NAME}":"{cid}","n":{{}}}}',
+                           # strict but for a second top-level id field (refused), or the name nested (taken)
+                           f'{{"{NAME}":"{cid}","ad":3,"{NAME}":"{qid}"}}', f'{{"{NAME}":"{cid}","{NAME}":"{cid}"}}',
+                           f'{{"{NAME}":"{cid}","n":{{"{NAME}":"{qid}"}},"Click_Id":"{qid}"}}'])
     first = f'"{NAME}":{_string(rnd, pool) if rnd.random() < 0.8 else _value(rnd, pool)}'
     members = [f"{_name(rnd)}:{_value(rnd, pool)}" for _ in range(rnd.randint(0, 4))]
     if rnd.random() < 0.15:
