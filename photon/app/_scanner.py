@@ -21,6 +21,13 @@ Lifecycle, per process:
 3. :func:`function` registers the class as a SQL function of the session (``registerJavaFunction``) and
    gives its name, or None (one log line) where the class is not loadable in the driver's JVM (a session
    started without the jar, another master): the JSON reader then reads every file.
+
+Before the job, :func:`sample_strict` reads the first :data:`SAMPLE_BYTES` of each local file on the driver
+and tests its whole lines for the same shape (:func:`strict_line`, the class's test in Python): a file whose
+sample holds a line of another shape is read by the JSON reader in the job's first run, so that a file the
+scanner would reject is not read twice. The sample decides only which reader reads a file first, never the
+result: a file whose sample is strict but which holds another line later is read again by the JSON reader
+(the job's rerun), as every file was before the sample.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -41,6 +49,7 @@ CLASS_NAME = "photon.PhotonStrictId"
 FUNCTION = "photon_strict_id"
 SCANNER_FORMAT = 1                 # bump when the jar's making changes
 COMPILE_TIMEOUT_S = 180.0
+SAMPLE_BYTES = 1 << 16             # read of each local file on the driver before the job (sample_strict)
 log = logging.getLogger("photon.verify")
 
 
@@ -129,3 +138,49 @@ def function(spark, class_name: str | None = None) -> str | None:
                     "Spark's JSON reader", first[:200])
         return None
     return FUNCTION
+
+
+_PLAIN = rb'[\x20\x21\x23-\x5b\x5d-\x7e]'
+_STRING = rb'"' + _PLAIN + rb'{0,65536}"'                      # MAX_STRING
+_NAME = rb'"(' + _PLAIN + rb'{0,1024})"'                       # MAX_NAME
+_INNER_NAME = rb'"' + _PLAIN + rb'{0,1024}"'
+_SCALAR = rb'(?:' + _STRING + rb'|-?(?:0|[1-9][0-9]{0,17}))'   # MAX_DIGITS
+_OBJECT = rb'\{(?:' + _INNER_NAME + rb':' + _SCALAR + rb'(?:,' + _INNER_NAME + rb':' + _SCALAR + rb')*)?\}'
+_MEMBER = re.compile(rb',' + _NAME + rb':(?:' + _OBJECT + rb'|' + _SCALAR + rb')(?=[,}])')
+_ID = re.compile(_STRING)
+
+
+def strict_line(line: bytes, name: bytes) -> bool:
+    """Whether the scanner (``java/PhotonStrictId.java``) takes ``line`` (without its line end) for the id
+    field ``name``: the same shape, tested in Python on the driver's sample of a file (:func:`sample_strict`)."""
+    k = len(name)
+    if not 0 < k <= 1024 or not line.startswith(b'{"' + name + b'":') or not line.endswith(b"}"):
+        return False
+    m = _ID.match(line, k + 4)
+    if m is None:
+        return False
+    p, n = m.end(), len(line)
+    while p < n - 1:
+        m = _MEMBER.match(line, p)
+        if m is None or m.group(1) == name:
+            return False
+        p = m.end()
+    return p == n - 1
+
+
+def sample_strict(path: str, name: bytes, limit: int = SAMPLE_BYTES) -> bool:
+    """Whether every whole line in the first ``limit`` bytes of the local file ``path`` is of the scanner's
+    strict shape (:func:`strict_line`; a line torn by the limit is not tested). False when the file cannot be
+    read here (the JSON reader reads it, and reports what it finds). Decides only the reader of the job's first
+    run, never the result."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return False
+    if len(data) > limit:
+        data = data[: data.rfind(b"\n", 0, limit) + 1]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return all(strict_line(ln[:-1] if ln.endswith(b"\r") else ln, name) for ln in lines)

@@ -207,17 +207,28 @@ class _Scan:
     the SQL ``function``): every file but those of ``json_keys`` (:func:`_file_key`s, read by Spark's JSON
     reader) is read as text and each line's id taken from its bytes; a line of another shape (null) is left
     out, and an observation on each reading (``observations``) counts those lines and gathers their files'
-    keys, so that :func:`run_verify` reads those files again with the JSON reader. Lines the scanner takes are
-    valid JSON whose id is the one it gives (docs/verify.md, "The job"), so the ids are the JSON reader's."""
+    keys, so that :func:`run_verify` reads those files again with the JSON reader. Files of ``json_paths``
+    (paths as listed: those whose driver-side sample holds a line of another shape,
+    :func:`photon.app._scanner.sample_strict`) are read by the JSON reader from the first run on. Lines the
+    scanner takes are valid JSON whose id is the one it gives (docs/verify.md, "The job"), so the ids are the
+    JSON reader's."""
     function: str
     json_keys: frozenset = frozenset()
+    json_paths: frozenset = frozenset()
     observations: list = field(default_factory=list)
 
     def ids(self, spark, files: list[str], name: str, schema: str, with_file: bool) -> list:
-        """DataFrames of rows ``(id[, file])`` of ``files``: the scanner's for files not in ``json_keys``, the
-        JSON reader's (``schema``: the id field's) for those in it."""
+        """DataFrames of rows ``(id[, file])`` of ``files``: the scanner's for files in neither ``json_paths``
+        nor ``json_keys``, the JSON reader's (``schema``: the id field's) for those in one."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
+        column = schema.rsplit(" ", 1)[0]
+        file = [_file_key().alias("file")] if with_file else []
+        sampled = [f for f in files if f in self.json_paths]
+        files = [f for f in files if f not in self.json_paths]
+        frames = [spark.read.schema(schema).json(sampled).select(F.col(column).alias("id"), *file)] if sampled else []
+        if not files:
+            return frames
         text = spark.read.text(files)
         if self.json_keys:
             text = text.filter(~_file_key_in(self.json_keys))
@@ -229,11 +240,10 @@ class _Scan:
         scanned = scanned.observe(observation, F.count(F.when(rejected, 1)).alias("lines"),
                                   F.collect_set(F.when(rejected, F.col("file"))).alias("files"))
         keep = ["id", "file"] if with_file else ["id"]
-        frames = [scanned.filter(F.col("id").isNotNull()).select(*keep)]
+        frames.append(scanned.filter(F.col("id").isNotNull()).select(*keep))
         if self.json_keys:
-            column = schema.rsplit(" ", 1)[0]
             frames.append(spark.read.schema(schema).json(files).filter(_file_key_in(self.json_keys))
-                          .select(F.col(column).alias("id"), *([_file_key().alias("file")] if with_file else [])))
+                          .select(F.col(column).alias("id"), *file))
         return frames
 
     def rejected(self) -> tuple[int, set]:
@@ -244,6 +254,22 @@ class _Scan:
             lines += int(got["lines"] or 0)
             keys.update(int(k) for k in got["files"] or ())
         return lines, keys
+
+
+def _sampled_json_paths(config: PhotonConfig, outputs, foreign) -> frozenset:
+    """The local files (of ``outputs`` and ``foreign``) whose first bytes, read on the driver, hold a line the
+    strict-shape scanner would not take (:func:`photon.app._scanner.sample_strict`): the JSON reader reads them
+    in the job's first run. Only which reader reads a file first depends on it, never the counts."""
+    name = config.join.foreign_ids.id_field
+    if not _plain_name(name):
+        return frozenset()
+    files = {f for _, lines in foreign for f in lines.files} | {f for *_, lines in outputs for f in lines.files}
+    raw = name.encode()
+    chosen = frozenset(f for f in files if not _scanner.sample_strict(f, raw))
+    if chosen:
+        _scanner.log.info("verify: %d of %d files hold lines not of the strict shape in their first %d bytes: "
+                          "Spark's JSON reader reads them", len(chosen), len(files), _scanner.SAMPLE_BYTES)
+    return chosen
 
 
 def _file_key():
@@ -922,9 +948,11 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
         try:
             function = _scanner.function(spark) if not config.join.foreign_ids.custom else None
-            json_keys = frozenset()
+            json_keys, json_paths = frozenset(), frozenset()
+            if function is not None:
+                json_paths = _sampled_json_paths(config, outputs, foreign)
             while True:     # again, with the JSON reader on the files holding lines the scanner did not take
-                scan = _Scan(function, json_keys) if function is not None else None
+                scan = _Scan(function, json_keys, json_paths) if function is not None else None
                 with sql_settings(spark, COUNTS_SETTINGS):
                     counts, needs_schema = _counts(spark, _per_id(spark, config, export_files, since_us, until_us,
                                                                   outputs, foreign, scan), needs_dir)

@@ -230,17 +230,99 @@ def _report(spark, root: Path, out: str):
     return d, report.duplicate_ids, rows
 
 
+def _counting_jobs(monkeypatch) -> list:
+    """Each run of the counts' job (photon.app._verify._counts) appends to the list given."""
+    from photon.app import _verify
+    runs, counts = [], _verify._counts
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return counts(*args, **kwargs)
+    monkeypatch.setattr(_verify, "_counts", counted)
+    return runs
+
+
 @pytest.mark.parametrize("seed", [6, 7])
-def test_the_report_with_the_scanner_is_the_report_with_the_json_reader(tmp_path, spark, scanner, seed, monkeypatch,
-                                                                         caplog):
+@pytest.mark.parametrize("sampled", [True, False])
+def test_the_report_with_the_scanner_is_the_report_with_the_json_reader(tmp_path, spark, scanner, seed, sampled,
+                                                                         monkeypatch, caplog):
+    """With the driver's samples (each file here is shorter than a sample: every file holding a line of another
+    shape goes to the JSON reader first, and the counts' job runs once), and without them (every file is
+    scanned first, those the scanner rejects read again: the job runs twice), the report is the JSON
+    reader's."""
     _world(tmp_path, seed)
+    if not sampled:
+        monkeypatch.setattr(_scanner, "sample_strict", lambda path, name, limit=0: True)
+    runs = _counting_jobs(monkeypatch)
     with caplog.at_level(logging.INFO, logger="photon.verify"):
         scanned = _report(spark, tmp_path, "v1")
-    assert any("read again by Spark's JSON reader" in m for m in caplog.messages)
+    assert len(runs) == (1 if sampled else 2)
+    assert any("read again by Spark's JSON reader" in m for m in caplog.messages) != sampled
+    assert any("Spark's JSON reader reads them" in m for m in caplog.messages) == sampled
     monkeypatch.setattr(_scanner, "function", lambda spark, class_name=None: None)
     simple = _report(spark, tmp_path, "v2")
     assert scanned == simple
     assert scanned[0]["foreign_events"] > 100 and scanned[0]["lost"] > 0 and scanned[1]
+
+
+def test_mostly_other_shapes_run_the_job_once_and_a_late_other_line_runs_it_again(tmp_path, spark, scanner,
+                                                                                    monkeypatch, caplog):
+    """Files holding floats, true/false/null, escapes and non-ASCII text in every few lines go to the JSON
+    reader by their samples (one run of the counts' job); a file strict for more than its sample and of
+    another shape after it (a second id field: the last one counts) is read again (two runs); both reports
+    are the JSON reader's."""
+    _world(tmp_path, 11)
+    rnd = random.Random(11)
+    for path in sorted(tmp_path.glob("logs/*/clicks/w0/*.jsonl")) + sorted(tmp_path.glob("out/*/joined/*.jsonl")):
+        lines = path.read_text().splitlines()
+        extra = ['"x":1.5', '"t":true', '"n":null', r'"q":"caf\u00e9 \"x\""', '"q":"café"', r'"u":"a\/b"', '"s":"a b"']
+        path.write_text("".join((x[:-1] + "," + rnd.choice(extra) + "}" if k % 3 == 0 and '"q":1,' not in x else x)
+                                + "\n" for k, x in enumerate(lines)))
+
+    def both(out):
+        runs = _counting_jobs(monkeypatch)
+        with caplog.at_level(logging.INFO, logger="photon.verify"):
+            scanned = _report(spark, tmp_path, out + "s")
+        with monkeypatch.context() as m:
+            m.setattr(_scanner, "function", lambda spark, class_name=None: None)
+            simple = _report(spark, tmp_path, out + "j")
+        assert scanned == simple
+        return len(runs) - 1, scanned
+
+    runs, report = both("v1")
+    assert runs == 1 and report[0]["foreign_events"] > 100
+    assert not any("read again by Spark's JSON reader" in m for m in caplog.messages)
+    caplog.clear()
+
+    late = tmp_path / "logs/a/clicks/w0/late.jsonl"
+    ids = [GEN.next_id() for _ in range(2000)]
+    head = [orjson.dumps({NAME: i, "query_id": i, "ad": 1, "pad": "p" * 40}).decode() for i in ids]
+    assert sum(len(x) + 1 for x in head) > _scanner.SAMPLE_BYTES
+    other = GEN.next_id()
+    late.write_text("".join(x + "\n" for x in head) + f'{{"{NAME}":"{ids[0]}","q":1,"{NAME}":"{other}"}}\n')
+    assert _scanner.sample_strict(str(late), NAME.encode())
+    runs, report = both("v2")
+    assert runs == 2
+    assert any("read again by Spark's JSON reader" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize("seed", [1, 12])
+def test_the_drivers_sample_test_is_the_scanners_shape(tmp_path, spark, scanner, seed):
+    """The Python test of a sample (photon.app._scanner.strict_line) takes a random line exactly where the
+    scanner does (it only chooses a file's first reader, so a difference would cost a run, never an id)."""
+    from pyspark.sql import functions as F
+    files = _files(tmp_path, seed, 300)
+    rows = spark.read.text(files).select(
+        F.expr(f"{scanner}(CAST(value AS BINARY), X'{NAME.encode().hex()}')").alias("id"),
+        F.col("value").cast("binary").alias("raw")).collect()
+    differ = [(bytes(r["raw"]), r["id"]) for r in rows
+              if _scanner.strict_line(bytes(r["raw"]), NAME.encode()) != (r["id"] is not None)]
+    assert not differ
+    assert sum(r["id"] is not None for r in rows) > 40 and sum(r["id"] is None for r in rows) > 80
+    for f in files:
+        raw = Path(f).read_bytes()
+        lines = raw.split(b"\n")[:-1]
+        assert _scanner.sample_strict(f, NAME.encode()) == all(_scanner.strict_line(x, NAME.encode()) for x in lines)
 
 
 def test_without_the_scanners_class_the_job_reads_with_the_json_reader(tmp_path, spark, monkeypatch, caplog):
