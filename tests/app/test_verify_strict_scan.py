@@ -30,8 +30,18 @@ def _string(rnd: random.Random, pool: list[str]) -> str:
 
 
 def _number(rnd: random.Random) -> str:
+    """A JSON number, or one of its invalid neighbours (leading zeros, a sign or a point or an exponent without
+    digits, too many digits for the scanner)."""
     return rnd.choice(["0", "-0", "7", "-12", "123456789012345678", "1234567890123456789", "99999999999999999999999",
-                       "01", "-", "1.5", "-2.5e3", "1e5", "1E-2", "+1", "0x10", "NaN", "Infinity", "-00"])
+                       "01", "-", "1.5", "-2.5e3", "1e5", "1E-2", "+1", "0x10", "NaN", "Infinity", "-00",
+                       "0.0", "-0.25", "1e-07", "1.25E+10", "3e999", "0.1234567890123456789", "1e1000",
+                       "1.", ".5", "-.5", "1e", "1e+", "1.e5", "1.5e", "2E-", "00.5", "-01.5", "1..5", "1e5.5",
+                       "1.5.5", "1ee5", "1e--5", "0x", "1f", "1d"])
+
+
+def _literal(rnd: random.Random) -> str:
+    return rnd.choice(["true", "false", "null", "true", "false", "null", "tru", "nul", "fals", "t", "truee",
+                       "nulll", "True", "NULL", "False", "nan", "undefined"])
 
 
 def _value(rnd: random.Random, pool: list[str], depth: int = 0) -> str:
@@ -41,7 +51,7 @@ def _value(rnd: random.Random, pool: list[str], depth: int = 0) -> str:
     if kind < 0.65:
         return _number(rnd)
     if kind < 0.75:
-        return rnd.choice(["true", "false", "null"])
+        return _literal(rnd)
     if kind < 0.85:
         return "[" + ",".join(_value(rnd, pool, depth + 1) for _ in range(rnd.randint(0, 2))) + "]"
     if depth > 1:
@@ -58,13 +68,20 @@ def _name(rnd: random.Random) -> str:
 def _line(rnd: random.Random, pool: list[str]) -> str:
     """One line: the usual shape, a strict shape of another kind, or valid or invalid JSON of any other."""
     cid, qid = rnd.choice(pool), rnd.choice(pool)
+    if rnd.random() < 0.15:      # strict but for one scalar, valid or an invalid neighbour, at the top or nested
+        scalar = _number(rnd) if rnd.random() < 0.7 else _literal(rnd)
+        return rnd.choice([f'{{"{NAME}":"{cid}","x":{scalar}}}', f'{{"{NAME}":"{cid}","x":{scalar},"ad":1}}',
+                           f'{{"{NAME}":"{cid}","n":{{"a":"b","x":{scalar}}}}}'])
     if rnd.random() < 0.4:       # the shapes the pipeline writes
         return rnd.choice([orjson.dumps({NAME: cid, "query_id": qid, "ad": rnd.randint(0, 99)}).decode(),
                            orjson.dumps({NAME: cid, "query_id": qid, "_photon": {"region": "a", "n": 3}}).decode(),
                            orjson.dumps({NAME: cid}).decode(), f'{{"{NAME}":"{cid}","n":{{}}}}',
                            # strict but for a second top-level id field (refused), or the name nested (taken)
                            f'{{"{NAME}":"{cid}","ad":3,"{NAME}":"{qid}"}}', f'{{"{NAME}":"{cid}","{NAME}":"{cid}"}}',
-                           f'{{"{NAME}":"{cid}","n":{{"{NAME}":"{qid}"}},"Click_Id":"{qid}"}}'])
+                           f'{{"{NAME}":"{cid}","n":{{"{NAME}":"{qid}"}},"Click_Id":"{qid}"}}',
+                           # literals and numbers with a fraction or an exponent, at the top and nested
+                           f'{{"{NAME}":"{cid}","ok":true,"v":null,"x":-1.5e3,"n":{{"f":false,"p":0.25,"e":1E+2}}}}',
+                           f'{{"{NAME}":"{cid}","x":{_number(rnd)},"t":{rnd.choice(["true", "tru", "null", "nul"])}}}'])
     first = f'"{NAME}":{_string(rnd, pool) if rnd.random() < 0.8 else _value(rnd, pool)}'
     members = [f"{_name(rnd)}:{_value(rnd, pool)}" for _ in range(rnd.randint(0, 4))]
     if rnd.random() < 0.15:
@@ -145,6 +162,9 @@ def test_the_scanner_takes_lines_only_where_its_id_is_the_json_readers(tmp_path,
     assert len(valid_refused) > 20
     # every strict shape the scanner must take is taken: plain members, integers, one level of an object
     assert any('":{' in x for x in taken_lines) and any(re.search(r'":-?[0-9]', x) for x in taken_lines)
+    assert any(re.search(r'":(true|false|null)[,}]', x) for x in taken_lines)
+    assert any(re.search(r'":-?[0-9]+(\.[0-9]+)?[eE]', x) for x in taken_lines)
+    assert any(re.search(r'":-?[0-9]+\.[0-9]+[,}]', x) for x in taken_lines)
     assert any(x.endswith('"}') and x.count(":") >= 3 for x in taken_lines)
 
 

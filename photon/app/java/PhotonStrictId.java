@@ -7,11 +7,12 @@
  *     {"<name>":"<id>"  then  ,"<member>":<value>  any number of times  then  }  and the line's end
  *
  * with <name>, <id>, every <member> and every string value plain (1-byte characters 0x20-0x7E but '"' and
- * '\'), every <value> a plain string, an integer without a leading zero (at most 18 digits, an optional '-')
- * or one level of an object of such members whose values are plain strings or such integers, no
+ * '\'), every <value> a plain string, a number (an integer without a leading zero, at most 18 digits, an
+ * optional '-'; then optionally '.' and 1-18 digits; then optionally 'e' or 'E', an optional sign and 1-3
+ * digits), true, false, null or one level of an object of such members whose values are such scalars, no
  * whitespace anywhere and no other top-level member named <name>. Such a line is valid JSON whose
  * top-level <name> is the string <id>, which is what Spark's JSON reader gives for it. For every other line
- * (valid JSON or not, blank, torn, with escapes, spaces, floats, arrays, true/false/null, a second
+ * (valid JSON or not, blank, torn, with escapes, spaces, arrays, a second
  * <name>, bytes above 0x7E, a string longer than MAX_STRING or a name longer than MAX_NAME bytes) it gives
  * null, and the caller reads that line's whole file with Spark's JSON reader instead: so the result is
  * always the JSON reader's.
@@ -27,6 +28,10 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
     static final int MAX_STRING = 1 << 16;
     static final int MAX_NAME = 1 << 10;
     static final int MAX_DIGITS = 18;
+    static final int MAX_EXPONENT = 3;
+    private static final byte[] TRUE = {'t', 'r', 'u', 'e'};
+    private static final byte[] FALSE = {'f', 'a', 'l', 's', 'e'};
+    private static final byte[] NULL = {'n', 'u', 'l', 'l'};
 
     @Override
     public String call(byte[] line, byte[] name) {
@@ -67,16 +72,71 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
         return p == start || p - start > MAX_DIGITS ? -1 : p;
     }
 
-    /** The index after the scalar value (plain string or integer) starting at {@code p}, or -1. */
+    /** The index after the digits starting at {@code p} (at least one, at most {@code max}), or -1. */
+    private static int digitsEnd(byte[] b, int p, int n, int max) {
+        int start = p;
+        while (p < n && b[p] >= '0' && b[p] <= '9') {
+            p++;
+        }
+        return p == start || p - start > max ? -1 : p;
+    }
+
+    /** The index after the JSON number starting at {@code p} (an integer as {@link #intEnd}, then an
+     *  optional fraction of 1-18 digits, then an optional exponent of 1-3 digits with an optional sign),
+     *  or -1. */
+    private static int numberEnd(byte[] b, int p, int n) {
+        p = intEnd(b, p, n);
+        if (p < 0) {
+            return -1;
+        }
+        if (p < n && b[p] == '.') {
+            p = digitsEnd(b, p + 1, n, MAX_DIGITS);
+            if (p < 0) {
+                return -1;
+            }
+        }
+        if (p < n && (b[p] == 'e' || b[p] == 'E')) {
+            p++;
+            if (p < n && (b[p] == '+' || b[p] == '-')) {
+                p++;
+            }
+            p = digitsEnd(b, p, n, MAX_EXPONENT);
+        }
+        return p;
+    }
+
+    /** The index after {@code word} at {@code p}, or -1. */
+    private static int wordEnd(byte[] b, int p, int n, byte[] word) {
+        if (n - p < word.length) {
+            return -1;
+        }
+        for (int i = 0; i < word.length; i++) {
+            if (b[p + i] != word[i]) {
+                return -1;
+            }
+        }
+        return p + word.length;
+    }
+
+    /** The index after the scalar value (plain string, number, true, false or null) starting at {@code p},
+     *  or -1. */
     private static int scalarEnd(byte[] b, int p, int n) {
         if (p >= n) {
             return -1;
         }
-        if (b[p] == '"') {
-            int end = plainEnd(b, p + 1, n, MAX_STRING);
-            return end < 0 ? -1 : end + 1;
+        switch (b[p]) {
+            case '"':
+                int end = plainEnd(b, p + 1, n, MAX_STRING);
+                return end < 0 ? -1 : end + 1;
+            case 't':
+                return wordEnd(b, p, n, TRUE);
+            case 'f':
+                return wordEnd(b, p, n, FALSE);
+            case 'n':
+                return wordEnd(b, p, n, NULL);
+            default:
+                return numberEnd(b, p, n);
         }
-        return intEnd(b, p, n);
     }
 
     /** The index after the one-level object starting at {@code p} (its '{'), or -1. */
