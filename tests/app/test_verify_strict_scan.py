@@ -39,6 +39,20 @@ def _number(rnd: random.Random) -> str:
                        "1.5.5", "1ee5", "1e--5", "0x", "1f", "1d"])
 
 
+ESCAPES = [r'\"', r'\\', r'\/', r'\b', r'\f', r'\n', r'\r', r'\t', r'\u0041', r'\u00e9', r'\u0000', r'\uFFFF',
+           r'\u20AC', r'\ud83d\ude00']
+BAD_ESCAPES = [r'\x41', r'\u12', r'\u12g4', r'\U0041', "\\'", r'\a', r'\0', r'\ ', r'\u', r'\ud800', r'\uDFFF',
+               r'\u00', '\\é']
+
+
+def _escaped(rnd: random.Random, pool: list[str]) -> str:
+    """A string literal holding escapes, valid or not (an unknown letter, a short or non-hex u-escape, a backslash
+    before a space or a non-ASCII character), or a backslash at its end."""
+    parts = [rnd.choice(ESCAPES if rnd.random() < 0.6 else BAD_ESCAPES) for _ in range(rnd.randint(1, 3))]
+    text = rnd.choice(pool) + "".join(parts)
+    return f'"{text}"' if rnd.random() < 0.95 else f'"{text}\\"'
+
+
 def _literal(rnd: random.Random) -> str:
     return rnd.choice(["true", "false", "null", "true", "false", "null", "tru", "nul", "fals", "t", "truee",
                        "nulll", "True", "NULL", "False", "nan", "undefined"])
@@ -69,7 +83,8 @@ def _line(rnd: random.Random, pool: list[str]) -> str:
     """One line: the usual shape, a strict shape of another kind, or valid or invalid JSON of any other."""
     cid, qid = rnd.choice(pool), rnd.choice(pool)
     if rnd.random() < 0.15:      # strict but for one scalar, valid or an invalid neighbour, at the top or nested
-        scalar = _number(rnd) if rnd.random() < 0.7 else _literal(rnd)
+        kind = rnd.random()
+        scalar = _number(rnd) if kind < 0.5 else _literal(rnd) if kind < 0.7 else _escaped(rnd, pool)
         return rnd.choice([f'{{"{NAME}":"{cid}","x":{scalar}}}', f'{{"{NAME}":"{cid}","x":{scalar},"ad":1}}',
                            f'{{"{NAME}":"{cid}","n":{{"a":"b","x":{scalar}}}}}'])
     if rnd.random() < 0.4:       # the shapes the pipeline writes
@@ -154,7 +169,7 @@ def test_the_scanner_takes_lines_only_where_its_id_is_the_json_readers(tmp_path,
         readers.setdefault(r["file"], []).append(r["id"])
     taken = [f for f in by_file if f not in rejected]
     for f in taken:
-        assert sorted(by_file[f]) == sorted(readers.get(f, [])), (f, by_file[f], readers.get(f))
+        assert sorted(by_file[f], key=repr) == sorted(readers.get(f, []), key=repr), (f, by_file[f], readers.get(f))
     # the world holds both kinds in number, and lines the scanner must refuse though the reader reads them
     assert len(taken) > 40 and len(rejected) > 80
     valid_refused = [r["value"] for r in scanned if r["id"] is None and r["file"] in readers
@@ -165,6 +180,7 @@ def test_the_scanner_takes_lines_only_where_its_id_is_the_json_readers(tmp_path,
     assert any(re.search(r'":(true|false|null)[,}]', x) for x in taken_lines)
     assert any(re.search(r'":-?[0-9]+(\.[0-9]+)?[eE]', x) for x in taken_lines)
     assert any(re.search(r'":-?[0-9]+\.[0-9]+[,}]', x) for x in taken_lines)
+    assert any("\\u" in x for x in taken_lines) and any('\\"' in x for x in taken_lines)
     assert any(x.endswith('"}') and x.count(":") >= 3 for x in taken_lines)
 
 
@@ -287,8 +303,8 @@ def test_the_report_with_the_scanner_is_the_report_with_the_json_reader(tmp_path
 
 def test_mostly_other_shapes_run_the_job_once_and_a_late_other_line_runs_it_again(tmp_path, spark, scanner,
                                                                                     monkeypatch, caplog):
-    """Files holding floats, true/false/null, escapes and non-ASCII text in every few lines go to the JSON
-    reader by their samples (one run of the counts' job); a file strict for more than its sample and of
+    """Files holding floats, true/false/null, escapes, UTF-8 text or spaces in every few lines (the last two of
+    another shape) go to the scanner or by their samples to the JSON reader (one run of the counts' job); a file strict for more than its sample and of
     another shape after it (a second id field: the last one counts) is read again (two runs); both reports
     are the JSON reader's."""
     _world(tmp_path, 11)
@@ -312,6 +328,7 @@ def test_mostly_other_shapes_run_the_job_once_and_a_late_other_line_runs_it_agai
     runs, report = both("v1")
     assert runs == 1 and report[0]["foreign_events"] > 100
     assert not any("read again by Spark's JSON reader" in m for m in caplog.messages)
+    assert any("Spark's JSON reader reads them" in m for m in caplog.messages)
     caplog.clear()
 
     late = tmp_path / "logs/a/clicks/w0/late.jsonl"

@@ -6,8 +6,9 @@
  *
  *     {"<name>":"<id>"  then  ,"<member>":<value>  any number of times  then  }  and the line's end
  *
- * with <name>, <id>, every <member> and every string value plain (1-byte characters 0x20-0x7E but '"' and
- * '\'), every <value> a plain string, a number (an integer without a leading zero, at most 18 digits, an
+ * with <name>, <id> and every <member> plain (1-byte characters 0x20-0x7E but '"' and '\'), every string
+ * value plain but for escapes (\" \\ \/ \b \f \n \r \t, a u escape of four hex digits but a surrogate), every <value> such a
+ * string, a number (an integer without a leading zero, at most 18 digits, an
  * optional '-'; then optionally '.' and 1-18 digits; then optionally 'e' or 'E', an optional sign and 1-3
  * digits), true, false, null or one level of an object of such members whose values are such scalars, no
  * whitespace anywhere and no other top-level member named <name>. Such a line is valid JSON whose
@@ -72,6 +73,65 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
         return p == start || p - start > MAX_DIGITS ? -1 : p;
     }
 
+    /** The value of the hex digit {@code c}, or -1. */
+    private static int hex(int c) {
+        if (c >= '0' && c <= '9') {
+            return c - '0';
+        }
+        if (c >= 'a' && c <= 'f') {
+            return c - 'a' + 10;
+        }
+        if (c >= 'A' && c <= 'F') {
+            return c - 'A' + 10;
+        }
+        return -1;
+    }
+
+    /** As {@link #plainEnd}, but the string may also hold the escapes \" \\ \/ \b \f \n \r \t and
+     *  a u escape of four hex digits (not a surrogate, D800-DFFF): the index of its closing quote, or -1. */
+    private static int escapedEnd(byte[] b, int p, int n, int max) {
+        int limit = Math.min(n, p + max + 1);
+        for (int i = p; i < limit; i++) {
+            int c = b[i];
+            if (c == '"') {
+                return i;
+            }
+            if (c == '\\') {
+                if (i + 1 >= n) {
+                    return -1;
+                }
+                int e = b[i + 1];
+                if (e == 'u') {
+                    if (i + 5 >= n) {
+                        return -1;
+                    }
+                    int v = 0;
+                    for (int j = i + 2; j < i + 6; j++) {
+                        int h = hex(b[j]);
+                        if (h < 0) {
+                            return -1;
+                        }
+                        v = v * 16 + h;
+                    }
+                    if (v >= 0xD800 && v <= 0xDFFF) {
+                        return -1;
+                    }
+                    i += 5;
+                } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r'
+                        || e == 't') {
+                    i += 1;
+                } else {
+                    return -1;
+                }
+                continue;
+            }
+            if (c < 0x20 || c > 0x7E) {
+                return -1;
+            }
+        }
+        return -1;
+    }
+
     /** The index after the digits starting at {@code p} (at least one, at most {@code max}), or -1. */
     private static int digitsEnd(byte[] b, int p, int n, int max) {
         int start = p;
@@ -126,7 +186,7 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
         }
         switch (b[p]) {
             case '"':
-                int end = plainEnd(b, p + 1, n, MAX_STRING);
+                int end = escapedEnd(b, p + 1, n, MAX_STRING);
                 return end < 0 ? -1 : end + 1;
             case 't':
                 return wordEnd(b, p, n, TRUE);
