@@ -145,7 +145,11 @@ _STRING = rb'"' + _PLAIN + rb'{0,65536}"'                      # MAX_STRING
 _NAME = rb'"(' + _PLAIN + rb'{0,1024})"'                       # MAX_NAME
 _INNER_NAME = rb'"' + _PLAIN + rb'{0,1024}"'
 _NUMBER = rb'-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,18})?(?:[eE][+-]?[0-9]{1,3})?'   # MAX_DIGITS, MAX_EXPONENT
-_ESCAPED = rb'"(?:' + _PLAIN + rb'|\\["\\/bfnrt]|\\u(?![dD][89abcdefABCDEF])[0-9a-fA-F]{4}){0,65536}"'
+_UTF8 = (rb'[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}'
+         rb'|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}'
+         rb'|\xf4[\x80-\x8f][\x80-\xbf]{2}')
+_ESCAPED = (rb'"(?:' + _PLAIN + rb'|\\["\\/bfnrt]|\\u(?![dD][89abcdefABCDEF])[0-9a-fA-F]{4}|' + _UTF8
+            + rb'){0,65536}"')
 _SCALAR = rb'(?:' + _ESCAPED + rb'|' + _NUMBER + rb'|true|false|null)'
 _OBJECT = rb'\{(?:' + _INNER_NAME + rb':' + _SCALAR + rb'(?:,' + _INNER_NAME + rb':' + _SCALAR + rb')*)?\}'
 _MEMBER = re.compile(rb',' + _NAME + rb':(?:' + _OBJECT + rb'|' + _SCALAR + rb')(?=[,}])')

@@ -7,7 +7,9 @@
  *     {"<name>":"<id>"  then  ,"<member>":<value>  any number of times  then  }  and the line's end
  *
  * with <name>, <id> and every <member> plain (1-byte characters 0x20-0x7E but '"' and '\'), every string
- * value plain but for escapes (\" \\ \/ \b \f \n \r \t, a u escape of four hex digits but a surrogate), every <value> such a
+ * value plain but for escapes (\" \\ \/ \b \f \n \r \t, a u escape of four hex digits but a surrogate)
+ * and well-formed UTF-8 sequences of 2-4 bytes (no overlong form, no surrogate, nothing above U+10FFFF), every
+ * <value> such a
  * string, a number (an integer without a leading zero, at most 18 digits, an
  * optional '-'; then optionally '.' and 1-18 digits; then optionally 'e' or 'E', an optional sign and 1-3
  * digits), true, false, null or one level of an object of such members whose values are such scalars, no
@@ -125,11 +127,63 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
                 }
                 continue;
             }
+            if (c < 0) {
+                int len = utf8Length(b, i, n);
+                if (len < 0) {
+                    return -1;
+                }
+                i += len - 1;
+                continue;
+            }
             if (c < 0x20 || c > 0x7E) {
                 return -1;
             }
         }
         return -1;
+    }
+
+    /** The length of the well-formed UTF-8 sequence of 2-4 bytes at {@code p} (no overlong form, no
+     *  surrogate, nothing above U+10FFFF), or -1. */
+    private static int utf8Length(byte[] b, int p, int n) {
+        int u = b[p] & 0xFF;
+        int len;
+        int lo = 0x80;
+        int hi = 0xBF;
+        if (u >= 0xC2 && u <= 0xDF) {
+            len = 2;
+        } else if (u == 0xE0) {
+            len = 3;
+            lo = 0xA0;
+        } else if (u >= 0xE1 && u <= 0xEC || u == 0xEE || u == 0xEF) {
+            len = 3;
+        } else if (u == 0xED) {
+            len = 3;
+            hi = 0x9F;
+        } else if (u == 0xF0) {
+            len = 4;
+            lo = 0x90;
+        } else if (u >= 0xF1 && u <= 0xF3) {
+            len = 4;
+        } else if (u == 0xF4) {
+            len = 4;
+            hi = 0x8F;
+        } else {
+            return -1;
+        }
+        if (p + len > n) {
+            return -1;
+        }
+        int second = b[p + 1] & 0xFF;
+        if (second < lo || second > hi) {
+            return -1;
+        }
+        for (int j = p + 2; j < p + len; j++) {
+            int c = b[j] & 0xFF;
+            if (c < 0x80 || c > 0xBF) {
+                return -1;
+            }
+        }
+        return len;
     }
 
     /** The index after the digits starting at {@code p} (at least one, at most {@code max}), or -1. */
