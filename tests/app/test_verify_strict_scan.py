@@ -313,7 +313,7 @@ def test_the_report_with_the_scanner_is_the_report_with_the_json_reader(tmp_path
 
 def test_mostly_other_shapes_run_the_job_once_and_a_late_other_line_runs_it_again(tmp_path, spark, scanner,
                                                                                     monkeypatch, caplog):
-    """Files holding floats, true/false/null, escapes, UTF-8 text or spaces in every few lines (the last two of
+    """Files holding floats, true/false/null, escapes, UTF-8 text or spaces in every few lines (spaces are of
     another shape) go to the scanner or by their samples to the JSON reader (one run of the counts' job); a file strict for more than its sample and of
     another shape after it (a second id field: the last one counts) is read again (two runs); both reports
     are the JSON reader's."""
