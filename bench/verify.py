@@ -167,9 +167,10 @@ def _launch_kind(spark) -> str:
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
-    from photon.app import class_archive_plan, input_bytes
+    from photon.app import _spark, class_archive_plan, input_bytes
     config = load_config(Path(root) / "photon.toml")
-    archive = class_archive_plan(config)
+    scanner = getattr(_spark, "scanner_jar", lambda config: None)(config)     # the jar, as spark_session has it
+    archive = class_archive_plan(config, scanner) if scanner is not None else class_archive_plan(config)
     t0 = time.perf_counter()
     spark = spark_session(config, "bench-verify-cold", input_bytes=input_bytes(config))    # as photon verify
     t1 = time.perf_counter()
@@ -183,7 +184,8 @@ def _cold_child(root: str, n: str, expected_lost: str) -> int:
                         "jvm_cpu_s": round(jvm_cpu_s(spark), 1), "jvm_start_cpu_s": round(start_cpu, 1),
                         "spark_jobs": spark_jobs(spark),
                         "class_archive": _class_archive_state(spark, archive),
-                        "launch": _launch_kind(spark)}).decode())
+                        "launch": _launch_kind(spark),
+                        "scanner": spark.catalog.functionExists("photon_strict_id")}).decode())
     spark.stop()
     return 0
 
@@ -271,7 +273,7 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_cold_class_archive"] = f["class_archive"]
             figures[f"verify_{label}_cold_launch"] = f["launch"]
             for key in ("job_jit_cpu_s", "job_gc_cpu_s", "job_tasks_cpu_s", "job_other_cpu_s", "codegen_classes",
-                        "codegen_ms"):
+                        "codegen_ms", "scanner"):
                 figures[f"verify_{label}_cold_{key}"] = f[key]
             shutil.rmtree(Path(tmp) / "cold")
         spark = spark_session(None, "bench-verify")

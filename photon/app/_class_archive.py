@@ -88,10 +88,11 @@ def spark_jars() -> Path | None:
     return jars if jars.is_dir() else None
 
 
-def archive_key(java: Path, jars: Path) -> str:
-    """A hash of the JVM binary and every jar (path, size, modification time): equal keys, same classes."""
+def archive_key(java: Path, jars: Path, extra=()) -> str:
+    """A hash of the JVM binary, every jar and the ``extra`` jars put before them on the driver's classpath
+    (path, size, modification time): equal keys, same classes."""
     h = hashlib.sha256(f"{ARCHIVE_FORMAT}\0".encode())
-    for path in [java, *sorted(jars.glob("*.jar"))]:
+    for path in [java, *sorted(jars.glob("*.jar")), *(Path(p) for p in extra)]:
         st = path.stat()
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.hexdigest()[:20]
@@ -101,8 +102,9 @@ CONFLICTING_FLAGS = ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "Dyn
                      "SharedClassListFile")
 
 
-def plan(cache_dir: Path, java_options: str = "") -> ArchivePlan | None:
-    """The archive for a JVM about to start with ``java_options`` (the user's) (see the module docstring), or
+def plan(cache_dir: Path, java_options: str = "", extra=()) -> ArchivePlan | None:
+    """The archive for a JVM about to start with ``java_options`` (the user's) and the ``extra`` jars on its
+    classpath (:mod:`photon.app._scanner`'s) (see the module docstring), or
     None where there can be none: no ``java`` or Spark jars found, a JDK without its own (base) CDS archive
     (a JVM asked to record classes for a dump refuses to start without one), or class-data sharing flags
     of the user's own."""
@@ -113,7 +115,7 @@ def plan(cache_dir: Path, java_options: str = "") -> ArchivePlan | None:
                                                                                       "classes_nocoops.jsa")):
         return None
     try:
-        prefix = f"spark-classes-{archive_key(java, jars)}-"
+        prefix = f"spark-classes-{archive_key(java, jars, extra)}-"
         found = None
         for path in sorted(cache_dir.glob(f"{prefix}*.jsa")):
             if not _whole(path, prefix):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from photon import PhotonConfig, SparkConfig
-from photon.app import _class_archive, _launch
+from photon.app import _class_archive, _launch, _scanner
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 PROGRESS_INTERVAL_S = 0.5
@@ -46,17 +46,18 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     spark_cfg = config.spark if config is not None else None
     builder = SparkSession.builder.appName(app_name)
     builder = builder.master(spark_cfg.master if spark_cfg else "local[*]")
-    archive = class_archive_plan(config)
+    scanner = scanner_jar(config)
+    archive = class_archive_plan(config, scanner)
     # Executors (and local[*] workers) must run this interpreter with Photon importable.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
-        session = _started(_configured(builder, session_settings(config, verbose, archive, input_bytes)), config)
+        session = _started(_configured(builder, session_settings(config, verbose, archive, input_bytes, scanner)), config)
     except Exception as e:
         if archive is None or "JAVA_GATEWAY_EXITED" not in str(e):
             raise
         archive = None       # a JVM that would not start with the class archive's flags starts without them
-        session = _started(_configured(builder, session_settings(config, verbose, None, input_bytes)), config)
+        session = _started(_configured(builder, session_settings(config, verbose, None, input_bytes, scanner)), config)
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     if archive is not None:
         gateway = session.sparkContext._gateway
@@ -95,14 +96,26 @@ def _configured(builder, settings: dict):
     return builder
 
 
-def class_archive_plan(config: PhotonConfig | None = None):
-    """The driver JVM's class archive (:mod:`photon.app._class_archive`) for ``config.spark``: None when
-    ``[spark].class_archive`` is off or there can be none."""
+def class_archive_plan(config: PhotonConfig | None = None, scanner: Path | None = None):
+    """The driver JVM's class archive (:mod:`photon.app._class_archive`) for ``config.spark`` and the
+    scanner's jar on the driver's classpath (or None): None when ``[spark].class_archive`` is off or there
+    can be none."""
     spark_cfg = config.spark if config is not None else None
     if spark_cfg is not None and not spark_cfg.class_archive:
         return None
     return _class_archive.plan(cache_dir(config),
-                               (spark_cfg.conf if spark_cfg else {}).get("spark.driver.extraJavaOptions", ""))
+                               (spark_cfg.conf if spark_cfg else {}).get("spark.driver.extraJavaOptions", ""),
+                               [scanner] if scanner is not None else ())
+
+
+def scanner_jar(config: PhotonConfig | None = None) -> Path | None:
+    """The verification job's strict-shape scanner (:mod:`photon.app._scanner`), compiled at first use into
+    the cache folder, for the driver's classpath: None with a master that is not local (the class would be
+    missing on the executors) or when it cannot be compiled (logged; the job then reads with the JSON reader)."""
+    spark_cfg = config.spark if config is not None else None
+    if not (spark_cfg.master if spark_cfg else "local[*]").startswith("local"):
+        return None
+    return _scanner.jar(cache_dir(config))
 
 
 def cache_dir(config: PhotonConfig | None = None) -> Path:
@@ -135,10 +148,11 @@ def short_job_options(config: PhotonConfig | None, input_bytes: int | None, envi
 
 
 def session_settings(config: PhotonConfig | None = None, verbose: bool = False, archive=None,
-                     input_bytes: int | None = None) -> dict:
+                     input_bytes: int | None = None, scanner: Path | None = None) -> dict:
     """The settings :func:`spark_session` builds a session with, from ``config.spark``, the driver's class
-    archive (an :class:`photon.app._class_archive.ArchivePlan`, or None) and the job's input size
-    (:func:`short_job_options`) (pure)."""
+    archive (an :class:`photon.app._class_archive.ArchivePlan`, or None), the job's input size
+    (:func:`short_job_options`) and the scanner's jar (:func:`scanner_jar`, or None: put after the user's
+    ``spark.driver.extraClassPath``) (pure)."""
     spark_cfg = config.spark if config is not None else None
     java_opts = "" if verbose else f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
     driver_opts = f"{java_opts} {archive.java_options}".strip() if archive is not None else java_opts
@@ -159,6 +173,9 @@ def session_settings(config: PhotonConfig | None = None, verbose: bool = False, 
     for key in JAVA_OPTION_KEYS:    # the user's JVM flags go after the quiet log's, not instead of it
         if key in extra:
             settings[key] = f"{settings[key]} {extra.pop(key)}".strip()
+    if scanner is not None:
+        user = extra.pop("spark.driver.extraClassPath", "")
+        settings["spark.driver.extraClassPath"] = f"{user}{os.pathsep}{scanner}" if user else str(scanner)
     settings.update(extra)
     return settings
 

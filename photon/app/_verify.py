@@ -51,6 +51,7 @@ from photon import (PhotonConfig, SourceError, list_log_files, local_folder, out
 from photon._ids import ID_REGEX, TIMESTAMP_DIGITS, EventIds
 from photon._output import LINE_COLUMN, compacted_lines, pinned_compacted, pinned_paths
 from photon._spark_io import new_staging, stream_text, union_all
+from photon.app import _scanner
 from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
@@ -159,10 +160,12 @@ class _Lines:
         rows = _no_rows(spark, "value")
         return rows.withColumn("file", F.lit(None).cast("long")) if with_file else rows
 
-    def ids(self, spark, id_field: "str | EventIds", with_file: bool = False):
+    def ids(self, spark, id_field: "str | EventIds", with_file: bool = False, scan: "_Scan | None" = None):
         """Rows ``(id)``: each line's id as :func:`_ids` reads it (null on a line without a readable one);
         with ``with_file`` also ``file``, the :func:`_file_key` of the line's file (null for lines of
-        ``staged`` and ``frames``).
+        ``staged`` and ``frames``). With ``scan`` (a :class:`_Scan`), ``files`` are read by its strict-shape
+        scanner but those it names for the JSON reader, and lines it rejects are left out (the caller reads
+        their files again with the JSON reader: :func:`run_verify`).
 
         Files are read by Spark's JSON reader with a schema of the id field alone (about a third of
         ``json_tuple``'s CPU per line: no line is materialised as text; the reader still parses and checks
@@ -182,12 +185,91 @@ class _Lines:
         column = "`" + name.replace("`", "``") + "`"
         schema = f"{column} STRING"
         frames = [_ids(df.select("value").filter(not_blank), name).select("id", *no_file) for df in self.frames]
-        if self.files:
+        if self.files and scan is not None and _plain_name(name):
+            frames += scan.ids(spark, self.files, name, schema, with_file)
+        elif self.files:
             frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id"), *file))
         if self.staged:
             frames.append(spark.read.schema(schema).option("lineSep", "\n").json(self.staged)
                           .select(F.col(column).alias("id"), *no_file))
         return union_all(frames) if frames else _no_ids(spark, with_file)
+
+
+def _plain_name(name: str) -> bool:
+    """Whether the strict-shape scanner can look for the field ``name``: 1-1024 printable ASCII characters,
+    no ``"`` or ``\\`` (it compares the line's bytes with the name's as a JSON string without escapes)."""
+    return 0 < len(name) <= 1024 and all(0x20 <= ord(c) <= 0x7E and c not in '"\\' for c in name)
+
+
+@dataclass
+class _Scan:
+    """One reading of the input and output files' ids by the strict-shape scanner (:mod:`photon.app._scanner`,
+    the SQL ``function``): every file but those of ``json_keys`` (:func:`_file_key`s, read by Spark's JSON
+    reader) is read as text and each line's id taken from its bytes; a line of another shape (null) is left
+    out, and an observation on each reading (``observations``) counts those lines and gathers their files'
+    keys, so that :func:`run_verify` reads those files again with the JSON reader. Files of ``json_paths``
+    (paths as listed: those whose driver-side sample holds a line of another shape,
+    :func:`photon.app._scanner.sample_strict`) are read by the JSON reader from the first run on. Lines the
+    scanner takes are valid JSON whose id is the one it gives (docs/verify.md, "The job"), so the ids are the
+    JSON reader's."""
+    function: str
+    json_keys: frozenset = frozenset()
+    json_paths: frozenset = frozenset()
+    observations: list = field(default_factory=list)
+
+    def ids(self, spark, files: list[str], name: str, schema: str, with_file: bool) -> list:
+        """DataFrames of rows ``(id[, file])`` of ``files``: the scanner's for files in neither ``json_paths``
+        nor ``json_keys``, the JSON reader's (``schema``: the id field's) for those in one."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+        column = schema.rsplit(" ", 1)[0]
+        file = [_file_key().alias("file")] if with_file else []
+        sampled = [f for f in files if f in self.json_paths]
+        files = [f for f in files if f not in self.json_paths]
+        frames = [spark.read.schema(schema).json(sampled).select(F.col(column).alias("id"), *file)] if sampled else []
+        if not files:
+            return frames
+        text = spark.read.text(files)
+        if self.json_keys:
+            text = text.filter(~_file_key_in(self.json_keys))
+        scanned = text.select(F.expr(f"{self.function}(CAST(value AS BINARY), X'{name.encode().hex()}')").alias("id"),
+                              _file_key().alias("file"))
+        observation = Observation()
+        self.observations.append(observation)
+        rejected = F.col("id").isNull()
+        scanned = scanned.observe(observation, F.count(F.when(rejected, 1)).alias("lines"),
+                                  F.collect_set(F.when(rejected, F.col("file"))).alias("files"))
+        keep = ["id", "file"] if with_file else ["id"]
+        frames.append(scanned.filter(F.col("id").isNotNull()).select(*keep))
+        if self.json_keys:
+            frames.append(spark.read.schema(schema).json(files).filter(_file_key_in(self.json_keys))
+                          .select(F.col(column).alias("id"), *file))
+        return frames
+
+    def rejected(self) -> tuple[int, set]:
+        """``(lines, file keys)`` the scanner did not take in the job just run (its observations)."""
+        lines, keys = 0, set()
+        for observation in self.observations:
+            got = observation.get
+            lines += int(got["lines"] or 0)
+            keys.update(int(k) for k in got["files"] or ())
+        return lines, keys
+
+
+def _sampled_json_paths(config: PhotonConfig, outputs, foreign) -> frozenset:
+    """The local files (of ``outputs`` and ``foreign``) whose first bytes, read on the driver, hold a line the
+    strict-shape scanner would not take (:func:`photon.app._scanner.sample_strict`): the JSON reader reads them
+    in the job's first run. Only which reader reads a file first depends on it, never the counts."""
+    name = config.join.foreign_ids.id_field
+    if not _plain_name(name):
+        return frozenset()
+    files = {f for _, lines in foreign for f in lines.files} | {f for *_, lines in outputs for f in lines.files}
+    raw = name.encode()
+    chosen = frozenset(f for f in files if not _scanner.sample_strict(f, raw))
+    if chosen:
+        _scanner.log.info("verify: %d of %d files hold lines not of the strict shape in their first %d bytes: "
+                          "Spark's JSON reader reads them", len(chosen), len(files), _scanner.SAMPLE_BYTES)
+    return chosen
 
 
 def _file_key():
@@ -530,7 +612,8 @@ def _foreign_inputs(spark, config: PhotonConfig) -> list:
             for index, region in enumerate(config.pipeline_regions)]
 
 
-def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us, outputs, foreign):
+def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, until_us, outputs, foreign,
+            scan: _Scan | None = None):
     """One row per id of every source, from one aggregation over them all (each input read once, ids only:
     every aggregation buffer is fixed-width, so Spark hashes the ids, sorts nothing and shuffles no line):
     ``id``, ``in_regions`` (regions whose foreign input holds it), ``n_out`` (its joined lines),
@@ -540,7 +623,8 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     well-formed (or null: lines without it), which stops the job; ``file``: the smallest :func:`_file_key`
     of the local foreign files holding it (null when none does: only S3 objects, or not in the input),
     so that the lookup of a lost id reads only its file. ``outputs``: from :func:`_read_outputs`;
-    ``foreign``: from :func:`_foreign_inputs`.
+    ``foreign``: from :func:`_foreign_inputs`; ``scan``: the strict-shape scanner's reading of the local
+    files (:class:`_Scan`), or None (the JSON reader).
 
     An id's format is checked once per id after the aggregation, not once per line: a foreign line whose
     id is malformed counts nowhere (the pipeline quarantines it), an output line's makes ``bad``."""
@@ -550,13 +634,13 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     exported = _read_export(spark, export_files)
     registry = _window(exported, since_us, until_us).select(
         "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
-    rows = union_all([lines.ids(spark, ids, with_file=True).filter(F.col("id").isNotNull())
+    rows = union_all([lines.ids(spark, ids, with_file=True, scan=scan).filter(F.col("id").isNotNull())
                       .select("id", _region_bit(index, n_regions).alias("in_bit"), "file") for index, lines in foreign])
     rows = _window(rows, since_us, until_us)
     for index, _, kind, lines in outputs:
         bit = _region_bit(index, n_regions)
         rows = rows.unionByName(
-            lines.ids(spark, ids).select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
+            lines.ids(spark, ids, scan=scan).select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
                                          (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
             allowMissingColumns=True)
     rows = rows.unionByName(registry, allowMissingColumns=True)
@@ -821,8 +905,9 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
     The plan: the export's token prefixes first (read on the driver from its token column, to judge the
     joiners before the output is listed); then every source (foreign input, joined and unjoinable output,
-    export) is read once by Spark's own readers (the JSON reader with a schema of the id field alone, no
-    Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts, without a
+    export) is read once by Spark's own readers (local files as text through the strict-shape scanner,
+    :class:`_Scan`, and the files holding lines of another shape again with the JSON reader and a schema of
+    the id field alone; no Python per line) and grouped by id in one hash aggregation of ids and fixed-width counts, without a
     partial step; the counts are folded from its output by an observation, and only the lost, duplicated
     and unjoinable-everywhere ids are written out (:func:`_counts`: one Spark job of two stages,
     :data:`COUNTS_SETTINGS`); the export is read with its footers' schema (no inference job). The lost ids' lines and
@@ -862,9 +947,23 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         foreign = _foreign_inputs(spark, config)
         needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
         try:
-            with sql_settings(spark, COUNTS_SETTINGS):
-                counts, needs_schema = _counts(spark, _per_id(spark, config, export_files, since_us, until_us,
-                                                              outputs, foreign), needs_dir)
+            function = _scanner.function(spark) if not config.join.foreign_ids.custom else None
+            json_keys, json_paths = frozenset(), frozenset()
+            if function is not None:
+                json_paths = _sampled_json_paths(config, outputs, foreign)
+            while True:     # again, with the JSON reader on the files holding lines the scanner did not take
+                scan = _Scan(function, json_keys, json_paths) if function is not None else None
+                with sql_settings(spark, COUNTS_SETTINGS):
+                    counts, needs_schema = _counts(spark, _per_id(spark, config, export_files, since_us, until_us,
+                                                                  outputs, foreign, scan), needs_dir)
+                rejected, keys = scan.rejected() if scan is not None else (0, set())
+                if not rejected:
+                    break
+                _scanner.log.info("verify: %d lines in %d files are not of the strict shape: those files are "
+                                  "read again by Spark's JSON reader", rejected, len(keys - json_keys))
+                if keys <= json_keys:       # cannot happen: the scanner gives the same answer for the same line
+                    function = None
+                json_keys = json_keys | keys
             timings["read_s"] = time.perf_counter() - t0
 
             t0 = time.perf_counter()

@@ -75,6 +75,8 @@ def test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(
     assert [spark.conf.get(k, None) for k in settings] == before      # the shared session's settings back
     if lookup == "on_driver":      # the counts (writing the ids needing more), the lookup, the primaries
         jobs = [store.jobsList(None).apply(i) for i in range(store.jobsList(None).size() - jobs_before)]
+        # once with the strict-shape scanner too: the driver's sample of the inputs finds their "not json"
+        # lines, so those files go to the JSON reader in the counts' only run (photon.app._verify._Scan)
         assert len(jobs) == 3, [j.name() for j in jobs]
     assert report.duplicate_ids == ((c[1], 2),)
     rows = read_recoverable(report.recoverable_path)
