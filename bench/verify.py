@@ -167,10 +167,9 @@ def _launch_kind(spark) -> str:
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
-    from photon.app import _spark, class_archive_plan, input_bytes
+    from photon.app import class_archive_plan, input_bytes, scanner_jar
     config = load_config(Path(root) / "photon.toml")
-    scanner = getattr(_spark, "scanner_jar", lambda config: None)(config)     # the jar, as spark_session has it
-    archive = class_archive_plan(config, scanner) if scanner is not None else class_archive_plan(config)
+    archive = class_archive_plan(config, scanner_jar(config))     # the archive as spark_session plans it
     t0 = time.perf_counter()
     spark = spark_session(config, "bench-verify-cold", input_bytes=input_bytes(config))    # as photon verify
     t1 = time.perf_counter()

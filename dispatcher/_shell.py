@@ -9,10 +9,10 @@ rescans the logs every ``[dispatcher].poll_interval_s``.
 Two writes wait for the file system's journal (which the registry's and the joiners' fsyncs keep busy) on
 threads of their own, so they never hold the loop that sends the joins:
 
-* ``status.json`` (a view, rewritten every ~100 ms, not durable; :class:`_StatusWriter`): the loop hands it
+* ``status.json`` (a view, rewritten every ~100 ms, not durable; a :class:`_HandOff`): the loop hands it
   the statistics it made and goes on. They are made by the loop after the writes they report have landed,
   so the file never shows more than is durable.
-* the checkpoint (its snapshot or journal record, fsynced; :meth:`Dispatcher._hand_checkpoint`): one at a
+* the checkpoint (its snapshot or journal record, fsynced; a :class:`_HandOff` too): one at a
   time, in order, on the checkpoint thread. The unjoinable and quarantine writes stay on the loop and land
   before the loop hands over the checkpoint that passes them; the loop waits for the previous checkpoint
   before it hands over the next, so a failing disk pauses it one checkpoint later, as before it paused at
@@ -99,38 +99,46 @@ class _JoinerPool:
                 log.exception("closing joiner client")
 
 
-class _StatusWriter:
-    """Writes the latest statistics handed to it to ``status.json`` on a thread of its own: :meth:`show` returns
-    at once; statistics handed over while a write runs replace each other, and only the latest is written
-    next (a view: an older one is never written after a newer one). A failing write is logged and skipped,
-    as the loop did (a full disk must not end the dispatcher)."""
+class _HandOff:
+    """Runs ``write(item)`` on a thread of its own for the items the loop hands it, one at a time, so that the
+    loop never waits on the file system for them (see the module docstring).
 
-    def __init__(self, directory, name: str) -> None:
-        self._dir = directory
+    :meth:`give` returns at once; an item given while another waits to be taken replaces it (a view, such as
+    the status: only the latest is written, never an older one after a newer one). ``give(item, wait=True)``
+    first waits until everything given before is written (items land one at a time and in order, and a
+    failing disk holds the giver there) and raises :attr:`error`, what ended a write."""
+
+    def __init__(self, name: str, write) -> None:
+        self._write = write
         self._cv = threading.Condition()
-        self._next = None           # the statistics to write next (None: nothing new)
-        self._writing = False
+        self._next = None           # the item to write next (None: nothing new)
+        self._busy = False          # an item given and not yet written
         self._closed = False
+        self.error: BaseException | None = None
         self.written = 0
-        self._thread = threading.Thread(target=self._run, name=f"{name}-status", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def show(self, stats) -> None:
+    def give(self, item, wait: bool = False) -> None:
         with self._cv:
-            self._next = stats
-            self._cv.notify()
+            if wait:
+                while self._busy:
+                    self._cv.wait()
+                if self.error is not None:
+                    raise self.error
+            self._next, self._busy = item, True
+            self._cv.notify_all()
 
     def idle(self) -> bool:
-        """Nothing handed over waits to be written, and no write runs."""
+        """Nothing given waits to be written, and no write runs."""
         with self._cv:
-            return self._next is None and not self._writing
+            return not self._busy
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Write what was handed over last, then end the thread (bounded: the caller writes the final
-        status itself afterwards, which then replaces any late write)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Write what was given last, then end the thread (waiting for it at most ``timeout`` seconds)."""
         with self._cv:
             self._closed = True
-            self._cv.notify()
+            self._cv.notify_all()
         self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -139,18 +147,19 @@ class _StatusWriter:
             with cv:
                 while self._next is None and not self._closed:
                     cv.wait()
-                stats, self._next = self._next, None
-                if stats is None:
+                item, self._next = self._next, None
+                if item is None:
                     return              # closed, nothing left to write
-                self._writing = True
             try:
-                write_status(self._dir, stats)
+                self._write(item)
                 self.written += 1
-            except OSError as e:      # a view only: a full disk must not end the dispatcher
-                log.debug("writing the dispatcher status failed: %s", e)
+            except BaseException as e:  # noqa: BLE001  (the giver re-raises it)
+                with cv:
+                    self.error = e
             finally:
                 with cv:
-                    self._writing = False
+                    self._busy = self._next is not None
+                    cv.notify_all()
 
 
 class Dispatcher:
@@ -235,16 +244,10 @@ class Dispatcher:
         self._abandoned = False          # stopped with a write not done: no final checkpoint
         self._next_quarantine_sync = 0
         self._leaders = None                  # the registry-leader follower, from start() on
-        self._status_writer: _StatusWriter | None = None   # from start() on; before it the loop writes
-        # the checkpoint thread (see the module docstring): the checkpoint handed over, whether one is being
-        # written, the error that ended a write (re-raised on the loop), and whether the loop hands them over
-        self._ckpt_cv = threading.Condition()
-        self._ckpt_next: Checkpoint | None = None
-        self._ckpt_busy = False
-        self._ckpt_error: BaseException | None = None
-        self._ckpt_closed = False
-        self._ckpt_async = False
-        self._ckpt_thread = threading.Thread(target=self._checkpoint_run, name=f"{name}-checkpoint", daemon=True)
+        # the status and checkpoint threads (see the module docstring), from start() until the loop stops;
+        # without them the loop writes both itself
+        self._status_writer: _HandOff | None = None
+        self._checkpointer: _HandOff | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -252,9 +255,9 @@ class Dispatcher:
         for w in self._lookup_workers + self._join_workers:
             w.start()
         self._leaders = follow_leaders(self.config, self.core.share, self._registry, self.region.name)
-        self._status_writer = _StatusWriter(self.dir, self._thread.name)
-        self._ckpt_thread.start()
-        self._ckpt_async = True
+        self._status_writer = _HandOff(f"{self._thread.name}-status", self._write_status)
+        self._checkpointer = _HandOff(f"{self._thread.name}-checkpoint",
+                                      lambda cmd: self._write_checkpoint(cmd, on_loop=False))
         self._thread.start()
         return self
 
@@ -293,8 +296,8 @@ class Dispatcher:
         next_scan = next_status = 0
         found = False  # the latest scan found lines: scan again at once
         while not self._stopping.is_set():
-            if self._ckpt_error is not None:
-                raise self._ckpt_error
+            if self._checkpointer is not None and self._checkpointer.error is not None:
+                raise self._checkpointer.error
             answers = []
             try:
                 while True:
@@ -392,8 +395,8 @@ class Dispatcher:
                     self._until_written("writing the quarantine",
                                         lambda: self.quarantine.add(file, offset, reason, raw))
             elif kind is Checkpoint:
-                if self._ckpt_async:
-                    self._hand_checkpoint(cmd)
+                if self._checkpointer is not None:
+                    self._checkpointer.give(cmd, wait=True)    # after the one before it; raises its error
                 else:
                     self._write_checkpoint(cmd)
             else:
@@ -407,49 +410,12 @@ class Dispatcher:
             self._until_written("writing the checkpoint journal", lambda: self._checkpoints.append_delta(cmd.delta),
                                 on_loop)
 
-    def _hand_checkpoint(self, cmd: Checkpoint) -> None:
-        """Give ``cmd`` to the checkpoint thread once it has written the previous one (so checkpoints land
-        one at a time, in order, and a failing disk pauses the loop here); re-raise what ended a write."""
-        cv = self._ckpt_cv
-        with cv:
-            while self._ckpt_busy:
-                cv.wait()
-            if self._ckpt_error is not None:
-                raise self._ckpt_error
-            self._ckpt_next, self._ckpt_busy = cmd, True
-            cv.notify_all()
-
-    def _checkpoint_run(self) -> None:
-        cv = self._ckpt_cv
-        while True:
-            with cv:
-                while self._ckpt_next is None and not self._ckpt_closed:
-                    cv.wait()
-                cmd, self._ckpt_next = self._ckpt_next, None
-                if cmd is None:
-                    return
-            try:
-                self._write_checkpoint(cmd, on_loop=False)
-            except BaseException as e:  # noqa: BLE001  (re-raised on the loop thread)
-                with cv:
-                    self._ckpt_error = e
-            finally:
-                with cv:
-                    self._ckpt_busy = False
-                    cv.notify_all()
-
     def _drain_checkpoints(self) -> None:
-        """At stop (on the loop thread): wait for the checkpoint being written, end the thread, and write
-        later checkpoints on the loop."""
-        cv = self._ckpt_cv
-        with cv:
-            while self._ckpt_busy:
-                cv.wait()
-            self._ckpt_closed = True
-            cv.notify_all()
-        self._ckpt_async = False
-        if self._ckpt_thread.ident is not None:
-            self._ckpt_thread.join(5.0)
+        """At stop (on the loop thread): the checkpoint being written lands (or is abandoned), the thread
+        ends, and later checkpoints are written on the loop."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
 
     def _until_written(self, what: str, write, on_loop: bool = True) -> None:
         """Run ``write`` until it succeeds. A full or failing disk pauses the dispatcher here (commands run
@@ -470,7 +436,7 @@ class Dispatcher:
                 else:                     # the checkpoint thread: the core is the loop's, so the last statistics
                     self._stats = dataclasses.replace(self._stats, waiting_for_disk=self._waiting_for_disk)
                     if self._status_writer is not None:
-                        self._status_writer.show(self._stats)
+                        self._status_writer.give(self._stats)
                 if self._stopping.wait(delay):
                     self._abandoned = True
                     raise _WriteAbandoned(f"stopped while {what} kept failing: {e}") from e
@@ -556,10 +522,13 @@ class Dispatcher:
             self.core.statistics(pending_bytes=self._pending_bytes, pid=os.getpid()),
             scan_at_us=self._scan_wall_us, waiting_for_disk=self._waiting_for_disk)
         if not final and self._status_writer is not None:
-            self._status_writer.show(self._stats)
+            self._status_writer.give(self._stats)
             return
+        self._write_status(self._stats)
+
+    def _write_status(self, stats) -> None:
         try:
-            write_status(self.dir, self._stats)
+            write_status(self.dir, stats)
         except OSError as e:      # a view only: a full disk must not end the dispatcher
             log.debug("writing the dispatcher status failed: %s", e)
 
@@ -578,7 +547,7 @@ class Dispatcher:
                 except OSError as e:
                     log.error("dispatcher %s: closing output at stop failed: %s", self.region.name, e)
             if self._status_writer is not None:
-                self._status_writer.close()
+                self._status_writer.close(timeout=5.0)   # bounded: the final status below replaces a late one
             self._publish_status(final=True)
         finally:
             if self._leaders is not None:

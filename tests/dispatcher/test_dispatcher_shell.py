@@ -284,34 +284,54 @@ def test_a_status_write_that_waits_on_the_file_system_does_not_hold_the_joins(tm
     assert read_status(cfg.regions[0].state_dir)["joined"] == 200
 
 
-def test_the_status_writer_writes_only_the_latest_statistics_and_never_an_older_after_a_newer(tmp_path, monkeypatch):
+def test_a_hand_off_writes_only_the_latest_item_or_waits_for_each_in_order():
+    """The status thread's hand-off writes only the latest item given (never an older after a newer); given
+    with ``wait``, as checkpoints are, every item is written, in order, and a write's error is raised to
+    the giver."""
     import random
     import threading
     import dispatcher._shell as shell
-    written, gate = [], threading.Event()
+    for wait in (False, True):
+        written, gate = [], threading.Event()
 
-    def record(directory, stats):
-        gate.wait(10)
-        written.append(stats)
+        def record(item):
+            gate.wait(10)
+            written.append(item)
 
-    monkeypatch.setattr(shell, "write_status", record)
-    rng = random.Random(7)
-    w = shell._StatusWriter(tmp_path, "test")
+        rng = random.Random(7)
+        h = shell._HandOff("test", record)
+        try:
+            shown = list(range(200))
+            for n in shown:
+                if rng.random() < 0.1:
+                    gate.set()
+                elif rng.random() < 0.1 and not wait:
+                    gate.clear()
+                if wait and rng.random() < 0.2:
+                    gate.set()
+                h.give(n, wait=wait)
+            gate.set()
+            wait_until(lambda: h.idle() and written and written[-1] == shown[-1], 10, message="the latest written")
+        finally:
+            gate.set()
+            h.close(timeout=10)
+        assert written == sorted(set(written)) and set(written) <= set(shown) and written[-1] == 199
+        assert h.written == len(written)
+        if wait:
+            assert written == shown
+        else:
+            assert len(written) < len(shown)          # items given while one waited replaced each other
+
+    def fail(item):
+        raise OSError(f"disk gone at {item}")
+
+    h = shell._HandOff("test", fail)
     try:
-        shown = list(range(200))
-        for n in shown:
-            w.show(n)
-            if rng.random() < 0.1:
-                gate.set()
-            elif rng.random() < 0.1:
-                gate.clear()
-        gate.set()
-        wait_until(lambda: w.idle() and written and written[-1] == shown[-1], 10, message="the latest written")
+        h.give(1, wait=True)
+        with pytest.raises(OSError, match="disk gone at 1"):
+            h.give(2, wait=True)
     finally:
-        gate.set()
-        w.close()
-    assert written == sorted(set(written)) and set(written) <= set(shown) and written[-1] == 199
-    assert w.written == len(written)
+        h.close(timeout=10)
 
 
 def test_a_checkpoint_write_that_waits_on_the_file_system_does_not_hold_the_joins_and_checkpoints_stay_in_order(
