@@ -252,19 +252,27 @@ def test_the_first_scan_reads_about_one_request_and_the_backlog_then_goes_in_bac
     assert max(service.request_sizes) == 400, service.request_sizes
 
 
-def test_a_status_write_that_waits_on_the_file_system_does_not_hold_the_joins(tmp_path, service, monkeypatch):
-    """status.json is a view: while its write waits (a rename behind the file system's journal), the loop
-    goes on reading and sending joins; the status catches up once the write returns."""
+def held_until_opened(write, note=lambda *args: None):
+    """``write`` held as a write waiting on the file system's journal: until the returned gate is set, each
+    call (noted first by ``note``) sets ``entered`` and waits for the gate. Returns (held write, gate, entered)."""
     import threading
-    import dispatcher._shell as shell
-    real_write, gate, entered = shell.write_status, threading.Event(), threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
-    def slow_write(directory, stats):
+    def held(*args):
+        note(*args)
         if not gate.is_set():
             entered.set()
             gate.wait(30)
-        real_write(directory, stats)
+        write(*args)
 
+    return held, gate, entered
+
+
+def test_a_status_write_that_waits_on_the_file_system_does_not_hold_the_joins(tmp_path, service, monkeypatch):
+    """status.json is a view: while its write waits (a rename behind the file system's journal), the loop
+    goes on reading and sending joins; the status catches up once the write returns."""
+    import dispatcher._shell as shell
+    slow_write, gate, entered = held_until_opened(shell.write_status)
     monkeypatch.setattr(shell, "write_status", slow_write)
     cfg = config(tmp_path)
     clicks = tmp_path / "logs" / "clicks"
@@ -339,17 +347,10 @@ def test_a_checkpoint_write_that_waits_on_the_file_system_does_not_hold_the_join
     """The checkpoint's fsync waits on the checkpoint thread: while one is held, the loop goes on joining,
     hands over no second checkpoint (one at a time, in order), and after the write returns and the dispatcher
     stops, a restart resumes from the final checkpoint with nothing read twice."""
-    import threading
     from dispatcher._files import CheckpointFiles
-    real_append, gate, entered, calls = CheckpointFiles.append_delta, threading.Event(), threading.Event(), []
-
-    def slow_append(self, delta):
-        calls.append(delta["written_at_us"])
-        if not gate.is_set():
-            entered.set()
-            gate.wait(30)
-        real_append(self, delta)
-
+    calls = []
+    slow_append, gate, entered = held_until_opened(CheckpointFiles.append_delta,
+                                                   lambda self, delta: calls.append(delta["written_at_us"]))
     monkeypatch.setattr(CheckpointFiles, "append_delta", slow_append)
     path = write_config(tmp_path)
     # a checkpoint every 3 s: the loop works on between the held one and the next, which it then waits to hand over
