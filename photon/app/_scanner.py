@@ -140,6 +140,12 @@ def function(spark, class_name: str | None = None) -> str | None:
     return FUNCTION
 
 
+def plain_name(name: str) -> bool:
+    """Whether the scanner can look for the field ``name``: 1-1024 printable ASCII characters, no ``"`` or
+    ``\\`` (it compares the line's bytes with the name's as a JSON string without escapes)."""
+    return 0 < len(name) <= 1024 and all(0x20 <= ord(c) <= 0x7E and c not in '"\\' for c in name)
+
+
 _PLAIN = rb'[\x20\x21\x23-\x5b\x5d-\x7e]'
 _STRING = rb'"' + _PLAIN + rb'{0,65536}"'                      # MAX_STRING
 _NAME = rb'"(' + _PLAIN + rb'{0,1024})"'                       # MAX_NAME

@@ -185,20 +185,14 @@ class _Lines:
         column = "`" + name.replace("`", "``") + "`"
         schema = f"{column} STRING"
         frames = [_ids(df.select("value").filter(not_blank), name).select("id", *no_file) for df in self.frames]
-        if self.files and scan is not None and _plain_name(name):
-            frames += scan.ids(spark, self.files, name, schema, with_file)
+        if self.files and scan is not None and _scanner.plain_name(name):
+            frames += scan.ids(spark, self.files, name, column, schema, with_file)
         elif self.files:
             frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id"), *file))
         if self.staged:
             frames.append(spark.read.schema(schema).option("lineSep", "\n").json(self.staged)
                           .select(F.col(column).alias("id"), *no_file))
         return union_all(frames) if frames else _no_ids(spark, with_file)
-
-
-def _plain_name(name: str) -> bool:
-    """Whether the strict-shape scanner can look for the field ``name``: 1-1024 printable ASCII characters,
-    no ``"`` or ``\\`` (it compares the line's bytes with the name's as a JSON string without escapes)."""
-    return 0 < len(name) <= 1024 and all(0x20 <= ord(c) <= 0x7E and c not in '"\\' for c in name)
 
 
 @dataclass
@@ -217,12 +211,11 @@ class _Scan:
     json_paths: frozenset = frozenset()
     observations: list = field(default_factory=list)
 
-    def ids(self, spark, files: list[str], name: str, schema: str, with_file: bool) -> list:
+    def ids(self, spark, files: list[str], name: str, column: str, schema: str, with_file: bool) -> list:
         """DataFrames of rows ``(id[, file])`` of ``files``: the scanner's for files in neither ``json_paths``
         nor ``json_keys``, the JSON reader's (``schema``: the id field's) for those in one."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
-        column = schema.rsplit(" ", 1)[0]
         file = [_file_key().alias("file")] if with_file else []
         sampled = [f for f in files if f in self.json_paths]
         files = [f for f in files if f not in self.json_paths]
@@ -261,7 +254,7 @@ def _sampled_json_paths(config: PhotonConfig, outputs, foreign) -> frozenset:
     strict-shape scanner would not take (:func:`photon.app._scanner.sample_strict`): the JSON reader reads them
     in the job's first run. Only which reader reads a file first depends on it, never the counts."""
     name = config.join.foreign_ids.id_field
-    if not _plain_name(name):
+    if not _scanner.plain_name(name):
         return frozenset()
     files = {f for _, lines in foreign for f in lines.files} | {f for *_, lines in outputs for f in lines.files}
     raw = name.encode()
