@@ -26,7 +26,6 @@ too, the shell passing a ``before_dump`` that points the JVM's ``System.out`` at
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import os
 import shutil
@@ -153,7 +152,8 @@ def mapped(pid: int, path: Path) -> bool | None:
 
 def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
     """Once the JVM runs: remove an archive it refused; without one, write one at this interpreter's exit,
-    calling ``before_dump()`` first (errors ignored)."""
+    calling ``before_dump()`` first. A ``before_dump`` that raises (a gateway already closed) means no archive
+    this time: the dump's line could otherwise reach the job's stdout, and a later run writes the archive."""
     if archive.exists:
         if mapped(jvm_pid, archive.path) is False:
             remove(archive.path)
@@ -161,8 +161,10 @@ def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
 
     def at_exit():
         if before_dump is not None:
-            with contextlib.suppress(Exception):    # a JVM already gone: the dump then fails quietly too
+            try:
                 before_dump()
+            except Exception:       # noqa: BLE001 - its output not moved: no dump, whose line would reach stdout
+                return
         dump(jvm_pid, archive.path)
     atexit.register(at_exit)
 

@@ -65,6 +65,8 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
 
         def stdout_to_stderr():       # the dump's line, printed on the JVM's System.out, kept off stdout
             jvm_system.setOut(jvm_system.err)
+            if not jvm_system.out.equals(jvm_system.err):
+                raise RuntimeError("the driver's System.out was not moved to System.err")
         _class_archive.after_start(archive, gateway.proc.pid, stdout_to_stderr)
     return session
 

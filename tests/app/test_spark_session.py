@@ -291,3 +291,23 @@ def test_verify_input_size_is_the_local_input_and_output_and_unknown_on_s3(tmp_p
     assert input_bytes(cfg) == 1320
     remote = parse_config({"regions": [{**region, "output_root": "s3://bucket/out"}]})
     assert input_bytes(remote) is None
+
+
+def test_no_class_archive_is_dumped_when_the_drivers_output_could_not_be_moved_off_stdout(monkeypatch, tmp_path):
+    """The dump's note is printed on the JVM's System.out: when moving that to stderr fails (a gateway
+    already closed at exit), no dump is asked for; when it works, the dump follows."""
+    import atexit
+
+    from photon.app import _class_archive
+    dumps, hooks = [], []
+    monkeypatch.setattr(_class_archive, "dump", lambda pid, path: dumps.append((pid, path)))
+    monkeypatch.setattr(atexit, "register", hooks.append)
+    plan = _class_archive.ArchivePlan(tmp_path / "a.jsa", False)
+
+    def closed():
+        raise ConnectionError("gateway closed")
+    _class_archive.after_start(plan, 4242, closed)
+    _class_archive.after_start(plan, 4343, lambda: None)
+    for hook in hooks:
+        hook()
+    assert dumps == [(4343, plan.path)]
