@@ -11,11 +11,10 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, compress, islice, repeat
-from operator import add, attrgetter, eq, getitem, itemgetter, lt, mul, ne, not_, sub
+from operator import add, itemgetter, lt, ne, not_
 
 import cachetools
 import msgspec.json  # noqa: F401  (photon.StringFields imports it on first use; here the fork server has it
@@ -51,10 +50,6 @@ _SHIFT = 10                     # a kept id's position: block key << _SHIFT | in
 assert BLOCK_EVENTS == 1 << _SHIFT
 _LOW = BLOCK_EVENTS - 1
 _NO_TIMES = array("Q")
-_ABOVE = array("Q", [(1 << 64) - 1])   # above every packed timestamp: where a lookup finds no block
-_FEW_KEYS = 8                   # a lookup with ids of up to this many keys splits them by one pass per key
-_KEY = itemgetter(slice(None, -_TS - 1))        # a Photon id's key (``server_ip:process_id``)
-_TSS, _OFFS, _BLOB, _KEY_OF, _REPLACED = map(attrgetter, ("tss", "offs", "blob", "key", "replaced"))
 def entry_size(raw: bytes, event_id: str | None = None) -> int:
     """The bytes one cached event is charged against ``[eventstore].cache_mb`` (besides its block's
     :data:`BLOCK_OVERHEAD_BYTES`): with no ``event_id`` (or a Photon id put in time order), a timed
@@ -388,120 +383,54 @@ class EventCache:
         return None
 
     def lookup(self, ids: list[str]) -> list[bytes | None]:
-        # every id's timestamp packed at once when all end in ":" and 16 ASCII digits (the usual request):
-        # then the ids of each key are looked up together (_lookup_bulk); else each id alone
+        # every id's timestamp packed at once when all end in ":" and 16 ASCII digits (the usual request);
+        # else each id's is read in the loop (None: not a Photon id's tail)
         packed = _packed_tails(ids)
-        n = len(ids)
-        out: list[bytes | None] = [None] * n
-        held: list[int | None] = [None] * n     # the block key of each id found, for the LRU's touch
         with self._lock:
-            if packed is None:
-                self._lookup_each(ids, None, range(n), out, held)
-            else:
-                self._lookup_bulk(ids, packed, out, held)
-            touched = dict.fromkeys(held)        # once per block, in first-hit order
-            touched.pop(None, None)
+            timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
+            entry = ENTRY_OVERHEAD_BYTES
+            out: list[bytes | None] = []
+            touched: dict[int, None] = {}
+            for event_id, ts in zip(ids, packed if packed is not None else repeat(None)):
+                timeline = timelines.get(event_id[:-_TS - 1])
+                if timeline is not None and not timeline.overlap:      # the usual case, inline
+                    if ts is None:
+                        text = event_id[-_TS:]
+                        if event_id[-_TS - 1:-_TS] == ":" and text.isdigit() and text.isascii():
+                            ts = int(text, 16)          # (packed decimal, as the blocks hold)
+                    if ts is not None:
+                        i = bisect_right(timeline.starts, ts)
+                        if i:
+                            block = timeline.blocks[i - 1]
+                            tss = block.tss
+                            j = bisect_left(tss, ts)
+                            if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
+                                offs = block.offs
+                                at = offs[j]
+                                end = offs[j + 1] - entry
+                                skip = offs[0] + j * entry           # (see _Block)
+                                out.append(block.blob[at - skip:end - skip])
+                                touched[block.key] = None
+                                continue
+                    found = None
+                else:
+                    found = find(event_id) if timeline is not None else None
+                if found is None:
+                    ref = where.get(event_id) if where else None
+                    if ref is None:
+                        out.append(None)
+                        continue
+                    found = keyed[ref >> _SHIFT], ref & _LOW
+                block, j = found
+                out.append(block.line(j))
+                touched[block.key] = None
             touch = self._lru.__getitem__
-            for key in touched:
+            for key in touched:      # once per block, in first-hit order
                 touch(key)
             self._lookups += 1
-            self._lookup_ids += n
-            self._hits += n - out.count(None)
+            self._lookup_ids += len(ids)
+            self._hits += len(out) - out.count(None)
         return out
-
-    def _lookup_bulk(self, ids: list[str], packed: array, out: list, held: list) -> None:
-        """:meth:`_lookup_each` of every id, each a Photon id's shape with its timestamp in ``packed``: the
-        ids of a key whose blocks do not overlap in time are looked up together, each step one C loop
-        (``map``) over them all (the block by one bisection of the timeline's starts, the event by one
-        bisection of the block's timestamps, the line by one slice); the others, and the ids not found
-        there while ids are kept by id, each alone."""
-        n = len(ids)
-        keys = list(map(_KEY, ids))
-        distinct = dict.fromkeys(keys)
-        if len(distinct) == 1:
-            groups = [(keys[0], range(n))]
-        elif len(distinct) <= _FEW_KEYS:
-            whole = range(n)
-            groups = [(key, list(compress(whole, map(eq, keys, repeat(key))))) for key in distinct]
-        else:
-            grouped: dict[str, list[int]] = {}
-            for p, key in enumerate(keys):
-                grouped.setdefault(key, []).append(p)
-            groups = list(grouped.items())
-        timelines, entry, kept = self._timelines, ENTRY_OVERHEAD_BYTES, bool(self._where)
-        alone: list[int] = []
-        every = packed.tolist()            # (a list's items are read faster than an array's)
-        for key, pos in groups:
-            timeline = timelines.get(key)
-            if timeline is None or timeline.overlap:
-                alone += pos
-                continue
-            tss = every if len(pos) == n else list(map(every.__getitem__, pos))
-            at = list(map(bisect_right, repeat(timeline.starts), tss))        # block index + 1, 0: none
-            blocks = [None, *timeline.blocks]
-            in_block = list(map([_ABOVE, *map(_TSS, timeline.blocks)].__getitem__, at))
-            j = list(map(sub, map(bisect_right, in_block, tss), repeat(1)))   # (-1 in _ABOVE: no match)
-            hit = list(map(eq, map(getitem, in_block, j), tss))
-            found = list(compress(map(blocks.__getitem__, at), hit))
-            hj = list(compress(j, hit))
-            hp = list(compress(pos, hit))
-            if any(map(_REPLACED, found)):         # (rare: an id put again left its old block)
-                live = [b.replaced is None or i not in b.replaced for b, i in zip(found, hj)]
-                if kept:
-                    alone += compress(hp, map(not_, live))
-                found, hj, hp = list(compress(found, live)), list(compress(hj, live)), list(compress(hp, live))
-            if kept:
-                alone += compress(pos, map(not_, hit))
-            offs = list(map(_OFFS, found))
-            skip = list(map(add, map(getitem, offs, repeat(0)), map(mul, hj, repeat(entry))))   # (see _Block)
-            begin = map(sub, map(getitem, offs, hj), skip)
-            end = map(sub, map(getitem, offs, map(add, hj, repeat(1))), map(add, skip, repeat(entry)))
-            lines = map(getitem, map(_BLOB, found), map(slice, begin, end))
-            deque(map(out.__setitem__, hp, lines), maxlen=0)
-            deque(map(held.__setitem__, hp, map(_KEY_OF, found)), maxlen=0)
-        if alone:
-            alone.sort()
-            self._lookup_each(ids, packed, alone, out, held)
-
-    def _lookup_each(self, ids: list[str], packed: array | None, positions, out: list, held: list) -> None:
-        """The ids at ``positions`` looked up one at a time: each found one's line into ``out`` and its
-        block's key into ``held`` at its position. ``packed``: every id's timestamp packed, if known."""
-        timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
-        entry = ENTRY_OVERHEAD_BYTES
-        for p in positions:
-            event_id = ids[p]
-            ts = packed[p] if packed is not None else None
-            timeline = timelines.get(event_id[:-_TS - 1])
-            if timeline is not None and not timeline.overlap:      # the usual case, inline
-                if ts is None:
-                    text = event_id[-_TS:]
-                    if event_id[-_TS - 1:-_TS] == ":" and text.isdigit() and text.isascii():
-                        ts = int(text, 16)          # (packed decimal, as the blocks hold)
-                if ts is not None:
-                    i = bisect_right(timeline.starts, ts)
-                    if i:
-                        block = timeline.blocks[i - 1]
-                        tss = block.tss
-                        j = bisect_left(tss, ts)
-                        if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
-                            offs = block.offs
-                            at = offs[j]
-                            end = offs[j + 1] - entry
-                            skip = offs[0] + j * entry           # (see _Block)
-                            out[p] = block.blob[at - skip:end - skip]
-                            held[p] = block.key
-                            continue
-                found = None
-            else:
-                found = find(event_id) if timeline is not None else None
-            if found is None:
-                ref = where.get(event_id) if where else None
-                if ref is None:
-                    continue
-                found = keyed[ref >> _SHIFT], ref & _LOW
-            block, j = found
-            out[p] = block.line(j)
-            held[p] = block.key
 
     def statistics(self) -> CacheStatistics:
         with self._lock:
