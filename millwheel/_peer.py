@@ -2,12 +2,10 @@
 acks, and the servicer.
 
 * :class:`GrpcTransport` routes each delivery by the master's interval map: to a local worker's inbox
-  when this process owns the consumer's slot, else into the batch of the owner's process (up to
-  ``PEER_BATCH`` records, packed as one JSON array, and every pending ack, packed the same way, per
-  request). The requests go on one ``ExchangeStream`` call per peer, kept open, with one request in
-  flight: records for a peer with none in flight are written at once by the thread that sends them;
-  what is queued meanwhile (and acks alone) is written by the peer's thread, which reads every reply,
-  when the reply to the one in flight is back. A reply not back within ``CALL_TIMEOUT_S`` cancels the stream (a watchdog
+  when this process owns the consumer's slot, else into the batch of the owner's process, which one
+  thread per peer sends (up to ``PEER_BATCH`` records, packed as one JSON array, and every pending ack,
+  packed the same way, per request). The requests go on one ``ExchangeStream`` call per peer, kept open,
+  with one request in flight: a reply not back within ``CALL_TIMEOUT_S`` cancels the stream (a watchdog
   thread per peer), a failed stream fails its request in flight (as a failed unary call did) and the next
   request opens a new one. A delivery whose owner is unknown, or that the receiver answers ``moved``, is
   parked until the map is read again and then sent at once; one whose call fails is not sent now. Besides, the sender's tracker
@@ -117,7 +115,6 @@ class _Peer:
         self._call = None           # the open ExchangeStream call, and the queue its requests are taken from
         self._requests: queue.SimpleQueue | None = None
         self._in_flight: tuple | None = None    # (call, monotonic time written) of the request awaiting its reply
-        self._sent: tuple | None = None         # (call, records) of the request written and not yet answered
         self.thread = threading.Thread(target=self._main, name=f"millwheel-peer-{address}", daemon=True)
         self.thread.start()
         self._watch_stop = threading.Event()
@@ -125,20 +122,10 @@ class _Peer:
         self._watch.start()
 
     def put(self, records=(), acks=(), resends=()) -> None:
-        """Queue records, acks and resend requests. Records for a peer with no request awaiting its reply
-        go out at once, with everything queued, on the caller's thread (the peer's thread then only reads
-        the reply); otherwise they wait for that reply, as acks and resend requests alone always do."""
         with self._cond:
             self._records.extend(records)
             self._acks.extend(acks)
             self._resends.extend(resends)
-            if records and self._sent is None and not self._closed:
-                try:
-                    self._write()
-                except ValueError:       # the channel was closed under the call: closing
-                    pass
-                else:
-                    self._counters["written_at_once"] = self._counters.get("written_at_once", 0) + 1
             self._cond.notify()
 
     def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
@@ -155,44 +142,30 @@ class _Peer:
         self.thread.join(timeout=timeout_s)
         self._watch.join(timeout=timeout_s)
 
-    def _write(self) -> None:
-        """Under the peer's lock, with no request awaiting its reply: take what is queued (up to
-        ``PEER_BATCH`` records, every ack and resend request) into one request and write it on the open
-        stream (opened first if there is none). Raises ``ValueError`` when the channel was closed."""
-        n = min(PEER_BATCH, len(self._records))
-        records = [self._records.popleft() for _ in range(n)]
-        acks, self._acks = list(self._acks), deque()
-        resends, self._resends = list(self._resends), deque()
-        req = pb.ExchangeRequest(reply_to=self._reply_to, packed_records=pack_records(records) if records else b"",
-                                 packed_acks=orjson.dumps(acks) if acks else b"",
-                                 resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
+    def _exchange(self, req: pb.ExchangeRequest) -> pb.ExchangeReply:
+        """One request on the open stream (opened first if there is none) and its reply. Raises
+        ``grpc.RpcError`` when the stream fails or is cancelled (then it is dropped: the next request opens
+        a new one), ``ValueError`` when the channel was closed."""
         call, requests = self._call, self._requests
         if call is None:
             requests = queue.SimpleQueue()
             call = self._stub.ExchangeStream(_taken(requests))
             self._call, self._requests = call, requests
         self._in_flight = (call, time.monotonic())
-        self._sent = (call, records)
         requests.put(req)
-
-    def _reply(self, call) -> pb.ExchangeReply:
-        """The reply to the request written on ``call``. Raises ``grpc.RpcError`` when the stream fails or
-        is cancelled (then it is dropped: the next request opens a new one), ``ValueError`` when the
-        channel was closed."""
         try:
             return next(call)
         except StopIteration:      # the receiver ended the stream: as a failed call
-            self._end_stream(call)
+            self._end_stream()
             raise _StreamEnded() from None
         except grpc.RpcError:
-            self._end_stream(call)
+            self._end_stream()
             raise
+        finally:
+            self._in_flight = None
 
-    def _end_stream(self, failed) -> None:
-        with self._cond:
-            if self._call is not failed:
-                return
-            call, requests, self._call, self._requests = self._call, self._requests, None, None
+    def _end_stream(self) -> None:
+        call, requests, self._call, self._requests = self._call, self._requests, None, None
         if requests is not None:
             requests.put(_END)
         if call is not None:
@@ -207,22 +180,21 @@ class _Peer:
                 flight[0].cancel()
 
     def _main(self) -> None:
-        """Writes what is queued when no request awaits its reply (unless a caller of :meth:`put` wrote it
-        already) and reads each reply, one request in flight at a time."""
         while True:
             with self._cond:
-                while not (self._sent or self._records or self._acks or self._resends or self._closed):
+                while not (self._records or self._acks or self._resends or self._closed):
                     self._cond.wait()
                 if self._closed:
                     return
-                if self._sent is None:
-                    try:
-                        self._write()
-                    except ValueError:       # the channel was closed under the call: closing
-                        return
-                call, records = self._sent
+                n = min(PEER_BATCH, len(self._records))
+                records = [self._records.popleft() for _ in range(n)]
+                acks, self._acks = list(self._acks), deque()
+                resends, self._resends = list(self._resends), deque()
+            req = pb.ExchangeRequest(reply_to=self._reply_to, packed_records=pack_records(records) if records else b"",
+                                     packed_acks=orjson.dumps(acks) if acks else b"",
+                                     resend=[pb.WireAck(consumer=c, id=i) for c, i in resends])
             try:
-                reply = self._reply(call)
+                reply = self._exchange(req)
             except ValueError:       # the channel was closed under the call: closing
                 return
             except grpc.RpcError:
@@ -232,9 +204,6 @@ class _Peer:
                 # sent come by their sender's retry timeout (a resend request only hastens them)
                 self._counters["failed_calls"] += 1
                 continue
-            finally:
-                with self._cond:
-                    self._in_flight = self._sent = None
             self._counters["calls"] += 1
             self._counters["records_sent"] += len(records)
             if not records:
@@ -271,8 +240,7 @@ class GrpcTransport(Transport):
         self._parked: list[Delivery] = []
         self.counters: dict[str, int] = {"calls": 0, "calls_without_records": 0, "failed_calls": 0,
                                          "records_sent": 0, "moved": 0, "unrouted": 0, "local": 0,
-                                         "resent_after_map": 0, "resend_requests": 0,
-                                         "written_at_once": 0}
+                                         "resent_after_map": 0, "resend_requests": 0}
 
     def _peer(self, address: str) -> _Peer:
         with self._lock:
