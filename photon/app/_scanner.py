@@ -131,13 +131,21 @@ def function(spark, class_name: str | None = None) -> str | None:
     if not master.startswith("local"):
         return None
     try:
-        spark.udf.registerJavaFunction(FUNCTION, class_name or CLASS_NAME, "string")
+        spark.udf.registerJavaFunction(FUNCTION, class_name or CLASS_NAME, "binary")
     except Exception as e:          # noqa: BLE001 - any failure means the JSON reader reads every file
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         log.warning("verify: the strict-shape scanner is not on the driver's classpath (%s); ids are read by "
                     "Spark's JSON reader", first[:200])
         return None
     return FUNCTION
+
+
+def expression(function: str, name: str) -> str:
+    """The SQL expression of a text line's (``value``) id by the scanner's ``function`` (:func:`function`) for
+    the field ``name`` (:func:`plain_name`): a string, or null where the line is not of the strict shape.
+    The class gives the id's bytes (plain ASCII: their UTF-8 as they stand) and the cast to a string wraps
+    them without a copy; a Java ``String`` would be encoded to UTF-8 again for Spark."""
+    return f"CAST({function}(CAST(value AS BINARY), X'{name.encode().hex()}') AS STRING)"
 
 
 def plain_name(name: str) -> bool:

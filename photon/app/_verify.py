@@ -200,8 +200,10 @@ class _Scan:
     """One reading of the input and output files' ids by the strict-shape scanner (:mod:`photon.app._scanner`,
     the SQL ``function``): every file but those of ``json_keys`` (:func:`_file_key`s, read by Spark's JSON
     reader) is read as text and each line's id taken from its bytes; a line of another shape (null) is left
-    out, and an observation on each reading (``observations``) counts those lines and gathers their files'
-    keys, so that :func:`run_verify` reads those files again with the JSON reader. Files of ``json_paths``
+    out, and an observation on each reading (``observations``) counts those lines, so that :func:`run_verify`
+    reads their files again with the JSON reader (:meth:`rejected` finds those files, in a job of its own
+    and only when some line was left out: the count alone keeps the job's plan small, one aggregate of
+    fixed width and no file key on the lines of files whose key nothing else needs). Files of ``json_paths``
     (paths as listed: those whose driver-side sample holds a line of another shape,
     :func:`photon.app._scanner.sample_strict`) are read by the JSON reader from the first run on. Lines the
     scanner takes are valid JSON whose id is the one it gives (docs/verify.md, "The job"), so the ids are the
@@ -210,6 +212,7 @@ class _Scan:
     json_keys: frozenset = frozenset()
     json_paths: frozenset = frozenset()
     observations: list = field(default_factory=list)
+    readings: list = field(default_factory=list)
 
     def ids(self, spark, files: list[str], name: str, column: str, schema: str, with_file: bool) -> list:
         """DataFrames of rows ``(id[, file])`` of ``files``: the scanner's for files in neither ``json_paths``
@@ -225,28 +228,30 @@ class _Scan:
         text = spark.read.text(files)
         if self.json_keys:
             text = text.filter(~_file_key_in(self.json_keys))
-        scanned = text.select(F.expr(f"{self.function}(CAST(value AS BINARY), X'{name.encode().hex()}')").alias("id"),
-                              _file_key().alias("file"))
+        scanned_id = _scanner.expression(self.function, name)
+        self.readings.append((text, scanned_id))
         observation = Observation()
         self.observations.append(observation)
-        rejected = F.col("id").isNull()
-        scanned = scanned.observe(observation, F.count(F.when(rejected, 1)).alias("lines"),
-                                  F.collect_set(F.when(rejected, F.col("file"))).alias("files"))
-        keep = ["id", "file"] if with_file else ["id"]
-        frames.append(scanned.filter(F.col("id").isNotNull()).select(*keep))
+        scanned = text.select(F.expr(scanned_id).alias("id"), *file) \
+            .observe(observation, F.count(F.when(F.col("id").isNull(), 1)).alias("lines"))
+        frames.append(scanned.filter(F.col("id").isNotNull()))
         if self.json_keys:
             frames.append(spark.read.schema(schema).json(files).filter(_file_key_in(self.json_keys))
                           .select(F.col(column).alias("id"), *file))
         return frames
 
     def rejected(self) -> tuple[int, set]:
-        """``(lines, file keys)`` the scanner did not take in the job just run (its observations)."""
-        lines, keys = 0, set()
-        for observation in self.observations:
-            got = observation.get
-            lines += int(got["lines"] or 0)
-            keys.update(int(k) for k in got["files"] or ())
-        return lines, keys
+        """``(lines, file keys)`` the scanner did not take in the job just run: the lines counted by its
+        observations; when there are some, their files' keys from one more Spark job over the same readings
+        (the scanner again, the keys of the lines it refuses gathered)."""
+        from pyspark.sql import functions as F
+        lines = sum(int(o.get["lines"] or 0) for o in self.observations)
+        if not lines:
+            return 0, set()
+        refused = union_all([text.select(_file_key().alias("file"), F.expr(scanned_id).alias("id"))
+                             .filter(F.col("id").isNull()).select("file") for text, scanned_id in self.readings])
+        got = refused.agg(F.collect_set("file").alias("files")).collect()[0]["files"] or ()
+        return lines, {int(k) for k in got}
 
 
 def _sampled_json_paths(config: PhotonConfig, outputs, foreign) -> frozenset:

@@ -160,9 +160,8 @@ def test_the_scanner_takes_lines_only_where_its_id_is_the_json_readers(tmp_path,
 
     from photon.app._verify import FILE_KEY
     files = _files(tmp_path, seed, 300)
-    hexname = NAME.encode().hex()
     scanned = spark.read.text(files).select(
-        F.expr(f"{scanner}(CAST(value AS BINARY), X'{hexname}')").alias("id"), F.expr(FILE_KEY).alias("file"),
+        F.expr(_scanner.expression(scanner, NAME)).alias("id"), F.expr(FILE_KEY).alias("file"),
         F.col("value")).collect()
     json = spark.read.schema(f"{NAME} STRING").json(files).select(F.col(NAME).alias("id"),
                                                                   F.expr(FILE_KEY).alias("file")).collect()
@@ -360,7 +359,7 @@ def test_the_drivers_sample_test_is_the_scanners_shape(tmp_path, spark, scanner,
     from pyspark.sql import functions as F
     files = _files(tmp_path, seed, 300)
     rows = spark.read.text(files).select(
-        F.expr(f"{scanner}(CAST(value AS BINARY), X'{NAME.encode().hex()}')").alias("id"),
+        F.expr(_scanner.expression(scanner, NAME)).alias("id"),
         F.col("value").cast("binary").alias("raw")).collect()
     differ = [(bytes(r["raw"]), r["id"]) for r in rows
               if _scanner.strict_line(bytes(r["raw"]), NAME.encode()) != (r["id"] is not None)]

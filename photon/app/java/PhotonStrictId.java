@@ -2,7 +2,8 @@
  * The id of a JSON line of one strict shape, read from its bytes without parsing it as JSON
  * (photon/app/_scanner.py compiles this file at first use; docs/verify.md, "The job").
  *
- * call(line, name) gives the line's id where the line is exactly
+ * call(line, name) gives the line's id (its bytes: plain ASCII, so its UTF-8 as it stands; the caller casts
+ * them to a string without another copy, photon/app/_scanner.py's expression) where the line is exactly
  *
  *     {"<name>":"<id>"  then  ,"<member>":<value>  any number of times  then  }  and the line's end
  *
@@ -22,11 +23,11 @@
  */
 package photon;
 
-import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 
 import org.apache.spark.sql.api.java.UDF2;
 
-public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
+public final class PhotonStrictId implements UDF2<byte[], byte[], byte[]> {
     private static final long serialVersionUID = 1L;
     static final int MAX_STRING = 1 << 16;
     static final int MAX_NAME = 1 << 10;
@@ -37,7 +38,7 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
     private static final byte[] NULL = {'n', 'u', 'l', 'l'};
 
     @Override
-    public String call(byte[] line, byte[] name) {
+    public byte[] call(byte[] line, byte[] name) {
         return id(line, name);
     }
 
@@ -294,7 +295,7 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
     }
 
     /** See the class comment. */
-    public static String id(byte[] b, byte[] name) {
+    public static byte[] id(byte[] b, byte[] name) {
         if (b == null || name == null) {
             return null;
         }
@@ -321,7 +322,7 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], String> {
                 return null;
             }
             if (b[p] == '}') {
-                return p == n - 1 ? new String(b, idStart, idEnd - idStart, StandardCharsets.ISO_8859_1) : null;
+                return p == n - 1 ? Arrays.copyOfRange(b, idStart, idEnd) : null;
             }
             if (b[p] != ',' || p + 1 >= n || b[p + 1] != '"') {
                 return null;
