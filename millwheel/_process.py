@@ -29,6 +29,7 @@ registers with the master) → … → :meth:`stop` (tells the master it leaves,
 from __future__ import annotations
 
 import dataclasses
+import gc as cyclic_gc
 import json
 import os
 import socket
@@ -735,6 +736,8 @@ class WorkerHost(ShowsWatermarks):
             "cache": dataclasses.asdict(self.store.statistics()),
             "error": repr(self.error) if self.error else None,
             "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
+            # not gc.get_freeze_count(): it walks every frozen object, and the status is read often
+            "collector_threshold": list(cyclic_gc.get_threshold()),
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         } | ({"thread_cpu_ms": thread_cpu_ms()} if thread_cpu else {})

@@ -30,7 +30,7 @@ _WHERE = {
     "scrape": "_metrics", "serve_metrics": "_metrics",
     "ProcessSpec": "_process", "region_ports": "_process", "remembered_ports": "_process",
     "ports_written_once": "_process",
-    "settle_gc": "_gc",
+    "settle_gc": "_gc", "GEN0_THRESHOLD": "_gc",
     "bind_port": "_service", "free_port": "_service", "run_service": "_service",
     "METRICS_AFTER_S": "_service", "serve_metrics_of": "_service",
     "LogChunk": "_logs", "Quarantine": "_logs", "list_log_files": "_logs", "parse_record": "_logs",
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from photon._tls import TlsFiles, raft_password, raft_secret, secret_fingerprint, tls_env, tls_files, tls_paths, use_tls
     from photon._metrics import MetricKinds, NamedHTTPSConnection, histogram_quantile, scrape, serve_metrics
     from photon._process import ProcessSpec, ports_written_once, region_ports, remembered_ports
-    from photon._gc import settle_gc
+    from photon._gc import GEN0_THRESHOLD, settle_gc
     from photon._service import METRICS_AFTER_S, bind_port, free_port, run_service, serve_metrics_of
     from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, fsync_path, wait_until,
                               write_atomic)
@@ -101,7 +101,7 @@ __all__ = [
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
     "read_stream_json", "stream_lines", "stream_objects", "TIMESTAMP_DIGITS", "LinesLost", "RollingWriter", "DISPATCHER_DIR", "DISPATCHER_STATUS_FILE", "joined_horizon_us", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config", "check_config", "ControlConfig",
-    "fsync_path", "ID_KEY", "ID_TIME_DIGITS", "key_and_time", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "settle_gc", "METRICS_AFTER_S", "serve_metrics_of", "wait_until", "write_atomic",
+    "fsync_path", "ID_KEY", "ID_TIME_DIGITS", "key_and_time", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "settle_gc", "GEN0_THRESHOLD", "METRICS_AFTER_S", "serve_metrics_of", "wait_until", "write_atomic",
     "LockHeld", "hold_lock", "lock_holder",
     "SCHEMES", "OutputReader", "OutputSink", "Source", "StorageKind", "join_location", "local_folder", "open_output_sink",
     "output_reader", "storage_kind", "ObjectPublisher",
