@@ -20,8 +20,9 @@ maps instead of loading them again. Lifecycle, per process (:func:`plan` then :f
 Nothing here can fail a job: a JVM that cannot use an archive runs without one (only slower), and every
 error of writing one (no ``jcmd`` beside ``java``, a full disk, a JVM that exited) is ignored. The JVM's own
 CDS messages are turned off (``-Xlog:cds*=off``) and its other lines go to stderr, so that none reaches a
-job's output on stdout; the dump's own line (printed by the JVM's Java code on ``System.out``) goes to stderr
-too, the shell passing a ``before_dump`` that points the JVM's ``System.out`` at its ``System.err``.
+job's output on stdout; the dump's own note (printed by the JVM's Java code on ``System.out`` at the
+interpreter's exit, after the job's output) goes nowhere, the shell passing a ``before_dump`` that points the
+JVM's ``System.out`` at a stream that discards it; no dump is asked for when that fails.
 """
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ def mapped(pid: int, path: Path) -> bool | None:
 def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
     """Once the JVM runs: remove an archive it refused; without one, write one at this interpreter's exit,
     calling ``before_dump()`` first. A ``before_dump`` that raises (a gateway already closed) means no archive
-    this time: the dump's line could otherwise reach the job's stdout, and a later run writes the archive."""
+    this time: the dump's note would otherwise follow the job's output, and a later run writes the archive."""
     if archive.exists:
         if mapped(jvm_pid, archive.path) is False:
             remove(archive.path)
@@ -163,7 +164,7 @@ def after_start(archive: ArchivePlan, jvm_pid: int, before_dump=None) -> None:
         if before_dump is not None:
             try:
                 before_dump()
-            except Exception:       # noqa: BLE001 - its output not moved: no dump, whose line would reach stdout
+            except Exception:       # noqa: BLE001 - its output not quietened: no dump, whose note would follow
                 return
         dump(jvm_pid, archive.path)
     atexit.register(at_exit)

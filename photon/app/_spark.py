@@ -63,11 +63,13 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
         gateway = session.sparkContext._gateway
         jvm_system = gateway.jvm.java.lang.System
 
-        def stdout_to_stderr():       # the dump's line, printed on the JVM's System.out, kept off stdout
-            jvm_system.setOut(jvm_system.err)
-            if not jvm_system.out.equals(jvm_system.err):
-                raise RuntimeError("the driver's System.out was not moved to System.err")
-        _class_archive.after_start(archive, gateway.proc.pid, stdout_to_stderr)
+        def quiet_stdout():       # the dump's note, printed on the JVM's System.out, goes nowhere
+            java_io = gateway.jvm.java.io
+            sink = java_io.PrintStream(java_io.OutputStream.nullOutputStream())
+            jvm_system.setOut(sink)
+            if not jvm_system.out.equals(sink):
+                raise RuntimeError("the driver's System.out was not replaced")
+        _class_archive.after_start(archive, gateway.proc.pid, quiet_stdout)
     return session
 
 

@@ -220,8 +220,9 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
                            text=True, timeout=240, check=False)
         assert r.returncode == 0, r.stderr[-3000:]
         assert "[cds" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]     # no JVM warning
+        assert "dump to file" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]   # the dump's note
         lines = r.stdout.strip().splitlines()
-        assert len(lines) == 1, r.stdout          # the job's output only: the dump's note goes to stderr
+        assert len(lines) == 1, r.stdout          # the job's output only
         return lines[0]
 
     assert run("bad-flags") == "not mapped" and not list(tmp_path.glob("*.jsa"))

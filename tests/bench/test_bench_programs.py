@@ -57,11 +57,12 @@ BENCHES = {
 @pytest.mark.parametrize("module", sorted(BENCHES))
 def test_bench_prints_its_figures_as_json_on_the_last_line(module, procs):
     args, keys = BENCHES[module]
-    p = procs.python("-m", module, *args, "--json", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out, _ = p.communicate(timeout=240)
+    p = procs.python("-m", module, *args, "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = p.communicate(timeout=240)
     text = out.decode(errors="replace")
-    assert p.returncode == 0, text[-3000:]
-    figures = json.loads(text.strip().splitlines()[-1])
+    assert p.returncode == 0, (text + err.decode(errors="replace"))[-3000:]
+    assert text.strip(), err.decode(errors="replace")[-3000:]
+    figures = json.loads(text.strip().splitlines()[-1])          # the last line of stdout, whatever stderr says
     assert keys <= set(figures), sorted(keys - set(figures))
     rates = [k for k in figures if k.endswith("_per_s") and isinstance(figures[k], (int, float))]
     assert rates and all(figures[k] > 0 for k in rates), {k: figures[k] for k in rates}
