@@ -186,8 +186,7 @@ def start(launch: LaunchPlan):
         def ignore_sigint():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            # the JVM's stray lines (a class archive's dump note) go to stderr, never into a job's stdout
-            proc = Popen(launch.command, stdin=PIPE, stdout=2, env=env, preexec_fn=ignore_sigint)
+            proc = Popen(launch.command, stdin=PIPE, env=env, preexec_fn=ignore_sigint)
         except OSError:
             _class_archive.remove(launch.path)
             return None

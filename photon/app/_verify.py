@@ -186,7 +186,7 @@ class _Lines:
         schema = f"{column} STRING"
         frames = [_ids(df.select("value").filter(not_blank), name).select("id", *no_file) for df in self.frames]
         if self.files and scan is not None and _scanner.plain_name(name):
-            frames += scan.ids(spark, self.files, name, column, schema, with_file)
+            frames += scan.ids(spark, self.files, name, column, with_file)
         elif self.files:
             frames.append(spark.read.schema(schema).json(self.files).select(F.col(column).alias("id"), *file))
         if self.staged:
@@ -200,10 +200,11 @@ class _Scan:
     """One reading of the input and output files' ids by the strict-shape scanner (:mod:`photon.app._scanner`,
     the SQL ``function``): every file but those of ``json_keys`` (:func:`_file_key`s, read by Spark's JSON
     reader) is read as text and each line's id taken from its bytes; a line of another shape (null) is left
-    out, and an observation on each reading (``observations``) counts those lines, so that :func:`run_verify`
-    reads their files again with the JSON reader (:meth:`rejected` finds those files, in a job of its own
-    and only when some line was left out: the count alone keeps the job's plan small, one aggregate of
-    fixed width and no file key on the lines of files whose key nothing else needs). Files of ``json_paths``
+    out, and an observation on each reading (``readings``: the text read, the scanner's expression and the
+    observation) counts those lines, so that :func:`run_verify` reads their files again with the JSON reader
+    (:meth:`rejected` finds those files, in a job of its own and only when some line was left out: the count
+    alone keeps the job's plan small, one aggregate of fixed width and no file key on the lines of files whose
+    key nothing else needs). Files of ``json_paths``
     (paths as listed: those whose driver-side sample holds a line of another shape,
     :func:`photon.app._scanner.sample_strict`) are read by the JSON reader from the first run on. Lines the
     scanner takes are valid JSON whose id is the one it gives (docs/verify.md, "The job"), so the ids are the
@@ -211,14 +212,14 @@ class _Scan:
     function: str
     json_keys: frozenset = frozenset()
     json_paths: frozenset = frozenset()
-    observations: list = field(default_factory=list)
     readings: list = field(default_factory=list)
 
-    def ids(self, spark, files: list[str], name: str, column: str, schema: str, with_file: bool) -> list:
+    def ids(self, spark, files: list[str], name: str, column: str, with_file: bool) -> list:
         """DataFrames of rows ``(id[, file])`` of ``files``: the scanner's for files in neither ``json_paths``
-        nor ``json_keys``, the JSON reader's (``schema``: the id field's) for those in one."""
+        nor ``json_keys``, the JSON reader's (of the id field ``name``, quoted as ``column``) for those in one."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
+        schema = f"{column} STRING"
         file = [_file_key().alias("file")] if with_file else []
         sampled = [f for f in files if f in self.json_paths]
         files = [f for f in files if f not in self.json_paths]
@@ -229,9 +230,8 @@ class _Scan:
         if self.json_keys:
             text = text.filter(~_file_key_in(self.json_keys))
         scanned_id = _scanner.expression(self.function, name)
-        self.readings.append((text, scanned_id))
         observation = Observation()
-        self.observations.append(observation)
+        self.readings.append((text, scanned_id, observation))
         scanned = text.select(F.expr(scanned_id).alias("id"), *file) \
             .observe(observation, F.count(F.when(F.col("id").isNull(), 1)).alias("lines"))
         frames.append(scanned.filter(F.col("id").isNotNull()))
@@ -245,11 +245,11 @@ class _Scan:
         observations; when there are some, their files' keys from one more Spark job over the same readings
         (the scanner again, the keys of the lines it refuses gathered)."""
         from pyspark.sql import functions as F
-        lines = sum(int(o.get["lines"] or 0) for o in self.observations)
+        lines = sum(int(observation.get["lines"] or 0) for *_, observation in self.readings)
         if not lines:
             return 0, set()
         refused = union_all([text.select(_file_key().alias("file"), F.expr(scanned_id).alias("id"))
-                             .filter(F.col("id").isNull()).select("file") for text, scanned_id in self.readings])
+                             .filter(F.col("id").isNull()).select("file") for text, scanned_id, _ in self.readings])
         got = refused.agg(F.collect_set("file").alias("files")).collect()[0]["files"] or ()
         return lines, {int(k) for k in got}
 

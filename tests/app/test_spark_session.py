@@ -294,9 +294,9 @@ def test_verify_input_size_is_the_local_input_and_output_and_unknown_on_s3(tmp_p
     assert input_bytes(remote) is None
 
 
-def test_no_class_archive_is_dumped_when_the_drivers_output_could_not_be_moved_off_stdout(monkeypatch, tmp_path):
-    """The dump's note is printed on the JVM's System.out: when moving that to stderr fails (a gateway
-    already closed at exit), no dump is asked for; when it works, the dump follows."""
+def test_no_class_archive_is_dumped_when_the_drivers_output_could_not_be_quietened(monkeypatch, tmp_path):
+    """The dump's note is printed on the JVM's System.out: when pointing that at a discarding stream fails (a
+    gateway already closed at exit), no dump is asked for; when it works, the dump follows."""
     import atexit
 
     from photon.app import _class_archive
