@@ -139,6 +139,7 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     import os
     import subprocess
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
     def run(settings=None, **env):
         r = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD, str(tmp_path), json.dumps(settings or {})],
@@ -149,23 +150,26 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     def entries():
         return sorted(tmp_path.glob("spark-launch-*.json"))
 
+    def together(*calls):          # independent children two at a time: each is a cold JVM's start
+        with ThreadPoolExecutor(2) as pool:
+            return [f.result() for f in [pool.submit(*c) for c in calls]]
+
     first = run()
     assert not first["direct"] and len(entries()) == 1
     entry = entries()[0]
     assert os.path.basename(first["cmdline"][0]) == "java" and "org.apache.spark.deploy.SparkSubmit" in first["cmdline"]
-    again = run()
+    # the same settings again; other settings (another key, the launcher again); another environment (the
+    # launcher, the variable passed on): three keys, each child writing only its own entry
+    again, other, env_changed = together((run,), (run, {"driver_memory": "1g"}),
+                                         (lambda: run(PHOTON_LAUNCH_TEST_VAR="1"),))
     assert again["direct"] and again["cmdline"] == first["cmdline"] and again["environ"] == first["environ"]
-    assert len(entries()) == 1
-
-    other = run({"driver_memory": "1g"})           # other settings: another key, the launcher again
-    assert not other["direct"] and "-Xmx1g" in other["cmdline"] and len(entries()) == 2
-    assert run({"driver_memory": "1g"})["direct"]
-    env_changed = run(PHOTON_LAUNCH_TEST_VAR="1")    # another environment: the launcher, the variable passed on
+    assert not other["direct"] and "-Xmx1g" in other["cmdline"]
     assert not env_changed["direct"] and "PHOTON_LAUNCH_TEST_VAR=1" in env_changed["environ"]
     assert len(entries()) == 3
 
     entry.write_text("{not json")                   # damaged: the launcher, the entry written again whole
-    damaged = run()
+    damaged, other_again = together((run,), (run, {"driver_memory": "1g"}))
+    assert other_again["direct"]
     assert not damaged["direct"] and damaged["cmdline"] == first["cmdline"]
     assert json.loads(entry.read_text())["command"] == first["cmdline"]
     stored = json.loads(entry.read_text())
@@ -214,9 +218,10 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
     its job right and removes it."""
     import subprocess
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
-    def run(*args):
-        r = subprocess.run([sys.executable, "-c", _ARCHIVE_CHILD, str(tmp_path), *args], capture_output=True,
+    def run(*args, cache=tmp_path):
+        r = subprocess.run([sys.executable, "-c", _ARCHIVE_CHILD, str(cache), *args], capture_output=True,
                            text=True, timeout=240, check=False)
         assert r.returncode == 0, r.stderr[-3000:]
         assert "[cds" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]     # no JVM warning
@@ -225,8 +230,12 @@ def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_
         assert len(lines) == 1, r.stdout          # the job's output only
         return lines[0]
 
-    assert run("bad-flags") == "not mapped" and not list(tmp_path.glob("*.jsa"))
-    assert run() == "not mapped"
+    refused = tmp_path / "refused"          # a cache folder of its own, so that both cold JVMs start together
+    refused.mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        bad, first = pool.submit(run, "bad-flags", cache=refused), pool.submit(run)
+        assert bad.result() == "not mapped" and first.result() == "not mapped"
+    assert not list(refused.glob("*.jsa"))
     archives = sorted(tmp_path.glob("*.jsa"))
     assert len(archives) == 1 and archives[0].suffix == ".jsa" and archives[0].stat().st_size > 1 << 20
     assert archives[0].name.endswith(f"-{archives[0].stat().st_size}.jsa")      # its size in its name
