@@ -55,7 +55,6 @@ from millwheel._master_state import Interval, IntervalLoad, WorkerLoad
 from millwheel._messages import IntervalsAssigned, ShowsWatermarks, WatermarkBoard, WatermarksReported
 from millwheel._peer import GrpcTransport, RemoteTracker, WorkerServicer
 from millwheel._routing import IntervalMap, Router, middle_slot_key, slots_in
-from millwheel._sched import thread_policy
 from millwheel._store import StaleSequencer, StoreAbandoned, open_store
 from millwheel._topology import Topology
 from millwheel._transport import ACK_DELAY_BOUNDS_US, Inbox
@@ -739,7 +738,6 @@ class WorkerHost(ShowsWatermarks):
             "dedup_gc": {"rounds": self.gc.rounds, "deleted": self.gc.deleted, "floors": self.gc.floors},
             # not gc.get_freeze_count(): it walks every frozen object, and the status is read often
             "collector_threshold": list(cyclic_gc.get_threshold()),
-            "scheduling_policy": thread_policy(),     # of the thread answering: one the process started
             "store": _store_statistics(self.store),
             "uptime_s": round(time.monotonic() - self._started_at, 3),
         } | ({"thread_cpu_ms": thread_cpu_ms()} if thread_cpu else {})

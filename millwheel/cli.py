@@ -30,7 +30,6 @@ from millwheel._cluster import (ClusterFile, Processes, cluster_path, cluster_st
                                 wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
-from millwheel._sched import batch_threads
 from millwheel._master_client import MasterClient
 from millwheel._master_state import PlacementPolicy
 from millwheel._process import WorkerHost
@@ -211,7 +210,6 @@ def worker(args: argparse.Namespace) -> int:
     if args.threads:
         options["threads"] = args.threads
     masters = args.master.split(",") if args.master else cf.masters
-    batch_threads()   # before any thread starts: theirs inherit it (see millwheel/_sched.py)
     keep_heap()       # a page fault per kept allocation otherwise (see millwheel/_malloc.py)
     host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,
                       port=args.port, wait_for_workers=cf.workers if cf else 0).start()

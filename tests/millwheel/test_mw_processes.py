@@ -144,11 +144,6 @@ def test_millwheel_status_json_lists_leader_workers_owners_and_watermarks(run_fa
     # a worker process settles its cyclic collector once it serves (photon/_gc.py)
     for w in run.workers():
         assert w["collector_threshold"][0] == GEN0_THRESHOLD, w["collector_threshold"]
-    # and its threads are batch threads, a thread it started (the one answering the status) among them
-    # (millwheel/_sched.py)
-    if hasattr(os, "SCHED_BATCH"):
-        for w in run.workers():
-            assert w["scheduling_policy"] == os.SCHED_BATCH, w["scheduling_policy"]
 
 
 def test_ctrl_c_stops_until_idle_mode(reachable_tmp, pg_url):
