@@ -337,7 +337,7 @@ def _in_window(since_us, until_us):
     return cond
 
 
-def _cheaply_well_formed(column: str):
+def _cheaply_well_formed(column: str, scanner: str | None = None):
     """True only for ids that :data:`ID_PATTERN` certainly accepts, tested on their UTF-8 bytes without
     decoding them to a Java ``String`` or running a regular expression; false (or null) for every other id,
     which :func:`_well_formed` then gives to the pattern. Accepted: ``<prefix>:<pid>:<time>`` where
@@ -354,8 +354,13 @@ def _cheaply_well_formed(column: str):
     Such an id ends in an ASCII digit, so the pattern's ``$`` (which also matches before a final line
     terminator) has nothing to treat specially, and ``[^:\\n][^\\n]*`` takes the prefix. Ids with a zero
     pid or time of fewer digits, line terminators, or any other shape go to the pattern: the result is
-    always the pattern's (``tests/app/test_verify_id_format.py``)."""
+    always the pattern's (``tests/app/test_verify_id_format.py``). With ``scanner`` (the strict-shape
+    scanner's function is registered, :func:`photon.app._scanner.function`) the same test runs in one pass
+    over the id's bytes in its class (:func:`photon.app._scanner.well_formed_expression`), where these
+    string functions cut three substrings and cast two of them per id."""
     from pyspark.sql import functions as F
+    if scanner is not None:
+        return F.expr(_scanner.well_formed_expression(column))
     c = F.col(column)
     time_text = F.substring_index(c, ":", -1)
     pid_text = F.substring_index(F.substring_index(c, ":", -2), ":", 1)
@@ -368,13 +373,13 @@ def _cheaply_well_formed(column: str):
             & ~c.startswith(":") & ~c.contains("\n"))
 
 
-def _well_formed(column: str):
+def _well_formed(column: str, scanner: str | None = None):
     """``column`` follows the pipeline's id format (:data:`ID_PATTERN` as Java reads it; null for a null id):
     the cheap byte test (:func:`_cheaply_well_formed`) first, the pattern only for ids it does not vouch for.
     A conditional, not an ``OR``: Spark's subexpression elimination may hoist both sides of an ``OR`` used
     twice in a projection, never an expression that only one branch of a conditional needs."""
     from pyspark.sql import functions as F
-    return F.when(F.coalesce(_cheaply_well_formed(column), F.lit(False)), F.lit(True)) \
+    return F.when(F.coalesce(_cheaply_well_formed(column, scanner), F.lit(False)), F.lit(True)) \
         .otherwise(F.col(column).rlike(ID_PATTERN))
 
 
@@ -646,7 +651,7 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     u_agg, u_regions = _regions("u_bit", n_regions)
     grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"),
                                      F.min("file").alias("file"))
-    well_formed = F.coalesce(_well_formed("id"), F.lit(False))
+    well_formed = F.coalesce(_well_formed("id", scan.function if scan is not None else None), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
     grouped = grouped.select(
         "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(ids.custom)), in_regions).alias("in_regions"),
