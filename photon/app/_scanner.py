@@ -18,9 +18,11 @@ Lifecycle, per process:
 2. :func:`photon.app._spark.spark_session` puts the jar on the driver's classpath
    (``spark.driver.extraClassPath``, local masters only: the class is not shipped to other executors); the
    class archive's key and the cached launch's key (the session's settings) change with it.
-3. :func:`function` registers the class as a SQL function of the session (``registerJavaFunction``) and
-   gives its name, or None (one log line) where the class is not loadable in the driver's JVM (a session
-   started without the jar, another master): the JSON reader then reads every file.
+3. :func:`function` registers the class as a SQL function of the session (``registerJavaFunction``), and
+   its id format test (:func:`well_formed_expression`) beside it, and gives the first one's name, or None
+   (one log line) where the class is not loadable in the driver's JVM (a session started without the jar,
+   another master): the JSON reader then reads every file, and the id format test is Spark's string
+   functions'.
 
 Before the job, :func:`sample_strict` reads the first :data:`SAMPLE_BYTES` of each local file on the driver
 and tests its whole lines for the same shape (:func:`strict_line`, the class's test in Python): a file whose
@@ -47,6 +49,7 @@ from photon.app import _class_archive
 SOURCE = Path(__file__).with_name("java") / "PhotonStrictId.java"
 CLASS_NAME = "photon.PhotonStrictId"
 FUNCTION = "photon_strict_id"
+WELL_FORMED = "photon_well_formed_id"        # the id format's byte test (the class's WellFormed), beside it
 SCANNER_FORMAT = 1                 # bump when the jar's making changes
 COMPILE_TIMEOUT_S = 180.0
 SAMPLE_BYTES = 1 << 16             # read of each local file on the driver before the job (sample_strict)
@@ -132,6 +135,7 @@ def function(spark, class_name: str | None = None) -> str | None:
         return None
     try:
         spark.udf.registerJavaFunction(FUNCTION, class_name or CLASS_NAME, "binary")
+        spark.udf.registerJavaFunction(WELL_FORMED, (class_name or CLASS_NAME) + "$WellFormed", "boolean")
     except Exception as e:          # noqa: BLE001 - any failure means the JSON reader reads every file
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         log.warning("verify: the strict-shape scanner is not on the driver's classpath (%s); ids are read by "
@@ -146,6 +150,13 @@ def expression(function: str, name: str) -> str:
     The class gives the id's bytes (plain ASCII: their UTF-8 as they stand) and the cast to a string wraps
     them without a copy; a Java ``String`` would be encoded to UTF-8 again for Spark."""
     return f"CAST({function}(CAST(value AS BINARY), X'{name.encode().hex()}') AS STRING)"
+
+
+def well_formed_expression(column: str) -> str:
+    """The SQL expression of the id format's byte test (``photon.app._verify._cheaply_well_formed``, in one
+    pass over the bytes of ``column``) by the class registered with :func:`function`: true only for ids the
+    pipeline's pattern certainly accepts, false for the others, null for a null id."""
+    return f"{WELL_FORMED}(CAST(`{column.replace('`', '``')}` AS BINARY))"
 
 
 def plain_name(name: str) -> bool:

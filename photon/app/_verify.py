@@ -337,7 +337,7 @@ def _in_window(since_us, until_us):
     return cond
 
 
-def _cheaply_well_formed(column: str):
+def _cheaply_well_formed(column: str, scanner: str | None = None):
     """True only for ids that :data:`ID_PATTERN` certainly accepts, tested on their UTF-8 bytes without
     decoding them to a Java ``String`` or running a regular expression; false (or null) for every other id,
     which :func:`_well_formed` then gives to the pattern. Accepted: ``<prefix>:<pid>:<time>`` where
@@ -354,8 +354,13 @@ def _cheaply_well_formed(column: str):
     Such an id ends in an ASCII digit, so the pattern's ``$`` (which also matches before a final line
     terminator) has nothing to treat specially, and ``[^:\\n][^\\n]*`` takes the prefix. Ids with a zero
     pid or time of fewer digits, line terminators, or any other shape go to the pattern: the result is
-    always the pattern's (``tests/app/test_verify_id_format.py``)."""
+    always the pattern's (``tests/app/test_verify_id_format.py``). With ``scanner`` (the strict-shape
+    scanner's function is registered, :func:`photon.app._scanner.function`) the same test runs in one pass
+    over the id's bytes in its class (:func:`photon.app._scanner.well_formed_expression`), where these
+    string functions cut three substrings and cast two of them per id."""
     from pyspark.sql import functions as F
+    if scanner is not None:
+        return F.expr(_scanner.well_formed_expression(column))
     c = F.col(column)
     time_text = F.substring_index(c, ":", -1)
     pid_text = F.substring_index(F.substring_index(c, ":", -2), ":", 1)
@@ -368,13 +373,13 @@ def _cheaply_well_formed(column: str):
             & ~c.startswith(":") & ~c.contains("\n"))
 
 
-def _well_formed(column: str):
+def _well_formed(column: str, scanner: str | None = None):
     """``column`` follows the pipeline's id format (:data:`ID_PATTERN` as Java reads it; null for a null id):
     the cheap byte test (:func:`_cheaply_well_formed`) first, the pattern only for ids it does not vouch for.
     A conditional, not an ``OR``: Spark's subexpression elimination may hoist both sides of an ``OR`` used
     twice in a projection, never an expression that only one branch of a conditional needs."""
     from pyspark.sql import functions as F
-    return F.when(F.coalesce(_cheaply_well_formed(column), F.lit(False)), F.lit(True)) \
+    return F.when(F.coalesce(_cheaply_well_formed(column, scanner), F.lit(False)), F.lit(True)) \
         .otherwise(F.col(column).rlike(ID_PATTERN))
 
 
@@ -646,7 +651,7 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     u_agg, u_regions = _regions("u_bit", n_regions)
     grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"),
                                      F.min("file").alias("file"))
-    well_formed = F.coalesce(_well_formed("id"), F.lit(False))
+    well_formed = F.coalesce(_well_formed("id", scan.function if scan is not None else None), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
     grouped = grouped.select(
         "id", F.when(F.col("id").isNotNull() & (well_formed | F.lit(ids.custom)), in_regions).alias("in_regions"),
@@ -760,18 +765,35 @@ def _files_to_read(foreign, wanted_rows: list):
     return None if len(keys) >= files else keys
 
 
-def _lines_of(spark, config: PhotonConfig, foreign, wanted, files_keyed=None):
+def _cut(ids: EventIds, function: str | None):
+    """``(id, unsure)``, two columns over a line ``value`` for :func:`_lines_of`'s pre-filter, or None (custom
+    ids: every line is parsed). With the strict-shape scanner's SQL ``function`` (:mod:`photon.app._scanner`),
+    ``id`` is its reading and ``""`` on a line of another shape (or whose id is empty), and ``unsure`` is
+    false: a line it takes is valid JSON whose one top-level id field is that plain string, so ``json_tuple``
+    gives that id. Without it, :func:`_leading_id`'s cut. A line whose ``id`` is ``""`` or which is
+    ``unsure`` is vouched for by nothing: it is parsed."""
+    from pyspark.sql import functions as F
+    if ids.custom:
+        return None
+    if function is not None and _scanner.plain_name(ids.id_field):
+        # another shape as "", not null: one column, so the filter reads the scanner's result once per line
+        return F.coalesce(F.expr(_scanner.expression(function, ids.id_field)), F.lit("")), F.lit(False)
+    return _leading_id(ids.id_field)
+
+
+def _lines_of(spark, config: PhotonConfig, foreign, wanted, files_keyed=None, function: str | None = None):
     """``(id, raw, ref)``: one foreign line (as logged) and its reference of every id of ``wanted`` (rows
     ``(id)``, few: lost ids and those unjoinable everywhere) that some region's input holds. Read again from
-    the same files; a cheap cut (:func:`_leading_id`) keeps the lines whose leading id is wanted and those it
-    cannot vouch for, and only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before).
+    the same files; a cheap cut (:func:`_cut`: the strict-shape scanner's SQL ``function`` when there is one,
+    else :func:`_leading_id`) keeps the lines whose leading id is wanted and those it cannot vouch for, and
+    only those are parsed as JSON (``json_tuple``, as the pipeline's lines were read before).
 
     ``wanted`` may also be the ids themselves (a list, on the driver): then they are matched by value
     (:func:`_one_of`, no join, no shuffle) and every line of a wanted id is returned (the caller keeps one).
     ``files_keyed``: see :meth:`_Lines.values`."""
     from pyspark.sql import functions as F
     ids, ref_field = config.join.foreign_ids, config.join.foreign_ref_field
-    leading = None if ids.custom else _leading_id(ids.id_field)
+    leading = _cut(ids, function)
     by_value = isinstance(wanted, list)
     if not by_value:
         wanted = wanted.select("id").distinct()
@@ -781,12 +803,12 @@ def _lines_of(spark, config: PhotonConfig, foreign, wanted, files_keyed=None):
         if leading is not None:
             fast, unsure = leading
             values = values.withColumn("fast", fast)
-            if by_value:
-                hit = _one_of("fast", wanted)
+            if by_value:           # "" among the values: one IN over the cut id, not an OR reading it twice
+                hit = _one_of("fast", sorted(set(wanted) | {""}))
             else:
                 values = values.join(wanted.select(F.col("id").alias("fast"), F.lit(True).alias("hit")), "fast", "left")
-                hit = F.col("hit").isNotNull()
-            values = values.filter(hit | (F.col("fast") == "") | unsure).select("value")
+                hit = F.col("hit").isNotNull() | (F.col("fast") == "")
+            values = values.filter(hit | unsure).select("value")
         parsed = _ids(values, ids, ref_field)
         frames.append(parsed.filter(_one_of("id", wanted)) if by_value else parsed.join(wanted, "id", "left_semi"))
     found = union_all(frames)
@@ -945,7 +967,8 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
         foreign = _foreign_inputs(spark, config)
         needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
         try:
-            function = _scanner.function(spark) if not config.join.foreign_ids.custom else None
+            scanner = _scanner.function(spark) if not config.join.foreign_ids.custom else None
+            function = scanner
             json_keys, json_paths = frozenset(), frozenset()
             if function is not None:
                 json_paths = _sampled_json_paths(config, outputs, foreign)
@@ -973,13 +996,13 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
             if counts["duplicates"] + everywhere + lost_n <= LOOKUP_ON_DRIVER:
                 needs = _read_needs(needs_dir) if counts["duplicates"] or everywhere or lost_n else []
                 dups, wrongly, rows = _look_up_on_driver(spark, config, foreign, needs, export_files, judged,
-                                                         ledger, aged_before_us)
+                                                         ledger, aged_before_us, scanner)
                 _write_rows(rows, recoverable_path)
             else:
                 every = spark.read.schema(needs_schema).parquet(str(needs_dir))
                 dups, wrongly = _look_up_in_spark(spark, config, foreign, every, counts["duplicates"], everywhere,
                                                   lost_n, export_files, judged, ledger, aged_before_us,
-                                                  recoverable_path)
+                                                  recoverable_path, scanner)
             counts["recoverable"] = _parquet_rows(recoverable_path)    # counted from what was written
             timings["join_s"] = time.perf_counter() - t0
         finally:
@@ -990,17 +1013,19 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
 
 
 def _look_up_in_spark(spark, config: PhotonConfig, foreign, every, duplicates: int, everywhere: int, lost_n: int,
-                      export_files, judged, ledger, aged_before_us: int, recoverable_path: Path):
+                      export_files, judged, ledger, aged_before_us: int, recoverable_path: Path,
+                      scanner: str | None = None):
     """``(duplicate ids, wrongly unjoinable)``, the recoverable rows written to ``recoverable_path``: the
     lookups by joins inside Spark, for more ids than :data:`LOOKUP_ON_DRIVER` (``every``: the rows
-    :func:`_counts` wrote)."""
+    :func:`_counts` wrote; ``scanner``: the strict-shape scanner's SQL function for the lines' cut,
+    :func:`_cut`)."""
     from pyspark.sql import functions as F
     dups = ()
     if duplicates:
         dups = tuple((r.id, int(r.n_out)) for r in every.filter(F.col("n_out") > 1)
                      .select("id", "n_out").orderBy("id").limit(20).collect())
     wanted = every.filter(((F.col("lost") > 0) | (F.col("everywhere") > 0)) & F.col("in_regions").isNotNull())
-    lines = _lines_of(spark, config, foreign, wanted) if everywhere or lost_n else None
+    lines = _lines_of(spark, config, foreign, wanted, function=scanner) if everywhere or lost_n else None
     wrongly = 0
     if everywhere:
         primary = _read_input(spark, config, config.join.primary_stream, config.join.primary_ids, None, True) \
@@ -1013,7 +1038,7 @@ def _look_up_in_spark(spark, config: PhotonConfig, foreign, every, duplicates: i
 
 
 def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export_files, judged, ledger,
-                       aged_before_us: int):
+                       aged_before_us: int, scanner: str | None = None):
     """``(duplicate ids, wrongly unjoinable, recoverable rows)`` when at most :data:`LOOKUP_ON_DRIVER` ids need
     more (``needs``: their rows, :func:`_read_needs`). The lost ids' lines and registry entries are found in
     one scan of the foreign input and the export filtered by value (:func:`_one_of`: no join, no shuffle,
@@ -1022,7 +1047,8 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
     (:func:`_recoverable_rows`) runs on the driver's rows. Nothing at all is read again when no id is lost
     or unjoinable everywhere. Of the local foreign files, only those of the wanted ids' ``file`` keys are read
     (:func:`_files_to_read`); an id not found in them (a line the JSON reader took as the id's and
-    ``json_tuple`` does not, e.g. an array of objects) is looked up again in every file."""
+    ``json_tuple`` does not, e.g. an array of objects) is looked up again in every file. ``scanner``: the
+    strict-shape scanner's SQL function for the lines' cut (:func:`_cut`), or None."""
     from pyspark.sql import functions as F
     if not needs:
         return (), 0, []
@@ -1034,7 +1060,7 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
     lines, entries = {}, {}
 
     def lines_of(ids, keyed):
-        return _lines_of(spark, config, foreign, ids, keyed).select(
+        return _lines_of(spark, config, foreign, ids, keyed, scanner).select(
             "id", F.lit("line").alias("kind"), F.col("raw").alias("a"), F.col("ref").alias("b"),
             F.lit(None).cast("long").alias("c"))
     if wanted or lost:

@@ -63,18 +63,32 @@ def _ids(seed: int, n: int) -> list[str]:
     return out
 
 
+@pytest.fixture(scope="module")
+def scanner(spark):
+    from photon.app import _scanner
+    name = _scanner.function(spark)
+    assert name is not None, "the scanner's class is on the test session's classpath (javac is there)"
+    return name
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_cheap_test_in_front_of_the_pattern_gives_the_patterns_result_on_random_and_odd_ids(spark, seed):
+@pytest.mark.parametrize("form", ["sql", "class"])
+def test_the_cheap_test_in_front_of_the_pattern_gives_the_patterns_result_on_random_and_odd_ids(spark, seed, form,
+                                                                                                 request):
     """Every id, random or built to sit on an edge of the pattern (line terminators anywhere and at the end,
     blanks, control bytes, signs, decimal points, non-ASCII digits, missing or extra colons and digits,
     zeros first): the job's check equals the pattern alone, the cheap test never accepts an id the pattern
-    rejects, and it vouches for every id the pipeline writes (so the pattern runs only for the others)."""
+    rejects, and it vouches for every id the pipeline writes (so the pattern runs only for the others).
+    Both forms of the cheap test: Spark's string functions, and the scanner's class (the job's when the
+    scanner is registered); and the class's test equals the string functions' on every id."""
     from pyspark.sql import functions as F
+    scanner = request.getfixturevalue("scanner") if form == "class" else None
     ids = _ids(seed, 6000)
     df = spark.createDataFrame([(i,) for i in ids] + [(None,)], "id string")
-    rows = df.select("id", F.col("id").rlike(ID_PATTERN).alias("pattern"), _well_formed("id").alias("job"),
-                     _cheaply_well_formed("id").alias("cheap")).collect()
+    rows = df.select("id", F.col("id").rlike(ID_PATTERN).alias("pattern"),
+                     _well_formed("id", scanner).alias("job"), _cheaply_well_formed("id", scanner).alias("cheap"),
+                     _cheaply_well_formed("id").alias("sql")).collect()
     assert len(rows) == len(ids) + 1
     differ = [(r.id, r.pattern, r.job) for r in rows if r.job != r.pattern]
     assert not differ, differ[:10]
@@ -86,3 +100,5 @@ def test_the_cheap_test_in_front_of_the_pattern_gives_the_patterns_result_on_ran
     assert any(r.pattern and not r.cheap for r in rows)         # and ids only the pattern vouches for
     written = set(ids[:200])
     assert all(r.cheap for r in rows if r.id in written)
+    differ = [(r.id, r.cheap, r.sql) for r in rows if bool(r.cheap) != bool(r.sql)]
+    assert not differ, differ[:10]

@@ -1,6 +1,7 @@
-"""The lookup of lost ids cuts each foreign line's leading id out by position and parses as JSON only the
-lines whose cut id is wanted or which it cannot vouch for (photon.app._verify._leading_id): it finds exactly
-the lines that parsing every line finds, on random lines of every shape."""
+"""The lookup of lost ids cuts each foreign line's leading id out (photon.app._verify._cut: the strict-shape
+scanner's reading when the session has it, else by position, photon.app._verify._leading_id) and parses as
+JSON only the lines whose cut id is wanted or which it cannot vouch for: either way it finds exactly the lines
+that parsing every line finds, on random lines of every shape."""
 from __future__ import annotations
 
 import random
@@ -97,3 +98,43 @@ def test_the_leading_id_cut_finds_the_lines_that_parsing_every_line_finds(tmp_pa
     text = foreign[0][1].values(spark)
     sure = text.filter((fast != "") & ~unsure).count()
     assert sure > text.filter(F.col("value").startswith('{"click_id":"')).count() // 2
+
+
+@pytest.fixture(scope="module")
+def scanner(spark):
+    from photon.app import _scanner
+    name = _scanner.function(spark)
+    assert name is not None, "the scanner's class is on the test session's classpath (javac is there)"
+    return name
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_scanners_cut_finds_the_lines_that_parsing_every_line_finds(tmp_path, spark, scanner, seed):
+    """The lookup with the scanner's cut (the job's own, run_verify passes it): by value and by join, exactly
+    the lines and references of the wanted ids that json_tuple on every line finds."""
+    from pyspark.sql import functions as F
+
+    from photon.app._verify import _cut, _foreign_inputs, _ids, _lines_of, _one_of
+    config, wanted = _world(tmp_path, seed)
+    foreign = _foreign_inputs(spark, config)
+    ids, ref = config.join.foreign_ids, config.join.foreign_ref_field
+    simple = sorted((r["id"], r["value"], r["ref"]) for _, lines in foreign
+                    for r in _ids(lines.values(spark), ids, ref).filter(_one_of("id", wanted)).collect())
+    assert len({i for i, _, _ in simple}) >= 10
+    by_value = sorted((r["id"], r["raw"], r["ref"])
+                      for r in _lines_of(spark, config, foreign, wanted, function=scanner).collect())
+    assert by_value == simple
+    wanted_df = spark.createDataFrame([(i,) for i in wanted], "id string")
+    joined = {r["id"]: (r["raw"], r["ref"])
+              for r in _lines_of(spark, config, foreign, wanted_df, function=scanner).collect()}
+    assert set(joined) == {i for i, _, _ in simple}
+    assert all((i, raw, ref_) in simple for i, (raw, ref_) in joined.items())
+    # the scanner vouches for the lines of the usual shape (else it would be no pre-filter at all), and for
+    # none that json_tuple reads another id from
+    fast, unsure = _cut(ids, scanner)
+    text = foreign[0][1].values(spark)
+    cut = _ids(text.select("value", fast.alias("fast"), unsure.alias("unsure")), ids, ref)
+    assert cut.filter((F.col("fast") != "") & ~F.col("unsure")).count() \
+        >= text.filter(F.col("value").startswith('{"click_id":"')).count() // 2
+    assert cut.filter((F.col("fast") != "") & ~F.col("unsure")
+                      & ~F.col("id").eqNullSafe(F.col("fast"))).count() == 0

@@ -25,6 +25,7 @@ package photon;
 
 import java.util.Arrays;
 
+import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.api.java.UDF2;
 
 public final class PhotonStrictId implements UDF2<byte[], byte[], byte[]> {
@@ -336,6 +337,55 @@ public final class PhotonStrictId implements UDF2<byte[], byte[], byte[]> {
             if (p < 0) {
                 return null;
             }
+        }
+    }
+
+    /** The id format's byte test (photon/app/_verify.py, _cheaply_well_formed, in one pass over the id's
+     *  bytes): true only for {@code <prefix>:<pid>:<time>} with the time 16 ASCII digits, the first not '0',
+     *  the pid 1-15 ASCII digits, the first not '0', a prefix of at least one byte not starting with ':', and
+     *  no '\n' anywhere; false for every other id (the pattern decides those), null for a null id. */
+    public static final class WellFormed implements UDF1<byte[], Boolean> {
+        private static final long serialVersionUID = 1L;
+        static final int TIME_DIGITS = 16;
+        static final int MAX_PID_DIGITS = 15;
+
+        @Override
+        public Boolean call(byte[] b) {
+            return b == null ? null : test(b);
+        }
+
+        /** Whether {@code b[from, to)} is 1 to {@code max} ASCII digits, the first not '0'. */
+        private static boolean digits(byte[] b, int from, int to, int max) {
+            if (to - from < 1 || to - from > max || b[from] == '0') {
+                return false;
+            }
+            for (int i = from; i < to; i++) {
+                if (b[i] < '0' || b[i] > '9') {
+                    return false;
+                }
+            }
+            return true;
+        }
+
+        public static boolean test(byte[] b) {
+            int n = b.length;
+            int time = n - TIME_DIGITS - 1;              // where the time's ':' must be
+            if (time < 3 || b[time] != ':' || b[0] == ':' || !digits(b, time + 1, n, TIME_DIGITS)) {
+                return false;
+            }
+            int pid = time - 1;
+            while (pid >= 0 && b[pid] != ':') {
+                pid--;
+            }
+            if (pid < 1 || !digits(b, pid + 1, time, MAX_PID_DIGITS)) {
+                return false;
+            }
+            for (int i = 0; i < pid; i++) {
+                if (b[i] == '\n') {
+                    return false;
+                }
+            }
+            return true;
         }
     }
 }
