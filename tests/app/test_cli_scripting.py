@@ -124,3 +124,21 @@ def test_compact_prints_its_figures_as_json(tmp_path, spark, capsys):
     assert main(["compact", "--config", str(tmp_path / "photon.toml"), "--json"]) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert figures["partitions_compacted"] == 0 and figures["lines_compacted"] == 0 and "seconds" in figures
+
+
+@pytest.mark.timeout(120)
+def test_run_names_a_state_dir_or_output_root_that_cannot_be_a_folder(tmp_path):
+    """A file where ``state_dir`` or ``output_root`` should be a folder is a configuration error naming the
+    key (exit 2, before any process starts), not a traceback from the launcher's mkdir."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "in-the-way").write_text("not a folder\n")
+    good = (tmp_path / "photon.toml").read_text()
+    for key in ("state_dir", "output_root"):
+        lines = [f'{key} = "in-the-way"' if line.startswith(f"{key} =") else line for line in good.splitlines()]
+        config = _write_config(tmp_path / f"bad-{key}.toml", "\n".join(lines) + "\n")
+        r = photon("run", "--config", str(config), "--until-caught-up", "--timeout", "30", timeout=90)
+        assert r.returncode == 2, (key, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"[[regions]].{key}" in r.stderr and "in-the-way is a file, not a folder" in r.stderr, r.stderr
+        assert str(config) in r.stderr
