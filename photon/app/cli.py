@@ -450,6 +450,40 @@ REGISTRY_EXAMPLES = """examples:
 (--config may be left out when PHOTON_CONFIG names the file)"""
 
 
+def _number(kind, low, *, inclusive: bool = False, high=None):
+    """An argparse type: a ``kind`` (int or float) above ``low`` (at or above with ``inclusive``) and at most
+    ``high``, so an out-of-range option is a usage error naming it (exit 2), never a run on a nonsense value."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value != value or (value < low if inclusive else value <= low) or (high is not None and value > high):
+            bound = f"{'at least' if inclusive else 'more than'} {low}" + (f" and at most {high}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+    parse.__name__ = kind.__name__       # argparse names the type in its "invalid int value" message
+    return parse
+
+
+_POSITIVE = _number(float, 0)
+_POSITIVE_INT = _number(int, 1, inclusive=True)
+_FRACTION = _number(float, 0, inclusive=True, high=1)
+
+
+def _region_names(text: str) -> str:
+    """``photon gen --regions``: comma-separated region names, as a config's ``[[regions]].name`` takes them."""
+    import re
+    names = [n.strip() for n in text.split(",")]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_-]+", n)]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: each region name must be letters, digits, - and _ "
+                                         f"(comma-separated), got {bad}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: a region is named twice")
+    return text
+
+
 def _config_arg(parser) -> None:
     env = os.environ.get(ENV_CONFIG)
     parser.add_argument("--config", required=not env, default=env,
@@ -486,15 +520,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("gen", help="write a generated workload, its photon.toml and its truth files")
     g.add_argument("--out", required=True, help="folder to write into")
-    g.add_argument("--queries", type=int, default=200_000)
-    g.add_argument("--clicks-per-query", type=float, default=0.1)
-    g.add_argument("--regions", default="a", help="comma-separated region names (each gets a full copy)")
-    g.add_argument("--writers", type=int, default=3, help="writer processes per stream")
-    g.add_argument("--rotate-lines", type=int, default=20_000, help="lines per log file before rotating")
-    g.add_argument("--unjoinable", type=float, default=0.02, help="fraction of clicks whose query never exists")
-    g.add_argument("--duplicates", type=float, default=0.01, help="fraction of clicks logged twice")
-    g.add_argument("--bad-lines", type=float, default=0.001, help="fraction of corrupt lines")
-    g.add_argument("--unjoinable-after-s", type=float, default=5.0, help="written to the config's [join]")
+    g.add_argument("--queries", type=_POSITIVE_INT, default=200_000)
+    g.add_argument("--clicks-per-query", type=_number(float, 0, inclusive=True), default=0.1)
+    g.add_argument("--regions", type=_region_names, default="a", help="comma-separated region names (each gets a full copy)")
+    g.add_argument("--writers", type=_POSITIVE_INT, default=3, help="writer processes per stream")
+    g.add_argument("--rotate-lines", type=_POSITIVE_INT, default=20_000, help="lines per log file before rotating")
+    g.add_argument("--unjoinable", type=_FRACTION, default=0.02, help="fraction of clicks whose query never exists")
+    g.add_argument("--duplicates", type=_FRACTION, default=0.01, help="fraction of clicks logged twice")
+    g.add_argument("--bad-lines", type=_FRACTION, default=0.001, help="fraction of corrupt lines")
+    g.add_argument("--unjoinable-after-s", type=_POSITIVE, default=5.0, help="written to the config's [join]")
     g.add_argument("--seed", type=int, default=7)
     g.add_argument("--ids", choices=ID_STYLES, default="photon",
                    help="photon: Photon ids (time inside); uuid: UUID ids with an RFC 3339 time field "
@@ -508,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit once every complete line is consumed and every event resolved, after "
                         "reconciling the registry with the output: 0, or 5 if clicks were lost in this run "
                         "(registered by this run's joiners and in no output)")
-    r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
+    r.add_argument("--timeout", type=_POSITIVE, default=None, help="give up after this many seconds (exit 3)")
     r.add_argument("--region", action="append", default=None, metavar="NAME",
                    help="run only this region's processes and registry replicas, reaching the other regions' "
                         "replicas at their configured addresses (repeatable; needs fixed registry ports: "
@@ -522,8 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="generate a two-region workload and join it end to end")
     d.add_argument("--dir", default="demo")
     d.add_argument("--no-outage", action="store_true", help="do not take region b down mid-run")
-    d.add_argument("--queries", type=int, default=100_000)
-    d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--queries", type=_POSITIVE_INT, default=100_000)
+    d.add_argument("--timeout", type=_POSITIVE, default=600)
     d.add_argument("--json", action="store_true")
     d.add_argument("--no-sql", action="store_true", help="skip the closing Spark SQL query")
     d.set_defaults(fn=_cmd_demo)
@@ -550,15 +584,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="every process of the config, reached over the network from any machine: "
                                       "exit 0 only when all answer SERVING")
     s.add_argument("--json", action="store_true", help="print the status as one JSON object")
-    s.add_argument("--interval", type=float, default=1.0,
+    s.add_argument("--interval", type=_number(float, 0, inclusive=True), default=1.0,
                    help="seconds between the two samples the rates come from (0: one sample, no rates)")
-    s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for each process to answer")
+    s.add_argument("--timeout", type=_POSITIVE, default=1.0, help="seconds to wait for each process to answer")
     s.add_argument("--region", default=None, metavar="NAMES",
                    help="judge (exit code, problems) only these regions' processes (comma-separated): a "
                         "per-region probe")
     _config_arg(s)
     s.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    s.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
+    s.add_argument("--every", type=_POSITIVE, default=2.0, help="seconds between refreshes with --watch")
     s.set_defaults(fn=_cmd_status)
 
     rg = sub.add_parser("region", help="take a region of a running deployment down, or bring it back")
@@ -566,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     rg.add_argument("name", help="the region")
     _config_arg(rg)
     rg.add_argument("--hard", action="store_true", help="with down: SIGKILL every process of the region at once")
-    rg.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the region's launcher to act")
+    rg.add_argument("--wait", type=_POSITIVE, default=60.0, help="seconds to wait for the region's launcher to act")
     rg.add_argument("--json", action="store_true", help="print the launcher's answer as one JSON object")
     rg.set_defaults(fn=_cmd_region)
 
@@ -589,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm = es_sub.add_parser("build-map", help="build the log-file map of the primary logs with Spark")
     _config_arg(bm)
     bm.add_argument("--region", default=None, help="only this region (default: every region)")
-    bm.add_argument("--range-mb", type=float, default=64.0, help="bytes of primary log per Spark task")
+    bm.add_argument("--range-mb", type=_POSITIVE, default=64.0, help="bytes of primary log per Spark task")
     bm.add_argument("--json", action="store_true", help="print each region's result as one JSON line")
     bm.add_argument("--verbose", action="store_true", help="Spark's warnings and full error stacks")
     bm.set_defaults(fn=_cmd_eventstore_build_map)

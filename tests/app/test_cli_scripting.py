@@ -142,3 +142,27 @@ def test_run_names_a_state_dir_or_output_root_that_cannot_be_a_folder(tmp_path):
         assert "Traceback" not in r.stderr, r.stderr[-2000:]
         assert f"[[regions]].{key}" in r.stderr and "in-the-way is a file, not a folder" in r.stderr, r.stderr
         assert str(config) in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_out_of_range_options_are_usage_errors(tmp_path):
+    """A count, fraction or duration outside its range is refused by the parser naming the option (exit 2):
+    never a traceback (``gen --writers 0``, ``gen --regions ,``), a workload of nonsense (``--bad-lines 2``)
+    or a run that times out at once (``run --timeout -5``)."""
+    r = photon("gen", "--out", str(tmp_path / "w"), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "w" / "photon.toml")
+    cases = [(["gen", "--out", str(tmp_path / "g"), "--writers", "0"], "--writers"),
+             (["gen", "--out", str(tmp_path / "g"), "--regions", ","], "--regions"),
+             (["gen", "--out", str(tmp_path / "g"), "--regions", "a,a"], "--regions"),
+             (["gen", "--out", str(tmp_path / "g"), "--bad-lines", "2"], "--bad-lines"),
+             (["gen", "--out", str(tmp_path / "g"), "--queries", "-5"], "--queries"),
+             (["gen", "--out", str(tmp_path / "g"), "--clicks-per-query", "nan"], "--clicks-per-query"),
+             (["run", "--config", config, "--timeout", "-5"], "--timeout"),
+             (["status", "--config", config, "--interval", "-1"], "--interval"),
+             (["region", "down", "a", "--config", config, "--wait", "0"], "--wait")]
+    for argv, option in cases:
+        r = photon(*argv)
+        assert r.returncode == 2, (argv, r.returncode, r.stdout[-500:], r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and f"argument {option}:" in r.stderr, (argv, r.stderr[-2000:])
+    assert not (tmp_path / "g").exists()                       # nothing was written for a refused gen
