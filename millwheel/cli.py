@@ -355,6 +355,18 @@ def _stored_set_aside(url: str) -> list | None:
         store.close()
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type for ``--threads`` and ``--workers``: 0 or less is a usage error (exit 2), not a run with
+    the default (``--threads 0``) or with no worker at all, waiting for ever (``--workers -1``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millwheel", description="MillWheel computation runtime")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -367,10 +379,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                "timer due by the final watermark has fired")
     p.add_argument("--store", help="state store URL: postgresql://user@host:port/db or sqlite:///path "
                                     "(default: an embedded PostgreSQL with its data in <out>/.millwheel/pg)")
-    p.add_argument("--threads", type=int, help="worker threads")
+    p.add_argument("--threads", type=_positive_int, help="worker threads")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="any runtime option (see docs/millwheel.md)")
-    p.add_argument("--workers", type=int, help="run as processes: the master's 3 replicas and this many "
+    p.add_argument("--workers", type=_positive_int, help="run as processes: the master's 3 replicas and this many "
                                                "worker processes")
     p.add_argument("--master-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a master placement option (with --workers), e.g. lease_us=2000000")
@@ -381,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--input")
     w.add_argument("--out")
     w.add_argument("--store")
-    w.add_argument("--threads", type=int)
+    w.add_argument("--threads", type=_positive_int)
     w.add_argument("--host", default="127.0.0.1", help="address to serve on (reachable by the other workers)")
     w.add_argument("--port", type=int, default=0)
     w.add_argument("--option", action="append", default=[], metavar="NAME=VALUE")

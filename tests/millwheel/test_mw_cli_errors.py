@@ -67,3 +67,13 @@ def test_a_missing_input_or_cluster_is_named(tmp_path):
     (tmp_path / "junk.json").write_text("not json\n")
     _refused(millwheel("worker", "--cluster", str(tmp_path / "junk.json"), cwd=tmp_path),
              "cannot be read")
+
+
+@pytest.mark.timeout(120)
+def test_threads_and_workers_below_one_are_refused(tmp_path):
+    """``--workers -1`` started a master waiting for ever for no worker; ``--threads 0`` ran with the default."""
+    (tmp_path / "in").mkdir()
+    for option in (["--workers", "-1"], ["--workers", "0"], ["--threads", "0"]):
+        r = millwheel("run", "examples.ad_windows", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
+                      "--until-idle", *option, cwd=tmp_path, timeout=60)
+        _refused(r, f"argument {option[0]}: must be at least 1")
