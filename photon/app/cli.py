@@ -702,6 +702,7 @@ def _main(argv: list[str]) -> int:
         print(f"photon: {e}", file=sys.stderr)
         return 4
     except KeyboardInterrupt:
+        print(f"photon {args.command}: interrupted", file=sys.stderr, flush=True)
         return 130
 
 
