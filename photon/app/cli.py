@@ -388,9 +388,34 @@ def _cmd_verify(args) -> int:
     return _spark_job(args, "verify", job, input_bytes)
 
 
+def _check_recoverable(path: str) -> None:
+    """``photon recover --from PATH``: the recoverable Parquet an earlier verify wrote, checked before the
+    registry or Spark starts. A path that does not exist, a folder with no Parquet in it (verify always writes
+    one file, empty or not) or a file that is not such Parquet is a :class:`ConfigError` naming it (exit 2),
+    never a traceback, nor a run that finds "0 recoverable" in the wrong folder."""
+    import pyarrow
+    from photon.app._verify import read_recoverable
+    where = "the recoverable folder an earlier `photon verify` wrote, [verify].out_dir/recoverable"
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"--from {path} does not exist ({where})")
+    if p.is_dir() and not any(p.glob("*.parquet")):
+        raise ConfigError(f"--from {path} holds no .parquet file ({where})")
+    try:
+        rows = read_recoverable(p)
+    except (OSError, pyarrow.ArrowException) as e:
+        raise ConfigError(f"--from {path} cannot be read as {where}: {e}") from None
+    missing = {"id", "token", "raw"} - set(rows[0]) if rows else set()
+    if missing:
+        raise ConfigError(f"--from {path} lacks the column(s) {sorted(missing)} of {where}")
+
+
 def _cmd_recover(args) -> int:
     from photon.app._recover import run_recover
     from photon.app._verify import format_report, run_verify
+
+    if args.from_dir is not None:
+        _check_recoverable(args.from_dir)
 
     def job(config, spark):
         with _registry_for(config, "photon recover"):

@@ -166,3 +166,20 @@ def test_out_of_range_options_are_usage_errors(tmp_path):
         assert r.returncode == 2, (argv, r.returncode, r.stdout[-500:], r.stderr[-2000:])
         assert "Traceback" not in r.stderr and f"argument {option}:" in r.stderr, (argv, r.stderr[-2000:])
     assert not (tmp_path / "g").exists()                       # nothing was written for a refused gen
+
+
+@pytest.mark.timeout(120)
+def test_recover_from_a_path_that_is_not_verifys_output_is_named(tmp_path):
+    """``photon recover --from`` a missing path (a traceback from pyarrow), a folder with no Parquet (which
+    read as "0 recoverable": a mistyped folder hidden) or a file that is not Parquet: exit 2 naming it,
+    before any registry or Spark starts."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "photon.toml")
+    (tmp_path / "empty").mkdir()
+    for path, words in ((tmp_path / "nowhere", "does not exist"), (tmp_path / "empty", "holds no .parquet file"),
+                        (tmp_path / "photon.toml", "cannot be read")):
+        r = photon("recover", "--config", config, "--from", str(path), "--dry-run")
+        assert r.returncode == 2, (path, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and f"--from {path} {words}" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "state" / "a" / "registry").exists()      # no registry was started for the job
