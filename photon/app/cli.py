@@ -340,6 +340,8 @@ def _spark_job(args, label: str, job, input_bytes=None):
     from photon.app._spark import spark_error, spark_session
     from photon.app._verify import VerifyInputError
     config = load_config(args.config)
+    if label in ("verify", "recover"):
+        _results_folder(args.out, config)
     try:
         size = input_bytes(config) if input_bytes is not None else None
         spark = spark_session(config, f"photon-{label}", verbose=args.verbose, input_bytes=size)
@@ -352,6 +354,20 @@ def _spark_job(args, label: str, job, input_bytes=None):
         else:
             raise
     return EXIT_UNREADABLE
+
+
+def _results_folder(out, config) -> None:
+    """Make verify's results folder (``--out``, else ``[verify].out_dir``) before the job starts, or name it
+    as a configuration error (exit 2): a file in its place made the job fail with a traceback after its
+    Spark scan."""
+    folder = Path(out) if out else config.verify_dir
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        what = "--out" if out else "[verify].out_dir (default <first region state_dir>/verify)"
+        in_way = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{in_way} is a file, not a folder" if in_way else (e.strerror or str(e))
+        raise ConfigError(f"{what} {folder}: {why}") from None
 
 
 def _verify_times(args):

@@ -183,3 +183,17 @@ def test_recover_from_a_path_that_is_not_verifys_output_is_named(tmp_path):
         assert r.returncode == 2, (path, r.returncode, r.stderr[-2000:])
         assert "Traceback" not in r.stderr and f"--from {path} {words}" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "state" / "a" / "registry").exists()      # no registry was started for the job
+
+
+@pytest.mark.timeout(120)
+def test_verify_and_recover_name_a_results_folder_that_cannot_be_one(tmp_path):
+    """``--out`` (or ``[verify].out_dir``) with a file in its place: exit 2 naming it before the job starts
+    (it was a traceback after the job's Spark scan)."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "photon.toml")
+    for command, out in (("verify", tmp_path / "photon.toml"), ("recover", tmp_path / "photon.toml" / "below")):
+        r = photon(command, "--config", config, "--out", str(out))
+        assert r.returncode == 2, (command, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and f"--out {out}: {tmp_path / 'photon.toml'} is a file" in r.stderr, \
+            r.stderr[-2000:]
