@@ -220,9 +220,13 @@ def run_cluster(args: argparse.Namespace) -> int:
         try:
             if args.until_idle:
                 wait_cluster_idle(topology, args.out, client, stop)
+                st = cluster_status(cf, client)
             else:
-                stop.wait()
-            st = cluster_status(cf, client)
+                try:
+                    stop.wait()
+                except KeyboardInterrupt:
+                    pass          # a stop asked for while running for ever is the normal end, as with one process
+                st = _final_status(cf)
         finally:
             client.close()
     finally:
@@ -234,11 +238,28 @@ def run_cluster(args: argparse.Namespace) -> int:
                   f"pids {', '.join(map(str, killed))}", file=sys.stderr, flush=True)
         if server is not None:
             server.stop()
+    if st is None:
+        print("millwheel: stopped; no final counts (the masters had stopped too, e.g. Ctrl-C reached the whole "
+              "process group); what was committed stays and the next run resumes from it", file=sys.stderr)
+        return 0
     done = {n: sum(w["computations"].get(n, {}).get("records", 0) for w in st["workers"])
             for n in topology.computations}
     print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
           + f"; {len(st['workers'])} workers", file=sys.stderr)
     return 0
+
+
+def _final_status(cf: ClusterFile):
+    """The cluster's status for the summary after a stop, or None when no master answers within 2 s (a Ctrl-C
+    on a terminal reaches the masters and workers as well as this process)."""
+    from millwheel._master_client import MasterUnavailable
+    client = MasterClient(cf.masters, retry_timeout_s=2.0)
+    try:
+        return cluster_status(cf, client)
+    except MasterUnavailable:
+        return None
+    finally:
+        client.close()
 
 
 def _cluster_file(path) -> ClusterFile:

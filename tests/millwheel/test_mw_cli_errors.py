@@ -77,3 +77,35 @@ def test_threads_and_workers_below_one_are_refused(tmp_path):
         r = millwheel("run", "examples.ad_windows", "--input", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
                       "--until-idle", *option, cwd=tmp_path, timeout=60)
         _refused(r, f"argument {option[0]}: must be at least 1")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("to_group", [False, True], ids=["sigterm-to-the-command", "ctrl-c-to-the-group"])
+def test_a_cluster_running_for_ever_stopped_exits_0_as_one_process_does(tmp_path, to_group):
+    """Without ``--until-idle`` a stop is the normal end: the one-process runtime exits 0 with its summary, and
+    so does ``--workers N`` (it exited 130 saying the input was not consumed), also when a terminal's Ctrl-C
+    reaches the masters and workers too (the final counts are then left out, never a traceback)."""
+    import os
+    import signal
+    from photon import wait_until
+    (tmp_path / "in").mkdir()
+    err = tmp_path / "run.err"
+    with open(err, "w") as f:
+        p = subprocess.Popen([MILLWHEEL, "run", "examples.ad_windows", "--input", str(tmp_path / "in"), "--out",
+                              str(tmp_path / "out"), "--workers", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=f, start_new_session=True)
+        try:
+            wait_until(lambda: "workers; store" in err.read_text() or p.poll() is not None, 120,
+                       message="the cluster to start")
+            assert p.poll() is None, err.read_text()[-2000:]
+            if to_group:
+                os.killpg(p.pid, signal.SIGINT)
+            else:
+                p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=90) == 0, err.read_text()[-2000:]
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    text = err.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    assert ("1 workers" in text) or (to_group and "no final counts" in text), text[-2000:]
