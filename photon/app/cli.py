@@ -160,6 +160,14 @@ def _cmd_demo(args) -> int:
 def _cmd_sql(args) -> int:
     from photon.app._sql import sql_command
     config = load_config(args.config)
+    if args.out is not None:            # checked before Spark starts and the query runs, not when writing its result
+        out = Path(args.out)
+        if out.is_dir():
+            raise ConfigError(f"--out {args.out} is a folder; name the file to write the result to")
+        if not out.parent.is_dir():
+            raise ConfigError(f"--out {args.out}: folder {out.parent} does not exist")
+        if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+            raise ConfigError(f"--out {args.out} is not writable by this user")
     return sql_command(config, args.query, args.format, args.out, args.verbose, args.infer_schemas)
 
 

@@ -197,3 +197,17 @@ def test_verify_and_recover_name_a_results_folder_that_cannot_be_one(tmp_path):
         assert r.returncode == 2, (command, r.returncode, r.stderr[-2000:])
         assert "Traceback" not in r.stderr and f"--out {out}: {tmp_path / 'photon.toml'} is a file" in r.stderr, \
             r.stderr[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_sql_names_an_out_path_it_cannot_write_before_the_query_runs(tmp_path):
+    """``photon sql --out`` naming a folder or a file in a missing folder: exit 2 at once, not one line (exit 1)
+    after Spark started and the query ran."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "photon.toml")
+    for out, words in ((tmp_path, "is a folder"), (tmp_path / "nowhere" / "x.csv", "does not exist")):
+        r = photon("sql", "--config", config, "SELECT 1", "--out", str(out))
+        assert r.returncode == 2, (out, r.returncode, r.stderr[-2000:])
+        assert f"--out {out}" in r.stderr and words in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "Setting default log level" not in r.stderr, "refused before Spark started"
