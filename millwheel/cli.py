@@ -40,13 +40,51 @@ from photon import settle_gc
 
 
 def _load(module: str):
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as first:
+    """Import the topology module: ``module``, else ``millwheel.<module>``, with the current folder on the
+    import path as ``python -m`` has it. A module that is not there, fails on import or defines no
+    ``build`` is a :class:`MillWheelConfigError` naming it (exit 2), not a traceback."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())           # after the installed packages: a local file shadows none
+    found = None
+    for name in (module, f"millwheel.{module}"):
         try:
-            return importlib.import_module(f"millwheel.{module}")
-        except ModuleNotFoundError:
-            raise first from None
+            found = importlib.import_module(name)
+            break
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise MillWheelConfigError(f"module {name!r} failed on import: {_where(e)}") from None
+        except Exception as e:  # noqa: BLE001 - user code: any error on import is reported, not raised
+            raise MillWheelConfigError(f"module {name!r} failed on import: {_where(e)}") from None
+    if found is None:
+        raise MillWheelConfigError(f"no module {module!r} (nor millwheel.{module}) on the import path; run from "
+                                   "the folder holding it or put that folder in PYTHONPATH")
+    if not callable(getattr(found, "build", None)):
+        raise MillWheelConfigError(f"module {module!r} ({found.__file__}) defines no build(input, out) -> Topology")
+    return found
+
+
+def _where(e: BaseException) -> str:
+    """``Type: message (file, line N)`` of an exception raised in user code: its innermost frame."""
+    import traceback
+    frames = traceback.extract_tb(e.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename]
+    at = f" ({user[-1].filename}, line {user[-1].lineno})" if user else ""
+    return f"{type(e).__name__}: {e}{at}"
+
+
+def _build(module, input: str, out: str):
+    """``module.build(input, out)``, checked to be a :class:`Topology`; an error in it names the module."""
+    from millwheel._topology import Topology
+    try:
+        topology = module.build(input, out)
+    except MillWheelConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - user code
+        raise MillWheelConfigError(f"{module.__name__}.build({input!r}, {out!r}) failed: {_where(e)}") from None
+    if not isinstance(topology, Topology):
+        raise MillWheelConfigError(f"{module.__name__}.build(input, out) returned {type(topology).__name__}, "
+                                   "not a millwheel.Topology")
+    return topology
 
 
 def _options(pairs: list[str]) -> dict:
@@ -59,12 +97,25 @@ def _options(pairs: list[str]) -> dict:
     return out
 
 
+def _check_input(args: argparse.Namespace) -> None:
+    """A local ``--input`` that does not exist: with ``--until-idle`` an error (catching up on nothing would
+    hide a mistyped path, and the run would end at once with no output), else a warning (it may appear)."""
+    if "://" in args.input or Path(args.input).exists():
+        return
+    if args.until_idle:
+        raise MillWheelConfigError(f"--input {args.input} does not exist (with --until-idle the run would end at "
+                                   "once, having read nothing)")
+    print(f"millwheel: warning: --input {args.input} does not exist yet; waiting for it to appear",
+          file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_input(args)
     if args.workers:
         return run_cluster(args)
     keep_heap()       # the one-process runtime too (see millwheel/_malloc.py)
     module = _load(args.module)
-    topology = module.build(args.input, args.out)
+    topology = _build(module, args.input, args.out)
     options = _options(args.option)
     if args.threads:
         options["threads"] = args.threads
@@ -134,7 +185,7 @@ def _store_for(args, options: dict, state_dir: Path):
 def run_cluster(args: argparse.Namespace) -> int:
     """``millwheel run --workers N``: the master's replicas and N worker processes on this machine."""
     module = _load(args.module)
-    topology = module.build(args.input, args.out)
+    topology = _build(module, args.input, args.out)
     options = _options(args.option)
     options.setdefault("threads", args.threads or 1)
     # intervals held by the first worker to register spread to the others after a short cooldown
@@ -169,9 +220,13 @@ def run_cluster(args: argparse.Namespace) -> int:
         try:
             if args.until_idle:
                 wait_cluster_idle(topology, args.out, client, stop)
+                st = cluster_status(cf, client)
             else:
-                stop.wait()
-            st = cluster_status(cf, client)
+                try:
+                    stop.wait()
+                except KeyboardInterrupt:
+                    pass          # a stop asked for while running for ever is the normal end, as with one process
+                st = _final_status(cf)
         finally:
             client.close()
     finally:
@@ -183,11 +238,39 @@ def run_cluster(args: argparse.Namespace) -> int:
                   f"pids {', '.join(map(str, killed))}", file=sys.stderr, flush=True)
         if server is not None:
             server.stop()
+    if st is None:
+        print("millwheel: stopped; no final counts (the masters had stopped too, e.g. Ctrl-C reached the whole "
+              "process group); what was committed stays and the next run resumes from it", file=sys.stderr)
+        return 0
     done = {n: sum(w["computations"].get(n, {}).get("records", 0) for w in st["workers"])
             for n in topology.computations}
     print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
           + f"; {len(st['workers'])} workers", file=sys.stderr)
     return 0
+
+
+def _final_status(cf: ClusterFile):
+    """The cluster's status for the summary after a stop, or None when no master answers within 2 s (a Ctrl-C
+    on a terminal reaches the masters and workers as well as this process)."""
+    from millwheel._master_client import MasterUnavailable
+    client = MasterClient(cf.masters, retry_timeout_s=2.0)
+    try:
+        return cluster_status(cf, client)
+    except MasterUnavailable:
+        return None
+    finally:
+        client.close()
+
+
+def _cluster_file(path) -> ClusterFile:
+    """The cluster file a ``millwheel run --workers N`` wrote, or a :class:`MillWheelConfigError` naming it."""
+    try:
+        return ClusterFile.load(path)
+    except FileNotFoundError:
+        raise MillWheelConfigError(f"no cluster file {path}: it is written by `millwheel run --workers N --out DIR` "
+                                   "(a run without --workers has no cluster to show or join)") from None
+    except (OSError, ValueError, TypeError) as e:
+        raise MillWheelConfigError(f"cluster file {path} cannot be read: {e}") from None
 
 
 def _redact(url: str) -> str:
@@ -196,13 +279,18 @@ def _redact(url: str) -> str:
 
 def worker(args: argparse.Namespace) -> int:
     """``millwheel worker``: one more worker process, here or on another machine."""
-    cf = ClusterFile.load(args.cluster or cluster_path(args.out)) if (args.cluster or args.out) else None
+    if args.cluster:
+        cf = _cluster_file(args.cluster)
+    elif args.out and (args.master is None or cluster_path(args.out).exists()):
+        cf = _cluster_file(cluster_path(args.out))
+    else:
+        cf = None                        # everything given on the command line: an --out with no cluster file
     module_name = args.module or (cf.module if cf else None)
     if module_name is None or not (args.input or cf) or not (args.master or cf):
         raise MillWheelConfigError("millwheel worker needs --cluster FILE (or --out DIR of a cluster), or "
                                    "MODULE --input DIR --out DIR --store URL --master ADDR[,ADDR...]")
     out = args.out or cf.out
-    topology = _load(module_name).build(args.input or cf.input, out)
+    topology = _build(_load(module_name), args.input or cf.input, out)
     options = dict(cf.options) if cf else {}
     options.update(_options(args.option))
     if args.store:
@@ -236,7 +324,7 @@ def worker(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     """``millwheel status --out DIR [--json]``."""
-    cf = ClusterFile.load(cluster_path(args.out))
+    cf = _cluster_file(cluster_path(args.out))
     client = MasterClient(cf.masters, retry_timeout_s=5.0)
     try:
         st = cluster_status(cf, client)
@@ -288,6 +376,18 @@ def _stored_set_aside(url: str) -> list | None:
         store.close()
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type for ``--threads`` and ``--workers``: 0 or less is a usage error (exit 2), not a run with
+    the default (``--threads 0``) or with no worker at all, waiting for ever (``--workers -1``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="millwheel", description="MillWheel computation runtime")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -300,10 +400,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                "timer due by the final watermark has fired")
     p.add_argument("--store", help="state store URL: postgresql://user@host:port/db or sqlite:///path "
                                     "(default: an embedded PostgreSQL with its data in <out>/.millwheel/pg)")
-    p.add_argument("--threads", type=int, help="worker threads")
+    p.add_argument("--threads", type=_positive_int, help="worker threads")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="any runtime option (see docs/millwheel.md)")
-    p.add_argument("--workers", type=int, help="run as processes: the master's 3 replicas and this many "
+    p.add_argument("--workers", type=_positive_int, help="run as processes: the master's 3 replicas and this many "
                                                "worker processes")
     p.add_argument("--master-option", action="append", default=[], metavar="NAME=VALUE",
                    help="a master placement option (with --workers), e.g. lease_us=2000000")
@@ -314,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--input")
     w.add_argument("--out")
     w.add_argument("--store")
-    w.add_argument("--threads", type=int)
+    w.add_argument("--threads", type=_positive_int)
     w.add_argument("--host", default="127.0.0.1", help="address to serve on (reachable by the other workers)")
     w.add_argument("--port", type=int, default=0)
     w.add_argument("--option", action="append", default=[], metavar="NAME=VALUE")

@@ -134,6 +134,33 @@ class Launcher:
             raise ConfigError(f"{self.config.path}: " + "; ".join(missing))
         for m in missing:
             self.echo(f"warning: {m}; waiting for it to appear")
+        self.make_folders()
+
+    def make_folders(self) -> None:
+        """Make every state dir and local output folder this launcher writes, or name the key whose path
+        cannot be one (a file in the way, no permission) as a configuration error, before anything starts."""
+        wanted = [(r, "state_dir", Path(r.state_dir)) for r in self.regions()]
+        for region in self.pipeline_regions():
+            key = "state_dir" if "://" in str(region.output_root) else "output_root"   # S3 output stages locally
+            wanted += [(region, key, d) for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir)]
+        bad, named = [], set()
+        for region, key, folder in wanted:
+            if (region.name, key) in named:
+                continue                                # one message per key
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                named.add((region.name, key))
+                in_way = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+                why = f"{in_way} is a file, not a folder" if in_way else f"cannot make folder {folder}: {e.strerror or e}"
+                bad.append(f"region {region.name}: [[regions]].{key} = {getattr(region, key)}: {why}")
+                continue
+            if not os.access(folder, os.W_OK | os.X_OK):
+                named.add((region.name, key))
+                bad.append(f"region {region.name}: [[regions]].{key} = {getattr(region, key)}: folder {folder} "
+                           f"is not writable by this user")
+        if bad:
+            raise ConfigError(f"{self.config.path}: " + "; ".join(bad))
 
     def run(self) -> int:
         """Start everything and supervise; returns the exit code (0 caught up or stopped, 3 timed out).
@@ -153,11 +180,6 @@ class Launcher:
         self.check_inputs()
         self._locks = lock_state_dirs(self.config, self.options.regions)
         self.forkserver.start()
-        for region in self.regions():
-            Path(region.state_dir).mkdir(parents=True, exist_ok=True)
-        for region in self.pipeline_regions():
-            for d in (region.joined_dir, region.unjoinable_dir, region.quarantine_dir):
-                d.mkdir(parents=True, exist_ok=True)
         controls = RegionControls(self.regions(), self.echo)
         controls.apply(self.supervisor)          # a region marked down stays down across launcher restarts
         self.supervisor.ensure(self.specs())

@@ -11,6 +11,7 @@ so tests can share a single session across many jobs.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -30,6 +31,25 @@ SHORT_JOB_GC = "-XX:+UseSerialGC"   # one thread, no concurrent work, the cheape
 GC_FLAG_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")   # where else a JVM takes flags from
 
 
+PY4J_INTERRUPT = "KeyboardInterrupt while sending command."
+
+
+class _QuietInterrupt(logging.Filter):
+    """py4j logs an interrupted call to the JVM (Ctrl-C, or a job's SIGTERM turned into KeyboardInterrupt) on the
+    root logger with its Python stack; the job reports the interruption itself (a line, exit 130), so that
+    record is dropped unless ``--verbose``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != PY4J_INTERRUPT
+
+
+def quiet_py4j_interrupts() -> None:
+    """Put :class:`_QuietInterrupt` on the root logger (once)."""
+    root = logging.getLogger()
+    if not any(isinstance(f, _QuietInterrupt) for f in root.filters):
+        root.addFilter(_QuietInterrupt())
+
+
 def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False,
                   input_bytes: int | None = None):
     """The process's SparkSession, built from ``config.spark`` on first use (later calls return it).
@@ -40,6 +60,8 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     when the caller knows it before the session starts (:func:`short_job_options`)."""
     from pyspark.sql import SparkSession
 
+    if not verbose:
+        quiet_py4j_interrupts()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

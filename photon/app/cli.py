@@ -160,6 +160,14 @@ def _cmd_demo(args) -> int:
 def _cmd_sql(args) -> int:
     from photon.app._sql import sql_command
     config = load_config(args.config)
+    if args.out is not None:            # checked before Spark starts and the query runs, not when writing its result
+        out = Path(args.out)
+        if out.is_dir():
+            raise ConfigError(f"--out {args.out} is a folder; name the file to write the result to")
+        if not out.parent.is_dir():
+            raise ConfigError(f"--out {args.out}: folder {out.parent} does not exist")
+        if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+            raise ConfigError(f"--out {args.out} is not writable by this user")
     return sql_command(config, args.query, args.format, args.out, args.verbose, args.infer_schemas)
 
 
@@ -340,6 +348,8 @@ def _spark_job(args, label: str, job, input_bytes=None):
     from photon.app._spark import spark_error, spark_session
     from photon.app._verify import VerifyInputError
     config = load_config(args.config)
+    if label in ("verify", "recover"):
+        _results_folder(args.out, config)
     try:
         size = input_bytes(config) if input_bytes is not None else None
         spark = spark_session(config, f"photon-{label}", verbose=args.verbose, input_bytes=size)
@@ -352,6 +362,20 @@ def _spark_job(args, label: str, job, input_bytes=None):
         else:
             raise
     return EXIT_UNREADABLE
+
+
+def _results_folder(out, config) -> None:
+    """Make verify's results folder (``--out``, else ``[verify].out_dir``) before the job starts, or name it
+    as a configuration error (exit 2): a file in its place made the job fail with a traceback after its
+    Spark scan."""
+    folder = Path(out) if out else config.verify_dir
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        what = "--out" if out else "[verify].out_dir (default <first region state_dir>/verify)"
+        in_way = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{in_way} is a file, not a folder" if in_way else (e.strerror or str(e))
+        raise ConfigError(f"{what} {folder}: {why}") from None
 
 
 def _verify_times(args):
@@ -388,9 +412,34 @@ def _cmd_verify(args) -> int:
     return _spark_job(args, "verify", job, input_bytes)
 
 
+def _check_recoverable(path: str) -> None:
+    """``photon recover --from PATH``: the recoverable Parquet an earlier verify wrote, checked before the
+    registry or Spark starts. A path that does not exist, a folder with no Parquet in it (verify always writes
+    one file, empty or not) or a file that is not such Parquet is a :class:`ConfigError` naming it (exit 2),
+    never a traceback, nor a run that finds "0 recoverable" in the wrong folder."""
+    import pyarrow
+    from photon.app._verify import read_recoverable
+    where = "the recoverable folder an earlier `photon verify` wrote, [verify].out_dir/recoverable"
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"--from {path} does not exist ({where})")
+    if p.is_dir() and not any(p.glob("*.parquet")):
+        raise ConfigError(f"--from {path} holds no .parquet file ({where})")
+    try:
+        rows = read_recoverable(p)
+    except (OSError, pyarrow.ArrowException) as e:
+        raise ConfigError(f"--from {path} cannot be read as {where}: {e}") from None
+    missing = {"id", "token", "raw"} - set(rows[0]) if rows else set()
+    if missing:
+        raise ConfigError(f"--from {path} lacks the column(s) {sorted(missing)} of {where}")
+
+
 def _cmd_recover(args) -> int:
     from photon.app._recover import run_recover
     from photon.app._verify import format_report, run_verify
+
+    if args.from_dir is not None:
+        _check_recoverable(args.from_dir)
 
     def job(config, spark):
         with _registry_for(config, "photon recover"):
@@ -450,6 +499,40 @@ REGISTRY_EXAMPLES = """examples:
 (--config may be left out when PHOTON_CONFIG names the file)"""
 
 
+def _number(kind, low, *, inclusive: bool = False, high=None):
+    """An argparse type: a ``kind`` (int or float) above ``low`` (at or above with ``inclusive``) and at most
+    ``high``, so an out-of-range option is a usage error naming it (exit 2), never a run on a nonsense value."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value != value or (value < low if inclusive else value <= low) or (high is not None and value > high):
+            bound = f"{'at least' if inclusive else 'more than'} {low}" + (f" and at most {high}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+    parse.__name__ = kind.__name__       # argparse names the type in its "invalid int value" message
+    return parse
+
+
+_POSITIVE = _number(float, 0)
+_POSITIVE_INT = _number(int, 1, inclusive=True)
+_FRACTION = _number(float, 0, inclusive=True, high=1)
+
+
+def _region_names(text: str) -> str:
+    """``photon gen --regions``: comma-separated region names, as a config's ``[[regions]].name`` takes them."""
+    import re
+    names = [n.strip() for n in text.split(",")]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_-]+", n)]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: each region name must be letters, digits, - and _ "
+                                         f"(comma-separated), got {bad}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: a region is named twice")
+    return text
+
+
 def _config_arg(parser) -> None:
     env = os.environ.get(ENV_CONFIG)
     parser.add_argument("--config", required=not env, default=env,
@@ -486,15 +569,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("gen", help="write a generated workload, its photon.toml and its truth files")
     g.add_argument("--out", required=True, help="folder to write into")
-    g.add_argument("--queries", type=int, default=200_000)
-    g.add_argument("--clicks-per-query", type=float, default=0.1)
-    g.add_argument("--regions", default="a", help="comma-separated region names (each gets a full copy)")
-    g.add_argument("--writers", type=int, default=3, help="writer processes per stream")
-    g.add_argument("--rotate-lines", type=int, default=20_000, help="lines per log file before rotating")
-    g.add_argument("--unjoinable", type=float, default=0.02, help="fraction of clicks whose query never exists")
-    g.add_argument("--duplicates", type=float, default=0.01, help="fraction of clicks logged twice")
-    g.add_argument("--bad-lines", type=float, default=0.001, help="fraction of corrupt lines")
-    g.add_argument("--unjoinable-after-s", type=float, default=5.0, help="written to the config's [join]")
+    g.add_argument("--queries", type=_POSITIVE_INT, default=200_000)
+    g.add_argument("--clicks-per-query", type=_number(float, 0, inclusive=True), default=0.1)
+    g.add_argument("--regions", type=_region_names, default="a", help="comma-separated region names (each gets a full copy)")
+    g.add_argument("--writers", type=_POSITIVE_INT, default=3, help="writer processes per stream")
+    g.add_argument("--rotate-lines", type=_POSITIVE_INT, default=20_000, help="lines per log file before rotating")
+    g.add_argument("--unjoinable", type=_FRACTION, default=0.02, help="fraction of clicks whose query never exists")
+    g.add_argument("--duplicates", type=_FRACTION, default=0.01, help="fraction of clicks logged twice")
+    g.add_argument("--bad-lines", type=_FRACTION, default=0.001, help="fraction of corrupt lines")
+    g.add_argument("--unjoinable-after-s", type=_POSITIVE, default=5.0, help="written to the config's [join]")
     g.add_argument("--seed", type=int, default=7)
     g.add_argument("--ids", choices=ID_STYLES, default="photon",
                    help="photon: Photon ids (time inside); uuid: UUID ids with an RFC 3339 time field "
@@ -508,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit once every complete line is consumed and every event resolved, after "
                         "reconciling the registry with the output: 0, or 5 if clicks were lost in this run "
                         "(registered by this run's joiners and in no output)")
-    r.add_argument("--timeout", type=float, default=None, help="give up after this many seconds (exit 3)")
+    r.add_argument("--timeout", type=_POSITIVE, default=None, help="give up after this many seconds (exit 3)")
     r.add_argument("--region", action="append", default=None, metavar="NAME",
                    help="run only this region's processes and registry replicas, reaching the other regions' "
                         "replicas at their configured addresses (repeatable; needs fixed registry ports: "
@@ -522,8 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="generate a two-region workload and join it end to end")
     d.add_argument("--dir", default="demo")
     d.add_argument("--no-outage", action="store_true", help="do not take region b down mid-run")
-    d.add_argument("--queries", type=int, default=100_000)
-    d.add_argument("--timeout", type=float, default=600)
+    d.add_argument("--queries", type=_POSITIVE_INT, default=100_000)
+    d.add_argument("--timeout", type=_POSITIVE, default=600)
     d.add_argument("--json", action="store_true")
     d.add_argument("--no-sql", action="store_true", help="skip the closing Spark SQL query")
     d.set_defaults(fn=_cmd_demo)
@@ -550,15 +633,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="every process of the config, reached over the network from any machine: "
                                       "exit 0 only when all answer SERVING")
     s.add_argument("--json", action="store_true", help="print the status as one JSON object")
-    s.add_argument("--interval", type=float, default=1.0,
+    s.add_argument("--interval", type=_number(float, 0, inclusive=True), default=1.0,
                    help="seconds between the two samples the rates come from (0: one sample, no rates)")
-    s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for each process to answer")
+    s.add_argument("--timeout", type=_POSITIVE, default=1.0, help="seconds to wait for each process to answer")
     s.add_argument("--region", default=None, metavar="NAMES",
                    help="judge (exit code, problems) only these regions' processes (comma-separated): a "
                         "per-region probe")
     _config_arg(s)
     s.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
-    s.add_argument("--every", type=float, default=2.0, help="seconds between refreshes with --watch")
+    s.add_argument("--every", type=_POSITIVE, default=2.0, help="seconds between refreshes with --watch")
     s.set_defaults(fn=_cmd_status)
 
     rg = sub.add_parser("region", help="take a region of a running deployment down, or bring it back")
@@ -566,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     rg.add_argument("name", help="the region")
     _config_arg(rg)
     rg.add_argument("--hard", action="store_true", help="with down: SIGKILL every process of the region at once")
-    rg.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the region's launcher to act")
+    rg.add_argument("--wait", type=_POSITIVE, default=60.0, help="seconds to wait for the region's launcher to act")
     rg.add_argument("--json", action="store_true", help="print the launcher's answer as one JSON object")
     rg.set_defaults(fn=_cmd_region)
 
@@ -589,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm = es_sub.add_parser("build-map", help="build the log-file map of the primary logs with Spark")
     _config_arg(bm)
     bm.add_argument("--region", default=None, help="only this region (default: every region)")
-    bm.add_argument("--range-mb", type=float, default=64.0, help="bytes of primary log per Spark task")
+    bm.add_argument("--range-mb", type=_POSITIVE, default=64.0, help="bytes of primary log per Spark task")
     bm.add_argument("--json", action="store_true", help="print each region's result as one JSON line")
     bm.add_argument("--verbose", action="store_true", help="Spark's warnings and full error stacks")
     bm.set_defaults(fn=_cmd_eventstore_build_map)
@@ -668,6 +751,7 @@ def _main(argv: list[str]) -> int:
         print(f"photon: {e}", file=sys.stderr)
         return 4
     except KeyboardInterrupt:
+        print(f"photon {args.command}: interrupted", file=sys.stderr, flush=True)
         return 130
 
 

@@ -124,3 +124,90 @@ def test_compact_prints_its_figures_as_json(tmp_path, spark, capsys):
     assert main(["compact", "--config", str(tmp_path / "photon.toml"), "--json"]) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert figures["partitions_compacted"] == 0 and figures["lines_compacted"] == 0 and "seconds" in figures
+
+
+@pytest.mark.timeout(120)
+def test_run_names_a_state_dir_or_output_root_that_cannot_be_a_folder(tmp_path):
+    """A file where ``state_dir`` or ``output_root`` should be a folder is a configuration error naming the
+    key (exit 2, before any process starts), not a traceback from the launcher's mkdir."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "in-the-way").write_text("not a folder\n")
+    good = (tmp_path / "photon.toml").read_text()
+    for key in ("state_dir", "output_root"):
+        lines = [f'{key} = "in-the-way"' if line.startswith(f"{key} =") else line for line in good.splitlines()]
+        config = _write_config(tmp_path / f"bad-{key}.toml", "\n".join(lines) + "\n")
+        r = photon("run", "--config", str(config), "--until-caught-up", "--timeout", "30", timeout=90)
+        assert r.returncode == 2, (key, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"[[regions]].{key}" in r.stderr and "in-the-way is a file, not a folder" in r.stderr, r.stderr
+        assert str(config) in r.stderr
+
+
+@pytest.mark.timeout(120)
+def test_out_of_range_options_are_usage_errors(tmp_path):
+    """A count, fraction or duration outside its range is refused by the parser naming the option (exit 2):
+    never a traceback (``gen --writers 0``, ``gen --regions ,``), a workload of nonsense (``--bad-lines 2``)
+    or a run that times out at once (``run --timeout -5``)."""
+    r = photon("gen", "--out", str(tmp_path / "w"), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "w" / "photon.toml")
+    cases = [(["gen", "--out", str(tmp_path / "g"), "--writers", "0"], "--writers"),
+             (["gen", "--out", str(tmp_path / "g"), "--regions", ","], "--regions"),
+             (["gen", "--out", str(tmp_path / "g"), "--regions", "a,a"], "--regions"),
+             (["gen", "--out", str(tmp_path / "g"), "--bad-lines", "2"], "--bad-lines"),
+             (["gen", "--out", str(tmp_path / "g"), "--queries", "-5"], "--queries"),
+             (["gen", "--out", str(tmp_path / "g"), "--clicks-per-query", "nan"], "--clicks-per-query"),
+             (["run", "--config", config, "--timeout", "-5"], "--timeout"),
+             (["status", "--config", config, "--interval", "-1"], "--interval"),
+             (["region", "down", "a", "--config", config, "--wait", "0"], "--wait")]
+    for argv, option in cases:
+        r = photon(*argv)
+        assert r.returncode == 2, (argv, r.returncode, r.stdout[-500:], r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and f"argument {option}:" in r.stderr, (argv, r.stderr[-2000:])
+    assert not (tmp_path / "g").exists()                       # nothing was written for a refused gen
+
+
+@pytest.mark.timeout(120)
+def test_recover_from_a_path_that_is_not_verifys_output_is_named(tmp_path):
+    """``photon recover --from`` a missing path (a traceback from pyarrow), a folder with no Parquet (which
+    read as "0 recoverable": a mistyped folder hidden) or a file that is not Parquet: exit 2 naming it,
+    before any registry or Spark starts."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "photon.toml")
+    (tmp_path / "empty").mkdir()
+    for path, words in ((tmp_path / "nowhere", "does not exist"), (tmp_path / "empty", "holds no .parquet file"),
+                        (tmp_path / "photon.toml", "cannot be read")):
+        r = photon("recover", "--config", config, "--from", str(path), "--dry-run")
+        assert r.returncode == 2, (path, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and f"--from {path} {words}" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "state" / "a" / "registry").exists()      # no registry was started for the job
+
+
+@pytest.mark.timeout(120)
+def test_verify_and_recover_name_a_results_folder_that_cannot_be_one(tmp_path):
+    """``--out`` (or ``[verify].out_dir``) with a file in its place: exit 2 naming it before the job starts
+    (it was a traceback after the job's Spark scan)."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "photon.toml")
+    for command, out in (("verify", tmp_path / "photon.toml"), ("recover", tmp_path / "photon.toml" / "below")):
+        r = photon(command, "--config", config, "--out", str(out))
+        assert r.returncode == 2, (command, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and f"--out {out}: {tmp_path / 'photon.toml'} is a file" in r.stderr, \
+            r.stderr[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_sql_names_an_out_path_it_cannot_write_before_the_query_runs(tmp_path):
+    """``photon sql --out`` naming a folder or a file in a missing folder: exit 2 at once, not one line (exit 1)
+    after Spark started and the query ran."""
+    r = photon("gen", "--out", str(tmp_path), "--queries", "50")
+    assert r.returncode == 0, r.stderr
+    config = str(tmp_path / "photon.toml")
+    for out, words in ((tmp_path, "is a folder"), (tmp_path / "nowhere" / "x.csv", "does not exist")):
+        r = photon("sql", "--config", config, "SELECT 1", "--out", str(out))
+        assert r.returncode == 2, (out, r.returncode, r.stderr[-2000:])
+        assert f"--out {out}" in r.stderr and words in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "Setting default log level" not in r.stderr, "refused before Spark started"

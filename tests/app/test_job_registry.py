@@ -160,3 +160,37 @@ def test_a_photon_run_here_is_waited_for_and_another_job_is_named(tmp_path, proc
     with pytest.raises(JobRegistryError, match=rf"photon recover \(pid {other.pid}\) holds this machine's regions"):
         with registry_for_job(config, "photon verify", echo=said.append):
             pytest.fail("the job ran beside another job's registry")
+
+
+@pytest.mark.timeout(300)
+def test_a_verify_stopped_by_sigterm_in_its_spark_job_says_so_without_a_stack(tmp_path):
+    """``photon verify`` with no pipeline running, SIGTERMed while its Spark job runs (after the registry
+    export is written): it stops the registry it started, says it was interrupted and exits 130, and py4j's
+    record of the interrupted call (a Python stack on stderr) is not shown. Real processes throughout."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cli = [sys.executable, "-m", "photon.app.cli"]
+    subprocess.run([*cli, "gen", "--out", str(tmp_path), "--queries", "300"], check=True, capture_output=True,
+                   timeout=60)
+    config = str(tmp_path / "photon.toml")
+    r = subprocess.run([*cli, "run", "--config", config, "--until-caught-up", "--timeout", "120"],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    verify_dir = load_config(config).verify_dir
+    before = set(verify_dir.glob("export-*")) if verify_dir.exists() else set()
+    log = tmp_path / "verify.err"
+    with open(log, "w") as err:
+        p = subprocess.Popen([*cli, "verify", "--config", config], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            wait_until(lambda: any((d / "_export.json").exists() for d in set(verify_dir.glob("export-*")) - before)
+                       or p.poll() is not None, 120, message="verify's registry export")
+            assert p.poll() is None, log.read_text()[-2000:]
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=60) == 130, log.read_text()[-2000:]
+        finally:
+            if p.poll() is None:
+                p.kill()
+    text = log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert "registry stopped" in text and "photon verify: interrupted" in text, text[-3000:]
+    wait_until(lambda: not any(alive(pid) for pid in job_pids(load_config(config))), 30,
+               message="the job's replicas to exit")
