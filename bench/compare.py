@@ -13,7 +13,10 @@ same files; the systems run one after the other, not at once (each gets the whol
 For each system, from its process start: seconds to the first joined click that a reader can see (Photon:
 the output contract, :class:`photon.OutputTailer`; Spark: a file listed in the sink's ``_spark_metadata``
 log), seconds until every joinable click of the backlog is visible, joined clicks/s over that whole time
-(``cold_joined_per_s``) and after the first join (``after_first_per_s``). Then ``--probes`` live probes of
+(``cold_joined_per_s``) and after the first join (``after_first_per_s``: the joinable clicks that became
+visible after the first look that saw any, ``first_join_clicks`` of them seen then, over the time from that look
+until the whole backlog is visible; ``null`` when the first visible output already held the whole backlog, as a
+Spark micro-batch over the whole backlog does, and the ratio then left out). Then ``--probes`` live probes of
 ``--probe-clicks`` clicks each (their queries then their clicks, each probe as new files renamed into
 place, which both systems pick up): visible latency p50/p90 from the click file's rename to the click being
 visible. CPU-seconds of every process of the system (sampled with psutil every 0.2 s, also per process kind,
@@ -388,6 +391,15 @@ class SparkSinkFollower:
 
 # ---- one system's run --------------------------------------------------------------------------------
 
+def after_first_rate(joinable: int, at_first: int, seconds: float) -> float | None:
+    """Joined clicks/s after the first join: the ``joinable - at_first`` clicks that became visible after the
+    first look that saw any, over the ``seconds`` from that look until the whole backlog was visible; None when
+    that first look already held the whole backlog (nothing after it to measure)."""
+    if at_first >= joinable or seconds <= 0:
+        return None
+    return round((joinable - at_first) / seconds, 1)
+
+
 def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work: dict, args) -> dict:
     """Start ``cmd`` in ``root``, follow its output until the backlog is visible, then probe it."""
     log = open(root / f"{name}.log", "ab")
@@ -404,23 +416,25 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
     figures: dict = {}
     joinable = work["joinable"]
     try:
-        first = None
+        first, at_first = None, 0
         def backlog_visible() -> bool:
-            nonlocal first
+            nonlocal first, at_first
             if proc.poll() is not None:
                 raise SystemExit(f"{name} exited with {proc.returncode}; see {root / (name + '.log')}")
             follower.poll()
             seen = visible_of(follower)
+            visible = len(joinable.intersection(seen))
             if first is None and seen:
-                first = time.monotonic()
-            return len(joinable.intersection(seen)) >= len(joinable)
+                first, at_first = time.monotonic(), visible
+            return visible >= len(joinable)
         wait_until(backlog_visible, timeout=args.timeout, interval=0.02, message=f"{name}: backlog visible")
         done = time.monotonic()
         cpu_backlog = sampler.cpu_by_kind()
         total = done - t0
         figures.update({"first_join_s": round(first - t0, 2), "backlog_s": round(total, 2),
                         "cold_joined_per_s": round(len(joinable) / total, 1),
-                        "after_first_per_s": round(len(joinable) / max(1e-6, done - first), 1),
+                        "first_join_clicks": at_first,
+                        "after_first_per_s": after_first_rate(len(joinable), at_first, done - first),
                         "backlog_cpu_s": round(sum(cpu_backlog.values()), 1),
                         "cpu_us_per_input_line": round(sum(cpu_backlog.values()) / work["input_lines"] * 1e6, 2)})
         for kind, cpu in sorted(cpu_backlog.items()):
@@ -573,7 +587,8 @@ def main(argv=None) -> int:
         if "photon" in results and "spark" in results:
             p, s = results["photon"], results["spark"]
             figures["ratio_cold_joined_per_s"] = round(p["cold_joined_per_s"] / s["cold_joined_per_s"], 2)
-            figures["ratio_after_first_per_s"] = round(p["after_first_per_s"] / s["after_first_per_s"], 2)
+            if p["after_first_per_s"] is not None and s["after_first_per_s"]:
+                figures["ratio_after_first_per_s"] = round(p["after_first_per_s"] / s["after_first_per_s"], 2)
             figures["ratio_visible_p50"] = round(s["visible_p50_ms"] / max(1e-3, p["visible_p50_ms"]), 2)
             figures["ratio_cpu"] = round(s["backlog_cpu_s"] / max(1e-3, p["backlog_cpu_s"]), 2)
         figures["load_average_at_end"] = round(os.getloadavg()[0], 2)
