@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 
 
@@ -22,12 +23,17 @@ def stop_groups(procs, grace_s: float = 60.0) -> None:
             p.wait()
 
 
-def percentile(values, q: float) -> float:
+def percentile(values, q: int) -> float:
+    """The ``q``-th percentile (0..100: 0 the least value, 100 the greatest) of ``values``, interpolated between
+    the nearest samples as :func:`statistics.quantiles`' inclusive method (numpy's default) does; 0.0 for no
+    values."""
+    if not 0 <= q <= 100 or q != int(q):
+        raise ValueError(f"percentile {q}: must be a whole number 0..100")
     if not values:
         return 0.0
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, int(round(q / 100.0 * (len(s) - 1)))))
-    return float(s[k])
+    if q in (0, 100) or len(values) == 1:
+        return float(min(values) if q == 0 else max(values) if q == 100 else values[0])
+    return float(statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1])
 
 
 def emit(figures: dict, as_json: bool, title: str) -> None:
