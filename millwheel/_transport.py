@@ -25,39 +25,20 @@ from millwheel._watermarks import TimestampBag
 
 
 class Inbox:
-    """A worker's queue: deliveries and control messages, with a condition to wait on.
-
-    Several threads may take from one inbox in turns (:meth:`turn`, :meth:`end_turn`): while one has its turn
-    (it steps what it takes), a put wakes nobody, since that thread looks at the inbox again before it does
-    anything else (:meth:`end_turn` hands what is left to a waiting thread when it will not)."""
+    """A worker's queue: deliveries and control messages, with a condition to wait on."""
 
     def __init__(self) -> None:
         self._items: deque = deque()
         self.cond = threading.Condition()
-        self._turn = False          # a thread has its turn (see turn)
-        self._ticking = False       # a thread waits in turn with the short timeout
-        self.takers: frozenset[int] = frozenset()
-        """Idents of the threads taking from this inbox in turns: what one of them puts in wakes no other (it
-        looks at the inbox again itself when it is done)."""
 
     def put_many(self, items: Iterable) -> None:
         with self.cond:
             self._items.extend(items)
-            if not self._turn and threading.get_ident() not in self.takers:
-                self.cond.notify()
-
-    def put_quiet(self, items: Iterable) -> None:
-        """Without waking a waiting thread: for a thread that takes from this inbox next itself."""
-        with self.cond:
-            self._items.extend(items)
+            self.cond.notify()
 
     def wake(self) -> None:
         with self.cond:
             self.cond.notify()
-
-    def wake_all(self) -> None:
-        with self.cond:
-            self.cond.notify_all()
 
     def take(self, limit: int, timeout_s: float) -> list:
         with self.cond:
@@ -65,40 +46,6 @@ class Inbox:
                 self.cond.wait(timeout_s)
             n = min(limit, len(self._items))
             return [self._items.popleft() for _ in range(n)]
-
-    def turn(self, tick_s: float, idle_s: float) -> bool:
-        """For one of several threads taking from this inbox in turns: True when the calling thread has the
-        turn, which it ends with :meth:`end_turn`: at once if something is waiting and no thread has it, else
-        after waiting, at most ``tick_s`` (one waiting thread at a time) or ``idle_s`` (the others), if no
-        other thread has it then. False: another thread has it (and looks at the inbox after)."""
-        with self.cond:
-            if not self._items or self._turn:
-                if self._ticking or self._turn:
-                    self.cond.wait(idle_s)
-                else:
-                    self._ticking = True
-                    try:
-                        self.cond.wait(tick_s)
-                    finally:
-                        self._ticking = False
-            if self._turn:
-                return False
-            self._turn = True
-            return True
-
-    def take_now(self, limit: int) -> list:
-        """Up to ``limit`` items, without waiting."""
-        with self.cond:
-            n = min(limit, len(self._items))
-            return [self._items.popleft() for _ in range(n)]
-
-    def end_turn(self, hand_over: bool) -> None:
-        """End the calling thread's turn; ``hand_over``: it will not look at the inbox again soon, so what is
-        in it wakes a waiting thread."""
-        with self.cond:
-            self._turn = False
-            if hand_over and self._items:
-                self.cond.notify()
 
     def __len__(self) -> int:
         return len(self._items)

@@ -13,23 +13,20 @@ reads time only from the injected clock. One loop iteration:
    :class:`millwheel._runner.KeyRunner`, one per command; a key whose user code raised on a record is answered as
    :class:`KeyFailed`, and its core tries it again or sets the record aside), weak sends, and collect
    every :class:`Commit`;
-3. if the previous transaction has landed, send every core's key checkpoints of this step (and of the
-   steps taken while it was in flight) as one store transaction, which the thread that took the step runs
-   once it has released the step lock; else keep them pending beside it (see below); and go on;
+3. if the previous transaction has landed, hand every core's key checkpoints of this step (and of the
+   steps taken while it was in flight), as one store transaction, to the worker's commit thread; else keep
+   them pending beside it (see below); and go on;
 4. report each interval's low watermark to the authority when it changed.
 
-**Commits overlap the next step.** A worker has two threads, each running the same loop: take a batch and
-step it under the step lock (so batches are stepped in the order taken), then run the transaction that
-step sent (outside the lock). While one runs a
-transaction, the other takes and processes the next batch, so records arriving meanwhile do not wait for
-the commit's round trips and WAL flush. (One thread handing each transaction to a commit thread did the
-same with one more thread wake-up per transaction.) At most one transaction is in flight per worker, and
-its outcome is carried out as soon as it lands (see "Landings" below), before the next
+**Commits overlap the next step.** A step's transaction runs on the worker's commit thread while the
+worker thread takes and processes the next batch, so the thread no longer idles through each commit's
+round trips and WAL flush. At most one transaction is in flight per worker, and its outcome is carried
+out on the worker thread as soon as it lands (its :class:`CommitLanded` wakes the thread), before the next
 transaction goes out: tell each core (:class:`CheckpointCommitted`, or :class:`CommitRefused` when
 fenced), then register the strong productions, ack the senders, then send. **Group commit**: a step
 taken while a transaction is in flight does not wait for it; its checkpoints are kept pending and go out,
 together with those of every other step taken meanwhile, as the next transaction the moment the one in
-flight lands. The worker so keeps taking records while a commit is out (a record arriving then
+flight lands. The worker thread so keeps taking records while a commit is out (a record arriving then
 waits for one landing, not for the thread to come back from waiting on it and then for one more
 commit), and under load the transactions grow instead of the queue. What stays exactly as with one
 commit at a time:
@@ -46,23 +43,19 @@ commit at a time:
 * the worker is ``busy`` while a commit is in flight or pending; intervals are given up (:class:`GiveUp`) and the
   loop ends only after the commit in flight (and then the pending one) has landed.
 
-**Landings.** A worker's cores are touched only under its step lock, held for each step. When the lock
-is free at a transaction's outcome (the other thread is not stepping), the thread that ran it carries the
-landing out at once under the lock (:meth:`Worker._landed`; not a refused commit, nor one with checkpoints
-pending beside it); otherwise, or when a landed key has records waiting or a timer due, it leaves a
-:class:`CommitLanded` in the inbox, without waking anyone: it takes from the inbox next itself, unless the
-other thread, stepping now, takes it first. The landing is the same code whichever thread runs it, so
-everything above holds. Of the two threads waiting on an empty inbox, one wakes at the tick (``tick_us``:
-timers, leases), the other only every ``IDLE_TICKS`` ticks. The threads take from the inbox in turns
-(:meth:`Inbox.turn`): while one steps, a put wakes neither (the stepping thread looks at the inbox again
-when its step ends, and wakes the other for what is there only when it goes on to run a transaction); nor
-does what one of them puts in the worker's own inbox (its records for the worker's own intervals, acks of
-its own productions, a :class:`CommitLanded`): the putting thread looks at the inbox again itself.
+**Landings on the commit thread.** A worker's cores are touched only under its step lock, which the
+worker thread holds for each step. At a low rate each record would otherwise wake the worker thread twice
+per stage, once for its step and once for its commit's landing; so when the worker thread is idle (the
+lock is free) the commit thread carries the landing out itself under the lock (:meth:`Worker._landed`;
+not a refused commit, nor one with checkpoints pending beside it, and it still wakes the worker thread
+when a landed key has records waiting or a timer due). The landing is the same code on either thread, so
+everything above holds whichever thread runs it.
 """
 from __future__ import annotations
 
 import threading
 from collections import Counter
+import queue
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
@@ -85,9 +78,6 @@ from millwheel._runner import KeyRunner, UserCodeFailed
 from millwheel._store import StaleSequencer, Store
 from millwheel._topology import ComputationSpec, Topology
 from millwheel._transport import Done, Inbox, Tracker
-
-IDLE_TICKS = 10
-"""A worker's thread waiting on the inbox while the other waits at the tick wakes every this many ticks."""
 from millwheel._watermarks import input_watermark
 
 
@@ -102,15 +92,44 @@ class GiveUp:
 
 @dataclass(frozen=True)
 class CommitLanded:
-    """The thread that ran a worker's transaction → the worker's inbox: the transaction has an outcome, to be
-    carried out at the next step (left without waking anyone: see "Landings")."""
+    """A worker's commit thread → the worker's inbox: the transaction in flight has an outcome (wakes the
+    loop to carry it out)."""
+
+
+class _Committer:
+    """The one thread running a worker's transactions, in order (``submit(fn, *args) -> Future``). A daemon
+    thread, unlike an executor's: a transaction a hung server never answers must not keep a stopping
+    process from exiting (what it would have written was acked to nobody; the next owner redoes it)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._queue.put((future, fn, args))
+        if self._thread.ident is None:
+            self._thread.start()        # on the first transaction (only the worker thread submits)
+        return future
+
+    def shutdown(self) -> None:
+        self._queue.put(None)
+
+    def _main(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - the worker thread raises it when it lands
+                future.set_exception(e)
 
 
 @dataclass
 class _InFlight:
     """The one transaction of a worker in flight: its cores' commits, the step's time (its production time,
-    held in the tracker until the productions are registered) and the future its outcome is set on (by the
-    worker thread that runs it)."""
+    held in the tracker until the productions are registered) and the commit thread's future."""
     commits: list
     nows: list[int]
     future: Future
@@ -141,9 +160,9 @@ class Worker:
         self._in_flight: _InFlight | None = None
         self._pending: list = []                   # checkpoints of steps taken while a commit was in flight
         self._pending_nows: list[int] = []         # and those steps' production times (held in the tracker)
-        self._run: tuple | None = None             # (future, writes): the transaction a step sent, run by its thread
+        self._committer = _Committer(f"millwheel-commit-{index}")
         self._step_lock = threading.Lock()         # held by whoever runs a step or lands a commit (see _landed)
-        self.landed_on_commit_thread = 0           # commits carried out by the thread that ran them (step lock free)
+        self.landed_on_commit_thread = 0           # commits carried out by the commit thread (worker idle)
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
@@ -163,8 +182,6 @@ class Worker:
         self.may_run: Callable[[], bool] | None = None                   # False: the lease has run out
         self.received_per_slot: Counter = Counter()                      # (computation, interval) -> records
         self.thread = threading.Thread(target=self._main, name=f"millwheel-worker-{index}", daemon=True)
-        # the worker's second thread: steps while the other runs a transaction (see the module docstring)
-        self._second = threading.Thread(target=self._second_main, name=f"millwheel-worker-{index}", daemon=True)
 
     # ---- ownership and recovery ---------------------------------------------------------------
     def grant(self, spec: ComputationSpec, intervals: list[int],
@@ -222,61 +239,22 @@ class Worker:
 
     # ---- the loop -----------------------------------------------------------------------------
     def _main(self) -> None:
+        cfg = self.config
         try:
-            self._second.start()
-            self._loop()
-            self.inbox.wake_all()
-            self._second.join()       # its step and its transaction, if any, are done first
-            with self._step_lock:
+            lock = self._step_lock
+            while not self._stopping.is_set():
+                items = self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6)
+                with lock:
+                    self.step(items)
+            with lock:
                 self._land(wait=True)
                 if self._pending:     # steps taken while the last commit was in flight: theirs go out too
                     self._send_commit([], None)
-                    run, self._run = self._run, None
-                    if run is not None:
-                        self._run_commit(*run)
                     self._land(wait=True)
         except BaseException as e:  # noqa: BLE001 - any failure stops the runtime loudly
             self._fail(e)
-
-    def _second_main(self) -> None:
-        try:
-            self._loop()
-        except BaseException as e:  # noqa: BLE001
-            self._fail(e)
-
-    def _loop(self) -> None:
-        """Both threads' loop, in turns on the inbox (:meth:`Inbox.turn`): the thread with the turn takes a
-        batch and steps it under the step lock (so batches are stepped in the order taken), ends its turn, and
-        runs the transaction the step sent, if any (the other thread, woken if records wait, steps
-        meanwhile). One of the threads waiting on the inbox wakes at each tick (``tick_us``), the other only
-        every ``IDLE_TICKS`` ticks."""
-        cfg, lock, inbox = self.config, self._step_lock, self.inbox
-        tick_s = cfg.tick_us / 1e6
-        with self._count_lock:
-            inbox.takers = inbox.takers | {threading.get_ident()}
-        while not self._stopping.is_set():
-            if not inbox.turn(tick_s, tick_s * IDLE_TICKS):
-                continue
-            run = None
-            try:
-                with lock:
-                    self.step(inbox.take_now(cfg.max_batch))
-                    run, self._run = self._run, None
-            finally:
-                inbox.end_turn(hand_over=run is not None)
-            if run is not None:
-                self._run_commit(*run)
-
-    def _run_commit(self, future: Future, writes: list) -> None:
-        """Run a transaction a step sent (:meth:`_send_commit`, under the step lock; the thread that took the
-        step runs it after releasing the lock): the store's commit, then its outcome on the future, whose
-        callback (:meth:`_landed`) carries the landing out on this thread if the step lock is free."""
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(self.store.commit(writes))
-        except BaseException as e:  # noqa: BLE001 - the landing raises it
-            future.set_exception(e)
+        finally:
+            self._committer.shutdown()
 
     @property
     def busy(self) -> bool:
@@ -440,8 +418,7 @@ class Worker:
 
     def _send_commit(self, commits: list, now: int | None) -> None:
         """Hand the step's commits, with those of the steps taken while the previous commit was in flight,
-        as one transaction, run by the calling thread once it has released the step lock (no commit is in
-        flight now). The checkpoints of cores that
+        as one transaction to the commit thread (no commit is in flight now). The checkpoints of cores that
         lost their interval meanwhile (a commit refused at the landing just before) are dropped: their
         records went back with the refusal."""
         nows = self._pending_nows + ([] if now is None else [now])
@@ -452,19 +429,19 @@ class Worker:
                 self.tracker.release_production_time(t)
             return
         writes = [w for _, c in commits for w in c.writes]
-        future: Future = Future()
-        self._run = (future, writes)      # run by this thread once it releases the step lock
+        future = self._committer.submit(self.store.commit, writes)
         flight = self._in_flight = _InFlight(commits, nows, future)
         future.add_done_callback(lambda _: self._landed(flight))
 
     def _landed(self, flight: _InFlight) -> None:
-        """On the thread that ran the transaction in flight, once it has an outcome. When the step lock is
-        free (the other thread is not stepping) and no step's checkpoints wait beside this commit, it carries
-        the landing out itself, as a step would (tell the cores, ack, send the strong productions, release the
-        production time) and reports the watermarks that moved, holding the step lock meanwhile. A refused
-        commit, checkpoints pending, or the other thread stepping: the landing is the next step's, for which
-        :class:`CommitLanded` is left in the inbox; so it is when a core of the commit has work left once it
-        landed (records that waited for their key's checkpoint, a due timer)."""
+        """On the commit thread, once the transaction in flight has an outcome. When the worker thread is
+        idle (the step lock is free: it waits on its inbox) and no step's checkpoints wait beside this
+        commit, this thread carries the landing out itself, as the worker thread would at its next step
+        (tell the cores, ack, send the strong productions, release the production time) and reports the
+        watermarks that moved, holding the step lock meanwhile; the worker thread is not woken for it. A
+        refused commit, checkpoints pending, or a worker thread at work: the landing is the worker
+        thread's, woken by :class:`CommitLanded` as before; so is it when a core of the commit has work left
+        once it landed (records that waited for their key's checkpoint, a due timer)."""
         lock = self._step_lock
         if flight.future.exception() is None and not self._pending and lock.acquire(blocking=False):
             try:
@@ -480,12 +457,12 @@ class Worker:
                             return
                     finally:
                         self._busy = False
-            except BaseException as e:  # noqa: BLE001 - as in a step: stops the runtime loudly
+            except BaseException as e:  # noqa: BLE001 - as on the worker thread: stops the runtime loudly
                 self._fail(e)
                 return
             finally:
                 lock.release()
-        self.inbox.put_quiet([CommitLanded()])   # this thread takes it next (or the other, stepping now)
+        self.inbox.put_many([CommitLanded()])
 
     def _land(self, wait: bool) -> None:
         """Carry out the outcome of the commit in flight (waiting for it if ``wait``): tell each core; then,
