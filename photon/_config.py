@@ -417,6 +417,10 @@ class VerifyConfig:
                                       "status file, a token that does not parse) is recoverable once it was "
                                       "registered this long ago; a joiner seen running always keeps its clicks",
                               check=_positive)
+    keep_exports: int = opt(1, "registry exports of finished verify/recover runs kept under out_dir, newest first "
+                               "(1: the one the last report's export_dir names; 0: every one); a running run's "
+                               "export and one whose run ended without a report are never removed",
+                            check=_non_negative)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ for its status (a short probe, all at once):
      restarts its replicas, so the job starts nothing and waits for them as before. Held by another job:
      it fails, naming it. Held by the job, a ``photon run`` started meanwhile exits 4 naming the job.
   2. Every replica of every shard must have its data dir (from the config) on this machine; otherwise it
-     fails naming each shard and replica that could not be reached or started, and where its data should be.
+     fails naming each shard and replica that could not be reached or started, and where its data should be;
+     when none has, it says that nothing was ever registered here, naming the state dir (a config whose
+     pipeline never ran).
   3. It starts every replica on its configured address with the job's name in its spec: such a replica
      refuses commits, token clearing and reshards (UNAVAILABLE, naming the job), so a pipeline elsewhere
      that reaches those addresses registers nothing; lookups, deletes and exports (what the jobs need) are
@@ -76,6 +78,17 @@ def replicas_answering(config: PhotonConfig) -> list[str]:
 def _not_here(places) -> list[str]:
     return [f"shard {p.shard} replica {p.replica} (region {p.region}, {p.grpc_address}): no data dir {p.data_dir} "
             f"on this machine" for p in places if not p.data_dir.is_dir()]
+
+
+def _never_ran(config: PhotonConfig, places) -> str:
+    """No replica answers and none has a data dir here: on this machine nothing was ever registered."""
+    states = sorted({config.region(p.region).state_dir for p in places})
+    roots = sorted({str(p.data_dir.parent.parent) for p in places})
+    dirs = f"state dir{'s' if len(states) > 1 else ''} {', '.join(states)}"
+    return (f"nothing was ever registered here: no registry replica answers, and none of its {len(places)} "
+            f"replicas has data on this machine (no shard-*/replica-* folder under {', '.join(roots)}), so the "
+            f"pipeline of this config has never run with {dirs} here. Run `photon run --config {config.path}` "
+            f"first, or, if the registry runs on other machines, run the job there or while it runs")
 
 
 def _roots(places) -> str:
@@ -173,6 +186,8 @@ def registry_for_job(config: PhotonConfig, job: str, echo=None, leader_timeout_s
                                f"run this job again when it ends") from None
     try:
         missing = _not_here(places)
+        if places and len(missing) == len(places):
+            raise JobRegistryError(_never_ran(config, places))
         if missing:
             raise JobRegistryError("no registry replica answers, and the registry cannot be started here for this "
                                    "job: " + "; ".join(missing) + ". Start the registry where its data is "

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import idregistry
-from photon import PhotonConfig, histogram_quantile, scrape
+from photon import PhotonConfig, histogram_quantile, lock_holder, scrape
 from photon.app._deployment import addresses_from_config, planned_processes
-from photon.app._regions import LAUNCHER_FILE
+from photon.app._regions import LAUNCHER_FILE, LOCK_FILE
 from photon.app._summary import lost_ids, unrecorded_ids
 
 
@@ -138,7 +138,8 @@ def _launchers(config: PhotonConfig, timeout_s: float) -> dict[str, dict]:
                         lost=0 if region.registry_only else len(lost_ids(region)),
                         unrecorded=0 if region.registry_only else unrecorded_ids(region),
                         processes={n: p for n, p in state.get("processes", {}).items() if p.get("region") == region.name},
-                        visible=(Path(region.state_dir) / LAUNCHER_FILE).exists())
+                        visible=(Path(region.state_dir) / LAUNCHER_FILE).exists(),
+                        held_by=_holder(Path(region.state_dir) / LOCK_FILE))
         return region.name, info
 
     with ThreadPoolExecutor(max_workers=max(1, len(config.regions))) as pool:
@@ -146,6 +147,12 @@ def _launchers(config: PhotonConfig, timeout_s: float) -> dict[str, dict]:
     for name, info in out.items():
         info.setdefault("visible", (Path(config.region(name).state_dir) / LAUNCHER_FILE).exists())
     return out
+
+
+def _holder(lock: Path) -> str:
+    """Who holds a region's launcher lock here (``photon run (pid 7)``), or ""."""
+    held = lock_holder(lock)
+    return held.describe() if held is not None else ""
 
 
 def collect(config: PhotonConfig, timeout_s: float = 1.0) -> dict:
@@ -197,6 +204,11 @@ class Status:
     problems: list = field(default_factory=list)
     leaders: dict = field(default_factory=dict)     # {shard: {"address", "region", "term"}}
     source: str = ""
+    headline: str = ""     # when nothing runs (no process answers, no launcher reached or holding a region here)
+
+    @property
+    def nothing_runs(self) -> bool:
+        return bool(self.headline)
 
     @property
     def ok(self) -> bool:
@@ -204,7 +216,20 @@ class Status:
 
     def as_dict(self) -> dict:
         return {"ok": self.ok, "problems": self.problems, "source": self.source, "regions": self.regions,
-                "leaders": self.leaders, "processes": self.processes, "registry": self.registry}
+                "leaders": self.leaders, "processes": self.processes, "registry": self.registry,
+                "nothing_runs": self.nothing_runs}
+
+
+def _headline(config: PhotonConfig, now: dict, judged: list, only: list | None) -> str:
+    """``nothing runs: ...`` when none of the judged processes answers and no launcher of theirs is reached
+    over its control endpoint, holds its region's lock here or has taken its region down; else ""."""
+    launchers = [now["launchers"].get(r) or {} for r in (only or [r.name for r in config.regions])]
+    if not judged or any(r["up"] for r in judged) or any(
+            info.get("source") == "control" or info.get("held_by") or info.get("down") for info in launchers):
+        return ""
+    of = "this config" if only is None else f"region(s) {', '.join(only)}"
+    return (f"nothing runs: none of the {len(judged)} processes of {of} answers, and no launcher is reached or "
+            f"holds a region on this machine (photon run starts them); each one's reason follows")
 
 
 def summarize(config: PhotonConfig, now: dict, before: dict | None = None, only: list | None = None) -> Status:
@@ -257,7 +282,8 @@ def summarize(config: PhotonConfig, now: dict, before: dict | None = None, only:
         processes.append({k: row[k] for k in ("name", "region", "role", "address", "metrics_address", "pid", "up",
                                               "serving", "health", "why")})
     return Status(regions=regions, processes=processes, registry=now["registry"], problems=problems,
-                  leaders={str(s): lead for s, lead in sorted(leaders.items())}, source=now["source"])
+                  leaders={str(s): lead for s, lead in sorted(leaders.items())}, source=now["source"],
+                  headline=_headline(config, now, judged, only))
 
 
 def _fig(row: dict, before: dict | None, dt: float) -> str:
@@ -315,7 +341,7 @@ def format_status(config: PhotonConfig, now: dict, before: dict | None = None) -
     status = summarize(config, now, before)
     dt = now["at"] - before["at"] if before else 0.0
     prev = {r["name"]: r for r in before["processes"]} if before else {}
-    lines = []
+    lines = [status.headline] if status.headline else []
     for name, info in status.regions.items():
         lines.append(_region_line(name, info))
         for row in (x for x in now["processes"] if x["region"] == name):

@@ -7,6 +7,13 @@ the dispatcher can know: it is not a count of prevented duplicates, since a regi
 output (its joiner died between commit and write, its write failed, a commit whose outcome stayed unknown
 took it, or a stopping joiner could record it nowhere).
 
+*Joined* (``joined``) counts the region's joined output as the output contract has it (published files and
+the committed lines of open ones, both tables): every click this region's joiners joined, in this run and
+before it. ``joined_answered`` is the dispatcher's own count, the clicks it saw answered JOINED: fewer after
+a run stopped by a signal (the dispatcher stops first; the joiners finish the requests it had out, and their
+lines are output it never heard of, shown as *already registered* when the next run reads them again), or
+after a crash between a joiner's commit and the dispatcher's checkpoint.
+
 *Lost*: in a run's summary (``since_us`` given), the clicks lost in that run (``lost_in_run``). When the run
 caught up (``--until-caught-up``) the launcher reconciled the registry with the output
 (:mod:`photon.app._reconcile`): ids this run's joiners registered that are in no region's output. Without a
@@ -85,14 +92,16 @@ def _not_in_output(config: PhotonConfig):
 
 def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since_us: int | None = None,
                   reconciliation=None) -> dict:
-    """Per pipeline region (all, or ``regions``) and in total: the dispatcher's counters (``already_registered``,
+    """Per pipeline region (all, or ``regions``) and in total: ``joined``, the clicks in the region's joined
+    output (``joined_output_lines`` too; the dispatcher's JOINED answers: ``joined_answered``; see the module
+    docstring), the dispatcher's counters (``already_registered``,
     ``wasted_joins``: events that reached a joiner whose commit found the id registered, almost always by
     another region first), quarantined records, joined output lines, join latency, the lost-ids ledgers
     (``lost_awaiting_recovery``) and ``unrecorded_ids``. For a run (``since_us``: when it started) also
     ``lost_in_run`` (see the module docstring) and, given a :class:`~photon.app._reconcile.Reconciliation`,
     its figures under ``"reconciliation"``."""
     out = {"elapsed_s": round(elapsed_s, 2), "regions": {}}
-    extra = ["quarantined", "joined_output_lines", "lost_awaiting_recovery", "unrecorded_ids"]
+    extra = ["joined_answered", "quarantined", "joined_output_lines", "lost_awaiting_recovery", "unrecorded_ids"]
     if since_us is not None:
         extra.append("lost_in_run")
     totals = dict.fromkeys([*COUNTERS, *extra], 0)
@@ -101,8 +110,9 @@ def build_summary(config: PhotonConfig, elapsed_s: float, regions=None, *, since
     for region in config.pipeline_regions_of(regions):
         status = dispatcher.read_status(region.state_dir) or {}
         entry = {k: int(status.get(k, 0)) for k in COUNTERS}
+        entry["joined_answered"] = entry["joined"]
         entry["quarantined"] = count_quarantined(region)
-        entry["joined_output_lines"] = region.output_reader("joined", config.s3).count()
+        entry["joined_output_lines"] = entry["joined"] = region.output_reader("joined", config.s3).count()
         entry["lost_awaiting_recovery"] = len(lost_ids(region))
         entry["unrecorded_ids"] = unrecorded_ids(region, since_us or 0)
         if since_us is not None:

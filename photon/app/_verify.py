@@ -39,7 +39,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +51,7 @@ from photon import (PhotonConfig, SourceError, list_log_files, local_folder, out
 from photon._ids import ID_REGEX, TIMESTAMP_DIGITS, EventIds
 from photon._output import LINE_COLUMN, compacted_lines, pinned_compacted, pinned_paths
 from photon._spark_io import new_staging, stream_text, union_all
-from photon.app import _scanner
+from photon.app import _exports, _scanner
 from photon.app._liveness import STOPPED, UNSEEN, verdicts
 
 REPORT_KEYS = ("foreign_events", "joined", "duplicates", "lost", "recoverable", "pending", "unjoinable",
@@ -934,17 +934,56 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
     registry entries are then looked up (the input read again, the export's Parquet): by value in one scan
     of the files holding them (each id's file key, :func:`_file_key`) when the ids are few enough to collect
     (:func:`_look_up_on_driver`), else by joins
-    (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere."""
-    from photon.app._spark import progress
+    (:func:`_look_up_in_spark`); nothing is read again when no id is lost or unjoinable everywhere.
 
+    The export: taken into a new ``export-*`` folder of ``out_dir`` unless ``export_dir`` names one. A folder
+    of ``out_dir``'s is held (shared lock) for the run, gets the report (``_report.json``) when the run
+    finishes, and then the exports of older finished runs beyond ``[verify].keep_exports`` are removed; one
+    whose run ended without a report is kept and named (:mod:`photon.app._exports`)."""
     out = Path(out_dir) if out_dir else config.verify_dir
     out.mkdir(parents=True, exist_ok=True)
     check_inputs(config)                        # fail before the (possibly long) export
-    timings = {}
     t0 = time.perf_counter()
-    if export_dir is None:
-        export_dir = take_export(config, Path(tempfile.mkdtemp(prefix="export-", dir=out)))
-    export_dir = Path(export_dir)
+    fresh = export_dir is None
+    export_dir = Path(tempfile.mkdtemp(prefix=_exports.PREFIX, dir=out)) if fresh else Path(export_dir)
+    own = _exports.is_own(export_dir, out)
+    try:
+        with _exports.using(export_dir) if own else nullcontext():
+            if fresh:
+                take_export(config, export_dir)
+            report = _verify_against(config, spark, export_dir, out, since_us, until_us, show_progress, t0)
+            if own:
+                _exports.mark_finished(export_dir, {**report.as_dict(), "duplicate_ids": list(report.duplicate_ids),
+                                                    "recoverable_path": report.recoverable_path,
+                                                    "export_dir": report.export_dir, "timings": report.timings})
+    except _exports.ExportGone as e:
+        raise VerifyInputError(str(e)) from None
+    _say_pruned(_exports.prune(out, config.verify.keep_exports, export_dir if own else None))
+    return report
+
+
+def _say_pruned(pruned) -> None:
+    """The prune of the results folder's exports, in the log: what went, and (as a warning, on stderr) the
+    exports kept because their runs ended without a report."""
+    if pruned.removed:
+        _scanner.log.info("verify: removed %d older run(s)' registry export(s): %s", len(pruned.removed),
+                          ", ".join(pruned.removed))
+    if pruned.unfinished:
+        _scanner.log.warning(
+            "verify: kept %d registry export(s) (%.1f MB) that no finished run's report names (their runs ended "
+            "without a report: stopped, killed or failed; or they predate [verify].keep_exports); remove them "
+            "once no longer needed: %s", len(pruned.unfinished), pruned.unfinished_bytes / 2**20,
+            ", ".join(pruned.unfinished))
+    for error in pruned.errors:
+        _scanner.log.warning("verify: an older registry export could not be removed: %s", error)
+
+
+def _verify_against(config: PhotonConfig, spark, export_dir: Path, out: Path, since_us, until_us,
+                    show_progress: bool, t0: float) -> VerifyReport:
+    """:func:`run_verify`'s job once its export is in ``export_dir`` (taken since ``t0``)."""
+    from photon.app._spark import progress
+
+    timings = {}
     try:
         manifest = idregistry.check_export(export_dir)
     except idregistry.ExportError as e:

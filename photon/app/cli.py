@@ -227,6 +227,8 @@ def _cmd_status(args) -> int:
     else:
         print(format_status(config, now, before))
         _print_local_counters(config)
+    if status.nothing_runs:
+        print(f"photon status: {status.headline}", file=sys.stderr)
     if not status.ok:
         print(f"photon status: not every process is SERVING ({len(status.problems)} problem(s)): "
               + "; ".join(status.problems[:10]), file=sys.stderr)

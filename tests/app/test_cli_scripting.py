@@ -211,3 +211,37 @@ def test_sql_names_an_out_path_it_cannot_write_before_the_query_runs(tmp_path):
         assert r.returncode == 2, (out, r.returncode, r.stderr[-2000:])
         assert f"--out {out}" in r.stderr and words in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert "Setting default log level" not in r.stderr, "refused before Spark started"
+
+
+@pytest.mark.timeout(90)
+def test_status_with_nothing_running_says_so_first(tmp_path, procs):
+    """``photon status`` of a deployment none of whose processes answers: its first line says that nothing
+    runs, before every process's own reason (exit 1, as before); with a launcher holding the region here
+    (starting, or restarting its processes) it does not say so. Real processes hold the lock."""
+    cfg = _write_config(tmp_path / "photon.toml", f"""
+[[regions]]
+name = "a"
+log_root = "logs"
+output_root = "out"
+state_dir = "state"
+port_base = {free_port() - 3}
+""")
+    args = ("status", "--config", str(cfg), "--interval", "0", "--timeout", "0.5")
+    r = photon(*args)
+    assert r.returncode == 1, r.stderr
+    first, *rest = r.stdout.splitlines()
+    assert first.startswith("nothing runs: none of the ") and " processes of this config answers" in first, first
+    assert any("not answering at" in line for line in rest), r.stdout
+    assert r.stderr.startswith("photon status: nothing runs: "), r.stderr
+    assert "not every process is SERVING" in r.stderr.splitlines()[1], r.stderr
+    r = photon(*args, "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["nothing_runs"] is True
+    assert r.stderr.startswith("photon status: nothing runs: "), r.stderr
+
+    holder = procs.python("-c", "import sys; from photon import hold_lock; f = hold_lock(sys.argv[1], 'photon run'); "
+                          "print('held', flush=True); sys.stdin.read()", str(tmp_path / "state" / "launcher.lock"),
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    r = photon(*args, "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["nothing_runs"] is False
+    assert "nothing runs" not in r.stderr and "not every process is SERVING" in r.stderr, r.stderr

@@ -194,3 +194,21 @@ def test_a_verify_stopped_by_sigterm_in_its_spark_job_says_so_without_a_stack(tm
     assert "registry stopped" in text and "photon verify: interrupted" in text, text[-3000:]
     wait_until(lambda: not any(alive(pid) for pid in job_pids(load_config(config))), 30,
                message="the job's replicas to exit")
+
+
+@pytest.mark.timeout(240)
+def test_a_config_whose_pipeline_never_ran_says_nothing_was_registered(tmp_path):
+    """``photon verify`` / ``recover`` on a config never run (no registry data on this machine): exit 5 with
+    a message that says nothing was ever registered and names the state dir, not only "start the registry
+    where its data is". Real processes; nothing is started."""
+    cli = [sys.executable, "-m", "photon.app.cli"]
+    subprocess.run([*cli, "gen", "--out", str(tmp_path), "--queries", "100"], check=True, capture_output=True,
+                   timeout=60)
+    config = load_config(tmp_path / "photon.toml")
+    for job in ("verify", "recover"):
+        r = subprocess.run([*cli, job, "--config", str(tmp_path / "photon.toml")], capture_output=True, text=True,
+                           timeout=180)
+        assert r.returncode == 5, r.stderr[-2000:]
+        assert f"photon {job}: nothing was ever registered here" in r.stderr, r.stderr[-2000:]
+        assert f"state dir {config.regions[0].state_dir} here" in r.stderr, r.stderr[-2000:]
+        assert "Traceback" not in r.stderr and not (config.verify_dir / "job-registry").exists()
