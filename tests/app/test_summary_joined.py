@@ -43,11 +43,12 @@ def test_joined_is_what_the_output_holds_and_the_answers_are_kept_beside_it(tmp_
 
 @pytest.mark.timeout(300)
 def test_a_run_stopped_by_a_signal_counts_what_its_joiners_joined(tmp_path):
-    """Real processes: a 20,000-click backlog, ``photon run`` SIGTERMed while it joins; its summary's joined
+    """Real processes: a 200,000-click backlog (seconds of joining even on a fast, quiet host: a 20,000-click one
+    was all joined before the stop there), ``photon run`` SIGTERMed at its first joins; its summary's joined
     equals the lines in the output after it stopped. Then ``--until-caught-up``: joined equals the joinable
     clicks, each in the output once."""
     cli = [sys.executable, "-m", "photon.app.cli"]
-    subprocess.run([*cli, "gen", "--out", str(tmp_path), "--queries", "20000", "--clicks-per-query", "1"],
+    subprocess.run([*cli, "gen", "--out", str(tmp_path), "--queries", "200000", "--clicks-per-query", "1"],
                    check=True, capture_output=True, timeout=120)
     path = str(tmp_path / "photon.toml")
     config = load_config(path)
