@@ -167,12 +167,11 @@ def _launch_kind(spark) -> str:
 
 
 def _cold_child(root: str, n: str, expected_lost: str) -> int:
-    from photon.app import VERIFY_DRIVER_MODULES, class_archive_plan, input_bytes, scanner_jar
+    from photon.app import class_archive_plan, input_bytes, scanner_jar
     config = load_config(Path(root) / "photon.toml")
     archive = class_archive_plan(config, scanner_jar(config))     # the archive as spark_session plans it
     t0 = time.perf_counter()
-    spark = spark_session(config, "bench-verify-cold", input_bytes=input_bytes(config),     # as photon verify
-                          preload=VERIFY_DRIVER_MODULES)
+    spark = spark_session(config, "bench-verify-cold", input_bytes=input_bytes(config))    # as photon verify
     t1 = time.perf_counter()
     start_cpu, threads0 = jvm_cpu_s(spark), jvm_threads_cpu_s(spark)
     report = run_verify(load_config(Path(root) / "photon.toml"), spark, export_dir=Path(root) / "export")

@@ -29,7 +29,6 @@ _WHERE = {
     "RecoverReport": "_recover", "run_recover": "_recover",
     "VerifyInputError": "_verify", "VerifyReport": "_verify", "format_report": "_verify", "parse_time": "_verify",
     "read_recoverable": "_verify", "run_verify": "_verify", "input_bytes": "_verify",
-    "VERIFY_DRIVER_MODULES": "_verify",
     "Progress": "_spark", "progress": "_spark", "spark_error": "_spark", "spark_session": "_spark",
     "class_archive_plan": "_spark", "scanner_jar": "_spark",
     "build_summary": "_summary", "format_summary": "_summary",
@@ -52,4 +51,4 @@ __all__ = ["AlreadyRunning", "JobRegistryError", "registry_for_job", "replicas_a
            "joined_dataframe", "launcher_state_file", "make_certs", "parse_time", "plan_region", "progress",
            "read_recoverable", "region_down", "region_up", "register_tables", "run_query", "run_recover",
            "run_verify", "spark_error", "sql_command", "unjoinable_dataframe",
-           "spark_session", "class_archive_plan", "scanner_jar", "input_bytes", "VERIFY_DRIVER_MODULES"]
+           "spark_session", "class_archive_plan", "scanner_jar", "input_bytes"]

@@ -73,29 +73,9 @@ def spark_java() -> Path | None:
 
 
 def spark_home(env) -> Path:
-    """``SPARK_HOME`` of the environment ``env``, else the one PySpark finds (its own package folder), found
-    without importing PySpark (:func:`_find_spark_home`)."""
+    """``SPARK_HOME`` of the environment ``env``, else the one PySpark finds (its own package folder)."""
+    from pyspark.find_spark_home import _find_spark_home
     return Path(env.get("SPARK_HOME") or _find_spark_home())
-
-
-def _find_spark_home() -> str:
-    """PySpark's own search for its home (``pyspark/find_spark_home.py``), run without importing the ``pyspark``
-    package, whose ``__init__`` imports all of PySpark SQL: a cold ``photon verify`` plans its driver's JVM (this
-    home, its jars) and starts it before that import, which then runs while the JVM starts
-    (:func:`photon.app._spark.spark_session`). The module is PySpark's file, executed as it stands (it imports
-    ``os``, ``sys`` and ``importlib`` only), not a copy of its rules."""
-    import sys
-    from importlib.util import find_spec, module_from_spec, spec_from_file_location
-    loaded = sys.modules.get("pyspark.find_spark_home")
-    if loaded is None:
-        package = find_spec("pyspark")
-        locations = package.submodule_search_locations if package is not None else None
-        if not locations:
-            raise ImportError("pyspark is not installed")
-        spec = spec_from_file_location("pyspark.find_spark_home", os.path.join(locations[0], "find_spark_home.py"))
-        loaded = module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-    return loaded._find_spark_home()
 
 
 def spark_jars() -> Path | None:

@@ -16,9 +16,7 @@ home (its scripts, jars and conf folder) and the ``java`` binary. So, per proces
    this process's own renamed into place).
 3. With an entry, :func:`start` runs that command directly with the same environment (the scripts' changes
    applied to this process's own), as PySpark's ``launch_gateway`` would (stdin a pipe, SIGINT ignored, the
-   connection file's path in ``_PYSPARK_DRIVER_CONN_INFO_PATH``), and connects PySpark's gateway to it; or in
-   two steps, :func:`begin` (the command started) and :func:`finish` (connected), so that a process that has
-   not imported PySpark yet imports it while the driver's JVM starts (:func:`photon.app._spark.spark_session`).
+   connection file's path in ``_PYSPARK_DRIVER_CONN_INFO_PATH``), and connects PySpark's gateway to it.
 
 Any change of an input gives another key, hence the launcher again: a new JDK or pyspark (the ``java``
 binary's and every jar's path, size and time, as for the class archive), the Spark home's scripts and the
@@ -177,60 +175,33 @@ def record(launch: LaunchPlan, jvm_pid: int) -> bool:
 def start(launch: LaunchPlan):
     """Start the driver with ``launch``'s command and connect PySpark's gateway to it (``gateway.proc`` the
     driver's process, as with PySpark's own start); None, with the entry removed, when it does not start."""
-    starting = begin(launch)
-    return finish(starting) if starting is not None else None
-
-
-@dataclass
-class Starting:
-    """A driver :func:`begin` started, not yet connected to (:func:`finish`)."""
-    launch: LaunchPlan
-    proc: Popen
-    conn_dir: str
-
-    @property
-    def conn_info(self) -> str:
-        return os.path.join(self.conn_dir, "conn-info")
-
-
-def begin(launch: LaunchPlan) -> Starting | None:
-    """Start the driver with ``launch``'s command and return at once: the JVM starts while the caller does
-    other work (imports PySpark), then :func:`finish` connects to it. None, with the entry removed, when the
-    command cannot be run. Every :class:`Starting` must be given to :func:`finish` (or :func:`abandon`)."""
     env = {k: v for k, v in launch.env.items() if k not in launch.unset_env}
     env.update(launch.set_env)
     conn_dir = tempfile.mkdtemp()
-    env[CONN_INFO] = os.path.join(conn_dir, "conn-info")
-
-    def ignore_sigint():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    proc = None
     try:
-        proc = Popen(launch.command, stdin=PIPE, env=env, preexec_fn=ignore_sigint)
-    except OSError:
-        shutil.rmtree(conn_dir, ignore_errors=True)
-        _class_archive.remove(launch.path)
-        return None
-    return Starting(launch, proc, conn_dir)
+        conn_info = os.path.join(conn_dir, "conn-info")
+        env[CONN_INFO] = conn_info
 
-
-def finish(starting: Starting):
-    """Wait for the driver :func:`begin` started to write its connection file and connect PySpark's gateway to
-    it (``gateway.proc`` the driver's process); None when it does not start (stopped, the entry removed) or
-    cannot be connected to (stopped)."""
-    proc, conn_info = starting.proc, starting.conn_info
-    try:
+        def ignore_sigint():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc = Popen(launch.command, stdin=PIPE, env=env, preexec_fn=ignore_sigint)
+        except OSError:
+            _class_archive.remove(launch.path)
+            return None
         with contextlib.suppress(TimeoutError):
             wait_until(lambda: proc.poll() is not None or os.path.isfile(conn_info), START_TIMEOUT_S, 0.05,
                        "the Spark driver's connection file")
         if not os.path.isfile(conn_info):
             _stop(proc)
-            _class_archive.remove(starting.launch.path)
+            _class_archive.remove(launch.path)
             return None
         from pyspark.serializers import UTF8Deserializer, read_int
         with open(conn_info, "rb") as info:
             port, secret = read_int(info), UTF8Deserializer().loads(info)
     finally:
-        shutil.rmtree(starting.conn_dir, ignore_errors=True)
+        shutil.rmtree(conn_dir, ignore_errors=True)
     try:
         gateway = _connect(port, secret)
     except Exception:           # noqa: BLE001 - PySpark then starts a driver of its own
@@ -238,12 +209,6 @@ def finish(starting: Starting):
         return None
     gateway.proc = proc
     return gateway
-
-
-def abandon(starting: Starting) -> None:
-    """Stop a driver :func:`begin` started that will not be used (the caller failed before :func:`finish`)."""
-    _stop(starting.proc)
-    shutil.rmtree(starting.conn_dir, ignore_errors=True)
 
 
 def _connect(port: int, secret: str):

@@ -31,44 +31,28 @@ GC_FLAG_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")   # whe
 
 
 def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False,
-                  input_bytes: int | None = None, preload: tuple = ()):
+                  input_bytes: int | None = None):
     """The process's SparkSession, built from ``config.spark`` on first use (later calls return it).
 
     ``verbose`` keeps Spark's own warnings on (``--verbose`` of the CLI). JVM flags given in ``[spark].conf``
     (``spark.driver.extraJavaOptions``, e.g. ``-XX:TieredStopAtLevel=1`` for short jobs on a small machine)
     are added to the quiet log's option, not put in its place. ``input_bytes``: the size of the job's input
-    when the caller knows it before the session starts (:func:`short_job_options`).
+    when the caller knows it before the session starts (:func:`short_job_options`)."""
+    from pyspark.sql import SparkSession
 
-    In a process that has not imported PySpark yet, a driver with a cached launch command
-    (:mod:`photon.app._launch`) is started before PySpark is imported, so that the import (all of PySpark
-    SQL) runs while the JVM starts, and then the modules named in ``preload`` (those the job imports next,
-    e.g. :data:`photon.app._verify.VERIFY_DRIVER_MODULES`); everything else is as PySpark's own start. An import that
-    fails is left to the job, which then meets the error where it always did."""
-    if "pyspark" in sys.modules:        # a session can run only where PySpark was imported
-        from pyspark.sql import SparkSession
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            return active
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
     spark_cfg = config.spark if config is not None else None
-    master = spark_cfg.master if spark_cfg else "local[*]"
+    builder = SparkSession.builder.appName(app_name)
+    builder = builder.master(spark_cfg.master if spark_cfg else "local[*]")
     scanner = scanner_jar(config)
     archive = class_archive_plan(config, scanner)
     # Executors (and local[*] workers) must run this interpreter with Photon importable.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    settings = session_settings(config, verbose, archive, input_bytes, scanner)
-    early = _early_start(config, app_name, master, settings)
     try:
-        from pyspark.sql import SparkSession
-    except BaseException:
-        if early is not None:
-            _launch.abandon(early)
-        raise
-    builder = SparkSession.builder.appName(app_name).master(master)
-    if early is not None:
-        _import_quietly(preload)
-    try:
-        session = _started(_configured(builder, settings), config, early)
+        session = _started(_configured(builder, session_settings(config, verbose, archive, input_bytes, scanner)), config)
     except Exception as e:
         if archive is None or "JAVA_GATEWAY_EXITED" not in str(e):
             raise
@@ -89,47 +73,13 @@ def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", 
     return session
 
 
-def _import_quietly(modules) -> None:
-    """Import ``modules`` now (while the driver's JVM starts); one that fails is left to its importer."""
-    import importlib
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:       # noqa: BLE001 - the job's own import raises it where it always did
-            pass
-
-
-def _early_start(config: PhotonConfig | None, app_name: str, master: str, settings: dict):
-    """The driver started now by its cached launch command (:func:`photon.app._launch.begin`), before PySpark
-    is imported, or None: PySpark already imported (a driver may run already: :func:`_started` checks, as
-    before), the cached launch off, no entry yet for these settings. The options are those PySpark's builder
-    holds after ``appName``, ``master`` and the settings (a new builder's start empty), so the entry's key is
-    the one :func:`_started` computes from the builder."""
-    if "pyspark" in sys.modules or (config is not None and not config.spark.cached_launch):
-        return None
-    launch = _launch.plan(cache_dir(config), {"spark.app.name": app_name, "spark.master": master, **settings})
-    if launch is None or launch.command is None:
-        return None
-    return _launch.begin(launch)
-
-
-def _started(builder, config: PhotonConfig | None, early=None):
+def _started(builder, config: PhotonConfig | None):
     """``builder.getOrCreate()``, its driver JVM started by the launch command cached for these settings when
-    there is one (:mod:`photon.app._launch`: no launcher JVM; ``early``: that driver already started,
-    :func:`_early_start`), else by PySpark, whose command is then cached."""
+    there is one (:mod:`photon.app._launch`: no launcher JVM), else by PySpark, whose command is then cached."""
     from pyspark import SparkContext
 
     launch = None
-    if early is not None:
-        if SparkContext._gateway is not None:       # pragma: no cover - PySpark was not imported before
-            _launch.abandon(early)
-        else:
-            gateway = _launch.finish(early)
-            if gateway is not None:
-                SparkContext._ensure_initialized(gateway=gateway)
-            else:           # the entry is gone: PySpark starts the driver, and its command is cached again
-                launch = _launch.LaunchPlan(early.launch.path, early.launch.env)
-    elif SparkContext._gateway is None and (config is None or config.spark.cached_launch):
+    if SparkContext._gateway is None and (config is None or config.spark.cached_launch):
         launch = _launch.plan(cache_dir(config), dict(builder._options))
         if launch is not None and launch.command is not None:
             gateway = _launch.start(launch)

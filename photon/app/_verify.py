@@ -62,9 +62,6 @@ STOPPED_REASON = "its joiner is no longer running"
 AGED_REASON = "registered over [verify].lost_after_s ago by a joiner that cannot be seen"
 TOKEN_PREFIX = r"^(.*)/[^/]*$"        # a token's joiner (host:port/pid/start_us) without its sequence number
 MASK_REGIONS = 62                     # up to this many regions, an id's regions are a bit mask in a long
-# imported on the driver by every run (the export's schema and tokens), so imported while its JVM starts
-# (photon.app._spark.spark_session's ``preload``)
-VERIFY_DRIVER_MODULES = ("pyarrow.parquet", "pyarrow.compute")
 LOOKUP_ON_DRIVER = 50_000             # ids needing more (lost, duplicated, unjoinable everywhere) up to this
                                       # many are collected and looked up by value, beyond it by joins in Spark
 

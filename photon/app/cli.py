@@ -333,17 +333,16 @@ EXIT_DUPLICATE = 1
 EXIT_UNREADABLE = 5
 
 
-def _spark_job(args, label: str, job, input_bytes=None, preload: tuple = ()):
+def _spark_job(args, label: str, job, input_bytes=None):
     """Run ``job(config, spark)`` with the config's Spark session (``input_bytes(config)``: the job's input
-    size, when known before Spark starts; ``preload``: modules the job imports, imported while the driver's
-    JVM starts); bad input, an unavailable registry or a Spark failure is one line on stderr (the Java stack
-    only with --verbose) and exit code 5."""
+    size, when known before Spark starts); bad input, an unavailable registry or a Spark failure is one line
+    on stderr (the Java stack only with --verbose) and exit code 5."""
     from photon.app._spark import spark_error, spark_session
     from photon.app._verify import VerifyInputError
     config = load_config(args.config)
     try:
         size = input_bytes(config) if input_bytes is not None else None
-        spark = spark_session(config, f"photon-{label}", verbose=args.verbose, input_bytes=size, preload=preload)
+        spark = spark_session(config, f"photon-{label}", verbose=args.verbose, input_bytes=size)
         return job(config, spark)
     except (VerifyInputError, idregistry.RegistryUnavailable) as e:
         print(f"photon {label}: {e}", file=sys.stderr)
@@ -372,7 +371,7 @@ def _registry_for(config, job: str, needed: bool = True):
 
 
 def _cmd_verify(args) -> int:
-    from photon.app._verify import VERIFY_DRIVER_MODULES, format_report, input_bytes, run_verify
+    from photon.app._verify import format_report, input_bytes, run_verify
     since, until = _verify_times(args)
 
     def job(config, spark):
@@ -386,7 +385,7 @@ def _cmd_verify(args) -> int:
             print(f"photon verify: {report.duplicates} click(s) joined more than once: {names}", file=sys.stderr)
             return EXIT_DUPLICATE
         return 0
-    return _spark_job(args, "verify", job, input_bytes, VERIFY_DRIVER_MODULES)
+    return _spark_job(args, "verify", job, input_bytes)
 
 
 def _cmd_recover(args) -> int:

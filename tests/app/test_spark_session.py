@@ -112,30 +112,20 @@ print("mapped" if archives and mapped(spark.sparkContext._gateway.proc.pid, arch
 
 _LAUNCH_CHILD = """
 import json, os, sys
-if sys.argv[3:] == ["pyspark-first"]:      # a process that imported PySpark before its session
-    import pyspark.sql
 from photon import parse_config
-from photon.app import _launch, spark_session
-began = []                                 # each start by the cached command: was PySpark imported then?
-_begin = _launch.begin
-def begin(launch):
-    began.append("pyspark" in sys.modules)
-    return _begin(launch)
-_launch.begin = begin
+from photon.app import spark_session
 spark_cfg = {"master": "local[1]", "cache_dir": sys.argv[1], "class_archive": False}
 spark_cfg.update(json.loads(sys.argv[2]))
 cfg = parse_config({"regions": [{"name": "a", "log_root": "/l", "output_root": "/o", "state_dir": "/s"}],
                     "spark": spark_cfg})
-spark = spark_session(cfg, "launch-test", preload=("pyarrow.compute", "no_such_module_of_photon"))
-preloaded = "pyarrow.compute" in sys.modules   # imported while the JVM started (an import that fails: no harm)
+spark = spark_session(cfg, "launch-test")
 assert spark.range(100).selectExpr("sum(id) AS s").collect()[0].s == 4950
 proc = spark.sparkContext._gateway.proc
 with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
     cmdline = f.read().decode().split(chr(0))[:-1]
 with open(f"/proc/{proc.pid}/environ", "rb") as f:
     environ = sorted(x for x in f.read().decode().split(chr(0)) if x and not x.startswith("_PYSPARK_DRIVER_CONN_INFO_PATH="))
-print(json.dumps({"direct": not str(proc.args[0]).endswith("spark-submit"), "cmdline": cmdline, "environ": environ,
-                  "began": began, "preloaded": preloaded}))
+print(json.dumps({"direct": not str(proc.args[0]).endswith("spark-submit"), "cmdline": cmdline, "environ": environ}))
 """
 
 
@@ -151,8 +141,8 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     import sys
     from concurrent.futures import ThreadPoolExecutor
 
-    def run(settings=None, *args, **env):
-        r = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD, str(tmp_path), json.dumps(settings or {}), *args],
+    def run(settings=None, **env):
+        r = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD, str(tmp_path), json.dumps(settings or {})],
                            capture_output=True, text=True, timeout=240, check=False, env={**os.environ, **env})
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
@@ -165,7 +155,7 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
             return [f.result() for f in [pool.submit(*c) for c in calls]]
 
     first = run()
-    assert not first["direct"] and first["began"] == [] and len(entries()) == 1
+    assert not first["direct"] and len(entries()) == 1
     entry = entries()[0]
     assert os.path.basename(first["cmdline"][0]) == "java" and "org.apache.spark.deploy.SparkSubmit" in first["cmdline"]
     # the same settings again; other settings (another key, the launcher again); another environment (the
@@ -173,11 +163,6 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     again, other, env_changed = together((run,), (run, {"driver_memory": "1g"}),
                                          (lambda: run(PHOTON_LAUNCH_TEST_VAR="1"),))
     assert again["direct"] and again["cmdline"] == first["cmdline"] and again["environ"] == first["environ"]
-    assert again["began"] == [False]       # started before PySpark was imported (spark_session's early start)
-    assert again["preloaded"]
-    late = run(None, "pyspark-first")      # PySpark imported first: the same entry, the same driver, started later
-    assert late["direct"] and late["began"] == [True]
-    assert late["cmdline"] == first["cmdline"] and late["environ"] == first["environ"]
     assert not other["direct"] and "-Xmx1g" in other["cmdline"]
     assert not env_changed["direct"] and "PHOTON_LAUNCH_TEST_VAR=1" in env_changed["environ"]
     assert len(entries()) == 3
@@ -190,7 +175,7 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     stored = json.loads(entry.read_text())
     entry.write_text(json.dumps({**stored, "command": ["/bin/false"]}))    # a command that does not start
     failed = run()
-    assert not failed["direct"] and failed["began"] == [False] and failed["cmdline"] == first["cmdline"]
+    assert not failed["direct"] and failed["cmdline"] == first["cmdline"]
     assert json.loads(entry.read_text())["command"] == first["cmdline"]
     assert run()["direct"]
 
@@ -198,30 +183,6 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
         p.unlink()
     off = run({"cached_launch": False})
     assert not off["direct"] and not entries()
-
-
-def test_spark_home_is_pyspark_own_search_without_importing_pyspark(tmp_path):
-    """The home the class archive, the scanner and the cached launch plan with is the one PySpark's own search
-    gives, found in a process that has not imported PySpark (and still has not afterwards), from another
-    working folder too (the search looks at ``../`` first); ``SPARK_HOME`` wins."""
-    import subprocess
-    import sys
-    child = ("import os, sys\n"
-             "from photon.app._class_archive import spark_home\n"
-             "home = spark_home({})\n"
-             "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark'))\n"
-             "assert spark_home({'SPARK_HOME': '/elsewhere'}) == type(home)('/elsewhere')\n"
-             "from pyspark.find_spark_home import _find_spark_home\n"
-             "assert str(home) == _find_spark_home(), (home, _find_spark_home())\n"
-             "print(home)\n")
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
-    homes = set()
-    for cwd in (None, tmp_path):
-        r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False,
-                           env=env, cwd=cwd)
-        assert r.returncode == 0, r.stderr[-3000:]
-        homes.add(r.stdout.strip())
-    assert len(homes) == 1 and (Path(homes.pop()) / "jars").is_dir()
 
 
 def test_the_launch_key_follows_settings_environment_and_the_spark_conf_folder(tmp_path, monkeypatch):
