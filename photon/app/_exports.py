@@ -94,7 +94,8 @@ def _finished_at(folder: Path) -> int | None:
         return None
 
 
-def _size(folder: Path) -> int:
+def folder_bytes(folder: str | Path) -> int:
+    """The bytes of every file under ``folder`` (files that vanish meanwhile count nothing)."""
     total = 0
     for root, _, files in os.walk(folder):
         for name in files:
@@ -105,34 +106,36 @@ def _size(folder: Path) -> int:
     return total
 
 
-def _remove_if_unused(folder: Path) -> bool | None:
-    """Remove ``folder`` under its exclusive in-use lock: True removed, False held by a run, None gone."""
+@contextmanager
+def _unused(folder: Path):
+    """Try ``folder``'s in-use lock without waiting: yields True holding it (no run holds the export), False when
+    a run holds it, None when the folder (or its lock file) cannot be opened, e.g. gone meanwhile."""
     try:
         f = open(folder / IN_USE, "a")
-    except FileNotFoundError:
-        return None
+    except OSError:
+        yield None
+        return
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
-        shutil.rmtree(folder)
-        return True
+            yield False
+            return
+        yield True
+
+
+def _remove_if_unused(folder: Path) -> bool | None:
+    """Remove ``folder`` under its exclusive in-use lock: True removed, False held by a run, None gone."""
+    with _unused(folder) as free:
+        if free:
+            shutil.rmtree(folder)
+        return free
 
 
 def _held(folder: Path) -> bool:
     """True while a run holds ``folder``'s in-use lock (taken and dropped at once to find out)."""
-    try:
-        f = open(folder / IN_USE, "a")
-    except OSError:
-        return False
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+    with _unused(folder) as free:
+        return free is False
 
 
 def prune(out_dir: Path, keep: int, current: Path | None = None) -> Pruned:
@@ -168,5 +171,5 @@ def prune(out_dir: Path, keep: int, current: Path | None = None) -> Pruned:
     if current is not None:
         kept.insert(0, current)
     return Pruned(removed=tuple(map(str, removed)), kept=tuple(map(str, kept)), in_use=tuple(map(str, in_use)),
-                  unfinished=tuple(map(str, unfinished)), unfinished_bytes=sum(map(_size, unfinished)),
+                  unfinished=tuple(map(str, unfinished)), unfinished_bytes=sum(map(folder_bytes, unfinished)),
                   errors=tuple(errors))

@@ -567,7 +567,6 @@ def input_bytes(config: PhotonConfig) -> int | None:
     """Bytes of every region's foreign input (and recovery stream) and output, as their local folders hold
     them now, or None when some are not local (S3): the job's size, known before Spark starts
     (:func:`photon.app._spark.short_job_options`). Only a size: nothing here is read."""
-    import os
     total = 0
     for region in config.pipeline_regions:
         folders = [local_folder(region.stream_url(s)) for s in (config.join.foreign_stream,
@@ -575,13 +574,7 @@ def input_bytes(config: PhotonConfig) -> int | None:
         folders.append(local_folder(region.output_root))
         if any(f is None for f in folders):
             return None
-        for folder in folders:
-            for base, _, names in os.walk(folder):
-                for name in names:
-                    try:
-                        total += os.stat(os.path.join(base, name)).st_size
-                    except OSError:
-                        pass
+        total += sum(_exports.folder_bytes(folder) for folder in folders)
     return total
 
 
