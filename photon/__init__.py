@@ -34,7 +34,7 @@ _WHERE = {
     "bind_port": "_service", "free_port": "_service", "run_service": "_service",
     "METRICS_AFTER_S": "_service", "serve_metrics_of": "_service",
     "LogChunk": "_logs", "Quarantine": "_logs", "list_log_files": "_logs", "parse_record": "_logs",
-    "fsync_path": "_logs", "wait_until": "_logs", "write_atomic": "_logs",
+    "fsync_path": "_logs", "folder_unmade": "_logs", "wait_until": "_logs", "write_atomic": "_logs",
     "LinesLost": "_writer", "RollingWriter": "_writer",
     "DISPATCHER_DIR": "_horizon", "DISPATCHER_STATUS_FILE": "_horizon", "joined_horizon_us": "_horizon",
     "OutputSnapshot": "_output", "OutputTailer": "_output", "output_snapshot": "_output",
@@ -73,8 +73,8 @@ if TYPE_CHECKING:
     from photon._process import ProcessSpec, ports_written_once, region_ports, remembered_ports
     from photon._gc import GEN0_THRESHOLD, settle_gc
     from photon._service import METRICS_AFTER_S, bind_port, free_port, run_service, serve_metrics_of
-    from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, fsync_path, wait_until,
-                              write_atomic)
+    from photon._logs import (LogChunk, Quarantine, list_log_files, parse_record, folder_unmade, fsync_path,
+                              wait_until, write_atomic)
     from photon._writer import LinesLost, RollingWriter
     from photon._horizon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, joined_horizon_us
     from photon._output import OutputSnapshot, OutputTailer, output_snapshot, read_output_lines
@@ -101,7 +101,7 @@ __all__ = [
     "SourceUnavailable", "open_source", "stream_source", "output_publisher", "parse_location", "S3Publisher", "read_object_lines",
     "read_stream_json", "stream_lines", "stream_objects", "TIMESTAMP_DIGITS", "LinesLost", "RollingWriter", "DISPATCHER_DIR", "DISPATCHER_STATUS_FILE", "joined_horizon_us", "SystemClock", "describe_options",
     "format_event_id", "id_timestamp_us", "is_event_id", "list_log_files", "load_config", "parse_config", "check_config", "ControlConfig",
-    "fsync_path", "ID_KEY", "ID_TIME_DIGITS", "key_and_time", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "settle_gc", "GEN0_THRESHOLD", "METRICS_AFTER_S", "serve_metrics_of", "wait_until", "write_atomic",
+    "folder_unmade", "fsync_path", "ID_KEY", "ID_TIME_DIGITS", "key_and_time", "parse_event_id", "parse_record", "OutputSnapshot", "OutputTailer", "output_snapshot", "read_output_lines", "run_service", "settle_gc", "GEN0_THRESHOLD", "METRICS_AFTER_S", "serve_metrics_of", "wait_until", "write_atomic",
     "LockHeld", "hold_lock", "lock_holder",
     "SCHEMES", "OutputReader", "OutputSink", "Source", "StorageKind", "join_location", "local_folder", "open_output_sink",
     "output_reader", "storage_kind", "ObjectPublisher",

@@ -57,6 +57,18 @@ class FolderNotDurable(OSError):
     and a power loss may bring the old one back."""
 
 
+def folder_unmade(folder: str | Path) -> str | None:
+    """Make ``folder`` and its parents: None when it is there, else why it cannot be (a file in its place or
+    in one of its parents' places, or the error's reason), for a message that names the setting it came from."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return None
+    except OSError as e:
+        in_way = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        return f"{in_way} is a file, not a folder" if in_way else f"cannot make folder {folder}: {e.strerror or e}"
+
+
 def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` so readers see the old file or the new one, never a torn one
     (temp file + rename; a failure before the rename leaves the old file and no temp file). ``durable``:

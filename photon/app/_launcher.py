@@ -21,7 +21,7 @@ import dispatcher
 import eventstore
 import idregistry
 import joiner
-from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, hold_lock, output_publisher, ports_written_once,
+from photon import (ConfigError, LockHeld, PhotonConfig, ProcessSpec, folder_unmade, hold_lock, output_publisher, ports_written_once,
                     storage_kind, stream_source, tls_env)
 from photon.app._forkserver import ForkServer, checkout_env, take_early
 from photon.app._regions import LAUNCHER_FILE, LAUNCHER_HOLDER, LOCK_FILE, RegionControls, held_by_launcher
@@ -147,12 +147,9 @@ class Launcher:
         for region, key, folder in wanted:
             if (region.name, key) in named:
                 continue                                # one message per key
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
+            why = folder_unmade(folder)
+            if why is not None:
                 named.add((region.name, key))
-                in_way = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
-                why = f"{in_way} is a file, not a folder" if in_way else f"cannot make folder {folder}: {e.strerror or e}"
                 bad.append(f"region {region.name}: [[regions]].{key} = {getattr(region, key)}: {why}")
                 continue
             if not os.access(folder, os.W_OK | os.X_OK):

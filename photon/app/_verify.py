@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 
@@ -946,9 +946,7 @@ def run_verify(config: PhotonConfig, spark, *, since_us: int | None = None, unti
                 take_export(config, export_dir)
             report = _verify_against(config, spark, export_dir, out, since_us, until_us, show_progress, t0)
             if own:
-                _exports.mark_finished(export_dir, {**report.as_dict(), "duplicate_ids": list(report.duplicate_ids),
-                                                    "recoverable_path": report.recoverable_path,
-                                                    "export_dir": report.export_dir, "timings": report.timings})
+                _exports.mark_finished(export_dir, asdict(report))
     except _exports.ExportGone as e:
         raise VerifyInputError(str(e)) from None
     _say_pruned(_exports.prune(out, config.verify.keep_exports, export_dir if own else None))
@@ -999,6 +997,8 @@ def _verify_against(config: PhotonConfig, spark, export_dir: Path, out: Path, si
         foreign = _foreign_inputs(spark, config)
         needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
         try:
+            # scanner: registered for the session (the lookups' cut); function: the counts still read with it
+            # (None again when a rerun finds the same files refused)
             scanner = _scanner.function(spark) if not config.join.foreign_ids.custom else None
             function = scanner
             json_keys, json_paths = frozenset(), frozenset()

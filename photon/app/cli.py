@@ -24,7 +24,7 @@ import orjson
 import dispatcher
 import idregistry
 import joiner
-from photon import ConfigError, describe_options, load_config
+from photon import ConfigError, describe_options, folder_unmade, load_config
 from photon.app._gen import ID_STYLES, GenOptions, generate
 from photon.app._launcher import AlreadyRunning, Launcher, RunOptions
 from photon.app._summary import build_summary, dumps, format_summary
@@ -371,13 +371,10 @@ def _results_folder(out, config) -> None:
     as a configuration error (exit 2): a file in its place made the job fail with a traceback after its
     Spark scan."""
     folder = Path(out) if out else config.verify_dir
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    why = folder_unmade(folder)
+    if why is not None:
         what = "--out" if out else "[verify].out_dir (default <first region state_dir>/verify)"
-        in_way = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
-        why = f"{in_way} is a file, not a folder" if in_way else (e.strerror or str(e))
-        raise ConfigError(f"{what} {folder}: {why}") from None
+        raise ConfigError(f"{what} {folder}: {why}")
 
 
 def _verify_times(args):
