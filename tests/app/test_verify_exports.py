@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from photon import load_config, wait_until
@@ -91,14 +92,6 @@ def _job_pids(out: Path) -> list[int]:
     return [p["pid"] for p in state["processes"].values() if p.get("pid")]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _cli(*args, timeout=240):
     return subprocess.run([sys.executable, "-m", "photon.app.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
@@ -137,7 +130,7 @@ def test_verify_and_recover_keep_the_last_reports_export_and_the_crashed_runs(tm
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=30)
-    wait_until(lambda: not any(_alive(pid) for pid in _job_pids(out)), 60,
+    wait_until(lambda: not any(psutil.pid_exists(pid) for pid in _job_pids(out)), 60,
                message="the killed run's registry replicas to exit (they die with it)")
     killed = [d for d in out.glob("export-*") if d != first_export]
     assert len(killed) == 1 and not (killed[0] / _exports.REPORT).exists()
