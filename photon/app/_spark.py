@@ -32,22 +32,32 @@ GC_FLAG_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")   # whe
 
 
 PY4J_INTERRUPT = "KeyboardInterrupt while sending command."
+PY4J_INTERRUPT_CLOSE = "Exception occurred while shutting down connection"   # the same interrupt's clean-up
+# Where py4j logs them: the first through the root logger itself, the second through its client-server module's
+# logger (a logger's filters see only what is logged through it, not what its children pass up).
+_PY4J_INTERRUPT_LOGGERS = {"": PY4J_INTERRUPT, "py4j.clientserver": PY4J_INTERRUPT_CLOSE}
 
 
 class _QuietInterrupt(logging.Filter):
-    """py4j logs an interrupted call to the JVM (Ctrl-C, or a job's SIGTERM turned into KeyboardInterrupt) on the
-    root logger with its Python stack; the job reports the interruption itself (a line, exit 130), so that
-    record is dropped unless ``--verbose``."""
+    """py4j logs an interrupted call to the JVM (Ctrl-C, or a job's SIGTERM turned into KeyboardInterrupt) with
+    its Python stack, and then, when the JVM has already closed its end, the failed shutdown of that call's socket
+    with a second stack; the job reports the interruption itself (a line, exit 130), so those two records are
+    dropped unless ``--verbose``. py4j only shuts a socket down that way after an interrupted call."""
+
+    def __init__(self, message: str):
+        super().__init__()
+        self.message = message
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != PY4J_INTERRUPT
+        return record.getMessage() != self.message
 
 
 def quiet_py4j_interrupts() -> None:
-    """Put :class:`_QuietInterrupt` on the root logger (once)."""
-    root = logging.getLogger()
-    if not any(isinstance(f, _QuietInterrupt) for f in root.filters):
-        root.addFilter(_QuietInterrupt())
+    """Put a :class:`_QuietInterrupt` on each logger py4j reports an interrupted call through (once)."""
+    for name, message in _PY4J_INTERRUPT_LOGGERS.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietInterrupt) for f in logger.filters):
+            logger.addFilter(_QuietInterrupt(message))
 
 
 def spark_session(config: PhotonConfig | None = None, app_name: str = "photon", *, verbose: bool = False,

@@ -92,6 +92,22 @@ def _job_pids(out: Path) -> list[int]:
     return [p["pid"] for p in state["processes"].values() if p.get("pid")]
 
 
+def _replicas_running(pids: list[int]) -> list[str]:
+    """Those of ``pids`` that are still a running registry replica, described. A replica that has exited but
+    is not yet reaped (a zombie: its parent was killed, and whoever adopted it reaps when it will) has
+    exited; a pid now used by another program is not the replica."""
+    running = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            status, argv = proc.status(), proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if status != psutil.STATUS_ZOMBIE and "idregistry.main" in argv:
+            running.append(f"pid {pid} ({status}, {len(proc.threads())} threads)")
+    return running
+
+
 def _cli(*args, timeout=240):
     return subprocess.run([sys.executable, "-m", "photon.app.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
@@ -130,8 +146,11 @@ def test_verify_and_recover_keep_the_last_reports_export_and_the_crashed_runs(tm
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=30)
-    wait_until(lambda: not any(psutil.pid_exists(pid) for pid in _job_pids(out)), 60,
-               message="the killed run's registry replicas to exit (they die with it)")
+    try:
+        wait_until(lambda: not _replicas_running(_job_pids(out)), 60, interval=0.1)
+    except TimeoutError:
+        pytest.fail(f"the killed run's registry replicas did not exit within 60 s of its death (they stop on "
+                    f"SIGTERM from the kernel when it dies): {_replicas_running(_job_pids(out))}")
     killed = [d for d in out.glob("export-*") if d != first_export]
     assert len(killed) == 1 and not (killed[0] / _exports.REPORT).exists()
 
