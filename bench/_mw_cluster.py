@@ -344,11 +344,10 @@ def _measure_idle(procs: Processes, log, specs: list[str], cf: ClusterFile, path
 
 
 def _events(statuses: list[dict]) -> dict[str, int]:
-    """The workers' calls to their peers (all, and those that carried no record), store commits, commits
-    landed by the commit threads (the worker thread idle) and key runs started on their key's checkpoint in
-    flight so far, summed: read at the same two moments as
+    """The workers' calls to their peers (all, and those that carried no record), store commits and commits
+    landed by the commit threads (the worker thread idle) so far, summed: read at the same two moments as
     the CPU by thread, their differences are the measured span's."""
-    out = {"calls": 0, "calls_without_records": 0, "store_commits": 0, "landed_on_commit_thread": 0, "chained_runs": 0}
+    out = {"calls": 0, "calls_without_records": 0, "store_commits": 0, "landed_on_commit_thread": 0}
     for s in statuses:
         t = s.get("transport", {})
         out["calls"] += t.get("calls", 0)
@@ -356,7 +355,6 @@ def _events(statuses: list[dict]) -> dict[str, int]:
         out["store_commits"] += (s.get("store") or {}).get("commits", 0)
         acks = s.get("acks", {})
         out["landed_on_commit_thread"] += acks.get("landed_on_commit_thread", 0)
-        out["chained_runs"] += acks.get("chained_runs", 0)
     return out
 
 

@@ -11,9 +11,6 @@ class MillWheelConfigError(ValueError):
     """An unknown option or a bad value; the message names the option."""
 
 
-_FLAGS = {"true": True, "false": False, "1": True, "0": False}
-
-
 @dataclass(frozen=True)
 class RuntimeConfig:
     store: str = "sqlite:///millwheel-state.db"
@@ -48,9 +45,6 @@ class RuntimeConfig:
     max_attempts: int = 5
     """Attempts of user code on one record before the record is set aside (stored with its key, the error
     and the attempts, see ``Store.set_aside_records``) and the key's other records go on without it."""
-    chain_runs: bool = True
-    """With strong productions, a key's next records run on its checkpoint in flight (their commit after it,
-    refused with it) instead of waiting for it to land; off, they wait (as with weak productions)."""
     bloom_capacity: int = 1_000_000
     """Ids per computation's dedup Bloom filters, split evenly over its intervals (one filter per interval,
     at least 1024 ids); a full filter is rebuilt from the store."""
@@ -61,11 +55,6 @@ class RuntimeConfig:
             if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise MillWheelConfigError(f"millwheel option {f.name!r} must be a positive integer, "
                                            f"not {value!r}")
-            if f.type == "bool" and not isinstance(value, bool):
-                flag = _FLAGS.get(str(value).lower())      # --option NAME=true|false comes as text
-                if flag is None:
-                    raise MillWheelConfigError(f"millwheel option {f.name!r} must be true or false, not {value!r}")
-                object.__setattr__(self, f.name, flag)
         if not isinstance(self.store, str) or not self.store.startswith(tuple(SCHEMES)):
             raise MillWheelConfigError(f"millwheel option 'store' must be a {', '.join(SCHEMES)} URL, "
                                        f"not {self.store!r}")

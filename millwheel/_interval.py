@@ -17,14 +17,8 @@ Lifecycle of one batch (the shell runs it synchronously; the core does not rely 
     WorkObserved ─► ReportWatermark (when the interval's low watermark or its input changed)
     EpochAnnounced (a computation on a cycle) ─► the next ReportWatermark carries the epoch and its cut
 
-Rules kept here: a key has at most one run between :class:`RunUserCode` and its user code's answer, and
-with weak productions (or ``chain_runs`` off) at most one until its commit (later records and due timers of
-a locked key wait, in order). With strong productions a key whose run has answered and whose checkpoint is
-not yet durable is *chained*: its next records run at once, on the state and timers that checkpoint leaves,
-and their commit comes after it in the worker's order of transactions (a refusal of the first drops both;
-the key stays locked until the newest run's checkpoint lands; an id of a record in a checkpoint not yet
-durable is a repeat). This asks of the shell that a core's commits land in the order it issued them, which
-the worker's one transaction at a time gives. Acks follow the commit; strong productions are registered
+Rules kept here: a key has at most one run between :class:`RunUserCode` and its commit (later records
+and due timers of a locked key wait, in order); acks follow the commit; strong productions are registered
 before the acks and sent after them; records produced before their sender's floor are repeats.
 """
 from __future__ import annotations
@@ -119,14 +113,6 @@ class _Run:
     deadline_us: int = 0              # weak: checkpoint by then even if unacked
     unacked: dict = field(default_factory=dict)   # weak: key -> [StoredProduction] checkpointed with it
     aside: dict = field(default_factory=dict)     # key -> [Delivery] set aside in this run (not run)
-    links: dict = field(default_factory=dict)     # key -> _Link: the key ran on a checkpoint in flight
-
-
-@dataclass(slots=True)
-class _Link:
-    """A chained key: the state (encoded) and timers its newest run leaves once committed."""
-    state: bytes | None
-    timers: dict
 
 
 @dataclass(frozen=True)
@@ -140,9 +126,6 @@ class IntervalSettings:
     bloom_capacity: int = MIN_BLOOM_CAPACITY
     weak_checkpoint_delay_us: int = 100_000
     max_attempts: int = 5
-    chain_runs: bool = True
-    """Strong productions: a key's next records run on its checkpoint in flight instead of waiting for it
-    to land (see the module docstring). Off: they wait, as with weak productions."""
 
 
 class IntervalCore:
@@ -154,7 +137,6 @@ class IntervalCore:
         self.sequencer: int | None = None
         self.cache = StateCache(settings.cache_keys)
         self.input_wm = NO_WATERMARK
-        self.chained = 0        # key runs started on a checkpoint in flight (the shell takes and zeroes it)
         self._reset()
 
     def _reset(self) -> None:
@@ -165,8 +147,6 @@ class IntervalCore:
         self._bloom: BloomFilter | None = None
         self._incoming: list[Delivery] = []     # delivered, waiting for their key to be free
         self.locked: set[str] = set()
-        self._holder: dict[str, _Run] = {}      # locked key -> the newest run holding it
-        self._chain: dict[str, _Link] = {}      # locked key whose newest run answered (strong): what it leaves
         self._runs: dict[int, _Run] = {}        # sent to user code, no answer yet
         self._weak: list[_Run] = []             # weak productions sent, checkpoint not written yet
         self._commits: dict[int, _Run | None] = {}
@@ -291,10 +271,9 @@ class IntervalCore:
         if not self.locked:          # no key locked: every waiting record is ready (no look per record)
             ready, self._incoming = self._incoming, []
         else:
-            ready, waiting, locked, chain = [], [], self.locked, self._chain
+            ready, waiting, locked = [], [], self.locked
             for d in self._incoming:
-                k = d.record.key
-                (waiting if k in locked and k not in chain else ready).append(d)
+                (waiting if d.record.key in locked else ready).append(d)
             self._incoming = waiting
         due = self._pop_due(now)
         if ready or due:
@@ -328,16 +307,6 @@ class IntervalCore:
                     kept.append(d)
             ready = kept
         dups, lookups = self._dedup(ready)
-        chain = self._chain
-        links: dict[str, _Link] = {}
-        if chain and self.s.exactly_once:   # keys run on checkpoints in flight: their ids are repeats too
-            chained = {d.record.key for d in ready if d.record.key in chain}
-            if chained:
-                held = {d.record.id for run in self._commits.values() if run is not None
-                        for k in chained for d in run.deliveries.get(k, ())}
-                for d in ready:
-                    if d.record.id in held:
-                        dups.add(d.record.id)
         by_key: dict[str, list[Delivery]] = {}
         for d in ready:
             ds = by_key.get(d.record.key)
@@ -349,26 +318,13 @@ class IntervalCore:
             by_key.setdefault(key, [])
         # no cache (the shells read through the process's): every key is read, no look per key
         works, reads = self._uncached_works(by_key) if not self.cache.capacity else self._cached_works(by_key)
-        if chain:
-            for key in by_key:
-                link = chain.pop(key, None)
-                if link is not None:     # what the checkpoint in flight leaves, not the store's
-                    links[key] = link
-                    old = works[key]
-                    works[key] = KeyWork(key, old.records, link.timers or _NO_TIMERS, link.state, False)
-            if links:
-                reads = [k for k in reads if k not in links]
-                self.chained += len(links)
         if aside:
             for key, ds in by_key.items():
                 if key in aside:
                     ds.extend(aside[key])      # acked (or handed back) with the key's others
         run_id = self._new_id()
-        run = self._runs[run_id] = _Run(works, by_key, aside=aside, links=links)
+        self._runs[run_id] = _Run(works, by_key, aside=aside)
         self.locked.update(by_key)
-        holder = self._holder
-        for key in by_key:
-            holder[key] = run
         return RunUserCode(run_id, self.name, list(works.values()), reads, lookups, frozenset(dups),
                            self.input_wm, now)
 
@@ -429,8 +385,6 @@ class IntervalCore:
         if not run.writes:
             return                 # every key failed: their records wait for the next attempt
         if not weak:
-            if self.s.chain_runs:
-                self._link(run, ev.states_read)
             self._commit(run, list(run.writes.values()), out)
             return
         # paper Figure 11: weak productions go out before anything is persisted; the keys stay locked
@@ -440,19 +394,6 @@ class IntervalCore:
             out.append(SendProductions(self.name, self.interval, sent, False))
         run.deadline_us = ev.now_us + self.s.weak_checkpoint_delay_us
         self._weak.append(run)
-
-    def _link(self, run: _Run, states_read: Mapping) -> None:
-        """The run's keys are chained: what each leaves, for its next records to run on."""
-        chain = self._chain
-        for res in run.results:
-            key = res.key
-            if self._holder.get(key) is not run:
-                continue
-            state = res.state
-            if state is KEEP:
-                work = run.works[key]
-                state = states_read.get(key) if work.read else work.state
-            chain[key] = _Link(state, res.timers)
 
     def _failed(self, failed: list[KeyFailed], run: _Run) -> None:
         """User code raised on a record: the key's run is undone (nothing of it is written) and its records
@@ -464,25 +405,10 @@ class IntervalCore:
             back.extend(run.deliveries.pop(f.key, ()))
             run.works.pop(f.key, None)
             run.aside.pop(f.key, None)
-            link = run.links.pop(f.key, None)
-            if link is not None:
-                earlier = self._commits_holding(f.key)
-                if earlier is not None:   # it ran on a checkpoint in flight: that one holds the key again
-                    self._chain[f.key] = link
-                    self._holder[f.key] = earlier
-                    continue
             self.locked.discard(f.key)
-            self._holder.pop(f.key, None)
             for tag, (ts, domain) in self.timers.get(f.key, {}).items():
                 heapq.heappush(self._heaps[domain], (ts, f.key, tag))
         self._incoming[:0] = back
-
-    def _commits_holding(self, key: str) -> _Run | None:
-        """The newest run awaiting its commit with a write of ``key`` (None: every one has landed)."""
-        for run in reversed(list(self._commits.values())):
-            if run is not None and key in run.writes:
-                return run
-        return None
 
     def _set_aside(self, deliveries) -> list[SetAsideRecord]:
         out, seen = [], set()
@@ -523,14 +449,8 @@ class IntervalCore:
         run = self._commits.pop(ev.commit_id, None)
         if run is None:
             return
-        holder, chain = self._holder, self._chain
         for res in run.results:
             self._apply(res, run.works[res.key].timers)
-            key = res.key
-            if holder.get(key) is run:     # no later run holds the key: it is free
-                del holder[key]
-                chain.pop(key, None)
-                self.locked.discard(key)
         if self._bloom is not None:      # the committed ids, together (one call per commit, not per id)
             self._bloom.add_many([rid for res in run.results for rid, _, _ in res.processed])
         aside = tuple(r for w in run.writes.values() for r in w.set_aside)
@@ -571,6 +491,7 @@ class IntervalCore:
             self.timers[key] = res.timers
         else:
             self.timers.pop(key, None)
+        self.locked.discard(key)
 
     def _on_dedup_loaded(self, ev: DedupIdsLoaded, out: list) -> None:
         self._load_dedup(ev.ids, ev.floors)

@@ -732,7 +732,6 @@ class WorkerHost(ShowsWatermarks):
             "acks": {"retry_timeout_ms": self.tracker.retry_timeout_us // 1000,
                      "inbox_high": max(w.inbox_high for w in self.workers),
                      "landed_on_commit_thread": sum(w.landed_on_commit_thread for w in self.workers),
-                     "chained_runs": sum(w.chained_runs for w in self.workers),
                      "delays": {_bound_name(b): n for b, n in zip(ACK_DELAY_BOUNDS_US, self.tracker.ack_delays)}},
             "cache": dataclasses.asdict(self.store.statistics()),
             "error": repr(self.error) if self.error else None,

@@ -163,7 +163,6 @@ class Worker:
         self._committer = _Committer(f"millwheel-commit-{index}")
         self._step_lock = threading.Lock()         # held by whoever runs a step or lands a commit (see _landed)
         self.landed_on_commit_thread = 0           # commits carried out by the commit thread (worker idle)
-        self.chained_runs = 0                      # key runs started on their key's checkpoint in flight
         self.commits_waited = 0                    # transactions the worker thread had to wait for
         self.steps_grouped = 0                     # steps whose checkpoints waited pending beside a commit
         self.inbox_high = 0                        # the most items seen waiting in the inbox at a step
@@ -209,8 +208,7 @@ class Worker:
             # no cache in the core: state is read through the process's framework cache (one cache, whose
             # hit ratio is every state read's)
             core = IntervalCore(IntervalSettings(spec.name, i, comp.computation.exactly_once, weak,
-                                                 0, bloom, cfg.weak_checkpoint_delay_us, cfg.max_attempts,
-                                                 cfg.chain_runs))
+                                                 0, bloom, cfg.weak_checkpoint_delay_us, cfg.max_attempts))
             ids = store.dedup_ids(spec.name, [i]) if comp.computation.exactly_once else []
             core.handle(IntervalGranted(seqs[i], store.read_timers(spec.name, [i]), floors, ids))
             cores[i] = core
@@ -384,9 +382,6 @@ class Worker:
                     continue
                 self._dirty.add(core)
                 self._execute(core, core.handle(*self._events(core, mine or [], now)), now, commits, runs=runs)
-                if core.chained:
-                    self.chained_runs += core.chained
-                    core.chained = 0
         for core, ran in self._run_user_code(runs):
             self._execute(core, core.handle(ran), now, commits)
             if core.weak_waiting:  # weak productions just sent may be acked already (or there are none)

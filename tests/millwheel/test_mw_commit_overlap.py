@@ -49,7 +49,7 @@ def test_the_next_step_runs_other_keys_while_a_commit_is_in_flight(tmp_path):
     Seen.ran = []
     store = GatedCommits(str(tmp_path / "s.db"))
     inj = QueueInjector()
-    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1, chain_runs=False), store=store).start()
+    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1), store=store).start()
     try:
         inj.push([_rec("k0", 0)], estimate=0)
         assert store.entered.wait(30)          # k0's checkpoint is in flight, held by the store
@@ -70,35 +70,6 @@ def test_the_next_step_runs_other_keys_while_a_commit_is_in_flight(tmp_path):
         assert Seen.ran.index(("k0", 0)) < Seen.ran.index(("k0", 1))
         states = {k: orjson.loads(v)["n"] for k, v in store.read_states("count", ["k0", "k1", "k2"]).items()}
         assert states == {"k0": 2, "k1": 1, "k2": 1}
-        wait_until(lambda: rt.tracker.in_flight == 0 and not worker.busy, 30, message="acked after the landing")
-    finally:
-        store.release.set()
-        rt.stop()
-
-
-@pytest.mark.timeout(60)
-def test_a_keys_next_records_run_on_its_commit_in_flight_and_are_acked_after_both_land(tmp_path):
-    """Strong productions (``chain_runs``, the default): k0's second record runs while k0's first checkpoint is
-    held in flight, on the state that checkpoint leaves; nothing is counted or acked before the landings."""
-    Seen.ran = []
-    store = GatedCommits(str(tmp_path / "s.db"))
-    inj = QueueInjector()
-    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1), store=store).start()
-    try:
-        inj.push([_rec("k0", 0)], estimate=0)
-        assert store.entered.wait(30)          # k0's checkpoint is in flight, held by the store
-        inj.push([_rec("k0", 1), _rec("k1", 2)])
-        wait_until(lambda: ("k0", 1) in Seen.ran and ("k1", 2) in Seen.ran, 30,
-                   message="k0's second record run while its first checkpoint is in flight")
-        worker = rt.workers[0]
-        assert worker.busy and worker.steps_grouped >= 1 and worker.chained_runs == 1
-        assert rt.statistics().computations["count"].records_processed == 0   # counted at the landing
-        assert rt.tracker.in_flight > 0        # nothing acked before its commit landed
-        store.release.set()
-        wait_until(lambda: rt.statistics().computations["count"].records_processed == 3, 30, message="all counted")
-        assert Seen.ran.index(("k0", 0)) < Seen.ran.index(("k0", 1))
-        states = {k: orjson.loads(v)["n"] for k, v in store.read_states("count", ["k0", "k1"]).items()}
-        assert states == {"k0": 2, "k1": 1}
         wait_until(lambda: rt.tracker.in_flight == 0 and not worker.busy, 30, message="acked after the landing")
     finally:
         store.release.set()

@@ -66,7 +66,7 @@ def test_records_waiting_for_their_keys_checkpoint_run_when_the_commit_thread_la
     Seen.ran = []
     store = GatedCommits(str(tmp_path / "s.db"))
     inj = QueueInjector()
-    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1, chain_runs=False), store=store)
+    rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1), store=store)
     worker = rt.workers[0]
     worker.config = dataclasses.replace(worker.config, tick_us=20_000_000)   # no step by the tick meanwhile
     rt.start()

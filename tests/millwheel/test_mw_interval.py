@@ -2,8 +2,6 @@
 the store and user code; Hypothesis checks exactly-once under any mix of repeats, floors and commits."""
 from __future__ import annotations
 
-import orjson
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +43,6 @@ class Shell:
         self.acked: list[str] = []
         self.sent: list = []
         self.deferred: list = []   # commits held back by ``step(defer=True)``, done by ``flush``
-        self.in_order = False      # a commit while others are held back is held back too (lands after them)
 
     def run(self, cmd: RunUserCode) -> UserCodeRan:
         dups = set(cmd.duplicates) | (set(cmd.lookup_ids) & self.seen)
@@ -71,7 +68,7 @@ class Shell:
             if isinstance(cmd, RunUserCode):
                 pending.extend(self.core.handle(self.run(cmd)))
             elif isinstance(cmd, Commit):
-                if defer or (self.in_order and self.deferred):
+                if defer:
                     self.deferred.append(cmd)
                     continue
                 if not commit:
@@ -118,7 +115,7 @@ def test_a_batch_runs_commits_then_registers_acks_and_sends_in_that_order():
 
 
 def test_a_key_with_an_uncommitted_run_waits_and_keeps_its_order():
-    core, shell = granted(chain_runs=False)     # (with strong productions chained keys run at once: below)
+    core, shell = granted()
     run = core.handle(RecordsDelivered([delivery("a", "r1")]), TimePassed(1))[0]
     commit = core.handle(shell.run(run))[0]
     assert core.locked == {"a"}
@@ -241,16 +238,12 @@ step = st.one_of(
     st.tuples(st.just("flush"), st.none()))
 
 
-@pytest.mark.parametrize("chain", [False, True])
 @settings(max_examples=150, deadline=None)
 @given(st.lists(step, max_size=25))
-def test_any_mix_of_repeats_floors_and_commit_order_processes_each_id_once(chain, steps):
+def test_any_mix_of_repeats_floors_and_commit_order_processes_each_id_once(steps):
     """Every delivered id is processed at most once and every delivery is acked in the end (repeats
-    too), whatever the floors and however late commits land (a key waits while its run is uncommitted);
-    with chained keys (a key's next records run on its checkpoint in flight) in any order of landings the
-    worker can give: a core's commits land in the order it issued them, as its one transaction at a time."""
-    core, shell = granted(chain_runs=chain)
-    shell.in_order = chain
+    too), whatever the floors and however late commits land (a key waits while its run is uncommitted)."""
+    core, shell = granted()
     produced_at: dict[str, int] = {}
     delivered: list[str] = []
     floor = 0
@@ -285,96 +278,3 @@ def test_count_results_follow_the_commit():
     (counted,) = [c for c in cmds if isinstance(c, CountResults)]
     assert counted.results[0].records_processed == 1 and counted.results[0].duplicates_dropped == 1
     assert not any(isinstance(c, MarkStored) for c in cmds)
-
-
-def test_a_chained_key_runs_on_its_checkpoint_in_flight_and_is_freed_by_the_newest_landing():
-    core, shell = granted()
-    shell.step(RecordsDelivered([delivery("a", "r1")]), TimePassed(1), defer=True)
-    first = shell.deferred[0]
-    assert core.locked == {"a"}
-    runs = [c for c in shell.step(RecordsDelivered([delivery("a", "r2"), delivery("a", "r1")]), TimePassed(2),
-                                  defer=True) if isinstance(c, RunUserCode)]
-    # a ran at once, on the state its checkpoint in flight leaves (not read), and r1 (in that checkpoint) is
-    # a repeat
-    assert [(w.key, [r.id for r in w.records], w.state, w.read) for c in runs for w in c.keys] == \
-        [("a", ["r2", "r1"], b"1", False)]
-    assert "r1" in runs[0].duplicates and runs[0].read_states == []
-    second = shell.deferred[1]
-    assert shell.acked == []
-    shell.deferred = [second]
-    shell.step(first)                                  # the first lands: the second still holds a
-    assert core.locked == {"a"} and shell.acked == ["r1"]
-    assert [w.key for c in shell.step(RecordsDelivered([delivery("a", "r3")]), TimePassed(3), defer=True)
-            if isinstance(c, RunUserCode) for w in c.keys] == ["a"]   # chained on the second in turn
-    shell.flush()
-    shell.flush()
-    assert not core.locked and not shell.deferred
-    assert shell.states["a"] == b"3" and sorted(shell.processed) == ["r1", "r2", "r3"]
-    assert sorted(shell.acked) == ["r1", "r1", "r2", "r3"]
-
-
-def test_a_refused_checkpoint_hands_back_the_records_chained_on_it():
-    core, shell = granted()
-    shell.step(RecordsDelivered([delivery("a", "r1")]), TimePassed(1), defer=True)
-    shell.step(RecordsDelivered([delivery("a", "r2"), delivery("b", "r3")]), TimePassed(2), defer=True)
-    first, second = shell.deferred
-    shell.deferred = []
-    out = core.handle(CommitRefused(first.commit_id))
-    back = [d.record.id for c in out if isinstance(c, ReturnDeliveries) for d in c.deliveries]
-    assert sorted(back) == ["r1", "r2", "r3"] and any(isinstance(c, Relinquish) for c in out)
-    assert not core.awaits(second.commit_id) and shell.acked == [] and shell.states == {}
-
-
-def _count_with_late_commits(seed: int, chain: bool):
-    """Random records (with repeats, some of them of records still in a checkpoint in flight) on few keys,
-    their commits landing in order but late, then the watermark at the end (each key's timer reports its
-    count). Returns the states, the ids stored, the ids acked, how many key runs ran on a checkpoint in
-    flight, each key's last report and each id's key."""
-    import random
-    rnd = random.Random(seed)
-    core, shell = granted(chain_runs=chain)
-    delivered: list[Delivery] = []
-    chained, t = 0, 1
-    for _ in range(120):
-        chunk = []
-        for _ in range(rnd.randint(0, 5)):
-            if delivered and rnd.random() < 0.25:
-                chunk.append(rnd.choice(delivered))            # a repeat (a sender's retry)
-            else:
-                d = delivery(f"k{rnd.randint(0, 3)}", f"r{len(delivered)}")
-                delivered.append(d)
-                chunk.append(d)
-        before = set(core._chain)
-        t += 1
-        cmds = shell.step(RecordsDelivered(chunk), TimePassed(t), defer=True)
-        chained += sum(1 for c in cmds if isinstance(c, RunUserCode) for w in c.keys if w.key in before)
-        if rnd.random() < 0.4:
-            shell.flush()
-    for _ in range(10):
-        t += 1
-        shell.flush()
-        shell.step(TimePassed(t))
-    t += 1
-    shell.step(InputWatermarkAdvanced(END_OF_TIME), TimePassed(t))
-    shell.flush()
-    assert not core.locked and not shell.deferred
-    reports = {p.key: p.value for cmd in shell.sent for p in cmd.productions}
-    return (dict(shell.states), sorted(shell.processed), sorted(shell.acked), chained, reports,
-            {d.record.id: d.record.key for d in delivered})
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_chained_runs_count_as_one_record_at_a_time_and_as_waiting_for_the_landing(seed):
-    states, stored, acked, chained, reports, key_of = _count_with_late_commits(seed, True)
-    w_states, w_stored, w_acked, w_chained, w_reports, _ = _count_with_late_commits(seed, False)
-    assert chained > 0 and w_chained == 0
-    # record by record: each distinct id stored once, counted once for its key; every delivery acked
-    assert stored == w_stored == sorted(key_of) and len(stored) == len(set(stored))
-    assert acked == w_acked and set(acked) == set(key_of)
-    by_key: dict[str, int] = {}
-    for rid in stored:
-        by_key[key_of[rid]] = by_key.get(key_of[rid], 0) + 1
-    assert {k: orjson.loads(v) for k, v in states.items()} == by_key
-    assert states == w_states
-    assert {k: orjson.loads(v)["n"] for k, v in reports.items()} == by_key
-    assert {k: orjson.loads(v)["n"] for k, v in w_reports.items()} == by_key

@@ -175,11 +175,6 @@ def test_config_rejects_unknown_and_bad_options():
         RuntimeConfig.from_mapping({"thread": 2})
     with pytest.raises(MillWheelConfigError, match="store"):
         RuntimeConfig(store="redis://x")
-    with pytest.raises(MillWheelConfigError, match="chain_runs"):
-        RuntimeConfig.from_mapping({"chain_runs": "maybe"})
-    # a flag given as --option text
-    assert RuntimeConfig.from_mapping({"chain_runs": "false"}).chain_runs is False
-    assert RuntimeConfig.from_mapping({"chain_runs": "true"}).chain_runs is True
 
 
 def test_topology_rejects_duplicate_names_and_non_computations():
