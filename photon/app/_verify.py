@@ -271,9 +271,8 @@ def _sampled_json_paths(config: PhotonConfig, outputs, foreign) -> frozenset:
 
 
 def _file_key():
-    """A file's key: a hash (the upper 48 bits of Spark's ``xxhash64``, so that it fits above a row's kind and
-    region in the per-id aggregation's one long, :func:`_packed`) of its path as Spark's file reader gives it
-    (the hidden ``_metadata.file_path``), the same for a file in every read of the same listing. The aggregation
+    """A file's key: a hash (Spark's ``xxhash64``) of its path as Spark's file reader gives it (the hidden
+    ``_metadata.file_path``), the same for a file in every read of the same listing. The aggregation
     carries, for each id, the smallest key of the files holding its foreign lines, and the lookup of the
     lost ids reads only the files of their keys (:meth:`_Lines.values`): a filter on a file's metadata,
     which Spark applies to the listing, so the other files are not opened. Two files with one key are both
@@ -282,7 +281,7 @@ def _file_key():
     return F.expr(FILE_KEY)
 
 
-FILE_KEY = "shiftright(xxhash64(`_metadata`.`file_path`), 16)"       # 64 - _FILE_SHIFT bits
+FILE_KEY = "xxhash64(`_metadata`.`file_path`)"
 
 
 def _file_key_in(keys):
@@ -465,53 +464,15 @@ def _region_bit(index: int, n_regions: int):
     return F.lit(1 << index if n_regions <= MASK_REGIONS else index).cast("long")
 
 
-def _regions(column: str, n_regions: int, marks=None):
-    """``(aggregate, count)``: an aggregate of ``marks`` (by default the column ``column``: the region marks of
-    :func:`_region_bit`, null on rows of other sources), named ``column``, and the number of distinct regions
-    it held (null when none): a bit mask ORed together when there are at most :data:`MASK_REGIONS` regions
-    (one plain aggregate, no distinct), else a set of region indexes."""
+def _regions(column: str, n_regions: int):
+    """``(aggregate, count)``: an aggregate of ``column`` (the region marks of :func:`_region_bit`, null on
+    rows of other sources) and the number of distinct regions it held (null when none): a bit mask ORed
+    together when there are at most :data:`MASK_REGIONS` regions (one plain aggregate, no distinct), else a
+    set of region indexes."""
     from pyspark.sql import functions as F
-    marks = F.col(column) if marks is None else marks
     if n_regions <= MASK_REGIONS:
-        return F.bit_or(marks).alias(column), F.bit_count(column)
-    return F.collect_set(marks).alias(column), F.when(F.size(column) > 0, F.size(column))
-
-
-# The per-id aggregation's rows as one long beside the id (:func:`_per_id`), up to PACKED_REGIONS regions:
-# the row's kind in its low 3 bits, its region's index in the next 13, and for a foreign line of a local
-# file the file's key (:func:`_file_key`, 48 bits) in the upper 48.
-PACKED_REGIONS = 1 << 13
-FOREIGN, FOREIGN_NO_FILE, JOINED, UNJOINABLE, REGISTERED = range(5)
-_KIND_BITS, _FILE_SHIFT = 3, 16
-
-
-def _packed(kind: int, index: int = 0, file: str | None = None):
-    """A row's long for the per-id aggregation (see :data:`PACKED_REGIONS`): ``kind`` and the region's
-    ``index``; with ``file`` (a column of :func:`_file_key`s, null for lines of no local file) a foreign
-    line's, its file's key above them (kind :data:`FOREIGN`) or, when null, none (:data:`FOREIGN_NO_FILE`)."""
-    from pyspark.sql import functions as F
-    code = index << _KIND_BITS | kind
-    if file is None:
-        return F.lit(code).cast("long")
-    return F.coalesce(F.shiftleft(F.col(file), _FILE_SHIFT).bitwiseOR(F.lit(code).cast("long")),
-                      F.lit(index << _KIND_BITS | FOREIGN_NO_FILE).cast("long"))
-
-
-def _unpacked(n_regions: int):
-    """The per-id aggregates of :func:`_per_id` over the packed rows' column ``v`` (:func:`_packed`), named and
-    typed as those over the unpacked rows: ``(in_bit aggregate, in count, u_bit aggregate, u count, n_out,
-    reg, file)``."""
-    from pyspark.sql import functions as F
-    kind = f"(v & {(1 << _KIND_BITS) - 1})"
-    index = f"(shiftright(v, {_KIND_BITS}) & {PACKED_REGIONS - 1})"
-    mark = f"shiftleft(1L, {index})" if n_regions <= MASK_REGIONS else index
-    in_agg, in_regions = _regions("in_bit", n_regions, F.expr(f"CASE WHEN {kind} IN ({FOREIGN}, {FOREIGN_NO_FILE}) "
-                                                              f"THEN {mark} END"))
-    u_agg, u_regions = _regions("u_bit", n_regions, F.expr(f"CASE WHEN {kind} = {UNJOINABLE} THEN {mark} END"))
-    return (in_agg, in_regions, u_agg, u_regions,
-            F.sum(F.expr(f"CASE WHEN {kind} = {JOINED} THEN 1L END")).alias("n_out"),
-            F.max(F.expr(f"CASE WHEN {kind} = {REGISTERED} THEN 1 END")).alias("reg"),
-            F.min(F.expr(f"CASE WHEN {kind} = {FOREIGN} THEN shiftright(v, {_FILE_SHIFT}) END")).alias("file"))
+        return F.bit_or(column).alias(column), F.bit_count(column)
+    return F.collect_set(column).alias(column), F.when(F.size(column) > 0, F.size(column))
 
 
 def _read_outputs(spark, config: PhotonConfig):
@@ -664,46 +625,28 @@ def _per_id(spark, config: PhotonConfig, export_files: list[str], since_us, unti
     ``foreign``: from :func:`_foreign_inputs`; ``scan``: the strict-shape scanner's reading of the local
     files (:class:`_Scan`), or None (the JSON reader).
 
-    Up to :data:`PACKED_REGIONS` regions each row is the id and one long (:func:`_packed`: the row's kind, its
-    region, a foreign line's file key), from which the aggregates pick by kind (:func:`_unpacked`); beyond,
-    one column per kind (a region mark, a file key, a joined line, an unjoinable region mark, registered).
-    Both give the same rows (``tests/app/test_verify_packed_row.py``).
-
     An id's format is checked once per id after the aggregation, not once per line: a foreign line whose
     id is malformed counts nowhere (the pipeline quarantines it), an output line's makes ``bad``."""
     from pyspark.sql import functions as F
     n_regions = len(config.pipeline_regions)
     ids = config.join.foreign_ids
     exported = _read_export(spark, export_files)
-    foreign_ids = [(index, lines.ids(spark, ids, with_file=True, scan=scan).filter(F.col("id").isNotNull()))
-                   for index, lines in foreign]
-    output_ids = [(index, kind, lines.ids(spark, ids, scan=scan)) for index, _, kind, lines in outputs]
-    if n_regions <= PACKED_REGIONS:
-        # one long beside the id (:func:`_packed`): the shuffle writes and reads two fields a row, not six
-        registry = _window(exported, since_us, until_us).select(
-            "id", F.when(F.col("token").isNotNull(), _packed(REGISTERED)).alias("v"))
-        rows = _window(union_all([df.select("id", _packed(FOREIGN, index, "file").alias("v"))
-                                  for index, df in foreign_ids]), since_us, until_us)
-        rows = union_all([rows] + [df.select("id", _packed(JOINED if kind == "joined" else UNJOINABLE, index)
-                                             .alias("v")) for index, kind, df in output_ids] + [registry])
-        in_agg, in_regions, u_agg, u_regions, n_out, reg, file = _unpacked(n_regions)
-        grouped = rows.groupBy("id").agg(in_agg, u_agg, n_out, reg, file)
-    else:
-        registry = _window(exported, since_us, until_us).select(
-            "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
-        rows = _window(union_all([df.select("id", _region_bit(index, n_regions).alias("in_bit"), "file")
-                                  for index, df in foreign_ids]), since_us, until_us)
-        for index, kind, df in output_ids:
-            bit = _region_bit(index, n_regions)
-            rows = rows.unionByName(
-                df.select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
-                          (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
-                allowMissingColumns=True)
-        rows = rows.unionByName(registry, allowMissingColumns=True)
-        in_agg, in_regions = _regions("in_bit", n_regions)
-        u_agg, u_regions = _regions("u_bit", n_regions)
-        grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"),
-                                         F.min("file").alias("file"))
+    registry = _window(exported, since_us, until_us).select(
+        "id", F.when(F.col("token").isNotNull(), F.lit(1)).alias("reg"))
+    rows = union_all([lines.ids(spark, ids, with_file=True, scan=scan).filter(F.col("id").isNotNull())
+                      .select("id", _region_bit(index, n_regions).alias("in_bit"), "file") for index, lines in foreign])
+    rows = _window(rows, since_us, until_us)
+    for index, _, kind, lines in outputs:
+        bit = _region_bit(index, n_regions)
+        rows = rows.unionByName(
+            lines.ids(spark, ids, scan=scan).select("id", (F.lit(1) if kind == "joined" else F.lit(None)).cast("long").alias("j"),
+                                         (bit if kind == "unjoinable" else F.lit(None).cast("long")).alias("u_bit")),
+            allowMissingColumns=True)
+    rows = rows.unionByName(registry, allowMissingColumns=True)
+    in_agg, in_regions = _regions("in_bit", n_regions)
+    u_agg, u_regions = _regions("u_bit", n_regions)
+    grouped = rows.groupBy("id").agg(in_agg, u_agg, F.sum("j").alias("n_out"), F.max("reg").alias("reg"),
+                                     F.min("file").alias("file"))
     well_formed = F.coalesce(_well_formed("id", scan.function if scan is not None else None), F.lit(False))
     in_output = F.col("n_out").isNotNull() | u_regions.isNotNull()
     grouped = grouped.select(

@@ -12,7 +12,6 @@ import pytest
 import idregistry
 from photon import IdGenerator, load_config, wait_until
 from photon.app import read_recoverable, run_verify
-from photon.app._verify import FILE_KEY
 
 GEN = IdGenerator("10.4.4.4", 4444)
 FILES = 5
@@ -109,7 +108,7 @@ def test_an_id_its_files_key_does_not_find_again_is_looked_up_in_every_file(tmp_
     config, lost, lines, _ = world(tmp_path, {2})
     paths = sorted(str(p) for p in (tmp_path / "logs/clicks/w0").iterdir())
     keys = {r.path: r.key for r in spark.read.text(paths).select(
-        F.col("_metadata.file_path").alias("path"), F.expr(FILE_KEY).alias("key")).distinct()
+        F.col("_metadata.file_path").alias("path"), F.xxhash64("_metadata.file_path").alias("key")).distinct()
         .collect()}
     by_key = sorted(paths, key=lambda p: next(k for path, k in keys.items() if path.endswith(Path(p).name)))
     home = str(tmp_path / "logs/clicks/w0/c-2.jsonl")         # where the other lost click stays
