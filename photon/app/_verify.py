@@ -326,9 +326,12 @@ def _lines(files: list[str], partial: list[tuple[str, bytes]], staging: str | No
 
 
 def _in_window(since_us, until_us):
-    """True where the timestamp of column ``id`` is inside ``[since_us, until_us)`` (either bound optional)."""
+    """True where the timestamp of column ``id`` is inside ``[since_us, until_us)`` (either bound optional);
+    null (the row left out) where the id has none: a malformed foreign id counts nowhere, and an output line's
+    is kept by its ``bad`` (:func:`_per_id`). A ``try_cast``: with ANSI casts (Spark 4's default) a cast
+    of such an id failed the whole job."""
     from pyspark.sql import functions as F
-    ts = F.substring("id", -TIMESTAMP_DIGITS, TIMESTAMP_DIGITS).cast("long")
+    ts = F.substring("id", -TIMESTAMP_DIGITS, TIMESTAMP_DIGITS).try_cast("long")
     cond = F.lit(True)
     if since_us is not None:
         cond = cond & (ts >= since_us)

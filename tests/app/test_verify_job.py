@@ -58,6 +58,8 @@ def test_two_regions_are_counted_together_and_a_cross_region_duplicate_is_named(
     for r in ("a", "b"):                              # each region logs every click (one twice)
         write(tmp_path / f"logs/{r}/clicks/w0/f.jsonl", clicks + [clicks[0], b"not json"])
         write(tmp_path / f"logs/{r}/queries/w0/f.jsonl", [orjson.dumps({"query_id": x}) for x in q])
+    # and a click whose id has no timestamp: counted nowhere, also in a run given a time window
+    write(tmp_path / "logs/a/clicks/w0/g.jsonl", [click("x:1:12", q[0])])
     write(tmp_path / "out/a/joined/a-j0-1-000001.jsonl", [clicks[0], clicks[1]])
     write(tmp_path / "out/b/joined/b-j0-1-000001.jsonl", [clicks[2], clicks[1]])    # c1 in both regions
     write(tmp_path / "out/a/unjoinable/x.jsonl", [clicks[5], clicks[4]])
