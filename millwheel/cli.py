@@ -136,9 +136,11 @@ def run(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt  # out of any wait; the runtime and the server stop on the way
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    watch = None
     try:
         if server is not None:
             options["store"] = server.start().url
+            watch = _KeepServing(server)
         rt = Runtime(topology, RuntimeConfig.from_mapping(options))
         try:
             rt.start()
@@ -160,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
                       + "; ".join(rt.gave_up) + "; nothing is lost: what was not committed is redone at the "
                       "next start", file=sys.stderr, flush=True)
     finally:
+        if watch is not None:
+            watch.close()
         if server is not None:
             server.stop()
     s = rt.statistics()
@@ -170,6 +174,38 @@ def run(args: argparse.Namespace) -> int:
           + f"; state cache hit ratio {cache.hit_ratio:.3f} ({cache.hits} hits, {cache.misses} misses)",
           file=sys.stderr)
     return 0
+
+
+class _KeepServing:
+    """Starts the command's embedded PostgreSQL again, on the same port, whenever it dies while the run goes on
+    (SIGKILLed, OOM-killed): its clients retry a lost store for ``retry_s`` (60 s), so they carry on, where
+    before nothing started it again and the run stopped with the store's error after 60 s (with ``--workers``
+    every worker exited and the run waited for ever). A thread of its own, alive until :meth:`close`: the
+    server is told to shut down when the thread that started it ends (``PR_SET_PDEATHSIG``)."""
+
+    def __init__(self, server: EmbeddedPostgres) -> None:
+        self.server = server
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="millwheel-pg-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            if self.server.running:
+                continue
+            print(f"millwheel: the embedded PostgreSQL on {self.server.data_dir} exited; starting it again on "
+                  f"port {self.server.port} (its log: {self.server.log_path})", file=sys.stderr, flush=True)
+            try:
+                self.server.start()
+            except Exception as e:  # noqa: BLE001 - tried again at the next look
+                print(f"millwheel: the embedded PostgreSQL did not start again: {e}", file=sys.stderr, flush=True)
+                continue
+            print("millwheel: the embedded PostgreSQL is running again", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Stop watching (a start under way finishes first); the caller stops the server after this."""
+        self._done.set()
+        self._thread.join()
 
 
 def _store_for(args, options: dict, state_dir: Path):
@@ -200,9 +236,11 @@ def run_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     procs = Processes()
+    watch = None
     try:
         if server is not None:
             url = server.start().url
+            watch = _KeepServing(server)
         options["store"] = url
         config = RuntimeConfig.from_mapping(options)
         path = cluster_path(args.out)
@@ -236,6 +274,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         if killed:
             print(f"millwheel: killed {len(killed)} process(es) that did not stop within 20 s of SIGTERM: "
                   f"pids {', '.join(map(str, killed))}", file=sys.stderr, flush=True)
+        if watch is not None:
+            watch.close()
         if server is not None:
             server.stop()
     if st is None:

