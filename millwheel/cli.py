@@ -252,16 +252,21 @@ def run_cluster(args: argparse.Namespace) -> int:
         start_masters(procs, specs)
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
         for _ in range(args.workers):
-            _, address = procs.start(worker_argv(path), "millwheel worker serving on ")
+            _, address = procs.start(worker_argv(path), WORKER_READY)
         print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_redact(url)}",
               file=sys.stderr, flush=True)
+        def keep_workers() -> None:
+            if not stop.is_set():
+                for line in procs.restart_exited(WORKER_READY):
+                    print(f"millwheel: worker {line}", file=sys.stderr, flush=True)
         try:
             if args.until_idle:
-                wait_cluster_idle(topology, args.out, client, stop)
+                wait_cluster_idle(topology, args.out, client, stop, tick=keep_workers)
                 st = cluster_status(cf, client)
             else:
                 try:
-                    stop.wait()
+                    while not stop.wait(0.5):
+                        keep_workers()
                 except KeyboardInterrupt:
                     pass          # a stop asked for while running for ever is the normal end, as with one process
                 st = _final_status(cf)
@@ -287,6 +292,10 @@ def run_cluster(args: argparse.Namespace) -> int:
     print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
           + f"; {len(st['workers'])} workers", file=sys.stderr)
     return 0
+
+
+WORKER_READY = "millwheel worker serving on "
+"""The line a worker process prints once it serves (``millwheel run --workers N`` waits for it)."""
 
 
 def _final_status(cf: ClusterFile):

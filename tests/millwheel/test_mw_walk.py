@@ -6,6 +6,7 @@ and a store that cannot be reached, each a one-line message. Each run's windows 
 each window once."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -125,4 +126,25 @@ def test_the_embedded_postgres_killed_mid_run_is_started_again_and_nothing_is_lo
     os.kill(pid, signal.SIGKILL)
     assert run.wait(240) == 0, run.text()[-3000:]
     assert "the embedded PostgreSQL is running again" in run.text()
+    run.check(run.events)
+
+
+@pytest.mark.timeout(400)
+def test_the_only_worker_process_killed_is_started_again_and_the_run_ends(reachable_tmp, runs):
+    """``--workers 1`` and its worker SIGKILLed mid-run: before, nothing started another and the run waited
+    for ever for a cluster with no worker (also when every worker of several exited, e.g. on a store lost for
+    longer than its retries)."""
+    run = Run(reachable_tmp, "--workers", "1")
+    runs.append(run)
+    pidfile = run.out / ".millwheel" / "pg" / "postmaster.pid"
+    wait_until(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 8 or run.proc.poll() is not None,
+               240, message="the embedded server")
+    url = _embedded_url(run.out)
+    wait_until(lambda: _processed(url) >= 200 or run.proc.poll() is not None, 240, message="records committed")
+    assert run.proc.poll() is None, run.text()[-3000:]
+    (announce,) = (run.out / ".millwheel" / "workers").glob("*.json")
+    pid = json.loads(announce.read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    assert run.wait(300) == 0, run.text()[-3000:]
+    assert f"millwheel: worker pid {pid} exited with signal SIGKILL; started pid" in run.text()
     run.check(run.events)
