@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt  # out of any wait; the runtime and the server stop on the way
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    watch = None
+    watch = rt = None
     try:
         if server is not None:
             options["store"] = server.start().url
@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"millwheel: stopped; gave up {len(rt.gave_up)} store call(s) the store did not answer; "
                       + "; ".join(rt.gave_up) + "; nothing is lost: what was not committed is redone at the "
                       "next start", file=sys.stderr, flush=True)
+        stored = _stored_set_aside(options["store"]) if rt is not None else None
     finally:
         if watch is not None:
             watch.close()
@@ -170,10 +171,29 @@ def run(args: argparse.Namespace) -> int:
     cache = rt.store.statistics()
     print(f"millwheel: injected {s.injected} records; "
           + "; ".join(f"{n}: {c.records_processed} processed, {c.duplicates_dropped} duplicates, "
-                      f"{c.late_records} late, {c.timers_fired} timers" for n, c in s.computations.items())
+                      f"{c.late_records} late, {c.timers_fired} timers"
+                      + (f", {c.records_set_aside} set aside" if c.records_set_aside else "")
+                      for n, c in s.computations.items())
           + f"; state cache hit ratio {cache.hit_ratio:.3f} ({cache.hits} hits, {cache.misses} misses)",
           file=sys.stderr)
+    _say_set_aside(sum(c.records_set_aside for c in s.computations.values()), stored)
     return 0
+
+
+def _say_set_aside(this_run: int, stored: list | None) -> None:
+    """After a run: how many records user code kept raising on were set aside (in this run, and in the store
+    from every run), and the first :data:`SHOW_SET_ASIDE` of them with key, error and attempts, so that a run
+    that left records out of its output says so (the exit status stays 0: the rest is done)."""
+    if not this_run and not stored:
+        return
+    print(f"millwheel: {this_run} record(s) set aside in this run, {'?' if stored is None else len(stored)} in the "
+          "store: user code raised on them (each is kept in the store's set_aside table with its value; "
+          "Store.set_aside_records() lists them)" + (":" if stored else ""), file=sys.stderr)
+    for r in (stored or [])[:SHOW_SET_ASIDE]:
+        print(f"  set aside: {r.computation} key {r.key!r} record {r.id} after {r.attempts} attempts: {r.error}",
+              file=sys.stderr)
+    if stored and len(stored) > SHOW_SET_ASIDE:
+        print(f"  ... and {len(stored) - SHOW_SET_ASIDE} more", file=sys.stderr)
 
 
 class _KeepServing:
@@ -279,6 +299,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         if killed:
             print(f"millwheel: killed {len(killed)} process(es) that did not stop within 20 s of SIGTERM: "
                   f"pids {', '.join(map(str, killed))}", file=sys.stderr, flush=True)
+        stored = _stored_set_aside(url) if url else None
         if watch is not None:
             watch.close()
         if server is not None:
@@ -291,6 +312,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             for n in topology.computations}
     print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
           + f"; {len(st['workers'])} workers", file=sys.stderr)
+    _say_set_aside(st["set_aside"], stored)
     return 0
 
 

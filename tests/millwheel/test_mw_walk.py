@@ -148,3 +148,25 @@ def test_the_only_worker_process_killed_is_started_again_and_the_run_ends(reacha
     assert run.wait(300) == 0, run.text()[-3000:]
     assert f"millwheel: worker pid {pid} exited with signal SIGKILL; started pid" in run.text()
     run.check(run.events)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("workers", [None, 2], ids=["one-process", "workers"])
+def test_the_runs_summary_names_the_records_set_aside(reachable_tmp, runs, workers):
+    """A click the computation always raises on: before, the summary counted the others as processed and said
+    nothing of the one left out (exit 0), and a run without ``--workers`` has no ``millwheel status``; now it
+    says how many were set aside and lists each with its key, error and attempts."""
+    events = write_joined(reachable_tmp / "in", 1500, 4)
+    bad = events[321]
+    run = Run(reachable_tmp, *(["--workers", str(workers)] if workers else []),
+              env={"POISON_CLICK": bad["click_id"], "SLOW_S": "0"})
+    runs.append(run)
+    assert run.wait(300) == 0, run.text()[-3000:]
+    text = run.text()
+    assert "millwheel: 1 record(s) set aside in this run, 1 in the store: user code raised on them" in text, \
+        text[-3000:]
+    assert (f"  set aside: windows key {bad['query']['advertiser_id']!r} record " in text
+            and f" after 5 attempts: ValueError: no advertiser for {bad['click_id']}" in text), text[-3000:]
+    if not workers:
+        assert "windows: 1499 processed, 0 duplicates, 0 late, " in text and ", 1 set aside;" in text, text[-3000:]
+    run.check([e for e in events if e is not bad])
