@@ -170,3 +170,32 @@ def test_the_runs_summary_names_the_records_set_aside(reachable_tmp, runs, worke
     if not workers:
         assert "windows: 1499 processed, 0 duplicates, 0 late, " in text and ", 1 set aside;" in text, text[-3000:]
     run.check([e for e in events if e is not bad])
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("workers", [None, 2], ids=["one-process", "workers"])
+def test_an_input_line_the_key_extractor_raises_on_is_set_aside_not_a_stop_at_every_start(
+        reachable_tmp, runs, workers):
+    """A joined line with a good click id but no ``query.advertiser_id``: the example's key extractor raises
+    on it. Before, the injector had committed it with its position, then routing raised: the run stopped
+    with a traceback (``--workers``: the injector's worker exited and the run waited for ever), and every
+    start replayed the same stored record and stopped again. Now it is set aside for that consumer in the
+    injector's write, and the rest goes on."""
+    events = write_joined(reachable_tmp / "in", 1500, 4)
+    bad = dict(events[10], click_id=events[10]["click_id"][:-3] + "999", query={"text": "no advertiser"})
+    (f,) = sorted((reachable_tmp / "in" / "joined").glob("*/*0001.jsonl"))
+    with open(f, "ab") as out:
+        out.write(json.dumps(bad).encode() + b"\n")
+    run = Run(reachable_tmp, *(["--workers", str(workers)] if workers else []), env={"SLOW_S": "0"})
+    runs.append(run)
+    assert run.wait(300) == 0, run.text()[-3000:]
+    text = run.text()
+    assert "Traceback" not in text, text[-3000:]
+    assert (f"  set aside: windows key {bad['click_id']!r} record joined/" in text
+            and " after 1 attempts: the key extractor of windows for stream clicks raised: KeyError: "
+                "'advertiser_id'" in text), text[-3000:]
+    run.check(events)
+    again = Run(reachable_tmp, *(["--workers", str(workers)] if workers else []))   # the next start: not again
+    runs.append(again)
+    assert again.wait(300) == 0, again.text()[-3000:]
+    again.check(events)
