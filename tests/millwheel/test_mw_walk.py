@@ -199,3 +199,40 @@ def test_an_input_line_the_key_extractor_raises_on_is_set_aside_not_a_stop_at_ev
     runs.append(again)
     assert again.wait(300) == 0, again.text()[-3000:]
     again.check(events)
+
+
+@pytest.mark.timeout(400)
+def test_a_second_run_on_the_same_out_is_refused_in_one_line_and_the_first_goes_on(reachable_tmp, runs):
+    """Before: a traceback ending in ``EmbeddedPostgresError`` (exit 1)."""
+    first = Run(reachable_tmp)
+    runs.append(first)
+    pidfile = first.out / ".millwheel" / "pg" / "postmaster.pid"
+    wait_until(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 8
+               or first.proc.poll() is not None, 240, message="the embedded server")
+    second = Run(reachable_tmp)
+    runs.append(second)
+    assert second.wait(120) == 4, second.text()[-3000:]
+    text = second.text()
+    assert "Traceback" not in text, text[-3000:]
+    assert text.startswith(f"millwheel: a PostgreSQL server (pid {int(pidfile.read_text().split()[0])}) is already "
+                           f"running on {first.out / '.millwheel' / 'pg'}"), text
+    assert "a second run on the same --out" in text
+    assert first.wait(300) == 0, first.text()[-3000:]
+    first.check(first.events)
+
+
+@pytest.mark.timeout(200)
+def test_a_store_that_cannot_be_reached_is_named_within_seconds(reachable_tmp):
+    """Before: 60 s of silence, then a traceback ending in psycopg's ``OperationalError`` (exit 1)."""
+    from photon import free_port
+    url = f"postgresql://nobody:secret@127.0.0.1:{free_port('127.0.0.1')}/nowhere"
+    (reachable_tmp / "in").mkdir()
+    for argv in (["run", "examples.ad_windows", "--input", "in", "--out", "out", "--until-idle", "--store", url],
+                 ["run", "examples.ad_windows", "--input", "in", "--out", "out", "--workers", "1", "--store", url],
+                 ["worker", "examples.ad_windows", "--input", "in", "--out", "out", "--store", url,
+                  "--master", "127.0.0.1:1"]):
+        r = subprocess.run([MILLWHEEL, *argv], capture_output=True, text=True, timeout=45, cwd=reachable_tmp)
+        assert r.returncode == 2, (argv, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and "secret" not in r.stderr, r.stderr[-2000:]
+        assert r.stderr.startswith(f"millwheel: --store {url.replace('secret', '***')} cannot be reached "
+                                   "(tried for 5 s): connection failed"), r.stderr
