@@ -102,12 +102,15 @@ class Processes:
         return p, line[len(ready):].strip()
 
     def restart_exited(self, ready: str, min_gap_s: float = 5.0) -> list[str]:
-        """Start each process of kind ``ready`` that has exited again, in its place (a process whose last
-        start was less than ``min_gap_s`` ago waits for a later call: one that keeps failing is not started
-        in a tight loop). Returns one line per process, saying what happened."""
+        """Start each process of kind ``ready`` that has failed (exited with a status other than 0, or killed)
+        again, in its place; one that exited 0 was asked to stop (SIGTERM, or a Ctrl-C reaching the whole
+        process group) and is left. A process whose last start was less than ``min_gap_s`` ago waits for a
+        later call: one that keeps failing is not started in a tight loop. Returns one line per process,
+        saying what happened."""
         said = []
         for i, (p, kind) in enumerate(zip(self.procs, self._kinds)):
-            if kind != ready or p.poll() is None or time.monotonic() - self._restarted_at.get(i, 0.0) < min_gap_s:
+            if (kind != ready or p.poll() is None or p.returncode == 0
+                    or time.monotonic() - self._restarted_at.get(i, 0.0) < min_gap_s):
                 continue
             self._restarted_at[i] = time.monotonic()
             if p.stdout:
