@@ -33,6 +33,7 @@ from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient
 from millwheel._master_state import PlacementPolicy
+from millwheel._model import OutputFailed
 from millwheel._process import WorkerHost
 from millwheel._pgserver import DataDirInUse, EmbeddedPostgres, EmbeddedPostgresError
 from millwheel._runtime import Runtime
@@ -536,6 +537,10 @@ def main(argv: list[str] | None = None) -> int:
     except MillWheelConfigError as e:
         print(f"millwheel: {e}", file=sys.stderr)
         return 2
+    except OutputFailed as e:
+        print(f"millwheel: stopped: {e}; what was committed stays, and running the same command again (once "
+              "the output can be written) writes the rest", file=sys.stderr)
+        return 1
     except DataDirInUse as e:
         print(f"millwheel: {e} (a second run on the same --out: stop the first, or give another --out)",
               file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -236,3 +237,34 @@ def test_a_store_that_cannot_be_reached_is_named_within_seconds(reachable_tmp):
         assert "Traceback" not in r.stderr and "secret" not in r.stderr, r.stderr[-2000:]
         assert r.stderr.startswith(f"millwheel: --store {url.replace('secret', '***')} cannot be reached "
                                    "(tried for 5 s): connection failed"), r.stderr
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
+def test_a_full_disk_for_the_output_stops_the_run_in_one_line_and_the_next_run_writes_the_rest(
+        reachable_tmp, runs, pg_url):
+    """``--out`` on an 8 KiB tmpfs: before, each window that did not fit was tried 5 times and set aside
+    (re-running every window of the sink's batch each time, echoing them again), so the run spun for minutes
+    and left the windows out of the output. Now :class:`FileSink` raises ``OutputFailed``, the run stops at
+    once saying which file could not be written, and once there is room the same command writes the rest:
+    every window once, equal to the batch."""
+    out = reachable_tmp / "out"
+    out.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(out)], check=True)
+    try:
+        run = Run(reachable_tmp, "--store", pg_url, env={"SLOW_S": "0"})
+        runs.append(run)
+        assert run.wait(120) == 1, run.text()[-3000:]
+        text = run.text()
+        assert "Traceback" not in text and "set aside" not in text, text[-3000:]
+        assert re.search(rf"millwheel: stopped: writing {re.escape(str(out))}/(windows|anomalies)\.jsonl failed: "
+                         "No space left on device; what was committed stays", text), text[-3000:]
+        subprocess.run(["mount", "-o", "remount,size=1m", str(out)], check=True)
+        again = Run(reachable_tmp, "--store", pg_url, env={"SLOW_S": "0"})
+        runs.append(again)
+        assert again.wait(300) == 0, again.text()[-3000:]
+        again.check(run.events)
+    finally:
+        for r in runs:
+            r.close()
+        subprocess.run(["umount", str(out)], check=False)
