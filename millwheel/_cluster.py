@@ -77,6 +77,10 @@ def new_specs(out, topology, slots: int, policy: PlacementPolicy) -> list[str]:
     return [s.to_json() for s in master_specs(root, declared(topology, slots), policy=policy, tick_ms=100)]
 
 
+class ChildDidNotStart(RuntimeError):
+    """A child process exited (or closed its output) before it said it serves."""
+
+
 class Processes:
     """Child processes started by this one, stopped (TERM, then KILL) a group at a time, the last started
     group first: processes started one after the other with the same ``ready`` line (the workers, the
@@ -98,7 +102,10 @@ class Processes:
         line = p.stdout.readline().decode()
         if not line.startswith(ready):
             p.wait(timeout=timeout_s)
-            raise RuntimeError(f"{' '.join(argv[:4])} ... did not start (exit {p.returncode}): {line!r}")
+            what = ready.split(" serving on")[0]
+            raise ChildDidNotStart(f"a {what} process did not start (exit {p.returncode}"
+                                   + (f", it said {line.strip()!r}" if line.strip() else "")
+                                   + "); its own message is above")
         return p, line[len(ready):].strip()
 
     def restart_exited(self, ready: str, min_gap_s: float = 5.0) -> list[str]:

@@ -27,11 +27,11 @@ import sys
 import threading
 from pathlib import Path
 
-from millwheel._cluster import (ClusterFile, Processes, cluster_path, cluster_status, new_specs, start_masters,
+from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, new_specs, start_masters,
                                 wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
-from millwheel._master_client import MasterClient
+from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import PlacementPolicy
 from millwheel._model import OutputFailed
 from millwheel._process import WorkerHost
@@ -349,7 +349,6 @@ WORKER_READY = "millwheel worker serving on "
 def _final_status(cf: ClusterFile):
     """The cluster's status for the summary after a stop, or None when no master answers within 2 s (a Ctrl-C
     on a terminal reaches the masters and workers as well as this process)."""
-    from millwheel._master_client import MasterUnavailable
     client = MasterClient(cf.masters, retry_timeout_s=2.0)
     try:
         return cluster_status(cf, client)
@@ -537,6 +536,12 @@ def main(argv: list[str] | None = None) -> int:
     except MillWheelConfigError as e:
         print(f"millwheel: {e}", file=sys.stderr)
         return 2
+    except ChildDidNotStart as e:
+        print(f"millwheel: stopped: {e}", file=sys.stderr)
+        return 1
+    except MasterUnavailable as e:
+        print(f"millwheel: stopped: {e}", file=sys.stderr)
+        return 1
     except OutputFailed as e:
         print(f"millwheel: stopped: {e}; what was committed stays, and running the same command again (once "
               "the output can be written) writes the rest", file=sys.stderr)

@@ -268,3 +268,34 @@ def test_a_full_disk_for_the_output_stops_the_run_in_one_line_and_the_next_run_w
         for r in runs:
             r.close()
         subprocess.run(["umount", str(out)], check=False)
+
+
+@pytest.mark.timeout(400)
+def test_a_master_port_in_use_and_no_master_are_named_not_a_traceback(reachable_tmp, pg_url):
+    """A second ``--workers`` run on an ``--out`` reuses its master's ports; one taken by another program meanwhile
+    made the master say so and then ``millwheel run`` end in a ``RuntimeError`` traceback. ``millwheel worker``
+    given a ``--master`` that does not answer ended in a ``MasterUnavailable`` traceback."""
+    import socket
+    (reachable_tmp / "in").mkdir()
+    argv = [MILLWHEEL, "run", "examples.ad_windows", "--input", "in", "--out", "out", "--workers", "1", "--until-idle",
+            "--store", pg_url]
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=reachable_tmp)
+    assert first.returncode == 0, first.stderr[-3000:]
+    spec = json.loads(json.loads((reachable_tmp / "out" / ".millwheel" / "cluster.json").read_text())["specs"][0])
+    host, port = spec["grpc_peers"][0].rsplit(":", 1)
+    with socket.socket() as taken:
+        taken.bind((host, int(port)))
+        taken.listen()
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=reachable_tmp)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert f"cannot bind {host}:{port}" in r.stderr, r.stderr[-3000:]
+    assert "millwheel: stopped: a millwheel master process did not start (exit 2); its own message is above" \
+        in r.stderr, r.stderr[-3000:]
+    from photon import free_port
+    w = subprocess.run([MILLWHEEL, "worker", "examples.ad_windows", "--input", "in", "--out", "out2", "--store", pg_url,
+                        "--master", f"127.0.0.1:{free_port('127.0.0.1')}"],
+                       capture_output=True, text=True, timeout=200, cwd=reachable_tmp)
+    assert w.returncode == 1, w.stderr[-3000:]
+    assert "Traceback" not in w.stderr, w.stderr[-3000:]
+    assert "millwheel: stopped: no master leader answered" in w.stderr, w.stderr[-3000:]
