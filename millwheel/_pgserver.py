@@ -89,6 +89,12 @@ class EmbeddedPostgres:
         return self._proc is not None and self._proc.poll() is None
 
     @property
+    def exit_code(self) -> int | None:
+        """How the server last started by :meth:`start` ended (negative: the signal that killed it), or None
+        while it runs or when it was stopped by :meth:`stop` / :meth:`crash`."""
+        return self._proc.poll() if self._proc is not None else None
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self.running else None
 

@@ -27,8 +27,8 @@ import sys
 import threading
 from pathlib import Path
 
-from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, new_specs, start_masters,
-                                wait_cluster_idle, worker_argv)
+from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, new_specs,
+                                start_masters, wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient, MasterUnavailable
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             options["store"] = server.start().url
-            watch = _KeepServing(server)
+            watch = _KeepServing(server, stop)
         rt = Runtime(topology, RuntimeConfig.from_mapping(options))
         try:
             rt.start()
@@ -206,23 +206,29 @@ class _KeepServing:
     every worker exited and the run waited for ever). A thread of its own, alive until :meth:`close`: the
     server is told to shut down when the thread that started it ends (``PR_SET_PDEATHSIG``)."""
 
-    def __init__(self, server: EmbeddedPostgres) -> None:
-        self.server = server
+    def __init__(self, server: EmbeddedPostgres, stopping: threading.Event) -> None:
+        self.server, self._stopping = server, stopping
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="millwheel-pg-watch", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
+        again = False       # a start that failed is tried again at the next look
         while not self._done.wait(0.5):
-            if self.server.running:
+            # exit status 0: it was asked to stop (a Ctrl-C on a terminal reaches it too), as the run is
+            code = self.server.exit_code
+            if self._stopping.is_set() or not (again or (code is not None and code != 0)):
                 continue
-            print(f"millwheel: the embedded PostgreSQL on {self.server.data_dir} exited; starting it again on "
-                  f"port {self.server.port} (its log: {self.server.log_path})", file=sys.stderr, flush=True)
+            how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"status {code}"
+            print(f"millwheel: the embedded PostgreSQL on {self.server.data_dir} exited ({how}); starting it "
+                  f"again on port {self.server.port} (its log: {self.server.log_path})", file=sys.stderr, flush=True)
             try:
                 self.server.start()
             except Exception as e:  # noqa: BLE001 - tried again at the next look
+                again = True
                 print(f"millwheel: the embedded PostgreSQL did not start again: {e}", file=sys.stderr, flush=True)
                 continue
+            again = False
             print("millwheel: the embedded PostgreSQL is running again", file=sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -286,7 +292,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             url = server.start().url
-            watch = _KeepServing(server)
+            watch = _KeepServing(server, stop)
         options["store"] = url
         config = RuntimeConfig.from_mapping(options)
         path = cluster_path(args.out)
