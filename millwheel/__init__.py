@@ -8,7 +8,7 @@ Write a :class:`Computation`, wire it into a :class:`Topology` with injectors, r
 from millwheel._cache import CachedStore, CacheStatistics
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._injectors import FileInjector, Injector, JoinedInjector, ListInjector, Poll
-from millwheel._model import STRONG, WALL, WATERMARK, WEAK, Computation, Context, Record, Timer
+from millwheel._model import STRONG, WALL, WATERMARK, WEAK, Computation, Context, OutputFailed, Record, Timer
 from millwheel._pgserver import EmbeddedPostgres, EmbeddedPostgresError
 from millwheel._pgstore import PostgresStatistics, PostgresStore
 from millwheel._runtime import ComputationStatistics, Runtime, RuntimeStatistics, serve
@@ -22,7 +22,7 @@ __all__ = [
     "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "CacheStatistics", "CachedStore", "Computation",
     "ComputationStatistics", "Context", "EmbeddedPostgres", "EmbeddedPostgresError", "FileInjector",
     "FileSink", "Injector", "JoinedInjector", "ListInjector", "LocalTransport", "MemoryStore",
-    "MillWheelConfigError", "Poll", "PostgresStatistics", "PostgresStore", "Record", "Runtime",
+    "MillWheelConfigError", "OutputFailed", "Poll", "PostgresStatistics", "PostgresStore", "Record", "Runtime",
     "RuntimeConfig", "RuntimeStatistics", "SetAsideRecord", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology",
     "TopologyError", "Transport", "open_store", "serve",
 ]

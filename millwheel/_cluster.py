@@ -77,6 +77,10 @@ def new_specs(out, topology, slots: int, policy: PlacementPolicy) -> list[str]:
     return [s.to_json() for s in master_specs(root, declared(topology, slots), policy=policy, tick_ms=100)]
 
 
+class ChildDidNotStart(RuntimeError):
+    """A child process exited (or closed its output) before it said it serves."""
+
+
 class Processes:
     """Child processes started by this one, stopped (TERM, then KILL) a group at a time, the last started
     group first: processes started one after the other with the same ``ready`` line (the workers, the
@@ -85,16 +89,49 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
         self._kinds: list[str] = []
+        self._argv: list[list[str]] = []
+        self._kw: list[dict] = []
+        self._restarted_at: dict[int, float] = {}
 
     def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, **kw)
         self.procs.append(p)
         self._kinds.append(ready)
+        self._argv.append(argv)
+        self._kw.append(kw)
         line = p.stdout.readline().decode()
         if not line.startswith(ready):
             p.wait(timeout=timeout_s)
-            raise RuntimeError(f"{' '.join(argv[:4])} ... did not start (exit {p.returncode}): {line!r}")
+            what = ready.split(" serving on")[0]
+            raise ChildDidNotStart(f"a {what} process did not start (exit {p.returncode}"
+                                   + (f", it said {line.strip()!r}" if line.strip() else "")
+                                   + "); its own message is above")
         return p, line[len(ready):].strip()
+
+    def restart_exited(self, ready: str, min_gap_s: float = 5.0) -> list[str]:
+        """Start each process of kind ``ready`` that has failed (exited with a status other than 0, or killed)
+        again, in its place; one that exited 0 was asked to stop (SIGTERM, or a Ctrl-C reaching the whole
+        process group) and is left. A process whose last start was less than ``min_gap_s`` ago waits for a
+        later call: one that keeps failing is not started in a tight loop. Returns one line per process,
+        saying what happened."""
+        said = []
+        for i, (p, kind) in enumerate(zip(self.procs, self._kinds)):
+            if (kind != ready or p.poll() is None or p.returncode == 0
+                    or time.monotonic() - self._restarted_at.get(i, 0.0) < min_gap_s):
+                continue
+            self._restarted_at[i] = time.monotonic()
+            if p.stdout:
+                p.stdout.close()
+            new = subprocess.Popen(self._argv[i], stdout=subprocess.PIPE, **self._kw[i])
+            self.procs[i] = new
+            line = new.stdout.readline().decode()
+            if line.startswith(ready):
+                said.append(f"pid {p.pid} exited with {_exit_text(p.returncode)}; started pid {new.pid} in its "
+                            f"place, serving on {line[len(ready):].strip()}")
+            else:
+                said.append(f"pid {p.pid} exited with {_exit_text(p.returncode)}; pid {new.pid} started in its "
+                            f"place did not start (exit {new.poll()}); trying again in {min_gap_s:g} s")
+        return said
 
     def groups(self) -> list[list[subprocess.Popen]]:
         """The processes in stopping order: groups of the same kind, the last started first."""
@@ -127,6 +164,10 @@ class Processes:
                 if p.stdout:
                     p.stdout.close()
         return killed
+
+
+def _exit_text(code: int | None) -> str:
+    return f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"status {code}"
 
 
 def start_masters(procs: Processes, specs: list[str]) -> list[str]:
@@ -217,9 +258,14 @@ def cluster_idle(topology, out, client: MasterClient) -> bool:
     return held >= set(topology.injectors)
 
 
-def wait_cluster_idle(topology, out, client: MasterClient, stop, timeout_s: float | None = None) -> None:
+def wait_cluster_idle(topology, out, client: MasterClient, stop, timeout_s: float | None = None,
+                      tick=None) -> None:
+    """Returns once :func:`cluster_idle` holds at two looks apart; ``tick`` (if given) is called at every
+    look (``millwheel run`` starts exited workers again there)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while not stop.is_set():
+        if tick is not None:
+            tick()
         if cluster_idle(topology, out, client):
             stop.wait(0.3)   # settle: idle at two looks apart
             if cluster_idle(topology, out, client):

@@ -17,7 +17,7 @@ from millwheel._config import RuntimeConfig
 from millwheel._injectors import Injector
 from millwheel._messages import WatermarksReported
 from millwheel._routing import Router
-from millwheel._store import Store, StoredProduction, Write
+from millwheel._store import SetAsideRecord, Store, StoredProduction, Write
 from millwheel._transport import Done, Inbox, Tracker
 from millwheel._watermarks import WatermarkReported, interval_low
 
@@ -40,6 +40,8 @@ class InjectorShell:
         self.caught_up = False
         self.busy = False
         self.injected = 0
+        self.set_aside: dict[str, int] = {}
+        """Per consumer, records set aside because its key extractor raised on them (in this process's run)."""
         self.seq = 0
         self._n = 0
         self._reported: int | None = None
@@ -55,7 +57,8 @@ class InjectorShell:
         self.injector.restore(saved.get("position"))
         self.estimate = int(saved.get("estimate", 0))
         prods = self.store.pending_productions(self.name, 0)
-        out = self.tracker.register(self.name, self.router.outgoing(self.name, 0, prods, True),
+        # a consumer whose key extractor raises on one of them had it set aside with it (see _inject)
+        out = self.tracker.register(self.name, self.router.outgoing(self.name, 0, prods, True, []),
                                     self.clock.now_us(), self.config.retry_delay_us)
         self.tracker.send(out)
         return self.seq
@@ -106,12 +109,21 @@ class InjectorShell:
             prods.append(StoredProduction(f"{self.name}/{self.seq}/{self._n}", self.stream, str(key),
                                           orjson.dumps(value), int(ts), now))
         writes = [Write(self.name, 0, self.seq, productions_done=done)] if done else []
+        # routed before the commit: a record a consumer's key extractor raises on (a field missing from an
+        # input line) is set aside for that consumer in the same write as the position past it, instead of
+        # stopping the runtime at every start on the same stored record
+        failed: list = []
+        rows = self.router.outgoing(self.name, 0, prods, True, failed)
         if prods:
             state = orjson.dumps({"position": poll.position, "estimate": max(self.estimate, poll.watermark_us)})
-            writes.append(Write(self.name, 0, self.seq, key="", state=state, productions=prods))
+            aside = [SetAsideRecord(consumer, p.id, p.key, f"the key extractor of {consumer} for stream {p.stream} "
+                                    f"raised: {error}", 1, p.value, p.timestamp_us, self.name, p.produced_at_us)
+                     for consumer, p, error in failed]
+            writes.append(Write(self.name, 0, self.seq, key="", state=state, productions=prods, set_aside=aside))
         self.store.commit(writes)
-        out = self.tracker.register(self.name, self.router.outgoing(self.name, 0, prods, True), now,
-                                    cfg.retry_delay_us)
+        for consumer, _, _ in failed:
+            self.set_aside[consumer] = self.set_aside.get(consumer, 0) + 1
+        out = self.tracker.register(self.name, rows, now, cfg.retry_delay_us)
         self.tracker.send(out)
         self.injected += len(prods)
         self.estimate = max(self.estimate, poll.watermark_us)

@@ -77,6 +77,13 @@ class Context(Protocol):
                 key: str | None = None) -> None: ...
 
 
+class OutputFailed(Exception):
+    """Raised by user code when the record is not at fault: its output cannot be written (a full disk, a
+    read-only folder). The runtime does not try the record again and set it aside, as it does for other
+    errors: it stops with this error, and what was not committed is redone at the next start.
+    :class:`millwheel.FileSink` raises it for any error writing its file."""
+
+
 class Computation:
     """Subclass and implement :meth:`process_record` and :meth:`process_timer`.
 

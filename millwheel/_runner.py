@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from millwheel._model import DOMAINS, WALL, WATERMARK, Computation, Production, Record, Timer
+from millwheel._model import DOMAINS, WALL, WATERMARK, Computation, OutputFailed, Production, Record, Timer
 from millwheel._store import KEEP
 
 _UNREAD = object()
@@ -179,8 +179,8 @@ class KeyRunner:
             ctx._begin(rec.id, rec.timestamp_us)
             try:
                 comp.process_record(ctx, rec)
-            except UndeclaredStream:
-                raise              # the topology is wrong, not the record: stop loudly
+            except (UndeclaredStream, OutputFailed):
+                raise              # the topology or the output is wrong, not the record: stop loudly
             except Exception as e:  # noqa: BLE001 - user code: the record is tried again or set aside
                 raise UserCodeFailed(rec.id, error_text(e)) from e
             done += 1

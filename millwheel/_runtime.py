@@ -338,6 +338,9 @@ class Runtime(ShowsWatermarks):
         for w in self.workers:
             for name, c in w.statistics().items():
                 per.setdefault(name, Counter()).update(c)
+        for shell in self.injectors.values():     # records a consumer's key extractor raised on
+            for name, n in shell.set_aside.items():
+                per.setdefault(name, Counter())["set_aside"] += n
         comps = {name: ComputationStatistics(per.get(name, {}).get("records", 0),
                                              per.get(name, {}).get("duplicates", 0),
                                              per.get(name, {}).get("late", 0),

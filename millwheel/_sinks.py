@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from millwheel._model import Computation, Context, Record, Timer
+from millwheel._model import Computation, Context, OutputFailed, Record, Timer
 
 SINK_KEY = "sink"
 
@@ -32,11 +32,14 @@ class FileSink(Computation):
     def process_record(self, ctx: Context, record: Record) -> None:
         committed = (ctx.state or {}).get("bytes", 0)
         line = orjson.dumps(record.value) + b"\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
-            f.truncate(committed)
-            f.write(line)
-            f.flush()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab") as f:
+                f.truncate(committed)
+                f.write(line)
+                f.flush()
+        except OSError as e:   # not the record's fault: stop, and write it at the next start (no set-aside)
+            raise OutputFailed(f"writing {self.path} failed: {e.strerror or e}") from e
         ctx.state = {"bytes": committed + len(line)}
         if self.echo:
             sys.stdout.write(line.decode())

@@ -21,19 +21,21 @@ import argparse
 import importlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from millwheel._cluster import (ClusterFile, Processes, cluster_path, cluster_status, new_specs, start_masters,
-                                wait_cluster_idle, worker_argv)
+from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, new_specs,
+                                start_masters, wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
-from millwheel._master_client import MasterClient
+from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import PlacementPolicy
+from millwheel._model import OutputFailed
 from millwheel._process import WorkerHost
-from millwheel._pgserver import EmbeddedPostgres
+from millwheel._pgserver import DataDirInUse, EmbeddedPostgres, EmbeddedPostgresError
 from millwheel._runtime import Runtime
 from millwheel._store import open_store
 from photon import settle_gc
@@ -122,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     state_dir = Path(args.out).resolve() / ".millwheel"
     server = None
     if args.store:
+        _check_store(args.store)
         options["store"] = args.store
     elif "store" not in options:
         if (state_dir / "state.db").exists() and not (state_dir / "pg").exists():
@@ -136,9 +139,11 @@ def run(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt  # out of any wait; the runtime and the server stop on the way
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    watch = rt = None
     try:
         if server is not None:
             options["store"] = server.start().url
+            watch = _KeepServing(server, stop)
         rt = Runtime(topology, RuntimeConfig.from_mapping(options))
         try:
             rt.start()
@@ -159,22 +164,105 @@ def run(args: argparse.Namespace) -> int:
                 print(f"millwheel: stopped; gave up {len(rt.gave_up)} store call(s) the store did not answer; "
                       + "; ".join(rt.gave_up) + "; nothing is lost: what was not committed is redone at the "
                       "next start", file=sys.stderr, flush=True)
+        stored = _stored_set_aside(options["store"]) if rt is not None else None
     finally:
+        if watch is not None:
+            watch.close()
         if server is not None:
             server.stop()
     s = rt.statistics()
     cache = rt.store.statistics()
     print(f"millwheel: injected {s.injected} records; "
           + "; ".join(f"{n}: {c.records_processed} processed, {c.duplicates_dropped} duplicates, "
-                      f"{c.late_records} late, {c.timers_fired} timers" for n, c in s.computations.items())
+                      f"{c.late_records} late, {c.timers_fired} timers"
+                      + (f", {c.records_set_aside} set aside" if c.records_set_aside else "")
+                      for n, c in s.computations.items())
           + f"; state cache hit ratio {cache.hit_ratio:.3f} ({cache.hits} hits, {cache.misses} misses)",
           file=sys.stderr)
+    _say_set_aside(sum(c.records_set_aside for c in s.computations.values()), stored)
     return 0
+
+
+def _say_set_aside(this_run: int, stored: list | None) -> None:
+    """After a run: how many records user code kept raising on were set aside (in this run, and in the store
+    from every run), and the first :data:`SHOW_SET_ASIDE` of them with key, error and attempts, so that a run
+    that left records out of its output says so (the exit status stays 0: the rest is done)."""
+    if not this_run and not stored:
+        return
+    print(f"millwheel: {this_run} record(s) set aside in this run, {'?' if stored is None else len(stored)} in the "
+          "store: user code raised on them (each is kept in the store's set_aside table with its value; "
+          "Store.set_aside_records() lists them)" + (":" if stored else ""), file=sys.stderr)
+    for r in (stored or [])[:SHOW_SET_ASIDE]:
+        print(f"  set aside: {r.computation} key {r.key!r} record {r.id} after {r.attempts} attempts: {r.error}",
+              file=sys.stderr)
+    if stored and len(stored) > SHOW_SET_ASIDE:
+        print(f"  ... and {len(stored) - SHOW_SET_ASIDE} more", file=sys.stderr)
+
+
+class _KeepServing:
+    """Starts the command's embedded PostgreSQL again, on the same port, whenever it dies while the run goes on
+    (SIGKILLed, OOM-killed): its clients retry a lost store for ``retry_s`` (60 s), so they carry on, where
+    before nothing started it again and the run stopped with the store's error after 60 s (with ``--workers``
+    every worker exited and the run waited for ever). A thread of its own, alive until :meth:`close`: the
+    server is told to shut down when the thread that started it ends (``PR_SET_PDEATHSIG``)."""
+
+    def __init__(self, server: EmbeddedPostgres, stopping: threading.Event) -> None:
+        self.server, self._stopping = server, stopping
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="millwheel-pg-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        again = False       # a start that failed is tried again at the next look
+        while not self._done.wait(0.5):
+            # exit status 0: it was asked to stop (a Ctrl-C on a terminal reaches it too), as the run is
+            code = self.server.exit_code
+            if self._stopping.is_set() or not (again or (code is not None and code != 0)):
+                continue
+            how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"status {code}"
+            print(f"millwheel: the embedded PostgreSQL on {self.server.data_dir} exited ({how}); starting it "
+                  f"again on port {self.server.port} (its log: {self.server.log_path})", file=sys.stderr, flush=True)
+            try:
+                self.server.start()
+            except Exception as e:  # noqa: BLE001 - tried again at the next look
+                again = True
+                print(f"millwheel: the embedded PostgreSQL did not start again: {e}", file=sys.stderr, flush=True)
+                continue
+            again = False
+            print("millwheel: the embedded PostgreSQL is running again", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Stop watching (a start under way finishes first); the caller stops the server after this."""
+        self._done.set()
+        self._thread.join()
+
+
+STORE_CHECK_S = 5.0
+"""How long ``millwheel run`` and ``millwheel worker`` try a ``--store`` PostgreSQL before they say it cannot
+be reached (exit 2): a mistyped host, port or user is named at once, not after the store's 60 s of retries
+and a traceback."""
+
+
+def _check_store(url: str) -> None:
+    """A ``--store`` PostgreSQL URL that does not answer within :data:`STORE_CHECK_S` (or refuses the user or
+    the database) is a :class:`MillWheelConfigError` naming it; other kinds are checked by the runtime."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return
+    try:
+        store = open_store(url + ("&" if "?" in url else "?") + f"retry_s={STORE_CHECK_S:g}")
+    except MillWheelConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - what the server or libpq said, named
+        why = " ".join(str(e).split())
+        raise MillWheelConfigError(f"--store {_no_password(url)} cannot be reached (tried for {STORE_CHECK_S:g} s): "
+                                   f"{why}") from None
+    store.close()
 
 
 def _store_for(args, options: dict, state_dir: Path):
     """The store URL, and the embedded server to start (None: the URL is somebody else's)."""
     if args.store:
+        _check_store(args.store)
         return args.store, None
     if "store" in options:
         return options["store"], None
@@ -200,9 +288,11 @@ def run_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     procs = Processes()
+    watch = None
     try:
         if server is not None:
             url = server.start().url
+            watch = _KeepServing(server, stop)
         options["store"] = url
         config = RuntimeConfig.from_mapping(options)
         path = cluster_path(args.out)
@@ -214,16 +304,21 @@ def run_cluster(args: argparse.Namespace) -> int:
         start_masters(procs, specs)
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
         for _ in range(args.workers):
-            _, address = procs.start(worker_argv(path), "millwheel worker serving on ")
+            _, address = procs.start(worker_argv(path), WORKER_READY)
         print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_redact(url)}",
               file=sys.stderr, flush=True)
+        def keep_workers() -> None:
+            if not stop.is_set():
+                for line in procs.restart_exited(WORKER_READY):
+                    print(f"millwheel: worker {line}", file=sys.stderr, flush=True)
         try:
             if args.until_idle:
-                wait_cluster_idle(topology, args.out, client, stop)
+                wait_cluster_idle(topology, args.out, client, stop, tick=keep_workers)
                 st = cluster_status(cf, client)
             else:
                 try:
-                    stop.wait()
+                    while not stop.wait(0.5):
+                        keep_workers()
                 except KeyboardInterrupt:
                     pass          # a stop asked for while running for ever is the normal end, as with one process
                 st = _final_status(cf)
@@ -236,6 +331,9 @@ def run_cluster(args: argparse.Namespace) -> int:
         if killed:
             print(f"millwheel: killed {len(killed)} process(es) that did not stop within 20 s of SIGTERM: "
                   f"pids {', '.join(map(str, killed))}", file=sys.stderr, flush=True)
+        stored = _stored_set_aside(url) if url else None
+        if watch is not None:
+            watch.close()
         if server is not None:
             server.stop()
     if st is None:
@@ -246,13 +344,17 @@ def run_cluster(args: argparse.Namespace) -> int:
             for n in topology.computations}
     print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
           + f"; {len(st['workers'])} workers", file=sys.stderr)
+    _say_set_aside(st["set_aside"], stored)
     return 0
+
+
+WORKER_READY = "millwheel worker serving on "
+"""The line a worker process prints once it serves (``millwheel run --workers N`` waits for it)."""
 
 
 def _final_status(cf: ClusterFile):
     """The cluster's status for the summary after a stop, or None when no master answers within 2 s (a Ctrl-C
     on a terminal reaches the masters and workers as well as this process)."""
-    from millwheel._master_client import MasterUnavailable
     client = MasterClient(cf.masters, retry_timeout_s=2.0)
     try:
         return cluster_status(cf, client)
@@ -271,6 +373,11 @@ def _cluster_file(path) -> ClusterFile:
                                    "(a run without --workers has no cluster to show or join)") from None
     except (OSError, ValueError, TypeError) as e:
         raise MillWheelConfigError(f"cluster file {path} cannot be read: {e}") from None
+
+
+def _no_password(url: str) -> str:
+    """``url`` with its password (if any) as ``***``."""
+    return re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", url)
 
 
 def _redact(url: str) -> str:
@@ -294,6 +401,7 @@ def worker(args: argparse.Namespace) -> int:
     options = dict(cf.options) if cf else {}
     options.update(_options(args.option))
     if args.store:
+        _check_store(args.store)
         options["store"] = args.store
     if args.threads:
         options["threads"] = args.threads
@@ -433,6 +541,23 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except MillWheelConfigError as e:
         print(f"millwheel: {e}", file=sys.stderr)
+        return 2
+    except ChildDidNotStart as e:
+        print(f"millwheel: stopped: {e}", file=sys.stderr)
+        return 1
+    except MasterUnavailable as e:
+        print(f"millwheel: stopped: {e}", file=sys.stderr)
+        return 1
+    except OutputFailed as e:
+        print(f"millwheel: stopped: {e}; what was committed stays, and running the same command again (once "
+              "the output can be written) writes the rest", file=sys.stderr)
+        return 1
+    except DataDirInUse as e:
+        print(f"millwheel: {e} (a second run on the same --out: stop the first, or give another --out)",
+              file=sys.stderr)
+        return 4
+    except EmbeddedPostgresError as e:
+        print(f"millwheel: the embedded PostgreSQL did not start: {e}", file=sys.stderr)
         return 2
 
 
