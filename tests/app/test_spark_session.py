@@ -141,14 +141,14 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     import sys
     from concurrent.futures import ThreadPoolExecutor
 
-    def run(settings=None, **env):
-        r = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD, str(tmp_path), json.dumps(settings or {})],
+    def run(settings=None, cache=tmp_path, **env):
+        r = subprocess.run([sys.executable, "-c", _LAUNCH_CHILD, str(cache), json.dumps(settings or {})],
                            capture_output=True, text=True, timeout=240, check=False, env={**os.environ, **env})
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
 
-    def entries():
-        return sorted(tmp_path.glob("spark-launch-*.json"))
+    def entries(cache=tmp_path):
+        return sorted(cache.glob("spark-launch-*.json"))
 
     def together(*calls):          # independent children two at a time: each is a cold JVM's start
         with ThreadPoolExecutor(2) as pool:
@@ -158,31 +158,39 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     assert not first["direct"] and len(entries()) == 1
     entry = entries()[0]
     assert os.path.basename(first["cmdline"][0]) == "java" and "org.apache.spark.deploy.SparkSubmit" in first["cmdline"]
-    # the same settings again; other settings (another key, the launcher again); another environment (the
-    # launcher, the variable passed on): three keys, each child writing only its own entry
-    again, other, env_changed = together((run,), (run, {"driver_memory": "1g"}),
-                                         (lambda: run(PHOTON_LAUNCH_TEST_VAR="1"),))
+    # the same settings again; other settings (another key, the launcher again): each child writing only its
+    # own entry
+    again, other = together((run,), (run, {"driver_memory": "1g"}))
     assert again["direct"] and again["cmdline"] == first["cmdline"] and again["environ"] == first["environ"]
     assert not other["direct"] and "-Xmx1g" in other["cmdline"]
-    assert not env_changed["direct"] and "PHOTON_LAUNCH_TEST_VAR=1" in env_changed["environ"]
-    assert len(entries()) == 3
+    assert len(entries()) == 2
+    (other_entry,) = [p for p in entries() if p != entry]
 
-    entry.write_text("{not json")                   # damaged: the launcher, the entry written again whole
-    damaged, other_again = together((run,), (run, {"driver_memory": "1g"}))
-    assert other_again["direct"]
+    # another environment (the launcher, the variable passed on: a third key), beside a damaged entry (the
+    # launcher, the entry written again whole)
+    entry.write_text("{not json")
+    env_changed, damaged = together((lambda: run(PHOTON_LAUNCH_TEST_VAR="1"),), (run,))
+    assert not env_changed["direct"] and "PHOTON_LAUNCH_TEST_VAR=1" in env_changed["environ"]
     assert not damaged["direct"] and damaged["cmdline"] == first["cmdline"]
     assert json.loads(entry.read_text())["command"] == first["cmdline"]
+    assert len(entries()) == 3
+
+    # a command that does not start (the launcher, the entry written again), beside the other settings' entry
+    # used directly
     stored = json.loads(entry.read_text())
-    entry.write_text(json.dumps({**stored, "command": ["/bin/false"]}))    # a command that does not start
-    failed = run()
+    entry.write_text(json.dumps({**stored, "command": ["/bin/false"]}))
+    failed, other_again = together((run,), (run, {"driver_memory": "1g"}))
+    assert other_again["direct"] and other_again["cmdline"] == other["cmdline"]
+    assert json.loads(other_entry.read_text())["command"] == other["cmdline"]
     assert not failed["direct"] and failed["cmdline"] == first["cmdline"]
     assert json.loads(entry.read_text())["command"] == first["cmdline"]
-    assert run()["direct"]
-
-    for p in entries():
-        p.unlink()
-    off = run({"cached_launch": False})
-    assert not off["direct"] and not entries()
+    # the entry written again is used directly; beside it, ``cached_launch = false`` in a cache folder of its
+    # own caches nothing
+    off_cache = tmp_path / "off"
+    off_cache.mkdir()
+    direct, off = together((run,), (lambda: run({"cached_launch": False}, cache=off_cache),))
+    assert direct["direct"]
+    assert not off["direct"] and not entries(off_cache)
 
 
 def test_the_launch_key_follows_settings_environment_and_the_spark_conf_folder(tmp_path, monkeypatch):

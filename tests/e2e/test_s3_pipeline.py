@@ -22,6 +22,9 @@ def _s3_config(tmp_path: Path, bucket, unjoinable_after_s: float) -> Path:
     text = text.replace('output_root = "out/a"', f'output_root = "{bucket.url("out/a")}"')
     text = text.replace("unjoinable_after_s = 5.0", f"unjoinable_after_s = {unjoinable_after_s}")
     text += "\n[s3]\nlist_interval_s = 0.05\nfull_list_interval_s = 0.5\nretry_max_s = 0.5\n"
+    # joined output on S3 is read from published objects only: the joiners roll (publish) every 2 s rather
+    # than every minute, so that a test waits for its clicks, not for the next roll
+    text += "\n[joiner]\nroll_interval_s = 2\n"
     path = tmp_path / "photon-s3.toml"
     path.write_text(text)
     return path
