@@ -542,10 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     except MillWheelConfigError as e:
         print(f"millwheel: {e}", file=sys.stderr)
         return 2
-    except ChildDidNotStart as e:
-        print(f"millwheel: stopped: {e}", file=sys.stderr)
-        return 1
-    except MasterUnavailable as e:
+    except (ChildDidNotStart, MasterUnavailable) as e:
         print(f"millwheel: stopped: {e}", file=sys.stderr)
         return 1
     except OutputFailed as e:

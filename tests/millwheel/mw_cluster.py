@@ -31,6 +31,24 @@ def window_key(w: dict) -> tuple:
     return (w["advertiser_id"], w["window_start_us"])
 
 
+def check_windows(got: list[dict], expected_events: list[dict]) -> None:
+    """The windows written equal the batch answer over ``expected_events``, each window once."""
+    keys = [window_key(w) for w in got]
+    assert len(keys) == len(set(keys)), "a window written twice"
+    assert {window_key(w): w["clicks"] for w in got} == batch_windows(expected_events)
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+    """A ``millwheel run`` child stopped as a user would (Ctrl-C), killed if it does not stop within a minute."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 class ClusterRun:
     """One ``millwheel run`` of ``module`` (``examples.ad_windows`` or a module beside the tests) over
     ``n_clicks`` joined clicks in ``files`` files. ``poison``: the index of the click that
@@ -110,19 +128,10 @@ class ClusterRun:
         return json.dumps({"workers": workers, "map": owners})
 
     def check(self) -> None:
-        got = self.windows()
-        keys = [window_key(w) for w in got]
-        assert len(keys) == len(set(keys)), "a window written twice"
-        assert {window_key(w): w["clicks"] for w in got} == batch_windows(self.expected)
+        check_windows(self.windows(), self.expected)
 
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_run(self.proc)
         self.log.close()

@@ -19,8 +19,8 @@ import pytest
 
 from photon import wait_until
 
-from mw_cluster import window_key
-from mw_helpers import batch_windows, read_windows, write_joined
+from mw_cluster import check_windows, stop_run
+from mw_helpers import read_windows, write_joined
 
 MILLWHEEL = str(Path(sys.executable).parent / "millwheel")
 
@@ -69,20 +69,22 @@ class Run:
                                  f"{self.text()[-3000:]}") from None
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_run(self.proc)
         self.log.close()
 
     def check(self, events: list[dict]) -> None:
-        got = read_windows(self.out / "windows.jsonl")
-        keys = [window_key(w) for w in got]
-        assert len(keys) == len(set(keys)), "a window written twice"
-        assert {window_key(w): w["clicks"] for w in got} == batch_windows(events)
+        check_windows(read_windows(self.out / "windows.jsonl"), events)
+
+    def committing(self) -> tuple[Path, str]:
+        """Waits until the run's embedded server runs and the windows computation has committed 200 records,
+        the run still going; returns the server's pid file and URL."""
+        pidfile = self.out / ".millwheel" / "pg" / "postmaster.pid"
+        wait_until(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 8
+                   or self.proc.poll() is not None, 240, message="the embedded server")
+        url = _embedded_url(self.out)
+        wait_until(lambda: _processed(url) >= 200 or self.proc.poll() is not None, 240, message="records committed")
+        assert self.proc.poll() is None, self.text()[-3000:]
+        return pidfile, url
 
 
 @pytest.fixture
@@ -117,12 +119,7 @@ def test_the_embedded_postgres_killed_mid_run_is_started_again_and_nothing_is_lo
     traceback after 60 s, and with ``--workers`` every worker exited after 60 s and the run waited for ever."""
     run = Run(reachable_tmp, *(["--workers", str(workers)] if workers else []))
     runs.append(run)
-    pidfile = run.out / ".millwheel" / "pg" / "postmaster.pid"
-    wait_until(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 8 or run.proc.poll() is not None,
-               240, message="the embedded server")
-    url = _embedded_url(run.out)
-    wait_until(lambda: _processed(url) >= 200 or run.proc.poll() is not None, 240, message="records committed")
-    assert run.proc.poll() is None, run.text()[-3000:]
+    pidfile, _ = run.committing()
     pid = int(pidfile.read_text().splitlines()[0])
     os.kill(pid, signal.SIGKILL)
     assert run.wait(240) == 0, run.text()[-3000:]
@@ -137,12 +134,7 @@ def test_the_only_worker_process_killed_is_started_again_and_the_run_ends(reacha
     longer than its retries)."""
     run = Run(reachable_tmp, "--workers", "1")
     runs.append(run)
-    pidfile = run.out / ".millwheel" / "pg" / "postmaster.pid"
-    wait_until(lambda: pidfile.exists() and len(pidfile.read_text().splitlines()) >= 8 or run.proc.poll() is not None,
-               240, message="the embedded server")
-    url = _embedded_url(run.out)
-    wait_until(lambda: _processed(url) >= 200 or run.proc.poll() is not None, 240, message="records committed")
-    assert run.proc.poll() is None, run.text()[-3000:]
+    run.committing()
     (announce,) = (run.out / ".millwheel" / "workers").glob("*.json")
     pid = json.loads(announce.read_text())["pid"]
     os.kill(pid, signal.SIGKILL)
