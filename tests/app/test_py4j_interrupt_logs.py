@@ -26,23 +26,29 @@ class _Interrupted(ClientServerConnection):
 
 @pytest.fixture
 def logs():
-    """Everything the loggers py4j uses emit, formatted as ``logging.basicConfig`` does; filters put on them by
-    the test are taken off afterwards."""
+    """Everything the loggers py4j uses emit, formatted as ``logging.basicConfig`` does. The test starts with
+    none of the quiet filters (a SparkSession started earlier in this process put them there) and the loggers
+    as they were are put back afterwards."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
     root = logging.getLogger()
     loggers = [root, logging.getLogger("py4j.clientserver"), logging.getLogger("py4j.java_gateway")]
-    before = [(lg, lg.level, list(lg.filters)) for lg in loggers]
+    before = [(lg, lg.level, lg.propagate, list(lg.filters)) for lg in loggers]
     root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    for lg in loggers:
+        lg.filters[:] = [f for f in lg.filters if not isinstance(f, _spark._QuietInterrupt)]
     for lg in loggers[1:]:
         lg.setLevel(logging.WARNING)
+        lg.propagate = True
     try:
         yield out
     finally:
         root.removeHandler(handler)
-        for lg, level, filters in before:
+        for lg, level, propagate, filters in before:
             lg.setLevel(level)
+            lg.propagate = propagate
             lg.filters[:] = filters
 
 
