@@ -89,17 +89,20 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
         self._kinds: list[str] = []
-        self._argv: list[list[str]] = []
-        self._kw: list[dict] = []
+        self._launches: list[tuple[list[str], dict]] = []     # per process: its argv and Popen's keywords
         self._restarted_at: dict[int, float] = {}
 
-    def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
+    @staticmethod
+    def _spawn(argv: list[str], kw: dict) -> tuple[subprocess.Popen, str]:
+        """The process started, and the first line it printed (its ``ready`` line when it serves)."""
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, **kw)
+        return p, p.stdout.readline().decode()
+
+    def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
+        p, line = self._spawn(argv, kw)
         self.procs.append(p)
         self._kinds.append(ready)
-        self._argv.append(argv)
-        self._kw.append(kw)
-        line = p.stdout.readline().decode()
+        self._launches.append((argv, kw))
         if not line.startswith(ready):
             p.wait(timeout=timeout_s)
             what = ready.split(" serving on")[0]
@@ -122,14 +125,13 @@ class Processes:
             self._restarted_at[i] = time.monotonic()
             if p.stdout:
                 p.stdout.close()
-            new = subprocess.Popen(self._argv[i], stdout=subprocess.PIPE, **self._kw[i])
+            new, line = self._spawn(*self._launches[i])
             self.procs[i] = new
-            line = new.stdout.readline().decode()
             if line.startswith(ready):
-                said.append(f"pid {p.pid} exited with {_exit_text(p.returncode)}; started pid {new.pid} in its "
+                said.append(f"pid {p.pid} exited with {exit_text(p.returncode)}; started pid {new.pid} in its "
                             f"place, serving on {line[len(ready):].strip()}")
             else:
-                said.append(f"pid {p.pid} exited with {_exit_text(p.returncode)}; pid {new.pid} started in its "
+                said.append(f"pid {p.pid} exited with {exit_text(p.returncode)}; pid {new.pid} started in its "
                             f"place did not start (exit {new.poll()}); trying again in {min_gap_s:g} s")
         return said
 
@@ -166,7 +168,8 @@ class Processes:
         return killed
 
 
-def _exit_text(code: int | None) -> str:
+def exit_text(code: int | None) -> str:
+    """A child's ``returncode`` as words: ``signal SIGKILL`` or ``status 1``."""
     return f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"status {code}"
 
 

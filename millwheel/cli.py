@@ -27,8 +27,8 @@ import sys
 import threading
 from pathlib import Path
 
-from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, new_specs,
-                                start_masters, wait_cluster_idle, worker_argv)
+from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, exit_text,
+                                new_specs, start_masters, wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient, MasterUnavailable
@@ -219,8 +219,7 @@ class _KeepServing:
             code = self.server.exit_code
             if self._stopping.is_set() or not (again or (code is not None and code != 0)):
                 continue
-            how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"status {code}"
-            print(f"millwheel: the embedded PostgreSQL on {self.server.data_dir} exited ({how}); starting it "
+            print(f"millwheel: the embedded PostgreSQL on {self.server.data_dir} exited ({exit_text(code)}); starting it "
                   f"again on port {self.server.port} (its log: {self.server.log_path})", file=sys.stderr, flush=True)
             try:
                 self.server.start()
