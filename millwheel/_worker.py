@@ -75,7 +75,7 @@ from millwheel._messages import LowWatermarks, RaiseFloors, WatermarksReported
 from millwheel._model import WEAK, Computation, Delivery
 from millwheel._routing import Router
 from millwheel._runner import KeyRunner, UserCodeFailed
-from millwheel._store import StaleSequencer, Store
+from millwheel._store import SetAsideRecord, StaleSequencer, Store, Write
 from millwheel._topology import ComputationSpec, Topology
 from millwheel._transport import Done, Inbox, Tracker
 from millwheel._watermarks import input_watermark
@@ -219,7 +219,8 @@ class Worker:
         now = self.clock.now_us()
         for i in intervals:
             prods = store.pending_productions(spec.name, i)
-            self.tracker.send(self.tracker.register(spec.name, self.router.outgoing(spec.name, i, prods, True),
+            self.tracker.send(self.tracker.register(spec.name, self._outgoing(spec.name, i, seqs[i], prods, True,
+                                                                              replayed=True),
                                                     now, cfg.retry_delay_us))
         self.inbox.wake()
         return seqs
@@ -513,8 +514,8 @@ class Worker:
             elif kind is Commit:
                 commits.append((core, cmd))
             elif kind is SendProductions:
-                out = tracker.register(cmd.computation, self.router.outgoing(cmd.computation, cmd.interval,
-                                                                             cmd.productions, cmd.stored),
+                out = tracker.register(cmd.computation, self._outgoing(cmd.computation, cmd.interval, core.sequencer,
+                                                                       cmd.productions, cmd.stored),
                                        now, cfg.retry_delay_us)
                 if cmd.stored:
                     self._sends.extend(out)   # after the acks
@@ -540,6 +541,41 @@ class Worker:
                     comp.cores.pop(cmd.interval, None)
             else:
                 raise TypeError(f"worker cannot carry out {cmd!r}")
+
+    def _outgoing(self, sender: str, interval: int, sequencer: int | None, prods: list, stored: bool,
+                  replayed: bool = False) -> list:
+        """The rows to register for ``prods`` of ``sender``'s ``interval`` (:meth:`Router.outgoing`). A
+        production a consumer's key extractor raises on is set aside for that consumer, as a record user code
+        kept failing on is, instead of stopping the runtime (and, committed already, raising again at every
+        start when it is replayed): the stream's other consumers still get it, and the set-aside record is
+        written (under the sender's sequencer) before the production is registered, so before it can be
+        acked and forgotten. A replayed production set aside by an earlier run is written again (the same
+        row) but not counted again."""
+        failed: list = []
+        rows = self.router.outgoing(sender, interval, prods, stored, failed)
+        if failed:
+            self._set_aside_unroutable(sender, interval, sequencer, failed, replayed)
+        return rows
+
+    def _set_aside_unroutable(self, sender: str, interval: int, sequencer: int | None, failed: list,
+                              replayed: bool) -> None:
+        aside = [SetAsideRecord(consumer, p.id, p.key, f"the key extractor of {consumer} for stream {p.stream} "
+                                f"raised on a production of {sender}: {error}", 1, p.value,
+                                p.timestamp_us, sender, p.produced_at_us)
+                 for consumer, p, error in failed]
+        known: set = set()
+        if replayed:
+            for consumer in {r.computation for r in aside}:
+                known.update((consumer, r.id) for r in self.store.set_aside_records(consumer))
+        try:
+            self.store.commit([Write(sender, interval, sequencer, set_aside=aside)])
+        except StaleSequencer:
+            if self.on_fenced is None:
+                raise
+            return      # a newer owner holds the interval: it replays the production and sets it aside
+        for r in aside:
+            if (r.computation, r.id) not in known:
+                self._count(r.computation, (), 1)
 
     def _run_user_code(self, runs: list) -> list:
         """Carry out the step's :class:`RunUserCode` commands: per computation one dedup lookup and one
