@@ -139,6 +139,7 @@ class WorkerHost(ShowsWatermarks):
             w.on_fenced = self._fenced
             w.may_run = self._lease_ok
         self.injectors: dict[str, tuple[InjectorShell, threading.Event]] = {}
+        self._injectors_set_aside: Counter = Counter()   # per consumer, by injector shells no longer held
         self.gc = ProcessDedupCollector(topology, self.store, slots=self.slots, workers=len(self.workers),
                                         retention_us=config.dedup_retention_us, interval_us=config.gc_interval_us,
                                         held=self._held, oldest_produced=self.tracker.oldest_produced_at,
@@ -444,6 +445,7 @@ class WorkerHost(ShowsWatermarks):
         for iname, (shell, ev) in list(self.injectors.items()):
             if not shell.thread.is_alive() and shell.thread.ident is not None:
                 self.injectors.pop(iname, None)
+                self._injectors_set_aside.update(shell.set_aside)
                 self.tracker.forget(iname, 0)      # its next owner replays the stored productions
                 self.counters["injectors_ended"] += 1
         held = self._held()
@@ -508,6 +510,7 @@ class WorkerHost(ShowsWatermarks):
                 self._accepting.pop((cname, slot), None)
             if cname in self.topology.injectors:
                 shell, ev = self.injectors.pop(cname)
+                self._injectors_set_aside.update(shell.set_aside)   # (counted when set aside: kept)
                 ev.set()
                 shell.inbox.wake()
                 waits.append(shell.thread)
@@ -712,6 +715,13 @@ class WorkerHost(ShowsWatermarks):
         for w in self.workers:
             for cname, c in w.statistics().items():
                 per.setdefault(cname, Counter()).update(c)
+        # records a consumer's key extractor raised on, set aside by this process's injectors (as the
+        # one-process statistics count them)
+        aside = Counter(self._injectors_set_aside)
+        for shell, _ in list(self.injectors.values()):
+            aside.update(dict(shell.set_aside))
+        for cname, n in aside.items():
+            per.setdefault(cname, Counter())["set_aside"] += n
         return {
             "worker": self.name, "pid": os.getpid(), "address": self.address, "incarnation": self.incarnation,
             "intervals": [{"computation": iv.computation, "lo": iv.lo, "hi": iv.hi, "sequencer": iv.sequencer,

@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             RuntimeConfig.from_mapping(options)  # a bad option is reported before a server is started
             server = EmbeddedPostgres(state_dir / "pg")
+    quarantined = _quarantined(args.out)
     stop = threading.Event()
 
     def on_signal(*_) -> None:
@@ -180,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
           + f"; state cache hit ratio {cache.hit_ratio:.3f} ({cache.hits} hits, {cache.misses} misses)",
           file=sys.stderr)
     _say_set_aside(sum(c.records_set_aside for c in s.computations.values()), stored)
+    _say_quarantined(args.out, quarantined)
     return 0
 
 
@@ -197,6 +199,34 @@ def _say_set_aside(this_run: int, stored: list | None) -> None:
               file=sys.stderr)
     if stored and len(stored) > SHOW_SET_ASIDE:
         print(f"  ... and {len(stored) - SHOW_SET_ASIDE} more", file=sys.stderr)
+
+
+QUARANTINE = ".quarantine"
+"""The folder under ``--out`` where the shipped injectors' bad input lines go (``<out>/.quarantine/*.jsonl``, one
+JSON object per line with the input file, byte offset, reason and the line)."""
+
+
+def _quarantined(out: str) -> dict[Path, int]:
+    """Entries (lines) in each quarantine file under ``<out>/.quarantine/`` now."""
+    folder = Path(out) / QUARANTINE
+    counts = {}
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+        try:
+            with open(path, "rb") as f:
+                counts[path] = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        except OSError:
+            continue
+    return counts
+
+
+def _say_quarantined(out: str, before: dict[Path, int]) -> None:
+    """After a run: how many input lines were quarantined in it (and in all), naming each file, so that a run
+    that skipped bad input says so (the exit status stays 0: the good lines are all done)."""
+    for path, n in _quarantined(out).items():
+        if n:
+            print(f"millwheel: {max(0, n - before.get(path, 0))} input line(s) quarantined in this run, {n} in all: "
+                  f"{path} (lines that are not JSON or lack a field the injector needs; each entry has the input "
+                  "file, byte offset, reason and the line)", file=sys.stderr)
 
 
 class _KeepServing:
@@ -279,6 +309,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     policy = PlacementPolicy.from_mapping({"cooldown_us": 1_000_000, **_options(args.master_option)})
     state_dir = Path(args.out).resolve() / ".millwheel"
     url, server = _store_for(args, options, state_dir)
+    quarantined = _quarantined(args.out)
     stop = threading.Event()
 
     def on_signal(*_) -> None:
@@ -344,6 +375,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     print("millwheel: " + "; ".join(f"{n}: {c} processed" for n, c in done.items())
           + f"; {len(st['workers'])} workers", file=sys.stderr)
     _say_set_aside(st["set_aside"], stored)
+    _say_quarantined(args.out, quarantined)
     return 0
 
 
