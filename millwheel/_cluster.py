@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,58 +82,150 @@ class ChildDidNotStart(RuntimeError):
     """A child process exited (or closed its output) before it said it serves."""
 
 
+RESTART_FIRST_S = 1.0
+"""The wait before a failed worker process is started again the first time; each further failed start in a row
+doubles it, up to :data:`RESTART_CAP_S`."""
+RESTART_CAP_S = 30.0
+FAILED_STARTS = 5
+"""A worker process failing this many times in a row for the same reason (its exit status and its last line on
+stderr) is not started again: the run stops, naming it and the cause (a lasting one: an output that cannot be
+written, a full disk), instead of starting it again for ever."""
+HEALTHY_S = 60.0
+"""A process that ran this long before it failed starts a new count of failures in a row."""
+
+
+class KeepsFailing(RuntimeError):
+    """A worker process failed :data:`FAILED_STARTS` times in a row for the same reason."""
+
+
+class _Relay:
+    """Copies what a child process writes after its ``ready`` line to this process's stdout, and its stderr to
+    this process's stderr (when not sent elsewhere), line by line, remembering its last line on stderr: the
+    pipes are read to their end, so a child writing much (``FileSink(echo=True)`` in a worker) never blocks
+    on a full pipe, and the cause of a failure is at hand."""
+
+    def __init__(self, p: subprocess.Popen) -> None:
+        self.last = ""
+        self._threads = []
+        if p.stderr is not None:
+            self._start(p.stderr, sys.stderr, keep=True)
+        self._stdout = p.stdout
+
+    def start_stdout(self) -> None:
+        """After the ready line was read from the child's stdout."""
+        if self._stdout is not None:
+            self._start(self._stdout, sys.stdout, keep=False)
+
+    def _start(self, pipe, to, keep: bool) -> None:
+        t = threading.Thread(target=self._copy, args=(pipe, to, keep), name="millwheel-child-output", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _copy(self, pipe, to, keep: bool) -> None:
+        try:
+            for line in iter(pipe.readline, b""):
+                if keep and line.strip():
+                    self.last = line.decode(errors="replace").strip()
+                try:
+                    to.buffer.write(line)
+                    to.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass            # our own output closed: the child's is still read to its end
+        except (OSError, ValueError):
+            pass
+        finally:
+            pipe.close()
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the pipes' ends (the child exited) for up to ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 class Processes:
     """Child processes started by this one, stopped (TERM, then KILL) a group at a time, the last started
     group first: processes started one after the other with the same ``ready`` line (the workers, the
-    master's replicas) are one group, signalled together and waited for together."""
+    master's replicas) are one group, signalled together and waited for together. What a child writes
+    after its ready line is copied to this process's output (:class:`_Relay`)."""
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
         self._kinds: list[str] = []
         self._launches: list[tuple[list[str], dict]] = []     # per process: its argv and Popen's keywords
-        self._restarted_at: dict[int, float] = {}
+        self._relays: dict[int, _Relay] = {}                   # pid -> its output's relay
+        self._started_at: dict[int, float] = {}               # index -> when its process was started
+        self._due: dict[int, float] = {}                      # index -> when to start its failed process again
+        self._streak: dict[int, tuple[tuple[str, str], int]] = {}   # index -> (exit reason, failures in a row)
 
-    @staticmethod
-    def _spawn(argv: list[str], kw: dict) -> tuple[subprocess.Popen, str]:
+    def _spawn(self, argv: list[str], kw: dict) -> tuple[subprocess.Popen, str]:
         """The process started, and the first line it printed (its ``ready`` line when it serves)."""
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, **kw)
-        return p, p.stdout.readline().decode()
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, **({"stderr": subprocess.PIPE} | kw))
+        relay = self._relays[p.pid] = _Relay(p)
+        line = p.stdout.readline().decode()
+        relay.start_stdout()
+        return p, line
+
+    def last_line(self, p: subprocess.Popen) -> str:
+        """The last line ``p`` wrote on stderr (once it exited: all of it read), or ``""``."""
+        relay = self._relays.get(p.pid)
+        if relay is None:
+            return ""
+        relay.join(2.0)
+        return relay.last
 
     def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
         p, line = self._spawn(argv, kw)
+        self._started_at[len(self.procs)] = time.monotonic()
         self.procs.append(p)
         self._kinds.append(ready)
         self._launches.append((argv, kw))
         if not line.startswith(ready):
             p.wait(timeout=timeout_s)
+            self.last_line(p)        # its own message, copied before ours
             what = ready.split(" serving on")[0]
             raise ChildDidNotStart(f"a {what} process did not start (exit {p.returncode}"
                                    + (f", it said {line.strip()!r}" if line.strip() else "")
                                    + "); its own message is above")
         return p, line[len(ready):].strip()
 
-    def restart_exited(self, ready: str, min_gap_s: float = 5.0) -> list[str]:
+    def restart_exited(self, ready: str) -> list[str]:
         """Start each process of kind ``ready`` that has failed (exited with a status other than 0, or killed)
         again, in its place; one that exited 0 was asked to stop (SIGTERM, or a Ctrl-C reaching the whole
-        process group) and is left. A process whose last start was less than ``min_gap_s`` ago waits for a
-        later call: one that keeps failing is not started in a tight loop. Returns one line per process,
-        saying what happened."""
+        process group) and is left. The first start again waits :data:`RESTART_FIRST_S`, each further
+        failure in a row twice as long (at most :data:`RESTART_CAP_S`); the :data:`FAILED_STARTS`-th failure
+        in a row for the same reason raises :class:`KeepsFailing` (a process that ran :data:`HEALTHY_S`
+        before it failed starts a new count). Returns one line per process, saying what happened."""
         said = []
+        now = time.monotonic()
         for i, (p, kind) in enumerate(zip(self.procs, self._kinds)):
-            if (kind != ready or p.poll() is None or p.returncode == 0
-                    or time.monotonic() - self._restarted_at.get(i, 0.0) < min_gap_s):
+            if kind != ready or p.poll() is None or p.returncode == 0:
                 continue
-            self._restarted_at[i] = time.monotonic()
-            if p.stdout:
-                p.stdout.close()
+            due = self._due.get(i)
+            if due is None:                 # a failure seen for the first time
+                reason = (exit_text(p.returncode), self.last_line(p))
+                was, n = self._streak.get(i, (None, 0))
+                n = n + 1 if was == reason and now - self._started_at.get(i, 0.0) < HEALTHY_S else 1
+                self._streak[i] = (reason, n)
+                if n >= FAILED_STARTS:
+                    raise KeepsFailing(f"worker pid {p.pid} failed {n} times in a row, each time with {reason[0]}"
+                                       + (f", saying: {reason[1]}" if reason[1] else "")
+                                       + "; not started again (what was committed stays: once the cause is "
+                                       "fixed, running the same command again goes on from there)")
+                due = self._due[i] = now + min(RESTART_CAP_S, RESTART_FIRST_S * 2 ** (n - 1))
+            if now < due:
+                continue
+            del self._due[i]
+            self._relays.pop(p.pid, None)
             new, line = self._spawn(*self._launches[i])
+            self._started_at[i] = time.monotonic()
             self.procs[i] = new
             if line.startswith(ready):
                 said.append(f"pid {p.pid} exited with {exit_text(p.returncode)}; started pid {new.pid} in its "
                             f"place, serving on {line[len(ready):].strip()}")
             else:
                 said.append(f"pid {p.pid} exited with {exit_text(p.returncode)}; pid {new.pid} started in its "
-                            f"place did not start (exit {new.poll()}); trying again in {min_gap_s:g} s")
+                            f"place did not start (exit {new.poll()}); trying again")
         return said
 
     def groups(self) -> list[list[subprocess.Popen]]:
@@ -163,8 +256,9 @@ class Processes:
                     p.kill()
                     p.wait(timeout=10)
                     killed.append(p.pid)
-                if p.stdout:
-                    p.stdout.close()
+                relay = self._relays.pop(p.pid, None)
+                if relay is not None:
+                    relay.join(2.0)       # (the pipes close at their end)
         return killed
 
 
