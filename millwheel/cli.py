@@ -27,8 +27,8 @@ import sys
 import threading
 from pathlib import Path
 
-from millwheel._cluster import (ChildDidNotStart, ClusterFile, Processes, cluster_path, cluster_status, exit_text,
-                                new_specs, start_masters, wait_cluster_idle, worker_argv)
+from millwheel._cluster import (ChildDidNotStart, ClusterFile, KeepsFailing, Processes, cluster_path, cluster_status,
+                                exit_text, new_specs, start_masters, wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
 from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient, MasterUnavailable
@@ -335,7 +335,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
         for _ in range(args.workers):
             _, address = procs.start(worker_argv(path), WORKER_READY)
-        print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_redact(url)}",
+        print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_no_password(url)}",
               file=sys.stderr, flush=True)
         def keep_workers() -> None:
             if not stop.is_set():
@@ -407,12 +407,10 @@ def _cluster_file(path) -> ClusterFile:
 
 
 def _no_password(url: str) -> str:
-    """``url`` with its password (if any) as ``***``."""
-    return re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", url)
-
-
-def _redact(url: str) -> str:
-    return url.split("@")[-1] if "@" in url else url
+    """``url`` as it may be printed: a password in it (``user:password@``, or libpq's ``password=`` parameter)
+    as ``***``."""
+    url = re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -456,7 +454,9 @@ def worker(args: argparse.Namespace) -> int:
         report = host.stop()
         print(f"millwheel worker: {report.describe()}", file=sys.stderr, flush=True)
     if host.error is not None:
-        print(f"millwheel worker: {host.error!r}", file=sys.stderr)
+        e = host.error      # the last line: `millwheel run --workers N` names it when this worker keeps failing
+        print(f"millwheel worker: stopped: {e}" if isinstance(e, OutputFailed)
+              else f"millwheel worker: stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 1
     return 0
 
@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     except MillWheelConfigError as e:
         print(f"millwheel: {e}", file=sys.stderr)
         return 2
-    except (ChildDidNotStart, MasterUnavailable) as e:
+    except (ChildDidNotStart, KeepsFailing, MasterUnavailable) as e:
         print(f"millwheel: stopped: {e}", file=sys.stderr)
         return 1
     except OutputFailed as e:

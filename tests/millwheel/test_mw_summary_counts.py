@@ -76,3 +76,25 @@ def test_the_summary_says_how_many_input_lines_were_quarantined_and_where(reacha
                 "are not JSON or lack a field the injector needs" in r.stderr), r.stderr[-3000:]
         assert len(quarantine.read_bytes().splitlines()) == 15
         check_windows(read_windows(out / "windows.jsonl"), events)
+
+
+@pytest.mark.timeout(400)
+def test_a_password_in_the_store_url_is_never_printed(reachable_tmp, pg_url):
+    """libpq's ``password=`` parameter: before, the ``--workers`` run's first line printed it (only a
+    ``user:password@`` was left out), and so did the message for a store that cannot be reached."""
+    from photon import free_port
+    (reachable_tmp / "in").mkdir()
+    url = f"{pg_url}&password=secret"
+    r = subprocess.run([MILLWHEEL, "run", "examples.ad_windows", "--input", "in", "--out", "out", "--workers", "1",
+                        "--until-idle", "--store", url], capture_output=True, text=True, timeout=300, cwd=reachable_tmp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"workers; store {pg_url}&password=***\n" in r.stderr, r.stderr[-3000:]
+    assert "secret" not in r.stderr + r.stdout, r.stderr[-3000:]
+    port = free_port("127.0.0.1")
+    url = f"postgresql://nobody:other@127.0.0.1:{port}/nowhere?password=secret&retry_s=1"
+    r = subprocess.run([MILLWHEEL, "run", "examples.ad_windows", "--input", "in", "--out", "out2", "--until-idle",
+                        "--store", url], capture_output=True, text=True, timeout=60, cwd=reachable_tmp)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.startswith(f"millwheel: --store postgresql://nobody:***@127.0.0.1:{port}/nowhere"
+                               "?password=***&retry_s=1 cannot be reached"), r.stderr
+    assert "secret" not in r.stderr and "other" not in r.stderr, r.stderr
