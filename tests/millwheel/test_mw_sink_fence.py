@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from millwheel import FileSink, ListInjector, Runtime, RuntimeConfig, Topology
+from millwheel._model import new_record
 from millwheel._runner import KeyInput, run_key
 from millwheel._sinks import SINK_KEY
 
@@ -145,8 +146,11 @@ def test_the_same_owner_writes_again_after_a_write_it_did_not_commit(tmp_path):
 def test_without_a_sequencer_the_sink_writes_unfenced(tmp_path):
     """The pure runner gives no sequencer: the sink writes as before (cut back, then append)."""
     path = tmp_path / "windows.jsonl"
-    res = run_key(FileSink(path), KeyInput("sink", SINK_KEY, [], None, {}, set(), 0, 1))
-    assert res.state is not None or not path.exists()
+    path.write_bytes(b'{"n":0}\nleft by a crash')
+    records = [new_record(SINK_KEY, {"n": n}, 1, f"r{n}", "in", "up", 1) for n in (1, 2)]
+    res = run_key(FileSink(path), KeyInput("sink", SINK_KEY, records, orjson.dumps({"bytes": 8}), {}, set(), 0, 1))
+    assert path.read_bytes() == b'{"n":0}\n{"n":1}\n{"n":2}\n'
+    assert orjson.loads(res.state) == {"bytes": len(path.read_bytes())}
     assert not (tmp_path / ".windows.jsonl.fence").exists()
 
 
