@@ -326,7 +326,7 @@ class IntervalCore:
         self._runs[run_id] = _Run(works, by_key, aside=aside)
         self.locked.update(by_key)
         return RunUserCode(run_id, self.name, list(works.values()), reads, lookups, frozenset(dups),
-                           self.input_wm, now)
+                           self.input_wm, now, self.sequencer)
 
     def _cached_works(self, by_key: dict[str, list[Delivery]]) -> tuple[dict[str, KeyWork], list[str]]:
         """Each key's :class:`KeyWork` (its state from the cache when there) and the keys to read."""

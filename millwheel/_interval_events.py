@@ -139,7 +139,8 @@ class KeyWork:
 class RunUserCode:
     """Run user code (:func:`millwheel._runner.run_key`) for each key of ``keys``: first read the states
     of ``read_states`` from the store and ask it which of ``lookup_ids`` it has committed; those plus
-    ``duplicates`` are the run's repeats. Answer with :class:`UserCodeRan`."""
+    ``duplicates`` are the run's repeats. ``sequencer``: the interval's, under which the run's checkpoint
+    will be committed (user code sees it as ``ctx.sequencer``). Answer with :class:`UserCodeRan`."""
     run_id: int
     computation: str
     keys: list
@@ -148,6 +149,7 @@ class RunUserCode:
     duplicates: frozenset
     input_watermark_us: int
     now_us: int
+    sequencer: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,13 @@ class Context(Protocol):
     key: str
     input_watermark_us: int
     now_us: int
+    sequencer: int | None
+    """The sequencer of the key's interval under which this call's checkpoint will be committed: a
+    fencing token for user code's own side effects. A later owner of the interval (a move, a restart) has
+    a larger one, and the store refuses the commits of an owner whose sequencer is older, but nothing stops
+    an old owner, stopped and resumed, from running user code meanwhile; an external write that keeps the
+    largest sequencer it has seen and refuses smaller ones is fenced as the store is (see
+    :class:`millwheel.FileSink`). ``None`` when user code is run without an interval (the pure runner)."""
 
     @property
     def state(self) -> Any: ...

@@ -6,9 +6,22 @@ commit), then appends the record's line and advances the length; the length is c
 with the record's id. A re-run after a crash therefore rewrites exactly what was not committed, and the
 file ends up holding every record's line once. Route every record to one key (the default key
 extractor of :meth:`FileSink.consumes` does) so one thread owns the file.
+
+The store fences an old owner of the sink's interval (moved to another process, or the run restarted):
+its commits are refused. Its writes to the file are fenced here, by the same sequencer (``ctx.sequencer``):
+the largest sequencer that has written is kept in a fence file beside the output
+(``.<name>.fence``), and every write checks it and writes under an exclusive ``flock`` of that file, so
+no write of an owner whose sequencer is smaller lands once a newer owner has written. Without it an old
+owner stopped (SIGSTOP, a long pause) in the middle of a batch and resumed after its interval moved cut
+the file back to the length it had committed, removing lines the new owner had committed since, and
+wrote its own uncommitted ones in their place. Its lines written before the new owner's first write are
+uncommitted ones past the committed length, which that first write cuts off, as after a crash.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 import sys
 from pathlib import Path
 
@@ -19,9 +32,17 @@ from millwheel._model import Computation, Context, OutputFailed, Record, Timer
 SINK_KEY = "sink"
 
 
+class StaleSinkOwner(Exception):
+    """A :class:`FileSink` write under a sequencer older than one that has written the file already: this
+    owner has lost the sink's interval, and its commit will be refused. Nothing is written; the record
+    goes back to the newer owner with the refusal. (A store replaced while the output folder was kept
+    starts its sequencers again from 1: remove the output file and its fence file with it.)"""
+
+
 class FileSink(Computation):
     def __init__(self, path: str | Path, echo: bool = False) -> None:
         self.path = Path(path)
+        self.fence_path = self.path.with_name(f".{self.path.name}.fence")
         self.echo = echo
 
     @staticmethod
@@ -32,12 +53,13 @@ class FileSink(Computation):
     def process_record(self, ctx: Context, record: Record) -> None:
         committed = (ctx.state or {}).get("bytes", 0)
         line = orjson.dumps(record.value) + b"\n"
+        sequencer = getattr(ctx, "sequencer", None)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as f:
-                f.truncate(committed)
-                f.write(line)
-                f.flush()
+            if sequencer is None:          # run without an interval (the pure runner): nothing to fence
+                self._write(committed, line)
+            else:
+                self._fenced_write(sequencer, committed, line)
         except OSError as e:   # not the record's fault: stop, and write it at the next start (no set-aside)
             raise OutputFailed(f"writing {self.path} failed: {e.strerror or e}") from e
         ctx.state = {"bytes": committed + len(line)}
@@ -45,5 +67,41 @@ class FileSink(Computation):
             sys.stdout.write(line.decode())
             sys.stdout.flush()
 
+    def _write(self, committed: int, line: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, committed)
+            _pwrite_all(fd, line, committed)
+        finally:
+            os.close(fd)
+
+    def _fenced_write(self, sequencer: int, committed: int, line: bytes) -> None:
+        """The write of :meth:`_write`, under an exclusive lock of the fence file, if no newer sequencer has
+        written (the fence records this one when it is newer). The lock is held for a few system calls; a
+        process stopped inside them delays the next write to the file until it resumes or ends."""
+        fence = os.open(self.fence_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fence, fcntl.LOCK_EX)
+            raw = os.pread(fence, 32, 0)
+            newest = int(raw) if raw.strip() else 0
+            if newest > sequencer:
+                raise StaleSinkOwner(f"{self.path} is written under sequencer {newest}; this owner's "
+                                     f"{sequencer} is older (its interval moved): nothing written")
+            if newest < sequencer:      # one write of a fixed width: never a fence half replaced
+                _pwrite_all(fence, b"%020d\n" % sequencer, 0)
+            self._write(committed, line)
+        finally:
+            os.close(fence)             # (releases the lock)
+
     def process_timer(self, ctx: Context, timer: Timer) -> None:
         pass
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """``data`` written at ``offset``; a short write is continued (a full disk then raises ``ENOSPC``)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, "no byte written")
+        view, offset = view[n:], offset + n

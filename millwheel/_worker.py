@@ -595,7 +595,7 @@ class Worker:
             dups = set(cmd.duplicates) | seen if seen else set(cmd.duplicates)
             results = []
             run = KeyRunner(comp.computation, cmd.computation, comp.spec.produces, dups, cmd.input_watermark_us,
-                            cmd.now_us).run     # the command's keys share their input
+                            cmd.now_us, cmd.sequencer).run     # the command's keys share their input
             for w in cmd.keys:
                 try:
                     results.append(run(w.key, w.records, states.get(w.key) if w.read else w.state, w.timers))

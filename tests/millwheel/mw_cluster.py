@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 from millwheel import MasterClient
@@ -32,10 +33,41 @@ def window_key(w: dict) -> tuple:
 
 
 def check_windows(got: list[dict], expected_events: list[dict]) -> None:
-    """The windows written equal the batch answer over ``expected_events``, each window once."""
+    """The windows written equal the batch answer over ``expected_events``, each window once. A failure
+    says which windows differ (see :func:`windows_difference`)."""
     keys = [window_key(w) for w in got]
-    assert len(keys) == len(set(keys)), "a window written twice"
-    assert {window_key(w): w["clicks"] for w in got} == batch_windows(expected_events)
+    expected = batch_windows(expected_events)
+    assert len(keys) == len(set(keys)), f"a window written twice: {windows_difference(got, expected)}"
+    assert {window_key(w): w["clicks"] for w in got} == expected, \
+        f"the windows differ from the batch: {windows_difference(got, expected)}"
+
+
+def windows_difference(got: list[dict], expected: dict[tuple[str, int], int], limit: int = 20) -> str:
+    """The windows ``got`` (in the order written) that differ from ``expected`` (clicks per (advertiser,
+    window start)): missing, extra, written more than once (each line number), and with wrong counts, each
+    as advertiser, window start (µs and UTC minute) and clicks; at most ``limit`` of each kind."""
+    lines: dict[tuple, list[int]] = {}
+    clicks: dict[tuple, list[int]] = {}
+    for n, w in enumerate(got, 1):
+        lines.setdefault(window_key(w), []).append(n)
+        clicks.setdefault(window_key(w), []).append(w["clicks"])
+
+    def name(key: tuple) -> str:
+        minute = datetime.fromtimestamp(key[1] / 1e6, timezone.utc).strftime("%Y-%m-%d %H:%M")
+        return f"({key[0]}, {key[1]} = {minute})"
+
+    def some(items: list) -> str:
+        return "; ".join(items[:limit]) + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+    missing = sorted(k for k in expected if k not in lines)
+    extra = sorted(k for k in lines if k not in expected)
+    doubled = sorted(k for k, at in lines.items() if len(at) > 1)
+    wrong = sorted(k for k in lines if k in expected and any(c != expected[k] for c in clicks[k]))
+    return (f"{len(got)} window lines, {len(expected)} expected; "
+            f"missing {len(missing)}: [{some([f'{name(k)} {expected[k]} clicks' for k in missing])}]; "
+            f"extra {len(extra)}: [{some([f'{name(k)} {clicks[k]} clicks, lines {lines[k]}' for k in extra])}]; "
+            f"doubled {len(doubled)}: [{some([f'{name(k)} clicks {clicks[k]}, lines {lines[k]}' for k in doubled])}]; "
+            f"wrong counts {len(wrong)}: [{some([f'{name(k)} {clicks[k]} clicks, {expected[k]} expected, lines {lines[k]}' for k in wrong])}]")
 
 
 def stop_run(proc: subprocess.Popen) -> None:
