@@ -71,6 +71,7 @@ class CachedStore(Store):
 
     def __init__(self, store: Store, capacity: int = 100_000) -> None:
         self.store = store
+        self.identity = store.identity
         self._lock = threading.Lock()
         self._evictions = 0
         self._lru: LRUCache = _LRU(capacity, self._evicted)

@@ -67,6 +67,9 @@ class Context(Protocol):
     an old owner, stopped and resumed, from running user code meanwhile; an external write that keeps the
     largest sequencer it has seen and refuses smaller ones is fenced as the store is (see
     :class:`millwheel.FileSink`). ``None`` when user code is run without an interval (the pure runner)."""
+    store_id: str | None
+    """The :attr:`millwheel.Store.identity` of the store ``sequencer`` belongs to: sequencers of two stores
+    (a store replaced while the output was kept) are not comparable, so a fence keeps the two together."""
 
     @property
     def state(self) -> Any: ...

@@ -89,6 +89,7 @@ _REPORT = ("INSERT INTO wm_reports SELECT r.* FROM unnest(%b::text[], %b::int[],
 """Watermark reports ``(name, interval, sequencer, low_us, input_us, oldest_us)``, fenced (``_CLAIMED``)."""
 
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS intervals (computation TEXT, interval_id INTEGER, sequencer BIGINT NOT NULL,
     PRIMARY KEY (computation, interval_id));
 CREATE TABLE IF NOT EXISTS state (computation TEXT, key TEXT, value BYTEA NOT NULL,
@@ -630,6 +631,8 @@ class PostgresStore(Store):
                 if stmt.strip():
                     conn.execute(stmt)
             conn.execute(_COMMIT_FN)
+            conn.execute("INSERT INTO meta VALUES ('identity', %s) ON CONFLICT (name) DO NOTHING", (uuid.uuid4().hex,))
+            self.identity = conn.execute("SELECT value FROM meta WHERE name = 'identity'").fetchone()[0]
             # the commit function of the version before: its fence (a row lock) does not hold against this
             # version's claims (which take an advisory lock), so a process still calling it fails loudly
             conn.execute(f"DROP FUNCTION IF EXISTS commit_v1({', '.join(['json'] * 10)})")

@@ -43,6 +43,7 @@ class KeyInput:
     now_us: int
     produces: tuple[str, ...] = ()
     sequencer: int | None = None
+    store_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -85,12 +86,13 @@ class _KeyContext:
 
     def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], input_watermark_us: int,
                  now_us: int, key: str, state: bytes | None, timers: Mapping[str, tuple[int, str]],
-                 sequencer: int | None = None) -> None:
+                 sequencer: int | None = None, store_id: str | None = None) -> None:
         self._comp = comp
         self._computation, self._produces = computation, produces
         self.input_watermark_us = input_watermark_us
         self.now_us = now_us
         self.sequencer = sequencer
+        self.store_id = store_id
         self.key = key
         self._raw = state
         self._state: Any = _UNREAD
@@ -152,19 +154,20 @@ class KeyRunner:
     ids, the input watermark, the time, the declared streams), without a :class:`KeyInput` made per key.
     ``run(key, ...)`` gives exactly what ``run_key`` gives for the same input (and raises the same)."""
 
-    __slots__ = ("_comp", "_computation", "_duplicates", "_now", "_produces", "_sequencer", "_wm")
+    __slots__ = ("_comp", "_computation", "_duplicates", "_now", "_produces", "_sequencer", "_store_id", "_wm")
 
     def __init__(self, comp: Computation, computation: str, produces: tuple[str, ...], duplicates: set[str],
-                 input_watermark_us: int, now_us: int, sequencer: int | None = None) -> None:
+                 input_watermark_us: int, now_us: int, sequencer: int | None = None,
+                 store_id: str | None = None) -> None:
         self._comp, self._computation, self._produces = comp, computation, produces
         self._duplicates, self._wm, self._now = duplicates, input_watermark_us, now_us
-        self._sequencer = sequencer
+        self._sequencer, self._store_id = sequencer, store_id
 
     def run(self, key: str, records: list[Record], state: bytes | None,
             timers: Mapping[str, tuple[int, str]]) -> KeyResult:
         comp = self._comp
         ctx = _KeyContext(comp, self._computation, self._produces, self._wm, self._now, key, state, timers,
-                          self._sequencer)
+                          self._sequencer, self._store_id)
         exactly_once = comp.exactly_once
         duplicates, wm = self._duplicates, self._wm
         batch_ids: set[str] = set()
@@ -204,7 +207,7 @@ class KeyRunner:
 def run_key(comp: Computation, inp: KeyInput) -> KeyResult:
     """Process one key's records then its due timers; see the module docstring."""
     return KeyRunner(comp, inp.computation, inp.produces, inp.duplicates, inp.input_watermark_us,
-                     inp.now_us, inp.sequencer).run(inp.key, inp.records, inp.state, inp.timers)
+                     inp.now_us, inp.sequencer, inp.store_id).run(inp.key, inp.records, inp.state, inp.timers)
 
 
 def due(ts: int, domain: str, input_watermark_us: int, now_us: int) -> bool:

@@ -10,8 +10,12 @@ extractor of :meth:`FileSink.consumes` does) so one thread owns the file.
 The store fences an old owner of the sink's interval (moved to another process, or the run restarted):
 its commits are refused. Its writes to the file are fenced here, by the same sequencer (``ctx.sequencer``):
 the largest sequencer that has written is kept in a fence file beside the output
-(``.<name>.fence``), and every write checks it and writes under an exclusive ``flock`` of that file, so
-no write of an owner whose sequencer is smaller lands once a newer owner has written. Without it an old
+(``.<name>.fence``) with the identity of the store it belongs to (``ctx.store_id``), and every write
+checks it and writes under an exclusive ``flock`` of that file, so no write of an owner whose sequencer is
+smaller lands once a newer owner has written. A fence of another store (the store replaced, or another one
+pointed at the same output: its sequencers start again from 1) is not compared with: the first write under
+this store's sequencers takes the fence over, and the file is cut back to this store's committed length as
+after a crash. Without it an old
 owner stopped (SIGSTOP, a long pause) in the middle of a batch and resumed after its interval moved cut
 the file back to the length it had committed, removing lines the new owner had committed since, and
 wrote its own uncommitted ones in their place. Its lines written before the new owner's first write are
@@ -35,8 +39,7 @@ SINK_KEY = "sink"
 class StaleSinkOwner(Exception):
     """A :class:`FileSink` write under a sequencer older than one that has written the file already: this
     owner has lost the sink's interval, and its commit will be refused. Nothing is written; the record
-    goes back to the newer owner with the refusal. (A store replaced while the output folder was kept
-    starts its sequencers again from 1: remove the output file and its fence file with it.)"""
+    goes back to the newer owner with the refusal."""
 
 
 class FileSink(Computation):
@@ -59,7 +62,7 @@ class FileSink(Computation):
             if sequencer is None:          # run without an interval (the pure runner): nothing to fence
                 self._write(committed, line)
             else:
-                self._fenced_write(sequencer, committed, line)
+                self._fenced_write(getattr(ctx, "store_id", None), sequencer, committed, line)
         except OSError as e:   # not the record's fault: stop, and write it at the next start (no set-aside)
             raise OutputFailed(f"writing {self.path} failed: {e.strerror or e}") from e
         ctx.state = {"bytes": committed + len(line)}
@@ -75,20 +78,24 @@ class FileSink(Computation):
         finally:
             os.close(fd)
 
-    def _fenced_write(self, sequencer: int, committed: int, line: bytes) -> None:
-        """The write of :meth:`_write`, under an exclusive lock of the fence file, if no newer sequencer has
-        written (the fence records this one when it is newer). The lock is held for a few system calls; a
-        process stopped inside them delays the next write to the file until it resumes or ends."""
+    def _fenced_write(self, store_id: str | None, sequencer: int, committed: int, line: bytes) -> None:
+        """The write of :meth:`_write`, under an exclusive lock of the fence file, if no newer sequencer of
+        the same store has written (the fence records this one when it is newer, or when the fence is
+        another store's). The lock is held for a few system calls; a process stopped inside them delays the
+        next write to the file until it resumes or ends."""
+        mine = (store_id or "-").encode()
         fence = os.open(self.fence_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fence, fcntl.LOCK_EX)
-            raw = os.pread(fence, 32, 0)
-            newest = int(raw) if raw.strip() else 0
+            fenced_store, _, raw = os.pread(fence, 128, 0).strip().rpartition(b" ")
+            fenced_store = fenced_store.strip()
+            newest = int(raw) if raw and fenced_store == mine else 0
             if newest > sequencer:
                 raise StaleSinkOwner(f"{self.path} is written under sequencer {newest}; this owner's "
                                      f"{sequencer} is older (its interval moved): nothing written")
-            if newest < sequencer:      # one write of a fixed width: never a fence half replaced
-                _pwrite_all(fence, b"%020d\n" % sequencer, 0)
+            if newest < sequencer or fenced_store != mine:
+                # one write, padded to a fixed width: never a fence half replaced
+                _pwrite_all(fence, b"%-64s %020d\n" % (mine, sequencer), 0)
             self._write(committed, line)
         finally:
             os.close(fence)             # (releases the lock)

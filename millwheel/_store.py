@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -101,6 +102,12 @@ class Write:
 
 class Store:
     """The interface. Thread-safe. See the module docstring for the contract."""
+
+    identity: str | None = None
+    """A name made once for this store's data (kept in it): sequencers are comparable only within one
+    store, so a fence kept outside the store (:class:`millwheel.FileSink`'s) records it beside the
+    sequencer and starts again when the store is another one (replaced, or a new one on the same output).
+    ``None``: a store that keeps none."""
 
     def claim(self, computation: str, interval: int, sequencer: int | None = None) -> int:
         """Make the caller the interval's single writer; returns its sequencer. Without ``sequencer`` the
@@ -273,6 +280,7 @@ class MemoryStore(Store):
         self._dedup: dict[str, dict[str, tuple[str, int, int]]] = {}
         self._floors: dict[tuple[str, str], int] = {}
         self._prods: dict[tuple[str, int], dict[str, StoredProduction]] = {}
+        self.identity = uuid.uuid4().hex
         self._wms: dict[str, int] = {}
         self._reports: dict[tuple[str, int], tuple] = {}
         self._granted: dict[tuple[str, int], int] = {}
@@ -440,6 +448,7 @@ _CLAIMED = ("max(COALESCE((SELECT seq FROM sequencers WHERE computation = ?1 AND
 report's statement."""
 
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sequencers (computation TEXT, interval INTEGER, seq INTEGER NOT NULL,
     PRIMARY KEY (computation, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS state (computation TEXT, key TEXT, value BLOB NOT NULL,
@@ -486,6 +495,8 @@ class SQLiteStore(Store):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('identity', ?)", (uuid.uuid4().hex,))
+        self.identity = self._db.execute("SELECT value FROM meta WHERE name = 'identity'").fetchone()[0]
 
     def _seq(self, computation: str, interval: int) -> int:
         row = self._db.execute("SELECT seq FROM sequencers WHERE computation=? AND interval=?",

@@ -152,6 +152,7 @@ class Worker:
                  fail: Callable[[BaseException], None]) -> None:
         self.index = index
         self.config, self.clock, self.store, self.tracker = config, clock, store, tracker
+        self._store_id = getattr(store, "identity", None)   # what user code's sequencers are fenced with
         self.router, self.topology, self._report, self._stopping, self._fail = router, topology, report, stopping, fail
         self.inbox = Inbox()
         self.comps: dict[str, _Comp] = {}
@@ -595,7 +596,7 @@ class Worker:
             dups = set(cmd.duplicates) | seen if seen else set(cmd.duplicates)
             results = []
             run = KeyRunner(comp.computation, cmd.computation, comp.spec.produces, dups, cmd.input_watermark_us,
-                            cmd.now_us, cmd.sequencer).run     # the command's keys share their input
+                            cmd.now_us, cmd.sequencer, self._store_id).run   # the keys share their input
             for w in cmd.keys:
                 try:
                     results.append(run(w.key, w.records, states.get(w.key) if w.read else w.state, w.timers))

@@ -14,6 +14,7 @@ from millwheel import FileSink, ListInjector, Runtime, RuntimeConfig, Topology
 from millwheel._model import new_record
 from millwheel._runner import KeyInput, run_key
 from millwheel._sinks import SINK_KEY
+from millwheel._store import open_store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -171,6 +172,54 @@ def test_the_runtime_gives_user_code_its_intervals_sequencer_and_the_sink_fences
     with Runtime(t, RuntimeConfig(store="memory://", threads=2, intervals=4)) as rt:
         rt.run_until_idle(timeout_s=60)
     assert len(seen) == 50 and set(seen) == {1}, seen
-    assert int((tmp_path / ".out.jsonl.fence").read_bytes()) == 1
+    assert int((tmp_path / ".out.jsonl.fence").read_bytes().split()[-1]) == 1
     assert sorted(orjson.loads(line)["i"] for line in (tmp_path / "out.jsonl").read_bytes().splitlines()) \
         == list(range(50))
+
+
+def _run_sink(records, out, store_url):
+    """A one-process run of ``records`` into a FileSink at ``out`` on the store at ``store_url``; the
+    sink's statistics."""
+    t = Topology()
+    t.add_injector("in", ListInjector(records), produces="in")
+    t.add_computation("sink", FileSink(out), consumes={"in": FileSink.key})
+    with Runtime(t, RuntimeConfig(store=store_url, threads=2, intervals=4)) as rt:
+        rt.run_until_idle(timeout_s=60)
+        return rt.statistics().computations["sink"]
+
+
+def test_a_new_store_on_the_same_output_takes_the_fence_over_and_writes_every_record_once(tmp_path):
+    """The sink's output kept while its store is replaced (a new SQLite file, or the embedded server's
+    folder removed): the new store's sequencers start again from 1, below the fence the old store's runs
+    left (two starts: 2). The fence is the old store's, so it is not compared with: the new store's first
+    write takes it over and cuts the file back to the new store's committed length, as after a crash, and
+    every record is written once, none set aside. (Compared across stores, every write was refused and
+    every record set aside after its attempts.)"""
+    out = tmp_path / "out.jsonl"
+    records = [(f"k{i}", {"i": i}, 1_000_000 + i) for i in range(40)]
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    _run_sink(records[:20], out, old)
+    _run_sink(records, out, old)         # a second start (the injector goes on from 20) claims sequencer 2
+    old_fence = (tmp_path / ".out.jsonl.fence").read_bytes().split()
+    assert int(old_fence[-1]) == 2, old_fence
+    stats = _run_sink(records, out, f"sqlite:///{tmp_path / 'new.db'}")
+    assert stats.records_processed == 40 and stats.records_set_aside == 0, stats
+    assert sorted(orjson.loads(line)["i"] for line in out.read_bytes().splitlines()) == list(range(40))
+    new_fence = (tmp_path / ".out.jsonl.fence").read_bytes().split()
+    assert new_fence[0] != old_fence[0] and int(new_fence[-1]) == 1, (old_fence, new_fence)
+
+
+def test_a_stores_identity_is_kept_in_it_and_differs_between_stores(tmp_path, pg_url):
+    """``Store.identity``: made once, read back by every later opening of the same store (SQLite file,
+    PostgreSQL schema), another for another store."""
+    a, b = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    ids = []
+    for url in (a, a, b, pg_url, pg_url):
+        store = open_store(url)
+        try:
+            ids.append(store.identity)
+        finally:
+            store.close()
+    assert all(isinstance(i, str) and len(i) == 32 for i in ids), ids
+    assert ids[0] == ids[1] and ids[3] == ids[4], ids
+    assert len({ids[0], ids[2], ids[3]}) == 3, ids
