@@ -52,15 +52,6 @@ class BloomFilter:
             mask |= 1 << ((h2 >> (6 * i)) & 63)
         return h1 % self.words, mask
 
-    def _mask_of(self, h2: int) -> int:
-        pair = _PAIR
-        mask = 0
-        for s in self._pairs:
-            mask |= pair[(h2 >> s) & 4095]
-        if self._single is not None:
-            mask |= _ONE[(h2 >> self._single) & 63]
-        return mask
-
     def add(self, item: str) -> None:
         self.add_many((item,))
 
@@ -82,23 +73,27 @@ class BloomFilter:
         self.count += n
 
     def might_contain(self, item: str) -> bool:
-        h1, h2 = mmh3.hash64(item, signed=False)
-        mask = self._mask_of(h2)
-        return self._words[h1 % self.words] & mask == mask
+        return self.might_contain_many((item,))[0]
 
     def might_contain_many(self, items) -> list[bool]:
         """``[might_contain(item) for item in items]``."""
         words, n_words, hash64, pair, one = self._words, self.words, mmh3.hash64, _PAIR, _ONE
         pairs, single = self._pairs, self._single
         out = []
-        for item in items:
+        for item in items:      # field by field, out at the first bit not set (most ids asked are new)
             h1, h2 = hash64(item, signed=False)
-            mask = 0
+            word = words[h1 % n_words]
+            seen = True
             for s in pairs:
-                mask |= pair[(h2 >> s) & 4095]
-            if single is not None:
-                mask |= one[(h2 >> single) & 63]
-            out.append(words[h1 % n_words] & mask == mask)
+                m = pair[(h2 >> s) & 4095]
+                if word & m != m:
+                    seen = False
+                    break
+            else:
+                if single is not None:
+                    m = one[(h2 >> single) & 63]
+                    seen = word & m == m
+            out.append(seen)
         return out
 
     @property
