@@ -355,14 +355,16 @@ class IntervalCore:
             return set(), []
         floors, bloom = self.floors, self._bloom
         dups: set[str] = set()
-        maybe: list[str] = []
+        above: list[str] = []
         for d in deliveries:
             rec: Record = d.record
             if rec.produced_at_us < floors.get(rec.sender, 0):
                 dups.add(rec.id)
-            elif bloom is not None and bloom.might_contain(rec.id):
-                maybe.append(rec.id)
-        return dups, maybe
+            else:
+                above.append(rec.id)
+        if bloom is None or not above:
+            return dups, []
+        return dups, [rid for rid, seen in zip(above, bloom.might_contain_many(above)) if seen]
 
     # ------------------------------------------------------------ runs and commits
 
