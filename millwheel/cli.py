@@ -18,7 +18,6 @@ returns once the input is consumed and every timer due by the final watermark ha
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import os
@@ -40,12 +39,6 @@ from millwheel._pgserver import DataDirInUse, EmbeddedPostgres, EmbeddedPostgres
 from millwheel._runtime import Runtime
 from millwheel._store import open_store
 from photon import settle_gc
-
-WORKER_COLLECTOR = (100_000, 50)
-"""A worker process's young-collection and generation-1 thresholds once it serves (``settle_gc``'s are 20,000
-and 10): at full speed a worker holds tens of thousands of queued records, outstanding productions and
-commits in flight, which every young and generation-1 collection walks again (docs/millwheel.md, twentieth
-pass). Cycles are still collected, less often."""
 
 
 def _load(module: str):
@@ -445,8 +438,7 @@ def worker(args: argparse.Namespace) -> int:
     keep_heap()       # a page fault per kept allocation otherwise (see millwheel/_malloc.py)
     host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,
                       port=args.port, wait_for_workers=cf.workers if cf else 0).start()
-    settle_gc()       # what start-up made is frozen (photon/_gc.py)
-    gc.set_threshold(*WORKER_COLLECTOR, gc.get_threshold()[2])
+    settle_gc()       # what start-up made is frozen, young collections every 20,000 allocations (photon/_gc.py)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
