@@ -46,7 +46,8 @@ class LostLedger:
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            # read-write: the torn-append check reads the last byte (pread on a write-only fd is EBADF)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 size = os.fstat(fd).st_size
                 if size and _last_byte(fd, size) != b"\n":

@@ -129,6 +129,7 @@ print(json.dumps({"direct": not str(proc.args[0]).endswith("spark-submit"), "cmd
 """
 
 
+@pytest.mark.xdist_group("cold-jvms")
 @pytest.mark.timeout(900)
 def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_change_runs_the_launcher(tmp_path):
     """Real JVMs: a first run starts its driver through spark-submit and caches the command; the next, same
@@ -219,6 +220,7 @@ def test_the_launch_key_follows_settings_environment_and_the_spark_conf_folder(t
         launch_key(options, env)
 
 
+@pytest.mark.xdist_group("cold-jvms")
 @pytest.mark.timeout(600)
 def test_class_archive_is_written_by_a_first_run_used_by_the_next_and_a_bad_one_costs_only_speed(tmp_path):
     """Real JVMs: one whose archive flags the JVM refuses starts without them; the next writes the archive at

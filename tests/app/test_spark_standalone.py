@@ -39,6 +39,7 @@ def master_state(ui_port: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cold-jvms")
 @pytest.mark.timeout(300)
 def test_verify_runs_on_a_standalone_master_and_worker(tmp_path):
     home = spark_home()

@@ -62,6 +62,23 @@ def test_read_lost_skips_a_torn_last_line(tmp_path):
     assert [e["id"] for e in joiner.read_lost(tmp_path)] == ["x", "z"]
 
 
+def test_the_ledger_takes_every_append_after_the_first_and_after_a_torn_one(tmp_path):
+    """Appends to a ledger that already holds entries (a second failure, or a joiner started again on the
+    same state folder) add theirs after the ones there; a torn last line is skipped, the next entry kept."""
+    from joiner._lost import LostLedger, lost_path
+    ledger = LostLedger(tmp_path, "a", "a-j0")
+    ledger.append(["x1", "x2"], "t1", 1, "first")
+    ledger.append(["y1"], "t2", 2, "second")
+    LostLedger(tmp_path, "a", "a-j0").append(["z1"], "t3", 3, "after a start again")
+    with open(lost_path(tmp_path, "a-j0"), "ab") as f:
+        f.write(b'{"id": "torn", "tok')                           # a crash in the middle of an append
+    ledger.append(["w1"], "t4", 4, "after a torn append")
+    lost = joiner.read_lost(tmp_path)
+    assert [(e["id"], e["token"], e["reason"]) for e in lost] == [
+        ("x1", "t1", "first"), ("x2", "t1", "first"), ("y1", "t2", "second"), ("z1", "t3", "after a start again"),
+        ("w1", "t4", "after a torn append")]
+
+
 class FutureRefusingRegistry(FakeRegistry):
     """Like the real registry: a commit holding an id timestamped beyond the skew bound is refused whole."""
 
