@@ -6,7 +6,9 @@ resets its own temporary root to mode 0700 whenever a session starts (other sess
 included), so data directories live in folders of their own under the system's temporary directory."""
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import tempfile
 import uuid
 from pathlib import Path
@@ -69,3 +71,17 @@ def cluster_runs():
             r.close()
         for r in runs:
             assert r.proc.poll() is not None
+
+
+@pytest.fixture
+def stopped():
+    """Pids a test SIGSTOPs (append each): resumed at teardown, also on failure."""
+    pids: list[int] = []
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass

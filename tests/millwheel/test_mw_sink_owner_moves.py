@@ -19,20 +19,6 @@ from test_mw_watermark_moves import LEASE_S, _connect, _end_sessions
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture
-def stopped():
-    """Pids the test SIGSTOPs (append each): resumed at teardown, also on failure."""
-    pids: list[int] = []
-    try:
-        yield pids
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-
 def _sink_committed(db) -> int:
     row = db.execute("SELECT value FROM state WHERE computation = 'window-sink' AND key = 'sink'").fetchone()
     return orjson.loads(bytes(row[0]))["bytes"] if row else 0

@@ -80,20 +80,6 @@ def _slots(run: ClusterRun, intervals) -> dict[tuple[str, int], int]:
     return out
 
 
-@pytest.fixture
-def stopped():
-    """Pids a test SIGSTOPs (append each): resumed at teardown, also on failure."""
-    pids: list[int] = []
-    try:
-        yield pids
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-
 def test_a_stopped_owners_late_reports_after_its_intervals_moved_are_not_stored(reachable_tmp, pg_url,
                                                                                  cluster_runs, stopped):
     """The worker holding the injector is SIGSTOPped past its lease; the master moves its intervals to the

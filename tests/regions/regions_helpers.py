@@ -144,12 +144,14 @@ class RegionRun:
         return (self.config_path.parent / f"launcher-{self.region}.log").read_text(errors="replace")
 
 
-def union_joined(config) -> Counter:
-    """How often each click id appears in the joined output of every pipeline region (files still being
-    written included)."""
+def union_joined(config, committed_only: tuple[str, ...] = ()) -> Counter:
+    """How often each click id appears in the joined output of every pipeline region: every whole line
+    written, lines of open files after their last commit record included, but for the regions named in
+    ``committed_only``: only the output contract's lines there (a killed region's lines after its joiners'
+    last commit records are cut when it returns)."""
     ids = Counter()
     for region in config.pipeline_regions:
-        for line in read_output_lines(region.joined_dir, include_inprogress=True):
+        for line in read_output_lines(region.joined_dir, include_inprogress=region.name not in committed_only):
             ids[orjson.loads(line)[config.join.foreign_id_field]] += 1
     return ids
 
