@@ -1,7 +1,8 @@
 """One shard replica's Raft member: a pysyncobj group whose only replicated method applies a batch of
 registry operations to the :class:`~idregistry._state.ShardState`.
 
-pysyncobj settings (see docs/registry.md for the measurements behind them):
+pysyncobj settings (see docs/registry.md, "pysyncobj settings (and why)"; the measurements behind them in
+docs/history/registry.md):
 
 * ``appendEntriesUseBatch=False``: the leader sends a new entry at once (a pipe wakes its poller) instead
   of waiting for the next append-entries tick, so a commit costs one round trip, not a tick.

@@ -1,5 +1,5 @@
-"""Timing records of the commit path, for finding what a slow commit waited for (docs/registry.md, "What the
-tail at 150K ids/s waits for").
+"""Timing records of the commit path, for finding what a slow commit waited for
+(docs/history/registry.md, "Fourteenth pass: what a slow commit at 150K ids/s waits for").
 
 Off unless the environment names a folder in :data:`ENV`: then every replica process (and the bench's load
 generators) records, on the host's monotonic clock (the same in every process), what its threads did:

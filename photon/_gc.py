@@ -5,7 +5,7 @@ several objects per event they handle: with CPython's default thresholds (a coll
 allocations of container objects, a full one every 100 of those) the collector keeps walking every object
 of the process, start-up's modules, classes and protobuf descriptors included, while none of those objects
 ever forms a reference cycle. Measured on the dispatcher's core over the 1M-query workload's 152K clicks
-(docs/performance.md, fifth pass): about a sixth of its CPU per click was the collector.
+(docs/history/performance.md, "Fifth pass: the collector"): about a sixth of its CPU per click was the collector.
 """
 from __future__ import annotations
 

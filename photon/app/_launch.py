@@ -3,7 +3,8 @@
 PySpark starts its driver through ``bin/spark-submit``: three shell scripts, then a first JVM
 (``org.apache.spark.launcher.Main``, over the classpath of every Spark jar) whose only work is to print the
 command of the second, the driver's, which the script then ``exec``-s. That first JVM and the scripts cost
-0.5-0.8 s of a cold start before the driver's JVM begins (docs/performance.md, the thirteenth pass). Their
+0.5-0.8 s of a cold start before the driver's JVM begins (docs/history/performance.md, "Thirteenth pass: the
+verification job's start"). Their
 result depends only on their inputs: the arguments (the session's settings), the environment, the Spark
 home (its scripts, jars and conf folder) and the ``java`` binary. So, per process (:func:`plan`, then
 :func:`start` or :func:`record`):

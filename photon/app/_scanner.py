@@ -1,7 +1,8 @@
 """The verification job's strict-shape scanner: a Java class compiled at first use and put on the driver's classpath.
 
 Spark's JSON reader parses and checks each whole line to give its id: 4.5-5.0 task CPU-s per 2M lines under
-C1, against 0.9 for reading the lines as text (docs/performance.md, the fifteenth pass). For lines of one
+C1, against 0.9 for reading the lines as text (docs/history/performance.md, "Fifteenth pass: the verification
+job's reading"). For lines of one
 strict shape (``java/PhotonStrictId.java``: ``{"<id field>":"<id>"`` then plain members, ``}`` and the end
 of the line) the id can be read from the line's bytes without a parse, and such a line is surely valid
 JSON whose id is that one. :mod:`photon.app._verify` reads the ids of every file with it and reads with the

@@ -165,7 +165,8 @@ def short_job_options(config: PhotonConfig | None, input_bytes: int | None, envi
     """The driver JVM's JIT and collector flags for a job of ``input_bytes`` (None: not known) (pure, given
     ``environ``, by default :data:`os.environ`): when the input is at most ``[spark].short_job_mb``, the first
     tier only (:data:`SHORT_JOB_JIT`: a fresh JVM spends more CPU compiling with C2 than C2's faster code
-    saves in a short run; docs/performance.md, the verification job's fifth pass) and the serial collector
+    saves in a short run; docs/history/performance.md, "Fifth pass: the JIT and code generation of a cold run")
+    and the serial collector
     (:data:`SHORT_JOB_GC`: less CPU in the collector's threads and in the tasks, whose C1-compiled code runs
     G1's costlier write barrier on every reference store; the fifteenth pass). Nothing for a larger or
     unknown input; the JIT flag is left out when ``[spark].conf``'s ``spark.driver.extraJavaOptions`` sets

@@ -739,7 +739,7 @@ def _leading_id(field_name: str):
     before it, and no other member has the field's name. None when the field's name would need escaping in
     JSON. Only a pre-filter: the lines it keeps are parsed as JSON afterwards (:func:`_lines_of`). Cut by
     ``startswith``, ``substring_index`` and ``contains``, cheaper per line than a regular expression and a
-    ``locate`` (docs/performance.md, fourteenth pass)."""
+    ``locate`` (docs/history/performance.md, "Fourteenth pass: the verification job's lookup cut")."""
     import re
     from pyspark.sql import functions as F
     if not re.fullmatch(r"[A-Za-z0-9_]+", field_name):
