@@ -27,6 +27,10 @@ ACK_WAIT_SHARE = 4
 """Over a transport that retries, an injector keeps about ``retry_delay_us / ACK_WAIT_SHARE`` of acks
 outstanding (:class:`AckPace`): a production then waits about that long for its ack, well inside the retry
 delay, instead of queueing at its consumers long enough to be sent again."""
+PACE_FLOOR = 1_000
+"""The pace never bounds an injector below this many unacked productions (nor below one poll,
+``injector_batch``): a pipeline whose acks take longer than the pace's target even with nothing queued (a
+slow store, a loaded host) would otherwise be held to a few records per round trip."""
 PACE_WINDOW_US = 200_000
 """The ack rate is measured over windows at least this long (shorter ones would see single commits)."""
 
@@ -94,8 +98,9 @@ class InjectorShell:
         self._reported: int | None = None
         self._produced_last = False      # the last poll gave records
         # over a transport that retries, the productions kept unacked follow the acks' pace (AckPace)
-        self.pace = AckPace(max(1, config.retry_delay_us // ACK_WAIT_SHARE), config.injector_batch,
-                            max(config.max_in_flight, config.injector_batch)) if tracker.may_lose else None
+        ceiling = max(1, config.max_in_flight)
+        self.pace = AckPace(max(1, config.retry_delay_us // ACK_WAIT_SHARE),
+                            min(ceiling, max(config.injector_batch, PACE_FLOOR)), ceiling) if tracker.may_lose else None
         self.held_back = 0                # steps held back by the pace (not by max_in_flight or a backlog)
         self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
 

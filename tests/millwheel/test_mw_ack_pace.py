@@ -1,6 +1,6 @@
 """An injector over a transport that retries keeps about ``retry_delay_us / ACK_WAIT_SHARE`` of acks
 outstanding (:class:`millwheel._injector_shell.AckPace`): the bound follows the rate its productions are
-acked at, between one poll's worth and ``max_in_flight``; no production is dropped or sent unacked for it."""
+acked at, between ``PACE_FLOOR`` (or one poll's worth) and ``max_in_flight``; no production is dropped or sent unacked for it."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +9,7 @@ import pytest
 from test_mw_runtime import QueueInjector, records
 
 from millwheel import RuntimeConfig
-from millwheel._injector_shell import ACK_WAIT_SHARE, AckPace, InjectorShell
+from millwheel._injector_shell import ACK_WAIT_SHARE, PACE_FLOOR, AckPace, InjectorShell
 from millwheel._routing import Router
 from millwheel._store import SQLiteStore
 from millwheel._transport import Inbox, Tracker, Transport
@@ -63,44 +63,60 @@ class HeldTransport(Transport):
 
 @pytest.mark.timeout(60)
 def test_an_injector_waits_for_acks_past_its_pace_and_goes_on_as_they_come(tmp_path):
-    cfg = RuntimeConfig(threads=1, intervals=4, injector_batch=50, max_in_flight=10_000, tick_us=2_000,
+    cfg = RuntimeConfig(threads=1, intervals=4, injector_batch=PACE_FLOOR // 4, max_in_flight=10_000, tick_us=2_000,
                         retry_delay_us=60_000_000)     # no retry by time within the test
     transport = HeldTransport()
     inbox = Inbox()
     tracker = Tracker(transport, lambda sender, interval: inbox)
     inj = QueueInjector()
-    inj.push(records(1_000))
+    total = 4 * PACE_FLOOR
+    inj.push(records(total))
     stopping = threading.Event()
     failed: list = []
     shell = InjectorShell("in", inj, "nums", config=cfg, clock=SystemClock(), store=SQLiteStore(str(tmp_path / "s.db")),
                           tracker=tracker, router=Router(lambda stream: [("count", lambda r: r.key)], cfg.intervals),
                           report=Inbox(), stopping=stopping, fail=failed.append)
     shell.inbox = inbox        # the tracker's Done messages for "in" come here
-    assert shell.pace is not None and shell.pace.limit() == cfg.injector_batch
+    assert shell.pace is not None and shell.pace.limit() == PACE_FLOOR     # above one poll
     assert cfg.retry_delay_us // ACK_WAIT_SHARE == shell.pace.target_us
     shell.prepare()
     shell.thread.start()
     try:
-        # nothing acked: one poll's worth (the floor) goes out, then the injector waits
+        # nothing acked: the floor goes out (four polls), then the injector waits
         wait_until(lambda: shell.held_back > 0, 30, message="held back by the pace")
-        assert tracker.outstanding_count("in") == cfg.injector_batch
-        assert inj.pos == cfg.injector_batch and not failed
+        assert tracker.outstanding_count("in") == PACE_FLOOR
+        assert inj.pos == PACE_FLOOR and not failed
         acked = 0
-        while acked < 1_000:          # ack everything sent so far, and again, until all 1,000 are out and acked
+        while acked < total:          # ack everything sent so far, and again, until all are out and acked
             with transport.lock:
                 sent = transport.sent[acked:]
             tracker.acked_remotely([(d.consumer, d.record.id) for d in sent])
             acked += len(sent)
-            wait_until(lambda n=acked: inj.pos == 1_000 or len(transport.sent) > n, 30, message="the next poll")
-            if inj.pos == 1_000 and len(transport.sent) == acked:
+            wait_until(lambda n=acked: inj.pos == total or len(transport.sent) > n, 30, message="the next poll")
+            if inj.pos == total and len(transport.sent) == acked:
                 break
             assert tracker.outstanding_count("in") <= shell.pace.limit() + cfg.injector_batch
-        wait_until(lambda: tracker.outstanding_count("in") == 0 and inj.pos == 1_000, 30, message="all acked")
+        wait_until(lambda: tracker.outstanding_count("in") == 0 and inj.pos == total, 30, message="all acked")
         with transport.lock:
             ids = [d.record.id for d in transport.sent]
-        assert len(ids) == len(set(ids)) == 1_000     # each production sent once: none lost, none repeated
+        assert len(ids) == len(set(ids)) == total     # each production sent once: none lost, none repeated
         assert not failed
     finally:
         stopping.set()
         inbox.wake()
         shell.thread.join(10)
+
+
+def test_an_injectors_pace_stays_within_max_in_flight_and_is_off_over_a_lossless_transport(tmp_path):
+    def shell(cfg, transport):
+        return InjectorShell("in", QueueInjector(), "nums", config=cfg, clock=SystemClock(),
+                             store=SQLiteStore(str(tmp_path / "s.db")), tracker=Tracker(transport, lambda s, i: Inbox()),
+                             router=Router(lambda stream: [], cfg.intervals), report=Inbox(),
+                             stopping=threading.Event(), fail=lambda e: None)
+    small = shell(RuntimeConfig(injector_batch=100, max_in_flight=300), HeldTransport())
+    assert (small.pace.floor, small.pace.ceiling) == (300, 300)
+    big = shell(RuntimeConfig(injector_batch=5_000, max_in_flight=20_000, retry_delay_us=2_000_000), HeldTransport())
+    assert (big.pace.floor, big.pace.ceiling, big.pace.target_us) == (5_000, 20_000, 500_000)
+    lossless = HeldTransport()
+    lossless.may_lose = False
+    assert shell(RuntimeConfig(), lossless).pace is None
