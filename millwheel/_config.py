@@ -24,7 +24,10 @@ class RuntimeConfig:
     max_batch: int = 1000
     """Most deliveries a worker takes into one batch (one store transaction)."""
     max_in_flight: int = 20000
-    """Most unacked productions an injector keeps outstanding before it waits (backpressure)."""
+    """Most unacked productions an injector keeps outstanding before it waits (backpressure). Over a
+    transport that retries (worker processes) it keeps fewer: about what its consumers ack in a quarter of
+    ``retry_delay_us``, at least the larger of ``injector_batch`` and 1,000 (``AckPace``), and it also waits
+    while its oldest unacked production is older than half of ``retry_delay_us``."""
     injector_batch: int = 2000
     """Most records an injector reads per poll."""
     retry_delay_us: int = 2_000_000

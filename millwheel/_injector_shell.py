@@ -23,6 +23,57 @@ from millwheel._watermarks import WatermarkReported, interval_low
 
 IDLE_POLL_US = 20_000
 """The wait between polls of an injector whose last two polls gave nothing (see :meth:`InjectorShell.idle_wait_s`)."""
+ACK_WAIT_SHARE = 4
+"""Over a transport that retries, an injector keeps about ``retry_delay_us / ACK_WAIT_SHARE`` of acks
+outstanding (:class:`AckPace`): a production then waits about that long for its ack, well inside the retry
+delay, instead of queueing at its consumers long enough to be sent again."""
+PACE_FLOOR = 1_000
+"""The pace never bounds an injector below this many unacked productions (nor below one poll,
+``injector_batch``): a pipeline whose acks take longer than the pace's target even with nothing queued (a
+slow store, a loaded host) would otherwise be held to a few records per round trip."""
+PACE_WINDOW_US = 200_000
+"""The ack rate is measured over windows at least this long (shorter ones would see single commits)."""
+
+
+class AckPace:
+    """How many productions an injector may keep unacknowledged: as many as its consumers acked in
+    ``target_us`` at the rate they have been acking (Little's law: a production then waits about
+    ``target_us`` for its ack), at least ``floor`` (a pipeline slower than that is not held back further:
+    at a low rate this is every production) and at most ``ceiling`` (``max_in_flight``).
+
+    Pure: :meth:`acked` is told how many productions were acked and when (integer microseconds, never
+    going back); :meth:`limit` is the bound now. The rate is measured over windows of at least
+    ``window_us`` and smoothed (each window counts half: a rate that changes is followed within a few
+    windows). A window in which fewer acks came than the bound allowed (the injector was not held back)
+    still counts: what is acked is what the consumers were given, and the bound grows again as acks come
+    faster. Holding back never drops or delays a record's guarantees: the injector only polls less."""
+
+    __slots__ = ("_count", "_start_us", "ceiling", "floor", "rate_per_s", "target_us", "window_us")
+
+    def __init__(self, target_us: int, floor: int, ceiling: int, window_us: int = PACE_WINDOW_US) -> None:
+        if target_us <= 0 or floor <= 0 or ceiling < floor or window_us <= 0:
+            raise ValueError("AckPace needs target_us, floor and window_us > 0 and ceiling >= floor")
+        self.target_us, self.floor, self.ceiling, self.window_us = target_us, floor, ceiling, window_us
+        self.rate_per_s: float | None = None
+        self._start_us: int | None = None
+        self._count = 0
+
+    def acked(self, now_us: int, n: int) -> None:
+        """``n`` productions (0 or more) were acked by ``now_us``."""
+        if self._start_us is None:
+            self._start_us = now_us
+        self._count += n
+        span = now_us - self._start_us
+        if span >= self.window_us:
+            rate = self._count * 1e6 / span
+            self.rate_per_s = rate if self.rate_per_s is None else (self.rate_per_s + rate) / 2
+            self._start_us, self._count = now_us, 0
+
+    def limit(self) -> int:
+        """The most productions to keep unacknowledged now."""
+        if self.rate_per_s is None:
+            return self.floor
+        return max(self.floor, min(self.ceiling, int(self.rate_per_s * self.target_us / 1e6)))
 
 
 class InjectorShell:
@@ -46,6 +97,11 @@ class InjectorShell:
         self._n = 0
         self._reported: int | None = None
         self._produced_last = False      # the last poll gave records
+        # over a transport that retries, the productions kept unacked follow the acks' pace (AckPace)
+        ceiling = max(1, config.max_in_flight)
+        self.pace = AckPace(max(1, config.retry_delay_us // ACK_WAIT_SHARE),
+                            min(ceiling, max(config.injector_batch, PACE_FLOOR)), ceiling) if tracker.may_lose else None
+        self.held_back = 0                # steps held back by the pace (not by max_in_flight or a backlog)
         self.thread = threading.Thread(target=self._main, name=f"millwheel-injector-{name}", daemon=True)
 
     def prepare(self, sequencer: int | None = None) -> int:
@@ -76,8 +132,17 @@ class InjectorShell:
         cfg = self.config
         items = self.inbox.take(1 << 30, 0)
         done = [pid for item in items if isinstance(item, Done) for pid in item.ids]
-        if (self.tracker.outstanding_count(self.name) >= cfg.max_in_flight
-                or self.tracker.backlogged(self.name, self.clock.now_us(), cfg.retry_delay_us)):
+        outstanding = self.tracker.outstanding_count(self.name)
+        room = cfg.max_in_flight - outstanding
+        if self.pace is not None:
+            self.pace.acked(self.clock.now_us(), len(done))
+            paced = self.pace.limit() - outstanding
+            if paced < room:
+                room = paced
+                if room < min(cfg.injector_batch, self.pace.limit()) // 4:   # not a poll for a few records
+                    self.held_back += 1
+                    room = 0
+        if room <= 0 or self.tracker.backlogged(self.name, self.clock.now_us(), cfg.retry_delay_us):
             if done:
                 self.store.commit([Write(self.name, 0, self.seq, productions_done=done)])
             self._report_watermark()
@@ -86,7 +151,7 @@ class InjectorShell:
         self.busy = True
         try:
             with self.tracker.producing(self.clock.now_us) as now:
-                prods = self._inject(now, done)
+                prods = self._inject(now, done, min(room, cfg.injector_batch))
             self._report_watermark()
         finally:
             self.busy = False
@@ -100,9 +165,9 @@ class InjectorShell:
         up to 20 ms before it was even read), else ``IDLE_POLL_US`` (an idle source is not polled busily)."""
         return (self.config.tick_us if self._produced_last else max(self.config.tick_us, IDLE_POLL_US)) / 1e6
 
-    def _inject(self, now: int, done: list[str]) -> list[StoredProduction]:
+    def _inject(self, now: int, done: list[str], most: int) -> list[StoredProduction]:
         cfg = self.config
-        poll = self.injector.poll(cfg.injector_batch, now)
+        poll = self.injector.poll(most, now)
         prods = []
         for key, value, ts in poll.records:
             self._n += 1

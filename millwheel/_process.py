@@ -727,7 +727,8 @@ class WorkerHost(ShowsWatermarks):
             "intervals": [{"computation": iv.computation, "lo": iv.lo, "hi": iv.hi, "sequencer": iv.sequencer,
                            "records_per_s": round(self._rates.get((iv.computation, iv.lo), 0.0), 1)}
                           for iv in self.holding],
-            "injectors": {n: {"caught_up": s.caught_up, "injected": s.injected}
+            "injectors": {n: {"caught_up": s.caught_up, "injected": s.injected, "held_back_by_acks": s.held_back,
+                              "outstanding_limit": s.pace.limit() if s.pace is not None else None}
                           for n, (s, _) in self.injectors.items()},
             "computations": {n: dict(c) for n, c in per.items()},
             "low_watermarks_us": self.low_watermarks, "input_watermarks_us": self.input_watermarks,

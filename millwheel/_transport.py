@@ -185,6 +185,11 @@ class Tracker:
             transport.on_sent = self._sent
         self._producing = TimestampBag()   # production times of steps still making their productions
 
+    @property
+    def may_lose(self) -> bool:
+        """Deliveries may be lost on the way, so unacked ones are sent again by time (see :class:`Transport`)."""
+        return self._transport.may_lose
+
     def _bag(self, name: str, interval: int) -> TimestampBag:
         bag = self.work.get((name, interval))
         if bag is None:
