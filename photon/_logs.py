@@ -69,19 +69,48 @@ def folder_unmade(folder: str | Path) -> str | None:
         return f"{in_way} is a file, not a folder" if in_way else f"cannot make folder {folder}: {e.strerror or e}"
 
 
-def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
+class _Alongside:
+    """One helper thread per process that runs a call while the caller goes on (``run`` then ``wait``): the
+    fsync that must precede a rename, run while the renamed file's own bytes are written and fsynced. Made on
+    first use in the process that uses it (a forked child makes its own)."""
+
+    _pid = 0
+    _pool = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def run(cls, fn):
+        from concurrent.futures import ThreadPoolExecutor
+        with cls._lock:
+            if cls._pid != os.getpid():
+                cls._pool, cls._pid = ThreadPoolExecutor(2, thread_name_prefix="photon-alongside"), os.getpid()
+            return cls._pool.submit(fn)
+
+
+def write_atomic(path: str | Path, data: bytes, *, durable: bool = False, alongside=None) -> None:
     """Replace ``path`` with ``data`` so readers see the old file or the new one, never a torn one
     (temp file + rename; a failure before the rename leaves the old file and no temp file). ``durable``:
     also fsync the file and its folder, so it survives a power loss; a failing fsync of the folder after
-    the rename raises :class:`FolderNotDurable` (the new file is in place)."""
+    the rename raises :class:`FolderNotDurable` (the new file is in place).
+
+    ``alongside``: a call that must have returned before the new file may replace the old one (an fsync of
+    the data the new file vouches for). It runs on a helper thread while the temp file is written and
+    fsynced, so the two fsyncs overlap (a file system commits both in one journal commit where it can); the
+    rename waits for both. If it raises, the temp file is removed and its exception raised: the old file
+    stands."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pending = _Alongside.run(alongside) if alongside is not None else None
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+        finally:
+            if pending is not None:
+                pending.result()         # raises what the call raised (after the temp file's own outcome)
         os.replace(tmp, path)
     except OSError:
         try:
