@@ -72,7 +72,8 @@ def folder_unmade(folder: str | Path) -> str | None:
 class _Alongside:
     """One helper thread per process that runs a call while the caller goes on (``run`` then ``wait``): the
     fsync that must precede a rename, run while the renamed file's own bytes are written and fsynced. Made on
-    first use in the process that uses it (a forked child makes its own)."""
+    first use in the process that uses it (a forked child makes its own). While the interpreter shuts down
+    (no new work is taken by such a pool then), the call runs at once on the caller's thread instead."""
 
     _pid = 0
     _pool = None
@@ -80,11 +81,20 @@ class _Alongside:
 
     @classmethod
     def run(cls, fn):
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import Future, ThreadPoolExecutor
         with cls._lock:
             if cls._pid != os.getpid():
                 cls._pool, cls._pid = ThreadPoolExecutor(2, thread_name_prefix="photon-alongside"), os.getpid()
-            return cls._pool.submit(fn)
+            try:
+                return cls._pool.submit(fn)
+            except RuntimeError:          # shutting down: run it here, before the caller's own write
+                pass
+        done = Future()
+        try:
+            done.set_result(fn())
+        except BaseException as e:        # handed to the caller through the future, as from the pool
+            done.set_exception(e)
+        return done
 
 
 def write_atomic(path: str | Path, data: bytes, *, durable: bool = False, alongside=None) -> None:

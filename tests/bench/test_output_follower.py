@@ -11,7 +11,7 @@ from photon import RollingWriter
 
 
 def _random_line(rng: random.Random) -> bytes:
-    cid = "10.0.0.%d:%d:%016d" % (rng.randrange(4), rng.randrange(100), rng.randrange(10**16))
+    cid = f"10.0.0.{rng.randrange(4)}:{rng.randrange(100)}:{rng.randrange(10**16):016d}"
     shapes = [
         b'{"click_id":"%s","query_id":"q","query":{"query_id":"q"},"_photon":{"region":"a"}}' % cid.encode(),
         b'{"x":1,"click_id":"%s"}' % cid.encode(),
