@@ -70,10 +70,10 @@ def folder_unmade(folder: str | Path) -> str | None:
 
 
 class _Alongside:
-    """One helper thread per process that runs a call while the caller goes on (``run`` then ``wait``): the
-    fsync that must precede a rename, run while the renamed file's own bytes are written and fsynced. Made on
-    first use in the process that uses it (a forked child makes its own). While the interpreter shuts down
-    (no new work is taken by such a pool then), the call runs at once on the caller's thread instead."""
+    """Two helper threads per process that run a call while the caller goes on (``run`` returns its future):
+    the fsync that must precede a rename, run while the renamed file's own bytes are written and fsynced. Made
+    on first use in the process that uses them (a forked child makes its own). While the interpreter shuts
+    down (no new work is taken by such a pool then), the call runs at once on the caller's thread instead."""
 
     _pid = 0
     _pool = None
