@@ -283,8 +283,8 @@ def test_the_records_own_write_runs_beside_the_data_fsync_and_replaces_the_recor
         assert hold.wait(20)
         real_datasync(fd)
 
-    def recording(fd):
-        fsynced.append((os.readlink(f"/proc/self/fd/{fd}"), held.is_set() and not hold.is_set()))
+    def recording(fd):      # (file, whether the data's fsync had not returned yet: it cannot before `hold`)
+        fsynced.append((os.readlink(f"/proc/self/fd/{fd}"), not hold.is_set()))
         real_fsync(fd)
     monkeypatch.setattr(_writer.os, "fdatasync", gated)
     monkeypatch.setattr(os, "fsync", recording)
