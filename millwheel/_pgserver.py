@@ -284,7 +284,7 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
         entry = _complete_user(name)
         if entry is None:
             r = subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", name],
-                               capture_output=True, text=True)
+                               check=False, capture_output=True, text=True)
             if r.returncode not in (0, USERADD_EXISTS):
                 raise EmbeddedPostgresError(f"useradd {name} failed ({r.returncode}): {r.stderr.strip()}")
             wait_until(lambda: _complete_user(name) is not None, 30, interval=0.1,
