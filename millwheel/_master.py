@@ -401,8 +401,8 @@ class RunningMaster:
         self.spec = spec
         self.address = spec.grpc_address
         self.server = MasterServer(spec)
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="master-rpc"),
-                                 options=GRPC_OPTIONS)
+        self._rpc_pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="master-rpc")
+        self._grpc = grpc.server(self._rpc_pool, options=GRPC_OPTIONS)
         pb_grpc.add_MasterServicer_to_server(MasterServicer(self.server), self._grpc)
         self.health = add_health(self._grpc, SERVICE_NAME, self.server.serving_problem)
         creds = server_credentials()
@@ -424,6 +424,7 @@ class RunningMaster:
     def stop(self) -> None:
         self.health.stopping()
         self._grpc.stop(grace=1.0).wait(2.0)
+        self._rpc_pool.shutdown(wait=False)   # its idle threads end now (a busy one after its call)
         self.server.close()
 
 

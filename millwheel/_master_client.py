@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -110,17 +111,25 @@ class MasterClient:
 
     # ---- writes: the leader ----
 
-    def _to_leader(self, call):
-        """One round over the replicas, leader first, following redirects; ``_Retry`` when none decided."""
+    def _to_leader(self, call, deadline: float | None = None):
+        """One round over the replicas, leader first, following redirects; ``_Retry`` when none decided.
+        ``call(stub, timeout_s)``: each call's timeout is ``rpc_timeout_s``, or what is left before ``deadline``
+        (``time.monotonic()``) when that is less (none is made once it has passed)."""
         order = ([self._leader] if self._leader else []) + [a for a in self.endpoints if a != self._leader]
         tried, errors = set(), []
         while order:
             address = order.pop(0)
             if address in tried:
                 continue
+            timeout_s = self.rpc_timeout_s
+            if deadline is not None:
+                timeout_s = min(timeout_s, deadline - time.monotonic())
+                if timeout_s <= 0:
+                    errors.append("no time left for the others")
+                    break
             tried.add(address)
             try:
-                reply = call(self._stub(address))
+                reply = call(self._stub(address), timeout_s)
             except ValueError:      # a channel closed under the call
                 self._check_interrupted()
                 raise
@@ -144,19 +153,22 @@ class MasterClient:
         """Register a worker process (one ``registration`` id per process start; made here when omitted)."""
         req = pb.RegisterRequest(worker=worker, address=address, registration=registration or new_registration())
         reply = self._retrying(lambda: self._to_leader(
-            lambda stub: stub.RegisterWorker(req, timeout=self.rpc_timeout_s)))
+            lambda stub, timeout_s: stub.RegisterWorker(req, timeout=timeout_s)))
         return _assignments(worker, reply)
 
     def heartbeat(self, worker: str, incarnation: int, load: WorkerLoad | None = None,
                   leaving: bool = False, budget_s: float | None = None) -> Assignments:
         """Restart the lease of ``worker``'s incarnation (and report its load); everything it owns now.
-        ``leaving``: the incarnation leaves (its intervals move at once); tried also while stopping, for
-        ``budget_s`` (each attempt at most that long too)."""
+        ``leaving``: the incarnation leaves (its intervals move at once); tried also while stopping.
+        ``budget_s``: every attempt and every call ends within that many seconds of this call (a round over
+        replicas that accept connections but do not answer, e.g. replicas stopping at the same moment,
+        cannot take a call's full timeout per replica)."""
         req = pb.HeartbeatRequest(worker=worker, incarnation=incarnation, leaving=leaving)
         if load is not None:
             req.load.CopyFrom(load_to_pb(load))
-        rpc_s = self.rpc_timeout_s if budget_s is None else min(self.rpc_timeout_s, budget_s)
-        reply = self._retrying(lambda: self._to_leader(lambda stub: stub.Heartbeat(req, timeout=rpc_s)),
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        reply = self._retrying(lambda: self._to_leader(lambda stub, timeout_s: stub.Heartbeat(req, timeout=timeout_s),
+                                                       deadline),
                                budget_s, interruptible=not leaving)
         return _assignments(worker, reply)
 

@@ -17,6 +17,8 @@ The package itself is never imported (its import has side effects); only its ``p
 """
 from __future__ import annotations
 
+import fcntl
+import grp
 import importlib.util
 import os
 import pwd
@@ -24,6 +26,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -252,10 +255,41 @@ def _live_holder(pidfile: Path) -> int | None:
     return None
 
 
-def _ensure_user(name: str) -> pwd.struct_passwd:
+USER_LOCK = Path("/run/lock" if os.path.isdir("/run/lock") else tempfile.gettempdir()) / "embedded_postgres.useradd.lock"
+"""Held while the system user is looked up and made: two processes of one host starting their first server at
+the same moment (two tests at once) must not both run ``useradd``. The second ``useradd`` either fails ("already
+exists") or, having checked before the first one's entry was written, rewrites that entry with another uid:
+a data directory already chowned to the first uid then refuses its own server ("Permission denied")."""
+USERADD_EXISTS = 9
+"""``useradd``'s exit status for a user that exists (made meanwhile by a program that does not take our lock)."""
+
+
+def _complete_user(name: str) -> pwd.struct_passwd | None:
+    """The user's entry once its group is there too (``useradd`` writes the group file after the user's), or None."""
     try:
-        return pwd.getpwnam(name)
+        entry = pwd.getpwnam(name)
+        grp.getgrgid(entry.pw_gid)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True, text=True)
-        return pwd.getpwnam(name)
+        return None
+    return entry
+
+
+def _ensure_user(name: str) -> pwd.struct_passwd:
+    entry = _complete_user(name)
+    if entry is not None:
+        return entry
+    fd = os.open(USER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        entry = _complete_user(name)
+        if entry is None:
+            r = subprocess.run(["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", name],
+                               check=False, capture_output=True, text=True)
+            if r.returncode not in (0, USERADD_EXISTS):
+                raise EmbeddedPostgresError(f"useradd {name} failed ({r.returncode}): {r.stderr.strip()}")
+            wait_until(lambda: _complete_user(name) is not None, 30, interval=0.1,
+                       message=f"the system user {name} and its group")
+            entry = _complete_user(name)
+        return entry
+    finally:
+        os.close(fd)       # (releases the lock)

@@ -123,7 +123,8 @@ class WorkerHost(ShowsWatermarks):
         self._inbox = Inbox()
         self._discard = Inbox()
         # every peer's ExchangeStream holds one of these threads while it is open (see _peer)
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="mw-peer-rpc"),
+        self._rpc_pool = futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="mw-peer-rpc")
+        self._grpc = grpc.server(self._rpc_pool,
                                  options=[("grpc.max_receive_message_length", 64 * 2**20), ("grpc.so_reuseport", 0)])
         creds = server_credentials()
         bound = self._grpc.add_secure_port(f"{host}:{port}", creds) if creds else \
@@ -216,8 +217,10 @@ class WorkerHost(ShowsWatermarks):
             try:
                 self.client.heartbeat(self.name, self.incarnation, leaving=True, budget_s=LEAVE_BUDGET_S)
                 left = True
-            except MasterUnavailable as e:
-                self.gave_up.append(f"telling the master this process leaves ({e}): its intervals move "
+            except (MasterUnavailable, grpc.RpcError, ValueError) as e:
+                # (a status not tried again, or a channel closed under the call: the stop goes on all the same)
+                what = e if isinstance(e, MasterUnavailable) else f"{type(e).__name__}: {e}"
+                self.gave_up.append(f"telling the master this process leaves ({what}): its intervals move "
                                     f"when its lease ends")
         # the grace counts from here: a slow leave does not cut off threads that were ending on their own
         watchdog = threading.Timer(STOP_GRACE_S, self._cut_off)
@@ -231,6 +234,7 @@ class WorkerHost(ShowsWatermarks):
                     t.join(max(0.0, deadline - time.monotonic()))
             behind = tuple(t.name for t in threads if t.is_alive())
             self._grpc.stop(grace=0.5).wait(1.0)
+            self._rpc_pool.shutdown(wait=False)   # its idle threads end now (a busy one after its call)
             self.transport.close()
             self.client.close()
             if self._cut:

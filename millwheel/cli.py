@@ -30,6 +30,7 @@ from pathlib import Path
 from millwheel._cluster import (ChildDidNotStart, ClusterFile, KeepsFailing, Processes, cluster_path, cluster_status,
                                 exit_text, new_specs, start_masters, wait_cluster_idle, worker_argv)
 from millwheel._config import MillWheelConfigError, RuntimeConfig
+from millwheel._exit import exit_bounded
 from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import PlacementPolicy
@@ -457,8 +458,8 @@ def worker(args: argparse.Namespace) -> int:
         e = host.error      # the last line: `millwheel run --workers N` names it when this worker keeps failing
         print(f"millwheel worker: stopped: {e}" if isinstance(e, OutputFailed)
               else f"millwheel worker: stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        return exit_bounded(1, "millwheel worker")
+    return exit_bounded(0, "millwheel worker")
 
 
 def status(args: argparse.Namespace) -> int:

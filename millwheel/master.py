@@ -12,6 +12,7 @@ import logging
 import sys
 
 from millwheel._config import MillWheelConfigError
+from millwheel._exit import exit_bounded
 from millwheel._master import MasterSpec, serve_master
 
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, MillWheelConfigError, ValueError, TypeError) as e:
         print(f"millwheel master: refusing to start: {e}", file=sys.stderr, flush=True)
         return 2
-    return 0
+    return exit_bounded(0, "millwheel master")
 
 
 if __name__ == "__main__":

@@ -305,6 +305,9 @@ class CompactingJournal:
         self._data_dir = Path(data_dir)
         self._on_failure = on_failure or storage_failed
         self._open = open_journal or pysyncobj.journal.FileJournal
+        tmp = self._data_dir / self.COMPACT_FILE
+        for leftover in (tmp, Path(f"{tmp}.meta")):   # of a compaction a crash cut short (never read)
+            leftover.unlink(missing_ok=True)
 
     def deleteEntriesTo(self, entry_to) -> None:  # noqa: N802 (pysyncobj's name)
         path = self._data_dir / JOURNAL_FILE

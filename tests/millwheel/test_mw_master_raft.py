@@ -45,6 +45,21 @@ def test_every_append_is_synced_and_a_failed_sync_is_fail_stop(tmp_path):
     assert broken.syncs == 0
 
 
+def test_what_a_compaction_cut_short_left_is_removed_when_the_journal_opens(tmp_path):
+    """A crash (SIGKILL) in the middle of a compaction leaves its half-written copy beside the journal: never
+    read, and removed when the replica opens its journal again."""
+    path = tmp_path / JOURNAL_FILE
+    journal = _SyncedJournal(pysyncobj.journal.FileJournal(str(path)), tmp_path, Failures())
+    for i in range(1, 6):
+        journal.add(f"entry {i}".encode(), i, 1)
+    journal._destroy()
+    (tmp_path / ".raft.journal.compacting").write_bytes(b"half a journal")
+    (tmp_path / ".raft.journal.compacting.meta").write_bytes(b"\0")
+    again = _SyncedJournal(pysyncobj.journal.FileJournal(str(path)), tmp_path, Failures())
+    assert not list(tmp_path.glob(".raft.journal.compacting*"))
+    assert [again[i][1] for i in range(len(again))] == [1, 2, 3, 4, 5]
+    again._destroy()
+
 def test_compaction_writes_a_new_journal_and_renames_it_keeping_the_tail(tmp_path):
     failures = Failures()
     path = tmp_path / JOURNAL_FILE

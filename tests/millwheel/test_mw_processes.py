@@ -130,9 +130,16 @@ def _master_pids(cluster: ClusterFile, address: str) -> list[int]:
 def test_millwheel_status_json_lists_leader_workers_owners_and_watermarks(run_factory):
     run = run_factory(workers=2, n_clicks=2000, files=4)
     run.wait_idle()
-    out = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out), "--json"],
-                         capture_output=True, timeout=60, check=True)
-    st = json.loads(out.stdout)
+    st = {}
+
+    def status_with_a_leader() -> bool:
+        # (an election under way, e.g. a follower's timeout on a loaded host, shows no leader for a moment)
+        nonlocal st
+        out = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out), "--json"],
+                             capture_output=True, timeout=60, check=True)
+        st = json.loads(out.stdout)
+        return st["leader"] is not None
+    wait_until(status_with_a_leader, 60, interval=1.0, message="millwheel status naming a master leader")
     assert st["leader"] in run.cluster.masters
     assert sorted(w["pid"] for w in st["workers"]) == sorted(w["pid"] for w in run.workers())
     assert all(isinstance(w["intervals"], list) for w in st["workers"])

@@ -12,13 +12,16 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import psutil
 import psycopg
 import pytest
 
-from millwheel import open_store
+from millwheel import MasterClient, MasterUnavailable, open_store
+from millwheel import master_pb2_grpc as pb_grpc
 from millwheel._cluster import cluster_path, worker_argv, worker_status
 from photon import wait_until
 
@@ -296,3 +299,84 @@ def test_a_runtime_on_its_own_postgres_store_stopped_before_it_started_closes_th
     rt.stop()
     with pytest.raises(RuntimeError, match="the store is closed"):
         rt.store.read_watermarks()
+
+
+class _SilentMaster(pb_grpc.MasterServicer):
+    """A master replica that takes every call and never answers it (as one stopping at the same moment may):
+    each call waits until its deadline. Records the time each call had left when it came in."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.remaining: list[float] = []
+
+    def Heartbeat(self, request, context):
+        self.remaining.append(context.time_remaining())
+        while not self.release.is_set() and context.is_active():
+            self.release.wait(0.05)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "released")
+
+
+@pytest.mark.timeout(120)
+def test_a_leave_ends_within_its_budget_when_no_replica_answers():
+    """A stopping worker's leave (a heartbeat with ``leaving``) tries the replicas in turn; each call's
+    deadline is what is left of the budget, not the client's full call timeout per replica (three replicas
+    that do not answer took three times the budget)."""
+    release = threading.Event()
+    servers, masters = [], []
+    try:
+        for _ in range(3):
+            m = _SilentMaster(release)
+            s = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            pb_grpc.add_MasterServicer_to_server(m, s)
+            port = s.add_insecure_port("127.0.0.1:0")
+            s.start()
+            servers.append(s)
+            masters.append((m, f"127.0.0.1:{port}"))
+        budget = 2.0
+        client = MasterClient([a for _, a in masters], retry_timeout_s=30.0, rpc_timeout_s=3.0)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(MasterUnavailable):
+                client.heartbeat("w", 1, leaving=True, budget_s=budget)
+            took = time.monotonic() - t0
+        finally:
+            client.close()
+        seen = [r for m, _ in masters for r in m.remaining]
+        print(f"leave with a budget of {budget} s to three silent replicas: {took:.2f} s, calls' time left "
+              f"on arrival {[round(r, 2) for r in seen]}")
+        assert seen, "the replicas were called"
+        assert all(r is not None and r <= budget for r in seen), seen
+        assert sum(seen) <= budget + 0.3, f"the calls share the budget: {seen}"
+        assert took < 2 * budget, f"{took:.2f} s"
+    finally:
+        release.set()
+        for s in servers:
+            s.stop(None)
+
+
+def test_a_stopped_process_exits_without_a_thread_that_never_ends(tmp_path):
+    """``exit_bounded``: a non-daemon thread still running after the stop (a gRPC handler waiting on a call
+    nobody finishes) does not keep the process alive; the exit status is kept and the thread named."""
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import atexit, sys, threading\n"
+        "from millwheel._exit import exit_bounded\n"
+        "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
+        "if sys.argv[1] == 'hang':\n"
+        "    threading.Thread(target=threading.Event().wait, name='never-ends').start()\n"
+        "else:\n"
+        "    t = threading.Thread(target=threading.Event().wait, args=(0.2,), name='ends-soon')\n"
+        "    t.start()\n"
+        "print('stopped', flush=True)\n"
+        "sys.exit(exit_bounded(3, 'test process', wait_s=1.0))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    hang = subprocess.run([sys.executable, str(script), "hang"], capture_output=True, text=True, timeout=60, env=env,
+                          check=False)
+    assert hang.returncode == 3, hang.stderr
+    assert "stopped" in hang.stdout
+    assert "exiting without 1 thread(s) still running" in hang.stderr and "never-ends" in hang.stderr
+    ends = subprocess.run([sys.executable, str(script), "ends"], capture_output=True, text=True, timeout=60, env=env,
+                          check=False)
+    assert ends.returncode == 3, ends.stderr
+    assert "exit handlers ran" in ends.stdout, "a normal exit when every thread ended in time"
+    assert "exiting without" not in ends.stderr
