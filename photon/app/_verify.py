@@ -39,6 +39,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -837,10 +838,10 @@ def _one_of(column: str, values: list):
 EXPORT_COLUMNS = (("id", "STRING"), ("token", "STRING"), ("registered_us", "BIGINT"))
 
 
-def _read_export(spark, export_files: list[str]):
-    """The export's Parquet files as Spark reads them, with the columns :func:`run_verify` uses and the schema
-    their footers state (read on the driver by pyarrow), so that Spark runs no job to infer it; when a
-    footer states other types than the export writes, Spark infers the schema itself."""
+def _export_columns(export_files: list[str]) -> set | None:
+    """The columns of :data:`EXPORT_COLUMNS` that every export file's footer (read on the driver by pyarrow)
+    states with the type the export writes, or None when a footer states another type or ``id`` and
+    ``token`` are not both there (Spark then infers the schema itself)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     kinds = {"STRING": (pa.types.is_string, pa.types.is_large_string), "BIGINT": (pa.types.is_int64,)}
@@ -853,13 +854,51 @@ def _read_export(spark, export_files: list[str]):
                 t = schema.field(name).type
                 t = t.value_type if pa.types.is_dictionary(t) else t
                 if not any(check(t) for check in kinds[kind]):
-                    return spark.read.parquet(*export_files)
+                    return None
                 typed.add(name)
         common = typed if common is None else common & typed
     if not common or not {"id", "token"} <= common:
+        return None
+    return common
+
+
+def _read_export(spark, export_files: list[str]):
+    """The export's Parquet files as Spark reads them, with the columns :func:`run_verify` uses and the schema
+    their footers state (:func:`_export_columns`), so that Spark runs no job to infer it; when a footer
+    states other types than the export writes, Spark infers the schema itself."""
+    common = _export_columns(export_files)
+    if common is None:
         return spark.read.parquet(*export_files)
     return spark.read.schema(", ".join(f"`{n}` {k}" for n, k in EXPORT_COLUMNS if n in common)) \
         .parquet(*export_files)
+
+
+def _export_entries(export_files: list[str], ids: list[str]) -> dict:
+    """``{id: (token, registered_us)}``: the registry entry of each of ``ids`` that the export holds with a
+    token (``registered_us`` 0 when the export has no such column, as :func:`_read_export`'s reading gives
+    it), read on the driver (pyarrow: the id, token and time columns, filtered by value) for the few lost
+    ids of :func:`_look_up_on_driver`; an id with two entries (two shards' copies taken at different
+    moments) keeps the first, in the files' order. Only for an export whose footers
+    :func:`_export_columns` accepts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    if not ids:
+        return {}
+    with_time = "registered_us" in _export_columns(export_files)
+    wanted = pa.array(ids, pa.string())
+    entries = {}
+    for path in export_files:
+        table = pq.read_table(path, columns=["id", "token"] + (["registered_us"] if with_time else []))
+        ident = table.column("id")
+        if pa.types.is_dictionary(ident.type):
+            ident = ident.cast(ident.type.value_type)
+        keep = pc.and_(pc.is_in(ident.cast(pa.string()), value_set=wanted), pc.is_valid(table.column("token")))
+        hits = table.filter(keep)
+        times = hits.column("registered_us").to_pylist() if with_time else [0] * hits.num_rows
+        for i, token, t in zip(hits.column("id").to_pylist(), hits.column("token").to_pylist(), times):
+            entries.setdefault(i, (token, t))
+    return entries
 
 
 COUNTS_SETTINGS = {
@@ -1100,16 +1139,23 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
             F.lit(None).cast("long").alias("c"))
     if wanted or lost:
         frames = []
-        if wanted:
-            frames.append(lines_of(wanted, keys))
-        if lost:
-            exported = _read_export(spark, export_files)
-            registered_us = F.col("registered_us") if "registered_us" in exported.columns else F.lit(0).cast("long")
-            frames.append(exported.filter(F.col("token").isNotNull() & _one_of("id", lost))
-                          .select("id", F.lit("entry").alias("kind"), F.col("token").alias("a"),
-                                  F.lit(None).cast("string").alias("b"), registered_us.cast("long").alias("c")))
-        for r in union_all(frames).collect():     # an id's first line, and first entry, as Spark's first()
-            (lines if r.kind == "line" else entries).setdefault(r.id, r)
+        # the lost ids' registry entries on the driver (pyarrow), beside the Spark job of their lines
+        on_driver = _export_columns(export_files) is not None
+        with ThreadPoolExecutor(1) as pool:
+            found = pool.submit(_export_entries, export_files, lost) if lost and on_driver else None
+            if wanted:
+                frames.append(lines_of(wanted, keys))
+            if lost and not on_driver:        # footers of other types: Spark reads the export as before
+                exported = _read_export(spark, export_files)
+                registered_us = F.col("registered_us") if "registered_us" in exported.columns \
+                    else F.lit(0).cast("long")
+                frames.append(exported.filter(F.col("token").isNotNull() & _one_of("id", lost))
+                              .select("id", F.lit("entry").alias("kind"), F.col("token").alias("a"),
+                                      F.lit(None).cast("string").alias("b"), registered_us.cast("long").alias("c")))
+            for r in union_all(frames).collect() if frames else ():   # an id's first line (and entry), as first()
+                (lines if r.kind == "line" else entries).setdefault(r.id, (r.a, r.c) if r.kind == "entry" else r)
+            if found is not None:
+                entries.update(found.result())
         missing = [i for i in wanted if i not in lines]
         if keys is not None and missing:          # not in the files of its key: every file
             for r in lines_of(missing, None).collect():
@@ -1130,32 +1176,43 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
         if not r.lost:
             continue
         entry, line = entries.get(r.id), lines.get(r.id) if r.in_regions is not None else None
-        token = entry.a if entry is not None else None
-        rows.append((r.id, token, entry.c if entry is not None else None, line.a if line else None,
+        token = entry[0] if entry is not None else None
+        rows.append((r.id, token, entry[1] if entry is not None else None, line.a if line else None,
                      line.b if line else None, (r.id, token) in in_ledger))
-    return dups, wrongly, _recoverable_rows(spark, rows, judged, aged_before_us)
+    return dups, wrongly, _recoverable_rows(rows, judged, aged_before_us)
 
 
-def _recoverable_rows(spark, lost: list, judged: dict, aged_before_us: int) -> list[tuple]:
+JAVA_LINE_TERMINATORS = frozenset("\n\r\u0085\u2028\u2029")     # what Java's regex ``.`` does not match
+
+
+def _token_prefix(token: str) -> str:
+    """``regexp_extract(token, TOKEN_PREFIX, 1)`` as Spark (Java's regular expressions) gives it: the text
+    before the token's last ``/``, or ``""`` when there is no ``/`` or that text holds a line terminator
+    (``.`` does not match one; ``[^/]*`` after the ``/`` matches anything, so the ``/`` must be the last)."""
+    cut = token.rfind("/")
+    prefix = token[:cut] if cut >= 0 else ""
+    return "" if JAVA_LINE_TERMINATORS.intersection(prefix) else prefix
+
+
+def _recoverable_rows(lost: list, judged: dict, aged_before_us: int) -> list[tuple]:
     """The recoverable rows (:data:`RECOVERABLE_COLUMNS`) of ``lost`` (``(id, token, registered_us, raw, ref,
-    in_ledger)`` tuples) by :func:`_mark_lost`, the same rule as inside Spark, here over an inline table:
-    Spark evaluates it while planning, so no job runs."""
-    from pyspark.sql import functions as F
-    if not lost:
-        return []
-    values = ",".join("(" + ",".join(_sql_literal(v) for v in row) + ")" for row in lost)
-    table = spark.sql(f"SELECT * FROM VALUES {values} AS t(id, token, registered_us, raw, ref, in_ledger)")
-    table = table.select("id", F.col("token").cast("string").alias("token"),
-                         F.col("registered_us").cast("long").alias("registered_us"),
-                         F.col("raw").cast("string").alias("raw"), F.col("ref").cast("string").alias("ref"),
-                         F.col("in_ledger").cast("boolean").alias("in_ledger"))
-    cases = [(p, v) for p, v in sorted(judged.items()) if v in (STOPPED, UNSEEN)]
-    verdict = F.expr("CASE prefix " + " ".join(f"WHEN {_sql_literal(p)} THEN {_sql_literal(v)}" for p, v in cases)
-                     + " END") if cases else F.lit(None).cast("string")
-    table = table.withColumn("prefix", F.regexp_extract("token", TOKEN_PREFIX, 1)).withColumn("verdict", verdict) \
-        .withColumn("n_out", F.lit(None).cast("long"))
-    return [tuple(r) for r in _mark_lost(table, aged_before_us).filter("is_recoverable")
-            .select(*(c for c, _ in RECOVERABLE_COLUMNS)).collect()]
+    in_ledger)`` tuples, every id joined nowhere) by :func:`_mark_lost`'s rule, in Python on the driver's
+    few rows (a SQL table of them cost the planning of a statement holding every raw line); held equal to
+    the rule in Spark (:func:`_mark_lost`, as the code before ran it over a SQL table of these rows) by
+    ``tests/app/test_verify_recoverable_rule.py``."""
+    verdict_of = {p: v for p, v in judged.items() if v in (STOPPED, UNSEEN)}
+    rows = []
+    for id_, token, registered_us, raw, ref, in_ledger in lost:
+        if token is None or token == "" or raw is None:          # not lost (no entry), cleared, or no line
+            continue
+        verdict = verdict_of.get(_token_prefix(token))
+        stopped = verdict == STOPPED
+        aged = verdict == UNSEEN and registered_us is not None and 0 < registered_us < aged_before_us
+        if not (in_ledger or stopped or aged):
+            continue
+        reason = LEDGER_REASON if in_ledger else STOPPED_REASON if stopped else AGED_REASON
+        rows.append((id_, token, raw, ref, reason, registered_us))
+    return rows
 
 
 def _write_rows(rows: list[tuple], folder: Path) -> None:
