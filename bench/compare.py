@@ -357,6 +357,7 @@ class SparkSinkFollower:
     def __init__(self, out: Path) -> None:
         self.out, self.done_batches = out, set()
         self.seen_us: dict[str, int] = {}
+        self.seen_order: list[str] = []      # the ids of seen_us in the order they were seen
         self.rows = 0
 
     def poll(self) -> int:
@@ -385,7 +386,9 @@ class SparkSinkFollower:
                 self.rows += len(ids)
                 new += len(ids)
                 for cid in ids:
-                    self.seen_us.setdefault(cid, now)
+                    if cid not in self.seen_us:
+                        self.seen_us[cid] = now
+                        self.seen_order.append(cid)
         return new
 
 
@@ -400,8 +403,11 @@ def after_first_rate(joinable: int, at_first: int, seconds: float) -> float | No
     return round((joinable - at_first) / seconds, 1)
 
 
-def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work: dict, args) -> dict:
-    """Start ``cmd`` in ``root``, follow its output until the backlog is visible, then probe it."""
+def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work: dict, args,
+               order_of=None) -> dict:
+    """Start ``cmd`` in ``root``, follow its output until the backlog is visible, then probe it.
+    ``visible_of(follower)``: id -> when it became visible; ``order_of(follower)``: the same ids in the order
+    they became visible (a list that only grows), so each poll counts only the ids new since the last."""
     log = open(root / f"{name}.log", "ab")
     profiler = Profiler(Path(args.profile) / name, gil=args.profile_gil) if args.profile else None
     t0 = time.monotonic()
@@ -417,13 +423,19 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
     joinable = work["joinable"]
     try:
         first, at_first = None, 0
+        counted, visible = 0, 0         # ids of order_of(follower) looked at; of those, joinable ones
         def backlog_visible() -> bool:
-            nonlocal first, at_first
+            nonlocal first, at_first, counted, visible
             if proc.poll() is not None:
                 raise SystemExit(f"{name} exited with {proc.returncode}; see {root / (name + '.log')}")
             follower.poll()
             seen = visible_of(follower)
-            visible = len(joinable.intersection(seen))
+            if order_of is None:
+                visible = len(joinable.intersection(seen))
+            else:                       # only the ids that became visible since the last poll
+                order = order_of(follower)
+                visible += sum(map(joinable.__contains__, order[counted:]))
+                counted = len(order)
             if first is None and seen:
                 first, at_first = time.monotonic(), visible
             return visible >= len(joinable)
@@ -576,12 +588,13 @@ def main(argv=None) -> int:
             if system == "photon":
                 add_settings(root / "photon.toml", args.set)
                 cmd = [sys.executable, "-m", "photon.app.cli", "run", "--config", str(root / "photon.toml")]
-                results[system] = run_system(system, root, cmd, OutputFollower(root / "out" / "a" / "joined"),
-                                             photon_visible, work, args)
+                follower = OutputFollower(root / "out" / "a" / "joined", seen=False)
+                results[system] = run_system(system, root, cmd, follower, photon_visible, work, args,
+                                             order_of=lambda f: f.published_order)
             else:
                 cmd = [sys.executable, "-m", "bench.compare", "--spark-child", str(root)]
                 results[system] = run_system(system, root, cmd, SparkSinkFollower(root / "spark-out"),
-                                             spark_visible, work, args)
+                                             spark_visible, work, args, order_of=lambda f: f.seen_order)
             for key, value in results[system].items():
                 figures[f"{system}_{key}"] = value
         if "photon" in results and "spark" in results:

@@ -69,19 +69,58 @@ def folder_unmade(folder: str | Path) -> str | None:
         return f"{in_way} is a file, not a folder" if in_way else f"cannot make folder {folder}: {e.strerror or e}"
 
 
-def write_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
+class _Alongside:
+    """Two helper threads per process that run a call while the caller goes on (``run`` returns its future):
+    the fsync that must precede a rename, run while the renamed file's own bytes are written and fsynced. Made
+    on first use in the process that uses them (a forked child makes its own). While the interpreter shuts
+    down (no new work is taken by such a pool then), the call runs at once on the caller's thread instead."""
+
+    _pid = 0
+    _pool = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def run(cls, fn):
+        from concurrent.futures import Future, ThreadPoolExecutor
+        with cls._lock:
+            if cls._pid != os.getpid():
+                cls._pool, cls._pid = ThreadPoolExecutor(2, thread_name_prefix="photon-alongside"), os.getpid()
+            try:
+                return cls._pool.submit(fn)
+            except RuntimeError:          # shutting down: run it here, before the caller's own write
+                pass
+        done = Future()
+        try:
+            done.set_result(fn())
+        except BaseException as e:        # handed to the caller through the future, as from the pool
+            done.set_exception(e)
+        return done
+
+
+def write_atomic(path: str | Path, data: bytes, *, durable: bool = False, alongside=None) -> None:
     """Replace ``path`` with ``data`` so readers see the old file or the new one, never a torn one
     (temp file + rename; a failure before the rename leaves the old file and no temp file). ``durable``:
     also fsync the file and its folder, so it survives a power loss; a failing fsync of the folder after
-    the rename raises :class:`FolderNotDurable` (the new file is in place)."""
+    the rename raises :class:`FolderNotDurable` (the new file is in place).
+
+    ``alongside``: a call that must have returned before the new file may replace the old one (an fsync of
+    the data the new file vouches for). It runs on a helper thread while the temp file is written and
+    fsynced, so the two fsyncs overlap (a file system commits both in one journal commit where it can); the
+    rename waits for both. If it raises, the temp file is removed and its exception raised: the old file
+    stands."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pending = _Alongside.run(alongside) if alongside is not None else None
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+        finally:
+            if pending is not None:
+                pending.result()         # raises what the call raised (after the temp file's own outcome)
         os.replace(tmp, path)
     except OSError:
         try:

@@ -347,23 +347,32 @@ class RollingWriter:
         so other requests append meanwhile (never rolling, cutting or rewriting the record: those wait in
         :meth:`_idle`); the record vouches for the bytes written when the commit began, and a request whose
         lines came later waits for this commit and then leads the next one, covering every line appended
-        during this one."""
+        during this one.
+
+        The data's fsync runs beside the new record's own write and fsync (``write_atomic(alongside=...)``):
+        the record is renamed into place only once both are done, so it never vouches for bytes that are not
+        durable, and the two fsyncs overlap instead of following each other."""
         f, path, size, written = self._f, self._path, self._size, self._written
         sync_data = f is not None and size > self._durable
         data = self._record_bytes()
         self._committing = True
         failure, record_failed = "", False
+        data_failed: list[OSError] = []
+
+        def fsync_data() -> None:
+            try:
+                os.fdatasync(f.fileno())
+            except OSError as e:
+                data_failed.append(e)
+                raise
         self._lock.release()
         try:
-            if sync_data:
-                try:
-                    os.fdatasync(f.fileno())
-                except OSError as e:
-                    failure = f"fsync of {path} failed: {e}"
-            if not failure:
-                try:
-                    self._replace_record(data)
-                except OSError as e:
+            try:
+                self._replace_record(data, alongside=fsync_data if sync_data else None)
+            except OSError as e:
+                if data_failed:               # the record was not replaced: the standing one holds
+                    failure = f"fsync of {path} failed: {data_failed[0]}"
+                else:
                     failure, record_failed = f"replacing the commit record {self.commit_path} failed: {e}", True
         finally:
             self._lock.acquire()
@@ -491,15 +500,16 @@ class RollingWriter:
             record[self._logical] = self._size
         return orjson.dumps({"writer": self.prefix, "at_us": self._clock.now_us(), "open": record})
 
-    def _replace_record(self, data: bytes) -> None:
+    def _replace_record(self, data: bytes, alongside=None) -> None:
         """Replace the commit record with ``data`` durably (its folder made at the first write, or again
-        if it went away). A failing fsync of the folder after the rename only sets :attr:`error`."""
+        if it went away), once ``alongside`` (run beside the record's write, see :func:`write_atomic`) has
+        returned. A failing fsync of the folder after the rename only sets :attr:`error`."""
         try:
             try:
-                write_atomic(self.commit_path, data, durable=True)
+                write_atomic(self.commit_path, data, durable=True, alongside=alongside)
             except FileNotFoundError:
                 self.commit_path.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(self.commit_path, data, durable=True)
+                write_atomic(self.commit_path, data, durable=True, alongside=alongside)
         except FolderNotDurable as e:
             self._set_error(str(e))
 

@@ -264,3 +264,75 @@ def test_a_start_with_nothing_to_recover_makes_no_durable_write(tmp_path, monkey
     orphans = RollingWriter(tmp_path, "a-j0").recover_orphans()
     assert len(orphans.published) == 1 and replaced and record(tmp_path)["open"] == {}
     assert sorted(read_output_lines(tmp_path)) == sorted(lines(1, 2)) and inprogress(tmp_path) == []
+
+
+@pytest.mark.timeout(30)
+def test_the_records_own_write_runs_beside_the_data_fsync_and_replaces_the_record_only_after_it(tmp_path,
+                                                                                                monkeypatch):
+    """A commit's two fsyncs overlap: the new record is written and fsynced under its temporary name while the
+    data's fsync runs, and renamed over the record only once that fsync returned (never vouching for bytes that
+    are not durable); a data fsync that fails leaves the standing record and no temporary one."""
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, commit_interval_s=3600)
+    w.sync(w.write_lines(lines(0)))
+    vouched = record(tmp_path)["open"]
+    real_datasync, real_fsync = os.fdatasync, os.fsync
+    hold, held, fsynced = threading.Event(), threading.Event(), []
+
+    def gated(fd):
+        held.set()
+        assert hold.wait(20)
+        real_datasync(fd)
+
+    def recording(fd):      # (file, whether the data's fsync had not returned yet: it cannot before `hold`)
+        fsynced.append((os.readlink(f"/proc/self/fd/{fd}"), not hold.is_set()))
+        real_fsync(fd)
+    monkeypatch.setattr(_writer.os, "fdatasync", gated)
+    monkeypatch.setattr(os, "fsync", recording)
+    ticket = w.write_lines(lines(1))
+    syncing = threading.Thread(target=w.sync, args=(ticket,))
+    syncing.start()
+    def temp():
+        return list((tmp_path / "_committed").glob(".a-j0.json.*.tmp"))
+    wait_until(lambda: held.is_set() and any(name.endswith(".tmp") and during for name, during in fsynced),
+               10, message="the record's temporary file fsynced while the data's fsync is held")
+    assert temp() and orjson.loads(temp()[0].read_bytes())["open"] != vouched   # the new record, not yet in place
+    assert record(tmp_path)["open"] == vouched and read_output_lines(tmp_path) == lines(0)
+    hold.set()
+    syncing.join(10)
+    assert not syncing.is_alive()
+    assert read_output_lines(tmp_path) == lines(0, 1) and temp() == []
+
+    def failing(fd):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(_writer.os, "fdatasync", failing)
+    vouched = record(tmp_path)["open"]
+    with pytest.raises(LinesLost):
+        w.sync(w.write_lines(lines(2)))
+    assert "fsync" in w.error and record(tmp_path)["open"] == vouched and temp() == []
+    assert read_output_lines(tmp_path, include_inprogress=True) == lines(0, 1)
+    monkeypatch.undo()
+    w.roll()
+
+
+def test_a_commit_while_the_interpreter_shuts_down_runs_the_data_fsync_on_its_own_thread(tmp_path, monkeypatch):
+    """The helper pool takes no new work once the interpreter shuts down (a roller thread may still commit
+    then): the data's fsync then runs on the committing thread, before the record's write, and the lines are
+    committed as ever."""
+    from photon import _logs
+    w = RollingWriter(tmp_path, "a-j0", roll_interval_s=3600, commit_interval_s=3600)
+    w.sync(w.write_lines(lines(1)))                  # the pool exists now
+
+    class ShutDown:
+        def submit(self, fn):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+    monkeypatch.setattr(_logs._Alongside, "_pool", ShutDown())
+    order, real_datasync, real_fsync = [], os.fdatasync, os.fsync
+    monkeypatch.setattr(_writer.os, "fdatasync",
+                        lambda fd: (order.append(("data", threading.get_ident())), real_datasync(fd))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (order.append((os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp")
+                                                               and "record", threading.get_ident())), real_fsync(fd))[1])
+    w.sync(w.write_lines(lines(2)))
+    assert read_output_lines(tmp_path) == lines(1, 2)
+    assert order[0] == ("data", threading.get_ident()) and ("record", threading.get_ident()) in order[1:]
+    monkeypatch.undo()
+    w.roll()
