@@ -95,8 +95,13 @@ class OutputFollower:
     def _find_folders(self) -> None:
         """The ``joined`` folders under the directory (each read through an OutputTailer), without reading files."""
         for entry in self._walk(self.directory):
-            if os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(entry.path)))) == "joined":
-                self._tailers.setdefault(str(Path(entry.path).parents[2]), None)
+            self._note_folder(entry.path)
+
+    def _note_folder(self, file_path: str) -> None:
+        """Follow the ``joined`` folder of an output file (``joined/date=D/hour=H/<file>``) through the contract."""
+        parents = Path(file_path).parents
+        if len(parents) > 2 and parents[2].name == "joined":
+            self._tailers.setdefault(str(parents[2]), None)
 
     def _poll_seen(self) -> int:
         new = 0
@@ -106,8 +111,7 @@ class OutputFollower:
             except FileNotFoundError:
                 continue
             f = self._files.setdefault(st.st_ino, [0, b""])
-            if os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(entry.path)))) == "joined":
-                self._tailers.setdefault(str(Path(entry.path).parents[2]), None)
+            self._note_folder(entry.path)
             if st.st_size <= f[0]:
                 continue
             try:

@@ -404,7 +404,7 @@ def after_first_rate(joinable: int, at_first: int, seconds: float) -> float | No
 
 
 def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work: dict, args,
-               order_of=None) -> dict:
+               order_of) -> dict:
     """Start ``cmd`` in ``root``, follow its output until the backlog is visible, then probe it.
     ``visible_of(follower)``: id -> when it became visible; ``order_of(follower)``: the same ids in the order
     they became visible (a list that only grows), so each poll counts only the ids new since the last."""
@@ -430,12 +430,9 @@ def run_system(name: str, root: Path, cmd: list[str], follower, visible_of, work
                 raise SystemExit(f"{name} exited with {proc.returncode}; see {root / (name + '.log')}")
             follower.poll()
             seen = visible_of(follower)
-            if order_of is None:
-                visible = len(joinable.intersection(seen))
-            else:                       # only the ids that became visible since the last poll
-                order = order_of(follower)
-                visible += sum(map(joinable.__contains__, order[counted:]))
-                counted = len(order)
+            order = order_of(follower)  # only the ids that became visible since the last poll
+            visible += sum(map(joinable.__contains__, order[counted:]))
+            counted = len(order)
             if first is None and seen:
                 first, at_first = time.monotonic(), visible
             return visible >= len(joinable)

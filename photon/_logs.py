@@ -72,19 +72,23 @@ def folder_unmade(folder: str | Path) -> str | None:
 class _Alongside:
     """Two helper threads per process that run a call while the caller goes on (``run`` returns its future):
     the fsync that must precede a rename, run while the renamed file's own bytes are written and fsynced. Made
-    on first use in the process that uses them (a forked child makes its own). While the interpreter shuts
-    down (no new work is taken by such a pool then), the call runs at once on the caller's thread instead."""
+    on first use; a forked child drops its parent's pool (``os.register_at_fork``) and makes its own. While the
+    interpreter shuts down (no new work is taken by such a pool then), the call runs at once on the caller's
+    thread instead."""
 
-    _pid = 0
     _pool = None
     _lock = threading.Lock()
+
+    @classmethod
+    def _forget(cls) -> None:
+        cls._pool, cls._lock = None, threading.Lock()
 
     @classmethod
     def run(cls, fn):
         from concurrent.futures import Future, ThreadPoolExecutor
         with cls._lock:
-            if cls._pid != os.getpid():
-                cls._pool, cls._pid = ThreadPoolExecutor(2, thread_name_prefix="photon-alongside"), os.getpid()
+            if cls._pool is None:
+                cls._pool = ThreadPoolExecutor(2, thread_name_prefix="photon-alongside")
             try:
                 return cls._pool.submit(fn)
             except RuntimeError:          # shutting down: run it here, before the caller's own write
@@ -95,6 +99,9 @@ class _Alongside:
         except BaseException as e:        # handed to the caller through the future, as from the pool
             done.set_exception(e)
         return done
+
+
+os.register_at_fork(after_in_child=_Alongside._forget)
 
 
 def write_atomic(path: str | Path, data: bytes, *, durable: bool = False, alongside=None) -> None:

@@ -873,19 +873,19 @@ def _read_export(spark, export_files: list[str]):
         .parquet(*export_files)
 
 
-def _export_entries(export_files: list[str], ids: list[str]) -> dict:
+def _export_entries(export_files: list[str], ids: list[str], columns: set) -> dict:
     """``{id: (token, registered_us)}``: the registry entry of each of ``ids`` that the export holds with a
     token (``registered_us`` 0 when the export has no such column, as :func:`_read_export`'s reading gives
     it), read on the driver (pyarrow: the id, token and time columns, filtered by value) for the few lost
     ids of :func:`_look_up_on_driver`; an id with two entries (two shards' copies taken at different
     moments) keeps the first, in the files' order. Only for an export whose footers
-    :func:`_export_columns` accepts."""
+    :func:`_export_columns` accepts: ``columns`` is what it returned."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     if not ids:
         return {}
-    with_time = "registered_us" in _export_columns(export_files)
+    with_time = "registered_us" in columns
     wanted = pa.array(ids, pa.string())
     entries = {}
     for path in export_files:
@@ -1140,9 +1140,10 @@ def _look_up_on_driver(spark, config: PhotonConfig, foreign, needs: list, export
     if wanted or lost:
         frames = []
         # the lost ids' registry entries on the driver (pyarrow), beside the Spark job of their lines
-        on_driver = _export_columns(export_files) is not None
+        columns = _export_columns(export_files) if lost else None
+        on_driver = columns is not None
         with ThreadPoolExecutor(1) as pool:
-            found = pool.submit(_export_entries, export_files, lost) if lost and on_driver else None
+            found = pool.submit(_export_entries, export_files, lost, columns) if on_driver else None
             if wanted:
                 frames.append(lines_of(wanted, keys))
             if lost and not on_driver:        # footers of other types: Spark reads the export as before

@@ -125,7 +125,7 @@ def test_the_entries_read_by_pyarrow_are_sparks(spark, tmp_path, shape):
     wanted = rnd.sample(ids_all, 200) + ["not-there", ""]
     assert _export_columns(files) is not None
     assert ("registered_us" in _export_columns(files)) == (shape in ("format2", "dictionary"))
-    got = _export_entries(files, wanted)
+    got = _export_entries(files, wanted, _export_columns(files))
     assert got == _spark_entries(spark, files, wanted)
     assert any(t == "" for t, _ in got.values()) and any(v is None for _, v in got.values()) == (
         shape in ("format2", "dictionary"))
