@@ -90,6 +90,8 @@ FAILED_STARTS = 5
 """A worker process failing this many times in a row for the same reason (its exit status and its last line on
 stderr) is not started again: the run stops, naming it and the cause (a lasting one: an output that cannot be
 written, a full disk), instead of starting it again for ever."""
+START_TIMEOUT_S = 60.0
+"""How long a started process has to say it serves (its ready line) before it is killed as not started."""
 HEALTHY_S = 60.0
 """A process that ran this long before it failed starts a new count of failures in a row."""
 
@@ -157,12 +159,27 @@ class Processes:
         self._started_at: dict[int, float] = {}               # index -> when its process was started
         self._due: dict[int, float] = {}                      # index -> when to start its failed process again
         self._streak: dict[int, tuple[tuple[str, str], int]] = {}   # index -> (exit reason, failures in a row)
+        self.timed_out: set[int] = set()                     # pids killed for not saying they serve in time
 
-    def _spawn(self, argv: list[str], kw: dict) -> tuple[subprocess.Popen, str]:
-        """The process started, and the first line it printed (its ``ready`` line when it serves)."""
+    def _spawn(self, argv: list[str], kw: dict, timeout_s: float) -> tuple[subprocess.Popen, str]:
+        """The process started, and the first line it printed (its ``ready`` line when it serves). A process
+        that has printed no line ``timeout_s`` after its start is killed (its line is then ``""``): a start
+        that hangs (a master that never answers its registration, a store that never answers) must not hang
+        the run that waits for it."""
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, **({"stderr": subprocess.PIPE} | kw))
         relay = self._relays[p.pid] = _Relay(p)
-        line = p.stdout.readline().decode()
+        first: list[bytes] = []
+        reader = threading.Thread(target=lambda: first.append(p.stdout.readline()), name="millwheel-child-ready",
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if not first:
+            p.kill()
+            p.wait()
+            relay.join(2.0)
+            self.timed_out.add(p.pid)
+            reader.join(2.0)
+        line = first[0].decode(errors="replace") if first else ""
         relay.start_stdout()
         return p, line
 
@@ -174,17 +191,25 @@ class Processes:
         relay.join(2.0)
         return relay.last
 
-    def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
-        p, line = self._spawn(argv, kw)
+    def start(self, argv: list[str], ready: str, timeout_s: float = START_TIMEOUT_S,
+              **kw) -> tuple[subprocess.Popen, str]:
+        p, line = self._spawn(argv, kw, timeout_s)
         self._started_at[len(self.procs)] = time.monotonic()
         self.procs.append(p)
         self._kinds.append(ready)
         self._launches.append((argv, kw))
         if not line.startswith(ready):
-            p.wait(timeout=timeout_s)
-            self.last_line(p)        # its own message, copied before ours
             what = ready.split(" serving on")[0]
-            raise ChildDidNotStart(f"a {what} process did not start (exit {p.returncode}"
+            if p.pid in self.timed_out:
+                raise ChildDidNotStart(f"a {what} process (pid {p.pid}) had not said it serves {timeout_s:.0f} s "
+                                       "after its start and was killed; its own messages are above")
+            try:
+                p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            self.last_line(p)        # its own message, copied before ours
+            raise ChildDidNotStart(f"a {what} process (pid {p.pid}) did not start (exit {p.returncode}"
                                    + (f", it said {line.strip()!r}" if line.strip() else "")
                                    + "); its own message is above")
         return p, line[len(ready):].strip()
@@ -217,7 +242,7 @@ class Processes:
                 continue
             del self._due[i]
             self._relays.pop(p.pid, None)
-            new, line = self._spawn(*self._launches[i])
+            new, line = self._spawn(*self._launches[i], START_TIMEOUT_S)
             self._started_at[i] = time.monotonic()
             self.procs[i] = new
             if line.startswith(ready):
