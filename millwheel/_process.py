@@ -36,6 +36,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -174,9 +175,14 @@ class WorkerHost(ShowsWatermarks):
                          threading.Thread(target=self._coordinate, name="millwheel-process-coordinator", daemon=True)]
 
     # ---- lifecycle -----------------------------------------------------------------------------------
-    def start(self) -> "WorkerHost":
+    def start(self, serving: Callable[[str], None] | None = None) -> "WorkerHost":
+        """Serve, register with the master and start working. ``serving(address)`` is called once the gRPC
+        server serves and before the master can give this process an interval: a process's "serving on" line
+        comes before anything its intervals write (a sink's echo of what it writes on stdout)."""
         self.authority.restore(self.store.read_watermarks())
         self._grpc.start()
+        if serving is not None:
+            serving(self.address)
         for w in self.workers:
             w.start()
         self._register()

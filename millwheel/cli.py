@@ -437,8 +437,10 @@ def worker(args: argparse.Namespace) -> int:
         options["threads"] = args.threads
     masters = args.master.split(",") if args.master else cf.masters
     keep_heap()       # a page fault per kept allocation otherwise (see millwheel/_malloc.py)
+    # the ready line first: once registered, the intervals' sinks may echo what they write on stdout
     host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,
-                      port=args.port, wait_for_workers=cf.workers if cf else 0).start()
+                      port=args.port, wait_for_workers=cf.workers if cf else 0).start(
+        serving=lambda address: print(f"millwheel worker serving on {address}", flush=True))
     settle_gc()       # what start-up made is frozen, young collections every 20,000 allocations (photon/_gc.py)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -446,7 +448,6 @@ def worker(args: argparse.Namespace) -> int:
     announce = Path(out).resolve() / ".millwheel" / "workers" / f"{host.name}.json"
     announce.parent.mkdir(parents=True, exist_ok=True)
     announce.write_text(json.dumps({"pid": os.getpid(), "address": host.address, "worker": host.name}))
-    print(f"millwheel worker serving on {host.address}", flush=True)
     try:
         while not stop.wait(0.2) and host.error is None:
             pass
