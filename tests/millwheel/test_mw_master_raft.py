@@ -60,6 +60,7 @@ def test_what_a_compaction_cut_short_left_is_removed_when_the_journal_opens(tmp_
     assert [again[i][1] for i in range(len(again))] == [1, 2, 3, 4, 5]
     again._destroy()
 
+
 def test_compaction_writes_a_new_journal_and_renames_it_keeping_the_tail(tmp_path):
     failures = Failures()
     path = tmp_path / JOURNAL_FILE
