@@ -37,22 +37,17 @@ def test_a_child_that_says_it_serves_is_started_and_its_address_returned():
         assert procs.stop(timeout_s=5) == []
 
 
-def test_a_child_that_never_says_it_serves_is_killed_at_the_limit_and_named():
+@pytest.mark.parametrize("code, named", [
+    ("import time; time.sleep(600)", "had not said it serves 2 s after its start"),
+    ("import time; print('warming up', flush=True); time.sleep(600)", "it said 'warming up'"),
+], ids=["says-nothing", "says-something-else-and-runs-on"])
+def test_a_child_that_does_not_say_it_serves_in_time_is_killed_and_named(code, named):
     procs = Processes()
     with pytest.raises(ChildDidNotStart) as e:
-        procs.start(_child("import time; time.sleep(600)"), READY, timeout_s=1.5)
+        procs.start(_child(code), READY, timeout_s=1.5)
     p = procs.procs[-1]
     assert p.returncode is not None and _gone(p.pid)
-    assert f"pid {p.pid}" in str(e.value) and "had not said it serves 2 s after its start" in str(e.value)
-
-
-def test_a_child_that_says_something_else_and_runs_on_is_killed_and_what_it_said_is_named():
-    procs = Processes()
-    with pytest.raises(ChildDidNotStart) as e:
-        procs.start(_child("import time; print('warming up', flush=True); time.sleep(600)"), READY, timeout_s=1.5)
-    p = procs.procs[-1]
-    assert p.returncode is not None and _gone(p.pid)
-    assert "it said 'warming up'" in str(e.value)
+    assert f"pid {p.pid}" in str(e.value) and named in str(e.value)
 
 
 def test_a_child_that_exits_before_it_serves_is_named_with_its_status():
