@@ -21,7 +21,6 @@ import orjson
 
 from photon import DISPATCHER_DIR, DISPATCHER_STATUS_FILE, LockHeld, fsync_path, hold_lock, write_atomic
 
-from dispatcher._state import apply_delta, snapshot_as_rows
 
 CHECKPOINT_FILE = "checkpoint.json"
 JOURNAL_PATTERN = "checkpoint.{}.log"
@@ -43,6 +42,9 @@ def load_checkpoint(directory: Path) -> dict | None:
     holds: the deltas are applied to rows, each without converting the whole snapshot. A corrupt snapshot or a
     corrupt complete journal line raises (neither can be torn), because resuming without them would re-read
     or lose events; so does a snapshot of an unknown format."""
+    # (the core imported here, not with this module: reading a status, as the launcher does while the services
+    # start, needs none of it)
+    from dispatcher._state import apply_delta, snapshot_as_rows
     try:
         snapshot = snapshot_as_rows(orjson.loads((directory / CHECKPOINT_FILE).read_bytes()))
     except FileNotFoundError:

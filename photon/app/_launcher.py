@@ -193,8 +193,11 @@ class Launcher:
                                             [r.name for r in self.pipeline_regions()] if self.options.regions
                                             else None)
         clearing = self._token_clearing()
-        from photon.app._control import serve_controls
-        endpoints = serve_controls(self.config, self.regions(), self.control_status, self._control_wish, self.echo)
+        endpoints = []
+        if any(r.port_base for r in self.regions()):     # (its TLS and HTTP stack imported only when served)
+            from photon.app._control import serve_controls
+            endpoints = serve_controls(self.config, self.regions(), self.control_status, self._control_wish,
+                                       self.echo)
         try:
             while not self.options.stop_requested:
                 controls.apply(self.supervisor)

@@ -39,6 +39,7 @@ def test_front_doors_import_on_first_use():
                               "photon.load_config, joiner.plan_processes, dispatcher.read_status\n")
     assert [m for m in HEAVY if m in modules] == []
     assert "photon._output" not in modules and "joiner._server" not in modules and "dispatcher._shell" not in modules
+    assert "dispatcher._state" not in modules       # (reading a status, as the launcher does, needs no core)
     modules = _imported_after("from joiner import JoinerClient\n")      # a dispatcher's view of the joiners
     assert "joiner._server" not in modules and "joiner._shell" not in modules
 
