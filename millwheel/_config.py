@@ -39,8 +39,11 @@ class RuntimeConfig:
     gc_interval_us: int = 5_000_000
     """How often dedup ids are garbage collected and watermarks persisted."""
     tick_us: int = 5_000
-    """How often watermarks are recomputed and due timers looked for when nothing else happens; also how
-    long an injector waits before polling again after an empty poll that followed one with records."""
+    """How often watermarks are recomputed and due timers looked for when nothing else happens while a
+    worker has work waiting (a commit in flight, records waiting for their key, weak checkpoints); a worker
+    with none waits until its earliest processing-time timer, at most 100 ms, as anything else that gives it
+    work wakes it. Also how long an injector waits before polling again after an empty poll that followed
+    one with records."""
     cache_keys: int = 100_000
     """State cache size in keys: each worker's interval cores share it for each computation (split evenly
     over the intervals it holds), and the framework cache in front of the store (one per process; keys with

@@ -182,6 +182,12 @@ class IntervalCore:
                 return True
         return False
 
+    def next_wall_timer_us(self) -> int | None:
+        """When the earliest processing-time timer set is due (None: none is set; it may be one deleted or
+        replaced since, which is only an early look)."""
+        heap = self._heaps[WALL]
+        return heap[0][0] if heap else None
+
     @property
     def has_timers(self) -> bool:
         """A timer is set (due or not)."""

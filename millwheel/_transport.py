@@ -30,6 +30,7 @@ class Inbox:
     def __init__(self) -> None:
         self._items: deque = deque()
         self.cond = threading.Condition()
+        self._woken = False
 
     def put_many(self, items: Iterable) -> None:
         with self.cond:
@@ -37,13 +38,17 @@ class Inbox:
             self.cond.notify()
 
     def wake(self) -> None:
+        """End the taker's wait now, or its next one if it is not waiting (a wake is never lost: a worker
+        idle for long waits only on its inbox, see :meth:`Worker.idle_wait_s`)."""
         with self.cond:
+            self._woken = True
             self.cond.notify()
 
     def take(self, limit: int, timeout_s: float) -> list:
         with self.cond:
-            if not self._items:
+            if not self._items and not self._woken:
                 self.cond.wait(timeout_s)
+            self._woken = False
             n = min(limit, len(self._items))
             return [self._items.popleft() for _ in range(n)]
 

@@ -81,6 +81,12 @@ from millwheel._transport import Done, Inbox, Tracker
 from millwheel._watermarks import input_watermark
 
 
+IDLE_WAIT_US = 100_000
+"""The longest a worker with nothing to do waits on its inbox (see :meth:`Worker.idle_wait_s`): what wakes
+it sooner is an item, a wake, or its earliest processing-time timer coming due; the bound only covers a
+clock that is not the wall clock (a test's) and anything left unwoken."""
+
+
 @dataclass(frozen=True)
 class GiveUp:
     """A worker process's host → one of its workers: stop holding these intervals of ``computation`` (the
@@ -244,10 +250,12 @@ class Worker:
         cfg = self.config
         try:
             lock = self._step_lock
+            wait_s = cfg.tick_us / 1e6
             while not self._stopping.is_set():
-                items = self.inbox.take(cfg.max_batch, cfg.tick_us / 1e6)
+                items = self.inbox.take(cfg.max_batch, wait_s)
                 with lock:
                     self.step(items)
+                    wait_s = self.idle_wait_s() if not len(self.inbox) else 0.0
             with lock:
                 self._land(wait=True)
                 if self._pending:     # steps taken while the last commit was in flight: theirs go out too
@@ -257,6 +265,30 @@ class Worker:
             self._fail(e)
         finally:
             self._committer.shutdown()
+
+    def idle_wait_s(self) -> float:
+        """How long the worker thread may wait on its inbox for the next step. ``tick_us`` while something
+        would happen at a step with no new item: a step deferred (the lease), a commit in flight or pending
+        (its landing is carried out or woken for anyway; the tick is kept as before), a core that wants a
+        step (records waiting for their key, weak checkpoints waiting for acks, a timer due). Otherwise
+        nothing changes without an item or a wake (records, acks, watermarks, floors, grants, the stop all
+        come that way), so it waits until its earliest processing-time timer is due, at most
+        ``IDLE_WAIT_US``: an idle worker no longer wakes every ``tick_us`` for an empty step. Call under
+        the step lock."""
+        tick = self.config.tick_us
+        if self._deferred or self._in_flight is not None or self._pending:
+            return tick / 1e6
+        now = self.clock.now_us()
+        wait = max(tick, IDLE_WAIT_US)
+        with self._lock:
+            cores = [core for comp in self.comps.values() for core in comp.cores.values()]
+        for core in cores:
+            if core.wants_step(now):
+                return tick / 1e6
+            due = core.next_wall_timer_us()
+            if due is not None and due - now < wait:
+                wait = max(tick, due - now)
+        return wait / 1e6
 
     @property
     def busy(self) -> bool:
