@@ -160,11 +160,18 @@ class Processes:
 
     def _spawn(self, argv: list[str], kw: dict) -> tuple[subprocess.Popen, str]:
         """The process started, and the first line it printed (its ``ready`` line when it serves)."""
+        p = self._popen(argv, kw)
+        return p, self._first_line(p)
+
+    def _popen(self, argv: list[str], kw: dict) -> subprocess.Popen:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, **({"stderr": subprocess.PIPE} | kw))
-        relay = self._relays[p.pid] = _Relay(p)
+        self._relays[p.pid] = _Relay(p)
+        return p
+
+    def _first_line(self, p: subprocess.Popen) -> str:
         line = p.stdout.readline().decode()
-        relay.start_stdout()
-        return p, line
+        self._relays[p.pid].start_stdout()
+        return line
 
     def last_line(self, p: subprocess.Popen) -> str:
         """The last line ``p`` wrote on stderr (once it exited: all of it read), or ``""``."""
@@ -175,19 +182,33 @@ class Processes:
         return relay.last
 
     def start(self, argv: list[str], ready: str, timeout_s: float = 60.0, **kw) -> tuple[subprocess.Popen, str]:
-        p, line = self._spawn(argv, kw)
-        self._started_at[len(self.procs)] = time.monotonic()
-        self.procs.append(p)
-        self._kinds.append(ready)
-        self._launches.append((argv, kw))
-        if not line.startswith(ready):
-            p.wait(timeout=timeout_s)
-            self.last_line(p)        # its own message, copied before ours
-            what = ready.split(" serving on")[0]
-            raise ChildDidNotStart(f"a {what} process did not start (exit {p.returncode}"
-                                   + (f", it said {line.strip()!r}" if line.strip() else "")
-                                   + "); its own message is above")
-        return p, line[len(ready):].strip()
+        return self.start_all([argv], ready, timeout_s, **kw)[0]
+
+    def start_all(self, argvs: list[list[str]], ready: str, timeout_s: float = 60.0,
+                  **kw) -> list[tuple[subprocess.Popen, str]]:
+        """Start one process per argv at once (one group: they start side by side instead of each waiting for
+        the one before to serve), then wait for each one's ``ready`` line in turn; returns each process and
+        the rest of its ready line. Raises :class:`ChildDidNotStart` for the first that did not start (the
+        others are in :attr:`procs`, stopped by :meth:`stop`)."""
+        started = []
+        for argv in argvs:
+            started.append((len(self.procs), p := self._popen(argv, kw)))
+            self.procs.append(p)
+            self._kinds.append(ready)
+            self._launches.append((argv, kw))
+        out = []
+        for i, p in started:
+            line = self._first_line(p)
+            self._started_at[i] = time.monotonic()
+            if not line.startswith(ready):
+                p.wait(timeout=timeout_s)
+                self.last_line(p)        # its own message, copied before ours
+                what = ready.split(" serving on")[0]
+                raise ChildDidNotStart(f"a {what} process did not start (exit {p.returncode}"
+                                       + (f", it said {line.strip()!r}" if line.strip() else "")
+                                       + "); its own message is above")
+            out.append((p, line[len(ready):].strip()))
+        return out
 
     def restart_exited(self, ready: str) -> list[str]:
         """Start each process of kind ``ready`` that has failed (exited with a status other than 0, or killed)
@@ -268,12 +289,10 @@ def exit_text(code: int | None) -> str:
 
 
 def start_masters(procs: Processes, specs: list[str]) -> list[str]:
-    addresses = []
-    for text in specs:
-        spec = MasterSpec.from_json(text)
-        procs.start(spec.argv(), "millwheel master serving on ")
-        addresses.append(spec.grpc_address)
-    return addresses
+    """The master's replicas, started side by side (each waits for the others' Raft addresses anyway)."""
+    parsed = [MasterSpec.from_json(text) for text in specs]
+    procs.start_all([spec.argv() for spec in parsed], "millwheel master serving on ")
+    return [spec.grpc_address for spec in parsed]
 
 
 def worker_argv(cluster: Path, threads: int | None = None) -> list[str]:
