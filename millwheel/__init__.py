@@ -5,7 +5,7 @@ delivery (MillWheel paper §3-§7), with several worker threads per process and 
 Write a :class:`Computation`, wire it into a :class:`Topology` with injectors, run it with
 :class:`Runtime` (or :func:`serve`). See docs/millwheel.md.
 """
-from photon._lazy import lazy_exports
+from photon import lazy_exports
 
 _WHERE = {
     "CachedStore": "_cache", "CacheStatistics": "_cache",
