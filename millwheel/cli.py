@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     _check_input(args)
     if args.workers:
         return run_cluster(args)
-    from millwheel._runtime import Runtime     # here: `millwheel run --workers N` runs no runtime of its own
+    # imported here: `millwheel run --workers N` runs no runtime of its own
+    from millwheel._runtime import Runtime
     keep_heap()       # the one-process runtime too (see millwheel/_malloc.py)
     module = _load(args.module)
     topology = _build(module, args.input, args.out)
@@ -438,7 +439,8 @@ def worker(args: argparse.Namespace) -> int:
     if args.threads:
         options["threads"] = args.threads
     masters = args.master.split(",") if args.master else cf.masters
-    from millwheel._process import WorkerHost     # here: `millwheel run --workers N` hosts no worker itself
+    # imported here: `millwheel run --workers N` hosts no worker itself
+    from millwheel._process import WorkerHost
     keep_heap()       # a page fault per kept allocation otherwise (see millwheel/_malloc.py)
     host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,
                       port=args.port, wait_for_workers=cf.workers if cf else 0).start()
