@@ -5,40 +5,48 @@ delivery (MillWheel paper §3-§7), with several worker threads per process and 
 Write a :class:`Computation`, wire it into a :class:`Topology` with injectors, run it with
 :class:`Runtime` (or :func:`serve`). See docs/millwheel.md.
 """
-from millwheel._cache import CachedStore, CacheStatistics
-from millwheel._config import MillWheelConfigError, RuntimeConfig
-from millwheel._injectors import FileInjector, Injector, JoinedInjector, ListInjector, Poll
-from millwheel._model import STRONG, WALL, WATERMARK, WEAK, Computation, Context, OutputFailed, Record, Timer
-from millwheel._pgserver import EmbeddedPostgres, EmbeddedPostgresError
-from millwheel._pgstore import PostgresStatistics, PostgresStore
-from millwheel._runtime import ComputationStatistics, Runtime, RuntimeStatistics, serve
-from millwheel._sinks import FileSink
-from millwheel._store import MemoryStore, SetAsideRecord, SQLiteStore, StaleSequencer, Store, open_store
-from millwheel._topology import Topology, TopologyError
-from millwheel._transport import LocalTransport, Transport
-from millwheel._watermarks import END_OF_TIME
+from photon import lazy_exports
+
+_WHERE = {
+    "CachedStore": "_cache", "CacheStatistics": "_cache",
+    "MillWheelConfigError": "_config", "RuntimeConfig": "_config",
+    "FileInjector": "_injectors", "Injector": "_injectors", "JoinedInjector": "_injectors",
+    "ListInjector": "_injectors", "Poll": "_injectors",
+    "STRONG": "_model", "WALL": "_model", "WATERMARK": "_model", "WEAK": "_model", "Computation": "_model",
+    "Context": "_model", "OutputFailed": "_model", "Record": "_model", "Timer": "_model",
+    "EmbeddedPostgres": "_pgserver", "EmbeddedPostgresError": "_pgserver",
+    "PostgresStatistics": "_pgstore", "PostgresStore": "_pgstore",
+    "ComputationStatistics": "_runtime", "Runtime": "_runtime", "RuntimeStatistics": "_runtime", "serve": "_runtime",
+    "FileSink": "_sinks",
+    "MemoryStore": "_store", "SetAsideRecord": "_store", "SQLiteStore": "_store", "StaleSequencer": "_store",
+    "Store": "_store", "open_store": "_store",
+    "Topology": "_topology", "TopologyError": "_topology",
+    "LocalTransport": "_transport", "Transport": "_transport",
+    "END_OF_TIME": "_watermarks",
+    # The replicated master (docs/millwheel.md, "The master"): placement core, replica and client.
+    "MasterSpec": "_master", "RunningMaster": "_master", "master_specs": "_master", "serve_master": "_master",
+    "Assignments": "_master_client", "MasterClient": "_master_client", "MasterUnavailable": "_master_client",
+    "Interval": "_master_state", "IntervalLoad": "_master_state", "PlacementPolicy": "_master_state",
+    "WorkerLoad": "_master_state",
+    # Running as processes on one machine (docs/millwheel.md, "Workers as processes"): what `millwheel run
+    # --workers` does, in parts, for tools that start a cluster of their own (the benchmark).
+    "ClusterFile": "_cluster", "Processes": "_cluster", "cluster_path": "_cluster", "known_workers": "_cluster",
+    "new_specs": "_cluster", "wait_cluster_idle": "_cluster", "worker_argv": "_cluster", "worker_status": "_cluster",
+}
+"""Where each exported name lives. Names are imported on first use (PEP 562): a master replica does not pay
+at start for the runtime, the stores and PostgreSQL's driver, nor a topology's module for the master's Raft
+(docs/history/22-test-suite.md)."""
+
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 __all__ = [
-    "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "CacheStatistics", "CachedStore", "Computation",
-    "ComputationStatistics", "Context", "EmbeddedPostgres", "EmbeddedPostgresError", "FileInjector",
-    "FileSink", "Injector", "JoinedInjector", "ListInjector", "LocalTransport", "MemoryStore",
-    "MillWheelConfigError", "OutputFailed", "Poll", "PostgresStatistics", "PostgresStore", "Record", "Runtime",
-    "RuntimeConfig", "RuntimeStatistics", "SetAsideRecord", "SQLiteStore", "StaleSequencer", "Store", "Timer", "Topology",
-    "TopologyError", "Transport", "open_store", "serve",
+    "END_OF_TIME", "STRONG", "WALL", "WATERMARK", "WEAK", "Assignments", "CacheStatistics", "CachedStore",
+    "ClusterFile", "Computation", "ComputationStatistics", "Context", "EmbeddedPostgres",
+    "EmbeddedPostgresError", "FileInjector", "FileSink", "Injector", "Interval", "IntervalLoad",
+    "JoinedInjector", "ListInjector", "LocalTransport", "MasterClient", "MasterSpec", "MasterUnavailable",
+    "MemoryStore", "MillWheelConfigError", "OutputFailed", "PlacementPolicy", "Poll", "PostgresStatistics",
+    "PostgresStore", "Processes", "Record", "RunningMaster", "Runtime", "RuntimeConfig", "RuntimeStatistics",
+    "SQLiteStore", "SetAsideRecord", "StaleSequencer", "Store", "Timer", "Topology", "TopologyError",
+    "Transport", "WorkerLoad", "cluster_path", "known_workers", "master_specs", "new_specs", "open_store",
+    "serve", "serve_master", "wait_cluster_idle", "worker_argv", "worker_status",
 ]
-
-# The replicated master (docs/millwheel.md, "The master"): placement core, replica and client.
-from millwheel._master import MasterSpec, RunningMaster, master_specs, serve_master  # noqa: E402
-from millwheel._master_client import Assignments, MasterClient, MasterUnavailable  # noqa: E402
-from millwheel._master_state import Interval, IntervalLoad, PlacementPolicy, WorkerLoad  # noqa: E402
-
-__all__ += ["Assignments", "Interval", "IntervalLoad", "MasterClient", "MasterSpec", "MasterUnavailable",
-            "PlacementPolicy", "RunningMaster", "WorkerLoad", "master_specs", "serve_master"]
-
-# Running as processes on one machine (docs/millwheel.md, "Workers as processes"): what `millwheel run
-# --workers` does, in parts, for tools that start a cluster of their own (the benchmark).
-from millwheel._cluster import (ClusterFile, Processes, cluster_path, known_workers, new_specs,  # noqa: E402
-                                wait_cluster_idle, worker_argv, worker_status)
-
-__all__ += ["ClusterFile", "Processes", "cluster_path", "known_workers", "new_specs", "wait_cluster_idle",
-            "worker_argv", "worker_status"]

@@ -162,26 +162,33 @@ class Processes:
         self.timed_out: set[int] = set()                     # pids killed for not saying they serve in time
 
     def _spawn(self, argv: list[str], kw: dict, timeout_s: float) -> tuple[subprocess.Popen, str]:
-        """The process started, and the first line it printed (its ``ready`` line when it serves). A process
-        that has printed no line ``timeout_s`` after its start is killed (its line is then ``""``): a start
-        that hangs (a master that never answers its registration, a store that never answers) must not hang
-        the run that waits for it."""
+        """The process started, and the first line it printed (its ``ready`` line when it serves; see
+        :meth:`_first_line`)."""
+        p = self._popen(argv, kw)
+        return p, self._first_line(p, time.monotonic() + timeout_s)
+
+    def _popen(self, argv: list[str], kw: dict) -> subprocess.Popen:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, **({"stderr": subprocess.PIPE} | kw))
-        relay = self._relays[p.pid] = _Relay(p)
+        self._relays[p.pid] = _Relay(p)
+        return p
+
+    def _first_line(self, p: subprocess.Popen, deadline: float) -> str:
+        """The first line ``p`` printed. A process that has printed no line by ``deadline`` is killed (its line is
+        then ``""``): a start that hangs (a master that never answers its registration, a store that never
+        answers) must not hang the run that waits for it."""
         first: list[bytes] = []
         reader = threading.Thread(target=lambda: first.append(p.stdout.readline()), name="millwheel-child-ready",
                                   daemon=True)
         reader.start()
-        reader.join(timeout_s)
+        reader.join(max(0.0, deadline - time.monotonic()))
         if not first:
             p.kill()
             p.wait()
-            relay.join(2.0)
+            self._relays[p.pid].join(2.0)
             self.timed_out.add(p.pid)
             reader.join(2.0)
-        line = first[0].decode(errors="replace") if first else ""
-        relay.start_stdout()
-        return p, line
+        self._relays[p.pid].start_stdout()
+        return first[0].decode(errors="replace") if first else ""
 
     def last_line(self, p: subprocess.Popen) -> str:
         """The last line ``p`` wrote on stderr (once it exited: all of it read), or ``""``."""
@@ -193,26 +200,42 @@ class Processes:
 
     def start(self, argv: list[str], ready: str, timeout_s: float = START_TIMEOUT_S,
               **kw) -> tuple[subprocess.Popen, str]:
-        p, line = self._spawn(argv, kw, timeout_s)
-        self._started_at[len(self.procs)] = time.monotonic()
-        self.procs.append(p)
-        self._kinds.append(ready)
-        self._launches.append((argv, kw))
-        if not line.startswith(ready):
-            what = ready.split(" serving on")[0]
-            if p.pid in self.timed_out:
-                raise ChildDidNotStart(f"a {what} process (pid {p.pid}) had not said it serves {timeout_s:.0f} s "
-                                       "after its start and was killed; its own messages are above")
-            try:
-                p.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            self.last_line(p)        # its own message, copied before ours
-            raise ChildDidNotStart(f"a {what} process (pid {p.pid}) did not start (exit {p.returncode}"
-                                   + (f", it said {line.strip()!r}" if line.strip() else "")
-                                   + "); its own message is above")
-        return p, line[len(ready):].strip()
+        return self.start_all([argv], ready, timeout_s, **kw)[0]
+
+    def start_all(self, argvs: list[list[str]], ready: str, timeout_s: float = START_TIMEOUT_S,
+                  **kw) -> list[tuple[subprocess.Popen, str]]:
+        """Start one process per argv at once (one group: they start side by side instead of each waiting for
+        the one before to serve), then wait for each one's ``ready`` line in turn, all within ``timeout_s`` of
+        their start; returns each process and the rest of its ready line. Raises :class:`ChildDidNotStart` for
+        the first that did not start (killed if it runs on; the others are in :attr:`procs`, stopped by
+        :meth:`stop`)."""
+        started = []
+        for argv in argvs:
+            started.append((len(self.procs), p := self._popen(argv, kw)))
+            self.procs.append(p)
+            self._kinds.append(ready)
+            self._launches.append((argv, kw))
+        deadline = time.monotonic() + timeout_s
+        out = []
+        for i, p in started:
+            line = self._first_line(p, deadline)
+            self._started_at[i] = time.monotonic()
+            if not line.startswith(ready):
+                what = ready.split(" serving on")[0]
+                if p.pid in self.timed_out:
+                    raise ChildDidNotStart(f"a {what} process (pid {p.pid}) had not said it serves {timeout_s:.0f} "
+                                           "s after its start and was killed; its own messages are above")
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                self.last_line(p)        # its own message, copied before ours
+                raise ChildDidNotStart(f"a {what} process (pid {p.pid}) did not start (exit {p.returncode}"
+                                       + (f", it said {line.strip()!r}" if line.strip() else "")
+                                       + "); its own message is above")
+            out.append((p, line[len(ready):].strip()))
+        return out
 
     def restart_exited(self, ready: str) -> list[str]:
         """Start each process of kind ``ready`` that has failed (exited with a status other than 0, or killed)
@@ -293,12 +316,10 @@ def exit_text(code: int | None) -> str:
 
 
 def start_masters(procs: Processes, specs: list[str]) -> list[str]:
-    addresses = []
-    for text in specs:
-        spec = MasterSpec.from_json(text)
-        procs.start(spec.argv(), "millwheel master serving on ")
-        addresses.append(spec.grpc_address)
-    return addresses
+    """The master's replicas, started side by side (each waits for the others' Raft addresses anyway)."""
+    parsed = [MasterSpec.from_json(text) for text in specs]
+    procs.start_all([spec.argv() for spec in parsed], "millwheel master serving on ")
+    return [spec.grpc_address for spec in parsed]
 
 
 def worker_argv(cluster: Path, threads: int | None = None) -> list[str]:

@@ -35,9 +35,7 @@ from millwheel._malloc import keep_heap
 from millwheel._master_client import MasterClient, MasterUnavailable
 from millwheel._master_state import PlacementPolicy
 from millwheel._model import OutputFailed
-from millwheel._process import WorkerHost
 from millwheel._pgserver import DataDirInUse, EmbeddedPostgres, EmbeddedPostgresError
-from millwheel._runtime import Runtime
 from millwheel._store import open_store
 from photon import settle_gc
 
@@ -116,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     _check_input(args)
     if args.workers:
         return run_cluster(args)
+    # imported here: `millwheel run --workers N` runs no runtime of its own
+    from millwheel._runtime import Runtime
     keep_heap()       # the one-process runtime too (see millwheel/_malloc.py)
     module = _load(args.module)
     topology = _build(module, args.input, args.out)
@@ -334,8 +334,11 @@ def run_cluster(args: argparse.Namespace) -> int:
         cf.save(path)
         start_masters(procs, specs)
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
+        # the workers one after another: the first to register takes every interval and the others take
+        # theirs after the master's cooldown; started side by side, an injector moved while its first owner
+        # is still reading can write a bad line to the quarantine twice (docs/history/22-test-suite.md)
         for _ in range(args.workers):
-            _, address = procs.start(worker_argv(path), WORKER_READY)
+            procs.start(worker_argv(path), WORKER_READY)
         print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_no_password(url)}",
               file=sys.stderr, flush=True)
         def keep_workers() -> None:
@@ -436,6 +439,8 @@ def worker(args: argparse.Namespace) -> int:
     if args.threads:
         options["threads"] = args.threads
     masters = args.master.split(",") if args.master else cf.masters
+    # imported here: `millwheel run --workers N` hosts no worker itself
+    from millwheel._process import WorkerHost
     keep_heap()       # a page fault per kept allocation otherwise (see millwheel/_malloc.py)
     # the ready line first: once registered, the intervals' sinks may echo what they write on stdout
     host = WorkerHost(topology, RuntimeConfig.from_mapping(options), masters, host=args.host,

@@ -53,6 +53,9 @@ FUNCTION = "photon_strict_id"
 WELL_FORMED = "photon_well_formed_id"        # the id format's byte test (the class's WellFormed), beside it
 SCANNER_FORMAT = 1                 # bump when the jar's making changes
 COMPILE_TIMEOUT_S = 180.0
+# javac's own JVM: one short run of one file, so the first JIT tier only and the serial collector (as for a
+# short job's driver, photon.app._spark.short_job_options): less CPU than C2 compiling javac itself
+JAVAC_JVM_FLAGS = ("-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC")
 SAMPLE_BYTES = 1 << 16             # read of each local file on the driver before the job (sample_strict)
 log = logging.getLogger("photon.verify")
 
@@ -66,6 +69,14 @@ def _javac(java: Path) -> str | None:
 def _sql_api_jar(jars: Path) -> Path | None:
     found = sorted(jars.glob("spark-sql-api*.jar"))
     return found[0] if found else None
+
+
+def _compile_classpath(jars: Path) -> str:
+    """What the class is compiled against: Spark's SQL API jar alone (it imports only ``UDF1``/``UDF2`` from
+    it), else every Spark jar. javac opens every jar of its classpath: 4-5 CPU-s with Spark's 280 against
+    about 1.2 with the one (docs/history/22-test-suite.md)."""
+    api = _sql_api_jar(jars)
+    return str(api) if api is not None else str(jars / "*")
 
 
 def jar_key(source: bytes, java: Path, jars: Path) -> str:
@@ -107,8 +118,9 @@ def jar(cache_dir: Path, source: Path = SOURCE) -> Path | None:
         with tempfile.TemporaryDirectory(prefix="photon-scanner-", dir=path.parent) as tmp:
             classes = Path(tmp) / "classes"
             classes.mkdir()
-            r = subprocess.run([javac, "-nowarn", "-cp", str(jars / "*"), "-d", str(classes), str(source)],
-                               capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+            r = subprocess.run([javac, *JAVAC_JVM_FLAGS, "-nowarn", "-cp", _compile_classpath(jars), "-d",
+                                str(classes), str(source)], check=False, capture_output=True, text=True,
+                               timeout=COMPILE_TIMEOUT_S)
             if r.returncode != 0:
                 last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
                 log.warning("verify: compiling the strict-shape scanner failed (%s); ids are read by Spark's "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -49,9 +50,24 @@ def pg_url(pg_server):
     return f"{pg_server.url}?schema=t_{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(scope="session")
+def pg_template():
+    """A data directory made by ``initdb`` once for the session (its server started once and stopped
+    cleanly): each server of a test's own starts from a copy of it (``cp -a``: the same files, owners and
+    modes) instead of its own ``initdb`` (3-8 s each on a loaded 2-core host, the copy 0.5 s)."""
+    d = _reachable_dir()
+    try:
+        EmbeddedPostgres(d / "pg").start().stop()
+        yield d / "pg"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture
-def own_pg(reachable_tmp):
-    """A server of the test's own, free to stop, crash and start again (the session's server is shared)."""
+def own_pg(reachable_tmp, pg_template):
+    """A server of the test's own, free to stop, crash and start again (the session's server is shared),
+    on a copy of the session's freshly made data directory."""
+    subprocess.run(["cp", "-a", str(pg_template), str(reachable_tmp / "pg")], check=True, timeout=120)
     server = EmbeddedPostgres(reachable_tmp / "pg")
     try:
         yield server.start()
