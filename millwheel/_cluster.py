@@ -159,11 +159,10 @@ class Processes:
         self._started_at: dict[int, float] = {}               # index -> when its process was started
         self._due: dict[int, float] = {}                      # index -> when to start its failed process again
         self._streak: dict[int, tuple[tuple[str, str], int]] = {}   # index -> (exit reason, failures in a row)
-        self.timed_out: set[int] = set()                     # pids killed for not saying they serve in time
 
-    def _spawn(self, argv: list[str], kw: dict, timeout_s: float) -> tuple[subprocess.Popen, str]:
-        """The process started, and the first line it printed (its ``ready`` line when it serves; see
-        :meth:`_first_line`)."""
+    def _spawn(self, argv: list[str], kw: dict, timeout_s: float) -> tuple[subprocess.Popen, str | None]:
+        """The process started, and the first line it printed (its ``ready`` line when it serves; None: killed
+        for saying nothing in time, see :meth:`_first_line`)."""
         p = self._popen(argv, kw)
         return p, self._first_line(p, time.monotonic() + timeout_s)
 
@@ -172,9 +171,9 @@ class Processes:
         self._relays[p.pid] = _Relay(p)
         return p
 
-    def _first_line(self, p: subprocess.Popen, deadline: float) -> str:
-        """The first line ``p`` printed. A process that has printed no line by ``deadline`` is killed (its line is
-        then ``""``): a start that hangs (a master that never answers its registration, a store that never
+    def _first_line(self, p: subprocess.Popen, deadline: float) -> str | None:
+        """The first line ``p`` printed (``""``: it closed its output). A process that has printed no line by
+        ``deadline`` is killed and None returned: a start that hangs (a master that never answers its registration, a store that never
         answers) must not hang the run that waits for it."""
         first: list[bytes] = []
         reader = threading.Thread(target=lambda: first.append(p.stdout.readline()), name="millwheel-child-ready",
@@ -185,10 +184,11 @@ class Processes:
             p.kill()
             p.wait()
             self._relays[p.pid].join(2.0)
-            self.timed_out.add(p.pid)
-            reader.join(2.0)
+            reader.join(2.0)          # (it reads the end of the output now)
+            p.stdout.close()
+            return None
         self._relays[p.pid].start_stdout()
-        return first[0].decode(errors="replace") if first else ""
+        return first[0].decode(errors="replace")
 
     def last_line(self, p: subprocess.Popen) -> str:
         """The last line ``p`` wrote on stderr (once it exited: all of it read), or ``""``."""
@@ -220,9 +220,9 @@ class Processes:
         for i, p in started:
             line = self._first_line(p, deadline)
             self._started_at[i] = time.monotonic()
-            if not line.startswith(ready):
+            if line is None or not line.startswith(ready):
                 what = ready.split(" serving on")[0]
-                if p.pid in self.timed_out:
+                if line is None:
                     raise ChildDidNotStart(f"a {what} process (pid {p.pid}) had not said it serves {timeout_s:.0f} "
                                            "s after its start and was killed; its own messages are above")
                 try:
@@ -268,7 +268,7 @@ class Processes:
             new, line = self._spawn(*self._launches[i], START_TIMEOUT_S)
             self._started_at[i] = time.monotonic()
             self.procs[i] = new
-            if line.startswith(ready):
+            if line is not None and line.startswith(ready):
                 said.append(f"pid {p.pid} exited with {exit_text(p.returncode)}; started pid {new.pid} in its "
                             f"place, serving on {line[len(ready):].strip()}")
             else:
