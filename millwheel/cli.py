@@ -336,7 +336,8 @@ def run_cluster(args: argparse.Namespace) -> int:
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
         # the workers one after another: the first to register takes every interval and the others take
         # theirs after the master's cooldown; started side by side, an injector moved while its first owner
-        # is still reading can write a bad line to the quarantine twice (docs/history/22-test-suite.md)
+        # is still reading can write a bad line to the quarantine twice (docs/history/performance.md,
+        # "Twenty-second pass: the test suite's processes start faster")
         for _ in range(args.workers):
             procs.start(worker_argv(path), WORKER_READY)
         print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_no_password(url)}",

@@ -74,7 +74,8 @@ def _sql_api_jar(jars: Path) -> Path | None:
 def _compile_classpath(jars: Path) -> str:
     """What the class is compiled against: Spark's SQL API jar alone (it imports only ``UDF1``/``UDF2`` from
     it), else every Spark jar. javac opens every jar of its classpath: 4-5 CPU-s with Spark's 280 against
-    about 1.2 with the one (docs/history/22-test-suite.md)."""
+    about 1.2 with the one
+    (docs/history/performance.md, "Twenty-second pass: the test suite's processes start faster")."""
     api = _sql_api_jar(jars)
     return str(api) if api is not None else str(jars / "*")
 
