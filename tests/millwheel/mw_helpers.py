@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from pathlib import Path
 
 import orjson
 
 from millwheel._model import Delivery, Record
-from millwheel._store import StoredProduction
+from millwheel._store import SQLiteStore, StoredProduction
 from millwheel._transport import Transport
 from photon import format_event_id, id_timestamp_us
 
@@ -86,3 +87,21 @@ def production(n: int, consumers=("c",)):
     p = StoredProduction(f"p{n}", "s", f"k{n}", b"{}", 1000 + n, 1000 + n)
     return (p, 0, True, [Delivery(c, 0, Record(p.key, {}, p.timestamp_us, p.id, "s", "src", 1000 + n))
                          for c in consumers])
+
+
+class GatedCommits(SQLiteStore):
+    """Holds the first commit that writes key ``key`` of ``computation`` until ``release`` is set (``entered``
+    says it is held)."""
+
+    def __init__(self, path, computation: str, key: str):
+        super().__init__(path)
+        self.computation, self.key = computation, key
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def commit(self, writes):
+        if not self.entered.is_set() and any(w.computation == self.computation and w.key == self.key
+                                             for w in writes):
+            self.entered.set()
+            self.release.wait(30)
+        return super().commit(writes)
+

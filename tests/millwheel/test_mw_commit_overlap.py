@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import orjson
 import pytest
+from mw_helpers import GatedCommits
 from test_mw_runtime import Count, QueueInjector, topo
 
 from millwheel import Runtime, RuntimeConfig
@@ -26,20 +27,6 @@ class Seen(Count):
         super().process_record(ctx, record)
 
 
-class GatedCommits(SQLiteStore):
-    """Holds the first commit of ``count`` that writes key ``k0`` until released."""
-
-    def __init__(self, path):
-        super().__init__(path)
-        self.entered, self.release = threading.Event(), threading.Event()
-
-    def commit(self, writes):
-        if not self.entered.is_set() and any(w.computation == "count" and w.key == "k0" for w in writes):
-            self.entered.set()
-            self.release.wait(30)
-        return super().commit(writes)
-
-
 def _rec(key, i):
     return key, {"i": i}, 1_000_000 + i * 10
 
@@ -47,7 +34,7 @@ def _rec(key, i):
 @pytest.mark.timeout(60)
 def test_the_next_step_runs_other_keys_while_a_commit_is_in_flight(tmp_path):
     Seen.ran = []
-    store = GatedCommits(str(tmp_path / "s.db"))
+    store = GatedCommits(str(tmp_path / "s.db"), "count", "k0")
     inj = QueueInjector()
     rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1), store=store).start()
     try:

@@ -10,7 +10,8 @@ from collections import Counter
 
 import orjson
 import pytest
-from test_mw_commit_overlap import GatedCommits, Seen, _rec
+from mw_helpers import GatedCommits
+from test_mw_commit_overlap import Seen, _rec
 from test_mw_runtime import QueueInjector, topo
 
 from millwheel import Runtime, RuntimeConfig
@@ -64,7 +65,7 @@ def test_records_waiting_for_their_keys_checkpoint_run_when_the_commit_thread_la
     idle when the commit lands (and its tick is far off), so the landing, carried out on the commit
     thread, must wake the worker thread for the record that waited."""
     Seen.ran = []
-    store = GatedCommits(str(tmp_path / "s.db"))
+    store = GatedCommits(str(tmp_path / "s.db"), "count", "k0")
     inj = QueueInjector()
     rt = Runtime(topo(inj, Seen), RuntimeConfig(threads=1, intervals=1), store=store)
     worker = rt.workers[0]

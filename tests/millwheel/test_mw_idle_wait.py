@@ -6,9 +6,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from mw_helpers import GatedCommits
 from test_mw_runtime import QueueInjector
 
-from millwheel import WALL, Computation, Runtime, RuntimeConfig, SQLiteStore, Topology
+from millwheel import WALL, Computation, Runtime, RuntimeConfig, Topology
 from millwheel._transport import Inbox
 from millwheel._worker import IDLE_WAIT_US, _Comp
 from photon import FakeClock, wait_until
@@ -26,20 +27,6 @@ class Alarm(Computation):
 
     def process_timer(self, ctx, timer):
         ctx.state = {**ctx.state, "fired": ctx.state["fired"] + 1}
-
-
-class GatedCommits(SQLiteStore):
-    """Holds the first commit that writes key ``k`` of ``alarm`` until released."""
-
-    def __init__(self, path):
-        super().__init__(path)
-        self.entered, self.release = threading.Event(), threading.Event()
-
-    def commit(self, writes):
-        if not self.entered.is_set() and any(w.computation == "alarm" and w.key == "k" for w in writes):
-            self.entered.set()
-            self.release.wait(30)
-        return super().commit(writes)
 
 
 def _runtime(tmp_path, clock, store=None):
@@ -102,7 +89,7 @@ def test_a_worker_with_a_commit_in_flight_or_records_waiting_for_their_key_keeps
     """While a checkpoint is in flight (held by the store) the worker keeps its tick; a record for the key
     whose checkpoint is in flight waits in its core and keeps the tick too."""
     clock = FakeClock()
-    store = GatedCommits(str(tmp_path / "gated.db"))
+    store = GatedCommits(str(tmp_path / "gated.db"), "alarm", "k")
     rt, inj = _runtime(tmp_path, clock, store)
     worker = rt.workers[0]
     rt.start()
