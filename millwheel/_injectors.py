@@ -93,7 +93,10 @@ class FileInjector(Injector):
         self.max_delay_us = max_delay_us
         self.finish_after_us = finish_after_us
         self.read_bytes = read_bytes
-        self._quarantine = Quarantine(quarantine_dir, "millwheel-injector") if quarantine_dir else None
+        # shared: an injector moved to another worker process while its old owner still reads, or read again
+        # from its last committed position, reports the same bad line again
+        self._quarantine = (Quarantine(quarantine_dir, "millwheel-injector", shared=True) if quarantine_dir
+                            else None)
         self.bad_records = 0
         self._buffer: list[tuple[str, int, str, Any, int]] = []
         self._good = 0

@@ -334,12 +334,10 @@ def run_cluster(args: argparse.Namespace) -> int:
         cf.save(path)
         start_masters(procs, specs)
         client = MasterClient(cf.masters, retry_timeout_s=30.0)
-        # the workers one after another: the first to register takes every interval and the others take
-        # theirs after the master's cooldown; started side by side, an injector moved while its first owner
-        # is still reading can write a bad line to the quarantine twice (docs/history/performance.md,
-        # "Twenty-second pass: the test suite's processes start faster")
-        for _ in range(args.workers):
-            procs.start(worker_argv(path), WORKER_READY)
+        # the workers side by side: the first to register takes every interval and the others take theirs
+        # after the master's cooldown (an injector moved while its first owner still reads writes each bad
+        # line to the quarantine once: the injectors' quarantine is shared)
+        procs.start_all([worker_argv(path) for _ in range(args.workers)], WORKER_READY)
         print(f"millwheel: master {', '.join(cf.masters)}; {args.workers} workers; store {_no_password(url)}",
               file=sys.stderr, flush=True)
         def keep_workers() -> None:

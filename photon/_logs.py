@@ -7,6 +7,7 @@ line and never skips an unconsumed one.
 """
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import logging
 import os
@@ -168,16 +169,24 @@ def list_log_files(root: Path) -> list[str]:
 class Quarantine:
     """Bad records: counted and appended to ``<dir>/<name>.jsonl``, one JSON object per record with the
     file, byte offset, reason and the raw line. Never raises on a bad record; the good ones go on. A failed
-    write (disk full) raises OSError and leaves nothing of that entry behind, so the caller may try again."""
+    write (disk full) raises OSError and leaves nothing of that entry behind, so the caller may try again.
 
-    def __init__(self, directory: str | Path, name: str, publisher=None) -> None:
+    ``shared``: several readers, in this process or others on this machine, may report the same input line
+    (an input moved to a new owner while its old owner still reads, or read again after a restart): each
+    entry is written once per (file, offset). Every :meth:`add` then holds an exclusive ``flock`` on the file,
+    takes in the entries appended since its last look (by anyone), and skips one already there."""
+
+    def __init__(self, directory: str | Path, name: str, publisher=None, *, shared: bool = False) -> None:
         self.path = Path(directory) / f"{name}.jsonl"
         self.publisher = publisher
         """Given (an :class:`photon.S3Publisher`), the file is uploaded whole by :meth:`sync` and on close."""
+        self.shared = shared
         self._synced = -1
         self.count = 0
         self.repeats_skipped = 0
         self._known: set[tuple[str, int]] = set()
+        self._present: set[tuple[str, int]] = set()   # shared: every entry in the file up to ``_seen``
+        self._seen = 0
         self._f = None
         self._lock = threading.Lock()
 
@@ -215,17 +224,54 @@ class Quarantine:
                 return
             if self._f is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._f = open(self.path, "ab", buffering=0)
-            data = orjson.dumps(entry) + b"\n"
-            size = os.fstat(self._f.fileno()).st_size
-            try:                                  # all or nothing: a failed write (disk full) is cut off
-                done = 0
-                while done < len(data):
-                    done += self._f.write(data[done:])
-            except OSError:
-                os.ftruncate(self._f.fileno(), size)
-                raise
-            self.count += 1
+                self._f = open(self.path, "a+b", buffering=0)
+            if not self.shared:
+                self._append(orjson.dumps(entry) + b"\n")
+                return
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX)
+            try:
+                self._take_in_appended()
+                if (file, offset) in self._present:
+                    self.repeats_skipped += 1
+                    return
+                self._append(orjson.dumps(entry) + b"\n")
+                self._present.add((file, offset))
+                self._seen = os.fstat(self._f.fileno()).st_size
+            finally:
+                fcntl.flock(self._f.fileno(), fcntl.LOCK_UN)
+
+    def _append(self, data: bytes) -> None:
+        size = os.fstat(self._f.fileno()).st_size
+        try:                                  # all or nothing: a failed write (disk full) is cut off
+            done = 0
+            while done < len(data):
+                done += self._f.write(data[done:])
+        except OSError:
+            os.ftruncate(self._f.fileno(), size)
+            raise
+        self.count += 1
+
+    def _take_in_appended(self) -> None:
+        """Shared: add the (file, offset) of every whole entry appended since the last look to ``_present``.
+        A torn last entry (a writer killed mid-write) is cut off: nobody writes without the lock held."""
+        fd = self._f.fileno()
+        size = os.fstat(fd).st_size
+        if size < self._seen:                 # cut short by someone else's failed write: read it all again
+            self._present.clear()
+            self._seen = 0
+        if size == self._seen:
+            return
+        data = os.pread(fd, size - self._seen, self._seen)
+        whole = data.rfind(b"\n") + 1
+        if whole < len(data):
+            os.ftruncate(fd, self._seen + whole)
+        for line in data[:whole].splitlines():
+            try:
+                entry = orjson.loads(line)
+                self._present.add((entry["file"], int(entry["offset"])))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue   # not an entry this class wrote: leave it be
+        self._seen += whole
 
     def sync(self) -> None:
         """Upload the quarantine file if it has entries not uploaded yet (no-op without a publisher)."""

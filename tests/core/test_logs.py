@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 
 import orjson
 
@@ -107,6 +109,41 @@ def test_a_restarted_quarantine_skips_what_it_already_holds_past_the_resume_offs
     assert [(e["file"], e["offset"]) for e in entries] == [
         ("c-0", 10), ("c-0", 90), ("c-1", 5), ("c-0", 90), ("c-2", 0)]   # a second report of c-0@90 is new
     assert (q.count, q.repeats_skipped) == (2, 2)
+
+
+SHARED_WRITER = """
+import sys
+from photon import Quarantine
+q = Quarantine(sys.argv[1], "injector", shared=True)
+offsets = range(300) if sys.argv[2] == "up" else range(299, -1, -1)
+for o in offsets:
+    q.add("c-%d" % (o % 3), o, "bad", b"{x")
+q.close()
+print(q.count, q.repeats_skipped)
+"""
+
+
+def test_a_shared_quarantine_holds_each_line_once_whoever_reports_it(tmp_path):
+    """Two processes read the same input (an injector moved while its old owner still reads) and report the
+    same 300 bad lines, in opposite orders and at the same time: each (file, offset) is written once, and a
+    torn entry left by a killed writer is cut off and its line written whole by the next report."""
+    procs = [subprocess.Popen([sys.executable, "-c", SHARED_WRITER, str(tmp_path), order], stdout=subprocess.PIPE)
+             for order in ("up", "down")]
+    outs = [p.communicate(timeout=60)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    path = tmp_path / "injector.jsonl"
+    keys = [(e["file"], e["offset"]) for e in map(orjson.loads, path.read_bytes().splitlines())]
+    assert sorted(keys) == sorted(("c-%d" % (o % 3), o) for o in range(300))
+    assert sum(int(c) for c, _ in outs) == 300 and sum(int(r) for _, r in outs) == 300
+    with open(path, "ab") as f:
+        f.write(b'{"file": "c-0", "offset": 300, "rea')     # killed in the middle of an entry
+    q = Quarantine(tmp_path, "injector", shared=True)
+    q.add("c-0", 300, "bad", b"{x")
+    q.add("c-1", 7, "bad", b"{x")                           # already there
+    q.close()
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 301 and orjson.loads(lines[-1])["offset"] == 300
+    assert (q.count, q.repeats_skipped) == (1, 1)
 
 
 def data_files(root):

@@ -141,6 +141,10 @@ def test_timers_survive_a_restart_and_fire_in_order(tmp_path):
         wait_until(lambda: held.statistics().computations["count"].records_processed == 700, 30,
                    message="all records counted")
         held.run_until_idle(30)
+        # idle: nothing waits and no timer is about to be due; the published watermark reaches the
+        # injector's estimate at the coordinator's next tick or two
+        wait_until(lambda: held.low_watermarks.get("count") == 1_000_999, 10,
+                   message="the watermark of count at the injector's estimate")
         assert held.statistics().computations["count"].timers_fired == 0
     finally:
         held.stop()
