@@ -269,17 +269,16 @@ class GrpcTransport(Transport):
             for address, (records, acks, resends) in queued.items():
                 self._peer(address).put(records, acks, resends)
 
-    def _put(self, address: str, records=(), acks=(), resends=()) -> None:
+    def _held_for(self, address: str) -> tuple[list, list, list] | None:
+        """The (records, acks, resends) held for ``address`` while this thread holds (see :meth:`held`), else
+        None: put to the peer at once."""
         queued = getattr(self._holding, "queued", None)
         if queued is None:
-            self._peer(address).put(records, acks, resends)
-            return
+            return None
         got = queued.get(address)
         if got is None:
             got = queued[address] = ([], [], [])
-        got[0].extend(records)
-        got[1].extend(acks)
-        got[2].extend(resends)
+        return got
 
     def _park(self, deliveries: list[Delivery]) -> None:
         """Deliveries answered ``moved`` (or with no owner known): kept until the map is read again, then
@@ -325,7 +324,11 @@ class GrpcTransport(Transport):
         for address, items in remote.items():
             if note is not None:
                 note(items, False)
-            self._put(address, records=items)
+            held = self._held_for(address)
+            if held is None:
+                self._peer(address).put(records=items)
+            else:
+                held[0].extend(items)
         if unrouted:
             self.counters["unrouted"] += len(unrouted)
             if note is not None:
@@ -342,13 +345,21 @@ class GrpcTransport(Transport):
             self._parked.extend(deliveries)
 
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
-        self._put(address, acks=pairs)
+        held = self._held_for(address)
+        if held is None:
+            self._peer(address).put(acks=pairs)
+        else:
+            held[1].extend(pairs)
 
     def request_resend(self, address: str, pairs: list[tuple[str, str]]) -> None:
         """Ask the process at ``address`` to send these ``(consumer, production id)`` again now: they came
         from it and were dropped here uncommitted."""
         self.counters["resend_requests"] += len(pairs)
-        self._put(address, resends=pairs)
+        held = self._held_for(address)
+        if held is None:
+            self._peer(address).put(resends=pairs)
+        else:
+            held[2].extend(pairs)
 
     def close(self) -> None:
         with self._lock:
