@@ -25,8 +25,7 @@ import queue
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 import grpc
 import orjson
@@ -242,7 +241,6 @@ class GrpcTransport(Transport):
         self.counters: dict[str, int] = {"calls": 0, "calls_without_records": 0, "failed_calls": 0,
                                          "records_sent": 0, "moved": 0, "unrouted": 0, "local": 0,
                                          "resent_after_map": 0, "resend_requests": 0}
-        self._holding = threading.local()   # .queued: {address: (records, acks, resends)} while a thread holds
 
     def _peer(self, address: str) -> _Peer:
         with self._lock:
@@ -250,35 +248,6 @@ class GrpcTransport(Transport):
             if peer is None:
                 peer = self._peers[address] = _Peer(address, self.address, self._park, self.counters)
             return peer
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """What this thread queues for peers meanwhile (records, acks, resend requests) goes to each peer
-        in one put at the end, so a peer's sender, woken by the first, does not send acks alone in a call
-        of their own while the records of the same landing are still being routed. Nested: the outermost
-        puts."""
-        hold = self._holding
-        if getattr(hold, "queued", None) is not None:
-            yield
-            return
-        hold.queued = queued = {}
-        try:
-            yield
-        finally:
-            hold.queued = None
-            for address, (records, acks, resends) in queued.items():
-                self._peer(address).put(records, acks, resends)
-
-    def _held_for(self, address: str) -> tuple[list, list, list] | None:
-        """The (records, acks, resends) held for ``address`` while this thread holds (see :meth:`held`), else
-        None: put to the peer at once."""
-        queued = getattr(self._holding, "queued", None)
-        if queued is None:
-            return None
-        got = queued.get(address)
-        if got is None:
-            got = queued[address] = ([], [], [])
-        return got
 
     def _park(self, deliveries: list[Delivery]) -> None:
         """Deliveries answered ``moved`` (or with no owner known): kept until the map is read again, then
@@ -324,11 +293,7 @@ class GrpcTransport(Transport):
         for address, items in remote.items():
             if note is not None:
                 note(items, False)
-            held = self._held_for(address)
-            if held is None:
-                self._peer(address).put(records=items)
-            else:
-                held[0].extend(items)
+            self._peer(address).put(records=items)
         if unrouted:
             self.counters["unrouted"] += len(unrouted)
             if note is not None:
@@ -345,21 +310,13 @@ class GrpcTransport(Transport):
             self._parked.extend(deliveries)
 
     def send_acks(self, address: str, pairs: list[tuple[str, str]]) -> None:
-        held = self._held_for(address)
-        if held is None:
-            self._peer(address).put(acks=pairs)
-        else:
-            held[1].extend(pairs)
+        self._peer(address).put(acks=pairs)
 
     def request_resend(self, address: str, pairs: list[tuple[str, str]]) -> None:
         """Ask the process at ``address`` to send these ``(consumer, production id)`` again now: they came
         from it and were dropped here uncommitted."""
         self.counters["resend_requests"] += len(pairs)
-        held = self._held_for(address)
-        if held is None:
-            self._peer(address).put(resends=pairs)
-        else:
-            held[2].extend(pairs)
+        self._peer(address).put(resends=pairs)
 
     def close(self) -> None:
         with self._lock:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from millwheel._model import Delivery
 from millwheel._store import StoredProduction
@@ -74,11 +74,6 @@ class Transport:
     def park(self, deliveries: list[Delivery]) -> None:
         """Send again once the routes may have changed (by default: now)."""
         self.send(deliveries)
-
-    def held(self) -> ContextManager[None]:
-        """A context in which what the calling thread sends may be held and sent together at its end (a
-        transport whose sends wake a sender thread per peer joins them; by default each goes at once)."""
-        return nullcontext()
 
 
 class LocalTransport(Transport):
@@ -320,10 +315,6 @@ class Tracker:
 
     def send(self, deliveries: list[Delivery]) -> None:
         self._transport.send(deliveries)
-
-    def held(self) -> ContextManager[None]:
-        """The transport's :meth:`Transport.held`: acks and sends made in it go out together at its end."""
-        return self._transport.held()
 
     def _sent(self, deliveries: list[Delivery], local: bool) -> None:
         """The transport's account of a send (see :attr:`Transport.on_sent`). A copy in a local inbox is

@@ -525,10 +525,9 @@ class Worker:
             for core, c in flight.commits:
                 self._execute(core, core.handle(CheckpointCommitted(c.commit_id)), now, [])
             acks, self._acks = self._acks, []
+            self.tracker.acked(acks)
             sends, self._sends = self._sends, []
-            with self.tracker.held():    # a peer's acks and records of this landing in one call
-                self.tracker.acked(acks)
-                self.tracker.send(sends)
+            self.tracker.send(sends)
         finally:
             for t in flight.nows:
                 self.tracker.release_production_time(t)

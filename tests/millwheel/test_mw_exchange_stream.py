@@ -20,7 +20,7 @@ from millwheel import _peer
 from millwheel import worker_pb2 as pb
 from millwheel import worker_pb2_grpc as pb_grpc
 from millwheel._model import Delivery, Record
-from millwheel._peer import GrpcTransport, WorkerServicer, _Peer, pack_records
+from millwheel._peer import WorkerServicer, _Peer, pack_records
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -187,34 +187,3 @@ def test_closing_a_peer_whose_request_hangs_ends_its_threads_at_once(receivers):
     assert time.monotonic() - started < _peer.CLOSE_WAIT_S + 0.5
     assert not peer.thread.is_alive() and not peer._watch.is_alive()
     assert counters["calls"] == 0
-
-
-def test_acks_and_records_put_in_a_held_context_go_to_their_peer_together_at_its_end(receivers):
-    """A landing acks its inputs and then sends its productions: in ``GrpcTransport.held()`` neither reaches
-    the peer's sender before the other, so the acks go in the request that carries the records instead of
-    one of their own. The peer's sender is kept in a call (the receiver holds its first request), so acks
-    put without holding would wait in its queue, where this test looks."""
-    r = receivers()
-    transport = GrpcTransport("me:1", lambda consumer, slot: r.address, lambda: None)
-    try:
-        first = Delivery("a", 0, Record("k0", 0, 1, "src:0", "s", "src", 1))
-        r.hold.set()
-        transport.send([first])
-        peer = transport._peers[r.address]
-        wait_until(lambda: peer._in_flight is not None and not peer._records, timeout=10)
-        later = [Delivery("a", 1, Record(f"k{i}", i, 2, f"src:1:{i}", "s", "src", 2)) for i in range(3)]
-        with transport.held():
-            transport.send_acks(r.address, [("b", "p:1"), ("b", "p:2")])
-            with transport.held():      # nested: only the outermost puts
-                transport.send(later[:1])
-            assert not peer._acks and not peer._records     # held: not queued for the peer yet
-            transport.send(later[1:])
-        assert list(peer._acks) == [("b", "p:1"), ("b", "p:2")] and list(peer._records) == later
-        r.hold.clear()
-        r.release.set()
-        wait_until(lambda: len([e for e in r.log if e[0] == "records"]) == 2, timeout=10)
-        assert r.log[1:] == [("acked", [("b", "p:1"), ("b", "p:2")]),
-                             ("records", "me:1", [(d.consumer, d.interval, d.record) for d in later])]
-        assert transport.counters["calls_without_records"] == 0
-    finally:
-        transport.close()
