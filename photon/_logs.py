@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
 from pathlib import Path
@@ -28,11 +28,14 @@ log = logging.getLogger("photon.logs")
 @dataclass(slots=True)
 class LogChunk:
     """Complete lines read from one file: ``lines[i]`` (without ``\\n``) starts at ``offsets[i]``;
-    ``end`` is the offset just past the last line's ``\\n``."""
+    ``end`` is the offset just past the last line's ``\\n``. ``data``, when the reader kept it: the bytes the
+    lines were split from, starting with them, each followed by its ``\\n`` (bytes after ``end`` may follow),
+    for a check over the whole chunk that would otherwise join the lines again."""
     file: str
     offsets: list[int]
     lines: list[bytes]
     end: int
+    data: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def line_offsets(start: int, lines: list[bytes]) -> list[int]:
