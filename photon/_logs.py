@@ -29,8 +29,9 @@ log = logging.getLogger("photon.logs")
 class LogChunk:
     """Complete lines read from one file: ``lines[i]`` (without ``\\n``) starts at ``offsets[i]``;
     ``end`` is the offset just past the last line's ``\\n``. ``data``, when the reader kept it: the bytes the
-    lines were split from, starting with them, each followed by its ``\\n`` (bytes after ``end`` may follow),
-    for a check over the whole chunk that would otherwise join the lines again."""
+    lines were split from, starting with them, each followed by its ``\\n`` (bytes after ``end`` may follow):
+    what keeps the lines as they were read needs not join them again (the event store's cache cuts its
+    blocks from it)."""
     file: str
     offsets: list[int]
     lines: list[bytes]
