@@ -187,7 +187,9 @@ class CacheEventStore:
             owner, me = self._ring.server_for, self.options.shard
             mine = [owner(i) == me for i in ids]
             ids, lines, timed = list(compress(ids, mine)), list(compress(lines, mine)), None
-        self.cache.put_lines(ids, lines, timed)
+            self.cache.put_lines(ids, lines, timed)
+        else:                                # every good line: put straight from the bytes as read
+            self.cache.put_lines(ids, lines, timed, found.read_at(chunk) if timed is not None else None)
         if emit:
             self._bad += len(found.bad)
             if self._quarantine is not None:

@@ -11,7 +11,7 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate, compress, islice, repeat
 from operator import add, itemgetter, lt, ne, not_
@@ -93,16 +93,25 @@ class _Block:
     """Events put together: their lines concatenated in ``blob``. ``offs`` counts, from ``offs[0]``, each
     line's bytes plus :data:`ENTRY_OVERHEAD_BYTES` (what a put measured already to charge them, no second
     pass), so event ``i`` is ``blob[s:s + offs[i+1] - offs[i] - ENTRY_OVERHEAD_BYTES]`` with
-    ``s = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES`` (:meth:`line`);
+    ``s = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES`` (:meth:`line`). A block cut straight from the bytes
+    its lines were read as (:meth:`EventCache.put_lines` given ``read``) keeps them so, each followed by its
+    newline, and their offsets in the file: ``pad`` (the bytes ``offs`` counts per event before an event's line
+    that ``blob`` does not hold) 0 and ``tail`` (the bytes after each line) 1 instead of both
+    :data:`ENTRY_OVERHEAD_BYTES`; event ``i`` is ``blob[s:offs[i+1] - offs[0] - i * pad - tail]`` with
+    ``s = offs[i] - offs[0] - i * pad`` in both forms;
     and either their ids as one key and increasing timestamps in packed decimal (a *timed* block: event
     ``i``'s id is ``f"{id_key}:{tss[i]:016x}"``, see :func:`packed_times`) or kept in the cache's id dict (a
     *keyed* block, ``id_key`` None)."""
-    __slots__ = ("key", "blob", "offs", "id_key", "tss", "ids", "replaced", "live", "charged", "live_bytes")
+    __slots__ = ("key", "blob", "offs", "pad", "tail", "id_key", "tss", "ids", "replaced", "live", "charged",
+                 "live_bytes")
 
-    def __init__(self, key: int, blob: bytes, offs: array, id_key: str | None, tss: array, ids) -> None:
+    def __init__(self, key: int, blob: bytes, offs: array, id_key: str | None, tss: array, ids,
+                 pad: int = ENTRY_OVERHEAD_BYTES, tail: int = ENTRY_OVERHEAD_BYTES) -> None:
         self.key = key          # its key in the LRU
         self.blob = blob
         self.offs = offs
+        self.pad = pad
+        self.tail = tail
         self.id_key = id_key
         self.tss = tss
         self.ids = ids          # a keyed block's ids (None for a timed one)
@@ -113,8 +122,8 @@ class _Block:
 
     def line(self, i: int) -> bytes:
         offs = self.offs
-        start = offs[i] - offs[0] - i * ENTRY_OVERHEAD_BYTES
-        return self.blob[start:start + offs[i + 1] - offs[i] - ENTRY_OVERHEAD_BYTES]
+        start = offs[i] - offs[0] - i * self.pad
+        return self.blob[start:start + offs[i + 1] - offs[i] - self.tail]
 
 
 class _Timeline:
@@ -175,7 +184,8 @@ class EventCache:
     block of one, so it behaves exactly as a per-event LRU.
 
     A block holds its lines concatenated in one ``bytes`` with an array of offsets: no Python object per
-    event. Photon ids need no index of their own: a block of one writer's events in file order (one
+    event (the primary reader's blocks are slices of the bytes it read, each line with its newline, and the
+    lines' offsets in their file: see :meth:`put_lines`). Photon ids need no index of their own: a block of one writer's events in file order (one
     ``server_ip:process_id`` key, timestamps strictly increasing, what a chunk of a primary log file is)
     keeps the key once and the timestamps in an array (packed decimal, :func:`packed_times`), and the
     cache keeps, per key, its blocks in order of their first timestamp (a *timeline*). A lookup splits the id into key and timestamp, bisects the
@@ -211,9 +221,16 @@ class EventCache:
             ids, raws = zip(*events)
             self.put_lines(ids, raws)
 
-    def put_lines(self, ids, raws, timed: tuple[str, array] | None = None) -> None:
-        """``put_many`` of ``zip(ids, raws)``; ``timed``: :func:`split_photon_ids` of ``ids`` if known."""
+    def put_lines(self, ids, raws, timed: tuple[str, array] | None = None, read=None) -> None:
+        """``put_many`` of ``zip(ids, raws)``; ``timed``: :func:`split_photon_ids` of ``ids`` if known.
+        ``read``: where the lines lie in the bytes they were read as, ``(data, base, starts, breaks)``: ``data``
+        starts at file offset ``base``, line ``i`` at offset ``starts[i]`` and is followed by a newline, and
+        line ``i`` follows line ``i - 1`` in ``data`` unless ``i`` is one of ``breaks`` (increasing; lines
+        left out between them). With ``timed``, blocks are then cut from ``data`` as it is (one slice each,
+        their offsets from ``starts``), not joined and measured line by line again."""
         if not ids:
+            return
+        if read is not None and timed is not None and self._put_read(ids, raws, timed, *read):
             return
         with self._lock:
             self._puts += len(ids)
@@ -245,6 +262,39 @@ class EventCache:
                     self._put_keyed(part, raws[lo:hi])
                 lo = hi
 
+    def _put_read(self, ids, raws, timed: tuple[str, array], data: bytes, base: int, starts: list[int],
+                  breaks: list[int]) -> bool:
+        """:meth:`put_lines` of one key's timed lines straight from ``data`` (see there): blocks of up to
+        :data:`BLOCK_EVENTS` lines in a row (cut at ``breaks`` too), each charged exactly as a block joined
+        from its lines. False (nothing put) when some block would exceed the room of one."""
+        n = len(raws)
+        room = self._block_bytes - BLOCK_OVERHEAD_BYTES
+        per_line = ENTRY_OVERHEAD_BYTES - 1                 # (the offsets count each line's newline)
+        cuts = [*breaks, n]
+        plan = []
+        lo = b = 0
+        while lo < n:
+            while cuts[b] <= lo:
+                b += 1
+            hi = min(n, lo + BLOCK_EVENTS, cuts[b])
+            end = starts[hi - 1] + len(raws[hi - 1]) + 1    # (past the last line's newline)
+            charge = end - starts[lo] + per_line * (hi - lo)
+            if charge > room:
+                return False
+            plan.append((lo, hi, end, charge + BLOCK_OVERHEAD_BYTES))
+            lo = hi
+        key, tss = timed
+        with self._lock:
+            self._puts += n
+            for lo, hi, end, charged in plan:
+                offs = array("I" if end >> 32 == 0 else "Q", starts[lo:hi])   # (an array from a list: fast)
+                offs.append(end)
+                block = _Block(self._next_key, data[starts[lo] - base:end - base], offs, key, tss[lo:hi], None,
+                               pad=0, tail=1)
+                self._next_key += 1
+                self._add_timed_block(ids[lo:hi], block, charged)
+        return True
+
     def _put_keyed(self, ids, raws) -> None:
         """Events whose ids are kept, in blocks cut by what they are charged (more than timed ones)."""
         sizes = list(map(entry_size, raws, ids))
@@ -271,7 +321,10 @@ class EventCache:
         return block
 
     def _add_timed(self, ids, raws, charged: int, id_key: str, tss: array, offs: array | None = None) -> None:
-        block = self._new_block(raws, id_key, tss, None, offs)
+        self._add_timed_block(ids, self._new_block(raws, id_key, tss, None, offs), charged)
+
+    def _add_timed_block(self, ids, block: _Block, charged: int) -> None:
+        id_key, tss = block.id_key, block.tss
         block.charged = charged
         timeline = self._timelines.get(id_key)
         if timeline is not None and timeline.place(tss[0], tss[-1])[1]:
@@ -388,7 +441,6 @@ class EventCache:
         packed = _packed_tails(ids)
         with self._lock:
             timelines, where, keyed, find = self._timelines, self._where, self._keyed, self._find_timed
-            entry = ENTRY_OVERHEAD_BYTES
             out: list[bytes | None] = []
             touched: dict[int, None] = {}
             for event_id, ts in zip(ids, packed if packed is not None else repeat(None)):
@@ -406,10 +458,8 @@ class EventCache:
                             j = bisect_left(tss, ts)
                             if j < len(tss) and tss[j] == ts and (block.replaced is None or j not in block.replaced):
                                 offs = block.offs
-                                at = offs[j]
-                                end = offs[j + 1] - entry
-                                skip = offs[0] + j * entry           # (see _Block)
-                                out.append(block.blob[at - skip:end - skip])
+                                skip = offs[0] + j * block.pad       # (see _Block)
+                                out.append(block.blob[offs[j] - skip:offs[j + 1] - block.tail - skip])
                                 touched[block.key] = None
                                 continue
                     found = None
@@ -469,11 +519,23 @@ def index_primary_lines(chunk: LogChunk, id_field: "str | EventIds", good_offset
 class IndexedLines:
     """A chunk's good lines, their ids, its bad records, and :func:`split_photon_ids` of the ids if it
     holds (what the cache and the map emitter then need not work out again; its timestamps are packed
-    decimal, see :func:`packed_times`)."""
+    decimal, see :func:`packed_times`), and the positions in the chunk of the bad lines (increasing)."""
     ids: list[str]
     lines: list[bytes]
     bad: list[BadRecord]
     timed: tuple[str, array] | None
+    bad_at: list[int] = field(default_factory=list)
+
+    def read_at(self, chunk: LogChunk):
+        """Where :attr:`lines` lie in the bytes ``chunk`` was read as, for :meth:`EventCache.put_lines`
+        (``read``), or None when the chunk did not keep them (or kept them in a mutable buffer)."""
+        if type(chunk.data) is not bytes:
+            return None
+        bad_at = self.bad_at
+        if not bad_at:
+            return chunk.data, chunk.offsets[0], chunk.offsets, []
+        return (chunk.data, chunk.offsets[0], drop_at(chunk.offsets, bad_at),
+                [k - i for i, k in enumerate(bad_at)])      # (the line after bad line k, among those kept)
 
 
 def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[int] | None = None,
@@ -494,7 +556,7 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
     if good_offsets is not None:
         good_offsets += drop_at(offsets, bad_at)
     return IndexedLines(ids, drop_at(lines, bad_at),
-                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed)
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed, bad_at)
 
 
 def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:

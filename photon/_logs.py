@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
 from pathlib import Path
@@ -29,11 +29,15 @@ log = logging.getLogger("photon.logs")
 @dataclass(slots=True)
 class LogChunk:
     """Complete lines read from one file: ``lines[i]`` (without ``\\n``) starts at ``offsets[i]``;
-    ``end`` is the offset just past the last line's ``\\n``."""
+    ``end`` is the offset just past the last line's ``\\n``. ``data``, when the reader kept it: the bytes the
+    lines were split from, starting with them, each followed by its ``\\n`` (bytes after ``end`` may follow):
+    what keeps the lines as they were read needs not join them again (the event store's cache cuts its
+    blocks from it)."""
     file: str
     offsets: list[int]
     lines: list[bytes]
     end: int
+    data: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def line_offsets(start: int, lines: list[bytes]) -> list[int]:

@@ -244,14 +244,16 @@ class LogTailer:
         end = start + last_nl + 1
         offsets = line_offsets(start, lines)
         limit = self.max_line_bytes
+        kept = data                              # (the lines are its first bytes while none is dropped)
         if (last_nl > limit and max(map(len, lines)) > limit) or not _is_utf8(data, last_nl):
             offsets, lines = self._drop_bad(name, offsets, lines)
+            kept = None
         self.offsets[name] = end
         if len(tail) > limit:
             self._long_line(name, end, tail)
         if not lines:
             return None
-        return LogChunk(name, offsets, lines, end)
+        return LogChunk(name, offsets, lines, end, kept)
 
     def _long_line(self, name: str, line_start: int, head: bytes) -> None:
         self._long_lines += 1

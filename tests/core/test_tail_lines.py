@@ -72,6 +72,9 @@ def test_tailer_agrees_with_a_line_by_line_reading(lines, tail, cuts, read_bytes
                 for c in chunks:
                     assert c.file == "f.jsonl" and c.end == t.offsets["f.jsonl"]
                     assert len(c.offsets) == len(c.lines)
+                    if c.data is not None:           # (kept while no line of the chunk was dropped)
+                        held = b"".join(line + b"\n" for line in c.lines)
+                        assert c.data.startswith(held) and content[c.offsets[0]:c.end] == held
                     got += zip(c.offsets, c.lines)
                 if not chunks and t.caught_up:
                     break

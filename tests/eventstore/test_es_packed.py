@@ -10,6 +10,7 @@ put and for ids that are near misses of them (other keys, widths, digits, neighb
 from __future__ import annotations
 
 from array import array
+from itertools import accumulate
 
 import orjson
 import pytest
@@ -125,6 +126,10 @@ def index_as_read_line_by_line(lines: list[bytes], start: int) -> tuple[IndexedL
     return found, map_offsets
 
 
+PARTIAL = b'{"query_id":"10.0.0.1:4242:1763712000000001","n":1e999,"c":"\xc3'
+"""What follows a chunk's lines in the bytes they were read from: a line not complete yet."""
+
+
 def _near_misses(ids: list[str]) -> list[str]:
     out = []
     for event_id in ids[:20]:
@@ -169,6 +174,22 @@ def test_the_bulk_path_agrees_with_a_line_by_line_reading(lines, start, block_kb
     asked = ids + [i for i in _near_misses(ids) if i not in held]
     assert cache.lookup(asked) == [held.get(i) for i in asked] == one_by_one.lookup(asked)
     assert cache.statistics().entries == len(held) and cache.statistics().evictions == 0
+
+    # the cache again, its blocks cut from the bytes the lines were read as (cut at the lines quarantined too)
+    data = b"".join(line + b"\n" for line in lines) + PARTIAL
+    chunk = LogChunk("w/q.jsonl", [start + k for k in accumulate([0, *(len(x) + 1 for x in lines[:-1])])],
+                     lines, start + len(data) - len(PARTIAL), data)
+    read = found.read_at(chunk)
+    assert read is not None and read[2] == map_offsets
+    from_bytes = EventCache(block_kb << 16)
+    from_bytes.put_lines(ids, found.lines, found.timed, read)
+    assert from_bytes.lookup(asked) == cache.lookup(asked)
+    stats, want = from_bytes.statistics(), cache.statistics()
+    assert stats.entries == want.entries and stats.puts == want.puts and stats.evictions == 0
+    if not found.bad:                                 # (the same blocks: charged the same)
+        assert (stats.bytes, stats.too_large) == (want.bytes, want.too_large)
+    from_bytes.put_lines(ids, found.lines, found.timed, read)       # every id put again: replaced, not doubled
+    assert from_bytes.lookup(asked) == cache.lookup(asked) and from_bytes.statistics().entries == len(held)
 
 
 @settings(max_examples=500, deadline=None)
