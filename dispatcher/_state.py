@@ -862,7 +862,8 @@ class DispatcherState:
         In bulk: the query keys and times sliced and compared by ``map`` in C. Returns the others, in order."""
         refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
         limits = _PositionDigits(self._store_read_to, self._store_through_us)   # as digits: no int() per click
-        ahead = list(map(gt, map(ID_TIME_DIGITS, refs), map(limits.__getitem__, map(ID_KEY, refs))))
+        times, keys = list(map(ID_TIME_DIGITS, refs)), list(map(ID_KEY, refs))  # (kept for those held)
+        ahead = list(map(gt, times, map(limits.__getitem__, keys)))
         unhold = self._unhold
         if unhold:                              # once without the check: those go whatever their time
             free = list(map(unhold.__contains__, cids))
@@ -871,8 +872,7 @@ class DispatcherState:
         held = ahead.count(True)
         if not held:
             return cids
-        refs = list(compress(refs, ahead))     # (keys and digits kept only for the clicks held)
-        self._ahead.hold(list(map(ID_KEY, refs)), list(map(ID_TIME_DIGITS, refs)), list(compress(cids, ahead)), now)
+        self._ahead.hold(list(compress(keys, ahead)), list(compress(times, ahead)), list(compress(cids, ahead)), now)
         self.counters["held_for_store"] += held
         self._ahead.rebuild_if_outgrown(self._ref_of)
         return list(compress(cids, map(not_, ahead)))   # (usually most are held: no step per held click)
