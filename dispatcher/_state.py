@@ -136,9 +136,9 @@ class DispatcherStatistics:
 
 
 _MISSING = object()
-_HELD_KEY = itemgetter(0)
-_HELD_TIME = itemgetter(1)
-_HELD_ID = itemgetter(2)
+_HELD_TIME = itemgetter(0)
+_HELD_ID = itemgetter(1)
+_HELD_KEY = itemgetter(2)
 _PAST_ANY_TIME = ":"      # sorts after every timestamp's digits (":" follows "9")
 _TIME_TEXT = f"{{:0{TIMESTAMP_DIGITS}d}}"
 
@@ -156,8 +156,9 @@ def time_text(limit_us: int) -> str:
 class AheadOfStore:
     """Clicks held back because the event store has not read their queries yet (see
     :meth:`DispatcherState._not_ahead`): ``since`` maps each held click to when it was held (in that order,
-    for the time limit); per query key, sorted runs of ``(key, time digits, click id)``: clicks held at once
-    are one run per key (one writer's clicks come in time order, so sorting a run costs one pass), appended
+    for the time limit); per query key, sorted runs of ``(time digits, click id, key)``: clicks held at once
+    are one run per key (sorted by time first, a pass over clicks that come nearly in time order, then dealt
+    to their keys in that order: no comparison of keys, which cost most of the sort), appended
     to the key's last run when they come after it, and released by cutting a run at the store's position
     (``bisect``), not one heap step per click. Clicks
     that leave ``since`` otherwise (the time limit, resolved) leave the runs lazily; the runs are rebuilt
@@ -177,15 +178,19 @@ class AheadOfStore:
     def hold(self, keys: list[str], times: list[str], cids: list[str], now: int) -> None:
         """Hold ``cids`` (their queries' keys and time digits alongside) since ``now``."""
         self.since.update(dict.fromkeys(cids, now))
-        self._add(sorted(zip(keys, times, cids)))
+        self._add(sorted(zip(times, cids, keys)), keys)
         self._entries += len(cids)
 
-    def _add(self, entries: list) -> None:
-        if entries[0][0] == entries[-1][0]:       # (sorted by key: one key, the usual case)
-            self._add_run(entries[0][0], entries)
+    def _add(self, entries: list, keys) -> None:
+        """Add ``entries`` (sorted) to their keys' runs; ``keys``: their keys, in any order."""
+        distinct = set(keys)
+        if len(distinct) == 1:                    # one key
+            self._add_run(entries[0][2], entries)
             return
-        for key, group in itertools.groupby(entries, _HELD_KEY):
-            self._add_run(key, list(group))
+        runs = {key: [] for key in sorted(distinct)}   # (keys in order: released key by key in it)
+        deque(map(list.append, map(runs.__getitem__, map(_HELD_KEY, entries)), entries), 0)
+        for key, run in runs.items():
+            self._add_run(key, run)
 
     def _add_run(self, key: str, entries: list) -> None:
         runs = self._runs.get(key)
@@ -203,7 +208,8 @@ class AheadOfStore:
         self._runs = {}
         refs = list(map(ref_of, self.since))
         if refs:
-            self._add(sorted(zip(map(ID_KEY, refs), map(ID_TIME_DIGITS, refs), self.since)))
+            keys = list(map(ID_KEY, refs))
+            self._add(sorted(zip(map(ID_TIME_DIGITS, refs), self.since, keys)), keys)
         self._entries = len(refs)
 
     def release(self, read_to: dict[str, int] | None, through_us: int) -> list[str]:
@@ -856,7 +862,8 @@ class DispatcherState:
         In bulk: the query keys and times sliced and compared by ``map`` in C. Returns the others, in order."""
         refs = list(map(_GET_REF, map(self._events.__getitem__, cids)))
         limits = _PositionDigits(self._store_read_to, self._store_through_us)   # as digits: no int() per click
-        ahead = list(map(gt, map(ID_TIME_DIGITS, refs), map(limits.__getitem__, map(ID_KEY, refs))))
+        times, keys = list(map(ID_TIME_DIGITS, refs)), list(map(ID_KEY, refs))  # (kept for those held)
+        ahead = list(map(gt, times, map(limits.__getitem__, keys)))
         unhold = self._unhold
         if unhold:                              # once without the check: those go whatever their time
             free = list(map(unhold.__contains__, cids))
@@ -865,8 +872,7 @@ class DispatcherState:
         held = ahead.count(True)
         if not held:
             return cids
-        refs = list(compress(refs, ahead))     # (keys and digits kept only for the clicks held)
-        self._ahead.hold(list(map(ID_KEY, refs)), list(map(ID_TIME_DIGITS, refs)), list(compress(cids, ahead)), now)
+        self._ahead.hold(list(compress(keys, ahead)), list(compress(times, ahead)), list(compress(cids, ahead)), now)
         self.counters["held_for_store"] += held
         self._ahead.rebuild_if_outgrown(self._ref_of)
         return list(compress(cids, map(not_, ahead)))   # (usually most are held: no step per held click)
@@ -1002,16 +1008,16 @@ class DispatcherState:
             n = min(len(queued), max(size, min(self._backlog_batch, -(-len(queued) // free))))
             front = self._released_front
             if not hold:
-                ids = [queued.popleft() for _ in range(n)]
+                ids = _take(queued, n)
                 self._released_front = max(0, front - n)
             else:                               # clicks whose query the store has not read yet stay behind
                 # (those released by its progress, at the front, not checked again: the store's position
                 # never goes back, see later_position, so they would pass)
                 k = min(front, n)
-                ids = [queued.popleft() for _ in range(k)]
+                ids = _take(queued, k)
                 self._released_front = front - k
                 while queued and len(ids) < n:
-                    ids += self._not_ahead([queued.popleft() for _ in range(min(n - len(ids), len(queued)))], now)
+                    ids += self._not_ahead(_take(queued, min(n - len(ids), len(queued))), now)
                 if not ids:
                     break
                 n = len(ids)
@@ -1284,6 +1290,11 @@ class _OldestIds:
                 return int(digits)
             top[0], top[3] = digits, i
             heapq.heapreplace(heap, top)      # its front moved later: back into place
+
+
+def _take(queue: deque, n: int) -> list:
+    """The first ``n`` of ``queue``, taken out: ``popleft`` called by ``map`` in C, not a Python step per id."""
+    return list(map(deque.popleft, repeat(queue, n)))
 
 
 def _field_problem(rec: dict, idf: str, reff: str) -> str:

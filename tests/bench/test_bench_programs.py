@@ -87,3 +87,20 @@ def test_bench_registry_at_a_distance_places_the_replicas_in_network_namespaces(
     assert figures["distance"].startswith("netns")
     assert figures["light_commit_p50_ms"] >= 40          # a commit waits for a replica one round trip away
     assert figures["ids_per_s"] > 0 and figures["duplicates"] == 0 and figures["accepted_equals_held"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_dispatcher_core_with_the_store_behind_holds_clicks_back_and_joins_them_all(procs):
+    """``--store-behind``: the simulated store's answers carry its position, so the core holds clicks back for it
+    and releases them; every click is joined in the end, as many as when the store has read everything."""
+    figures = {}
+    for behind in ("0", "2"):
+        p = procs.python("-m", "bench.dispatcher_core", "--queries", "20000", "--runs", "1", "--store-behind", behind,
+                         "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, (out + err).decode(errors="replace")[-3000:]
+        figures[behind] = json.loads(out.decode().strip().splitlines()[-1])
+    assert figures["0"]["held_for_store_per_click"] == 0
+    assert figures["2"]["held_for_store_per_click"] > 0
+    assert figures["2"]["joined"] == figures["0"]["joined"] > 0
