@@ -159,6 +159,7 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     assert not first["direct"] and len(entries()) == 1
     entry = entries()[0]
     assert os.path.basename(first["cmdline"][0]) == "java" and "org.apache.spark.deploy.SparkSubmit" in first["cmdline"]
+    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(first["cmdline"])     # a small job's driver
     # the same settings again; other settings (another key, the launcher again): each child writing only its
     # own entry
     again, other = together((run,), (run, {"driver_memory": "1g"}))
