@@ -103,7 +103,7 @@ if sys.argv[2:] == ["bad-flags"]:      # flags the JVM refuses: the session must
     _class_archive.ArchivePlan.java_options = property(lambda self: "-XX:+NoSuchJvmFlagAtAll")
 cfg = parse_config({"regions": [{"name": "a", "log_root": "/l", "output_root": "/o", "state_dir": "/s"}],
                     "spark": {"master": "local[1]", "cache_dir": sys.argv[1]}})
-spark = spark_session(cfg, "archive-test")
+spark = spark_session(cfg, "archive-test", input_bytes=0)      # small, as `photon verify` of small input
 assert spark.range(100).selectExpr("sum(id) AS s").collect()[0].s == 4950
 archives = sorted(Path(sys.argv[1]).glob("*.jsa"))
 print("mapped" if archives and mapped(spark.sparkContext._gateway.proc.pid, archives[0]) else "not mapped")
@@ -118,7 +118,7 @@ spark_cfg = {"master": "local[1]", "cache_dir": sys.argv[1], "class_archive": Fa
 spark_cfg.update(json.loads(sys.argv[2]))
 cfg = parse_config({"regions": [{"name": "a", "log_root": "/l", "output_root": "/o", "state_dir": "/s"}],
                     "spark": spark_cfg})
-spark = spark_session(cfg, "launch-test")
+spark = spark_session(cfg, "launch-test", input_bytes=0)       # small, as `photon verify` of small input
 assert spark.range(100).selectExpr("sum(id) AS s").collect()[0].s == 4950
 proc = spark.sparkContext._gateway.proc
 with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
@@ -159,6 +159,7 @@ def test_a_cached_launch_starts_the_same_driver_without_the_launcher_and_any_cha
     assert not first["direct"] and len(entries()) == 1
     entry = entries()[0]
     assert os.path.basename(first["cmdline"][0]) == "java" and "org.apache.spark.deploy.SparkSubmit" in first["cmdline"]
+    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(first["cmdline"])     # a small job's driver
     # the same settings again; other settings (another key, the launcher again): each child writing only its
     # own entry
     again, other = together((run,), (run, {"driver_memory": "1g"}))
