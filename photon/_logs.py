@@ -350,12 +350,14 @@ def visible_files(root: Path, pattern: str) -> list[Path]:
     return sorted(out)
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.02, message: str = "condition") -> None:
-    """Poll ``predicate`` until it is true; raise ``TimeoutError`` naming ``message`` after ``timeout`` s."""
+def wait_until(predicate, timeout: float, interval: float = 0.02, message="condition") -> None:
+    """Poll ``predicate`` until it is true; raise ``TimeoutError`` naming ``message`` after ``timeout`` s
+    (``message`` may be a callable, called then: what was last seen)."""
     deadline = time.monotonic() + timeout
     while True:
         if predicate():
             return
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {message}")
+            raise TimeoutError(f"timed out after {timeout} s waiting for "
+                               f"{message() if callable(message) else message}")
         time.sleep(interval)

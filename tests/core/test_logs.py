@@ -133,7 +133,7 @@ def test_a_shared_quarantine_holds_each_line_once_whoever_reports_it(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     path = tmp_path / "injector.jsonl"
     keys = [(e["file"], e["offset"]) for e in map(orjson.loads, path.read_bytes().splitlines())]
-    assert sorted(keys) == sorted(("c-%d" % (o % 3), o) for o in range(300))
+    assert sorted(keys) == sorted((f"c-{o % 3}", o) for o in range(300))
     assert sum(int(c) for c, _ in outs) == 300 and sum(int(r) for _, r in outs) == 300
     with open(path, "ab") as f:
         f.write(b'{"file": "c-0", "offset": 300, "rea')     # killed in the middle of an entry
@@ -213,3 +213,15 @@ def test_pending_bytes_counts_files_the_poll_budget_left_unread(tmp_path):
     while t.poll():
         pass
     assert t.pending_bytes() == 7                      # only the line still being written
+
+
+def test_wait_until_names_what_it_waited_for_and_what_it_last_saw():
+    import pytest
+
+    from photon import wait_until
+    seen = []
+    with pytest.raises(TimeoutError, match=r"waiting for the count at 3; last seen \[1, 1\]"):
+        wait_until(lambda: seen.append(1) and False, 0.05, interval=0.01,
+                   message=lambda: f"the count at 3; last seen {seen[:2]}")
+    with pytest.raises(TimeoutError, match="waiting for a plain message"):
+        wait_until(lambda: False, 0.01, message="a plain message")

@@ -225,10 +225,7 @@ def test_with_records_flowing_and_no_timer_set_a_process_exchanges_watermarks_ev
     def all_past_last() -> bool:
         seen[:] = [w["low_watermarks_us"] for w in run.workers()]
         return all(x[n] > last for x in seen for n in ("joined", "counts", "totals"))
-    try:
-        wait_until(all_past_last, 10, message=f"every process's watermarks past {last}")
-    except TimeoutError as e:
-        raise AssertionError(f"{e}; last seen: {seen}") from None
+    wait_until(all_past_last, 10, message=lambda: f"every process's watermarks past {last}; last seen: {seen}")
     assert all("thread_cpu_ms" not in w for w in workers)      # only when asked: it reads /proc per thread
     threads = worker_status(workers[0]["address"], thread_cpu=True)["thread_cpu_ms"]
     assert threads["millwheel-worker"] > 0 and threads["millwheel-process-coordinator"] > 0, threads
