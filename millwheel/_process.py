@@ -121,6 +121,7 @@ class WorkerHost(ShowsWatermarks):
         self.lease_us = 0
         self.holding: tuple[Interval, ...] = ()
         self.counters: Counter = Counter()
+        self.metrics_address: str | None = None   # where its Prometheus metrics are served (millwheel worker)
         self._inbox = Inbox()
         self._discard = Inbox()
         # every peer's ExchangeStream holds one of these threads while it is open (see _peer)
@@ -734,6 +735,7 @@ class WorkerHost(ShowsWatermarks):
             per.setdefault(cname, Counter())["set_aside"] += n
         return {
             "worker": self.name, "pid": os.getpid(), "address": self.address, "incarnation": self.incarnation,
+            "metrics": self.metrics_address,
             "intervals": [{"computation": iv.computation, "lo": iv.lo, "hi": iv.hi, "sequencer": iv.sequencer,
                            "records_per_s": round(self._rates.get((iv.computation, iv.lo), 0.0), 1)}
                           for iv in self.holding],

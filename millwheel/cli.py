@@ -449,9 +449,11 @@ def worker(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    host.metrics_address = _serve_metrics(host, args.host, args.metrics_port)
     announce = Path(out).resolve() / ".millwheel" / "workers" / f"{host.name}.json"
     announce.parent.mkdir(parents=True, exist_ok=True)
-    announce.write_text(json.dumps({"pid": os.getpid(), "address": host.address, "worker": host.name}))
+    announce.write_text(json.dumps({"pid": os.getpid(), "address": host.address, "worker": host.name,
+                                    "metrics": host.metrics_address}))
     try:
         while not stop.wait(0.2) and host.error is None:
             pass
@@ -465,6 +467,19 @@ def worker(args: argparse.Namespace) -> int:
               else f"millwheel worker: stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return exit_bounded(1, "millwheel worker")
     return exit_bounded(0, "millwheel worker")
+
+
+def _serve_metrics(host, address: str, port: int) -> str | None:
+    """Serve the worker's Prometheus metrics (``millwheel/_metrics.py``) at ``address:port`` (0: a free port);
+    the address served, or None (said on stderr) when the port cannot be had: the worker runs on without."""
+    from millwheel._metrics import COMPONENT, METRIC_KINDS, worker_metrics
+    from photon import serve_metrics
+    try:
+        return serve_metrics(COMPONENT, lambda: worker_metrics(host.status()), f"{address}:{port}",
+                             kinds=METRIC_KINDS, region="", process=host.name)
+    except OSError as e:
+        print(f"millwheel worker: metrics not served at {address}:{port}: {e}", file=sys.stderr, flush=True)
+        return None
 
 
 def status(args: argparse.Namespace) -> int:
@@ -485,7 +500,7 @@ def status(args: argparse.Namespace) -> int:
     print(f"master leader: {st['leader'] or 'none'}")
     for w in st["workers"]:
         print(f"worker {w['worker']} pid {w['pid']} at {w['address']}: {len(w['intervals'])} intervals, "
-              f"{'idle' if w['idle'] else 'busy'}")
+              f"{'idle' if w['idle'] else 'busy'}, metrics at {w.get('metrics') or 'none'}")
     for w in st["unreachable"]:
         print(f"worker at {w['address']}: unreachable ({w['unreachable']})")
     for iv in st["intervals"]:
@@ -519,6 +534,17 @@ def _stored_set_aside(url: str) -> list | None:
         return None
     finally:
         store.close()
+
+
+def _port(text: str) -> int:
+    """An argparse type for ``--metrics-port``: 0 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535; 0: a free port)")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -562,6 +588,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--threads", type=_positive_int)
     w.add_argument("--host", default="127.0.0.1", help="address to serve on (reachable by the other workers)")
     w.add_argument("--port", type=int, default=0)
+    w.add_argument("--metrics-port", type=_port, default=0,
+                   help="port of the worker's Prometheus metrics on --host (default 0: a free port, shown by "
+                        "millwheel status)")
     w.add_argument("--option", action="append", default=[], metavar="NAME=VALUE")
     st = sub.add_parser("status", help="the master's leader, the workers, interval owners, watermarks")
     st.add_argument("--out", required=True)

@@ -151,7 +151,7 @@ def serve_metrics(component: str, statistics: Callable[[], object], address: str
     """Serve ``statistics()`` as Prometheus metrics at ``address`` (default: ``PHOTON_METRICS_ADDR``;
     nothing when neither is set), over mutual TLS when this process was given ``[tls]`` files. ``region``
     and ``process`` default to ``PHOTON_REGION`` / ``PHOTON_PROCESS`` (set by the launcher); ``serving``
-    reports the process's health. Returns the address served, or None."""
+    reports the process's health. Returns the address served (port 0: the free port taken), or None."""
     address = address or os.environ.get(ENV_METRICS_ADDR)
     if not address:
         return None
@@ -163,12 +163,12 @@ def serve_metrics(component: str, statistics: Callable[[], object], address: str
     registry.register(_StatisticsCollector(component, statistics, kinds or MetricKinds(), labels, serving))
     tls = tls_paths()
     if tls is None:
-        start_http_server(int(port), addr=host, registry=registry)
+        server, _ = start_http_server(int(port), addr=host, registry=registry)
     else:
         ca, cert, key = tls
-        start_http_server(int(port), addr=host, registry=registry, certfile=cert, keyfile=key, client_cafile=ca,
-                          client_auth_required=True)
-    return address
+        server, _ = start_http_server(int(port), addr=host, registry=registry, certfile=cert, keyfile=key,
+                                      client_cafile=ca, client_auth_required=True)
+    return f"{host}:{server.server_port}"
 
 
 class NamedHTTPSConnection(http.client.HTTPSConnection):

@@ -79,6 +79,13 @@ def test_threads_and_workers_below_one_are_refused(tmp_path):
         _refused(r, f"argument {option[0]}: must be at least 1")
 
 
+@pytest.mark.timeout(60)
+def test_a_metrics_port_out_of_range_is_refused(tmp_path):
+    for port in ("-1", "65536", "http"):
+        r = millwheel("worker", "--out", str(tmp_path / "out"), "--metrics-port", port, cwd=tmp_path, timeout=60)
+        _refused(r, "argument --metrics-port:", "is not a port number")
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("to_group", [False, True], ids=["sigterm-to-the-command", "ctrl-c-to-the-group"])
 def test_a_cluster_running_for_ever_stopped_exits_0_as_one_process_does(tmp_path, to_group):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,9 +18,9 @@ import pytest
 from mw_cluster import START_S, ClusterRun
 from mw_helpers import write_joined
 
-from millwheel import MasterClient, open_store
+from millwheel import END_OF_TIME, MasterClient, open_store
 from millwheel._cluster import ClusterFile, cluster_status, worker_status
-from photon import GEN0_THRESHOLD, id_timestamp_us, wait_until
+from photon import GEN0_THRESHOLD, id_timestamp_us, scrape, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -148,6 +149,22 @@ def test_millwheel_status_json_lists_leader_workers_owners_and_watermarks(run_fa
     text = subprocess.run([sys.executable, "-m", "millwheel.cli", "status", "--out", str(run.out)],
                           capture_output=True, timeout=60, check=True).stdout.decode()
     assert "master leader:" in text and "watermark windows" in text
+    assert all(f"metrics at {w['metrics']}" in text for w in st["workers"]), text
+    # every worker serves its Prometheus metrics (a free port by default, named in the status); they count
+    # what its status counts
+    for w in run.workers():
+        metrics = scrape(w["metrics"], timeout_s=5.0)
+        assert metrics is not None, f"no metrics at {w['metrics']}"
+        assert metrics["photon_up"] == 1.0 and metrics["photon_millwheel_worker_idle"] in (0.0, 1.0)
+        for comp, counts in w["computations"].items():
+            assert metrics[f'photon_millwheel_worker_records_total{{computation="{comp}"}}'] == counts["records"]
+        for comp, low in w["low_watermarks_us"].items():   # read after the status: as far or further
+            assert low <= metrics[f'photon_millwheel_worker_low_watermark_us{{computation="{comp}"}}'] <= \
+                time.time_ns() // 1000 or low == END_OF_TIME, comp
+        held = Counter(iv["computation"] for iv in w["intervals"])
+        assert {k: v for k, v in metrics.items() if k.startswith("photon_millwheel_worker_intervals{")} == \
+            {f'photon_millwheel_worker_intervals{{computation="{c}"}}': float(n) for c, n in held.items()}
+    assert sum(sum(c.get("records", 0) for c in w["computations"].values()) for w in run.workers()) > 0
     # a worker process settles its cyclic collector once it serves (photon/_gc.py)
     for w in run.workers():
         assert w["collector_threshold"][0] == GEN0_THRESHOLD, w["collector_threshold"]
