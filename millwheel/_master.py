@@ -26,7 +26,7 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, SystemClock, free_port, raft_secret, secret_fingerprint
+from photon import Clock, MetricKinds, SystemClock, free_port, raft_secret, secret_fingerprint, serve_metrics
 from photon.rpc import add_health, server_credentials
 
 from millwheel import master_pb2 as pb
@@ -74,6 +74,8 @@ class MasterSpec:
     snapshot_after_commands: int = 1000
     raft_min_timeout_s: float = 1.0
     raft_max_timeout_s: float = 2.0
+    metrics_port: int = 0
+    """Port of the replica's Prometheus metrics on its gRPC host (0: a free port, in its status)."""
 
     @property
     def grpc_address(self) -> str:
@@ -141,6 +143,8 @@ class MasterReplicaStatistics:
     moves: int
     expired_workers: int
     master_now_us: int
+    metrics: str | None = None
+    """Where this replica serves its Prometheus metrics (None: nowhere)."""
 
 
 class _Pending:
@@ -159,6 +163,7 @@ class MasterServer:
     def __init__(self, spec: MasterSpec, clock: Clock | None = None) -> None:
         self.spec = spec
         self.clock = clock or SystemClock()
+        self.metrics_address: str | None = None    # set by serve_master once its metrics are served
         self._raft_to_grpc = dict(zip(spec.raft_peers, spec.grpc_peers))
         settings = RaftSettings(commands_queue=max(64, 4 * spec.max_in_flight),
                                 raft_min_timeout_s=spec.raft_min_timeout_s,
@@ -299,7 +304,8 @@ class MasterServer:
             workers=placement.workers, intervals=placement.intervals, placement_facts=placement.facts,
             placement_commands=placement.commands, assigns=placement.assigns, revokes=placement.revokes,
             splits=placement.splits, merges=placement.merges, moves=placement.moves,
-            expired_workers=placement.expired_workers, master_now_us=placement.now_us)
+            expired_workers=placement.expired_workers, master_now_us=placement.now_us,
+            metrics=self.metrics_address)
 
     def serving_problem(self) -> str | None:
         if self._stop.is_set():
@@ -436,6 +442,7 @@ def serve_master(spec: MasterSpec, stop: threading.Event | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     running = RunningMaster(spec)
+    running.server.metrics_address = _serve_metrics(running, spec)
     print(f"millwheel master serving on {running.address}", flush=True)
     try:
         while not stop.wait(0.5):
@@ -443,6 +450,28 @@ def serve_master(spec: MasterSpec, stop: threading.Event | None = None) -> None:
     finally:
         running.stop()
         log.info("millwheel master replica %d stopped: %s", spec.replica, running.statistics())
+
+
+MASTER_METRIC_KINDS = MetricKinds(
+    counters=frozenset({"journal_syncs", "batches", "facts_proposed", "placement_facts", "placement_commands",
+                        "assigns", "revokes", "splits", "merges", "moves", "expired_workers"}),
+    gauges=frozenset({"is_leader", "term", "commit_index", "last_applied", "log_len", "largest_batch",
+                      "queue_depth", "workers", "intervals", "master_now_us"}),
+    skip=frozenset({"replica"}))
+"""How a replica's :class:`MasterReplicaStatistics` become Prometheus metrics (``photon_millwheel_master_*``)."""
+
+
+def _serve_metrics(running: RunningMaster, spec: MasterSpec) -> str | None:
+    """Serve the replica's statistics as Prometheus metrics on its gRPC host at ``spec.metrics_port``; the
+    address, or None (said in the log) when the port cannot be had: the replica serves on without."""
+    host = spec.grpc_address.rsplit(":", 1)[0]
+    try:
+        return serve_metrics("millwheel_master", running.statistics, f"{host}:{spec.metrics_port}",
+                             kinds=MASTER_METRIC_KINDS, region="", process=f"master-{spec.replica}")
+    except OSError as e:
+        log.warning("millwheel master replica %d: metrics not served at %s:%d: %s", spec.replica, host,
+                    spec.metrics_port, e)
+        return None
 
 
 def new_registration() -> str:

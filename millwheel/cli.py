@@ -498,6 +498,10 @@ def status(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=1))
         return 0
     print(f"master leader: {st['leader'] or 'none'}")
+    for r in st["masters"]:
+        print(f"master replica at {r['address']}: unreachable ({r['error']})" if "error" in r else
+              f"master replica {r['replica']} at {r['address']}: {'leader' if r['is_leader'] else 'follower'}, "
+              f"metrics at {r.get('metrics') or 'none'}")
     for w in st["workers"]:
         print(f"worker {w['worker']} pid {w['pid']} at {w['address']}: {len(w['intervals'])} intervals, "
               f"{'idle' if w['idle'] else 'busy'}, metrics at {w.get('metrics') or 'none'}")

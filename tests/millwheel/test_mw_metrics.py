@@ -56,3 +56,13 @@ def test_served_on_a_free_port_and_read_back(monkeypatch):
     assert m['photon_millwheel_worker_store_total{counter="commits"}'] == 12.0
     assert m["photon_millwheel_worker_cache_hits_total"] == 8.0 and m["photon_millwheel_worker_in_flight"] == 4.0
     assert m["photon_millwheel_worker_idle"] == 0.0 and m["photon_millwheel_worker_settled"] == 1.0
+
+
+def test_every_number_of_a_master_replicas_statistics_is_declared():
+    import dataclasses
+
+    from millwheel._master import MASTER_METRIC_KINDS, MasterReplicaStatistics
+    numeric = [f.name for f in dataclasses.fields(MasterReplicaStatistics) if str(f.type) in ("int", "bool")]
+    kinds = MASTER_METRIC_KINDS
+    assert sorted(numeric) == sorted(kinds.counters | kinds.gauges | kinds.skip)
+    assert not kinds.counters & kinds.gauges

@@ -165,6 +165,17 @@ def test_millwheel_status_json_lists_leader_workers_owners_and_watermarks(run_fa
         assert {k: v for k, v in metrics.items() if k.startswith("photon_millwheel_worker_intervals{")} == \
             {f'photon_millwheel_worker_intervals{{computation="{c}"}}': float(n) for c, n in held.items()}
     assert sum(sum(c.get("records", 0) for c in w["computations"].values()) for w in run.workers()) > 0
+    # so does every master replica: its placement counts and whether it leads
+    assert len(st["masters"]) == 3 and all(f"metrics at {r['metrics']}" in text for r in st["masters"]), text
+    leaders = 0
+    for r in st["masters"]:
+        metrics = scrape(r["metrics"], timeout_s=5.0)
+        assert metrics is not None, f"no metrics at {r['metrics']}"
+        # (not equal to the map read before: an idle pair may be merged meanwhile)
+        assert metrics["photon_millwheel_master_intervals"] >= len({iv["computation"] for iv in st["intervals"]})
+        assert metrics["photon_millwheel_master_assigns_total"] >= 1
+        leaders += metrics["photon_millwheel_master_is_leader"]
+    assert leaders <= 1
     # a worker process settles its cyclic collector once it serves (photon/_gc.py)
     for w in run.workers():
         assert w["collector_threshold"][0] == GEN0_THRESHOLD, w["collector_threshold"]
