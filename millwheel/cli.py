@@ -25,6 +25,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from millwheel._cluster import (ChildDidNotStart, ClusterFile, KeepsFailing, Processes, cluster_path, cluster_status,
@@ -475,7 +476,8 @@ def _serve_metrics(host, address: str, port: int) -> str | None:
     from millwheel._metrics import COMPONENT, METRIC_KINDS, worker_metrics
     from photon import serve_metrics
     try:
-        return serve_metrics(COMPONENT, lambda: worker_metrics(host.status()), f"{address}:{port}",
+        return serve_metrics(COMPONENT, lambda: worker_metrics(host.status(), time.time_ns() // 1000),
+                             f"{address}:{port}",
                              kinds=METRIC_KINDS, region="", process=host.name)
     except OSError as e:
         print(f"millwheel worker: metrics not served at {address}:{port}: {e}", file=sys.stderr, flush=True)
