@@ -190,9 +190,18 @@ BEGIN
             interval_id = EXCLUDED.interval_id;
     END IF;
     IF dedup_put IS NOT NULL THEN
-        INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2,
-            (e->>3)::bigint, (e->>4)::int FROM json_array_elements(dedup_put) AS e
-            ON CONFLICT (computation, id) DO NOTHING;
+        -- a plain INSERT first: its unique index checks each id as it inserts, where ON CONFLICT first
+        -- looks every id up and then inserts it speculatively (about half the statement's time again);
+        -- an id already stored (a batch applied again) rolls the plain one back and the ids go in with
+        -- ON CONFLICT, as before
+        BEGIN
+            INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2,
+                (e->>3)::bigint, (e->>4)::int FROM json_array_elements(dedup_put) AS e;
+        EXCEPTION WHEN unique_violation THEN
+            INSERT INTO dedup (computation, id, sender, produced_at, interval_id) SELECT e->>0, e->>1, e->>2,
+                (e->>3)::bigint, (e->>4)::int FROM json_array_elements(dedup_put) AS e
+                ON CONFLICT (computation, id) DO NOTHING;
+        END;
     END IF;
     IF batch_put IS NOT NULL THEN
         INSERT INTO production_batches (sender, interval_id, batch, meta, payload)

@@ -543,6 +543,34 @@ def test_postgres_commit_whose_ack_was_lost_is_found_by_its_dedup_ids_and_not_ap
         rival.close()
 
 
+@pytest.mark.timeout(60)
+def test_postgres_a_batch_with_record_ids_already_stored_is_applied_whole_and_keeps_their_first_rows(pg_url):
+    """The commit function inserts a batch's record ids with a plain INSERT and, when one is stored already
+    (a batch applied again), with ON CONFLICT instead: the batch still lands whole (state, new ids,
+    productions), and an id stored before keeps its first row."""
+    store = open_store(pg_url)
+    schema = pg_url.split("schema=")[1]
+    try:
+        seq = store.claim("c", 0)
+        store.commit([Write("c", 0, seq, "k", b"1", processed=[("r1", "s", 1)])])
+        store.commit([Write("c", 0, seq, "k", b"2", processed=[("r2", "s", 2), ("r1", "t", 9)],
+                            productions=[prod("p1")]),
+                      Write("c", 0, seq, "j", b"3", processed=[("r3", "s", 3)])])
+        assert store.statistics().commits == 2
+        other = open_store(pg_url)
+        try:
+            assert other.read_states("c", ["k", "j"]) == {"k": b"2", "j": b"3"}
+            assert other.seen("c", ["r1", "r2", "r3"]) == {"r1", "r2", "r3"}
+            assert [p.id for p in other.pending_productions("c", 0)] == ["p1"]
+        finally:
+            other.close()
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+            assert conn.execute(f"SELECT id, sender, produced_at FROM {schema}.dedup ORDER BY id").fetchall() == \
+                [("r1", "s", 1), ("r2", "s", 2), ("r3", "s", 3)]
+    finally:
+        store.close()
+
+
 # ---- PostgreSQL only: productions stored a row per commit ----------------------------------------------
 def _batch_rows(pg_url: str) -> list[tuple]:
     schema = pg_url.split("schema=")[1]
