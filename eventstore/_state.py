@@ -628,8 +628,9 @@ def _one_writer(ids: list[str], joined: str, first: int = 0
             return None
         if not is_event_id(kept[0]):
             return None
-        packed, increasing = whole
-        return kept, (key, packed) if increasing else None, holes
+        if len(kept) > 1 and not all(map(lt, kept, islice(kept, 1, None))):
+            return kept, None, holes
+        return kept, (key, whole), holes
     run = _key_runs(key)
     width = len(key) + _TS + 2                          # the key, ":", the digits and the newline
     text = joined + "\n"
@@ -660,10 +661,9 @@ _DIGITS = itemgetter(slice(-_TS, None))
 _TAIL = itemgetter(slice(-_TS - 1, None))      # ":" and the 16 digits
 
 
-def _all_one_writer(ids: list[str], joined: str, key: str) -> tuple[array, bool] | None:
+def _all_one_writer(ids: list[str], joined: str, key: str) -> array | None:
     """When every id of ``ids`` (``joined``: them joined by newlines, none holding one) is exactly ``key``,
-    ``:`` and 16 ASCII digits: their timestamps packed (as :func:`packed_times` of their digits) and whether
-    they strictly increase (:func:`_increasing`), else None.
+    ``:`` and 16 ASCII digits: their timestamps packed (as :func:`packed_times` of their digits), else None.
     Checked and packed by columns, a few C calls over the whole chunk for each of the id's characters, not a
     step per id (nor :func:`_key_runs`' regular expression, a step per character): the newlines one period
     apart (so every id has the width of ``key:`` and 16 characters), each byte of ``key`` and the ``:`` in its
@@ -684,32 +684,16 @@ def _all_one_writer(ids: list[str], joined: str, key: str) -> tuple[array, bool]
     if raw[first - 1] != 58:                            # ":"
         return None
     out = bytearray(8 * n)
-    fields = bytearray(9 * n)                           # (the same, each with a zero byte in front)
     for k in range(8):
         high, low = raw[first + 2 * k::period], raw[first + 2 * k + 1::period]
         if not (high.isdigit() and low.isdigit()):      # (bytes: ASCII digits only)
             return None
-        pair = (int.from_bytes(high.translate(_HIGH_NIBBLE), "big")
-                | int.from_bytes(low.translate(_LOW_NIBBLE), "big")).to_bytes(n, "big")
-        out[k::8] = pair
-        fields[k + 1::9] = pair
+        pair = int.from_bytes(high.translate(_HIGH_NIBBLE), "big") | int.from_bytes(low.translate(_LOW_NIBBLE), "big")
+        out[k::8] = pair.to_bytes(n, "big")
     packed = array("Q", out)
     if sys.byteorder != "big":
         packed.byteswap()
-    return packed, n < 2 or _increasing(fields, n)
-
-
-def _increasing(fields: bytearray, n: int) -> bool:
-    """Whether the ``n`` numbers below ``2**64`` written in ``fields``, 9 bytes each (big-endian, the first
-    byte 0), strictly increase: a few operations on one big integer, over bytes that lie in a row, not a
-    comparison per pair of ids (whose ``str`` objects lie all over the heap). As one integer (the first
-    number highest), ``X - (X >> 72)`` minus 1 in every field but the first holds in field ``i`` number ``i``
-    minus number ``i - 1`` minus 1, exactly (no borrow) while all of these are at least 0; the lowest field
-    where one is not (it is above ``-2**64``) borrows and its first byte becomes ``0xff``, or the whole is
-    negative. So they increase iff the result is not negative and every field's first byte is 0."""
-    x = int.from_bytes(fields, "big")
-    d = x - (x >> 72) - int.from_bytes(bytes(9) + (bytes(8) + b"\1") * (n - 1), "big")
-    return d >= 0 and d.to_bytes(9 * n, "big")[::9] == bytes(n)
+    return packed
 
 
 def _other_widths(ids: list[str], width: int) -> list[int]:

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from eventstore._map import MapEmitter
 from eventstore._packed import pack_time, packed_times, unpack_time
-from eventstore._state import (EventCache, IndexedLines, _increasing, _one_writer, _other_widths, index_lines,
-                               split_photon_ids)
+from eventstore._state import EventCache, IndexedLines, _one_writer, _other_widths, index_lines, split_photon_ids
 from photon import BadEventId, LogChunk, is_event_id, parse_event_id, parse_record
 from tests.json_lines import production_recursion_limit
 
@@ -311,11 +310,3 @@ def test_one_writers_chunk_taken_by_columns_agrees_with_each_id_checked_alone(id
 def test_ids_of_other_widths_found_in_bulk_are_those_found_one_by_one(lengths, width):
     ids = ["x" * n for n in lengths]
     assert _other_widths(ids, width) == [i for i, x in enumerate(ids) if len(x) != width]
-
-
-@settings(max_examples=1000, deadline=None)
-@given(st.lists(st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2, 2**63, 2**64 - 2, 2**64 - 1])),
-                min_size=1, max_size=12))
-def test_the_order_of_packed_timestamps_checked_at_once_is_each_pairs(numbers):
-    fields = b"".join(bytes(1) + x.to_bytes(8, "big") for x in numbers)
-    assert _increasing(bytearray(fields), len(numbers)) == all(a < b for a, b in zip(numbers, numbers[1:]))
