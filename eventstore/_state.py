@@ -519,12 +519,14 @@ def index_primary_lines(chunk: LogChunk, id_field: "str | EventIds", good_offset
 class IndexedLines:
     """A chunk's good lines, their ids, its bad records, and :func:`split_photon_ids` of the ids if it
     holds (what the cache and the map emitter then need not work out again; its timestamps are packed
-    decimal, see :func:`packed_times`), and the positions in the chunk of the bad lines (increasing)."""
+    decimal, see :func:`packed_times`), the positions in the chunk of the bad lines (increasing), and the
+    good lines' offsets when :func:`index_lines` worked them out (None: not yet)."""
     ids: list[str]
     lines: list[bytes]
     bad: list[BadRecord]
     timed: tuple[str, array] | None
     bad_at: list[int] = field(default_factory=list)
+    offsets: list[int] | None = None
 
     def read_at(self, chunk: LogChunk):
         """Where :attr:`lines` lie in the bytes ``chunk`` was read as, for :meth:`EventCache.put_lines`
@@ -534,7 +536,8 @@ class IndexedLines:
         bad_at = self.bad_at
         if not bad_at:
             return chunk.data, chunk.offsets[0], chunk.offsets, []
-        return (chunk.data, chunk.offsets[0], drop_at(chunk.offsets, bad_at),
+        starts = self.offsets if self.offsets is not None else drop_at(chunk.offsets, bad_at)
+        return (chunk.data, chunk.offsets[0], starts,
                 [k - i for i, k in enumerate(bad_at)])      # (the line after bad line k, among those kept)
 
 
@@ -547,74 +550,69 @@ def index_lines(chunk: LogChunk, id_field: "str | EventIds", good_offsets: list[
             return IndexedLines([g[0] for g in good], [g[1] for g in good], bad, None)
         id_field = id_field.id_field
     lines, offsets = chunk.lines, chunk.offsets
-    ids, timed, bad_at = _well_formed(lines, id_field)
+    ids, timed, bad_at = _well_formed(lines, id_field, chunk.data is not None)   # (data kept: checked UTF-8)
     if not bad_at:                           # the common case: every line good
         if good_offsets is not None:
             good_offsets += offsets
-        return IndexedLines(ids, lines, [], timed)
+        return IndexedLines(ids, lines, [], timed, bad_at, offsets)
     # (the lines kept are all the others: slices between the bad ones)
-    if good_offsets is not None:
-        good_offsets += drop_at(offsets, bad_at)
+    kept_at = None
+    if good_offsets is not None:             # (the cache's blocks take the same offsets: dropped once)
+        kept_at = drop_at(offsets, bad_at)
+        good_offsets += kept_at
     return IndexedLines(ids, drop_at(lines, bad_at),
-                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed, bad_at)
+                        [_bad_record(chunk.file, offsets[k], lines[k], id_field) for k in bad_at], timed, bad_at,
+                        kept_at)
 
 
-def _well_formed(lines: list[bytes], id_field: str) -> tuple[list[str], tuple[str, array] | None, list[int]]:
+def _well_formed(lines: list[bytes], id_field: str, utf8: bool = False
+                 ) -> tuple[list[str], tuple[str, array] | None, list[int]]:
     """The well-formed string ids in ``id_field`` of the lines that are JSON objects with one, in order,
     :func:`split_photon_ids` of them if it holds, and the indices of the other lines, increasing: the ids
-    read by :class:`photon.StringFields` (msgspec, with ``orjson.loads``' outcome per line) and one
-    regular-expression pass over all ids, in bulk. The lines kept are not listed: they are all the others
-    (a step per bad line, not per line)."""
-    ids, bad = string_fields(id_field).read(lines)
-    if bad:
-        ids = drop_at(ids, bad)                         # (positions in lines: every line's own)
-    if not ids:
-        return [], None, bad
+    read by :class:`photon.StringFields` (msgspec, with ``orjson.loads``' outcome per line; ``utf8``: the
+    lines are known valid UTF-8) and checked in bulk. A line without an id stands as an empty id among the
+    others (an id of another width, like any bad id), so every position found is the line's own and the ids
+    are dropped once, with all the bad ones. The lines kept are not listed: they are all the others (a step
+    per bad line, not per line)."""
+    ids, missing = string_fields(id_field).read(lines, utf8)
+    if len(missing) == len(ids):
+        return [], None, missing
+    first = 0                                           # the first line with an id
+    for k in missing:                                   # (a step per line without one)
+        if k != first:
+            break
+        first += 1
+    for k in missing:
+        ids[k] = ""
     joined = "\n".join(ids)
     if joined.count("\n") != len(ids) - 1:                   # an id holding a newline: one by one
         keep = [bool(is_event_id(i)) for i in ids]
-        bad = _with(bad, list(compress(range(len(ids)), map(not_, keep))))
+        bad = list(compress(range(len(ids)), map(not_, keep)))
         ids = list(compress(ids, keep))
         return ids, split_photon_ids(ids) if ids else None, bad   # (the ids left are well-formed)
-    one = _one_writer(ids, joined)
+    one = _one_writer(ids, joined, first)
     if one is not None:                                 # one writer's ids, maybe a few bad ones among them
-        wrong, timed = one
-        if wrong:
-            bad = _with(bad, wrong)
-            ids = drop_at(ids, wrong)
-        return ids, timed, bad
-    if ID_LINES.fullmatch(joined) is None:             # several writers' ids: the bad ones found in one pass
-        wrong = bad_id_positions(joined)
-        bad = _with(bad, wrong)
-        ids = drop_at(ids, wrong)
+        return one
+    bad = bad_id_positions(joined) if missing or ID_LINES.fullmatch(joined) is None else []
+    if bad:                                             # several writers' ids: the bad ones found in one pass
+        ids = drop_at(ids, bad)
     return ids, split_photon_ids(ids) if ids else None, bad
 
 
-def _with(removed: list[int], more: list[int]) -> list[int]:
-    """``removed`` (increasing indices of lines) with the lines at the increasing positions ``more`` of
-    what is left of the lines without ``removed``: the positions turned into the lines' own indices in one
-    walk over both, then merged."""
-    out: list[int] = []
-    j, r = 0, len(removed)
-    for p in more:
-        while j < r and removed[j] <= p + j:
-            j += 1
-        out.append(p + j)
-    return sorted(removed + out)
-
-
-def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, array] | None] | None:
+def _one_writer(ids: list[str], joined: str, first: int = 0
+                ) -> tuple[list[str], tuple[str, array] | None, list[int]] | None:
     """When every well-formed id among ``ids`` (``joined``: them joined by newlines, none holding one) is
-    ``ids[0]``'s key and 16 digits: the positions of the ids that are not well-formed, and the key with the
-    timestamps of the others if they strictly increase (else None). None when some other well-formed id is
-    there (several writers) or no such key. Usually every id of the key's width is the key, ``:`` and 16
-    ASCII digits: that is checked, and their timestamps packed, by columns (:func:`_all_one_writer`), the
-    ids of other widths (found by one C ``map``) being the ones that are not. Otherwise the ids that are
-    exactly the key, ``:`` and 16 ASCII digits are taken in runs by one regular expression (a match per
-    run, each stopping only at an id that is not: a step per such id, not per id; the runs' ids all have one width, so a run's length counts its ids); the
-    key is checked once, each other id alone. Their order is their timestamps' (one key, one width), and the
-    timestamps are their last 16 characters joined, packed by one C call (no ``int`` per id)."""
-    key = ids[0][:-_TS - 1]
+    ``ids[first]``'s key and 16 digits: the ids that are well-formed, the key with their timestamps if they
+    strictly increase (else None), and the positions of the others (increasing). None when some other
+    well-formed id is there (several writers) or no such key. Usually every id of the key's width is the
+    key, ``:`` and 16 ASCII digits: that is checked, and their timestamps packed, by columns
+    (:func:`_all_one_writer`), the ids of other widths (found by one C ``map``) being the ones that are not.
+    Otherwise the ids that are exactly the key, ``:`` and 16 ASCII digits are taken in runs by one regular
+    expression (a match per run, each stopping only at an id that is not: a step per such id, not per id;
+    the runs' ids all have one width, so a run's length counts its ids); the key is checked once, each other
+    id alone. Their order is their timestamps' (one key, one width), and the timestamps are their last 16
+    characters joined, packed by one C call (no ``int`` per id)."""
+    key = ids[first][:-_TS - 1]
     if not key:
         return None
     id_width = len(key) + _TS + 1                       # the key, ":" and the digits
@@ -631,8 +629,8 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
         if not is_event_id(kept[0]):
             return None
         if len(kept) > 1 and not all(map(lt, kept, islice(kept, 1, None))):
-            return holes, None
-        return holes, (key, whole)
+            return kept, None, holes
+        return kept, (key, whole), holes
     run = _key_runs(key)
     width = len(key) + _TS + 2                          # the key, ":", the digits and the newline
     text = joined + "\n"
@@ -655,8 +653,8 @@ def _one_writer(ids: list[str], joined: str) -> tuple[list[int], tuple[str, arra
     if not is_event_id(kept[0]):
         return None
     if len(kept) > 1 and not all(map(lt, kept, islice(kept, 1, None))):
-        return holes, None                              # (one key, one width: text order is number order)
-    return holes, (key, packed_times("".join(map(_DIGITS, kept))))   # (one C call, not an int per id)
+        return kept, None, holes                        # (one key, one width: text order is number order)
+    return kept, (key, packed_times("".join(map(_DIGITS, kept)))), holes   # (one C call, not an int per id)
 
 
 _DIGITS = itemgetter(slice(-_TS, None))

@@ -148,8 +148,10 @@ class StringFields:
         self._get = attrgetter(*(attrs[n] for n in names))
         self._refused = (ValueError, RecursionError)    # (msgspec.DecodeError and UnicodeDecodeError are ValueErrors)
 
-    def read(self, lines: list[bytes]) -> tuple[list, list[int]]:
-        """``(values, missing)``: per line its field(s) or None, and the (increasing) positions of the Nones."""
+    def read(self, lines: list[bytes], utf8: bool = False) -> tuple[list, list[int]]:
+        """``(values, missing)``: per line its field(s) or None, and the (increasing) positions of the Nones.
+        ``utf8``: the caller has checked already that every line is valid UTF-8 (a tailer's chunk that kept
+        its buffer, :attr:`photon.LogChunk.data`): then the UTF-8 check is not made again."""
         if not lines:
             return [], []
         if self._decode is None or not _bulk_safe(self._decode):
@@ -165,7 +167,7 @@ class StringFields:
             except self._refused:
                 refused.append(len(values))
                 values.append(None)
-        flagged = _flagged(lines)
+        flagged = _flagged(lines, utf8)
         if flagged is None:                              # many lines flagged: orjson throughout
             return self._by_orjson(lines)
         if flagged:
@@ -200,17 +202,18 @@ class StringFields:
         return values, positions(values, None)
 
 
-def _flagged(lines: list[bytes]) -> list[int] | None:
+def _flagged(lines: list[bytes], utf8: bool = False) -> list[int] | None:
     """The positions of lines that may hold what msgspec lets pass and orjson refuses (invalid UTF-8, a number
     that overflows a double), increasing; None when more than one in sixteen are (then orjson reads them all).
     :data:`CHECK_WINDOW` lines at a time: their bytes joined by newlines, one ``isascii`` (a UTF-8 decode of
-    them only if some byte is not), one ``translate`` to :data:`_NUMBER_CLASSES` and two searches."""
+    them only if some byte is not; neither when ``utf8``: the lines are known valid UTF-8), one ``translate``
+    to :data:`_NUMBER_CLASSES` and two searches."""
     flagged: list[int] = []
     limit = len(lines) // 16 + 1
     for lo in range(0, len(lines), CHECK_WINDOW):
         part = lines[lo:lo + CHECK_WINDOW]
         blob = b"\n".join(part)
-        if not blob.isascii():
+        if not utf8 and not blob.isascii():
             try:
                 _UTF8(blob)
             except UnicodeDecodeError:

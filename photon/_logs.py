@@ -32,7 +32,8 @@ class LogChunk:
     ``end`` is the offset just past the last line's ``\\n``. ``data``, when the reader kept it: the bytes the
     lines were split from, starting with them, each followed by its ``\\n`` (bytes after ``end`` may follow):
     what keeps the lines as they were read needs not join them again (the event store's cache cuts its
-    blocks from it)."""
+    blocks from it). The tailer keeps it only when every line of the chunk is valid UTF-8 (it checked the
+    bytes whole), so a reader of a chunk with ``data`` needs not check that again."""
     file: str
     offsets: list[int]
     lines: list[bytes]
