@@ -69,7 +69,8 @@ from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from photon import LockHeld, hold_lock
 from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
-                         JOURNAL_FILE, PYSYNCOBJ_VERSION, CompactingJournal, PysyncobjMismatch, RaftMember,
+                         JOURNAL_FILE, PYSYNCOBJ_VERSION, CompactingJournal, PipelinedTransport, PysyncobjMismatch,
+                         RaftMember,
                          storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
 
@@ -237,15 +238,9 @@ class _StoredTcpConnection(TcpConnection):
         self._TcpConnection__trySendBuffer()
 
 
-class _PipelinedTransport(TCPTransport):
-    """pysyncobj's TCP transport, keeping the leader's pipeline intact.
-
-    pysyncobj's leader advances a follower's next index as it sends (so entries stream without waiting
-    for acknowledgements), but on each acknowledgement it moves the next index back to just after the
-    acknowledged entry. Every later send then repeats entries already on the wire, and the follower
-    truncates and re-appends them (logging "truncating already-applied log entries"). A successful
-    acknowledgement proves nothing was lost on the ordered connection, so the next index is kept where
-    it was; a follower that really misses entries answers with a reset, which still moves it back.
+class _PipelinedTransport(PipelinedTransport):
+    """pysyncobj's TCP transport with the leader's pipeline kept intact (:class:`photon.raft.PipelinedTransport`),
+    the registry's pre-vote messages (which pysyncobj never sees) and a follower's note that it heard the leader.
 
     Unless ``compress_messages``, every connection (outgoing ones made in :meth:`addNode`, incoming ones
     handed to :meth:`_onNewIncomingConnection` before anything is sent on them) sends stored, not
@@ -275,13 +270,6 @@ class _PipelinedTransport(TCPTransport):
             return
         if kind == "append_entries":
             self._syncObj._heard_leader()
-        if kind == "next_node_idx" and message.get("success") and not message.get("reset"):
-            next_index = getattr(self._syncObj, "_SyncObj__raftNextIndex", None)
-            before = next_index.get(node) if next_index is not None else None
-            super()._onMessageReceived(node, message)
-            if before is not None and next_index.get(node, before) < before:
-                next_index[node] = before
-            return
         super()._onMessageReceived(node, message)
 
 

@@ -41,7 +41,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.version import VERSION as _INSTALLED_PYSYNCOBJ
 
 from photon.raft import RaftMember as _SyncObjMember
-from photon.raft import CompactingJournal, JOURNAL_FILE  # noqa: F401 (JOURNAL_FILE re-exported)
+from photon.raft import CompactingJournal, JOURNAL_FILE, PipelinedTransport  # noqa: F401 (JOURNAL_FILE re-exported)
 from photon.raft import (EXIT_STORAGE_FAILED,  # noqa: F401 (re-exported: tests and callers use them here)
                          PYSYNCOBJ_VERSION, PysyncobjMismatch, storage_failed,
                          DurableMetaStorer as _DurableMetaStorer, ReservedFile as _ReservedFile)  # noqa: F401
@@ -171,7 +171,10 @@ class RaftMember(_SyncObjMember):
         self._consumer = _PlacementConsumer(state)
         others = [p for p in peers if p != self_addr]
         conf = settings.conf(data_dir, self._consumer.write_snapshot, self._consumer.read_snapshot)
-        self._sync = SyncObj(self_addr, others, conf=conf, consumers=[self._consumer])
+        # the pipelined transport: pysyncobj's own resends entries already on the wire, which followers
+        # truncate and append again, logging each time at CRITICAL that their state may have diverged
+        self._sync = SyncObj(self_addr, others, conf=conf, consumers=[self._consumer],
+                             transportClass=PipelinedTransport)
         if not hasattr(self._sync, "_SyncObj__raftLog"):
             self._sync.destroy()
             raise PysyncobjMismatch(f"pysyncobj {_INSTALLED_PYSYNCOBJ}: SyncObj lacks its journal")

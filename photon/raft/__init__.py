@@ -24,6 +24,7 @@ import os
 import threading
 
 import pysyncobj.journal
+from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as INSTALLED_PYSYNCOBJ
 
 from pathlib import Path
@@ -41,7 +42,8 @@ EXIT_STORAGE_FAILED = 75
 made durable."""
 
 __all__ = ["DurableMetaStorer", "EXIT_STORAGE_FAILED", "INSTALLED_PYSYNCOBJ", "PYSYNCOBJ_VERSION",
-           "CompactingJournal", "JOURNAL_FILE", "discard_journal", "PysyncobjMismatch", "RaftMember", "ReservedFile", "storage_failed"]
+           "CompactingJournal", "JOURNAL_FILE", "discard_journal", "PipelinedTransport", "PysyncobjMismatch",
+           "RaftMember", "ReservedFile", "storage_failed"]
 
 
 class PysyncobjMismatch(RuntimeError):
@@ -344,3 +346,26 @@ class CompactingJournal:
     def __getattr__(self, name):
         return getattr(self._journal, name)
 
+
+
+class PipelinedTransport(TCPTransport):
+    """pysyncobj's TCP transport, keeping the leader's pipeline intact (every replicated room uses it).
+
+    pysyncobj's leader advances a follower's next index as it sends (so entries stream without waiting
+    for acknowledgements), but on each acknowledgement it moves the next index back to just after the
+    acknowledged entry. Every later send then repeats entries already on the wire, and the follower
+    truncates and re-appends them, logging at CRITICAL "truncating already-applied log entries ... state
+    machine may have diverged" when they were applied (they are the same entries of the same term, so
+    nothing diverges, but each repeat costs a truncation and a journal write, and the message alarms). A
+    successful acknowledgement proves nothing was lost on the ordered connection, so the next index is kept
+    where it was; a follower that really misses entries answers with a reset, which still moves it back."""
+
+    def _onMessageReceived(self, node, message) -> None:
+        if message.get("type") == "next_node_idx" and message.get("success") and not message.get("reset"):
+            next_index = getattr(self._syncObj, "_SyncObj__raftNextIndex", None)
+            before = next_index.get(node) if next_index is not None else None
+            super()._onMessageReceived(node, message)
+            if before is not None and next_index.get(node, before) < before:
+                next_index[node] = before
+            return
+        super()._onMessageReceived(node, message)
