@@ -14,7 +14,9 @@
    thread (JIT compilers, garbage collector, task threads, the rest) and the classes Spark's code generation
    compiled (with Janino) and its milliseconds, and how the driver's JVM was started (``cached``: by the launch
    command kept from an earlier start, photon.app._launch; ``spark-submit``: through Spark's launcher).
-   For the throughput runs too: the JVM's CPU-seconds of the job (less sensitive to other load than wall time).
+   Its timeline, from Spark's status store: the seconds from the session's start to the first job's
+   submission (the driver's planning), in the jobs, between them and after the last, and each stage's task
+   CPU-seconds (``a/b/c``). For the throughput runs too: the JVM's CPU-seconds of the job (less sensitive to other load than wall time).
 3. Recovery end to end (``--lost 0`` skips it): a real pipeline (``photon run``) with ``--lost`` clicks put into the loss window
    (their ids registered under a stopped joiner's token before the dispatcher reads them, so the
    pipeline drops them as already joined); then times verify + recover + the pipeline re-joining them.
@@ -22,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import subprocess
@@ -150,6 +153,35 @@ def spark_jobs(spark) -> int:
     return spark.sparkContext._jsc.sc().statusStore().jobsList(None).size()
 
 
+def _scala_list(spark, seq) -> list:
+    """A Scala ``Seq`` of the JVM (the status store's answers) as a Python list."""
+    return list(spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(seq))
+
+
+def timeline(spark, ready: float, done: float) -> dict:
+    """Where a cold run's job time went, from Spark's status store (wall clock, ``time.time()`` seconds):
+    ``before_first_job_s`` from the session's start (``ready``) to the first job's submission (the driver's
+    serial work: reading the export's tokens, listing, the counts' plan built through py4j, analysed,
+    planned and code-generated), ``spark_jobs_s`` the jobs' own spans, ``between_jobs_s`` the gaps between
+    them (the needs read, the lookup's plan), ``after_jobs_s`` from the last job's end to the report
+    (``done``); ``stage_task_cpu_s``: the task threads' CPU-seconds of each stage in order, as ``a/b/c``."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    jobs = sorted((j.submissionTime().get().getTime() / 1000, j.completionTime().get().getTime() / 1000)
+                  for j in _scala_list(spark, store.jobsList(None))
+                  if j.submissionTime().isDefined() and j.completionTime().isDefined())
+    gateway = spark.sparkContext._gateway
+    stages = sorted((s.stageId(), s.executorCpuTime() / 1e9) for s in _scala_list(
+        spark, store.stageList(None, False, False, gateway.new_array(gateway.jvm.double, 0), None)))
+    if not jobs:
+        return {"before_first_job_s": round(done - ready, 2), "spark_jobs_s": 0.0, "between_jobs_s": 0.0,
+                "after_jobs_s": 0.0, "stage_task_cpu_s": ""}
+    return {"before_first_job_s": round(jobs[0][0] - ready, 2),
+            "spark_jobs_s": round(sum(end - start for start, end in jobs), 2),
+            "between_jobs_s": round(sum(max(0.0, b[0] - a[1]) for a, b in itertools.pairwise(jobs)), 2),
+            "after_jobs_s": round(done - jobs[-1][1], 2),
+            "stage_task_cpu_s": "/".join(f"{cpu:.2f}" for _, cpu in stages)}
+
+
 def _class_archive_state(spark, archive) -> str:
     """``used`` (the JVM mapped the driver's class archive), ``written at exit`` (none yet: this run writes
     it), ``refused`` or ``off`` (photon.app._class_archive)."""
@@ -173,9 +205,9 @@ def _cold_child(root: str, n: str, expected_lost: str) -> int:
     t0 = time.perf_counter()
     spark = spark_session(config, "bench-verify-cold", input_bytes=input_bytes(config))    # as photon verify
     t1 = time.perf_counter()
-    start_cpu, threads0 = jvm_cpu_s(spark), jvm_threads_cpu_s(spark)
+    start_cpu, threads0, ready = jvm_cpu_s(spark), jvm_threads_cpu_s(spark), time.time()
     report = run_verify(load_config(Path(root) / "photon.toml"), spark, export_dir=Path(root) / "export")
-    t2 = time.perf_counter()
+    t2, done = time.perf_counter(), time.time()
     _checked(report, int(n), int(expected_lost))
     threads = jvm_threads_cpu_s(spark)
     print(orjson.dumps({**{f"job_{k}_cpu_s": round(v - threads0[k], 1) for k, v in threads.items()},
@@ -184,7 +216,8 @@ def _cold_child(root: str, n: str, expected_lost: str) -> int:
                         "spark_jobs": spark_jobs(spark),
                         "class_archive": _class_archive_state(spark, archive),
                         "launch": _launch_kind(spark),
-                        "scanner": spark.catalog.functionExists("photon_strict_id")}).decode())
+                        "scanner": spark.catalog.functionExists("photon_strict_id"),
+                        **timeline(spark, ready, done)}).decode())
     spark.stop()
     return 0
 
@@ -272,7 +305,8 @@ def main(argv=None) -> int:
             figures[f"verify_{label}_cold_class_archive"] = f["class_archive"]
             figures[f"verify_{label}_cold_launch"] = f["launch"]
             for key in ("job_jit_cpu_s", "job_gc_cpu_s", "job_tasks_cpu_s", "job_other_cpu_s", "codegen_classes",
-                        "codegen_ms", "scanner"):
+                        "codegen_ms", "scanner", "before_first_job_s", "spark_jobs_s", "between_jobs_s", "after_jobs_s",
+                        "stage_task_cpu_s"):
                 figures[f"verify_{label}_cold_{key}"] = f[key]
             shutil.rmtree(Path(tmp) / "cold")
         spark = spark_session(None, "bench-verify")

@@ -1026,22 +1026,26 @@ def _verify_against(config: PhotonConfig, spark, export_dir: Path, out: Path, si
     with progress(spark, "verify", show_progress):
         t0 = time.perf_counter()
         export_files = [str(export_dir / s["file"]) for s in manifest["shards"].values()]
-        prefixes = _token_prefixes(export_files, since_us, until_us)
-        # judged before the output is listed: a joiner stopped now wrote all it ever will by the listing
-        grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
-        now_us = time.time_ns() // 1000
-        judged = verdicts(prefixes, [r.state_dir for r in config.regions], now_us, grace_us)
-        aged_before_us = now_us - int(config.verify.lost_after_s * 1e6)
-        ledger = [(e["id"], e["token"]) for r in config.regions for e in joiner.read_lost(r.state_dir)
-                  if isinstance(e.get("token"), str)]
+        with ThreadPoolExecutor(1) as pool:
+            # the scanner's SQL functions are registered in the JVM (the class loaded, Spark's SQL parser's
+            # first use) while the driver reads the export's tokens, judges the joiners and lists the files
+            registering = pool.submit(_scanner.function, spark) if not config.join.foreign_ids.custom else None
+            prefixes = _token_prefixes(export_files, since_us, until_us)
+            # judged before the output is listed: a joiner stopped now wrote all it ever will by the listing
+            grace_us = int(config.verify.remote_joiner_grace_s * 1e6)
+            now_us = time.time_ns() // 1000
+            judged = verdicts(prefixes, [r.state_dir for r in config.regions], now_us, grace_us)
+            aged_before_us = now_us - int(config.verify.lost_after_s * 1e6)
+            ledger = [(e["id"], e["token"]) for r in config.regions for e in joiner.read_lost(r.state_dir)
+                      if isinstance(e.get("token"), str)]
 
-        outputs, sources = _read_outputs(spark, config)       # lists the output
-        foreign = _foreign_inputs(spark, config)
-        needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
-        try:
+            outputs, sources = _read_outputs(spark, config)       # lists the output
+            foreign = _foreign_inputs(spark, config)
             # scanner: registered for the session (the lookups' cut); function: the counts still read with it
             # (None again when a rerun finds the same files refused)
-            scanner = _scanner.function(spark) if not config.join.foreign_ids.custom else None
+            scanner = registering.result() if registering is not None else None
+        needs_dir = Path(tempfile.mkdtemp(prefix="needs-", dir=out))
+        try:
             function = scanner
             json_keys, json_paths = frozenset(), frozenset()
             if function is not None:
