@@ -232,15 +232,25 @@ def test_a_store_that_cannot_be_reached_is_named_within_seconds(reachable_tmp):
     from photon import free_port
     url = f"postgresql://nobody:secret@127.0.0.1:{free_port('127.0.0.1')}/nowhere"
     (reachable_tmp / "in").mkdir()
-    for argv in (["run", "examples.ad_windows", "--input", "in", "--out", "out", "--until-idle", "--store", url],
-                 ["run", "examples.ad_windows", "--input", "in", "--out", "out", "--workers", "1", "--store", url],
-                 ["worker", "examples.ad_windows", "--input", "in", "--out", "out", "--store", url,
-                  "--master", "127.0.0.1:1"]):
-        r = subprocess.run([MILLWHEEL, *argv], capture_output=True, text=True, timeout=45, cwd=reachable_tmp)
-        assert r.returncode == 2, (argv, r.returncode, r.stderr[-2000:])
-        assert "Traceback" not in r.stderr and "secret" not in r.stderr, r.stderr[-2000:]
-        assert r.stderr.startswith(f"millwheel: --store {url.replace('secret', '***')} cannot be reached "
-                                   "(tried for 5 s): connection failed"), r.stderr
+    # the three commands side by side (each waits its 5 s for the store), each with an --out of its own
+    argvs = (["run", "examples.ad_windows", "--input", "in", "--out", "out0", "--until-idle", "--store", url],
+             ["run", "examples.ad_windows", "--input", "in", "--out", "out1", "--workers", "1", "--store", url],
+             ["worker", "examples.ad_windows", "--input", "in", "--out", "out2", "--store", url,
+              "--master", "127.0.0.1:1"])
+    started = [subprocess.Popen([MILLWHEEL, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=reachable_tmp) for argv in argvs]
+    try:
+        errs = [p.communicate(timeout=45)[1] for p in started]
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=10)
+    for argv, p, stderr in zip(argvs, started, errs):
+        assert p.returncode == 2, (argv, p.returncode, stderr[-2000:])
+        assert "Traceback" not in stderr and "secret" not in stderr, stderr[-2000:]
+        assert stderr.startswith(f"millwheel: --store {url.replace('secret', '***')} cannot be reached "
+                                 "(tried for 5 s): connection failed"), stderr
 
 
 @pytest.mark.timeout(400)
