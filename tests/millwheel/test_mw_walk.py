@@ -32,7 +32,8 @@ from millwheel.examples.ad_windows import ClickWindows
 
 class SlowWindows(ClickWindows):
     def process_record(self, ctx, record):
-        time.sleep(float(os.environ.get("SLOW_S", "0.004")))
+        if os.path.exists(os.environ["SLOW_WHILE"]):   # slow until the test has done its fault (Run.fast)
+            time.sleep(float(os.environ.get("SLOW_S", "0.004")))
         if record.value["click_id"] == os.environ.get("POISON_CLICK"):
             raise ValueError("no advertiser for " + record.value["click_id"])
         super().process_record(ctx, record)
@@ -44,11 +45,15 @@ def build(input, out):
 
 
 class Run:
-    """``millwheel run slow_windows`` over ``n_clicks`` joined clicks, as a child process."""
+    """``millwheel run slow_windows`` over ``n_clicks`` joined clicks, as a child process. Its computation
+    takes ``SLOW_S`` (4 ms) per record while the file ``slow`` is in its folder (from the start, so that a
+    fault lands while the run goes on), at full speed once the test has called :meth:`fast` (after its
+    fault: the rest of the input need not crawl)."""
 
     def __init__(self, tmp: Path, *args: str, n_clicks: int = 3000, env: dict | None = None) -> None:
         self.tmp, self.out = tmp, tmp / "out"
         (tmp / "slow_windows.py").write_text(SLOW_MODULE)
+        (tmp / "slow").touch()
         if not (tmp / "in").exists():
             self.events = write_joined(tmp / "in", n_clicks, 6)
         self.log_path = tmp / f"run-{len(list(tmp.glob('run-*.log')))}.log"
@@ -56,7 +61,7 @@ class Run:
         self.proc = subprocess.Popen([MILLWHEEL, "run", "slow_windows", "--input", str(tmp / "in"), "--out",
                                       str(self.out), "--until-idle", "--option", "injector_batch=100", *args],
                                      cwd=tmp, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, "SLOW_WHILE": str(tmp / "slow"), **(env or {})})
 
     def text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -67,6 +72,10 @@ class Run:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"millwheel run still running after {timeout} s; its log ends:\n"
                                  f"{self.text()[-3000:]}") from None
+
+    def fast(self) -> None:
+        """From now on the computation takes no extra time per record (every run in this folder)."""
+        (self.tmp / "slow").unlink(missing_ok=True)
 
     def close(self) -> None:
         stop_run(self.proc)
@@ -122,6 +131,7 @@ def test_the_embedded_postgres_killed_mid_run_is_started_again_and_nothing_is_lo
     pidfile, _ = run.committing()
     pid = int(pidfile.read_text().splitlines()[0])
     os.kill(pid, signal.SIGKILL)
+    run.fast()
     assert run.wait(240) == 0, run.text()[-3000:]
     assert "the embedded PostgreSQL is running again" in run.text()
     run.check(run.events)
@@ -138,6 +148,7 @@ def test_the_only_worker_process_killed_is_started_again_and_the_run_ends(reacha
     (announce,) = (run.out / ".millwheel" / "workers").glob("*.json")
     pid = json.loads(announce.read_text())["pid"]
     os.kill(pid, signal.SIGKILL)
+    run.fast()
     assert run.wait(300) == 0, run.text()[-3000:]
     assert f"millwheel: worker pid {pid} exited with signal SIGKILL; started pid" in run.text()
     run.check(run.events)
@@ -210,6 +221,7 @@ def test_a_second_run_on_the_same_out_is_refused_in_one_line_and_the_first_goes_
     assert text.startswith(f"millwheel: a PostgreSQL server (pid {int(pidfile.read_text().split()[0])}) is already "
                            f"running on {first.out / '.millwheel' / 'pg'}"), text
     assert "a second run on the same --out" in text
+    first.fast()
     assert first.wait(300) == 0, first.text()[-3000:]
     first.check(first.events)
 
@@ -220,15 +232,25 @@ def test_a_store_that_cannot_be_reached_is_named_within_seconds(reachable_tmp):
     from photon import free_port
     url = f"postgresql://nobody:secret@127.0.0.1:{free_port('127.0.0.1')}/nowhere"
     (reachable_tmp / "in").mkdir()
-    for argv in (["run", "examples.ad_windows", "--input", "in", "--out", "out", "--until-idle", "--store", url],
-                 ["run", "examples.ad_windows", "--input", "in", "--out", "out", "--workers", "1", "--store", url],
-                 ["worker", "examples.ad_windows", "--input", "in", "--out", "out", "--store", url,
-                  "--master", "127.0.0.1:1"]):
-        r = subprocess.run([MILLWHEEL, *argv], capture_output=True, text=True, timeout=45, cwd=reachable_tmp)
-        assert r.returncode == 2, (argv, r.returncode, r.stderr[-2000:])
-        assert "Traceback" not in r.stderr and "secret" not in r.stderr, r.stderr[-2000:]
-        assert r.stderr.startswith(f"millwheel: --store {url.replace('secret', '***')} cannot be reached "
-                                   "(tried for 5 s): connection failed"), r.stderr
+    # the three commands side by side (each waits its 5 s for the store), each with an --out of its own
+    argvs = (["run", "examples.ad_windows", "--input", "in", "--out", "out0", "--until-idle", "--store", url],
+             ["run", "examples.ad_windows", "--input", "in", "--out", "out1", "--workers", "1", "--store", url],
+             ["worker", "examples.ad_windows", "--input", "in", "--out", "out2", "--store", url,
+              "--master", "127.0.0.1:1"])
+    started = [subprocess.Popen([MILLWHEEL, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=reachable_tmp) for argv in argvs]
+    try:
+        errs = [p.communicate(timeout=45)[1] for p in started]
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=10)
+    for argv, p, stderr in zip(argvs, started, errs):
+        assert p.returncode == 2, (argv, p.returncode, stderr[-2000:])
+        assert "Traceback" not in stderr and "secret" not in stderr, stderr[-2000:]
+        assert stderr.startswith(f"millwheel: --store {url.replace('secret', '***')} cannot be reached "
+                                 "(tried for 5 s): connection failed"), stderr
 
 
 @pytest.mark.timeout(400)
