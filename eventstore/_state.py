@@ -577,11 +577,8 @@ def _well_formed(lines: list[bytes], id_field: str, utf8: bool = False
     ids, missing = string_fields(id_field).read(lines, utf8)
     if len(missing) == len(ids):
         return [], None, missing
-    first = 0                                           # the first line with an id
-    for k in missing:                                   # (a step per line without one)
-        if k != first:
-            break
-        first += 1
+    # the first line with an id: the first position the missing ones (increasing) do not fill from 0
+    first = next((i for i, k in enumerate(missing) if k != i), len(missing))
     for k in missing:
         ids[k] = ""
     joined = "\n".join(ids)

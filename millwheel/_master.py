@@ -26,11 +26,12 @@ from pathlib import Path
 
 import grpc
 
-from photon import Clock, MetricKinds, SystemClock, free_port, raft_secret, secret_fingerprint, serve_metrics
+from photon import Clock, SystemClock, free_port, raft_secret, secret_fingerprint
 from photon.rpc import add_health, server_credentials
 
 from millwheel import master_pb2 as pb
 from millwheel import master_pb2_grpc as pb_grpc
+from millwheel._metrics import MASTER_COMPONENT, MASTER_METRIC_KINDS, serve
 from millwheel._master_raft import QUEUE_FULL, RaftMember, RaftSettings
 from millwheel._master_state import (ComputationDeclared, Heartbeat, Interval, IntervalLoad, LeaderChanged,
                                      MasterState, PlacementPolicy, TimePassed, WorkerJoined, WorkerLeft,
@@ -442,7 +443,9 @@ def serve_master(spec: MasterSpec, stop: threading.Event | None = None) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     running = RunningMaster(spec)
-    running.server.metrics_address = _serve_metrics(running, spec)
+    running.server.metrics_address = serve(
+        MASTER_COMPONENT, running.statistics, spec.grpc_address.rsplit(":", 1)[0], spec.metrics_port,
+        MASTER_METRIC_KINDS, f"master-{spec.replica}", lambda text: log.warning("replica %d: %s", spec.replica, text))
     print(f"millwheel master serving on {running.address}", flush=True)
     try:
         while not stop.wait(0.5):
@@ -450,28 +453,6 @@ def serve_master(spec: MasterSpec, stop: threading.Event | None = None) -> None:
     finally:
         running.stop()
         log.info("millwheel master replica %d stopped: %s", spec.replica, running.statistics())
-
-
-MASTER_METRIC_KINDS = MetricKinds(
-    counters=frozenset({"journal_syncs", "batches", "facts_proposed", "placement_facts", "placement_commands",
-                        "assigns", "revokes", "splits", "merges", "moves", "expired_workers"}),
-    gauges=frozenset({"is_leader", "term", "commit_index", "last_applied", "log_len", "largest_batch",
-                      "queue_depth", "workers", "intervals", "master_now_us"}),
-    skip=frozenset({"replica"}))
-"""How a replica's :class:`MasterReplicaStatistics` become Prometheus metrics (``photon_millwheel_master_*``)."""
-
-
-def _serve_metrics(running: RunningMaster, spec: MasterSpec) -> str | None:
-    """Serve the replica's statistics as Prometheus metrics on its gRPC host at ``spec.metrics_port``; the
-    address, or None (said in the log) when the port cannot be had: the replica serves on without."""
-    host = spec.grpc_address.rsplit(":", 1)[0]
-    try:
-        return serve_metrics("millwheel_master", running.statistics, f"{host}:{spec.metrics_port}",
-                             kinds=MASTER_METRIC_KINDS, region="", process=f"master-{spec.replica}")
-    except OSError as e:
-        log.warning("millwheel master replica %d: metrics not served at %s:%d: %s", spec.replica, host,
-                    spec.metrics_port, e)
-        return None
 
 
 def new_registration() -> str:

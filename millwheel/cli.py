@@ -450,7 +450,10 @@ def worker(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    host.metrics_address = _serve_metrics(host, args.host, args.metrics_port)
+    from millwheel._metrics import COMPONENT, METRIC_KINDS, serve, worker_metrics
+    host.metrics_address = serve(
+        COMPONENT, lambda: worker_metrics(host.status(), time.time_ns() // 1000), args.host, args.metrics_port,
+        METRIC_KINDS, host.name, lambda text: print(f"millwheel worker: {text}", file=sys.stderr, flush=True))
     announce = Path(out).resolve() / ".millwheel" / "workers" / f"{host.name}.json"
     announce.parent.mkdir(parents=True, exist_ok=True)
     announce.write_text(json.dumps({"pid": os.getpid(), "address": host.address, "worker": host.name,
@@ -468,20 +471,6 @@ def worker(args: argparse.Namespace) -> int:
               else f"millwheel worker: stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return exit_bounded(1, "millwheel worker")
     return exit_bounded(0, "millwheel worker")
-
-
-def _serve_metrics(host, address: str, port: int) -> str | None:
-    """Serve the worker's Prometheus metrics (``millwheel/_metrics.py``) at ``address:port`` (0: a free port);
-    the address served, or None (said on stderr) when the port cannot be had: the worker runs on without."""
-    from millwheel._metrics import COMPONENT, METRIC_KINDS, worker_metrics
-    from photon import serve_metrics
-    try:
-        return serve_metrics(COMPONENT, lambda: worker_metrics(host.status(), time.time_ns() // 1000),
-                             f"{address}:{port}",
-                             kinds=METRIC_KINDS, region="", process=host.name)
-    except OSError as e:
-        print(f"millwheel worker: metrics not served at {address}:{port}: {e}", file=sys.stderr, flush=True)
-        return None
 
 
 def status(args: argparse.Namespace) -> int:

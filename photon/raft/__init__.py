@@ -347,7 +347,6 @@ class CompactingJournal:
         return getattr(self._journal, name)
 
 
-
 class PipelinedTransport(TCPTransport):
     """pysyncobj's TCP transport, keeping the leader's pipeline intact (every replicated room uses it).
 

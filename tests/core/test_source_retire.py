@@ -67,7 +67,10 @@ def test_the_tailer_reads_a_retired_file_that_grows(tmp_path):
     with open(tmp_path / "clicks" / "a.jsonl", "ab") as f:
         f.write(b'{"n": 2}\n')
     lines: list[bytes] = []
-    wait_until(lambda: lines.extend(line for c in tailer.poll() for line in c.lines) or lines, 10, interval=0.002,
-               message="the retired file's new line read")
+
+    def read() -> bool:
+        lines.extend(line for c in tailer.poll() for line in c.lines)
+        return bool(lines)
+    wait_until(read, 10, interval=0.002, message="the retired file's new line read")
     assert lines == [b'{"n": 2}'] and tailer.source.retired == 0
     assert [c.lines for c in tailer.poll()] == []                     # read once

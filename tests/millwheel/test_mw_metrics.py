@@ -69,7 +69,8 @@ def test_served_on_a_free_port_and_read_back(monkeypatch):
 def test_every_number_of_a_master_replicas_statistics_is_declared():
     import dataclasses
 
-    from millwheel._master import MASTER_METRIC_KINDS, MasterReplicaStatistics
+    from millwheel._master import MasterReplicaStatistics
+    from millwheel._metrics import MASTER_METRIC_KINDS
     numeric = [f.name for f in dataclasses.fields(MasterReplicaStatistics) if str(f.type) in ("int", "bool")]
     kinds = MASTER_METRIC_KINDS
     assert sorted(numeric) == sorted(kinds.counters | kinds.gauges | kinds.skip)
